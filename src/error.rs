@@ -1,0 +1,90 @@
+//! The engine's error type.
+
+use crate::model::{HoldId, InvalidIdempotencyKey, InvalidSlot, SlotId};
+use crate::store::StoreError;
+
+/// Everything a [`BookingEngine`](crate::BookingEngine) call can fail with.
+///
+/// Each variant has a stable machine-readable [`code`](BookingError::code); an HTTP layer maps
+/// codes to statuses (the example server shows one mapping).
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum BookingError {
+    /// No slot has this id.
+    #[error("slot {slot_id} not found")]
+    SlotNotFound {
+        /// The slot asked for.
+        slot_id: SlotId,
+    },
+    /// The slot has started; no more holds can be placed on it.
+    #[error("slot {slot_id} has already started")]
+    SlotClosed {
+        /// The slot asked for.
+        slot_id: SlotId,
+    },
+    /// Every unit of the slot is held or booked.
+    #[error("slot {slot_id} is sold out")]
+    SoldOut {
+        /// The slot asked for.
+        slot_id: SlotId,
+    },
+    /// The idempotency key already belongs to a hold on another slot.
+    #[error("idempotency key already used for hold {existing_hold_id} on slot {existing_slot_id}, not slot {slot_id}")]
+    IdempotencyKeyReused {
+        /// The slot the caller asked for.
+        slot_id: SlotId,
+        /// The hold the key belongs to.
+        existing_hold_id: HoldId,
+        /// The slot of that hold.
+        existing_slot_id: SlotId,
+    },
+    /// The idempotency key is not 1–255 visible ASCII characters.
+    #[error("invalid idempotency key: {0}")]
+    InvalidIdempotencyKey(#[from] InvalidIdempotencyKey),
+    /// The slot to create is not valid.
+    #[error("invalid slot: {0}")]
+    InvalidSlot(#[from] InvalidSlot),
+    /// The availability query is not valid (`from` after `to`).
+    #[error("invalid availability query: `from` is after `to`")]
+    InvalidQuery,
+    /// No hold has this id.
+    #[error("hold {hold_id} not found")]
+    HoldNotFound {
+        /// The hold asked for.
+        hold_id: HoldId,
+    },
+    /// The hold was cancelled; it cannot be confirmed.
+    #[error("hold {hold_id} was cancelled")]
+    HoldCancelled {
+        /// The hold asked for.
+        hold_id: HoldId,
+    },
+    /// The hold expired before it was confirmed.
+    #[error("hold {hold_id} has expired")]
+    HoldExpired {
+        /// The hold asked for.
+        hold_id: HoldId,
+    },
+    /// The store failed or could not be reached; nothing was half done.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl BookingError {
+    /// A stable snake_case code for the error, for machines (HTTP bodies, metrics, logs).
+    pub fn code(&self) -> &'static str {
+        match self {
+            BookingError::SlotNotFound { .. } => "slot_not_found",
+            BookingError::SlotClosed { .. } => "slot_closed",
+            BookingError::SoldOut { .. } => "sold_out",
+            BookingError::IdempotencyKeyReused { .. } => "idempotency_key_reused",
+            BookingError::InvalidIdempotencyKey(_) => "invalid_idempotency_key",
+            BookingError::InvalidSlot(_) => "invalid_slot",
+            BookingError::InvalidQuery => "invalid_query",
+            BookingError::HoldNotFound { .. } => "hold_not_found",
+            BookingError::HoldCancelled { .. } => "hold_cancelled",
+            BookingError::HoldExpired { .. } => "hold_expired",
+            BookingError::Store(_) => "store_unavailable",
+        }
+    }
+}

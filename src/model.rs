@@ -1,0 +1,526 @@
+//! Domain types: slots, holds, availability and the idempotency key.
+//!
+//! Every timestamp is a [`Timestamp`] (UTC) truncated to whole microseconds, so that every
+//! backend stores and returns exactly the same value. On the wire timestamps are RFC 3339 with
+//! six fractional digits and a numeric offset: `2026-11-21T10:00:00.000000+00:00`.
+
+use std::fmt;
+use std::str::FromStr;
+
+use chrono::{DateTime, SubsecRound, Utc};
+use serde::{Deserialize, Serialize};
+
+/// An instant in UTC. Values produced by this crate are truncated to whole microseconds.
+pub type Timestamp = DateTime<Utc>;
+
+/// Truncates a timestamp to whole microseconds, the precision every backend keeps.
+pub fn truncate_to_micros(t: Timestamp) -> Timestamp {
+    t.trunc_subsecs(6)
+}
+
+macro_rules! id_type {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        ///
+        /// Ids are assigned by the store. Any value may be passed in; one the store never
+        /// assigned is simply not found. [`FromStr`] accepts ASCII digits only (no sign, no
+        /// spaces), the form ids take in URL paths.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+        #[serde(transparent)]
+        pub struct $name(pub i64);
+
+        impl $name {
+            /// The raw integer value.
+            pub fn get(self) -> i64 {
+                self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                self.0.fmt(f)
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = ParseIdError;
+
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                parse_digits(s).map($name)
+            }
+        }
+    };
+}
+
+id_type!(
+    /// Identifies a slot.
+    SlotId
+);
+id_type!(
+    /// Identifies a hold.
+    HoldId
+);
+
+/// Why a string is not an id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ParseIdError {
+    /// Empty, or a character other than an ASCII digit (signs included).
+    #[error("an id is made of ASCII digits only")]
+    NotDigits,
+    /// All digits, but larger than any id can be.
+    #[error("the id is too large")]
+    TooLarge,
+}
+
+fn parse_digits(s: &str) -> Result<i64, ParseIdError> {
+    // `i64::from_str` would accept a leading `+` or `-`; paths must be digits only.
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(ParseIdError::NotDigits);
+    }
+    s.parse::<i64>().map_err(|_| ParseIdError::TooLarge)
+}
+
+/// A slot as stored: a time window with a fixed capacity.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Slot {
+    /// The slot's id.
+    pub slot_id: SlotId,
+    /// When the slot begins. Holds can only be placed before this instant.
+    #[serde(with = "rfc3339")]
+    pub starts_at: Timestamp,
+    /// When the slot ends; always after `starts_at`.
+    #[serde(with = "rfc3339")]
+    pub ends_at: Timestamp,
+    /// Total units the slot can sell.
+    pub capacity: i32,
+    /// Units not taken by a stored hold or booking (expired holds not yet reclaimed count as
+    /// taken here; [`AvailabilityEntry::remaining`] counts them as free).
+    pub remaining: i32,
+}
+
+/// A slot to create. Checked by [`NewSlot::validate`] before any store sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewSlot {
+    /// When the slot begins.
+    #[serde(with = "rfc3339")]
+    pub starts_at: Timestamp,
+    /// When the slot ends; must be after `starts_at`.
+    #[serde(with = "rfc3339")]
+    pub ends_at: Timestamp,
+    /// Units to sell, `1..=i32::MAX`.
+    pub capacity: i32,
+}
+
+impl NewSlot {
+    /// A new slot; timestamps are truncated to microseconds. Call [`NewSlot::validate`] (the
+    /// engine does) before storing it.
+    pub fn new(starts_at: Timestamp, ends_at: Timestamp, capacity: i32) -> Self {
+        NewSlot {
+            starts_at: truncate_to_micros(starts_at),
+            ends_at: truncate_to_micros(ends_at),
+            capacity,
+        }
+    }
+
+    /// Checks `ends_at > starts_at` and `capacity >= 1`.
+    pub fn validate(&self) -> Result<(), InvalidSlot> {
+        if self.capacity < 1 {
+            return Err(InvalidSlot::Capacity(self.capacity));
+        }
+        if self.ends_at <= self.starts_at {
+            return Err(InvalidSlot::EndsBeforeStart);
+        }
+        Ok(())
+    }
+}
+
+/// Why a [`NewSlot`] was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidSlot {
+    /// Capacity outside `1..=i32::MAX`.
+    #[error("capacity must be at least 1, got {0}")]
+    Capacity(i32),
+    /// `ends_at` is not after `starts_at`.
+    #[error("ends_at must be after starts_at")]
+    EndsBeforeStart,
+}
+
+/// One slot in an availability listing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AvailabilityEntry {
+    /// The slot's id.
+    pub slot_id: SlotId,
+    /// When the slot begins.
+    #[serde(with = "rfc3339")]
+    pub starts_at: Timestamp,
+    /// When the slot ends.
+    #[serde(with = "rfc3339")]
+    pub ends_at: Timestamp,
+    /// Total units of the slot.
+    pub capacity: i32,
+    /// Units a new hold could take at the time the listing was read: the stored remaining
+    /// capacity plus holds that have expired but not yet been reclaimed.
+    pub remaining: i32,
+}
+
+/// Narrows an availability listing to slots whose `starts_at` lies in `[from, to)`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AvailabilityQuery {
+    /// Inclusive lower bound on `starts_at`.
+    #[serde(default, with = "rfc3339::option")]
+    pub from: Option<Timestamp>,
+    /// Exclusive upper bound on `starts_at`.
+    #[serde(default, with = "rfc3339::option")]
+    pub to: Option<Timestamp>,
+}
+
+impl AvailabilityQuery {
+    /// Every future slot.
+    pub fn all() -> Self {
+        Self::default()
+    }
+
+    /// Slots starting at or after `from`.
+    pub fn from(mut self, from: Timestamp) -> Self {
+        self.from = Some(from);
+        self
+    }
+
+    /// Slots starting before `to`.
+    pub fn to(mut self, to: Timestamp) -> Self {
+        self.to = Some(to);
+        self
+    }
+}
+
+/// The status of a hold as seen by clients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HoldStatus {
+    /// Reserving a unit until `expires_at`.
+    Held,
+    /// Booked for good (until cancelled).
+    Confirmed,
+    /// Given back by a cancel.
+    Cancelled,
+    /// Held, but `expires_at` has passed: the unit is free again.
+    Expired,
+}
+
+impl HoldStatus {
+    /// The lowercase name used in storage and on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HoldStatus::Held => "held",
+            HoldStatus::Confirmed => "confirmed",
+            HoldStatus::Cancelled => "cancelled",
+            HoldStatus::Expired => "expired",
+        }
+    }
+}
+
+impl fmt::Display for HoldStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for HoldStatus {
+    type Err = UnknownStatus;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "held" => Ok(HoldStatus::Held),
+            "confirmed" => Ok(HoldStatus::Confirmed),
+            "cancelled" => Ok(HoldStatus::Cancelled),
+            "expired" => Ok(HoldStatus::Expired),
+            other => Err(UnknownStatus(other.to_owned())),
+        }
+    }
+}
+
+/// A status string that is not one of the four statuses.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown hold status {0:?}")]
+pub struct UnknownStatus(pub String);
+
+/// A hold, serialized as exactly six fields: `hold_id`, `slot_id`, `status`, `expires_at`,
+/// `confirmed_at`, `cancelled_at`.
+///
+/// Stores return the status they have stored; the engine returns holds whose status has been
+/// resolved against its clock with [`Hold::at`], so a hold stored as `held` whose `expires_at`
+/// has passed reads as `expired`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hold {
+    /// The hold's id.
+    pub hold_id: HoldId,
+    /// The slot it reserves a unit of.
+    pub slot_id: SlotId,
+    /// Its status.
+    pub status: HoldStatus,
+    /// When an unconfirmed hold stops reserving its unit.
+    #[serde(with = "rfc3339")]
+    pub expires_at: Timestamp,
+    /// When it was confirmed, if it was.
+    #[serde(with = "rfc3339::option")]
+    pub confirmed_at: Option<Timestamp>,
+    /// When it was cancelled, if it was.
+    #[serde(with = "rfc3339::option")]
+    pub cancelled_at: Option<Timestamp>,
+}
+
+impl Hold {
+    /// The status clients see at `now`: `held` becomes `expired` once `expires_at <= now`.
+    pub fn status_at(&self, now: Timestamp) -> HoldStatus {
+        match self.status {
+            HoldStatus::Held if self.expires_at <= now => HoldStatus::Expired,
+            status => status,
+        }
+    }
+
+    /// This hold with its status resolved at `now` (see [`Hold::status_at`]).
+    pub fn at(mut self, now: Timestamp) -> Self {
+        self.status = self.status_at(now);
+        self
+    }
+
+    /// Whether the hold still reserves its unit at `now` without being confirmed.
+    pub fn is_active_at(&self, now: Timestamp) -> bool {
+        self.status_at(now) == HoldStatus::Held
+    }
+}
+
+/// A client-chosen key that makes hold creation idempotent.
+///
+/// 1 to 255 characters, each visible ASCII (`0x21..=0x7E`): no spaces, no control characters,
+/// nothing outside ASCII.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct IdempotencyKey(String);
+
+impl IdempotencyKey {
+    /// Longest key accepted, in characters (bytes, since keys are ASCII).
+    pub const MAX_LEN: usize = 255;
+
+    /// Validates and wraps a key.
+    pub fn new(key: impl Into<String>) -> Result<Self, InvalidIdempotencyKey> {
+        let key = key.into();
+        if key.is_empty() {
+            return Err(InvalidIdempotencyKey::Empty);
+        }
+        if key.len() > Self::MAX_LEN {
+            return Err(InvalidIdempotencyKey::TooLong(key.chars().count()));
+        }
+        if let Some(position) = key.bytes().position(|b| !(0x21..=0x7e).contains(&b)) {
+            return Err(InvalidIdempotencyKey::BadCharacter { position });
+        }
+        Ok(IdempotencyKey(key))
+    }
+
+    /// The key as a string.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for IdempotencyKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl AsRef<str> for IdempotencyKey {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de> Deserialize<'de> for IdempotencyKey {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = String::deserialize(d)?;
+        IdempotencyKey::new(raw).map_err(serde::de::Error::custom)
+    }
+}
+
+/// Why an idempotency key was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidIdempotencyKey {
+    /// The key is empty.
+    #[error("the idempotency key is empty")]
+    Empty,
+    /// The key is longer than 255 characters.
+    #[error("the idempotency key has {0} characters; at most 255 are allowed")]
+    TooLong(usize),
+    /// A byte outside visible ASCII (`0x21..=0x7E`).
+    #[error("the idempotency key has a character outside visible ASCII at byte {position}")]
+    BadCharacter {
+        /// Byte offset of the first offending character.
+        position: usize,
+    },
+}
+
+/// Serde helpers for the wire format of timestamps: RFC 3339, six fractional digits, `+00:00`.
+pub mod rfc3339 {
+    use super::{truncate_to_micros, Timestamp};
+    use chrono::DateTime;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    const FORMAT: &str = "%Y-%m-%dT%H:%M:%S%.6f+00:00";
+
+    /// Formats a timestamp as `2026-11-21T10:00:00.000000+00:00`.
+    pub fn format(t: &Timestamp) -> String {
+        t.format(FORMAT).to_string()
+    }
+
+    /// Parses any RFC 3339 timestamp, converting it to UTC and truncating it to microseconds.
+    pub fn parse(s: &str) -> Result<Timestamp, chrono::ParseError> {
+        DateTime::parse_from_rfc3339(s).map(|t| truncate_to_micros(t.to_utc()))
+    }
+
+    /// Serializes a timestamp in the wire format.
+    pub fn serialize<S: Serializer>(t: &Timestamp, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&t.format(FORMAT))
+    }
+
+    /// Deserializes any RFC 3339 timestamp.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Timestamp, D::Error> {
+        let raw = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        parse(&raw).map_err(serde::de::Error::custom)
+    }
+
+    /// The same for `Option<Timestamp>`, `null` when absent.
+    pub mod option {
+        use super::*;
+
+        /// Serializes `Some` in the wire format and `None` as `null`.
+        pub fn serialize<S: Serializer>(t: &Option<Timestamp>, s: S) -> Result<S::Ok, S::Error> {
+            match t {
+                Some(t) => s.collect_str(&t.format(FORMAT)),
+                None => s.serialize_none(),
+            }
+        }
+
+        /// Deserializes `null` or an RFC 3339 timestamp.
+        pub fn deserialize<'de, D: Deserializer<'de>>(
+            d: D,
+        ) -> Result<Option<Timestamp>, D::Error> {
+            let raw = <Option<std::borrow::Cow<'de, str>>>::deserialize(d)?;
+            raw.map(|r| parse(&r).map_err(serde::de::Error::custom))
+                .transpose()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    fn t(secs: i64) -> Timestamp {
+        Utc.timestamp_opt(1_800_000_000 + secs, 0).single().unwrap()
+    }
+
+    #[test]
+    fn ids_parse_digits_only() {
+        assert_eq!("42".parse::<SlotId>(), Ok(SlotId(42)));
+        assert_eq!("0042".parse::<HoldId>(), Ok(HoldId(42)));
+        for bad in ["", "+5", "-1", "1a", "abc", " 1", "1 ", "١"] {
+            assert_eq!(bad.parse::<SlotId>(), Err(ParseIdError::NotDigits), "{bad:?}");
+        }
+        assert_eq!(
+            "9223372036854775808".parse::<SlotId>(),
+            Err(ParseIdError::TooLarge)
+        );
+        assert_eq!(
+            "9223372036854775807".parse::<SlotId>(),
+            Ok(SlotId(i64::MAX))
+        );
+    }
+
+    #[test]
+    fn idempotency_key_rules() {
+        assert!(IdempotencyKey::new("a").is_ok());
+        assert!(IdempotencyKey::new("!~").is_ok());
+        assert!(IdempotencyKey::new("k".repeat(255)).is_ok());
+        assert_eq!(IdempotencyKey::new(""), Err(InvalidIdempotencyKey::Empty));
+        assert_eq!(
+            IdempotencyKey::new("k".repeat(256)),
+            Err(InvalidIdempotencyKey::TooLong(256))
+        );
+        for (bad, position) in [("a b", 1), ("\t", 0), ("ké", 1), ("a\u{7f}", 1)] {
+            assert_eq!(
+                IdempotencyKey::new(bad),
+                Err(InvalidIdempotencyKey::BadCharacter { position }),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn hold_serializes_to_exactly_six_fields() {
+        let hold = Hold {
+            hold_id: HoldId(7),
+            slot_id: SlotId(3),
+            status: HoldStatus::Confirmed,
+            expires_at: t(0) + chrono::Duration::microseconds(1),
+            confirmed_at: Some(t(1)),
+            cancelled_at: None,
+        };
+        let json = serde_json::to_value(&hold).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "hold_id": 7,
+                "slot_id": 3,
+                "status": "confirmed",
+                "expires_at": "2027-01-15T08:00:00.000001+00:00",
+                "confirmed_at": "2027-01-15T08:00:01.000000+00:00",
+                "cancelled_at": null,
+            })
+        );
+        let back: Hold = serde_json::from_value(json).unwrap();
+        assert_eq!(back, hold);
+    }
+
+    #[test]
+    fn held_becomes_expired_exactly_at_expires_at() {
+        let hold = Hold {
+            hold_id: HoldId(1),
+            slot_id: SlotId(1),
+            status: HoldStatus::Held,
+            expires_at: t(10),
+            confirmed_at: None,
+            cancelled_at: None,
+        };
+        assert_eq!(
+            hold.status_at(t(10) - chrono::Duration::microseconds(1)),
+            HoldStatus::Held
+        );
+        assert_eq!(hold.status_at(t(10)), HoldStatus::Expired);
+        let confirmed = Hold {
+            status: HoldStatus::Confirmed,
+            ..hold
+        };
+        assert_eq!(confirmed.status_at(t(100)), HoldStatus::Confirmed);
+    }
+
+    #[test]
+    fn timestamps_parse_any_offset_and_truncate() {
+        let parsed = rfc3339::parse("2027-01-15T09:00:00.0000019+01:00").unwrap();
+        assert_eq!(parsed, t(0) + chrono::Duration::microseconds(1));
+        assert_eq!(rfc3339::format(&parsed), "2027-01-15T08:00:00.000001+00:00");
+    }
+
+    #[test]
+    fn new_slot_validation() {
+        assert!(NewSlot::new(t(0), t(1), 1).validate().is_ok());
+        assert_eq!(
+            NewSlot::new(t(0), t(1), 0).validate(),
+            Err(InvalidSlot::Capacity(0))
+        );
+        assert_eq!(
+            NewSlot::new(t(1), t(1), 5).validate(),
+            Err(InvalidSlot::EndsBeforeStart)
+        );
+    }
+}

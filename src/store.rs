@@ -1,0 +1,208 @@
+//! The [`Store`] trait: what a backend must do, operation by operation.
+//!
+//! Each method is one atomic operation in the store. A backend decides every outcome by the
+//! rows its conditional writes affected and by its unique constraint on the idempotency key,
+//! never by a read made before the write (SPEC R4, R5). Reads after a write that changed nothing
+//! are fine: they only say *why* nothing changed.
+//!
+//! Time is passed in: the engine reads its [`Clock`](crate::Clock) once per operation, so a
+//! store never looks at a wall clock of its own.
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::model::{
+    AvailabilityEntry, Hold, HoldId, IdempotencyKey, NewSlot, Slot, SlotId, Timestamp,
+};
+
+/// A request to place a hold, as the engine hands it to the store.
+#[derive(Debug, Clone, Copy)]
+pub struct HoldRequest<'a> {
+    /// The slot to take a unit of.
+    pub slot_id: SlotId,
+    /// The client's idempotency key (already validated).
+    pub key: &'a IdempotencyKey,
+    /// The engine's current time; the slot must start after it.
+    pub now: Timestamp,
+    /// When the new hold will expire.
+    pub expires_at: Timestamp,
+}
+
+/// What [`Store::create_hold`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HoldOutcome {
+    /// A unit was taken and a new hold stored.
+    Created(Hold),
+    /// A hold with this key already exists on this slot; nothing changed. The hold is returned
+    /// as stored now.
+    Replayed(Hold),
+    /// A hold with this key exists on a *different* slot; nothing changed.
+    KeyReused(Hold),
+    /// The slot has no free unit, even after reclaiming expired holds; nothing changed.
+    SoldOut,
+    /// No slot has this id.
+    SlotNotFound,
+    /// The slot has already started (`starts_at <= now`); nothing changed.
+    SlotClosed,
+}
+
+/// What [`Store::confirm_hold`] or [`Store::cancel_hold`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Transition {
+    /// The hold changed state; here it is after the change.
+    Applied(Hold),
+    /// The hold exists but was not in a state the operation applies to; nothing changed. Here
+    /// it is as stored now. The engine decides what that means for the caller.
+    NotApplied(Hold),
+    /// No hold has this id.
+    NotFound,
+}
+
+/// A backend's storage, operation by operation. Object safe: `Arc<dyn Store>` is a `Store`.
+///
+/// The rules each method must follow are SPEC §2: the capacity invariant
+/// `remaining + stored held + confirmed == capacity` holds after every call, and a unit is
+/// reserved only by a conditional decrement that affected a row. The
+/// [`conformance`](crate::conformance) suite (feature `conformance`) checks an implementation.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Stores a validated slot with `remaining = capacity` and returns it with its new id.
+    async fn create_slot(&self, slot: &NewSlot) -> Result<Slot, StoreError>;
+
+    /// Every slot with `starts_at > now`, ordered by `starts_at` then `slot_id`, sold-out
+    /// slots included. `remaining` counts holds stored as held whose `expires_at <= now` as
+    /// free.
+    async fn availability(&self, now: Timestamp) -> Result<Vec<AvailabilityEntry>, StoreError>;
+
+    /// Places a hold, atomically:
+    ///
+    /// 1. decrement the slot's `remaining` where `remaining > 0` and `starts_at > now`;
+    /// 2. if no row was affected, mark the slot's held holds with `expires_at <= now` as
+    ///    expired, add the number of rows that changed back to `remaining`, and decrement once
+    ///    more;
+    /// 3. insert the hold under the unique key; a unique violation undoes the decrement and
+    ///    yields [`HoldOutcome::Replayed`] or [`HoldOutcome::KeyReused`].
+    ///
+    /// A key already used takes precedence over every other outcome: a replay on a sold-out or
+    /// started slot is still a replay.
+    async fn create_hold(&self, request: HoldRequest<'_>) -> Result<HoldOutcome, StoreError>;
+
+    /// Confirms a hold stored as held with `expires_at > now`, setting `confirmed_at = now`.
+    /// Capacity does not change.
+    async fn confirm_hold(&self, hold_id: HoldId, now: Timestamp)
+        -> Result<Transition, StoreError>;
+
+    /// Cancels a confirmed hold, or a held one with `expires_at > now`, setting
+    /// `cancelled_at = now` and giving its unit back to the slot in the same transaction.
+    async fn cancel_hold(&self, hold_id: HoldId, now: Timestamp) -> Result<Transition, StoreError>;
+
+    /// The hold as stored (status not resolved against the clock), if it exists.
+    async fn get_hold(&self, hold_id: HoldId) -> Result<Option<Hold>, StoreError>;
+
+    /// The slot as stored, if it exists.
+    async fn get_slot(&self, slot_id: SlotId) -> Result<Option<Slot>, StoreError>;
+}
+
+macro_rules! forward_store {
+    ($($ptr:ty),*) => {$(
+        #[async_trait]
+        impl<T: Store + ?Sized> Store for $ptr {
+            async fn create_slot(&self, slot: &NewSlot) -> Result<Slot, StoreError> {
+                (**self).create_slot(slot).await
+            }
+            async fn availability(&self, now: Timestamp) -> Result<Vec<AvailabilityEntry>, StoreError> {
+                (**self).availability(now).await
+            }
+            async fn create_hold(&self, request: HoldRequest<'_>) -> Result<HoldOutcome, StoreError> {
+                (**self).create_hold(request).await
+            }
+            async fn confirm_hold(&self, hold_id: HoldId, now: Timestamp) -> Result<Transition, StoreError> {
+                (**self).confirm_hold(hold_id, now).await
+            }
+            async fn cancel_hold(&self, hold_id: HoldId, now: Timestamp) -> Result<Transition, StoreError> {
+                (**self).cancel_hold(hold_id, now).await
+            }
+            async fn get_hold(&self, hold_id: HoldId) -> Result<Option<Hold>, StoreError> {
+                (**self).get_hold(hold_id).await
+            }
+            async fn get_slot(&self, slot_id: SlotId) -> Result<Option<Slot>, StoreError> {
+                (**self).get_slot(slot_id).await
+            }
+        }
+    )*};
+}
+
+forward_store!(Arc<T>, Box<T>);
+
+/// Whether retrying the same call later may succeed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StoreErrorKind {
+    /// The store could not be reached or did not answer in time (connection refused or lost,
+    /// pool exhausted, timeout, database busy). Retrying later may work.
+    Unavailable,
+    /// Anything else: a constraint the store did not expect, data it cannot decode, a bug.
+    Failed,
+}
+
+/// A failure inside a store. Cheap to clone, so one failed availability load can be handed to
+/// every waiting reader.
+#[derive(Clone)]
+pub struct StoreError {
+    kind: StoreErrorKind,
+    source: Arc<dyn StdError + Send + Sync>,
+}
+
+impl StoreError {
+    /// A failure that may go away on retry.
+    pub fn unavailable(source: impl Into<Box<dyn StdError + Send + Sync>>) -> Self {
+        StoreError {
+            kind: StoreErrorKind::Unavailable,
+            source: Arc::from(source.into()),
+        }
+    }
+
+    /// Any other failure.
+    pub fn failed(source: impl Into<Box<dyn StdError + Send + Sync>>) -> Self {
+        StoreError {
+            kind: StoreErrorKind::Failed,
+            source: Arc::from(source.into()),
+        }
+    }
+
+    /// Which kind of failure this is.
+    pub fn kind(&self) -> StoreErrorKind {
+        self.kind
+    }
+
+    /// Whether retrying later may succeed.
+    pub fn is_transient(&self) -> bool {
+        self.kind == StoreErrorKind::Unavailable
+    }
+}
+
+impl fmt::Debug for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StoreError")
+            .field("kind", &self.kind)
+            .field("source", &self.source)
+            .finish()
+    }
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.kind {
+            StoreErrorKind::Unavailable => write!(f, "store unavailable: {}", self.source),
+            StoreErrorKind::Failed => write!(f, "store failed: {}", self.source),
+        }
+    }
+}
+
+impl StdError for StoreError {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        Some(&*self.source)
+    }
+}
