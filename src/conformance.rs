@@ -1,0 +1,844 @@
+//! A reusable test suite for [`Store`] implementations (feature `conformance`).
+//!
+//! It drives a store through a [`BookingEngine`] with a [`ManualClock`] and checks every row of
+//! the outcome table (SPEC §4), the reclaim of expired holds, the capacity invariant after each
+//! step, and concurrent races. Backends run it in one line from a test file:
+//!
+//! ```text
+//! // tests/conformance.rs of a backend crate
+//! slot_booking::conformance_tests!(|| async { my_backend::MyStore::connect_fresh().await });
+//! ```
+//!
+//! The macro expands to one `#[test]` per case; each case calls the factory for a fresh, empty
+//! store and runs on its own multi-threaded runtime under a timeout, so a hung store fails the
+//! test instead of hanging it.
+
+use std::future::Future;
+use std::time::Duration;
+
+use chrono::{TimeZone, Utc};
+
+use crate::clock::ManualClock;
+use crate::engine::BookingEngine;
+use crate::model::{HoldId, HoldStatus, NewSlot, SlotId, Timestamp};
+use crate::store::Store;
+
+/// How long one case may run before it counts as hung.
+pub const CASE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The hold lifetime the suite's engines use.
+pub const HOLD_TTL: Duration = Duration::from_secs(300);
+
+/// Runs one case on a fresh store from `factory`. Used by [`conformance_tests!`](crate::conformance_tests).
+///
+/// # Panics
+///
+/// When the case fails or takes longer than [`CASE_TIMEOUT`]: this is a test harness.
+pub fn run<S, F, FFut, C, CFut>(factory: F, case: C)
+where
+    S: Store,
+    F: FnOnce() -> FFut,
+    FFut: Future<Output = S>,
+    C: FnOnce(S) -> CFut,
+    CFut: Future<Output = ()>,
+{
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .expect("conformance: cannot build a tokio runtime");
+    runtime.block_on(async {
+        let store = factory().await;
+        tokio::time::timeout(CASE_TIMEOUT, case(store))
+            .await
+            .expect("conformance: case timed out (a store call hung)");
+    });
+}
+
+/// Expands to one `#[test]` per conformance case, each on a fresh store from `$factory`
+/// (an expression of type `Fn() -> impl Future<Output = impl Store>`).
+#[macro_export]
+macro_rules! conformance_tests {
+    ($factory:expr) => {
+        $crate::conformance_tests!(@cases $factory;
+            hold_creates_a_held_hold_reserving_one_unit
+            hold_replay_returns_the_current_state_and_reserves_nothing
+            hold_replay_wins_over_sold_out_and_closed
+            hold_key_reused_on_another_slot_changes_nothing
+            hold_on_unknown_slot_is_slot_not_found
+            hold_on_started_slot_is_slot_closed
+            hold_on_full_slot_is_sold_out_and_reserves_nothing
+            hold_with_invalid_key_is_refused
+            confirm_an_active_hold
+            confirm_is_idempotent
+            confirm_a_cancelled_hold_fails
+            confirm_fails_exactly_at_expires_at
+            cancel_a_held_hold_returns_its_unit
+            cancel_a_confirmed_hold_returns_its_unit
+            cancel_is_idempotent
+            cancel_an_expired_hold_fails
+            unknown_holds_are_not_found
+            expired_status_needs_no_cleanup
+            expired_holds_are_reclaimed_when_the_slot_is_full
+            availability_counts_expired_holds_as_free
+            confirmed_holds_never_expire
+            availability_lists_future_slots_in_order
+            availability_query_narrows_by_starts_at
+            invalid_slots_are_refused
+            cancel_shows_in_cached_availability_at_once
+            race_holds_on_one_slot_take_exactly_its_capacity
+            race_one_key_makes_one_hold
+            race_reclaim_returns_each_expired_unit_once
+            race_cancels_of_one_hold_return_one_unit
+            race_mixed_operations_keep_the_invariant
+        );
+    };
+    (@cases $factory:expr; $($case:ident)*) => {
+        $(
+            #[test]
+            fn $case() {
+                $crate::conformance::run($factory, $crate::conformance::cases::$case);
+            }
+        )*
+    };
+}
+
+/// The first instant of every case's manual clock.
+pub fn epoch() -> Timestamp {
+    Utc.with_ymd_and_hms(2030, 1, 1, 9, 0, 0)
+        .single()
+        .expect("a valid date")
+}
+
+/// An engine with no availability caching and a manual clock, plus helpers.
+pub struct Fixture<S> {
+    /// The engine under test.
+    pub engine: BookingEngine<S>,
+    /// Its clock.
+    pub clock: ManualClock,
+}
+
+impl<S: Store> Fixture<S> {
+    /// Wraps `store` in an engine whose availability is read from the store every time.
+    pub fn new(store: S) -> Self {
+        let clock = ManualClock::new(epoch());
+        let engine = BookingEngine::builder(store)
+            .cache_period(Duration::ZERO)
+            .serve_stale_for(Duration::ZERO)
+            .hold_ttl(HOLD_TTL)
+            .clock(clock.clone())
+            .build();
+        Fixture { engine, clock }
+    }
+
+    /// The clock's current time.
+    pub fn now(&self) -> Timestamp {
+        crate::Clock::now(&self.clock)
+    }
+
+    /// Moves the clock.
+    pub fn advance(&self, by: chrono::Duration) {
+        self.clock.advance(by);
+    }
+
+    /// Creates a slot starting `starts_in` from now, one hour long.
+    pub async fn slot(&self, capacity: i32, starts_in: chrono::Duration) -> SlotId {
+        let starts_at = self.now() + starts_in;
+        self.engine
+            .create_slot(NewSlot::new(
+                starts_at,
+                starts_at + chrono::Duration::hours(1),
+                capacity,
+            ))
+            .await
+            .expect("create_slot")
+            .slot_id
+    }
+
+    /// The slot's stored `remaining`.
+    pub async fn remaining(&self, slot_id: SlotId) -> i32 {
+        self.engine
+            .store()
+            .get_slot(slot_id)
+            .await
+            .expect("get_slot")
+            .expect("slot exists")
+            .remaining
+    }
+
+    /// The slot's availability entry `remaining` (units a new hold could take now).
+    pub async fn available(&self, slot_id: SlotId) -> Option<i32> {
+        self.engine
+            .availability(crate::AvailabilityQuery::all())
+            .await
+            .expect("availability")
+            .iter()
+            .find(|e| e.slot_id == slot_id)
+            .map(|e| e.remaining)
+    }
+
+    /// Checks the capacity invariant of `slot_id`, given every hold ever placed on it.
+    pub async fn assert_invariant(&self, slot_id: SlotId, holds: &[HoldId]) {
+        let store = self.engine.store();
+        let slot = store
+            .get_slot(slot_id)
+            .await
+            .expect("get_slot")
+            .expect("slot exists");
+        let now = self.now();
+        let (mut stored_held, mut confirmed, mut active) = (0, 0, 0);
+        for &hold_id in holds {
+            let hold = store
+                .get_hold(hold_id)
+                .await
+                .expect("get_hold")
+                .expect("hold exists");
+            assert_eq!(hold.slot_id, slot_id, "hold {hold_id} is on another slot");
+            match hold.status {
+                HoldStatus::Held => stored_held += 1,
+                HoldStatus::Confirmed => confirmed += 1,
+                HoldStatus::Cancelled | HoldStatus::Expired => {}
+            }
+            if hold.is_active_at(now) {
+                active += 1;
+            }
+        }
+        assert!(slot.remaining >= 0, "remaining < 0: {slot:?}");
+        assert!(slot.remaining <= slot.capacity, "remaining > capacity: {slot:?}");
+        assert_eq!(
+            slot.remaining + stored_held + confirmed,
+            slot.capacity,
+            "remaining + stored held + confirmed != capacity ({stored_held} held, {confirmed} confirmed): {slot:?}"
+        );
+        assert!(
+            confirmed + active <= slot.capacity,
+            "oversold: {confirmed} confirmed + {active} active > {}",
+            slot.capacity
+        );
+    }
+}
+
+/// The cases, each taking a fresh store.
+pub mod cases {
+    use std::collections::HashSet;
+    use std::sync::Arc;
+
+    use chrono::Duration;
+
+    use super::Fixture;
+    use crate::error::BookingError;
+    use crate::model::{AvailabilityQuery, HoldId, HoldStatus, NewSlot, SlotId};
+    use crate::store::Store;
+    use crate::BookingEngine;
+
+    fn hours(n: i64) -> Duration {
+        Duration::hours(n)
+    }
+
+    fn ttl() -> Duration {
+        Duration::from_std(super::HOLD_TTL).expect("ttl fits")
+    }
+
+    macro_rules! assert_err {
+        ($result:expr, $pattern:pat) => {
+            match $result {
+                Err(error @ $pattern) => error,
+                other => panic!("expected {}, got {other:?}", stringify!($pattern)),
+            }
+        };
+    }
+
+    /// A hold on a free unit is `held`, expires after the hold lifetime and takes one unit.
+    pub async fn hold_creates_a_held_hold_reserving_one_unit<S: Store>(store: S) {
+        let f = Fixture::new(store);
+        let slot = f.slot(3, hours(1)).await;
+        let placed = f.engine.hold(slot, "k1").await.unwrap();
+        assert!(!placed.replayed);
+        let hold = placed.hold;
+        assert_eq!(hold.slot_id, slot);
+        assert_eq!(hold.status, HoldStatus::Held);
+        assert_eq!(hold.expires_at, f.now() + ttl());
+        assert_eq!((hold.confirmed_at, hold.cancelled_at), (None, None));
+        assert_eq!(f.remaining(slot).await, 2);
+        assert_eq!(f.available(slot).await, Some(2));
+        assert_eq!(f.engine.get_hold(hold.hold_id).await.unwrap(), hold);
+        f.assert_invariant(slot, &[hold.hold_id]).await;
+    }
+
+    /// The same key on the same slot returns the existing hold as it is now.
+    pub async fn hold_replay_returns_the_current_state_and_reserves_nothing<S: Store>(store: S) {
+        let f = Fixture::new(store);
+        let slot = f.slot(3, hours(1)).await;
+        let first = f.engine.hold(slot, "same").await.unwrap().hold;
+        let again = f.engine.hold(slot, "same").await.unwrap();
+        assert!(again.replayed);
+        assert_eq!(again.hold, first);
+        f.advance(Duration::seconds(1));
+        let confirmed = f.engine.confirm(first.hold_id).await.unwrap();
+        let replay = f.engine.hold(slot, "same").await.unwrap();
+        assert!(replay.replayed);
+        assert_eq!(replay.hold, confirmed, "a replay shows the current state");
+        assert_eq!(f.remaining(slot).await, 2);
+        f.assert_invariant(slot, &[first.hold_id]).await;
+    }
+
+    /// A replay is a replay even when the slot is now sold out or has started.
+    pub async fn hold_replay_wins_over_sold_out_and_closed<S: Store>(store: S) {
+        let f = Fixture::new(store);
+        let slot = f.slot(1, hours(1)).await;
+        let first = f.engine.hold(slot, "only").await.unwrap().hold;
+        let replay = f.engine.hold(slot, "only").await.unwrap();
+        assert!(replay.replayed, "sold out, but the key's hold exists");
+        assert_eq!(replay.hold.hold_id, first.hold_id);
+        f.advance(hours(2));
+        let late = f.engine.hold(slot, "only").await.unwrap();
+        assert!(late.replayed, "started, but the key's hold exists");
+        assert_eq!(late.hold.status, HoldStatus::Expired);
+        f.assert_invariant(slot, &[first.hold_id]).await;
+    }
+
+    /// The same key on another slot is refused and changes nothing.
+    pub async fn hold_key_reused_on_another_slot_changes_nothing<S: Store>(store: S) {
+        let f = Fixture::new(store);
+        let a = f.slot(2, hours(1)).await;
+        let b = f.slot(2, hours(1)).await;
+        let hold = f.engine.hold(a, "shared").await.unwrap().hold;
+        let error = assert_err!(
+            f.engine.hold(b, "shared").await,
+            BookingError::IdempotencyKeyReused { .. }
+        );
+        assert_eq!(error.code(), "idempotency_key_reused");
+        match error {
+            BookingError::IdempotencyKeyReused {
+                slot_id,
+                existing_hold_id,
+                existing_slot_id,
+            } => assert_eq!(
+                (slot_id, existing_hold_id, existing_slot_id),
+                (b, hold.hold_id, a)
+            ),
+            _ => unreachable!(),
+        }
+        assert_eq!(f.remaining(a).await, 1);
+        assert_eq!(f.remaining(b).await, 2);
+        f.assert_invariant(a, &[hold.hold_id]).await;
+        f.assert_invariant(b, &[]).await;
+    }
+
+    /// A slot id nobody created.
+    pub async fn hold_on_unknown_slot_is_slot_not_found<S: Store>(store: S) {
+        let f = Fixture::new(store);
+        let real = f.slot(1, hours(1)).await;
+        let missing = SlotId(real.0 + 1000);
+        let error = assert_err!(
+            f.engine.hold(missing, "k").await,
+            BookingError::SlotNotFound { .. }
+        );
+        assert_eq!(error.code(), "slot_not_found");
+        // The key was not consumed by the failure.
+        assert!(!f.engine.hold(real, "k").await.unwrap().replayed);
+    }
+
+    /// No holds once `starts_at <= now`, including exactly at `starts_at`.
+    pub async fn hold_on_started_slot_is_slot_closed<S: Store>(store: S) {
+        let f = Fixture::new(store);
+        let slot = f.slot(5, hours(1)).await;
+        f.advance(hours(1) - Duration::microseconds(1));
+        assert!(f.engine.hold(slot, "just-in-time").await.is_ok());
+        f.advance(Duration::microseconds(1));
+        let error = assert_err!(
+            f.engine.hold(slot, "on-the-dot").await,
+            BookingError::SlotClosed { .. }
+        );
+        assert_eq!(error.code(), "slot_closed");
+        f.advance(hours(1));
+        assert_err!(f.engine.hold(slot, "late").await, BookingError::SlotClosed { .. });
+        assert_eq!(f.remaining(slot).await, 4);
+    }
+
+    /// A full slot refuses holds and nothing is reserved.
+    pub async fn hold_on_full_slot_is_sold_out_and_reserves_nothing<S: Store>(store: S) {
+        let f = Fixture::new(store);
+        let slot = f.slot(2, hours(1)).await;
+        let a = f.engine.hold(slot, "a").await.unwrap().hold.hold_id;
+        let b = f.engine.hold(slot, "b").await.unwrap().hold.hold_id;
+        let error = assert_err!(f.engine.hold(slot, "c").await, BookingError::SoldOut { .. });
+        assert_eq!(error.code(), "sold_out");
+        assert_eq!(f.remaining(slot).await, 0);
+        assert_eq!(f.available(slot).await, Some(0), "sold-out slots stay listed");
+        // The refused key did not create anything: after a cancel it books normally.
+        f.engine.cancel(a).await.unwrap();
+        let c = f.engine.hold(slot, "c").await.unwrap();
+        assert!(!c.replayed);
+        f.assert_invariant(slot, &[a, b, c.hold.hold_id]).await;
+    }
+
+    /// Malformed keys never reach the store.
+    pub async fn hold_with_invalid_key_is_refused<S: Store>(store: S) {
+        let f = Fixture::new(store);
+        let slot = f.slot(2, hours(1)).await;
+        let long = "x".repeat(256);
+        for bad in ["", " ", "with space", "tab\t", "é", long.as_str()] {
+            let error = assert_err!(
+                f.engine.hold(slot, bad).await,
+                BookingError::InvalidIdempotencyKey(_)
+            );
+            assert_eq!(error.code(), "invalid_idempotency_key");
+        }
+        assert_eq!(f.remaining(slot).await, 2);
+    }
+
+    /// Confirm sets `confirmed` and `confirmed_at`; capacity is unchanged.
+    pub async fn confirm_an_active_hold<S: Store>(store: S) {
+        let f = Fixture::new(store);
+        let slot = f.slot(2, hours(1)).await;
+        let hold = f.engine.hold(slot, "k").await.unwrap().hold;
+        f.advance(ttl() - Duration::microseconds(1));
+        let confirmed = f.engine.confirm(hold.hold_id).await.unwrap();
+        assert_eq!(confirmed.status, HoldStatus::Confirmed);
+        assert_eq!(confirmed.confirmed_at, Some(f.now()));
+        assert_eq!(confirmed.cancelled_at, None);
+        assert_eq!(confirmed.expires_at, hold.expires_at);
+        assert_eq!(f.remaining(slot).await, 1);
+        f.assert_invariant(slot, &[hold.hold_id]).await;
+    }
+
+    /// Confirming twice returns the hold unchanged.
+    pub async fn confirm_is_idempotent<S: Store>(store: S) {
+        let f = Fixture::new(store);
+        let slot = f.slot(2, hours(1)).await;
+        let hold = f.engine.hold(slot, "k").await.unwrap().hold;
+        let first = f.engine.confirm(hold.hold_id).await.unwrap();
+        f.advance(Duration::seconds(5));
+        let second = f.engine.confirm(hold.hold_id).await.unwrap();
+        assert_eq!(first, second);
+        f.assert_invariant(slot, &[hold.hold_id]).await;
+    }
+
+    /// A cancelled hold cannot be confirmed.
+    pub async fn confirm_a_cancelled_hold_fails<S: Store>(store: S) {
+        let f = Fixture::new(store);
+        let slot = f.slot(2, hours(1)).await;
+        let hold = f.engine.hold(slot, "k").await.unwrap().hold;
+        f.engine.cancel(hold.hold_id).await.unwrap();
+        let error = assert_err!(
+            f.engine.confirm(hold.hold_id).await,
+            BookingError::HoldCancelled { .. }
+        );
+        assert_eq!(error.code(), "hold_cancelled");
+        assert_eq!(
+            f.engine.get_hold(hold.hold_id).await.unwrap().status,
+            HoldStatus::Cancelled
+        );
+        assert_eq!(f.remaining(slot).await, 2);
+    }
+
+    /// A hold is expired from `expires_at` on (inclusive).
+    pub async fn confirm_fails_exactly_at_expires_at<S: Store>(store: S) {
+        let f = Fixture::new(store);
+        let slot = f.slot(2, hours(1)).await;
+        let hold = f.engine.hold(slot, "k").await.unwrap().hold;
+        f.clock.set(hold.expires_at);
+        let error = assert_err!(
+            f.engine.confirm(hold.hold_id).await,
+            BookingError::HoldExpired { .. }
+        );
+        assert_eq!(error.code(), "hold_expired");
+        assert_eq!(
+            f.engine.get_hold(hold.hold_id).await.unwrap().status,
+            HoldStatus::Expired
+        );
+        f.assert_invariant(slot, &[hold.hold_id]).await;
+    }
+
+    /// Cancelling a held hold gives the unit back.
+    pub async fn cancel_a_held_hold_returns_its_unit<S: Store>(store: S) {
+        let f = Fixture::new(store);
+        let slot = f.slot(1, hours(1)).await;
+        let hold = f.engine.hold(slot, "k").await.unwrap().hold;
+        f.advance(Duration::seconds(3));
+        let cancelled = f.engine.cancel(hold.hold_id).await.unwrap();
+        assert_eq!(cancelled.status, HoldStatus::Cancelled);
+        assert_eq!(cancelled.cancelled_at, Some(f.now()));
+        assert_eq!(cancelled.confirmed_at, None);
+        assert_eq!(f.remaining(slot).await, 1);
+        assert!(f.engine.hold(slot, "next").await.is_ok());
+    }
+
+    /// Cancelling a confirmed hold gives the unit back, even after its `expires_at`.
+    pub async fn cancel_a_confirmed_hold_returns_its_unit<S: Store>(store: S) {
+        let f = Fixture::new(store);
+        let slot = f.slot(1, hours(2)).await;
+        let hold = f.engine.hold(slot, "k").await.unwrap().hold;
+        let confirmed = f.engine.confirm(hold.hold_id).await.unwrap();
+        f.advance(ttl() * 3);
+        let cancelled = f.engine.cancel(hold.hold_id).await.unwrap();
+        assert_eq!(cancelled.status, HoldStatus::Cancelled);
+        assert_eq!(cancelled.confirmed_at, confirmed.confirmed_at);
+        assert_eq!(cancelled.cancelled_at, Some(f.now()));
+        assert_eq!(f.remaining(slot).await, 1);
+        f.assert_invariant(slot, &[hold.hold_id]).await;
+    }
+
+    /// Cancelling twice returns the hold unchanged and the unit only once.
+    pub async fn cancel_is_idempotent<S: Store>(store: S) {
+        let f = Fixture::new(store);
+        let slot = f.slot(2, hours(1)).await;
+        let hold = f.engine.hold(slot, "k").await.unwrap().hold;
+        let first = f.engine.cancel(hold.hold_id).await.unwrap();
+        f.advance(Duration::seconds(1));
+        let second = f.engine.cancel(hold.hold_id).await.unwrap();
+        assert_eq!(first, second);
+        assert_eq!(f.remaining(slot).await, 2);
+        f.assert_invariant(slot, &[hold.hold_id]).await;
+    }
+
+    /// An expired hold cannot be cancelled (its unit is already free).
+    pub async fn cancel_an_expired_hold_fails<S: Store>(store: S) {
+        let f = Fixture::new(store);
+        let slot = f.slot(1, hours(1)).await;
+        let hold = f.engine.hold(slot, "k").await.unwrap().hold;
+        f.clock.set(hold.expires_at);
+        assert_err!(
+            f.engine.cancel(hold.hold_id).await,
+            BookingError::HoldExpired { .. }
+        );
+        assert_eq!(f.available(slot).await, Some(1));
+        f.assert_invariant(slot, &[hold.hold_id]).await;
+    }
+
+    /// Confirm, cancel and get of an id nobody created.
+    pub async fn unknown_holds_are_not_found<S: Store>(store: S) {
+        let f = Fixture::new(store);
+        let slot = f.slot(1, hours(1)).await;
+        let hold = f.engine.hold(slot, "k").await.unwrap().hold;
+        let missing = HoldId(hold.hold_id.0 + 1000);
+        let error = assert_err!(
+            f.engine.confirm(missing).await,
+            BookingError::HoldNotFound { .. }
+        );
+        assert_eq!(error.code(), "hold_not_found");
+        assert_err!(f.engine.cancel(missing).await, BookingError::HoldNotFound { .. });
+        assert_err!(
+            f.engine.get_hold(missing).await,
+            BookingError::HoldNotFound { .. }
+        );
+        assert_err!(
+            f.engine.get_hold(HoldId(-1)).await,
+            BookingError::HoldNotFound { .. }
+        );
+    }
+
+    /// A hold reads as expired by its `expires_at` alone (R6): no cleanup job needed.
+    pub async fn expired_status_needs_no_cleanup<S: Store>(store: S) {
+        let f = Fixture::new(store);
+        let slot = f.slot(3, hours(1)).await;
+        let hold = f.engine.hold(slot, "k").await.unwrap().hold;
+        f.clock.set(hold.expires_at - Duration::microseconds(1));
+        assert_eq!(
+            f.engine.get_hold(hold.hold_id).await.unwrap().status,
+            HoldStatus::Held
+        );
+        f.clock.set(hold.expires_at);
+        assert_eq!(
+            f.engine.get_hold(hold.hold_id).await.unwrap().status,
+            HoldStatus::Expired
+        );
+        let stored = f.engine.store().get_hold(hold.hold_id).await.unwrap().unwrap();
+        assert_eq!(stored.status, HoldStatus::Held, "nothing rewrote the row");
+        assert_eq!(f.available(slot).await, Some(3));
+    }
+
+    /// When a slot is full of expired holds, a new hold reclaims them and succeeds.
+    pub async fn expired_holds_are_reclaimed_when_the_slot_is_full<S: Store>(store: S) {
+        let f = Fixture::new(store);
+        let slot = f.slot(2, hours(2)).await;
+        let a = f.engine.hold(slot, "a").await.unwrap().hold;
+        let b = f.engine.hold(slot, "b").await.unwrap().hold;
+        assert_err!(f.engine.hold(slot, "c").await, BookingError::SoldOut { .. });
+        f.clock.set(a.expires_at);
+        let c = f.engine.hold(slot, "c").await.unwrap().hold;
+        let d = f.engine.hold(slot, "d").await.unwrap().hold;
+        assert_err!(f.engine.hold(slot, "e").await, BookingError::SoldOut { .. });
+        for old in [&a, &b] {
+            let stored = f.engine.store().get_hold(old.hold_id).await.unwrap().unwrap();
+            assert_eq!(stored.status, HoldStatus::Expired, "reclaimed");
+            assert_err!(f.engine.confirm(old.hold_id).await, BookingError::HoldExpired { .. });
+        }
+        assert_eq!(f.remaining(slot).await, 0);
+        f.assert_invariant(slot, &[a.hold_id, b.hold_id, c.hold_id, d.hold_id])
+            .await;
+    }
+
+    /// Availability counts an expired, unreclaimed hold as free.
+    pub async fn availability_counts_expired_holds_as_free<S: Store>(store: S) {
+        let f = Fixture::new(store);
+        let slot = f.slot(3, hours(1)).await;
+        let a = f.engine.hold(slot, "a").await.unwrap().hold;
+        f.advance(Duration::seconds(10));
+        f.engine.hold(slot, "b").await.unwrap();
+        assert_eq!(f.available(slot).await, Some(1));
+        f.clock.set(a.expires_at);
+        assert_eq!(f.available(slot).await, Some(2));
+        assert_eq!(f.remaining(slot).await, 1, "stored remaining unchanged");
+    }
+
+    /// Confirmed holds keep their unit past `expires_at`; reclaim never touches them.
+    pub async fn confirmed_holds_never_expire<S: Store>(store: S) {
+        let f = Fixture::new(store);
+        let slot = f.slot(1, hours(3)).await;
+        let hold = f.engine.hold(slot, "k").await.unwrap().hold;
+        f.engine.confirm(hold.hold_id).await.unwrap();
+        f.advance(ttl() * 2);
+        assert_eq!(
+            f.engine.get_hold(hold.hold_id).await.unwrap().status,
+            HoldStatus::Confirmed
+        );
+        assert_err!(f.engine.hold(slot, "other").await, BookingError::SoldOut { .. });
+        assert_eq!(f.available(slot).await, Some(0));
+        f.assert_invariant(slot, &[hold.hold_id]).await;
+    }
+
+    /// Future slots only, by `starts_at` then id, sold-out slots included.
+    pub async fn availability_lists_future_slots_in_order<S: Store>(store: S) {
+        let f = Fixture::new(store);
+        let later = f.slot(2, hours(3)).await;
+        let soon = f.slot(1, hours(1)).await;
+        let tie = f.slot(4, hours(1)).await;
+        let started = f.slot(9, Duration::minutes(30)).await;
+        let hold = f.engine.hold(soon, "k").await.unwrap().hold;
+        f.engine.confirm(hold.hold_id).await.unwrap();
+        f.advance(Duration::minutes(30));
+        let listing = f.engine.availability(AvailabilityQuery::all()).await.unwrap();
+        let seen: Vec<(SlotId, i32, i32)> = listing
+            .iter()
+            .map(|e| (e.slot_id, e.capacity, e.remaining))
+            .collect();
+        assert_eq!(seen, vec![(soon, 1, 0), (tie, 4, 4), (later, 2, 2)]);
+        assert!(listing.iter().all(|e| e.slot_id != started));
+        let entry = &listing[2];
+        assert_eq!(entry.starts_at, f.now() - Duration::minutes(30) + hours(3));
+        assert_eq!(entry.ends_at, entry.starts_at + hours(1));
+    }
+
+    /// `from` is inclusive, `to` exclusive, both on `starts_at`.
+    pub async fn availability_query_narrows_by_starts_at<S: Store>(store: S) {
+        let f = Fixture::new(store);
+        let mut slots = Vec::new();
+        for h in 1..=5 {
+            slots.push(f.slot(1, hours(h)).await);
+        }
+        let at = |h: i64| f.now() + hours(h);
+        let ids = |query| {
+            let engine = f.engine.clone();
+            async move {
+                engine
+                    .availability(query)
+                    .await
+                    .unwrap()
+                    .iter()
+                    .map(|e| e.slot_id)
+                    .collect::<Vec<_>>()
+            }
+        };
+        assert_eq!(ids(AvailabilityQuery::all().from(at(2)).to(at(4))).await, slots[1..3]);
+        assert_eq!(ids(AvailabilityQuery::all().from(at(4))).await, slots[3..]);
+        assert_eq!(ids(AvailabilityQuery::all().to(at(2))).await, slots[..1]);
+        assert_eq!(ids(AvailabilityQuery::all().from(at(3)).to(at(3))).await, []);
+        let error = assert_err!(
+            f.engine
+                .availability(AvailabilityQuery::all().from(at(4)).to(at(3)))
+                .await,
+            BookingError::InvalidQuery
+        );
+        assert_eq!(error.code(), "invalid_query");
+    }
+
+    /// Slots with no capacity or an empty time window are refused before the store.
+    pub async fn invalid_slots_are_refused<S: Store>(store: S) {
+        let f = Fixture::new(store);
+        let start = f.now() + hours(1);
+        for (ends_at, capacity) in [(start + hours(1), 0), (start + hours(1), -3), (start, 2)] {
+            let error = assert_err!(
+                f.engine
+                    .create_slot(NewSlot::new(start, ends_at, capacity))
+                    .await,
+                BookingError::InvalidSlot(_)
+            );
+            assert_eq!(error.code(), "invalid_slot");
+        }
+        let slot = f
+            .engine
+            .create_slot(NewSlot::new(start, start + hours(1), i32::MAX))
+            .await
+            .unwrap();
+        assert_eq!((slot.capacity, slot.remaining), (i32::MAX, i32::MAX));
+        assert_eq!(f.engine.availability(AvailabilityQuery::all()).await.unwrap().len(), 1);
+    }
+
+    /// With a real cache period, a cancel shows in the very next availability read (R3).
+    pub async fn cancel_shows_in_cached_availability_at_once<S: Store>(store: S) {
+        let clock = crate::ManualClock::new(super::epoch());
+        let engine = BookingEngine::builder(store)
+            .cache_period(std::time::Duration::from_secs(3600))
+            .clock(clock.clone())
+            .build();
+        let start = super::epoch() + hours(1);
+        let slot = engine
+            .create_slot(NewSlot::new(start, start + hours(1), 1))
+            .await
+            .unwrap()
+            .slot_id;
+        let hold = engine.hold(slot, "k").await.unwrap().hold;
+        engine.confirm(hold.hold_id).await.unwrap();
+        let before = engine.availability(AvailabilityQuery::all()).await.unwrap();
+        assert_eq!(before[0].remaining, 0);
+        engine.cancel(hold.hold_id).await.unwrap();
+        let after = engine.availability(AvailabilityQuery::all()).await.unwrap();
+        assert_eq!(after[0].remaining, 1, "the cancel invalidated the cached listing");
+    }
+
+    /// Many concurrent holds on one slot: exactly `capacity` succeed, the rest are sold out.
+    pub async fn race_holds_on_one_slot_take_exactly_its_capacity<S: Store>(store: S) {
+        let f = Arc::new(Fixture::new(store));
+        let slot = f.slot(7, hours(1)).await;
+        let tasks: Vec<_> = (0..250)
+            .map(|i| {
+                let f = Arc::clone(&f);
+                tokio::spawn(async move { f.engine.hold(slot, &format!("race-{i}")).await })
+            })
+            .collect();
+        let (mut held, mut sold_out) = (Vec::new(), 0);
+        for task in tasks {
+            match task.await.expect("task") {
+                Ok(placed) => held.push(placed.hold.hold_id),
+                Err(BookingError::SoldOut { .. }) => sold_out += 1,
+                Err(other) => panic!("unexpected {other:?}"),
+            }
+        }
+        assert_eq!((held.len(), sold_out), (7, 243));
+        assert_eq!(f.remaining(slot).await, 0);
+        f.assert_invariant(slot, &held).await;
+    }
+
+    /// Many concurrent holds with one key: one hold, every caller gets it.
+    pub async fn race_one_key_makes_one_hold<S: Store>(store: S) {
+        let f = Arc::new(Fixture::new(store));
+        let slot = f.slot(100, hours(1)).await;
+        let tasks: Vec<_> = (0..60)
+            .map(|_| {
+                let f = Arc::clone(&f);
+                tokio::spawn(async move { f.engine.hold(slot, "one-key").await })
+            })
+            .collect();
+        let mut ids = HashSet::new();
+        let mut created = 0;
+        for task in tasks {
+            let placed = task.await.expect("task").expect("hold or replay");
+            ids.insert(placed.hold.hold_id);
+            created += usize::from(!placed.replayed);
+        }
+        assert_eq!(created, 1, "exactly one caller created the hold");
+        assert_eq!(ids.len(), 1, "everyone got the same hold");
+        assert_eq!(f.remaining(slot).await, 99);
+        let id = ids.into_iter().next().unwrap_or(HoldId(0));
+        f.assert_invariant(slot, &[id]).await;
+    }
+
+    /// Racing holds on a slot full of expired holds reclaim each unit once.
+    pub async fn race_reclaim_returns_each_expired_unit_once<S: Store>(store: S) {
+        let f = Arc::new(Fixture::new(store));
+        let slot = f.slot(5, hours(2)).await;
+        let mut all = Vec::new();
+        for i in 0..5 {
+            all.push(f.engine.hold(slot, &format!("old-{i}")).await.unwrap().hold.hold_id);
+        }
+        f.advance(ttl());
+        let tasks: Vec<_> = (0..80)
+            .map(|i| {
+                let f = Arc::clone(&f);
+                tokio::spawn(async move { f.engine.hold(slot, &format!("new-{i}")).await })
+            })
+            .collect();
+        let mut won = 0;
+        for task in tasks {
+            match task.await.expect("task") {
+                Ok(placed) => {
+                    won += 1;
+                    all.push(placed.hold.hold_id);
+                }
+                Err(BookingError::SoldOut { .. }) => {}
+                Err(other) => panic!("unexpected {other:?}"),
+            }
+        }
+        assert_eq!(won, 5);
+        assert_eq!(f.remaining(slot).await, 0);
+        f.assert_invariant(slot, &all).await;
+    }
+
+    /// Concurrent cancels of one hold give its unit back once.
+    pub async fn race_cancels_of_one_hold_return_one_unit<S: Store>(store: S) {
+        let f = Arc::new(Fixture::new(store));
+        let slot = f.slot(3, hours(1)).await;
+        let hold = f.engine.hold(slot, "k").await.unwrap().hold.hold_id;
+        f.engine.confirm(hold).await.unwrap();
+        let tasks: Vec<_> = (0..40)
+            .map(|_| {
+                let f = Arc::clone(&f);
+                tokio::spawn(async move { f.engine.cancel(hold).await })
+            })
+            .collect();
+        for task in tasks {
+            let cancelled = task.await.expect("task").expect("cancel is idempotent");
+            assert_eq!(cancelled.status, HoldStatus::Cancelled);
+        }
+        assert_eq!(f.remaining(slot).await, 3);
+        f.assert_invariant(slot, &[hold]).await;
+    }
+
+    /// Holds, confirms, cancels and expiries racing on two slots keep the invariant.
+    pub async fn race_mixed_operations_keep_the_invariant<S: Store>(store: S) {
+        let f = Arc::new(Fixture::new(store));
+        let slots = [f.slot(4, hours(2)).await, f.slot(1, hours(2)).await];
+        // Replays hand several tasks the same hold: a set counts each hold once.
+        let mut all = std::collections::BTreeSet::<(SlotId, HoldId)>::new();
+        for round in 0..4 {
+            let tasks: Vec<_> = (0..48)
+                .map(|i| {
+                    let f = Arc::clone(&f);
+                    let slot = slots[i % 2];
+                    tokio::spawn(async move {
+                        let placed = f.engine.hold(slot, &format!("r{round}-{}", i % 24)).await;
+                        let Ok(placed) = placed else { return None };
+                        let id = placed.hold.hold_id;
+                        match i % 3 {
+                            0 => {
+                                let _ = f.engine.confirm(id).await;
+                            }
+                            1 => {
+                                let _ = f.engine.cancel(id).await;
+                            }
+                            _ => {
+                                let _ = f.engine.confirm(id).await;
+                                let _ = f.engine.cancel(id).await;
+                            }
+                        }
+                        Some((slot, id))
+                    })
+                })
+                .collect();
+            for task in tasks {
+                if let Some(placed) = task.await.expect("task") {
+                    all.insert(placed);
+                }
+            }
+            f.advance(ttl() / 2);
+            for slot in slots {
+                let ids: Vec<HoldId> =
+                    all.iter().filter(|(s, _)| *s == slot).map(|(_, h)| *h).collect();
+                f.assert_invariant(slot, &ids).await;
+            }
+        }
+        assert!(!all.is_empty());
+    }
+}

@@ -1,0 +1,379 @@
+//! [`BookingEngine`]: the booking rules on top of any [`Store`].
+
+use std::fmt;
+use std::ops::{Deref, Range};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::ser::{Serialize, Serializer};
+
+use crate::cache::{CacheConfig, CacheError, SingleFlightCache};
+use crate::clock::{Clock, SystemClock};
+use crate::error::BookingError;
+use crate::model::{
+    AvailabilityEntry, AvailabilityQuery, Hold, HoldId, HoldStatus, IdempotencyKey, NewSlot, Slot,
+    SlotId, Timestamp,
+};
+use crate::store::{HoldOutcome, HoldRequest, Store, StoreError, Transition};
+
+/// Default time a fresh availability snapshot is served from the cache (SPEC R1).
+pub const DEFAULT_CACHE_PERIOD: Duration = Duration::from_secs(10);
+/// Default time past the cache period a stale snapshot may still be served.
+pub const DEFAULT_SERVE_STALE_FOR: Duration = Duration::from_secs(60);
+/// Default lifetime of an unconfirmed hold.
+pub const DEFAULT_HOLD_TTL: Duration = Duration::from_secs(5 * 60);
+/// Longest hold lifetime the builder accepts; longer values are clamped to it.
+pub const MAX_HOLD_TTL: Duration = Duration::from_secs(10 * 366 * 24 * 60 * 60);
+
+/// The booking rules: validation, hold lifetimes, outcome mapping and the availability cache,
+/// on top of a [`Store`] that does each operation atomically.
+///
+/// Cloning is cheap and gives a handle to the same engine (same store, same cache).
+///
+/// ```
+/// use chrono::{Duration, Utc};
+/// use slot_booking::{memory::MemoryStore, AvailabilityQuery, BookingEngine, HoldStatus, NewSlot};
+///
+/// # tokio_test::block_on(async {
+/// let engine = BookingEngine::new(MemoryStore::new());
+/// let start = Utc::now() + Duration::days(1);
+/// let slot = engine
+///     .create_slot(NewSlot::new(start, start + Duration::hours(1), 2))
+///     .await?;
+///
+/// let placed = engine.hold(slot.slot_id, "order-7").await?;
+/// assert_eq!(placed.hold.status, HoldStatus::Held);
+/// let booked = engine.confirm(placed.hold.hold_id).await?;
+/// assert_eq!(booked.status, HoldStatus::Confirmed);
+///
+/// let listing = engine.availability(AvailabilityQuery::all()).await?;
+/// assert_eq!(listing[0].remaining, 1);
+/// # Ok::<(), slot_booking::BookingError>(())
+/// # }).unwrap();
+/// ```
+pub struct BookingEngine<S> {
+    inner: Arc<Inner<S>>,
+}
+
+struct Inner<S> {
+    store: Arc<S>,
+    cache: SingleFlightCache<Vec<AvailabilityEntry>, StoreError>,
+    clock: Arc<dyn Clock>,
+    hold_ttl: chrono::Duration,
+}
+
+impl<S> Clone for BookingEngine<S> {
+    fn clone(&self) -> Self {
+        BookingEngine {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<S> fmt::Debug for BookingEngine<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BookingEngine")
+            .field("cache", &self.inner.cache)
+            .field("clock", &self.inner.clock)
+            .field("hold_ttl", &self.inner.hold_ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Configures a [`BookingEngine`]; start with [`BookingEngine::builder`].
+#[derive(Debug)]
+pub struct EngineBuilder<S> {
+    store: S,
+    cache: CacheConfig,
+    hold_ttl: Duration,
+    clock: Arc<dyn Clock>,
+}
+
+impl<S: Store> EngineBuilder<S> {
+    /// How long an availability snapshot is fresh (default 10 s). Zero disables caching of
+    /// fresh values; reads still share one load in flight.
+    pub fn cache_period(mut self, period: Duration) -> Self {
+        self.cache.fresh_for = period;
+        self
+    }
+
+    /// How long past the cache period a stale snapshot is served while it is refreshed, or
+    /// when refreshing fails (default 60 s).
+    pub fn serve_stale_for(mut self, bound: Duration) -> Self {
+        self.cache.serve_stale_for = bound;
+        self
+    }
+
+    /// How long a hold reserves its unit before it must be confirmed (default 5 minutes;
+    /// at least one microsecond, at most [`MAX_HOLD_TTL`]).
+    pub fn hold_ttl(mut self, ttl: Duration) -> Self {
+        self.hold_ttl = ttl.clamp(Duration::from_micros(1), MAX_HOLD_TTL);
+        self
+    }
+
+    /// Where the engine reads the time (default [`SystemClock`]).
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// Builds the engine.
+    pub fn build(self) -> BookingEngine<S> {
+        // Microsecond-whole and within MAX_HOLD_TTL, so the conversion cannot fail.
+        let micros = i64::try_from(self.hold_ttl.as_micros()).unwrap_or(i64::MAX);
+        BookingEngine {
+            inner: Arc::new(Inner {
+                store: Arc::new(self.store),
+                cache: SingleFlightCache::new(self.cache),
+                clock: self.clock,
+                hold_ttl: chrono::Duration::microseconds(micros),
+            }),
+        }
+    }
+}
+
+/// A hold returned by [`BookingEngine::hold`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HoldPlaced {
+    /// The hold, its status resolved at the time of the call.
+    pub hold: Hold,
+    /// True when the idempotency key had already placed this hold: nothing new was reserved.
+    pub replayed: bool,
+}
+
+/// An availability listing: a window onto the shared cached snapshot (no entries are copied).
+///
+/// Dereferences to `[AvailabilityEntry]` and serializes as a JSON array.
+#[derive(Clone)]
+pub struct Availability {
+    snapshot: Arc<Vec<AvailabilityEntry>>,
+    range: Range<usize>,
+    fresh_for: Duration,
+}
+
+impl Availability {
+    /// The entries, ordered by `starts_at` then `slot_id`.
+    pub fn entries(&self) -> &[AvailabilityEntry] {
+        &self.snapshot[self.range.clone()]
+    }
+
+    /// How much longer the underlying snapshot is fresh (for `Cache-Control: max-age`).
+    pub fn fresh_for(&self) -> Duration {
+        self.fresh_for
+    }
+
+    /// The whole snapshot this listing is a window of.
+    pub fn snapshot(&self) -> &Arc<Vec<AvailabilityEntry>> {
+        &self.snapshot
+    }
+}
+
+impl Deref for Availability {
+    type Target = [AvailabilityEntry];
+
+    fn deref(&self) -> &[AvailabilityEntry] {
+        self.entries()
+    }
+}
+
+impl fmt::Debug for Availability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Availability")
+            .field("entries", &self.entries())
+            .field("fresh_for", &self.fresh_for)
+            .finish()
+    }
+}
+
+impl Serialize for Availability {
+    fn serialize<Ser: Serializer>(&self, serializer: Ser) -> Result<Ser::Ok, Ser::Error> {
+        serializer.collect_seq(self.entries())
+    }
+}
+
+/// The part of a snapshot (sorted by `starts_at`) a reader at `now` asking `query` may see.
+fn window(entries: &[AvailabilityEntry], now: Timestamp, query: &AvailabilityQuery) -> Range<usize> {
+    // The snapshot was taken up to one cache period ago: drop slots that have started since.
+    let mut start = entries.partition_point(|e| e.starts_at <= now);
+    if let Some(from) = query.from {
+        start = start.max(entries.partition_point(|e| e.starts_at < from));
+    }
+    let end = match query.to {
+        Some(to) => entries.partition_point(|e| e.starts_at < to),
+        None => entries.len(),
+    };
+    start..end.max(start)
+}
+
+impl<S: Store> BookingEngine<S> {
+    /// An engine with the default configuration (10 s cache, 5 minute holds, system clock).
+    pub fn new(store: S) -> Self {
+        Self::builder(store).build()
+    }
+
+    /// Starts configuring an engine.
+    pub fn builder(store: S) -> EngineBuilder<S> {
+        EngineBuilder {
+            store,
+            cache: CacheConfig {
+                fresh_for: DEFAULT_CACHE_PERIOD,
+                serve_stale_for: DEFAULT_SERVE_STALE_FOR,
+            },
+            hold_ttl: DEFAULT_HOLD_TTL,
+            clock: Arc::new(SystemClock),
+        }
+    }
+
+    /// The store underneath.
+    pub fn store(&self) -> &S {
+        &self.inner.store
+    }
+
+    /// The engine's clock.
+    pub fn clock(&self) -> &dyn Clock {
+        &*self.inner.clock
+    }
+
+    /// How long holds last.
+    pub fn hold_ttl(&self) -> chrono::Duration {
+        self.inner.hold_ttl
+    }
+
+    /// Drops the cached availability so the next read loads it again (the engine does this
+    /// itself after confirm, cancel and create_slot; call it after changing the store behind
+    /// the engine's back).
+    pub fn invalidate_availability(&self) {
+        self.inner.cache.invalidate();
+    }
+
+    /// Slots that have not started, with the units a new hold could take, narrowed by
+    /// `query`. Served from the single-flight cache: fresh for the cache period, then stale
+    /// while one refresh runs. Any number of distinct queries share one store read.
+    pub async fn availability(
+        &self,
+        query: AvailabilityQuery,
+    ) -> Result<Availability, BookingError> {
+        if let (Some(from), Some(to)) = (query.from, query.to) {
+            if from > to {
+                return Err(BookingError::InvalidQuery);
+            }
+        }
+        let store = Arc::clone(&self.inner.store);
+        let clock = Arc::clone(&self.inner.clock);
+        let snapshot = self
+            .inner
+            .cache
+            .get(move || async move { store.availability(clock.now()).await })
+            .await
+            .map_err(|error| match error {
+                CacheError::Load(error) => BookingError::Store(error),
+                CacheError::LoadAborted => BookingError::Store(StoreError::failed(
+                    "the availability load panicked or was cancelled",
+                )),
+            })?;
+        let now = self.inner.clock.now();
+        let fresh_for = snapshot.fresh_for();
+        let snapshot = snapshot.into_value();
+        Ok(Availability {
+            range: window(&snapshot, now, &query),
+            snapshot,
+            fresh_for,
+        })
+    }
+
+    /// Places a hold on a unit of `slot_id` for the engine's hold lifetime.
+    ///
+    /// Idempotent by `key`: calling again with the same key and slot returns the same hold in
+    /// its current state with `replayed: true`, reserving nothing more.
+    pub async fn hold(&self, slot_id: SlotId, key: &str) -> Result<HoldPlaced, BookingError> {
+        let key = IdempotencyKey::new(key)?;
+        let now = self.inner.clock.now();
+        let expires_at = now
+            .checked_add_signed(self.inner.hold_ttl)
+            .ok_or_else(|| StoreError::failed("the hold's expiry is past the end of time"))?;
+        let request = HoldRequest {
+            slot_id,
+            key: &key,
+            now,
+            expires_at,
+        };
+        match self.inner.store.create_hold(request).await? {
+            HoldOutcome::Created(hold) => Ok(HoldPlaced {
+                hold: hold.at(now),
+                replayed: false,
+            }),
+            HoldOutcome::Replayed(hold) => Ok(HoldPlaced {
+                hold: hold.at(now),
+                replayed: true,
+            }),
+            HoldOutcome::KeyReused(hold) => Err(BookingError::IdempotencyKeyReused {
+                slot_id,
+                existing_hold_id: hold.hold_id,
+                existing_slot_id: hold.slot_id,
+            }),
+            HoldOutcome::SoldOut => Err(BookingError::SoldOut { slot_id }),
+            HoldOutcome::SlotNotFound => Err(BookingError::SlotNotFound { slot_id }),
+            HoldOutcome::SlotClosed => Err(BookingError::SlotClosed { slot_id }),
+        }
+    }
+
+    /// Confirms an active hold. Confirming a confirmed hold returns it unchanged.
+    pub async fn confirm(&self, hold_id: HoldId) -> Result<Hold, BookingError> {
+        let now = self.inner.clock.now();
+        let transition = self.inner.store.confirm_hold(hold_id, now).await?;
+        self.settle(transition, hold_id, now, HoldStatus::Confirmed)
+    }
+
+    /// Cancels an active or confirmed hold, giving its unit back. Cancelling a cancelled hold
+    /// returns it unchanged.
+    pub async fn cancel(&self, hold_id: HoldId) -> Result<Hold, BookingError> {
+        let now = self.inner.clock.now();
+        let transition = self.inner.store.cancel_hold(hold_id, now).await?;
+        self.settle(transition, hold_id, now, HoldStatus::Cancelled)
+    }
+
+    /// Turns a store transition into the caller's answer, invalidating the cache only after a
+    /// change has committed (R3). `target` is the status the operation moves a hold to; a hold
+    /// already there is the idempotent repeat.
+    fn settle(
+        &self,
+        transition: Transition,
+        hold_id: HoldId,
+        now: Timestamp,
+        target: HoldStatus,
+    ) -> Result<Hold, BookingError> {
+        match transition {
+            Transition::Applied(hold) => {
+                self.inner.cache.invalidate();
+                Ok(hold.at(now))
+            }
+            Transition::NotFound => Err(BookingError::HoldNotFound { hold_id }),
+            Transition::NotApplied(hold) => match hold.status_at(now) {
+                status if status == target => Ok(hold.at(now)),
+                HoldStatus::Cancelled => Err(BookingError::HoldCancelled { hold_id }),
+                HoldStatus::Expired => Err(BookingError::HoldExpired { hold_id }),
+                status => Err(BookingError::Store(StoreError::failed(format!(
+                    "store refused to move hold {hold_id} from {status} to {target}"
+                )))),
+            },
+        }
+    }
+
+    /// Reads a hold, its status resolved at the current time.
+    pub async fn get_hold(&self, hold_id: HoldId) -> Result<Hold, BookingError> {
+        let now = self.inner.clock.now();
+        match self.inner.store.get_hold(hold_id).await? {
+            Some(hold) => Ok(hold.at(now)),
+            None => Err(BookingError::HoldNotFound { hold_id }),
+        }
+    }
+
+    /// Validates and stores a new slot with all its capacity free.
+    pub async fn create_slot(&self, slot: NewSlot) -> Result<Slot, BookingError> {
+        let slot = NewSlot::new(slot.starts_at, slot.ends_at, slot.capacity);
+        slot.validate()?;
+        let created = self.inner.store.create_slot(&slot).await?;
+        self.inner.cache.invalidate();
+        Ok(created)
+    }
+}

@@ -1,0 +1,278 @@
+//! An in-memory [`Store`]: the reference implementation, for tests, prototypes and
+//! single-process deployments that can afford to lose everything on restart.
+//!
+//! Each slot and its holds sit behind a mutex of their own, so holds on different slots run in
+//! parallel. The unique constraint on idempotency keys is a sharded map: inserting into it
+//! under its shard lock is what decides "created" versus "replayed", the way a unique index
+//! does in SQL. Locks are always taken in the order key shard → slot → hold index shard, so no
+//! two operations can deadlock.
+
+use std::collections::hash_map::{Entry, RandomState};
+use std::collections::{BTreeSet, HashMap};
+use std::hash::BuildHasher;
+use std::ops::Bound;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+
+use async_trait::async_trait;
+
+use crate::model::{
+    AvailabilityEntry, Hold, HoldId, HoldStatus, IdempotencyKey, NewSlot, Slot, SlotId, Timestamp,
+};
+use crate::store::{HoldOutcome, HoldRequest, Store, StoreError, Transition};
+
+const SHARDS: usize = 16;
+
+/// A [`Store`] kept in process memory. Cheap to create; nothing survives a restart.
+///
+/// ```
+/// use slot_booking::{memory::MemoryStore, BookingEngine};
+///
+/// let engine = BookingEngine::new(MemoryStore::new());
+/// # let _ = engine;
+/// ```
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    slots: RwLock<SlotTable>,
+    /// The unique constraint on `idempotency_key`: key → (hold, its slot).
+    keys: [Mutex<HashMap<IdempotencyKey, (HoldId, SlotId)>>; SHARDS],
+    /// Which slot each hold belongs to, sharded by hold id.
+    hold_slots: [Mutex<HashMap<HoldId, SlotId>>; SHARDS],
+    last_hold_id: AtomicI64,
+    hasher: RandomState,
+}
+
+#[derive(Debug, Default)]
+struct SlotTable {
+    by_id: HashMap<SlotId, Arc<Mutex<SlotRow>>>,
+    /// The slots in availability order.
+    by_start: BTreeSet<(Timestamp, SlotId)>,
+    last_id: i64,
+}
+
+#[derive(Debug)]
+struct SlotRow {
+    slot: Slot,
+    holds: HashMap<HoldId, Hold>,
+    /// Holds stored as held, by expiry: the in-memory twin of the SQL partial index.
+    held_by_expiry: BTreeSet<(Timestamp, HoldId)>,
+}
+
+impl SlotRow {
+    fn expired_held(&self, now: Timestamp) -> impl Iterator<Item = &(Timestamp, HoldId)> {
+        self.held_by_expiry
+            .range(..=(now, HoldId(i64::MAX)))
+    }
+
+    /// Marks held holds with `expires_at <= now` as expired and gives their units back.
+    fn reclaim(&mut self, now: Timestamp) {
+        let expired: Vec<(Timestamp, HoldId)> = self.expired_held(now).copied().collect();
+        for entry in expired {
+            self.held_by_expiry.remove(&entry);
+            if let Some(hold) = self.holds.get_mut(&entry.1) {
+                hold.status = HoldStatus::Expired;
+                self.slot.remaining += 1;
+            }
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every critical section below leaves its data consistent before anything can panic, so
+    // a poisoned lock still guards valid data.
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn key_shard(&self, key: &IdempotencyKey) -> &Mutex<HashMap<IdempotencyKey, (HoldId, SlotId)>> {
+        let index = self.hasher.hash_one(key) as usize % SHARDS;
+        &self.keys[index]
+    }
+
+    fn hold_shard(&self, hold_id: HoldId) -> &Mutex<HashMap<HoldId, SlotId>> {
+        &self.hold_slots[hold_id.0.rem_euclid(SHARDS as i64) as usize]
+    }
+
+    fn slot_row(&self, slot_id: SlotId) -> Option<Arc<Mutex<SlotRow>>> {
+        let table = self.slots.read().unwrap_or_else(PoisonError::into_inner);
+        table.by_id.get(&slot_id).cloned()
+    }
+
+    fn slot_of_hold(&self, hold_id: HoldId) -> Option<Arc<Mutex<SlotRow>>> {
+        let slot_id = *lock(self.hold_shard(hold_id)).get(&hold_id)?;
+        self.slot_row(slot_id)
+    }
+
+    /// Applies `change` to the hold if it allows it; the closure returns whether it changed
+    /// anything.
+    fn transition(
+        &self,
+        hold_id: HoldId,
+        change: impl FnOnce(&mut SlotRow, HoldId) -> bool,
+    ) -> Transition {
+        let Some(row) = self.slot_of_hold(hold_id) else {
+            return Transition::NotFound;
+        };
+        let mut row = lock(&row);
+        let applied = change(&mut row, hold_id);
+        match row.holds.get(&hold_id) {
+            Some(hold) if applied => Transition::Applied(hold.clone()),
+            Some(hold) => Transition::NotApplied(hold.clone()),
+            None => Transition::NotFound,
+        }
+    }
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    async fn create_slot(&self, new: &NewSlot) -> Result<Slot, StoreError> {
+        let mut table = self.slots.write().unwrap_or_else(PoisonError::into_inner);
+        table.last_id += 1;
+        let slot = Slot {
+            slot_id: SlotId(table.last_id),
+            starts_at: new.starts_at,
+            ends_at: new.ends_at,
+            capacity: new.capacity,
+            remaining: new.capacity,
+        };
+        table.by_start.insert((slot.starts_at, slot.slot_id));
+        table.by_id.insert(
+            slot.slot_id,
+            Arc::new(Mutex::new(SlotRow {
+                slot: slot.clone(),
+                holds: HashMap::new(),
+                held_by_expiry: BTreeSet::new(),
+            })),
+        );
+        Ok(slot)
+    }
+
+    async fn availability(&self, now: Timestamp) -> Result<Vec<AvailabilityEntry>, StoreError> {
+        let table = self.slots.read().unwrap_or_else(PoisonError::into_inner);
+        let upcoming = table.by_start.range((
+            Bound::Excluded((now, SlotId(i64::MAX))),
+            Bound::Unbounded,
+        ));
+        let mut entries = Vec::with_capacity(table.by_start.len());
+        for (_, slot_id) in upcoming {
+            let Some(row) = table.by_id.get(slot_id) else {
+                continue;
+            };
+            let row = lock(row);
+            let expired = row.expired_held(now).count() as i32;
+            entries.push(AvailabilityEntry {
+                slot_id: row.slot.slot_id,
+                starts_at: row.slot.starts_at,
+                ends_at: row.slot.ends_at,
+                capacity: row.slot.capacity,
+                remaining: row.slot.remaining + expired,
+            });
+        }
+        Ok(entries)
+    }
+
+    async fn create_hold(&self, request: HoldRequest<'_>) -> Result<HoldOutcome, StoreError> {
+        let mut keys = lock(self.key_shard(request.key));
+        let vacant = match keys.entry(request.key.clone()) {
+            Entry::Occupied(taken) => {
+                let (hold_id, slot_id) = *taken.get();
+                let hold = self
+                    .slot_row(slot_id)
+                    .and_then(|row| lock(&row).holds.get(&hold_id).cloned())
+                    .ok_or_else(|| StoreError::failed("idempotency key points at a missing hold"))?;
+                return Ok(if slot_id == request.slot_id {
+                    HoldOutcome::Replayed(hold)
+                } else {
+                    HoldOutcome::KeyReused(hold)
+                });
+            }
+            Entry::Vacant(vacant) => vacant,
+        };
+
+        let Some(row) = self.slot_row(request.slot_id) else {
+            return Ok(HoldOutcome::SlotNotFound);
+        };
+        let mut row = lock(&row);
+        if row.slot.starts_at <= request.now {
+            return Ok(HoldOutcome::SlotClosed);
+        }
+        if row.slot.remaining == 0 {
+            row.reclaim(request.now);
+        }
+        if row.slot.remaining == 0 {
+            return Ok(HoldOutcome::SoldOut);
+        }
+        row.slot.remaining -= 1;
+
+        let hold_id = HoldId(self.last_hold_id.fetch_add(1, Ordering::Relaxed) + 1);
+        let hold = Hold {
+            hold_id,
+            slot_id: request.slot_id,
+            status: HoldStatus::Held,
+            expires_at: request.expires_at,
+            confirmed_at: None,
+            cancelled_at: None,
+        };
+        row.holds.insert(hold_id, hold.clone());
+        row.held_by_expiry.insert((hold.expires_at, hold_id));
+        vacant.insert((hold_id, request.slot_id));
+        lock(self.hold_shard(hold_id)).insert(hold_id, request.slot_id);
+        Ok(HoldOutcome::Created(hold))
+    }
+
+    async fn confirm_hold(
+        &self,
+        hold_id: HoldId,
+        now: Timestamp,
+    ) -> Result<Transition, StoreError> {
+        Ok(self.transition(hold_id, |row, hold_id| {
+            let Some(hold) = row.holds.get_mut(&hold_id) else {
+                return false;
+            };
+            if hold.status != HoldStatus::Held || hold.expires_at <= now {
+                return false;
+            }
+            hold.status = HoldStatus::Confirmed;
+            hold.confirmed_at = Some(now);
+            let expiry = (hold.expires_at, hold_id);
+            row.held_by_expiry.remove(&expiry);
+            true
+        }))
+    }
+
+    async fn cancel_hold(&self, hold_id: HoldId, now: Timestamp) -> Result<Transition, StoreError> {
+        Ok(self.transition(hold_id, |row, hold_id| {
+            let Some(hold) = row.holds.get_mut(&hold_id) else {
+                return false;
+            };
+            let was_held = match hold.status {
+                HoldStatus::Held if hold.expires_at > now => true,
+                HoldStatus::Confirmed => false,
+                _ => return false,
+            };
+            hold.status = HoldStatus::Cancelled;
+            hold.cancelled_at = Some(now);
+            if was_held {
+                let expiry = (hold.expires_at, hold_id);
+                row.held_by_expiry.remove(&expiry);
+            }
+            row.slot.remaining += 1;
+            true
+        }))
+    }
+
+    async fn get_hold(&self, hold_id: HoldId) -> Result<Option<Hold>, StoreError> {
+        Ok(self
+            .slot_of_hold(hold_id)
+            .and_then(|row| lock(&row).holds.get(&hold_id).cloned()))
+    }
+
+    async fn get_slot(&self, slot_id: SlotId) -> Result<Option<Slot>, StoreError> {
+        Ok(self.slot_row(slot_id).map(|row| lock(&row).slot.clone()))
+    }
+}
