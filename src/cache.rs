@@ -493,7 +493,10 @@ mod tests {
         tokio::time::advance(FRESH - Duration::from_millis(1)).await;
         let second = cache.get(loader.ok()).await.unwrap();
         assert_eq!(loader.calls(), 1);
-        assert!(Arc::ptr_eq(first.value(), second.value()), "a hit copies nothing");
+        assert!(
+            Arc::ptr_eq(first.value(), second.value()),
+            "a hit copies nothing"
+        );
         assert_eq!(second.fresh_for(), Duration::from_millis(1));
     }
 
@@ -547,7 +550,9 @@ mod tests {
             values.push(reader.await.unwrap().unwrap());
         }
         assert_eq!(loader.calls(), 1);
-        assert!(values.iter().all(|v| Arc::ptr_eq(v, &values[0]) && **v == 1));
+        assert!(values
+            .iter()
+            .all(|v| Arc::ptr_eq(v, &values[0]) && **v == 1));
     }
 
     #[tokio::test(start_paused = true)]
@@ -557,7 +562,9 @@ mod tests {
         cache.get(loader.ok()).await.unwrap();
         cache.invalidate();
         let gated = Loader::new();
-        let mut readers: Vec<_> = (0..100).map(|_| task::spawn(cache.get(gated.ok()))).collect();
+        let mut readers: Vec<_> = (0..100)
+            .map(|_| task::spawn(cache.get(gated.ok())))
+            .collect();
         for reader in &mut readers {
             assert_pending!(reader.poll());
         }
@@ -587,7 +594,11 @@ mod tests {
         settle().await;
         let fresh = cache.get(loader.ok()).await.unwrap();
         assert_eq!(*fresh, 2);
-        assert_eq!(fresh.fresh_for(), FRESH, "freshness counts from the refresh's start");
+        assert_eq!(
+            fresh.fresh_for(),
+            FRESH,
+            "freshness counts from the refresh's start"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -666,12 +677,19 @@ mod tests {
         loader.release(1);
         cache.get(loader.ok()).await.unwrap();
         tokio::time::advance(FRESH).await;
-        assert_eq!(*cache.get(loader.ok()).await.unwrap(), 1, "stale, refresh #2 running");
+        assert_eq!(
+            *cache.get(loader.ok()).await.unwrap(),
+            1,
+            "stale, refresh #2 running"
+        );
         cache.invalidate();
         loader.release(1);
         settle().await;
         let mut read = task::spawn(cache.get(loader.ok()));
-        assert_pending!(read.poll(), "refresh #2 began before invalidate: not served");
+        assert_pending!(
+            read.poll(),
+            "refresh #2 began before invalidate: not served"
+        );
         assert_eq!(loader.calls(), 3);
         loader.release(1);
         settle().await;
@@ -730,7 +748,10 @@ mod tests {
         }
         settle().await;
         for waiter in &mut waiters {
-            assert_eq!(assert_ready!(waiter.poll()).unwrap_err(), CacheError::LoadAborted);
+            assert_eq!(
+                assert_ready!(waiter.poll()).unwrap_err(),
+                CacheError::LoadAborted
+            );
         }
         let loader = Loader::open();
         assert_eq!(*cache.get(loader.ok()).await.unwrap(), 1);
@@ -755,13 +776,19 @@ mod tests {
     async fn c6_dropping_every_reader_leaves_the_cache_usable() {
         let cache = cache();
         let loader = Loader::new();
-        let readers: Vec<_> = (0..10).map(|_| task::spawn(cache.get(loader.ok()))).collect();
+        let readers: Vec<_> = (0..10)
+            .map(|_| task::spawn(cache.get(loader.ok())))
+            .collect();
         for mut reader in readers {
             assert_pending!(reader.poll());
         }
         let mut late = task::spawn(cache.get(loader.ok()));
         assert_pending!(late.poll());
-        assert_eq!(loader.calls(), 1, "the late reader joined the orphaned load");
+        assert_eq!(
+            loader.calls(),
+            1,
+            "the late reader joined the orphaned load"
+        );
         loader.release(1);
         settle().await;
         assert_eq!(*assert_ready!(late.poll()).unwrap(), 1);
@@ -772,7 +799,10 @@ mod tests {
         let cache = cache();
         let loader = Loader::open();
         let mut read = task::spawn(cache.get(loader.ok()));
-        assert_eq!(assert_ready!(read.poll()).unwrap_err(), CacheError::LoadAborted);
+        assert_eq!(
+            assert_ready!(read.poll()).unwrap_err(),
+            CacheError::LoadAborted
+        );
         assert_eq!(loader.calls(), 0);
     }
 }

@@ -204,7 +204,10 @@ impl<S: Store> Fixture<S> {
             }
         }
         assert!(slot.remaining >= 0, "remaining < 0: {slot:?}");
-        assert!(slot.remaining <= slot.capacity, "remaining > capacity: {slot:?}");
+        assert!(
+            slot.remaining <= slot.capacity,
+            "remaining > capacity: {slot:?}"
+        );
         assert_eq!(
             slot.remaining + stored_held + confirmed,
             slot.capacity,
@@ -352,7 +355,10 @@ pub mod cases {
         );
         assert_eq!(error.code(), "slot_closed");
         f.advance(hours(1));
-        assert_err!(f.engine.hold(slot, "late").await, BookingError::SlotClosed { .. });
+        assert_err!(
+            f.engine.hold(slot, "late").await,
+            BookingError::SlotClosed { .. }
+        );
         assert_eq!(f.remaining(slot).await, 4);
     }
 
@@ -365,7 +371,11 @@ pub mod cases {
         let error = assert_err!(f.engine.hold(slot, "c").await, BookingError::SoldOut { .. });
         assert_eq!(error.code(), "sold_out");
         assert_eq!(f.remaining(slot).await, 0);
-        assert_eq!(f.available(slot).await, Some(0), "sold-out slots stay listed");
+        assert_eq!(
+            f.available(slot).await,
+            Some(0),
+            "sold-out slots stay listed"
+        );
         // The refused key did not create anything: after a cancel it books normally.
         f.engine.cancel(a).await.unwrap();
         let c = f.engine.hold(slot, "c").await.unwrap();
@@ -518,7 +528,10 @@ pub mod cases {
             BookingError::HoldNotFound { .. }
         );
         assert_eq!(error.code(), "hold_not_found");
-        assert_err!(f.engine.cancel(missing).await, BookingError::HoldNotFound { .. });
+        assert_err!(
+            f.engine.cancel(missing).await,
+            BookingError::HoldNotFound { .. }
+        );
         assert_err!(
             f.engine.get_hold(missing).await,
             BookingError::HoldNotFound { .. }
@@ -544,7 +557,13 @@ pub mod cases {
             f.engine.get_hold(hold.hold_id).await.unwrap().status,
             HoldStatus::Expired
         );
-        let stored = f.engine.store().get_hold(hold.hold_id).await.unwrap().unwrap();
+        let stored = f
+            .engine
+            .store()
+            .get_hold(hold.hold_id)
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(stored.status, HoldStatus::Held, "nothing rewrote the row");
         assert_eq!(f.available(slot).await, Some(3));
     }
@@ -561,9 +580,18 @@ pub mod cases {
         let d = f.engine.hold(slot, "d").await.unwrap().hold;
         assert_err!(f.engine.hold(slot, "e").await, BookingError::SoldOut { .. });
         for old in [&a, &b] {
-            let stored = f.engine.store().get_hold(old.hold_id).await.unwrap().unwrap();
+            let stored = f
+                .engine
+                .store()
+                .get_hold(old.hold_id)
+                .await
+                .unwrap()
+                .unwrap();
             assert_eq!(stored.status, HoldStatus::Expired, "reclaimed");
-            assert_err!(f.engine.confirm(old.hold_id).await, BookingError::HoldExpired { .. });
+            assert_err!(
+                f.engine.confirm(old.hold_id).await,
+                BookingError::HoldExpired { .. }
+            );
         }
         assert_eq!(f.remaining(slot).await, 0);
         f.assert_invariant(slot, &[a.hold_id, b.hold_id, c.hold_id, d.hold_id])
@@ -594,7 +622,10 @@ pub mod cases {
             f.engine.get_hold(hold.hold_id).await.unwrap().status,
             HoldStatus::Confirmed
         );
-        assert_err!(f.engine.hold(slot, "other").await, BookingError::SoldOut { .. });
+        assert_err!(
+            f.engine.hold(slot, "other").await,
+            BookingError::SoldOut { .. }
+        );
         assert_eq!(f.available(slot).await, Some(0));
         f.assert_invariant(slot, &[hold.hold_id]).await;
     }
@@ -609,7 +640,11 @@ pub mod cases {
         let hold = f.engine.hold(soon, "k").await.unwrap().hold;
         f.engine.confirm(hold.hold_id).await.unwrap();
         f.advance(Duration::minutes(30));
-        let listing = f.engine.availability(AvailabilityQuery::all()).await.unwrap();
+        let listing = f
+            .engine
+            .availability(AvailabilityQuery::all())
+            .await
+            .unwrap();
         let seen: Vec<(SlotId, i32, i32)> = listing
             .iter()
             .map(|e| (e.slot_id, e.capacity, e.remaining))
@@ -641,10 +676,16 @@ pub mod cases {
                     .collect::<Vec<_>>()
             }
         };
-        assert_eq!(ids(AvailabilityQuery::all().from(at(2)).to(at(4))).await, slots[1..3]);
+        assert_eq!(
+            ids(AvailabilityQuery::all().from(at(2)).to(at(4))).await,
+            slots[1..3]
+        );
         assert_eq!(ids(AvailabilityQuery::all().from(at(4))).await, slots[3..]);
         assert_eq!(ids(AvailabilityQuery::all().to(at(2))).await, slots[..1]);
-        assert_eq!(ids(AvailabilityQuery::all().from(at(3)).to(at(3))).await, []);
+        assert_eq!(
+            ids(AvailabilityQuery::all().from(at(3)).to(at(3))).await,
+            []
+        );
         let error = assert_err!(
             f.engine
                 .availability(AvailabilityQuery::all().from(at(4)).to(at(3)))
@@ -673,7 +714,14 @@ pub mod cases {
             .await
             .unwrap();
         assert_eq!((slot.capacity, slot.remaining), (i32::MAX, i32::MAX));
-        assert_eq!(f.engine.availability(AvailabilityQuery::all()).await.unwrap().len(), 1);
+        assert_eq!(
+            f.engine
+                .availability(AvailabilityQuery::all())
+                .await
+                .unwrap()
+                .len(),
+            1
+        );
     }
 
     /// With a real cache period, a cancel shows in the very next availability read (R3).
@@ -695,7 +743,10 @@ pub mod cases {
         assert_eq!(before[0].remaining, 0);
         engine.cancel(hold.hold_id).await.unwrap();
         let after = engine.availability(AvailabilityQuery::all()).await.unwrap();
-        assert_eq!(after[0].remaining, 1, "the cancel invalidated the cached listing");
+        assert_eq!(
+            after[0].remaining, 1,
+            "the cancel invalidated the cached listing"
+        );
     }
 
     /// Many concurrent holds on one slot: exactly `capacity` succeed, the rest are sold out.
@@ -751,7 +802,14 @@ pub mod cases {
         let slot = f.slot(5, hours(2)).await;
         let mut all = Vec::new();
         for i in 0..5 {
-            all.push(f.engine.hold(slot, &format!("old-{i}")).await.unwrap().hold.hold_id);
+            all.push(
+                f.engine
+                    .hold(slot, &format!("old-{i}"))
+                    .await
+                    .unwrap()
+                    .hold
+                    .hold_id,
+            );
         }
         f.advance(ttl());
         let tasks: Vec<_> = (0..80)
@@ -834,8 +892,11 @@ pub mod cases {
             }
             f.advance(ttl() / 2);
             for slot in slots {
-                let ids: Vec<HoldId> =
-                    all.iter().filter(|(s, _)| *s == slot).map(|(_, h)| *h).collect();
+                let ids: Vec<HoldId> = all
+                    .iter()
+                    .filter(|(s, _)| *s == slot)
+                    .map(|(_, h)| *h)
+                    .collect();
                 f.assert_invariant(slot, &ids).await;
             }
         }

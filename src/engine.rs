@@ -192,7 +192,11 @@ impl Serialize for Availability {
 }
 
 /// The part of a snapshot (sorted by `starts_at`) a reader at `now` asking `query` may see.
-fn window(entries: &[AvailabilityEntry], now: Timestamp, query: &AvailabilityQuery) -> Range<usize> {
+fn window(
+    entries: &[AvailabilityEntry],
+    now: Timestamp,
+    query: &AvailabilityQuery,
+) -> Range<usize> {
     // The snapshot was taken up to one cache period ago: drop slots that have started since.
     let mut start = entries.partition_point(|e| e.starts_at <= now);
     if let Some(from) = query.from {

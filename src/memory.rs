@@ -60,8 +60,7 @@ struct SlotRow {
 
 impl SlotRow {
     fn expired_held(&self, now: Timestamp) -> impl Iterator<Item = &(Timestamp, HoldId)> {
-        self.held_by_expiry
-            .range(..=(now, HoldId(i64::MAX)))
+        self.held_by_expiry.range(..=(now, HoldId(i64::MAX)))
     }
 
     /// Marks held holds with `expires_at <= now` as expired and gives their units back.
@@ -154,10 +153,9 @@ impl Store for MemoryStore {
 
     async fn availability(&self, now: Timestamp) -> Result<Vec<AvailabilityEntry>, StoreError> {
         let table = self.slots.read().unwrap_or_else(PoisonError::into_inner);
-        let upcoming = table.by_start.range((
-            Bound::Excluded((now, SlotId(i64::MAX))),
-            Bound::Unbounded,
-        ));
+        let upcoming = table
+            .by_start
+            .range((Bound::Excluded((now, SlotId(i64::MAX))), Bound::Unbounded));
         let mut entries = Vec::with_capacity(table.by_start.len());
         for (_, slot_id) in upcoming {
             let Some(row) = table.by_id.get(slot_id) else {
@@ -184,7 +182,9 @@ impl Store for MemoryStore {
                 let hold = self
                     .slot_row(slot_id)
                     .and_then(|row| lock(&row).holds.get(&hold_id).cloned())
-                    .ok_or_else(|| StoreError::failed("idempotency key points at a missing hold"))?;
+                    .ok_or_else(|| {
+                        StoreError::failed("idempotency key points at a missing hold")
+                    })?;
                 return Ok(if slot_id == request.slot_id {
                     HoldOutcome::Replayed(hold)
                 } else {

@@ -401,9 +401,7 @@ pub mod rfc3339 {
         }
 
         /// Deserializes `null` or an RFC 3339 timestamp.
-        pub fn deserialize<'de, D: Deserializer<'de>>(
-            d: D,
-        ) -> Result<Option<Timestamp>, D::Error> {
+        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Timestamp>, D::Error> {
             let raw = <Option<std::borrow::Cow<'de, str>>>::deserialize(d)?;
             raw.map(|r| parse(&r).map_err(serde::de::Error::custom))
                 .transpose()
@@ -425,7 +423,11 @@ mod tests {
         assert_eq!("42".parse::<SlotId>(), Ok(SlotId(42)));
         assert_eq!("0042".parse::<HoldId>(), Ok(HoldId(42)));
         for bad in ["", "+5", "-1", "1a", "abc", " 1", "1 ", "١"] {
-            assert_eq!(bad.parse::<SlotId>(), Err(ParseIdError::NotDigits), "{bad:?}");
+            assert_eq!(
+                bad.parse::<SlotId>(),
+                Err(ParseIdError::NotDigits),
+                "{bad:?}"
+            );
         }
         assert_eq!(
             "9223372036854775808".parse::<SlotId>(),

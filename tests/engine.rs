@@ -1,0 +1,356 @@
+//! Engine behaviour that is not a store's business: validation before the store, cache
+//! invalidation order (R3), one store read per cache period (R1, R2), the snapshot window.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::TimeZone;
+use slot_booking::store::{HoldOutcome, HoldRequest, Transition};
+use slot_booking::{
+    AvailabilityEntry, AvailabilityQuery, BookingEngine, BookingError, Hold, HoldId, HoldStatus,
+    ManualClock, MemoryStore, NewSlot, Slot, SlotId, Store, StoreError, Timestamp,
+};
+use tokio::sync::Semaphore;
+
+/// A store that counts calls, can hold cancels at a gate, and can fail on demand.
+#[derive(Default)]
+struct Probe {
+    inner: MemoryStore,
+    availability_reads: AtomicUsize,
+    store_calls: AtomicUsize,
+    cancel_gate: Option<Arc<Semaphore>>,
+    fail: std::sync::atomic::AtomicBool,
+    refuse_confirm: bool,
+}
+
+impl Probe {
+    fn reads(&self) -> usize {
+        self.availability_reads.load(Ordering::SeqCst)
+    }
+
+    fn check(&self) -> Result<(), StoreError> {
+        self.store_calls.fetch_add(1, Ordering::SeqCst);
+        if self.fail.load(Ordering::SeqCst) {
+            return Err(StoreError::unavailable("connection refused"));
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Store for Probe {
+    async fn create_slot(&self, slot: &NewSlot) -> Result<Slot, StoreError> {
+        self.check()?;
+        self.inner.create_slot(slot).await
+    }
+    async fn availability(&self, now: Timestamp) -> Result<Vec<AvailabilityEntry>, StoreError> {
+        self.check()?;
+        self.availability_reads.fetch_add(1, Ordering::SeqCst);
+        self.inner.availability(now).await
+    }
+    async fn create_hold(&self, request: HoldRequest<'_>) -> Result<HoldOutcome, StoreError> {
+        self.check()?;
+        self.inner.create_hold(request).await
+    }
+    async fn confirm_hold(&self, id: HoldId, now: Timestamp) -> Result<Transition, StoreError> {
+        self.check()?;
+        if self.refuse_confirm {
+            let hold = self.inner.get_hold(id).await?;
+            return Ok(hold.map_or(Transition::NotFound, Transition::NotApplied));
+        }
+        self.inner.confirm_hold(id, now).await
+    }
+    async fn cancel_hold(&self, id: HoldId, now: Timestamp) -> Result<Transition, StoreError> {
+        self.check()?;
+        if let Some(gate) = &self.cancel_gate {
+            gate.acquire().await.expect("gate open").forget();
+        }
+        self.inner.cancel_hold(id, now).await
+    }
+    async fn get_hold(&self, id: HoldId) -> Result<Option<Hold>, StoreError> {
+        self.check()?;
+        self.inner.get_hold(id).await
+    }
+    async fn get_slot(&self, id: SlotId) -> Result<Option<Slot>, StoreError> {
+        self.check()?;
+        self.inner.get_slot(id).await
+    }
+}
+
+fn start() -> Timestamp {
+    chrono::Utc
+        .with_ymd_and_hms(2031, 5, 1, 8, 0, 0)
+        .single()
+        .unwrap()
+}
+
+fn engine(probe: Probe, clock: &ManualClock) -> BookingEngine<Probe> {
+    BookingEngine::builder(probe)
+        .cache_period(Duration::from_secs(10))
+        .clock(clock.clone())
+        .build()
+}
+
+async fn slot(engine: &BookingEngine<Probe>, capacity: i32, starts_in: chrono::Duration) -> SlotId {
+    let starts_at = engine.clock().now() + starts_in;
+    engine
+        .create_slot(NewSlot::new(
+            starts_at,
+            starts_at + chrono::Duration::hours(1),
+            capacity,
+        ))
+        .await
+        .unwrap()
+        .slot_id
+}
+
+#[tokio::test]
+async fn r3_cancel_invalidates_only_after_its_commit() {
+    let gate = Arc::new(Semaphore::new(0));
+    let clock = ManualClock::new(start());
+    let engine = engine(
+        Probe {
+            cancel_gate: Some(Arc::clone(&gate)),
+            ..Probe::default()
+        },
+        &clock,
+    );
+    let slot = slot(&engine, 1, chrono::Duration::hours(1)).await;
+    let hold = engine.hold(slot, "k").await.unwrap().hold;
+    let before = engine.availability(AvailabilityQuery::all()).await.unwrap();
+    assert_eq!(before[0].remaining, 0);
+
+    let cancelling = tokio::spawn({
+        let engine = engine.clone();
+        async move { engine.cancel(hold.hold_id).await }
+    });
+    // While the cancel is inside the store (not committed), readers are served the cached
+    // listing. Had the engine invalidated first, this read would load and cache the
+    // pre-commit state under the new generation, and the read after the commit would be wrong.
+    tokio::task::yield_now().await;
+    let during = engine.availability(AvailabilityQuery::all()).await.unwrap();
+    assert_eq!(during[0].remaining, 0);
+    assert_eq!(engine.store().reads(), 1, "no reload before the commit");
+
+    gate.add_permits(1);
+    cancelling.await.unwrap().unwrap();
+    let after = engine.availability(AvailabilityQuery::all()).await.unwrap();
+    assert_eq!(after[0].remaining, 1, "the unit is back at once");
+    assert_eq!(engine.store().reads(), 2);
+}
+
+#[tokio::test]
+async fn r3_confirm_and_create_slot_invalidate_but_hold_does_not() {
+    let clock = ManualClock::new(start());
+    let engine = engine(Probe::default(), &clock);
+    let slot = slot(&engine, 3, chrono::Duration::hours(1)).await;
+    engine.availability(AvailabilityQuery::all()).await.unwrap();
+    let hold = engine.hold(slot, "k").await.unwrap().hold;
+    let listing = engine.availability(AvailabilityQuery::all()).await.unwrap();
+    assert_eq!(
+        listing[0].remaining, 3,
+        "a hold does not invalidate (advisory listing)"
+    );
+    assert_eq!(engine.store().reads(), 1);
+    engine.confirm(hold.hold_id).await.unwrap();
+    let listing = engine.availability(AvailabilityQuery::all()).await.unwrap();
+    assert_eq!(listing[0].remaining, 2);
+    assert_eq!(engine.store().reads(), 2);
+    engine.confirm(hold.hold_id).await.unwrap();
+    engine.availability(AvailabilityQuery::all()).await.unwrap();
+    assert_eq!(
+        engine.store().reads(),
+        2,
+        "an idempotent repeat changes nothing"
+    );
+    self::slot(&engine, 1, chrono::Duration::hours(2)).await;
+    let listing = engine.availability(AvailabilityQuery::all()).await.unwrap();
+    assert_eq!(listing.len(), 2);
+    assert_eq!(engine.store().reads(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn r1_any_number_of_queries_cost_one_store_read_per_period() {
+    let clock = ManualClock::new(start());
+    let engine = engine(Probe::default(), &clock);
+    for h in 1..=6 {
+        slot(&engine, 1, chrono::Duration::hours(h)).await;
+    }
+    let first = engine.availability(AvailabilityQuery::all()).await.unwrap();
+    for h in 0..6 {
+        let from = start() + chrono::Duration::hours(h);
+        let listing = engine
+            .availability(
+                AvailabilityQuery::all()
+                    .from(from)
+                    .to(from + chrono::Duration::hours(2)),
+            )
+            .await
+            .unwrap();
+        assert!(listing.len() <= 2);
+        assert!(
+            Arc::ptr_eq(listing.snapshot(), first.snapshot()),
+            "no copy per query"
+        );
+    }
+    assert_eq!(engine.store().reads(), 1);
+    tokio::time::advance(Duration::from_secs(9)).await;
+    let listing = engine.availability(AvailabilityQuery::all()).await.unwrap();
+    assert_eq!(listing.fresh_for(), Duration::from_secs(1));
+    assert_eq!(engine.store().reads(), 1);
+    tokio::time::advance(Duration::from_secs(1)).await;
+    engine.availability(AvailabilityQuery::all()).await.unwrap();
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(engine.store().reads(), 2, "one refresh after the period");
+}
+
+#[tokio::test]
+async fn a_cached_snapshot_hides_slots_that_have_started_since() {
+    let clock = ManualClock::new(start());
+    let engine = engine(Probe::default(), &clock);
+    let soon = slot(&engine, 1, chrono::Duration::seconds(1)).await;
+    let later = slot(&engine, 1, chrono::Duration::hours(1)).await;
+    let listing = engine.availability(AvailabilityQuery::all()).await.unwrap();
+    assert_eq!(
+        listing.iter().map(|e| e.slot_id).collect::<Vec<_>>(),
+        [soon, later]
+    );
+    clock.advance(chrono::Duration::seconds(1));
+    let listing = engine.availability(AvailabilityQuery::all()).await.unwrap();
+    assert_eq!(
+        listing.iter().map(|e| e.slot_id).collect::<Vec<_>>(),
+        [later]
+    );
+    assert_eq!(engine.store().reads(), 1, "filtered from the same snapshot");
+}
+
+#[tokio::test]
+async fn invalid_input_never_reaches_the_store() {
+    let clock = ManualClock::new(start());
+    let engine = engine(Probe::default(), &clock);
+    let slot = slot(&engine, 1, chrono::Duration::hours(1)).await;
+    let calls = engine.store().store_calls.load(Ordering::SeqCst);
+    let bad_key = engine.hold(slot, "no spaces allowed").await.unwrap_err();
+    assert_eq!(bad_key.code(), "invalid_idempotency_key");
+    let bad_slot = engine
+        .create_slot(NewSlot::new(start(), start(), 1))
+        .await
+        .unwrap_err();
+    assert_eq!(bad_slot.code(), "invalid_slot");
+    let bad_query = engine
+        .availability(
+            AvailabilityQuery::all()
+                .from(start())
+                .to(start() - chrono::Duration::seconds(1)),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(bad_query.code(), "invalid_query");
+    assert_eq!(engine.store().store_calls.load(Ordering::SeqCst), calls);
+}
+
+#[tokio::test]
+async fn store_failures_surface_as_store_unavailable_and_change_nothing() {
+    let clock = ManualClock::new(start());
+    let engine = engine(Probe::default(), &clock);
+    let slot = slot(&engine, 2, chrono::Duration::hours(1)).await;
+    engine.store().fail.store(true, Ordering::SeqCst);
+    for error in [
+        engine.hold(slot, "k").await.unwrap_err(),
+        engine.confirm(HoldId(1)).await.unwrap_err(),
+        engine.cancel(HoldId(1)).await.unwrap_err(),
+        engine.get_hold(HoldId(1)).await.unwrap_err(),
+        engine
+            .availability(AvailabilityQuery::all())
+            .await
+            .unwrap_err(),
+    ] {
+        assert_eq!(error.code(), "store_unavailable");
+        let BookingError::Store(store_error) = error else {
+            panic!("not a store error")
+        };
+        assert!(store_error.is_transient());
+    }
+    engine.store().fail.store(false, Ordering::SeqCst);
+    assert!(
+        !engine.hold(slot, "k").await.unwrap().replayed,
+        "nothing was half done"
+    );
+    let listing = engine.availability(AvailabilityQuery::all()).await.unwrap();
+    assert_eq!(
+        listing[0].remaining, 1,
+        "the failed availability read was not cached"
+    );
+}
+
+#[tokio::test]
+async fn a_store_that_refuses_an_active_hold_is_an_error_not_a_panic() {
+    let clock = ManualClock::new(start());
+    let engine = engine(
+        Probe {
+            refuse_confirm: true,
+            ..Probe::default()
+        },
+        &clock,
+    );
+    let slot = slot(&engine, 1, chrono::Duration::hours(1)).await;
+    let hold = engine.hold(slot, "k").await.unwrap().hold;
+    let error = engine.confirm(hold.hold_id).await.unwrap_err();
+    assert_eq!(error.code(), "store_unavailable");
+    assert!(
+        error.to_string().contains("from held to confirmed"),
+        "{error}"
+    );
+}
+
+#[tokio::test]
+async fn holds_last_the_configured_lifetime() {
+    let clock = ManualClock::new(start());
+    let engine = BookingEngine::builder(MemoryStore::new())
+        .hold_ttl(Duration::from_secs(90))
+        .clock(clock.clone())
+        .build();
+    let starts_at = start() + chrono::Duration::hours(1);
+    let slot = engine
+        .create_slot(NewSlot::new(
+            starts_at,
+            starts_at + chrono::Duration::hours(1),
+            1,
+        ))
+        .await
+        .unwrap();
+    let hold = engine.hold(slot.slot_id, "k").await.unwrap().hold;
+    assert_eq!(hold.expires_at, start() + chrono::Duration::seconds(90));
+    clock.advance(chrono::Duration::seconds(90));
+    assert_eq!(
+        engine.get_hold(hold.hold_id).await.unwrap().status,
+        HoldStatus::Expired
+    );
+    assert_eq!(
+        BookingEngine::new(MemoryStore::new()).hold_ttl(),
+        chrono::Duration::minutes(5),
+        "default hold lifetime"
+    );
+}
+
+#[tokio::test]
+async fn the_engine_works_over_a_trait_object() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let engine = BookingEngine::new(store);
+    let starts_at = chrono::Utc::now() + chrono::Duration::hours(1);
+    let slot = engine
+        .create_slot(NewSlot::new(
+            starts_at,
+            starts_at + chrono::Duration::hours(1),
+            1,
+        ))
+        .await
+        .unwrap();
+    assert!(engine.hold(slot.slot_id, "k").await.is_ok());
+    fn assert_send_sync<T: Send + Sync + Clone + 'static>(_: &T) {}
+    assert_send_sync(&engine);
+}
