@@ -1,0 +1,496 @@
+//! SQLite store for [`slot_booking`], built on [sqlx](https://docs.rs/sqlx).
+//!
+//! [`SqliteStore`] implements [`Store`] as a thin translation to SQL: every outcome is decided
+//! by the rows a conditional write affected or by the unique constraint on the idempotency
+//! key, never by an earlier read (SPEC R4, R5).
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), slot_booking::StoreError> {
+//! use slot_booking_sqlite::SqliteStore;
+//!
+//! let store = SqliteStore::connect("sqlite://slot_booking.db").await?;
+//! store.migrate().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Storage
+//!
+//! * Tables `slots` and `holds`, created by the embedded migrations in `migrations/`, applied by
+//!   [`SqliteStore::migrate`]. Applied versions are recorded in a ledger table of their own,
+//!   `slot_booking_migrations`, so a host application's sqlx migrations (`_sqlx_migrations`)
+//!   can live in the same database file.
+//! * Timestamps are `INTEGER` microseconds since the Unix epoch (UTC): exact round trips at the
+//!   precision the core crate keeps.
+//! * CHECK constraints back the capacity invariant (`0 <= remaining <= capacity`), and a
+//!   partial index over holds still stored as `held` keeps availability and reclaim away from
+//!   confirmed and cancelled history.
+//!
+//! # Concurrency
+//!
+//! Every write runs in a transaction begun with `BEGIN IMMEDIATE`, so it takes SQLite's write
+//! lock up front and waits for it under `busy_timeout` instead of failing with `SQLITE_BUSY`
+//! when it upgrades a read. Within one [`SqliteStore`] (and its clones) writers also queue on
+//! an in-process FIFO lock before asking SQLite, since SQLite admits one writer at a time
+//! anyway: this keeps writers from polling the busy handler. Several stores or processes on one
+//! file still work, relying on `busy_timeout`. Errors SQLite reports as busy or locked, and
+//! pool or I/O failures, map to [`StoreError::unavailable`].
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::DateTime;
+use slot_booking::{
+    AvailabilityEntry, Hold, HoldId, HoldOutcome, HoldRequest, HoldStatus, NewSlot, Slot, SlotId,
+    Store, StoreError, Timestamp, Transition,
+};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
+    SqliteSynchronous,
+};
+use sqlx::{Row, Sqlite, Transaction};
+use tokio::sync::{Mutex, MutexGuard};
+
+mod migrate;
+
+/// How long a connection waits for SQLite's write lock before giving up (`busy_timeout`), as
+/// set by [`SqliteStore::connect`].
+pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Connections in the pool [`SqliteStore::connect`] opens for a database file.
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 8;
+
+/// The columns [`hold_from_row`] reads, as a literal for `concat!`.
+macro_rules! hold_columns {
+    () => {
+        "id, slot_id, status, expires_at, confirmed_at, cancelled_at"
+    };
+}
+
+/// A [`Store`] over a SQLite database.
+///
+/// Cheap to clone: clones share the pool and the write queue.
+#[derive(Debug, Clone)]
+pub struct SqliteStore {
+    pool: SqlitePool,
+    write_gate: Arc<Mutex<()>>,
+}
+
+/// A write transaction together with this store's write-queue slot. Fields drop in order: the
+/// transaction (rolled back if not committed) before the queue slot.
+struct WriteTx<'a> {
+    tx: Transaction<'static, Sqlite>,
+    _gate: MutexGuard<'a, ()>,
+}
+
+impl SqliteStore {
+    /// A store over an existing pool.
+    ///
+    /// The pool should be configured as [`SqliteStore::connect`] does it: WAL journal,
+    /// a `busy_timeout`, foreign keys on, and, for an in-memory database, a single connection
+    /// that is never closed. Run [`SqliteStore::migrate`] before use.
+    pub fn new(pool: SqlitePool) -> Self {
+        SqliteStore {
+            pool,
+            write_gate: Arc::new(Mutex::new(())),
+        }
+    }
+
+    /// Opens a pool on `url` (for example `sqlite://slot_booking.db` or `sqlite::memory:`) and
+    /// returns a store over it. Does not migrate: call [`SqliteStore::migrate`].
+    ///
+    /// The database file is created if missing. Connections use the WAL journal,
+    /// `synchronous = NORMAL`, foreign keys and a `busy_timeout` of
+    /// [`DEFAULT_BUSY_TIMEOUT`]. A database file gets a pool of [`DEFAULT_MAX_CONNECTIONS`]; an
+    /// in-memory database (`:memory:` or `mode=memory`) gets a single connection that is kept
+    /// open for the life of the pool, since the data lives only as long as a connection does
+    /// (and shared-cache table locks are not covered by `busy_timeout`).
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        let options = SqliteConnectOptions::from_str(url)
+            .map_err(map_err)?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .foreign_keys(true)
+            .busy_timeout(DEFAULT_BUSY_TIMEOUT);
+        let in_memory = url.contains(":memory:") || url.contains("mode=memory");
+        let pool_options = if in_memory {
+            SqlitePoolOptions::new()
+                .max_connections(1)
+                .min_connections(1)
+                .idle_timeout(None)
+                .max_lifetime(None)
+        } else {
+            SqlitePoolOptions::new().max_connections(DEFAULT_MAX_CONNECTIONS)
+        };
+        let pool = pool_options.connect_with(options).await.map_err(map_err)?;
+        Ok(SqliteStore::new(pool))
+    }
+
+    /// The pool this store uses.
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+
+    /// Applies the embedded migrations that this database has not recorded yet, each in its own
+    /// `BEGIN IMMEDIATE` transaction together with its row in `slot_booking_migrations`.
+    /// Idempotent; safe to run from several processes at once.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        let _gate = self.write_gate.lock().await;
+        migrate::run(&self.pool).await
+    }
+
+    async fn begin_write(&self) -> Result<WriteTx<'_>, StoreError> {
+        let gate = self.write_gate.lock().await;
+        let tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(map_err)?;
+        Ok(WriteTx { tx, _gate: gate })
+    }
+}
+
+/// Maps a sqlx error to a [`StoreError`]: anything that may go away on retry (pool exhausted
+/// or closed, I/O, TLS, a crashed worker, `SQLITE_BUSY`/`SQLITE_LOCKED` and their extended
+/// codes) is [`StoreError::unavailable`]; everything else is [`StoreError::failed`].
+pub(crate) fn map_err(error: sqlx::Error) -> StoreError {
+    let transient = match &error {
+        sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(db) => db
+            .code()
+            .and_then(|code| code.parse::<i32>().ok())
+            // The primary result code is the low byte of an extended one:
+            // SQLITE_BUSY = 5 (BUSY_SNAPSHOT 517, ...), SQLITE_LOCKED = 6 (LOCKED_SHAREDCACHE 262, ...).
+            .is_some_and(|code| matches!(code & 0xff, 5 | 6)),
+        _ => false,
+    };
+    if transient {
+        StoreError::unavailable(error)
+    } else {
+        StoreError::failed(error)
+    }
+}
+
+fn is_unique_violation(error: &sqlx::Error) -> bool {
+    matches!(error, sqlx::Error::Database(db) if db.is_unique_violation())
+}
+
+fn to_micros(t: Timestamp) -> i64 {
+    t.timestamp_micros()
+}
+
+fn from_micros(micros: i64) -> Result<Timestamp, StoreError> {
+    DateTime::from_timestamp_micros(micros)
+        .ok_or_else(|| StoreError::failed(format!("timestamp out of range: {micros} µs")))
+}
+
+fn opt_from_micros(micros: Option<i64>) -> Result<Option<Timestamp>, StoreError> {
+    micros.map(from_micros).transpose()
+}
+
+fn hold_from_row(row: &SqliteRow) -> Result<Hold, StoreError> {
+    let status: String = row.try_get("status").map_err(map_err)?;
+    Ok(Hold {
+        hold_id: HoldId(row.try_get("id").map_err(map_err)?),
+        slot_id: SlotId(row.try_get("slot_id").map_err(map_err)?),
+        status: HoldStatus::from_str(&status).map_err(StoreError::failed)?,
+        expires_at: from_micros(row.try_get("expires_at").map_err(map_err)?)?,
+        confirmed_at: opt_from_micros(row.try_get("confirmed_at").map_err(map_err)?)?,
+        cancelled_at: opt_from_micros(row.try_get("cancelled_at").map_err(map_err)?)?,
+    })
+}
+
+fn slot_from_row(row: &SqliteRow) -> Result<Slot, StoreError> {
+    Ok(Slot {
+        slot_id: SlotId(row.try_get("id").map_err(map_err)?),
+        starts_at: from_micros(row.try_get("starts_at").map_err(map_err)?)?,
+        ends_at: from_micros(row.try_get("ends_at").map_err(map_err)?)?,
+        capacity: row.try_get("capacity").map_err(map_err)?,
+        remaining: row.try_get("remaining").map_err(map_err)?,
+    })
+}
+
+/// The conditional decrement of SPEC R4; `true` if it took a unit.
+async fn decrement(
+    tx: &mut Transaction<'static, Sqlite>,
+    slot_id: i64,
+    now: i64,
+) -> Result<bool, StoreError> {
+    let done = sqlx::query(
+        "UPDATE slots SET remaining = remaining - 1 \
+         WHERE id = ?1 AND remaining > 0 AND starts_at > ?2",
+    )
+    .bind(slot_id)
+    .bind(now)
+    .execute(&mut **tx)
+    .await
+    .map_err(map_err)?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Marks the slot's held holds that expired by `now` as expired and gives their units back;
+/// returns how many it reclaimed. Only an open slot (`starts_at > now`) is reclaimed, so a hold
+/// refused as [`HoldOutcome::SlotClosed`] changes nothing.
+async fn reclaim(
+    tx: &mut Transaction<'static, Sqlite>,
+    slot_id: i64,
+    now: i64,
+) -> Result<u64, StoreError> {
+    let reclaimed = sqlx::query(
+        "UPDATE holds SET status = 'expired' \
+         WHERE slot_id = ?1 AND status = 'held' AND expires_at <= ?2 \
+           AND EXISTS (SELECT 1 FROM slots WHERE id = ?1 AND starts_at > ?2)",
+    )
+    .bind(slot_id)
+    .bind(now)
+    .execute(&mut **tx)
+    .await
+    .map_err(map_err)?
+    .rows_affected();
+    if reclaimed > 0 {
+        let count = i64::try_from(reclaimed).map_err(StoreError::failed)?;
+        let done = sqlx::query("UPDATE slots SET remaining = remaining + ?1 WHERE id = ?2")
+            .bind(count)
+            .bind(slot_id)
+            .execute(&mut **tx)
+            .await
+            .map_err(map_err)?;
+        if done.rows_affected() != 1 {
+            return Err(StoreError::failed(format!(
+                "reclaimed {reclaimed} holds of slot {slot_id} but could not return them"
+            )));
+        }
+    }
+    Ok(reclaimed)
+}
+
+async fn hold_by_id<'e, E>(executor: E, hold_id: HoldId) -> Result<Option<Hold>, StoreError>
+where
+    E: sqlx::Executor<'e, Database = Sqlite>,
+{
+    sqlx::query(concat!(
+        "SELECT ",
+        hold_columns!(),
+        " FROM holds WHERE id = ?1"
+    ))
+    .bind(hold_id.get())
+    .fetch_optional(executor)
+    .await
+    .map_err(map_err)?
+    .as_ref()
+    .map(hold_from_row)
+    .transpose()
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn create_slot(&self, slot: &NewSlot) -> Result<Slot, StoreError> {
+        let mut w = self.begin_write().await?;
+        let row = sqlx::query(
+            "INSERT INTO slots (starts_at, ends_at, capacity, remaining) \
+             VALUES (?1, ?2, ?3, ?3) \
+             RETURNING id, starts_at, ends_at, capacity, remaining",
+        )
+        .bind(to_micros(slot.starts_at))
+        .bind(to_micros(slot.ends_at))
+        .bind(slot.capacity)
+        .fetch_one(&mut *w.tx)
+        .await
+        .map_err(map_err)?;
+        let created = slot_from_row(&row)?;
+        w.tx.commit().await.map_err(map_err)?;
+        Ok(created)
+    }
+
+    async fn availability(&self, now: Timestamp) -> Result<Vec<AvailabilityEntry>, StoreError> {
+        // The correlated count walks the partial index over held holds of one slot.
+        let rows = sqlx::query(
+            "SELECT s.id, s.starts_at, s.ends_at, s.capacity, \
+                    s.remaining + (SELECT COUNT(*) FROM holds h \
+                                   WHERE h.slot_id = s.id AND h.status = 'held' \
+                                     AND h.expires_at <= ?1) AS available \
+             FROM slots s WHERE s.starts_at > ?1 ORDER BY s.starts_at, s.id",
+        )
+        .bind(to_micros(now))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_err)?;
+        rows.iter()
+            .map(|row| {
+                let available: i64 = row.try_get("available").map_err(map_err)?;
+                Ok(AvailabilityEntry {
+                    slot_id: SlotId(row.try_get("id").map_err(map_err)?),
+                    starts_at: from_micros(row.try_get("starts_at").map_err(map_err)?)?,
+                    ends_at: from_micros(row.try_get("ends_at").map_err(map_err)?)?,
+                    capacity: row.try_get("capacity").map_err(map_err)?,
+                    remaining: i32::try_from(available).map_err(StoreError::failed)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn create_hold(&self, request: HoldRequest<'_>) -> Result<HoldOutcome, StoreError> {
+        let slot_id = request.slot_id.get();
+        let now = to_micros(request.now);
+        let key = request.key.as_str();
+
+        let mut w = self.begin_write().await?;
+        let mut took = decrement(&mut w.tx, slot_id, now).await?;
+        if !took && reclaim(&mut w.tx, slot_id, now).await? > 0 {
+            took = decrement(&mut w.tx, slot_id, now).await?;
+        }
+
+        if took {
+            let inserted = sqlx::query(concat!(
+                "INSERT INTO holds (slot_id, idempotency_key, status, expires_at, created_at) ",
+                "VALUES (?1, ?2, 'held', ?3, ?4) RETURNING ",
+                hold_columns!()
+            ))
+            .bind(slot_id)
+            .bind(key)
+            .bind(to_micros(request.expires_at))
+            .bind(now)
+            .fetch_one(&mut *w.tx)
+            .await;
+            match inserted {
+                Ok(row) => {
+                    let hold = hold_from_row(&row)?;
+                    w.tx.commit().await.map_err(map_err)?;
+                    return Ok(HoldOutcome::Created(hold));
+                }
+                // The key is taken: only the failed INSERT was undone, so the transaction is
+                // still usable for the lookup below; it is rolled back at the end, undoing
+                // the decrement.
+                Err(error) if is_unique_violation(&error) => {}
+                Err(error) => return Err(map_err(error)),
+            }
+        }
+
+        // Nothing was reserved, or the key already exists: say why.
+        let existing = sqlx::query(concat!(
+            "SELECT ",
+            hold_columns!(),
+            " FROM holds WHERE idempotency_key = ?1"
+        ))
+        .bind(key)
+        .fetch_optional(&mut *w.tx)
+        .await
+        .map_err(map_err)?
+        .as_ref()
+        .map(hold_from_row)
+        .transpose()?;
+        let outcome = match existing {
+            Some(hold) if hold.slot_id == request.slot_id => HoldOutcome::Replayed(hold),
+            Some(hold) => HoldOutcome::KeyReused(hold),
+            None if took => {
+                return Err(StoreError::failed(
+                    "unique violation on insert, but no hold has the idempotency key",
+                ))
+            }
+            None => {
+                let starts_at: Option<i64> =
+                    sqlx::query_scalar("SELECT starts_at FROM slots WHERE id = ?1")
+                        .bind(slot_id)
+                        .fetch_optional(&mut *w.tx)
+                        .await
+                        .map_err(map_err)?;
+                match starts_at {
+                    None => HoldOutcome::SlotNotFound,
+                    Some(starts_at) if starts_at <= now => HoldOutcome::SlotClosed,
+                    Some(_) => HoldOutcome::SoldOut,
+                }
+            }
+        };
+        // Nothing is kept: a decrement is undone (and the reclaim before it, if any; the next
+        // hold redoes it). Without a decrement nothing was written: a reclaim on an open slot
+        // always makes the second decrement succeed.
+        w.tx.rollback().await.map_err(map_err)?;
+        Ok(outcome)
+    }
+
+    async fn confirm_hold(
+        &self,
+        hold_id: HoldId,
+        now: Timestamp,
+    ) -> Result<Transition, StoreError> {
+        let mut w = self.begin_write().await?;
+        let updated = sqlx::query(concat!(
+            "UPDATE holds SET status = 'confirmed', confirmed_at = ?1 ",
+            "WHERE id = ?2 AND status = 'held' AND expires_at > ?1 RETURNING ",
+            hold_columns!()
+        ))
+        .bind(to_micros(now))
+        .bind(hold_id.get())
+        .fetch_optional(&mut *w.tx)
+        .await
+        .map_err(map_err)?;
+        let transition = match updated {
+            Some(row) => Transition::Applied(hold_from_row(&row)?),
+            None => match hold_by_id(&mut *w.tx, hold_id).await? {
+                Some(hold) => Transition::NotApplied(hold),
+                None => Transition::NotFound,
+            },
+        };
+        w.tx.commit().await.map_err(map_err)?;
+        Ok(transition)
+    }
+
+    async fn cancel_hold(&self, hold_id: HoldId, now: Timestamp) -> Result<Transition, StoreError> {
+        let mut w = self.begin_write().await?;
+        let updated = sqlx::query(concat!(
+            "UPDATE holds SET status = 'cancelled', cancelled_at = ?1 ",
+            "WHERE id = ?2 AND (status = 'confirmed' OR (status = 'held' AND expires_at > ?1)) ",
+            "RETURNING ",
+            hold_columns!()
+        ))
+        .bind(to_micros(now))
+        .bind(hold_id.get())
+        .fetch_optional(&mut *w.tx)
+        .await
+        .map_err(map_err)?;
+        let transition = match updated {
+            Some(row) => {
+                let hold = hold_from_row(&row)?;
+                let done = sqlx::query("UPDATE slots SET remaining = remaining + 1 WHERE id = ?1")
+                    .bind(hold.slot_id.get())
+                    .execute(&mut *w.tx)
+                    .await
+                    .map_err(map_err)?;
+                if done.rows_affected() != 1 {
+                    return Err(StoreError::failed(format!(
+                        "hold {hold_id} refers to missing slot {}",
+                        hold.slot_id
+                    )));
+                }
+                Transition::Applied(hold)
+            }
+            None => match hold_by_id(&mut *w.tx, hold_id).await? {
+                Some(hold) => Transition::NotApplied(hold),
+                None => Transition::NotFound,
+            },
+        };
+        w.tx.commit().await.map_err(map_err)?;
+        Ok(transition)
+    }
+
+    async fn get_hold(&self, hold_id: HoldId) -> Result<Option<Hold>, StoreError> {
+        hold_by_id(&self.pool, hold_id).await
+    }
+
+    async fn get_slot(&self, slot_id: SlotId) -> Result<Option<Slot>, StoreError> {
+        sqlx::query("SELECT id, starts_at, ends_at, capacity, remaining FROM slots WHERE id = ?1")
+            .bind(slot_id.get())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(map_err)?
+            .as_ref()
+            .map(slot_from_row)
+            .transpose()
+    }
+}

@@ -1,0 +1,171 @@
+//! Shared setup for the SQLite store's tests: temporary database files, timestamps, keys and
+//! an invariant check made with SQL.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use chrono::{Duration, TimeZone, Utc};
+use slot_booking::{
+    HoldId, HoldOutcome, HoldRequest, IdempotencyKey, NewSlot, SlotId, Store, StoreError,
+    Timestamp, Transition,
+};
+use slot_booking_sqlite::SqliteStore;
+use sqlx::SqlitePool;
+
+/// A database file in the temp directory, removed (with its WAL and SHM files) on drop.
+pub struct TempDb {
+    pub path: PathBuf,
+}
+
+impl TempDb {
+    pub fn new(name: &str) -> Self {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!(
+            "slot_booking_sqlite_{name}_{}_{n}_{nanos}.db",
+            std::process::id()
+        ));
+        TempDb { path }
+    }
+
+    pub fn url(&self) -> String {
+        format!("sqlite://{}", self.path.display())
+    }
+
+    /// A migrated store with its own pool on this file.
+    pub async fn store(&self) -> SqliteStore {
+        let store = SqliteStore::connect(&self.url()).await.unwrap();
+        store.migrate().await.unwrap();
+        store
+    }
+}
+
+impl Drop for TempDb {
+    fn drop(&mut self) {
+        for suffix in ["", "-wal", "-shm", "-journal"] {
+            let mut p = self.path.clone().into_os_string();
+            p.push(suffix);
+            let _ = std::fs::remove_file(Path::new(&p));
+        }
+    }
+}
+
+/// A fixed instant with a non-zero microsecond part, so round trips are checked to the µs.
+pub fn t0() -> Timestamp {
+    Utc.timestamp_opt(1_900_000_000, 123_456_000)
+        .single()
+        .unwrap()
+}
+
+pub fn at(secs: i64) -> Timestamp {
+    t0() + Duration::seconds(secs)
+}
+
+pub fn key(k: &str) -> IdempotencyKey {
+    IdempotencyKey::new(k).unwrap()
+}
+
+/// A slot starting an hour after `t0()`.
+pub async fn slot(store: &impl Store, capacity: i32) -> SlotId {
+    store
+        .create_slot(&NewSlot::new(at(3600), at(7200), capacity))
+        .await
+        .unwrap()
+        .slot_id
+}
+
+/// A hold request at `now`, expiring five minutes later.
+pub fn request(slot_id: SlotId, key: &IdempotencyKey, now: Timestamp) -> HoldRequest<'_> {
+    HoldRequest {
+        slot_id,
+        key,
+        now,
+        expires_at: now + Duration::minutes(5),
+    }
+}
+
+pub async fn hold(store: &impl Store, slot_id: SlotId, k: &str, now: Timestamp) -> HoldOutcome {
+    let k = key(k);
+    store.create_hold(request(slot_id, &k, now)).await.unwrap()
+}
+
+/// Counts with SQL: (capacity, remaining, stored held, confirmed) of a slot.
+pub async fn counts(pool: &SqlitePool, slot_id: SlotId) -> (i64, i64, i64, i64) {
+    sqlx::query_as(
+        "SELECT capacity, remaining, \
+           (SELECT COUNT(*) FROM holds WHERE slot_id = s.id AND status = 'held'), \
+           (SELECT COUNT(*) FROM holds WHERE slot_id = s.id AND status = 'confirmed') \
+         FROM slots s WHERE id = ?1",
+    )
+    .bind(slot_id.get())
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+/// Asserts `remaining + stored held + confirmed == capacity` and `remaining >= 0`.
+pub async fn assert_invariant(pool: &SqlitePool, slot_id: SlotId) {
+    let (capacity, remaining, held, confirmed) = counts(pool, slot_id).await;
+    assert!(remaining >= 0, "remaining {remaining} < 0");
+    assert_eq!(
+        remaining + held + confirmed,
+        capacity,
+        "invariant broken: remaining {remaining} + held {held} + confirmed {confirmed} != capacity {capacity}"
+    );
+}
+
+/// A store that owns its temporary database file: the file is removed when the store is
+/// dropped (after its pool), so a conformance case cleans up after itself.
+pub struct OwnedStore {
+    store: SqliteStore,
+    _db: TempDb,
+}
+
+impl OwnedStore {
+    pub async fn fresh(name: &str) -> Self {
+        let db = TempDb::new(name);
+        OwnedStore {
+            store: db.store().await,
+            _db: db,
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for OwnedStore {
+    async fn create_slot(&self, slot: &NewSlot) -> Result<slot_booking::Slot, StoreError> {
+        self.store.create_slot(slot).await
+    }
+    async fn availability(
+        &self,
+        now: Timestamp,
+    ) -> Result<Vec<slot_booking::AvailabilityEntry>, StoreError> {
+        self.store.availability(now).await
+    }
+    async fn create_hold(&self, request: HoldRequest<'_>) -> Result<HoldOutcome, StoreError> {
+        self.store.create_hold(request).await
+    }
+    async fn confirm_hold(
+        &self,
+        hold_id: HoldId,
+        now: Timestamp,
+    ) -> Result<Transition, StoreError> {
+        self.store.confirm_hold(hold_id, now).await
+    }
+    async fn cancel_hold(&self, hold_id: HoldId, now: Timestamp) -> Result<Transition, StoreError> {
+        self.store.cancel_hold(hold_id, now).await
+    }
+    async fn get_hold(&self, hold_id: HoldId) -> Result<Option<slot_booking::Hold>, StoreError> {
+        self.store.get_hold(hold_id).await
+    }
+    async fn get_slot(&self, slot_id: SlotId) -> Result<Option<slot_booking::Slot>, StoreError> {
+        self.store.get_slot(slot_id).await
+    }
+}
