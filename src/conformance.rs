@@ -23,8 +23,14 @@ use crate::engine::BookingEngine;
 use crate::model::{HoldId, HoldStatus, NewSlot, SlotId, Timestamp};
 use crate::store::Store;
 
+pub mod model;
+
 /// How long one case may run before it counts as hung.
 pub const CASE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Random sequences [`conformance_tests!`](crate::conformance_tests) runs against the model
+/// per store (`PROPTEST_CASES` overrides it).
+pub const MODEL_CASES: u32 = 256;
 
 /// The hold lifetime the suite's engines use.
 pub const HOLD_TTL: Duration = Duration::from_secs(300);
@@ -92,6 +98,12 @@ macro_rules! conformance_tests {
             race_cancels_of_one_hold_return_one_unit
             race_mixed_operations_keep_the_invariant
         );
+
+        /// Random operation sequences against the sequential model (SPEC §9).
+        #[test]
+        fn model_based_sequences() {
+            $crate::conformance::model::check($factory, $crate::conformance::MODEL_CASES, 40);
+        }
     };
     (@cases $factory:expr; $($case:ident)*) => {
         $(

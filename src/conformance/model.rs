@@ -1,0 +1,525 @@
+//! Model-based property test: random operation sequences run against a store through the
+//! engine and against a plain sequential model, which decides the expected outcome of every
+//! step. After every step the store's slots and holds must equal the model's, which implies the
+//! capacity invariant; the invariant is also checked on its own so a failure names it.
+//!
+//! Backends run it with [`check`]; `PROPTEST_CASES` raises the case count.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::time::Duration as StdDuration;
+
+use chrono::Duration;
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+
+use super::{epoch, HOLD_TTL};
+use crate::clock::ManualClock;
+use crate::engine::BookingEngine;
+use crate::error::BookingError;
+use crate::model::{AvailabilityQuery, Hold, HoldId, HoldStatus, NewSlot, SlotId, Timestamp};
+use crate::store::Store;
+use crate::Clock;
+
+/// One step of a generated sequence. Indexes refer to slots and holds created earlier in the
+/// sequence; an index past the end means an id the store never assigned.
+#[derive(Clone, Debug)]
+pub enum Op {
+    /// Create a slot of this capacity starting this many seconds from now.
+    CreateSlot {
+        /// Units.
+        capacity: i32,
+        /// Seconds from now to `starts_at`.
+        starts_in: i64,
+    },
+    /// Hold a unit of slot `slot` with key number `key` (keys repeat on purpose).
+    Hold {
+        /// Slot index.
+        slot: usize,
+        /// Key number.
+        key: u8,
+    },
+    /// Confirm hold number `hold`.
+    Confirm {
+        /// Hold index.
+        hold: usize,
+    },
+    /// Cancel hold number `hold`.
+    Cancel {
+        /// Hold index.
+        hold: usize,
+    },
+    /// Read hold number `hold`.
+    Get {
+        /// Hold index.
+        hold: usize,
+    },
+    /// Read the availability listing.
+    Availability,
+    /// Move the clock forward.
+    Advance {
+        /// Microseconds.
+        micros: i64,
+    },
+    /// Move the clock to hold number `hold`'s `expires_at` plus `offset` microseconds (if
+    /// that is later than now): the boundary cases.
+    ToExpiry {
+        /// Hold index.
+        hold: usize,
+        /// -1, 0 or +1 microseconds.
+        offset: i64,
+    },
+}
+
+/// The generator for one operation.
+pub fn op() -> impl Strategy<Value = Op> {
+    let ttl = HOLD_TTL.as_micros() as i64;
+    prop_oneof![
+        1 => (1..=3i32, 1..=40i64).prop_map(|(capacity, m)| Op::CreateSlot { capacity, starts_in: m * 60 }),
+        6 => (0..4usize, 0..8u8).prop_map(|(slot, key)| Op::Hold { slot, key }),
+        2 => (0..10usize).prop_map(|hold| Op::Confirm { hold }),
+        2 => (0..10usize).prop_map(|hold| Op::Cancel { hold }),
+        1 => (0..10usize).prop_map(|hold| Op::Get { hold }),
+        1 => Just(Op::Availability),
+        2 => prop_oneof![Just(1i64), Just(1_000_000), Just(60_000_000), Just(ttl - 1), Just(ttl), Just(ttl + 1), Just(ttl * 3)]
+            .prop_map(|micros| Op::Advance { micros }),
+        1 => (0..10usize, -1..=1i64).prop_map(|(hold, offset)| Op::ToExpiry { hold, offset }),
+    ]
+}
+
+/// A sequence: two slots to start with, then `1..=max_len` random operations.
+pub fn sequence(max_len: usize) -> impl Strategy<Value = Vec<Op>> {
+    proptest::collection::vec(op(), 1..=max_len).prop_map(|ops| {
+        let mut all = vec![
+            Op::CreateSlot {
+                capacity: 2,
+                starts_in: 3600,
+            },
+            Op::CreateSlot {
+                capacity: 1,
+                starts_in: 600,
+            },
+        ];
+        all.extend(ops);
+        all
+    })
+}
+
+#[derive(Debug, Clone)]
+struct ModelSlot {
+    id: SlotId,
+    starts_at: Timestamp,
+    ends_at: Timestamp,
+    capacity: i32,
+    remaining: i32,
+}
+
+/// The sequential model of SPEC §2–§4.
+#[derive(Debug, Default)]
+struct Model {
+    slots: Vec<ModelSlot>,
+    holds: Vec<Hold>,
+    keys: HashMap<u8, usize>,
+}
+
+/// What an operation returned, with store-assigned ids kept as they are.
+#[derive(Debug, PartialEq, Eq)]
+enum Seen {
+    Hold { hold: Hold, replayed: bool },
+    Listing(Vec<(SlotId, i32)>),
+    Error(&'static str),
+    Done,
+}
+
+impl Model {
+    fn slot_id(&self, index: usize) -> SlotId {
+        self.slots.get(index).map_or(
+            SlotId(self.slots.iter().map(|s| s.id.0).max().unwrap_or(0) + 1000),
+            |s| s.id,
+        )
+    }
+
+    fn hold_id(&self, index: usize) -> HoldId {
+        if self.holds.is_empty() {
+            return HoldId(1_000_000);
+        }
+        self.holds[index % self.holds.len()].hold_id
+    }
+
+    fn hold_index(&self, index: usize) -> Option<usize> {
+        (!self.holds.is_empty()).then(|| index % self.holds.len())
+    }
+
+    /// The expected result of placing a hold; `hold_id` is what the store assigned if it
+    /// created one (the model cannot know ids in advance).
+    fn hold(&mut self, slot: usize, key: u8, now: Timestamp, new_id: Option<HoldId>) -> Seen {
+        let slot_id = self.slot_id(slot);
+        if let Some(&existing) = self.keys.get(&key) {
+            let hold = self.holds[existing].clone();
+            if hold.slot_id == slot_id {
+                return Seen::Hold {
+                    hold: hold.at(now),
+                    replayed: true,
+                };
+            }
+            return Seen::Error("idempotency_key_reused");
+        }
+        let Some(model_slot) = self.slots.get(slot) else {
+            return Seen::Error("slot_not_found");
+        };
+        if model_slot.starts_at <= now {
+            return Seen::Error("slot_closed");
+        }
+        if model_slot.remaining == 0 {
+            let mut reclaimed = 0;
+            for hold in &mut self.holds {
+                if hold.slot_id == slot_id
+                    && hold.status == HoldStatus::Held
+                    && hold.expires_at <= now
+                {
+                    hold.status = HoldStatus::Expired;
+                    reclaimed += 1;
+                }
+            }
+            self.slots[slot].remaining += reclaimed;
+        }
+        if self.slots[slot].remaining == 0 {
+            return Seen::Error("sold_out");
+        }
+        let Some(hold_id) = new_id else {
+            // The store created nothing where the model would have: report the mismatch.
+            return Seen::Error("(model expected a new hold here)");
+        };
+        self.slots[slot].remaining -= 1;
+        let hold = Hold {
+            hold_id,
+            slot_id,
+            status: HoldStatus::Held,
+            expires_at: now + Duration::from_std(HOLD_TTL).unwrap_or(Duration::MAX),
+            confirmed_at: None,
+            cancelled_at: None,
+        };
+        self.keys.insert(key, self.holds.len());
+        self.holds.push(hold.clone());
+        Seen::Hold {
+            hold,
+            replayed: false,
+        }
+    }
+
+    fn confirm(&mut self, index: usize, now: Timestamp) -> Seen {
+        let Some(i) = self.hold_index(index) else {
+            return Seen::Error("hold_not_found");
+        };
+        let hold = &mut self.holds[i];
+        match hold.status_at(now) {
+            HoldStatus::Held => {
+                hold.status = HoldStatus::Confirmed;
+                hold.confirmed_at = Some(now);
+            }
+            HoldStatus::Confirmed => {}
+            HoldStatus::Cancelled => return Seen::Error("hold_cancelled"),
+            HoldStatus::Expired => return Seen::Error("hold_expired"),
+        }
+        Seen::Hold {
+            hold: hold.clone().at(now),
+            replayed: false,
+        }
+    }
+
+    fn cancel(&mut self, index: usize, now: Timestamp) -> Seen {
+        let Some(i) = self.hold_index(index) else {
+            return Seen::Error("hold_not_found");
+        };
+        let hold = &mut self.holds[i];
+        match hold.status_at(now) {
+            HoldStatus::Held | HoldStatus::Confirmed => {
+                hold.status = HoldStatus::Cancelled;
+                hold.cancelled_at = Some(now);
+                let slot_id = hold.slot_id;
+                if let Some(slot) = self.slots.iter_mut().find(|s| s.id == slot_id) {
+                    slot.remaining += 1;
+                }
+            }
+            HoldStatus::Cancelled => {}
+            HoldStatus::Expired => return Seen::Error("hold_expired"),
+        }
+        Seen::Hold {
+            hold: self.holds[i].clone().at(now),
+            replayed: false,
+        }
+    }
+
+    fn get(&self, index: usize, now: Timestamp) -> Seen {
+        match self.hold_index(index) {
+            Some(i) => Seen::Hold {
+                hold: self.holds[i].clone().at(now),
+                replayed: false,
+            },
+            None => Seen::Error("hold_not_found"),
+        }
+    }
+
+    fn availability(&self, now: Timestamp) -> Seen {
+        let mut upcoming: Vec<&ModelSlot> =
+            self.slots.iter().filter(|s| s.starts_at > now).collect();
+        upcoming.sort_by_key(|s| (s.starts_at, s.id));
+        Seen::Listing(
+            upcoming
+                .into_iter()
+                .map(|s| {
+                    let expired = self
+                        .holds
+                        .iter()
+                        .filter(|h| {
+                            h.slot_id == s.id && h.status == HoldStatus::Held && h.expires_at <= now
+                        })
+                        .count() as i32;
+                    (s.id, s.remaining + expired)
+                })
+                .collect(),
+        )
+    }
+}
+
+fn seen_hold(result: Result<crate::HoldPlaced, BookingError>) -> Seen {
+    match result {
+        Ok(placed) => Seen::Hold {
+            hold: placed.hold,
+            replayed: placed.replayed,
+        },
+        Err(error) => Seen::Error(error.code()),
+    }
+}
+
+fn seen_transition(result: Result<Hold, BookingError>) -> Seen {
+    match result {
+        Ok(hold) => Seen::Hold {
+            hold,
+            replayed: false,
+        },
+        Err(error) => Seen::Error(error.code()),
+    }
+}
+
+/// A step whose outcome differed from the model's, or a broken invariant.
+struct Mismatch(String);
+
+impl fmt::Debug for Mismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+macro_rules! ensure {
+    ($cond:expr, $($msg:tt)*) => {
+        if !$cond {
+            return Err(Mismatch(format!($($msg)*)));
+        }
+    };
+}
+
+/// Runs one sequence against a fresh store; `Err` describes the first difference.
+async fn run_sequence<S: Store>(store: S, ops: &[Op]) -> Result<(), Mismatch> {
+    let clock = ManualClock::new(epoch());
+    let engine = BookingEngine::builder(store)
+        .cache_period(StdDuration::ZERO)
+        .serve_stale_for(StdDuration::ZERO)
+        .hold_ttl(HOLD_TTL)
+        .clock(clock.clone())
+        .build();
+    let mut model = Model::default();
+    for (step, op) in ops.iter().enumerate() {
+        let now = clock.now();
+        let (expected, actual) = match *op {
+            Op::CreateSlot {
+                capacity,
+                starts_in,
+            } => {
+                let starts_at = now + Duration::seconds(starts_in);
+                let ends_at = starts_at + Duration::hours(1);
+                match engine
+                    .create_slot(NewSlot::new(starts_at, ends_at, capacity))
+                    .await
+                {
+                    Ok(slot) => {
+                        model.slots.push(ModelSlot {
+                            id: slot.slot_id,
+                            starts_at,
+                            ends_at,
+                            capacity,
+                            remaining: capacity,
+                        });
+                        (Seen::Done, Seen::Done)
+                    }
+                    Err(error) => (Seen::Done, Seen::Error(error.code())),
+                }
+            }
+            Op::Hold { slot, key } => {
+                let slot_id = model.slot_id(slot);
+                let actual = seen_hold(engine.hold(slot_id, &format!("key-{key}")).await);
+                let new_id = match &actual {
+                    Seen::Hold {
+                        hold,
+                        replayed: false,
+                    } => Some(hold.hold_id),
+                    _ => None,
+                };
+                (model.hold(slot, key, now, new_id), actual)
+            }
+            Op::Confirm { hold } => {
+                let actual = seen_transition(engine.confirm(model.hold_id(hold)).await);
+                (model.confirm(hold, now), actual)
+            }
+            Op::Cancel { hold } => {
+                let actual = seen_transition(engine.cancel(model.hold_id(hold)).await);
+                (model.cancel(hold, now), actual)
+            }
+            Op::Get { hold } => {
+                let actual = seen_transition(engine.get_hold(model.hold_id(hold)).await);
+                (model.get(hold, now), actual)
+            }
+            Op::Availability => {
+                let actual = match engine.availability(AvailabilityQuery::all()).await {
+                    Ok(listing) => {
+                        Seen::Listing(listing.iter().map(|e| (e.slot_id, e.remaining)).collect())
+                    }
+                    Err(error) => Seen::Error(error.code()),
+                };
+                (model.availability(now), actual)
+            }
+            Op::Advance { micros } => {
+                clock.advance(Duration::microseconds(micros));
+                (Seen::Done, Seen::Done)
+            }
+            Op::ToExpiry { hold, offset } => {
+                if let Some(i) = model.hold_index(hold) {
+                    let target = model.holds[i].expires_at + Duration::microseconds(offset);
+                    if target > now {
+                        clock.set(target);
+                    }
+                }
+                (Seen::Done, Seen::Done)
+            }
+        };
+        ensure!(
+            expected == actual,
+            "step {step} {op:?}: model says {expected:?}, store gave {actual:?}"
+        );
+        check_state(&engine, &model, clock.now())
+            .await
+            .map_err(|Mismatch(m)| Mismatch(format!("after step {step} {op:?}: {m}")))?;
+    }
+    Ok(())
+}
+
+/// The store's rows equal the model's, and the invariant holds.
+async fn check_state<S: Store>(
+    engine: &BookingEngine<S>,
+    model: &Model,
+    now: Timestamp,
+) -> Result<(), Mismatch> {
+    let store = engine.store();
+    let mut seen_keys = std::collections::HashSet::new();
+    for slot in &model.slots {
+        let stored = store
+            .get_slot(slot.id)
+            .await
+            .map_err(|e| Mismatch(format!("get_slot: {e}")))?;
+        let Some(stored) = stored else {
+            return Err(Mismatch(format!("slot {} is missing", slot.id)));
+        };
+        ensure!(
+            (
+                stored.starts_at,
+                stored.ends_at,
+                stored.capacity,
+                stored.remaining
+            ) == (slot.starts_at, slot.ends_at, slot.capacity, slot.remaining),
+            "slot {} is {stored:?}, model has {slot:?}",
+            slot.id
+        );
+        let (mut held, mut confirmed, mut active) = (0, 0, 0);
+        for hold in model.holds.iter().filter(|h| h.slot_id == slot.id) {
+            let stored = store
+                .get_hold(hold.hold_id)
+                .await
+                .map_err(|e| Mismatch(format!("get_hold: {e}")))?;
+            ensure!(
+                stored.as_ref() == Some(hold),
+                "hold {} is {stored:?}, model has {hold:?}",
+                hold.hold_id
+            );
+            ensure!(
+                seen_keys.insert(hold.hold_id),
+                "hold {} listed twice",
+                hold.hold_id
+            );
+            match hold.status {
+                HoldStatus::Held => held += 1,
+                HoldStatus::Confirmed => confirmed += 1,
+                _ => {}
+            }
+            active += i32::from(hold.is_active_at(now));
+        }
+        ensure!(stored.remaining >= 0, "slot {}: remaining < 0", slot.id);
+        ensure!(
+            stored.remaining + held + confirmed == stored.capacity,
+            "slot {}: remaining + held + confirmed != capacity",
+            slot.id
+        );
+        ensure!(
+            confirmed + active <= stored.capacity,
+            "slot {}: oversold",
+            slot.id
+        );
+    }
+    Ok(())
+}
+
+/// Runs `cases` random sequences of up to `max_len` operations (more with `PROPTEST_CASES`),
+/// each against a fresh store from `factory`, and panics with the shrunk failing sequence.
+///
+/// # Panics
+///
+/// When a sequence's outcomes or state differ from the model's.
+pub fn check<S, F, Fut>(factory: F, cases: u32, max_len: usize)
+where
+    S: Store,
+    F: Fn() -> Fut,
+    Fut: Future<Output = S>,
+{
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(cases);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("conformance: cannot build a tokio runtime");
+    let mut runner = TestRunner::new(Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let longest = std::sync::atomic::AtomicUsize::new(0);
+    let result = runner.run(&sequence(max_len), |ops| {
+        longest.fetch_max(ops.len(), std::sync::atomic::Ordering::Relaxed);
+        runtime.block_on(async {
+            let store = factory().await;
+            tokio::time::timeout(super::CASE_TIMEOUT, run_sequence(store, &ops))
+                .await
+                .map_err(|_| TestCaseError::fail("sequence timed out"))?
+                .map_err(|Mismatch(m)| TestCaseError::fail(m))
+        })
+    });
+    eprintln!(
+        "model check: {cases} cases, longest sequence {} operations",
+        longest.into_inner()
+    );
+    if let Err(error) = result {
+        panic!("model check failed: {error}");
+    }
+}
