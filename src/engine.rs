@@ -1,10 +1,13 @@
 //! [`BookingEngine`]: the booking rules on top of any [`Store`].
 
 use std::fmt;
+use std::future::Future;
 use std::ops::{Deref, Range};
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::FutureExt;
 use serde::ser::{Serialize, Serializer};
 
 use crate::cache::{CacheConfig, CacheError, SingleFlightCache};
@@ -191,6 +194,15 @@ impl Serialize for Availability {
     }
 }
 
+/// Awaits a store call, turning a panic inside the store into a [`StoreError`]: a buggy store
+/// must not take the caller's task down with it, and the engine's API never panics.
+async fn guarded<T>(call: impl Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
+    AssertUnwindSafe(call)
+        .catch_unwind()
+        .await
+        .unwrap_or_else(|_| Err(StoreError::failed("the store panicked")))
+}
+
 /// The part of a snapshot (sorted by `starts_at`) a reader at `now` asking `query` may see.
 fn window(
     entries: &[AvailabilityEntry],
@@ -267,7 +279,7 @@ impl<S: Store> BookingEngine<S> {
         let snapshot = self
             .inner
             .cache
-            .get(move || async move { store.availability(clock.now()).await })
+            .get(move || async move { guarded(store.availability(clock.now())).await })
             .await
             .map_err(|error| match error {
                 CacheError::Load(error) => BookingError::Store(error),
@@ -301,7 +313,7 @@ impl<S: Store> BookingEngine<S> {
             now,
             expires_at,
         };
-        match self.inner.store.create_hold(request).await? {
+        match guarded(self.inner.store.create_hold(request)).await? {
             HoldOutcome::Created(hold) => Ok(HoldPlaced {
                 hold: hold.at(now),
                 replayed: false,
@@ -324,7 +336,7 @@ impl<S: Store> BookingEngine<S> {
     /// Confirms an active hold. Confirming a confirmed hold returns it unchanged.
     pub async fn confirm(&self, hold_id: HoldId) -> Result<Hold, BookingError> {
         let now = self.inner.clock.now();
-        let transition = self.inner.store.confirm_hold(hold_id, now).await?;
+        let transition = guarded(self.inner.store.confirm_hold(hold_id, now)).await?;
         self.settle(transition, hold_id, now, HoldStatus::Confirmed)
     }
 
@@ -332,7 +344,7 @@ impl<S: Store> BookingEngine<S> {
     /// returns it unchanged.
     pub async fn cancel(&self, hold_id: HoldId) -> Result<Hold, BookingError> {
         let now = self.inner.clock.now();
-        let transition = self.inner.store.cancel_hold(hold_id, now).await?;
+        let transition = guarded(self.inner.store.cancel_hold(hold_id, now)).await?;
         self.settle(transition, hold_id, now, HoldStatus::Cancelled)
     }
 
@@ -366,7 +378,7 @@ impl<S: Store> BookingEngine<S> {
     /// Reads a hold, its status resolved at the current time.
     pub async fn get_hold(&self, hold_id: HoldId) -> Result<Hold, BookingError> {
         let now = self.inner.clock.now();
-        match self.inner.store.get_hold(hold_id).await? {
+        match guarded(self.inner.store.get_hold(hold_id)).await? {
             Some(hold) => Ok(hold.at(now)),
             None => Err(BookingError::HoldNotFound { hold_id }),
         }
@@ -376,7 +388,7 @@ impl<S: Store> BookingEngine<S> {
     pub async fn create_slot(&self, slot: NewSlot) -> Result<Slot, BookingError> {
         let slot = NewSlot::new(slot.starts_at, slot.ends_at, slot.capacity);
         slot.validate()?;
-        let created = self.inner.store.create_slot(&slot).await?;
+        let created = guarded(self.inner.store.create_slot(&slot)).await?;
         self.inner.cache.invalidate();
         Ok(created)
     }

@@ -354,3 +354,68 @@ async fn the_engine_works_over_a_trait_object() {
     fn assert_send_sync<T: Send + Sync + Clone + 'static>(_: &T) {}
     assert_send_sync(&engine);
 }
+
+#[tokio::test(start_paused = true)]
+async fn c5_a_failing_store_gets_the_stale_listing_then_the_error() {
+    let clock = ManualClock::new(start());
+    let engine = engine(Probe::default(), &clock);
+    let slot = slot(&engine, 2, chrono::Duration::hours(1)).await;
+    engine.availability(AvailabilityQuery::all()).await.unwrap();
+    engine.store().fail.store(true, Ordering::SeqCst);
+    tokio::time::advance(Duration::from_secs(11)).await;
+    let stale = engine.availability(AvailabilityQuery::all()).await.unwrap();
+    assert_eq!(
+        stale[0].slot_id, slot,
+        "stale copy served while the store is down"
+    );
+    assert_eq!(stale.fresh_for(), Duration::ZERO);
+    tokio::time::advance(Duration::from_secs(60)).await;
+    let error = engine
+        .availability(AvailabilityQuery::all())
+        .await
+        .unwrap_err();
+    assert_eq!(error.code(), "store_unavailable", "past the stale bound");
+    engine.store().fail.store(false, Ordering::SeqCst);
+    assert_eq!(
+        engine
+            .availability(AvailabilityQuery::all())
+            .await
+            .unwrap()
+            .len(),
+        1,
+        "the error was not cached"
+    );
+}
+
+#[tokio::test]
+async fn a_panicking_store_is_a_store_error_not_a_panic() {
+    use slot_booking::conformance::faults::{FaultRates, FaultyStore};
+    let rates = FaultRates {
+        panic_before: 100,
+        ..FaultRates::NONE
+    };
+    let store = FaultyStore::new(MemoryStore::new(), rates, 7);
+    store.set_enabled(false);
+    let engine = BookingEngine::new(store);
+    let starts_at = chrono::Utc::now() + chrono::Duration::hours(1);
+    let slot = engine
+        .create_slot(NewSlot::new(
+            starts_at,
+            starts_at + chrono::Duration::hours(1),
+            1,
+        ))
+        .await
+        .unwrap();
+    engine.store().set_enabled(true);
+    for error in [
+        engine.hold(slot.slot_id, "k").await.unwrap_err(),
+        engine.get_hold(HoldId(1)).await.unwrap_err(),
+        engine
+            .availability(AvailabilityQuery::all())
+            .await
+            .unwrap_err(),
+    ] {
+        assert_eq!(error.code(), "store_unavailable");
+        assert!(error.to_string().contains("panicked"), "{error}");
+    }
+}
