@@ -1,0 +1,394 @@
+//! PostgreSQL store for [`slot_booking`], built on [sqlx](https://docs.rs/sqlx).
+//!
+//! [`PostgresStore`] implements [`Store`] as a thin translation to SQL: every outcome is
+//! decided by the rows a conditional write affected or by the unique constraint on the
+//! idempotency key, never by an earlier read (SPEC R4, R5).
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), slot_booking::StoreError> {
+//! use slot_booking_postgres::PostgresStore;
+//!
+//! let store = PostgresStore::connect("postgres://postgres@localhost/app").await?;
+//! store.migrate().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Storage
+//!
+//! * Tables `slots` and `holds` live in a schema of their own, [`DEFAULT_SCHEMA`] unless
+//!   [`PostgresStore::with_schema`] names another. Every statement names its tables with the
+//!   schema, so the pool can be shared with the host application whatever its `search_path`.
+//! * [`PostgresStore::migrate`] applies the embedded migrations (`migrations/*.sql`) and
+//!   records them in `<schema>.slot_booking_migrations`, not in sqlx's `_sqlx_migrations`, so
+//!   a host application's own sqlx migrations coexist in the same database.
+//! * Timestamps are `TIMESTAMPTZ` (microsecond precision, the precision the core keeps); ids
+//!   are `BIGINT` identity columns. CHECK constraints back the capacity invariant and a
+//!   partial index over holds still stored as `held` keeps availability and reclaim away from
+//!   confirmed and cancelled history.
+//!
+//! # Statements
+//!
+//! * A hold is **one statement** in the common case: a CTE decrements the slot's `remaining`
+//!   (`... WHERE remaining > 0 AND starts_at > now`) and inserts the hold from the row it
+//!   returns. A unique violation on the key aborts the whole statement, so the decrement is
+//!   undone; the existing hold is then read to tell a replay from a reused key. Only when the
+//!   decrement found no unit does a second statement lock the slot, reclaim its expired holds,
+//!   decrement once more and insert, again atomically.
+//! * A cancel is one statement too: it locks the slot row, flips the hold and gives the unit
+//!   back. Confirm is a single conditional `UPDATE`.
+//! * Row locks are always taken slot first, then holds, so concurrent holds, confirms,
+//!   cancels and reclaims on one slot cannot deadlock.
+//!
+//! Connection, pool and I/O failures, and the SQLSTATEs of a lost connection (class `08`),
+//! serialization failure (`40001`), deadlock (`40P01`), too many connections (`53300`) and
+//! server shutdown (`57P01`–`57P03`) map to [`StoreError::unavailable`]; everything else to
+//! [`StoreError::failed`].
+
+use std::str::FromStr;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use slot_booking::{
+    AvailabilityEntry, Hold, HoldId, HoldOutcome, HoldRequest, HoldStatus, NewSlot, Slot, SlotId,
+    Store, StoreError, Timestamp, Transition,
+};
+use sqlx::postgres::{PgPool, PgPoolOptions, PgRow};
+use sqlx::Row;
+
+mod migrate;
+mod sql;
+
+use sql::Statements;
+
+/// The schema [`PostgresStore::new`] and [`PostgresStore::connect`] keep their tables in.
+pub const DEFAULT_SCHEMA: &str = "slot_booking";
+
+/// Connections in the pool [`PostgresStore::connect`] opens.
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 10;
+
+/// A schema name that is not a plain identifier.
+///
+/// Accepted: 1 to 63 characters, lowercase ASCII letters, digits and `_`, not starting with a
+/// digit, and not starting with `pg_` (reserved by PostgreSQL).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid schema name {0:?}: use 1-63 of [a-z0-9_], not starting with a digit or pg_")]
+pub struct InvalidSchemaName(pub String);
+
+/// A [`Store`] over a PostgreSQL database, keeping its tables in one schema.
+///
+/// Cheap to clone: clones share the pool and the prepared SQL text.
+#[derive(Debug, Clone)]
+pub struct PostgresStore {
+    pool: PgPool,
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    schema: String,
+    sql: Statements,
+}
+
+fn validate_schema(schema: &str) -> Result<(), InvalidSchemaName> {
+    let bytes = schema.as_bytes();
+    let valid = (1..=63).contains(&bytes.len())
+        && !bytes[0].is_ascii_digit()
+        && !schema.starts_with("pg_")
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'_');
+    if valid {
+        Ok(())
+    } else {
+        Err(InvalidSchemaName(schema.to_owned()))
+    }
+}
+
+impl PostgresStore {
+    /// A store over an existing pool, with its tables in [`DEFAULT_SCHEMA`]. Run
+    /// [`PostgresStore::migrate`] before use.
+    pub fn new(pool: PgPool) -> Self {
+        PostgresStore::build(pool, DEFAULT_SCHEMA.to_owned())
+    }
+
+    /// A store over an existing pool, with its tables in `schema` (created by
+    /// [`PostgresStore::migrate`] if missing). See [`InvalidSchemaName`] for the names
+    /// accepted.
+    pub fn with_schema(pool: PgPool, schema: &str) -> Result<Self, InvalidSchemaName> {
+        validate_schema(schema)?;
+        Ok(PostgresStore::build(pool, schema.to_owned()))
+    }
+
+    fn build(pool: PgPool, schema: String) -> Self {
+        let sql = Statements::new(&schema);
+        PostgresStore {
+            pool,
+            inner: Arc::new(Inner { schema, sql }),
+        }
+    }
+
+    /// Opens a pool of [`DEFAULT_MAX_CONNECTIONS`] on `url` and returns a store over it, with
+    /// its tables in [`DEFAULT_SCHEMA`]. Does not migrate: call [`PostgresStore::migrate`].
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        let pool = PgPoolOptions::new()
+            .max_connections(DEFAULT_MAX_CONNECTIONS)
+            .connect(url)
+            .await
+            .map_err(map_err)?;
+        Ok(PostgresStore::new(pool))
+    }
+
+    /// The pool this store uses.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// The schema holding this store's tables.
+    pub fn schema(&self) -> &str {
+        &self.inner.schema
+    }
+
+    /// Creates the schema if needed and applies the embedded migrations it has not recorded
+    /// yet, each in one transaction with its row in `<schema>.slot_booking_migrations`, under a
+    /// transaction-scoped advisory lock so concurrent migrators (other processes included)
+    /// take turns. Idempotent.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        migrate::run(&self.pool, &self.inner.schema).await
+    }
+}
+
+/// Maps a sqlx error to a [`StoreError`]: what may go away on retry is
+/// [`StoreError::unavailable`], everything else [`StoreError::failed`].
+pub(crate) fn map_err(error: sqlx::Error) -> StoreError {
+    let transient = match &error {
+        sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+            code.starts_with("08") // connection exception
+                || matches!(
+                    &*code,
+                    "40001" // serialization_failure
+                        | "40P01" // deadlock_detected
+                        | "53300" // too_many_connections
+                        | "57P01" // admin_shutdown
+                        | "57P02" // crash_shutdown
+                        | "57P03" // cannot_connect_now
+                )
+        }),
+        _ => false,
+    };
+    if transient {
+        StoreError::unavailable(error)
+    } else {
+        StoreError::failed(error)
+    }
+}
+
+fn is_unique_violation(error: &sqlx::Error) -> bool {
+    matches!(error, sqlx::Error::Database(db) if db.is_unique_violation())
+}
+
+fn hold_from_row(row: &PgRow) -> Result<Hold, StoreError> {
+    let status: String = row.try_get("status").map_err(map_err)?;
+    Ok(Hold {
+        hold_id: HoldId(row.try_get("id").map_err(map_err)?),
+        slot_id: SlotId(row.try_get("slot_id").map_err(map_err)?),
+        status: HoldStatus::from_str(&status).map_err(StoreError::failed)?,
+        expires_at: row.try_get("expires_at").map_err(map_err)?,
+        confirmed_at: row.try_get("confirmed_at").map_err(map_err)?,
+        cancelled_at: row.try_get("cancelled_at").map_err(map_err)?,
+    })
+}
+
+fn slot_from_row(row: &PgRow) -> Result<Slot, StoreError> {
+    Ok(Slot {
+        slot_id: SlotId(row.try_get("id").map_err(map_err)?),
+        starts_at: row.try_get("starts_at").map_err(map_err)?,
+        ends_at: row.try_get("ends_at").map_err(map_err)?,
+        capacity: row.try_get("capacity").map_err(map_err)?,
+        remaining: row.try_get("remaining").map_err(map_err)?,
+    })
+}
+
+/// What a hold-inserting statement did.
+enum Insert {
+    /// Took a unit and stored the hold.
+    Created(Hold),
+    /// Found no unit; nothing changed.
+    NoUnit,
+    /// The key is taken; the statement was rolled back as a whole.
+    KeyTaken,
+}
+
+impl PostgresStore {
+    fn sql(&self) -> &Statements {
+        &self.inner.sql
+    }
+
+    /// Runs one of the two hold-inserting statements.
+    async fn try_insert_hold(
+        &self,
+        sql: &str,
+        request: &HoldRequest<'_>,
+    ) -> Result<Insert, StoreError> {
+        let inserted = sqlx::query(sql)
+            .bind(request.slot_id.get())
+            .bind(request.key.as_str())
+            .bind(request.now)
+            .bind(request.expires_at)
+            .fetch_optional(&self.pool)
+            .await;
+        match inserted {
+            Ok(Some(row)) => Ok(Insert::Created(hold_from_row(&row)?)),
+            Ok(None) => Ok(Insert::NoUnit),
+            Err(error) if is_unique_violation(&error) => Ok(Insert::KeyTaken),
+            Err(error) => Err(map_err(error)),
+        }
+    }
+
+    /// Says why no hold was created: the key's hold if there is one (it takes precedence),
+    /// else whether the slot is missing, started or full. One read, after the write.
+    async fn explain(&self, request: &HoldRequest<'_>) -> Result<HoldOutcome, StoreError> {
+        let row = sqlx::query(&self.sql().explain_hold)
+            .bind(request.slot_id.get())
+            .bind(request.key.as_str())
+            .fetch_one(&self.pool)
+            .await
+            .map_err(map_err)?;
+        let hold_id: Option<i64> = row.try_get("id").map_err(map_err)?;
+        if hold_id.is_some() {
+            let hold = hold_from_row(&row)?;
+            return Ok(if hold.slot_id == request.slot_id {
+                HoldOutcome::Replayed(hold)
+            } else {
+                HoldOutcome::KeyReused(hold)
+            });
+        }
+        let starts_at: Option<Timestamp> = row.try_get("slot_starts_at").map_err(map_err)?;
+        Ok(match starts_at {
+            None => HoldOutcome::SlotNotFound,
+            Some(starts_at) if starts_at <= request.now => HoldOutcome::SlotClosed,
+            Some(_) => HoldOutcome::SoldOut,
+        })
+    }
+
+    async fn hold_by_id(&self, hold_id: HoldId) -> Result<Option<Hold>, StoreError> {
+        sqlx::query(&self.sql().hold_by_id)
+            .bind(hold_id.get())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(map_err)?
+            .as_ref()
+            .map(hold_from_row)
+            .transpose()
+    }
+
+    async fn not_applied(&self, hold_id: HoldId) -> Result<Transition, StoreError> {
+        Ok(match self.hold_by_id(hold_id).await? {
+            Some(hold) => Transition::NotApplied(hold),
+            None => Transition::NotFound,
+        })
+    }
+}
+
+#[async_trait]
+impl Store for PostgresStore {
+    async fn create_slot(&self, slot: &NewSlot) -> Result<Slot, StoreError> {
+        let row = sqlx::query(&self.sql().create_slot)
+            .bind(slot.starts_at)
+            .bind(slot.ends_at)
+            .bind(slot.capacity)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(map_err)?;
+        slot_from_row(&row)
+    }
+
+    async fn availability(&self, now: Timestamp) -> Result<Vec<AvailabilityEntry>, StoreError> {
+        let rows = sqlx::query(&self.sql().availability)
+            .bind(now)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_err)?;
+        rows.iter()
+            .map(|row| {
+                Ok(AvailabilityEntry {
+                    slot_id: SlotId(row.try_get("id").map_err(map_err)?),
+                    starts_at: row.try_get("starts_at").map_err(map_err)?,
+                    ends_at: row.try_get("ends_at").map_err(map_err)?,
+                    capacity: row.try_get("capacity").map_err(map_err)?,
+                    remaining: row.try_get("available").map_err(map_err)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn create_hold(&self, request: HoldRequest<'_>) -> Result<HoldOutcome, StoreError> {
+        // Fast path, one round trip: decrement and insert in one statement.
+        match self
+            .try_insert_hold(&self.sql().hold_fast, &request)
+            .await?
+        {
+            Insert::Created(hold) => return Ok(HoldOutcome::Created(hold)),
+            Insert::KeyTaken => return self.explain(&request).await,
+            Insert::NoUnit => {}
+        }
+        // No unit: lock the slot, reclaim its expired holds, decrement once more and insert,
+        // all in one statement (atomic; a unique violation undoes the reclaim as well).
+        match self
+            .try_insert_hold(&self.sql().hold_reclaim, &request)
+            .await?
+        {
+            Insert::Created(hold) => Ok(HoldOutcome::Created(hold)),
+            Insert::NoUnit | Insert::KeyTaken => self.explain(&request).await,
+        }
+    }
+
+    async fn confirm_hold(
+        &self,
+        hold_id: HoldId,
+        now: Timestamp,
+    ) -> Result<Transition, StoreError> {
+        let updated = sqlx::query(&self.sql().confirm)
+            .bind(hold_id.get())
+            .bind(now)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(map_err)?;
+        match updated {
+            Some(row) => Ok(Transition::Applied(hold_from_row(&row)?)),
+            None => self.not_applied(hold_id).await,
+        }
+    }
+
+    async fn cancel_hold(&self, hold_id: HoldId, now: Timestamp) -> Result<Transition, StoreError> {
+        let updated = sqlx::query(&self.sql().cancel)
+            .bind(hold_id.get())
+            .bind(now)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(map_err)?;
+        match updated {
+            Some(row) => Ok(Transition::Applied(hold_from_row(&row)?)),
+            None => self.not_applied(hold_id).await,
+        }
+    }
+
+    async fn get_hold(&self, hold_id: HoldId) -> Result<Option<Hold>, StoreError> {
+        self.hold_by_id(hold_id).await
+    }
+
+    async fn get_slot(&self, slot_id: SlotId) -> Result<Option<Slot>, StoreError> {
+        sqlx::query(&self.sql().slot_by_id)
+            .bind(slot_id.get())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(map_err)?
+            .as_ref()
+            .map(slot_from_row)
+            .transpose()
+    }
+}

@@ -1,0 +1,110 @@
+//! The embedded migrations and their ledger.
+//!
+//! sqlx's own migrator keeps one `_sqlx_migrations` ledger per search path, which a host
+//! application using sqlx migrations already owns; sharing it would make each migrator see the
+//! other's versions as unknown. So this crate records its versions in
+//! `<schema>.slot_booking_migrations` and leaves `_sqlx_migrations` alone.
+
+use sqlx::postgres::PgPool;
+use sqlx::Executor;
+
+use slot_booking::StoreError;
+
+use crate::map_err;
+use crate::sql::quote;
+
+/// One embedded migration.
+struct Migration {
+    version: i64,
+    description: &'static str,
+    sql: &'static str,
+}
+
+/// Every migration, in version order. The SQL names tables without a schema: it runs with
+/// `search_path` set to the store's schema.
+const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    description: "create slots and holds",
+    sql: include_str!("../migrations/0001_create_slots_and_holds.sql"),
+}];
+
+/// The advisory lock key of a schema's migrations: FNV-1a (64 bit) of a fixed prefix and the
+/// schema name, stable across versions and processes.
+fn lock_key(schema: &str) -> i64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in "slot_booking_migrations:".bytes().chain(schema.bytes()) {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    i64::from_ne_bytes(hash.to_ne_bytes())
+}
+
+/// Applies every migration not yet in the ledger, each in one transaction with its ledger
+/// row, holding a transaction-scoped advisory lock on the schema's key.
+pub(crate) async fn run(pool: &PgPool, schema: &str) -> Result<(), StoreError> {
+    let s = quote(schema);
+    let create_schema = format!("CREATE SCHEMA IF NOT EXISTS {s}");
+    let create_ledger = format!(
+        "CREATE TABLE IF NOT EXISTS {s}.slot_booking_migrations ( \
+             version     BIGINT PRIMARY KEY, \
+             description TEXT NOT NULL, \
+             applied_at  TIMESTAMPTZ NOT NULL DEFAULT now())"
+    );
+    let is_applied =
+        format!("SELECT EXISTS (SELECT 1 FROM {s}.slot_booking_migrations WHERE version = $1)");
+    let record =
+        format!("INSERT INTO {s}.slot_booking_migrations (version, description) VALUES ($1, $2)");
+    let search_path = format!("SET LOCAL search_path TO {s}");
+
+    for migration in MIGRATIONS {
+        let mut tx = pool.begin().await.map_err(map_err)?;
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(lock_key(schema))
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        (&mut *tx)
+            .execute(create_schema.as_str())
+            .await
+            .map_err(map_err)?;
+        (&mut *tx)
+            .execute(create_ledger.as_str())
+            .await
+            .map_err(map_err)?;
+        let applied: bool = sqlx::query_scalar(&is_applied)
+            .bind(migration.version)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        if applied {
+            tx.commit().await.map_err(map_err)?;
+            continue;
+        }
+        (&mut *tx)
+            .execute(search_path.as_str())
+            .await
+            .map_err(map_err)?;
+        // A plain string runs with the simple query protocol: every statement in the file.
+        (&mut *tx).execute(migration.sql).await.map_err(map_err)?;
+        sqlx::query(&record)
+            .bind(migration.version)
+            .bind(migration.description)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        tx.commit().await.map_err(map_err)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn lock_keys_differ_by_schema_and_are_stable() {
+        assert_eq!(
+            super::lock_key("slot_booking"),
+            super::lock_key("slot_booking")
+        );
+        assert_ne!(super::lock_key("slot_booking"), super::lock_key("other"));
+    }
+}

@@ -1,0 +1,240 @@
+//! Shared setup for the PostgreSQL store's tests: a fresh schema per test (dropped when the
+//! test's guard goes away, pass or fail), timestamps, keys and an invariant check in SQL.
+//!
+//! Tests read `DATABASE_URL`. Without it they print that they were SKIPPED and pass, unless
+//! `CI` is set: then they panic, so CI never skips them.
+
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration as StdDuration, SystemTime, UNIX_EPOCH};
+
+use chrono::{Duration, TimeZone, Utc};
+use slot_booking::{
+    HoldId, HoldOutcome, HoldRequest, IdempotencyKey, NewSlot, SlotId, Store, StoreError,
+    Timestamp, Transition,
+};
+use slot_booking_postgres::PostgresStore;
+use sqlx::postgres::{PgPool, PgPoolOptions};
+
+/// Connections per test pool.
+pub const POOL_SIZE: u32 = 12;
+
+/// `DATABASE_URL`, or `None` after printing that `test` is skipped. Panics without it on CI.
+pub fn database_url(test: &str) -> Option<String> {
+    match std::env::var("DATABASE_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            if std::env::var_os("CI").is_some() {
+                panic!("{test}: DATABASE_URL is not set and CI is: PostgreSQL tests must not be skipped on CI");
+            }
+            eprintln!(
+                "\n*** SKIPPED {test}: DATABASE_URL is not set; PostgreSQL tests did NOT run ***\n"
+            );
+            None
+        }
+    }
+}
+
+pub async fn pool(url: &str) -> PgPool {
+    PgPoolOptions::new()
+        .max_connections(POOL_SIZE)
+        .acquire_timeout(StdDuration::from_secs(60))
+        .connect(url)
+        .await
+        .unwrap()
+}
+
+fn now_nanos() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+/// A schema name unique to this process, test and instant.
+pub fn unique_schema(prefix: &str) -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!("{prefix}_{}_{n}_{}", std::process::id(), now_nanos())
+}
+
+/// Drops a schema when dropped, from a thread of its own (Drop cannot await).
+pub struct SchemaGuard {
+    pub url: String,
+    pub schema: String,
+}
+
+impl Drop for SchemaGuard {
+    fn drop(&mut self) {
+        let url = self.url.clone();
+        let schema = self.schema.clone();
+        let dropper = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                if let Ok(pool) = PgPoolOptions::new().max_connections(1).connect(&url).await {
+                    let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
+                        .execute(&pool)
+                        .await;
+                    pool.close().await;
+                }
+            });
+        });
+        let _ = dropper.join();
+    }
+}
+
+/// A migrated store on a fresh schema, plus what a test needs to make more stores on it.
+pub struct Ctx {
+    pub url: String,
+    pub store: PostgresStore,
+    pub guard: SchemaGuard,
+}
+
+impl Ctx {
+    pub fn schema(&self) -> &str {
+        &self.guard.schema
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        self.store.pool()
+    }
+
+    /// Another store on the same schema with a pool of its own: another process, in effect.
+    pub async fn second_store(&self) -> PostgresStore {
+        let store = PostgresStore::with_schema(pool(&self.url).await, self.schema()).unwrap();
+        store.migrate().await.unwrap();
+        store
+    }
+}
+
+/// A fresh, migrated schema for `test`, or `None` (skipped) without `DATABASE_URL`.
+pub async fn setup(test: &str) -> Option<Ctx> {
+    let url = database_url(test)?;
+    let schema = unique_schema("sbtest");
+    let guard = SchemaGuard {
+        url: url.clone(),
+        schema: schema.clone(),
+    };
+    let store = PostgresStore::with_schema(pool(&url).await, &schema).unwrap();
+    store.migrate().await.unwrap();
+    Some(Ctx { url, store, guard })
+}
+
+/// A fixed instant with a non-zero microsecond part, so round trips are checked to the µs.
+pub fn t0() -> Timestamp {
+    Utc.timestamp_opt(1_900_000_000, 123_456_000)
+        .single()
+        .unwrap()
+}
+
+pub fn at(secs: i64) -> Timestamp {
+    t0() + Duration::seconds(secs)
+}
+
+pub fn key(k: &str) -> IdempotencyKey {
+    IdempotencyKey::new(k).unwrap()
+}
+
+/// A slot starting an hour after `t0()`.
+pub async fn slot(store: &impl Store, capacity: i32) -> SlotId {
+    store
+        .create_slot(&NewSlot::new(at(3600), at(7200), capacity))
+        .await
+        .unwrap()
+        .slot_id
+}
+
+/// A hold request at `now`, expiring five minutes later.
+pub fn request(slot_id: SlotId, key: &IdempotencyKey, now: Timestamp) -> HoldRequest<'_> {
+    HoldRequest {
+        slot_id,
+        key,
+        now,
+        expires_at: now + Duration::minutes(5),
+    }
+}
+
+pub async fn hold(store: &impl Store, slot_id: SlotId, k: &str, now: Timestamp) -> HoldOutcome {
+    let k = key(k);
+    store.create_hold(request(slot_id, &k, now)).await.unwrap()
+}
+
+/// Counts with SQL: (capacity, remaining, stored held, confirmed) of a slot.
+pub async fn counts(store: &PostgresStore, slot_id: SlotId) -> (i64, i64, i64, i64) {
+    let s = store.schema();
+    sqlx::query_as(&format!(
+        "SELECT capacity::int8, remaining::int8, \
+           (SELECT count(*) FROM \"{s}\".holds WHERE slot_id = sl.id AND status = 'held'), \
+           (SELECT count(*) FROM \"{s}\".holds WHERE slot_id = sl.id AND status = 'confirmed') \
+         FROM \"{s}\".slots sl WHERE id = $1"
+    ))
+    .bind(slot_id.get())
+    .fetch_one(store.pool())
+    .await
+    .unwrap()
+}
+
+/// Asserts `remaining + stored held + confirmed == capacity` and `remaining >= 0`.
+pub async fn assert_invariant(store: &PostgresStore, slot_id: SlotId) {
+    let (capacity, remaining, held, confirmed) = counts(store, slot_id).await;
+    assert!(remaining >= 0, "remaining {remaining} < 0");
+    assert_eq!(
+        remaining + held + confirmed,
+        capacity,
+        "invariant broken: remaining {remaining} + held {held} + confirmed {confirmed} != capacity {capacity}"
+    );
+}
+
+/// A store that owns its fresh schema: the schema is dropped when the store is (after its
+/// pool), so a conformance case cleans up after itself.
+pub struct OwnedStore {
+    store: PostgresStore,
+    _guard: SchemaGuard,
+}
+
+impl OwnedStore {
+    /// `None` without `DATABASE_URL` (after the SKIPPED notice; a panic on CI).
+    pub async fn fresh(test: &str) -> Option<Self> {
+        let ctx = setup(test).await?;
+        Some(OwnedStore {
+            store: ctx.store,
+            _guard: ctx.guard,
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for OwnedStore {
+    async fn create_slot(&self, slot: &NewSlot) -> Result<slot_booking::Slot, StoreError> {
+        self.store.create_slot(slot).await
+    }
+    async fn availability(
+        &self,
+        now: Timestamp,
+    ) -> Result<Vec<slot_booking::AvailabilityEntry>, StoreError> {
+        self.store.availability(now).await
+    }
+    async fn create_hold(&self, request: HoldRequest<'_>) -> Result<HoldOutcome, StoreError> {
+        self.store.create_hold(request).await
+    }
+    async fn confirm_hold(
+        &self,
+        hold_id: HoldId,
+        now: Timestamp,
+    ) -> Result<Transition, StoreError> {
+        self.store.confirm_hold(hold_id, now).await
+    }
+    async fn cancel_hold(&self, hold_id: HoldId, now: Timestamp) -> Result<Transition, StoreError> {
+        self.store.cancel_hold(hold_id, now).await
+    }
+    async fn get_hold(&self, hold_id: HoldId) -> Result<Option<slot_booking::Hold>, StoreError> {
+        self.store.get_hold(hold_id).await
+    }
+    async fn get_slot(&self, slot_id: SlotId) -> Result<Option<slot_booking::Slot>, StoreError> {
+        self.store.get_slot(slot_id).await
+    }
+}
