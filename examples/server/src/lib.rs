@@ -1,0 +1,402 @@
+//! The HTTP face of `slot_booking`: an axum [`Router`] over a [`BookingEngine`].
+//!
+//! This crate backs the `server` example (`cargo run --example server`) and its end-to-end
+//! tests. It is an example of using the library, not part of it: the library knows nothing of
+//! HTTP, and every status code below is this crate's choice (SPEC §7).
+//!
+//! | method | path | success |
+//! |---|---|---|
+//! | GET | /slots/availability?from=&to= | 200 `{"slots":[...]}` with `Cache-Control: max-age=N` |
+//! | POST | /slots/{slot}/hold | 201, `Location`, the hold (`Idempotency-Key` header required) |
+//! | POST | /holds/{hold}/confirm | 200, the hold |
+//! | DELETE | /holds/{hold} | 200, the hold |
+//! | GET | /holds/{hold} | 200, the hold |
+//!
+//! Errors are `application/problem+json` with a machine `code`.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{Path, Query, Request, State};
+use axum::http::header::{CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, LOCATION, RETRY_AFTER};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use slot_booking::model::{rfc3339, ParseIdError};
+use slot_booking::{
+    Availability, AvailabilityQuery, BookingEngine, BookingError, Hold, HoldId, SlotId, Store,
+    StoreError,
+};
+
+/// The engine the router serves: any store behind a trait object.
+pub type Engine = BookingEngine<Arc<dyn Store>>;
+
+/// Largest request body accepted; larger ones get 413.
+pub const MAX_BODY_BYTES: usize = 16 * 1024;
+
+/// Seconds a client is told to wait after a 503.
+pub const RETRY_AFTER_SECONDS: u64 = 1;
+
+/// The routes, at the root of the path space.
+pub fn router(engine: Engine) -> Router {
+    router_with_prefix(engine, "")
+}
+
+/// The routes under `prefix` (e.g. `/api/v1`; empty for none).
+pub fn router_with_prefix(engine: Engine, prefix: &str) -> Router {
+    let routes = Router::new()
+        .route("/slots/availability", get(availability))
+        .route("/slots/{slot}/hold", post(hold))
+        .route("/holds/{hold}/confirm", post(confirm))
+        .route("/holds/{hold}", get(get_hold).delete(cancel))
+        .method_not_allowed_fallback(|| async {
+            Problem::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "this method is not allowed on this resource",
+            )
+        })
+        .with_state(engine);
+    let prefix = prefix.trim_end_matches('/');
+    let app = if prefix.is_empty() {
+        routes
+    } else {
+        Router::new().nest(prefix, routes)
+    };
+    app.fallback(|| async { Problem::not_found() })
+        .layer(middleware::from_fn(limit_body))
+        .layer(middleware::from_fn(log_request))
+}
+
+/// Opens the store a `DATABASE_URL` names (`sqlite:` or `postgres:`/`postgresql:`) and applies
+/// its migrations.
+pub async fn open_store(database_url: &str) -> Result<Arc<dyn Store>, StoreError> {
+    if database_url.starts_with("postgres:") || database_url.starts_with("postgresql:") {
+        let store = slot_booking_postgres::PostgresStore::connect(database_url).await?;
+        store.migrate().await?;
+        Ok(Arc::new(store))
+    } else if database_url.starts_with("sqlite:") {
+        let store = slot_booking_sqlite::SqliteStore::connect(database_url).await?;
+        store.migrate().await?;
+        Ok(Arc::new(store))
+    } else {
+        Err(StoreError::failed(
+            "DATABASE_URL must start with sqlite:, postgres: or postgresql:",
+        ))
+    }
+}
+
+// ---- handlers -------------------------------------------------------------------------------
+
+#[derive(Deserialize)]
+struct AvailabilityParams {
+    from: Option<String>,
+    to: Option<String>,
+}
+
+#[derive(Serialize)]
+struct Listing {
+    slots: Availability,
+}
+
+async fn availability(
+    State(engine): State<Engine>,
+    params: Result<Query<AvailabilityParams>, QueryRejection>,
+) -> Result<Response, Problem> {
+    let Query(params) = params.map_err(|e| Problem::invalid_query(e.body_text()))?;
+    let query = AvailabilityQuery {
+        from: parse_time("from", params.from.as_deref())?,
+        to: parse_time("to", params.to.as_deref())?,
+    };
+    let listing = engine.availability(query).await?;
+    let max_age = format!("max-age={}", listing.fresh_for().as_secs());
+    Ok(([(CACHE_CONTROL, max_age)], Json(Listing { slots: listing })).into_response())
+}
+
+fn parse_time(name: &str, raw: Option<&str>) -> Result<Option<slot_booking::Timestamp>, Problem> {
+    raw.map(|raw| {
+        rfc3339::parse(raw).map_err(|_| {
+            Problem::invalid_query(format!(
+                "`{name}` must be an RFC 3339 timestamp, got {raw:?}"
+            ))
+        })
+    })
+    .transpose()
+}
+
+async fn hold(
+    State(engine): State<Engine>,
+    slot: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+) -> Result<Response, Problem> {
+    let slot_id: SlotId = path_id(slot, "slot")?;
+    let key = idempotency_key(&headers)?;
+    let placed = engine.hold(slot_id, &key).await?;
+    let location = format!("/holds/{}", placed.hold.hold_id);
+    let mut response = (
+        StatusCode::CREATED,
+        [(LOCATION, location)],
+        Json(placed.hold),
+    )
+        .into_response();
+    if placed.replayed {
+        response
+            .headers_mut()
+            .insert("idempotent-replayed", HeaderValue::from_static("true"));
+    }
+    Ok(response)
+}
+
+async fn confirm(
+    State(engine): State<Engine>,
+    hold: Result<Path<String>, PathRejection>,
+) -> Result<Json<Hold>, Problem> {
+    let hold_id = hold_path(hold)?;
+    Ok(Json(engine.confirm(hold_id).await?))
+}
+
+async fn cancel(
+    State(engine): State<Engine>,
+    hold: Result<Path<String>, PathRejection>,
+) -> Result<Json<Hold>, Problem> {
+    let hold_id = hold_path(hold)?;
+    Ok(Json(engine.cancel(hold_id).await?))
+}
+
+async fn get_hold(
+    State(engine): State<Engine>,
+    hold: Result<Path<String>, PathRejection>,
+) -> Result<Json<Hold>, Problem> {
+    let hold_id = hold_path(hold)?;
+    Ok(Json(engine.get_hold(hold_id).await?))
+}
+
+fn hold_path(raw: Result<Path<String>, PathRejection>) -> Result<HoldId, Problem> {
+    path_id(raw, "hold")
+}
+
+/// A path id: anything but digits matches no route (the generic 404); digits too large for an
+/// id are a 404 of the resource itself (`slot_not_found` / `hold_not_found`).
+fn path_id<Id: std::str::FromStr<Err = ParseIdError>>(
+    raw: Result<Path<String>, PathRejection>,
+    resource: &'static str,
+) -> Result<Id, Problem> {
+    let Ok(Path(raw)) = raw else {
+        return Err(Problem::not_found());
+    };
+    raw.parse::<Id>().map_err(|error| match error {
+        ParseIdError::NotDigits => Problem::not_found(),
+        ParseIdError::TooLarge => Problem::new(
+            StatusCode::NOT_FOUND,
+            if resource == "slot" {
+                "slot_not_found"
+            } else {
+                "hold_not_found"
+            },
+            format!("{resource} {raw} not found"),
+        ),
+    })
+}
+
+/// The `Idempotency-Key` header, bare (`abc`) or as a structured-field string (`"abc"`).
+fn idempotency_key(headers: &HeaderMap) -> Result<String, Problem> {
+    let mut values = headers.get_all("idempotency-key").iter();
+    let (Some(value), None) = (values.next(), values.next()) else {
+        let problem = if headers.contains_key("idempotency-key") {
+            Problem::bad_key("send exactly one Idempotency-Key header")
+        } else {
+            Problem::new(
+                StatusCode::BAD_REQUEST,
+                "idempotency_key_required",
+                "the Idempotency-Key header is required",
+            )
+        };
+        return Err(problem);
+    };
+    let raw = value
+        .to_str()
+        .map_err(|_| Problem::bad_key("the Idempotency-Key header must be visible ASCII"))?;
+    match raw.strip_prefix('"') {
+        None => Ok(raw.to_owned()),
+        Some(quoted) => unquote(quoted)
+            .ok_or_else(|| Problem::bad_key("the quoted Idempotency-Key is not a valid string")),
+    }
+}
+
+/// Decodes the rest of an RFC 8941 string after its opening quote: `\"` and `\\` are the only
+/// escapes, and the closing quote must end the value.
+fn unquote(rest: &str) -> Option<String> {
+    let mut out = String::with_capacity(rest.len());
+    let mut chars = rest.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => match chars.next()? {
+                escaped @ ('"' | '\\') => out.push(escaped),
+                _ => return None,
+            },
+            '"' => return chars.as_str().is_empty().then_some(out),
+            c => out.push(c),
+        }
+    }
+    None
+}
+
+// ---- errors ---------------------------------------------------------------------------------
+
+/// An `application/problem+json` error response (RFC 9457) with a machine `code`.
+#[derive(Debug)]
+pub struct Problem {
+    status: StatusCode,
+    code: &'static str,
+    detail: String,
+}
+
+#[derive(Serialize)]
+struct ProblemBody<'a> {
+    r#type: &'static str,
+    title: &'a str,
+    status: u16,
+    detail: &'a str,
+    code: &'a str,
+}
+
+impl Problem {
+    /// A problem with the given status, code and human-readable detail.
+    pub fn new(status: StatusCode, code: &'static str, detail: impl Into<String>) -> Self {
+        Problem {
+            status,
+            code,
+            detail: detail.into(),
+        }
+    }
+
+    fn not_found() -> Self {
+        Problem::new(StatusCode::NOT_FOUND, "not_found", "no such resource")
+    }
+
+    fn invalid_query(detail: impl Into<String>) -> Self {
+        Problem::new(StatusCode::BAD_REQUEST, "invalid_query", detail)
+    }
+
+    fn bad_key(detail: &str) -> Self {
+        Problem::new(StatusCode::BAD_REQUEST, "invalid_idempotency_key", detail)
+    }
+}
+
+impl From<BookingError> for Problem {
+    fn from(error: BookingError) -> Self {
+        let status = match &error {
+            BookingError::SlotNotFound { .. } | BookingError::HoldNotFound { .. } => {
+                StatusCode::NOT_FOUND
+            }
+            BookingError::SlotClosed { .. }
+            | BookingError::SoldOut { .. }
+            | BookingError::HoldCancelled { .. }
+            | BookingError::HoldExpired { .. } => StatusCode::CONFLICT,
+            BookingError::IdempotencyKeyReused { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            BookingError::InvalidIdempotencyKey(_)
+            | BookingError::InvalidSlot(_)
+            | BookingError::InvalidQuery => StatusCode::BAD_REQUEST,
+            BookingError::Store(store) => {
+                tracing::warn!(error = %store, "store failure");
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        let detail = match &error {
+            // Store details (addresses, SQL) stay in the log.
+            BookingError::Store(_) => "the booking store is unavailable; retry shortly".to_owned(),
+            other => other.to_string(),
+        };
+        Problem::new(status, error.code(), detail)
+    }
+}
+
+impl IntoResponse for Problem {
+    fn into_response(self) -> Response {
+        let body = ProblemBody {
+            r#type: "about:blank",
+            title: self.status.canonical_reason().unwrap_or("Error"),
+            status: self.status.as_u16(),
+            detail: &self.detail,
+            code: self.code,
+        };
+        let json = serde_json::to_vec(&body).unwrap_or_default();
+        let mut response = (self.status, json).into_response();
+        let headers = response.headers_mut();
+        headers.insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+            headers.insert(RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));
+        }
+        response
+    }
+}
+
+// ---- middleware -----------------------------------------------------------------------------
+
+/// Refuses bodies over [`MAX_BODY_BYTES`] with 413, whether announced by `Content-Length` or
+/// streamed chunked. No route reads a body, so the (small) accepted body is passed on as is.
+async fn limit_body(request: Request, next: Next) -> Response {
+    let too_large = || {
+        Problem::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            format!("request bodies are limited to {MAX_BODY_BYTES} bytes"),
+        )
+        .into_response()
+    };
+    let announced = request
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if announced.is_some_and(|len| len > MAX_BODY_BYTES as u64) {
+        return too_large();
+    }
+    let (parts, body) = request.into_parts();
+    let bytes: Bytes = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
+        Ok(bytes) => bytes,
+        Err(_) => return too_large(),
+    };
+    next.run(Request::from_parts(parts, Body::from(bytes)))
+        .await
+}
+
+/// One log line per request.
+async fn log_request(request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let method = request.method().clone();
+    let path = request.uri().path().to_owned();
+    let response = next.run(request).await;
+    tracing::info!(
+        %method,
+        %path,
+        status = response.status().as_u16(),
+        micros = started.elapsed().as_micros() as u64,
+        "request"
+    );
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unquote;
+
+    #[test]
+    fn quoted_keys_follow_rfc_8941_strings() {
+        assert_eq!(unquote(r#"abc""#), Some("abc".into()));
+        assert_eq!(unquote(r#"a\"b\\c""#), Some(r#"a"b\c"#.into()));
+        assert_eq!(unquote(r#"abc"#), None, "no closing quote");
+        assert_eq!(unquote(r#"ab"c"#), None, "text after the closing quote");
+        assert_eq!(unquote(r#"a\nb""#), None, "unknown escape");
+        assert_eq!(unquote(r#"""#), Some(String::new()));
+    }
+}
