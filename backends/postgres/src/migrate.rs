@@ -63,10 +63,20 @@ pub(crate) async fn run(pool: &PgPool, schema: &str) -> Result<(), StoreError> {
             .execute(&mut *tx)
             .await
             .map_err(map_err)?;
-        (&mut *tx)
-            .execute(create_schema.as_str())
-            .await
-            .map_err(map_err)?;
+        // CREATE SCHEMA IF NOT EXISTS checks the CREATE privilege on the database even when
+        // the schema exists: only run it when needed (race-free under the advisory lock).
+        let schema_exists: bool =
+            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)")
+                .bind(schema)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(map_err)?;
+        if !schema_exists {
+            (&mut *tx)
+                .execute(create_schema.as_str())
+                .await
+                .map_err(map_err)?;
+        }
         (&mut *tx)
             .execute(create_ledger.as_str())
             .await
