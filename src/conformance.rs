@@ -33,6 +33,9 @@ pub const CASE_TIMEOUT: Duration = Duration::from_secs(120);
 /// per store (`PROPTEST_CASES` overrides it).
 pub const MODEL_CASES: u32 = 256;
 
+/// Random concurrent runs [`conformance_tests!`](crate::conformance_tests) makes per store.
+pub const CONCURRENT_CASES: u32 = 48;
+
 /// The hold lifetime the suite's engines use.
 pub const HOLD_TTL: Duration = Duration::from_secs(300);
 
@@ -106,6 +109,15 @@ macro_rules! conformance_tests {
         #[test]
         fn model_based_sequences() {
             $crate::conformance::model::check($factory, $crate::conformance::MODEL_CASES, 40);
+        }
+
+        /// Random concurrent batches: the invariant and every success hold after each batch.
+        #[test]
+        fn concurrent_random_batches() {
+            $crate::conformance::model::check_concurrent(
+                $factory,
+                $crate::conformance::CONCURRENT_CASES,
+            );
         }
     };
     (@cases $factory:expr; $($case:ident)*) => {

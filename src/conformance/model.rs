@@ -523,3 +523,226 @@ where
         panic!("model check failed: {error}");
     }
 }
+
+/// One batch of a concurrent run: operations started together, then a clock step.
+#[derive(Clone, Debug)]
+pub struct Batch {
+    /// Operations run concurrently (only `Hold`, `Confirm`, `Cancel` and `Availability`).
+    pub ops: Vec<Op>,
+    /// Microseconds the clock moves after the batch.
+    pub advance: i64,
+}
+
+fn batch() -> impl Strategy<Value = Batch> {
+    let ttl = HOLD_TTL.as_micros() as i64;
+    let op = prop_oneof![
+        5 => (0..3usize, 0..12u8).prop_map(|(slot, key)| Op::Hold { slot, key }),
+        2 => (0..16usize).prop_map(|hold| Op::Confirm { hold }),
+        2 => (0..16usize).prop_map(|hold| Op::Cancel { hold }),
+        1 => Just(Op::Availability),
+    ];
+    (
+        proptest::collection::vec(op, 1..=16),
+        prop_oneof![Just(0i64), Just(1_000_000), Just(ttl / 2), Just(ttl)],
+    )
+        .prop_map(|(ops, advance)| Batch { ops, advance })
+}
+
+/// What the successful calls on one hold imply about its final state.
+#[derive(Debug, Default, Clone, Copy)]
+struct Acknowledged {
+    slot: usize,
+    confirmed: bool,
+    cancelled: bool,
+}
+
+/// Runs batches concurrently against a fresh store; `Err` describes the first violation.
+async fn run_batches<S: Store>(store: S, batches: &[Batch]) -> Result<(), Mismatch> {
+    let clock = ManualClock::new(epoch());
+    let engine = BookingEngine::builder(store)
+        .cache_period(StdDuration::ZERO)
+        .serve_stale_for(StdDuration::ZERO)
+        .hold_ttl(HOLD_TTL)
+        .clock(clock.clone())
+        .build();
+    let mut slots = Vec::new();
+    for capacity in [1, 2, 4] {
+        let starts_at = clock.now() + Duration::hours(2);
+        let slot = engine
+            .create_slot(NewSlot::new(
+                starts_at,
+                starts_at + Duration::hours(1),
+                capacity,
+            ))
+            .await
+            .map_err(|e| Mismatch(format!("create_slot: {e}")))?;
+        slots.push(slot.slot_id);
+    }
+    let mut holds: Vec<HoldId> = Vec::new();
+    let mut acked: HashMap<HoldId, Acknowledged> = HashMap::new();
+    for (number, batch) in batches.iter().enumerate() {
+        let tasks: Vec<_> = batch
+            .ops
+            .iter()
+            .map(|op| {
+                let engine = engine.clone();
+                let op = op.clone();
+                let slot_id = |i: usize| slots[i % slots.len()];
+                let target = match op {
+                    Op::Hold { slot, .. } => Some(slot_id(slot)),
+                    _ => None,
+                };
+                let hold_id = match op {
+                    Op::Confirm { hold } | Op::Cancel { hold } if !holds.is_empty() => {
+                        Some(holds[hold % holds.len()])
+                    }
+                    _ => None,
+                };
+                tokio::spawn(async move {
+                    match (op, target, hold_id) {
+                        (Op::Hold { key, .. }, Some(slot), _) => engine
+                            .hold(slot, &format!("key-{key}"))
+                            .await
+                            .map(|placed| Some((placed.hold.hold_id, 'h'))),
+                        (Op::Confirm { .. }, _, Some(id)) => {
+                            engine.confirm(id).await.map(|h| Some((h.hold_id, 'c')))
+                        }
+                        (Op::Cancel { .. }, _, Some(id)) => {
+                            engine.cancel(id).await.map(|h| Some((h.hold_id, 'x')))
+                        }
+                        (Op::Availability, _, _) => engine
+                            .availability(AvailabilityQuery::all())
+                            .await
+                            .map(|_| None),
+                        _ => Ok(None),
+                    }
+                })
+            })
+            .collect();
+        for (task, op) in tasks.into_iter().zip(&batch.ops) {
+            let outcome = task
+                .await
+                .map_err(|e| Mismatch(format!("batch {number}: task failed: {e}")))?;
+            match outcome {
+                Ok(Some((id, kind))) => {
+                    let slot = match op {
+                        Op::Hold { slot, .. } => slot % slots.len(),
+                        _ => acked.get(&id).map_or(0, |a| a.slot),
+                    };
+                    let entry = acked.entry(id).or_insert_with(|| {
+                        holds.push(id);
+                        Acknowledged {
+                            slot,
+                            ..Acknowledged::default()
+                        }
+                    });
+                    match kind {
+                        'c' => entry.confirmed = true,
+                        'x' => entry.cancelled = true,
+                        _ => {}
+                    }
+                }
+                Ok(None) => {}
+                Err(BookingError::Store(e)) => {
+                    return Err(Mismatch(format!("batch {number} {op:?}: store error {e}")))
+                }
+                Err(_) => {}
+            }
+        }
+        clock.advance(Duration::microseconds(batch.advance));
+        let now = clock.now();
+        // Every success is reflected in the state, and the invariant holds on every slot.
+        let mut per_slot = vec![(0, 0, 0); slots.len()];
+        for (&id, ack) in &acked {
+            let stored = engine
+                .store()
+                .get_hold(id)
+                .await
+                .map_err(|e| Mismatch(format!("get_hold: {e}")))?
+                .ok_or_else(|| Mismatch(format!("acknowledged hold {id} is missing")))?;
+            let expected_ok = if ack.cancelled {
+                stored.status == HoldStatus::Cancelled
+            } else if ack.confirmed {
+                stored.status == HoldStatus::Confirmed
+            } else {
+                matches!(stored.status, HoldStatus::Held | HoldStatus::Expired)
+            };
+            ensure!(
+                expected_ok,
+                "after batch {number}: hold {id} is {:?}, acknowledged {ack:?}",
+                stored.status
+            );
+            let counts = &mut per_slot[ack.slot];
+            match stored.status {
+                HoldStatus::Held => counts.0 += 1,
+                HoldStatus::Confirmed => counts.1 += 1,
+                _ => {}
+            }
+            counts.2 += i32::from(stored.is_active_at(now));
+        }
+        for (i, &slot_id) in slots.iter().enumerate() {
+            let slot = engine
+                .store()
+                .get_slot(slot_id)
+                .await
+                .map_err(|e| Mismatch(format!("get_slot: {e}")))?
+                .ok_or_else(|| Mismatch(format!("slot {slot_id} is missing")))?;
+            let (held, confirmed, active) = per_slot[i];
+            ensure!(
+                slot.remaining >= 0,
+                "after batch {number}: {slot:?} has remaining < 0"
+            );
+            ensure!(
+                slot.remaining + held + confirmed == slot.capacity,
+                "after batch {number}: {slot:?} with {held} held and {confirmed} confirmed"
+            );
+            ensure!(
+                confirmed + active <= slot.capacity,
+                "after batch {number}: {slot:?} oversold"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Runs `cases` random sequences of concurrent batches (more with `PROPTEST_CASES`), each on a
+/// fresh store from `factory`, on a multi-threaded runtime. Outcomes need not match any serial
+/// order; the invariant and "every success shows in the final state" must hold after each batch.
+///
+/// # Panics
+///
+/// When a batch leaves the store violating either.
+pub fn check_concurrent<S, F, Fut>(factory: F, cases: u32)
+where
+    S: Store,
+    F: Fn() -> Fut,
+    Fut: Future<Output = S>,
+{
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(cases);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .expect("conformance: cannot build a tokio runtime");
+    let mut runner = TestRunner::new(Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let result = runner.run(&proptest::collection::vec(batch(), 1..=6), |batches| {
+        runtime.block_on(async {
+            let store = factory().await;
+            tokio::time::timeout(super::CASE_TIMEOUT, run_batches(store, &batches))
+                .await
+                .map_err(|_| TestCaseError::fail("batches timed out"))?
+                .map_err(|Mismatch(m)| TestCaseError::fail(m))
+        })
+    });
+    eprintln!("concurrent check: {cases} cases of up to 6 batches of up to 16 operations");
+    if let Err(error) = result {
+        panic!("concurrent check failed: {error}");
+    }
+}
