@@ -106,7 +106,8 @@ fn validate_schema(schema: &str) -> Result<(), InvalidSchemaName> {
 
 impl PostgresStore {
     /// A store over an existing pool, with its tables in [`DEFAULT_SCHEMA`]. Run
-    /// [`PostgresStore::migrate`] before use.
+    /// [`PostgresStore::migrate`] before use. With sqlx's default `test_before_acquire(true)`
+    /// every call costs an extra round trip for the ping.
     pub fn new(pool: PgPool) -> Self {
         PostgresStore::build(pool, DEFAULT_SCHEMA.to_owned())
     }
@@ -129,9 +130,17 @@ impl PostgresStore {
 
     /// Opens a pool of [`DEFAULT_MAX_CONNECTIONS`] on `url` and returns a store over it, with
     /// its tables in [`DEFAULT_SCHEMA`]. Does not migrate: call [`PostgresStore::migrate`].
+    ///
+    /// The pool does not ping a connection before handing it out
+    /// (`test_before_acquire(false)`), so a hold is one round trip; a connection that died
+    /// while idle fails its next call with [`StoreError::unavailable`]. Build your own pool
+    /// and use [`PostgresStore::new`] for other settings.
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
         let pool = PgPoolOptions::new()
             .max_connections(DEFAULT_MAX_CONNECTIONS)
+            // sqlx pings every connection it hands out by default: a second round trip on
+            // every call. A connection that died is reported as unavailable instead.
+            .test_before_acquire(false)
             .connect(url)
             .await
             .map_err(map_err)?;

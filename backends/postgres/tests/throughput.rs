@@ -49,6 +49,7 @@ async fn hold_throughput() {
     };
     let pool = PgPoolOptions::new()
         .max_connections(8)
+        .test_before_acquire(false)
         .connect(&ctx.url)
         .await
         .unwrap();

@@ -123,7 +123,9 @@ impl SqliteStore {
                 .max_lifetime(None)
         } else {
             SqlitePoolOptions::new().max_connections(DEFAULT_MAX_CONNECTIONS)
-        };
+        }
+        // sqlx pings every connection it hands out by default; a local file does not hang up.
+        .test_before_acquire(false);
         let pool = pool_options.connect_with(options).await.map_err(map_err)?;
         Ok(SqliteStore::new(pool))
     }
@@ -216,22 +218,41 @@ fn slot_from_row(row: &SqliteRow) -> Result<Slot, StoreError> {
     })
 }
 
-/// The conditional decrement of SPEC R4; `true` if it took a unit.
-async fn decrement(
+/// What [`take_unit_and_insert`] did.
+enum Insert {
+    /// Took a unit and stored the hold.
+    Created(Hold),
+    /// Found no unit; nothing changed.
+    NoUnit,
+    /// Took a unit, but the key is taken: the transaction must be rolled back.
+    KeyTaken,
+}
+
+/// The conditional decrement of SPEC R4 and, only if it affected a row (`changes() = 1`), the
+/// insert under the unique key, sent to SQLite as one call (two statements).
+async fn take_unit_and_insert(
     tx: &mut Transaction<'static, Sqlite>,
-    slot_id: i64,
-    now: i64,
-) -> Result<bool, StoreError> {
-    let done = sqlx::query(
-        "UPDATE slots SET remaining = remaining - 1 \
-         WHERE id = ?1 AND remaining > 0 AND starts_at > ?2",
-    )
-    .bind(slot_id)
-    .bind(now)
-    .execute(&mut **tx)
-    .await
-    .map_err(map_err)?;
-    Ok(done.rows_affected() == 1)
+    request: &HoldRequest<'_>,
+) -> Result<Insert, StoreError> {
+    let inserted = sqlx::query(concat!(
+        "UPDATE slots SET remaining = remaining - 1 ",
+        "WHERE id = ?1 AND remaining > 0 AND starts_at > ?3; ",
+        "INSERT INTO holds (slot_id, idempotency_key, status, expires_at, created_at) ",
+        "SELECT ?1, ?2, 'held', ?4, ?3 WHERE changes() = 1 RETURNING ",
+        hold_columns!()
+    ))
+    .bind(request.slot_id.get())
+    .bind(request.key.as_str())
+    .bind(to_micros(request.now))
+    .bind(to_micros(request.expires_at))
+    .fetch_optional(&mut **tx)
+    .await;
+    match inserted {
+        Ok(Some(row)) => Ok(Insert::Created(hold_from_row(&row)?)),
+        Ok(None) => Ok(Insert::NoUnit),
+        Err(error) if is_unique_violation(&error) => Ok(Insert::KeyTaken),
+        Err(error) => Err(map_err(error)),
+    }
 }
 
 /// Marks the slot's held holds that expired by `now` as expired and gives their units back;
@@ -341,36 +362,20 @@ impl Store for SqliteStore {
         let key = request.key.as_str();
 
         let mut w = self.begin_write().await?;
-        let mut took = decrement(&mut w.tx, slot_id, now).await?;
-        if !took && reclaim(&mut w.tx, slot_id, now).await? > 0 {
-            took = decrement(&mut w.tx, slot_id, now).await?;
+        let mut insert = take_unit_and_insert(&mut w.tx, &request).await?;
+        if matches!(insert, Insert::NoUnit) && reclaim(&mut w.tx, slot_id, now).await? > 0 {
+            insert = take_unit_and_insert(&mut w.tx, &request).await?;
         }
-
-        if took {
-            let inserted = sqlx::query(concat!(
-                "INSERT INTO holds (slot_id, idempotency_key, status, expires_at, created_at) ",
-                "VALUES (?1, ?2, 'held', ?3, ?4) RETURNING ",
-                hold_columns!()
-            ))
-            .bind(slot_id)
-            .bind(key)
-            .bind(to_micros(request.expires_at))
-            .bind(now)
-            .fetch_one(&mut *w.tx)
-            .await;
-            match inserted {
-                Ok(row) => {
-                    let hold = hold_from_row(&row)?;
-                    w.tx.commit().await.map_err(map_err)?;
-                    return Ok(HoldOutcome::Created(hold));
-                }
-                // The key is taken: only the failed INSERT was undone, so the transaction is
-                // still usable for the lookup below; it is rolled back at the end, undoing
-                // the decrement.
-                Err(error) if is_unique_violation(&error) => {}
-                Err(error) => return Err(map_err(error)),
+        let took = match insert {
+            Insert::Created(hold) => {
+                w.tx.commit().await.map_err(map_err)?;
+                return Ok(HoldOutcome::Created(hold));
             }
-        }
+            Insert::NoUnit => false,
+            // The key is taken: only the failed INSERT was undone, so the transaction is still
+            // usable for the lookup below; it is rolled back at the end, undoing the decrement.
+            Insert::KeyTaken => true,
+        };
 
         // Nothing was reserved, or the key already exists: say why.
         let existing = sqlx::query(concat!(

@@ -43,6 +43,7 @@ pub fn database_url(test: &str) -> Option<String> {
 pub async fn pool(url: &str) -> PgPool {
     PgPoolOptions::new()
         .max_connections(POOL_SIZE)
+        .test_before_acquire(false)
         .acquire_timeout(StdDuration::from_secs(60))
         .connect(url)
         .await
