@@ -194,6 +194,42 @@ impl Serialize for Availability {
     }
 }
 
+impl<S: Store> Inner<S> {
+    /// Invalidates the cached availability once a transition has committed (R3): after the
+    /// store call returned, never before.
+    fn invalidate_if_applied(
+        &self,
+        transition: Result<Transition, StoreError>,
+    ) -> Result<Transition, StoreError> {
+        if let Ok(Transition::Applied(_)) = &transition {
+            self.cache.invalidate();
+        }
+        transition
+    }
+}
+
+/// Turns a store transition into the caller's answer. `target` is the status the operation
+/// moves a hold to; a hold already there is the idempotent repeat.
+fn settle(
+    transition: Transition,
+    hold_id: HoldId,
+    now: Timestamp,
+    target: HoldStatus,
+) -> Result<Hold, BookingError> {
+    match transition {
+        Transition::Applied(hold) => Ok(hold.at(now)),
+        Transition::NotFound => Err(BookingError::HoldNotFound { hold_id }),
+        Transition::NotApplied(hold) => match hold.status_at(now) {
+            status if status == target => Ok(hold.at(now)),
+            HoldStatus::Cancelled => Err(BookingError::HoldCancelled { hold_id }),
+            HoldStatus::Expired => Err(BookingError::HoldExpired { hold_id }),
+            status => Err(BookingError::Store(StoreError::failed(format!(
+                "store refused to move hold {hold_id} from {status} to {target}"
+            )))),
+        },
+    }
+}
+
 /// Awaits a store call, turning a panic inside the store into a [`StoreError`]: a buggy store
 /// must not take the caller's task down with it, and the engine's API never panics.
 async fn guarded<T>(call: impl Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
@@ -201,6 +237,25 @@ async fn guarded<T>(call: impl Future<Output = Result<T, StoreError>>) -> Result
         .catch_unwind()
         .await
         .unwrap_or_else(|_| Err(StoreError::failed("the store panicked")))
+}
+
+/// Runs a store write on a task of its own, so that dropping the caller's future never cancels
+/// it half way: the write and the cache invalidation after its commit (R3) always run to the
+/// end, as if only the answer had been lost (the idempotency key lets a client ask again). A
+/// panic in the store becomes a [`StoreError`]. Outside a tokio runtime it runs inline.
+async fn detached<T: Send + 'static>(
+    write: impl Future<Output = Result<T, StoreError>> + Send + 'static,
+) -> Result<T, StoreError> {
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => runtime.spawn(write).await.unwrap_or_else(|error| {
+            Err(StoreError::failed(if error.is_panic() {
+                "the store panicked"
+            } else {
+                "the store call was cancelled by a runtime shutting down"
+            }))
+        }),
+        Err(_) => guarded(write).await,
+    }
 }
 
 /// The part of a snapshot (sorted by `starts_at`) a reader at `now` asking `query` may see.
@@ -307,13 +362,18 @@ impl<S: Store> BookingEngine<S> {
         let expires_at = now
             .checked_add_signed(self.inner.hold_ttl)
             .ok_or_else(|| StoreError::failed("the hold's expiry is past the end of time"))?;
-        let request = HoldRequest {
-            slot_id,
-            key: &key,
-            now,
-            expires_at,
-        };
-        match guarded(self.inner.store.create_hold(request)).await? {
+        let inner = Arc::clone(&self.inner);
+        let outcome = detached(async move {
+            let request = HoldRequest {
+                slot_id,
+                key: &key,
+                now,
+                expires_at,
+            };
+            inner.store.create_hold(request).await
+        })
+        .await?;
+        match outcome {
             HoldOutcome::Created(hold) => Ok(HoldPlaced {
                 hold: hold.at(now),
                 replayed: false,
@@ -336,43 +396,24 @@ impl<S: Store> BookingEngine<S> {
     /// Confirms an active hold. Confirming a confirmed hold returns it unchanged.
     pub async fn confirm(&self, hold_id: HoldId) -> Result<Hold, BookingError> {
         let now = self.inner.clock.now();
-        let transition = guarded(self.inner.store.confirm_hold(hold_id, now)).await?;
-        self.settle(transition, hold_id, now, HoldStatus::Confirmed)
+        let inner = Arc::clone(&self.inner);
+        let transition = detached(async move {
+            inner.invalidate_if_applied(inner.store.confirm_hold(hold_id, now).await)
+        })
+        .await?;
+        settle(transition, hold_id, now, HoldStatus::Confirmed)
     }
 
     /// Cancels an active or confirmed hold, giving its unit back. Cancelling a cancelled hold
     /// returns it unchanged.
     pub async fn cancel(&self, hold_id: HoldId) -> Result<Hold, BookingError> {
         let now = self.inner.clock.now();
-        let transition = guarded(self.inner.store.cancel_hold(hold_id, now)).await?;
-        self.settle(transition, hold_id, now, HoldStatus::Cancelled)
-    }
-
-    /// Turns a store transition into the caller's answer, invalidating the cache only after a
-    /// change has committed (R3). `target` is the status the operation moves a hold to; a hold
-    /// already there is the idempotent repeat.
-    fn settle(
-        &self,
-        transition: Transition,
-        hold_id: HoldId,
-        now: Timestamp,
-        target: HoldStatus,
-    ) -> Result<Hold, BookingError> {
-        match transition {
-            Transition::Applied(hold) => {
-                self.inner.cache.invalidate();
-                Ok(hold.at(now))
-            }
-            Transition::NotFound => Err(BookingError::HoldNotFound { hold_id }),
-            Transition::NotApplied(hold) => match hold.status_at(now) {
-                status if status == target => Ok(hold.at(now)),
-                HoldStatus::Cancelled => Err(BookingError::HoldCancelled { hold_id }),
-                HoldStatus::Expired => Err(BookingError::HoldExpired { hold_id }),
-                status => Err(BookingError::Store(StoreError::failed(format!(
-                    "store refused to move hold {hold_id} from {status} to {target}"
-                )))),
-            },
-        }
+        let inner = Arc::clone(&self.inner);
+        let transition = detached(async move {
+            inner.invalidate_if_applied(inner.store.cancel_hold(hold_id, now).await)
+        })
+        .await?;
+        settle(transition, hold_id, now, HoldStatus::Cancelled)
     }
 
     /// Reads a hold, its status resolved at the current time.
@@ -388,8 +429,13 @@ impl<S: Store> BookingEngine<S> {
     pub async fn create_slot(&self, slot: NewSlot) -> Result<Slot, BookingError> {
         let slot = NewSlot::new(slot.starts_at, slot.ends_at, slot.capacity);
         slot.validate()?;
-        let created = guarded(self.inner.store.create_slot(&slot)).await?;
-        self.inner.cache.invalidate();
+        let inner = Arc::clone(&self.inner);
+        let created = detached(async move {
+            let created = inner.store.create_slot(&slot).await?;
+            inner.cache.invalidate();
+            Ok(created)
+        })
+        .await?;
         Ok(created)
     }
 }

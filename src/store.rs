@@ -7,6 +7,11 @@
 //!
 //! Time is passed in: the engine reads its [`Clock`](crate::Clock) once per operation, so a
 //! store never looks at a wall clock of its own.
+//!
+//! Cancellation: the engine runs every write (`create_hold`, `confirm_hold`, `cancel_hold`,
+//! `create_slot`) on a task of its own, so a write it starts always runs to the end even if
+//! the engine's caller goes away. A store used directly, without the engine, gets no such
+//! guarantee: dropping one of its futures mid-way is as safe as the database driver makes it.
 
 use std::error::Error as StdError;
 use std::fmt;

@@ -419,3 +419,49 @@ async fn a_panicking_store_is_a_store_error_not_a_panic() {
         assert!(error.to_string().contains("panicked"), "{error}");
     }
 }
+
+#[tokio::test]
+async fn a_dropped_cancel_still_commits_and_invalidates() {
+    let gate = Arc::new(Semaphore::new(0));
+    let clock = ManualClock::new(start());
+    let engine = engine(
+        Probe {
+            cancel_gate: Some(Arc::clone(&gate)),
+            ..Probe::default()
+        },
+        &clock,
+    );
+    let slot = slot(&engine, 1, chrono::Duration::hours(1)).await;
+    let hold = engine.hold(slot, "k").await.unwrap().hold;
+    let before = engine.availability(AvailabilityQuery::all()).await.unwrap();
+    assert_eq!(before[0].remaining, 0);
+
+    let caller = tokio::spawn({
+        let engine = engine.clone();
+        async move { engine.cancel(hold.hold_id).await }
+    });
+    tokio::task::yield_now().await;
+    caller.abort();
+    assert!(
+        caller.await.unwrap_err().is_cancelled(),
+        "the caller went away"
+    );
+
+    gate.add_permits(1);
+    for _ in 0..100 {
+        if engine.get_hold(hold.hold_id).await.unwrap().status == HoldStatus::Cancelled {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(
+        engine.get_hold(hold.hold_id).await.unwrap().status,
+        HoldStatus::Cancelled,
+        "the store write ran to the end without its caller"
+    );
+    let after = engine.availability(AvailabilityQuery::all()).await.unwrap();
+    assert_eq!(
+        after[0].remaining, 1,
+        "and the cache was invalidated after its commit"
+    );
+}
