@@ -1,0 +1,220 @@
+//! `MemoryStore` hold throughput against a plain `Mutex<HashMap>` doing the same bookkeeping
+//! (unique key map, per-slot remaining, hold rows), on one thread and on two. Also the same
+//! holds through the engine (validation, clock, detached write task).
+
+// criterion_group!/criterion_main! generate undocumented items.
+#![allow(missing_docs)]
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
+use slot_booking::{
+    BookingEngine, HoldRequest, IdempotencyKey, MemoryStore, NewSlot, SlotId, Store, Timestamp,
+};
+
+const SLOTS: usize = 1_000;
+
+/// The baseline: one lock, a key map, remaining per slot, and the hold rows.
+#[derive(Default)]
+struct Baseline {
+    inner: Mutex<BaselineInner>,
+}
+
+#[derive(Default)]
+struct BaselineInner {
+    remaining: Vec<i32>,
+    keys: HashMap<String, usize>,
+    holds: Vec<(usize, Timestamp)>,
+}
+
+impl Baseline {
+    fn new() -> Self {
+        let baseline = Baseline::default();
+        baseline.inner.lock().unwrap().remaining = vec![i32::MAX; SLOTS];
+        baseline
+    }
+
+    fn hold(&self, slot: usize, key: &str, expires_at: Timestamp) -> Option<usize> {
+        let mut inner = self.inner.lock().unwrap();
+        if let Some(&existing) = inner.keys.get(key) {
+            return Some(existing);
+        }
+        if inner.remaining[slot] == 0 {
+            return None;
+        }
+        inner.remaining[slot] -= 1;
+        let id = inner.holds.len();
+        inner.holds.push((slot, expires_at));
+        inner.keys.insert(key.to_owned(), id);
+        Some(id)
+    }
+}
+
+async fn store_with_slots() -> (MemoryStore, Vec<SlotId>) {
+    let store = MemoryStore::new();
+    let start = Utc::now() + chrono::Duration::days(1);
+    let mut slots = Vec::new();
+    for i in 0..SLOTS as i64 {
+        let starts_at = start + chrono::Duration::minutes(i);
+        let slot = store
+            .create_slot(&NewSlot::new(
+                starts_at,
+                starts_at + chrono::Duration::hours(1),
+                i32::MAX,
+            ))
+            .await
+            .unwrap();
+        slots.push(slot.slot_id);
+    }
+    (store, slots)
+}
+
+fn keys(prefix: &str, n: u64) -> Vec<String> {
+    (0..n).map(|i| format!("{prefix}-{i}")).collect()
+}
+
+fn one_thread(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (store, slots) = rt.block_on(store_with_slots());
+    let store = Arc::new(store);
+    let baseline = Baseline::new();
+    let now = Utc::now();
+    let expires_at = now + chrono::Duration::minutes(5);
+    let mut round = 0u64;
+
+    let mut group = c.benchmark_group("memory_holds_one_thread");
+    group.throughput(Throughput::Elements(1));
+    group.bench_function("Mutex<HashMap> (baseline)", |b| {
+        b.iter_custom(|iters| {
+            round += 1;
+            let keys = keys(&format!("b{round}"), iters);
+            let started = Instant::now();
+            for (i, key) in keys.iter().enumerate() {
+                black_box(baseline.hold(i % SLOTS, key, expires_at));
+            }
+            started.elapsed()
+        })
+    });
+    group.bench_function("MemoryStore::create_hold", |b| {
+        b.iter_custom(|iters| {
+            round += 1;
+            let keys = keys(&format!("s{round}"), iters);
+            rt.block_on(async {
+                let started = Instant::now();
+                for (i, key) in keys.into_iter().enumerate() {
+                    let key = IdempotencyKey::new(key).unwrap();
+                    let request = HoldRequest {
+                        slot_id: slots[i % SLOTS],
+                        key: &key,
+                        now,
+                        expires_at,
+                    };
+                    black_box(store.create_hold(request).await.unwrap());
+                }
+                started.elapsed()
+            })
+        })
+    });
+    let engine = BookingEngine::new(Arc::clone(&store));
+    group.bench_function("BookingEngine::hold over MemoryStore", |b| {
+        b.iter_custom(|iters| {
+            round += 1;
+            let keys = keys(&format!("e{round}"), iters);
+            rt.block_on(async {
+                let started = Instant::now();
+                for (i, key) in keys.iter().enumerate() {
+                    black_box(engine.hold(slots[i % SLOTS], key).await.unwrap());
+                }
+                started.elapsed()
+            })
+        })
+    });
+    group.finish();
+}
+
+fn two_threads(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (store, slots) = rt.block_on(store_with_slots());
+    let store = Arc::new(store);
+    let slots = Arc::new(slots);
+    let baseline = Arc::new(Baseline::new());
+    let now = Utc::now();
+    let expires_at = now + chrono::Duration::minutes(5);
+    let mut round = 0u64;
+
+    let mut group = c.benchmark_group("memory_holds_two_threads");
+    group.throughput(Throughput::Elements(1));
+    group.bench_function("Mutex<HashMap> (baseline)", |b| {
+        b.iter_custom(|iters| {
+            round += 1;
+            let halves: Vec<Vec<String>> = (0..2)
+                .map(|t| keys(&format!("b{round}-{t}"), iters / 2 + 1))
+                .collect();
+            let started = Instant::now();
+            std::thread::scope(|scope| {
+                for (t, half) in halves.iter().enumerate() {
+                    let baseline = &baseline;
+                    scope.spawn(move || {
+                        for (i, key) in half.iter().enumerate() {
+                            black_box(baseline.hold((i * 2 + t) % SLOTS, key, expires_at));
+                        }
+                    });
+                }
+            });
+            started.elapsed()
+        })
+    });
+    group.bench_function("MemoryStore::create_hold", |b| {
+        b.iter_custom(|iters| {
+            round += 1;
+            let halves: Vec<Vec<String>> = (0..2)
+                .map(|t| keys(&format!("s{round}-{t}"), iters / 2 + 1))
+                .collect();
+            rt.block_on(async {
+                let started = Instant::now();
+                let tasks: Vec<_> = halves
+                    .into_iter()
+                    .enumerate()
+                    .map(|(t, half)| {
+                        let store = Arc::clone(&store);
+                        let slots = Arc::clone(&slots);
+                        tokio::spawn(async move {
+                            for (i, key) in half.into_iter().enumerate() {
+                                let key = IdempotencyKey::new(key).unwrap();
+                                let request = HoldRequest {
+                                    slot_id: slots[(i * 2 + t) % SLOTS],
+                                    key: &key,
+                                    now,
+                                    expires_at,
+                                };
+                                black_box(store.create_hold(request).await.unwrap());
+                            }
+                        })
+                    })
+                    .collect();
+                for task in tasks {
+                    task.await.unwrap();
+                }
+                started.elapsed()
+            })
+        })
+    });
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1));
+    targets = one_thread, two_threads
+}
+criterion_main!(benches);

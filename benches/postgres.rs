@@ -1,0 +1,261 @@
+//! PostgreSQL, side by side with baselines in the same run (needs `DATABASE_URL`; without it
+//! this bench prints that it was skipped):
+//!
+//! 1. Hold throughput with 8 connections, on one hot slot and spread over 1,000 slots: the
+//!    engine over `PostgresStore` against `pgbench` running the same statement
+//!    (`benches/pgbench/hold.sql`) with 8 clients for the same time.
+//! 2. Availability recompute over 1,000 slots with 1,000,000 holds against a bare `SELECT` of
+//!    the 1,000 slot rows (criterion).
+
+// criterion_group!/criterion_main! generate undocumented items.
+#![allow(missing_docs)]
+
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use criterion::{black_box, Criterion};
+use slot_booking::{BookingEngine, NewSlot, SlotId, Store};
+use slot_booking_postgres::PostgresStore;
+use sqlx::postgres::{PgPool, PgPoolOptions};
+
+const CONNECTIONS: u32 = 8;
+const RUN: Duration = Duration::from_secs(10);
+const PGBENCH_SCRIPT: &str = include_str!("pgbench/hold.sql");
+
+async fn pool(url: &str) -> PgPool {
+    PgPoolOptions::new()
+        .max_connections(CONNECTIONS)
+        .min_connections(CONNECTIONS)
+        .test_before_acquire(false)
+        .connect(url)
+        .await
+        .expect("connect to DATABASE_URL")
+}
+
+async fn fresh_store(url: &str, schema: &str) -> PostgresStore {
+    let pool = pool(url).await;
+    sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+        .execute(&pool)
+        .await
+        .unwrap();
+    let store = PostgresStore::with_schema(pool, schema).unwrap();
+    store.migrate().await.unwrap();
+    store
+}
+
+async fn slots(engine: &BookingEngine<Arc<PostgresStore>>, n: i64, capacity: i32) -> Vec<SlotId> {
+    let start = Utc::now() + chrono::Duration::days(1);
+    let mut ids = Vec::new();
+    for i in 0..n {
+        let starts_at = start + chrono::Duration::minutes(i);
+        let slot = engine
+            .create_slot(NewSlot::new(
+                starts_at,
+                starts_at + chrono::Duration::hours(1),
+                capacity,
+            ))
+            .await
+            .unwrap();
+        ids.push(slot.slot_id);
+    }
+    ids
+}
+
+/// Holds per second through the engine, 8 tasks for `RUN`.
+async fn engine_holds(
+    engine: &BookingEngine<Arc<PostgresStore>>,
+    slots: &[SlotId],
+    tag: &str,
+) -> f64 {
+    let done = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let slots = Arc::new(slots.to_vec());
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..CONNECTIONS)
+        .map(|t| {
+            let (engine, done, stop, slots) =
+                (engine.clone(), done.clone(), stop.clone(), slots.clone());
+            let tag = tag.to_owned();
+            tokio::spawn(async move {
+                let mut i = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    i += 1;
+                    let slot =
+                        slots[(i as usize * CONNECTIONS as usize + t as usize) % slots.len()];
+                    engine.hold(slot, &format!("{tag}-{t}-{i}")).await.unwrap();
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(RUN).await;
+    stop.store(true, Ordering::Relaxed);
+    for task in tasks {
+        task.await.unwrap();
+    }
+    done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64()
+}
+
+/// Transactions per second `pgbench` reports for the same statement, 8 clients for `RUN`.
+fn pgbench_holds(url: &str, schema: &str, first: SlotId, last: SlotId) -> Option<f64> {
+    let script = PGBENCH_SCRIPT.replace("{schema}", schema);
+    let path = std::env::temp_dir().join(format!("sb_pgbench_{}_{schema}.sql", std::process::id()));
+    std::fs::write(&path, script).ok()?;
+    let output = Command::new("pgbench")
+        .args([
+            "-n",
+            "-M",
+            "prepared",
+            "-c",
+            &CONNECTIONS.to_string(),
+            "-j",
+            "2",
+        ])
+        .args(["-T", &RUN.as_secs().to_string()])
+        .args([
+            "-D",
+            &format!("first={}", first.0),
+            "-D",
+            &format!("last={}", last.0),
+        ])
+        .arg("-f")
+        .arg(&path)
+        .arg(url)
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    let tps = text
+        .lines()
+        .find(|l| l.starts_with("tps ="))?
+        .split_whitespace()
+        .nth(2)?
+        .parse()
+        .ok();
+    if tps.is_none() {
+        eprintln!(
+            "pgbench said: {text}{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    tps
+}
+
+async fn throughput(url: &str) {
+    for (name, count) in [("hot slot", 1), ("1,000 spread slots", 1_000)] {
+        let schema = if count == 1 {
+            "sb_bench_hot"
+        } else {
+            "sb_bench_spread"
+        };
+        let store = Arc::new(fresh_store(url, schema).await);
+        let engine = BookingEngine::new(Arc::clone(&store));
+        let ids = slots(&engine, count, i32::MAX).await;
+        let ours = engine_holds(&engine, &ids, schema).await;
+        let baseline = pgbench_holds(url, schema, ids[0], ids[ids.len() - 1]);
+        match baseline {
+            Some(baseline) => println!(
+                "postgres holds, 8 connections, {name}: engine {ours:.0}/s, pgbench {baseline:.0}/s, ratio {:.2}x",
+                ours / baseline
+            ),
+            None => println!("postgres holds, 8 connections, {name}: engine {ours:.0}/s (pgbench unavailable)"),
+        }
+        let invariant: (i64,) = sqlx::query_as(&format!(
+            "SELECT count(*) FROM {schema}.slots s WHERE s.remaining + \
+             (SELECT count(*) FROM {schema}.holds h WHERE h.slot_id = s.id AND h.status IN ('held', 'confirmed')) \
+             <> s.capacity"
+        ))
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+        assert_eq!(invariant.0, 0, "the invariant held under load");
+    }
+}
+
+/// 1,000 future slots and 1,000,000 holds: 90% history (confirmed, cancelled, expired), 9%
+/// held and active, 1% held but expired and not yet reclaimed.
+async fn availability_fixture(url: &str) -> PostgresStore {
+    let store = fresh_store(url, "sb_bench_availability").await;
+    let s = "sb_bench_availability";
+    let statements = [
+        format!(
+            "INSERT INTO {s}.slots (starts_at, ends_at, capacity, remaining) \
+             SELECT now() + interval '1 day' + g * interval '1 minute', \
+                    now() + interval '1 day' + g * interval '1 minute' + interval '1 hour', 2000, 2000 \
+             FROM generate_series(1, 1000) g"
+        ),
+        format!(
+            "INSERT INTO {s}.holds (slot_id, idempotency_key, status, expires_at, confirmed_at, cancelled_at, created_at) \
+             SELECT (SELECT min(id) FROM {s}.slots) + g % 1000, 'fixture-' || g, \
+                    CASE WHEN g % 100 < 40 THEN 'confirmed' WHEN g % 100 < 70 THEN 'cancelled' \
+                         WHEN g % 100 < 90 THEN 'expired' ELSE 'held' END, \
+                    CASE WHEN g % 100 = 99 THEN now() - interval '1 minute' ELSE now() + interval '1 hour' END, \
+                    NULL, NULL, now() - interval '1 hour' \
+             FROM generate_series(1, 1000000) g"
+        ),
+        format!(
+            "UPDATE {s}.slots sl SET remaining = sl.capacity - taken.n \
+             FROM (SELECT slot_id, count(*)::int4 AS n FROM {s}.holds \
+                   WHERE status IN ('held', 'confirmed') GROUP BY slot_id) taken \
+             WHERE taken.slot_id = sl.id"
+        ),
+        format!("VACUUM ANALYZE {s}.slots"),
+        format!("VACUUM ANALYZE {s}.holds"),
+    ];
+    for statement in statements {
+        sqlx::query(&statement).execute(store.pool()).await.unwrap();
+    }
+    store
+}
+
+/// A slot row as the bare scan reads it.
+type SlotRow = (i64, chrono::DateTime<Utc>, chrono::DateTime<Utc>, i32, i32);
+
+fn availability(c: &mut Criterion, rt: &tokio::runtime::Runtime, url: &str) {
+    let store = rt.block_on(availability_fixture(url));
+    let bare = "SELECT id, starts_at, ends_at, capacity, remaining \
+                FROM sb_bench_availability.slots WHERE starts_at > $1 ORDER BY starts_at, id";
+    let mut group = c.benchmark_group("postgres_availability_1000_slots_1m_holds");
+    group.bench_function("bare SELECT of the slot rows (baseline)", |b| {
+        b.to_async(rt).iter(|| async {
+            let rows: Vec<SlotRow> = sqlx::query_as(bare)
+                .bind(Utc::now())
+                .fetch_all(store.pool())
+                .await
+                .unwrap();
+            black_box(rows.len())
+        })
+    });
+    group.bench_function("PostgresStore::availability", |b| {
+        b.to_async(rt).iter(|| async {
+            let entries = store.availability(Utc::now()).await.unwrap();
+            assert_eq!(entries.len(), 1_000);
+            black_box(entries.len())
+        })
+    });
+    group.finish();
+}
+
+fn main() {
+    let Ok(url) = std::env::var("DATABASE_URL") else {
+        println!("SKIPPED: the PostgreSQL benchmarks need DATABASE_URL");
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut criterion = Criterion::default().configure_from_args();
+    let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    if filter
+        .as_deref()
+        .is_none_or(|f| "holds".contains(f) || f.contains("hold"))
+    {
+        rt.block_on(throughput(&url));
+    }
+    availability(&mut criterion, &rt, &url);
+    criterion.final_summary();
+}
