@@ -126,8 +126,23 @@ impl SqliteStore {
         }
         // sqlx pings every connection it hands out by default; a local file does not hang up.
         .test_before_acquire(false);
-        let pool = pool_options.connect_with(options).await.map_err(map_err)?;
-        Ok(SqliteStore::new(pool))
+        // Opening a fresh file switches it to WAL, which needs an exclusive lock that SQLite
+        // refuses at once (SQLITE_BUSY, without its busy handler) while another connection —
+        // another process starting up at the same moment — does the same. Retry that for as
+        // long as `busy_timeout` would have waited.
+        let deadline = tokio::time::Instant::now() + DEFAULT_BUSY_TIMEOUT;
+        loop {
+            match pool_options.clone().connect_with(options.clone()).await {
+                Ok(pool) => return Ok(SqliteStore::new(pool)),
+                Err(error) => {
+                    let error = map_err(error);
+                    if !error.is_transient() || tokio::time::Instant::now() >= deadline {
+                        return Err(error);
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        }
     }
 
     /// The pool this store uses.
