@@ -67,11 +67,14 @@ pub enum CacheError<E> {
     LoadAborted,
 }
 
-/// A value read from the cache: a shared pointer to it, plus how much longer it is fresh.
+/// A value read from the cache: a shared pointer to it, plus how old it is.
 #[derive(Debug)]
 pub struct Snapshot<T> {
     value: Arc<T>,
-    fresh_for: Duration,
+    /// Time since the load that produced the value began, when the read was served.
+    age: Duration,
+    /// The cache's freshness period.
+    period: Duration,
 }
 
 impl<T> Snapshot<T> {
@@ -87,7 +90,12 @@ impl<T> Snapshot<T> {
 
     /// How much longer this value is fresh; zero for a stale copy.
     pub fn fresh_for(&self) -> Duration {
-        self.fresh_for
+        self.period.saturating_sub(self.age)
+    }
+
+    /// How long before the read the load that produced this value began (tokio time).
+    pub fn age(&self) -> Duration {
+        self.age
     }
 }
 
@@ -95,7 +103,8 @@ impl<T> Clone for Snapshot<T> {
     fn clone(&self) -> Self {
         Snapshot {
             value: Arc::clone(&self.value),
-            fresh_for: self.fresh_for,
+            age: self.age,
+            period: self.period,
         }
     }
 }
@@ -231,8 +240,9 @@ where
                 };
                 match outcome {
                     Some(Ok((value, loaded_at))) => Ok(Snapshot {
-                        fresh_for: self.fresh_left(loaded_at, Instant::now()),
                         value,
+                        age: Instant::now().saturating_duration_since(loaded_at),
+                        period: self.inner.config.fresh_for,
                     }),
                     Some(Err(error)) => Err(error),
                     None => Err(CacheError::LoadAborted),
@@ -246,13 +256,6 @@ where
     /// after it.
     pub fn invalidate(&self) {
         self.inner.generation.fetch_add(1, Ordering::SeqCst);
-    }
-
-    fn fresh_left(&self, loaded_at: Instant, now: Instant) -> Duration {
-        self.inner
-            .config
-            .fresh_for
-            .saturating_sub(now.saturating_duration_since(loaded_at))
     }
 
     fn lock(&self) -> MutexGuard<'_, State<T, E>> {
@@ -279,7 +282,8 @@ where
             let age = now.saturating_duration_since(cached.loaded_at);
             let snapshot = Snapshot {
                 value: Arc::clone(&cached.value),
-                fresh_for: config.fresh_for.saturating_sub(age),
+                age,
+                period: config.fresh_for,
             };
             if age < config.fresh_for {
                 return Plan::Serve(snapshot);

@@ -6,6 +6,7 @@
 use std::fmt;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use chrono::{DateTime, Duration, Utc};
 
@@ -15,6 +16,14 @@ use crate::model::{truncate_to_micros, Timestamp};
 pub trait Clock: Send + Sync + fmt::Debug + 'static {
     /// The current instant, truncated to whole microseconds.
     fn now(&self) -> Timestamp;
+
+    /// The current instant, given that this clock read `earlier` and that `elapsed` real time
+    /// has passed since. A clock that moves with real time may answer `earlier + elapsed`
+    /// without reading the time again; the default reads it.
+    fn now_after(&self, earlier: Timestamp, elapsed: std::time::Duration) -> Timestamp {
+        let _ = (earlier, elapsed);
+        self.now()
+    }
 }
 
 /// The system's wall clock.
@@ -23,7 +32,22 @@ pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now(&self) -> Timestamp {
-        truncate_to_micros(Utc::now())
+        // Whole microseconds straight from the system time: one conversion, no rounding step
+        // (this sits on the availability hit path).
+        let micros = match SystemTime::now().duration_since(UNIX_EPOCH) {
+            Ok(since) => i64::try_from(since.as_micros()).unwrap_or(i64::MAX),
+            Err(before) => -i64::try_from(before.duration().as_micros()).unwrap_or(i64::MAX),
+        };
+        DateTime::from_timestamp_micros(micros).unwrap_or_else(|| truncate_to_micros(Utc::now()))
+    }
+
+    /// `earlier + elapsed` (whole microseconds): the availability hit path uses this to skip
+    /// a second clock read.
+    fn now_after(&self, earlier: Timestamp, elapsed: std::time::Duration) -> Timestamp {
+        let micros = i64::try_from(elapsed.as_micros()).unwrap_or(i64::MAX);
+        earlier
+            .checked_add_signed(Duration::microseconds(micros))
+            .unwrap_or_else(|| self.now())
     }
 }
 
@@ -80,6 +104,10 @@ impl<C: Clock + ?Sized> Clock for Arc<C> {
     fn now(&self) -> Timestamp {
         (**self).now()
     }
+
+    fn now_after(&self, earlier: Timestamp, elapsed: std::time::Duration) -> Timestamp {
+        (**self).now_after(earlier, elapsed)
+    }
 }
 
 #[cfg(test)]
@@ -90,6 +118,18 @@ mod tests {
     fn system_clock_is_truncated_to_micros() {
         let now = SystemClock.now();
         assert_eq!(now.timestamp_subsec_nanos() % 1_000, 0);
+    }
+
+    #[test]
+    fn wall_clock_answers_now_after_by_adding_and_manual_clock_reads_itself() {
+        let earlier = DateTime::from_timestamp(1_900_000_000, 0).unwrap();
+        let elapsed = std::time::Duration::from_micros(2_500_001);
+        assert_eq!(
+            SystemClock.now_after(earlier, elapsed),
+            earlier + Duration::microseconds(2_500_001)
+        );
+        let manual = ManualClock::new(earlier + Duration::hours(3));
+        assert_eq!(manual.now_after(earlier, elapsed), manual.now());
     }
 
     #[test]

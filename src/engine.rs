@@ -60,7 +60,7 @@ pub struct BookingEngine<S> {
 
 struct Inner<S> {
     store: Arc<S>,
-    cache: SingleFlightCache<Vec<AvailabilityEntry>, StoreError>,
+    cache: SingleFlightCache<AvailabilitySnapshot, StoreError>,
     clock: Arc<dyn Clock>,
     hold_ttl: chrono::Duration,
 }
@@ -144,12 +144,21 @@ pub struct HoldPlaced {
     pub replayed: bool,
 }
 
+/// One store read of availability, as the cache shares it between readers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AvailabilitySnapshot {
+    /// The engine's clock when the read was made: the `now` the store was asked about.
+    pub read_at: Timestamp,
+    /// Every slot that had not started at `read_at`, by `starts_at` then `slot_id`.
+    pub entries: Vec<AvailabilityEntry>,
+}
+
 /// An availability listing: a window onto the shared cached snapshot (no entries are copied).
 ///
 /// Dereferences to `[AvailabilityEntry]` and serializes as a JSON array.
 #[derive(Clone)]
 pub struct Availability {
-    snapshot: Arc<Vec<AvailabilityEntry>>,
+    snapshot: Arc<AvailabilitySnapshot>,
     range: Range<usize>,
     fresh_for: Duration,
 }
@@ -157,7 +166,7 @@ pub struct Availability {
 impl Availability {
     /// The entries, ordered by `starts_at` then `slot_id`.
     pub fn entries(&self) -> &[AvailabilityEntry] {
-        &self.snapshot[self.range.clone()]
+        &self.snapshot.entries[self.range.clone()]
     }
 
     /// How much longer the underlying snapshot is fresh (for `Cache-Control: max-age`).
@@ -166,7 +175,7 @@ impl Availability {
     }
 
     /// The whole snapshot this listing is a window of.
-    pub fn snapshot(&self) -> &Arc<Vec<AvailabilityEntry>> {
+    pub fn snapshot(&self) -> &Arc<AvailabilitySnapshot> {
         &self.snapshot
     }
 }
@@ -265,7 +274,11 @@ fn window(
     query: &AvailabilityQuery,
 ) -> Range<usize> {
     // The snapshot was taken up to one cache period ago: drop slots that have started since.
-    let mut start = entries.partition_point(|e| e.starts_at <= now);
+    // Usually none has, and the first entry says so without a search.
+    let mut start = match entries.first() {
+        Some(first) if first.starts_at <= now => entries.partition_point(|e| e.starts_at <= now),
+        _ => 0,
+    };
     if let Some(from) = query.from {
         start = start.max(entries.partition_point(|e| e.starts_at < from));
     }
@@ -329,12 +342,21 @@ impl<S: Store> BookingEngine<S> {
                 return Err(BookingError::InvalidQuery);
             }
         }
-        let store = Arc::clone(&self.inner.store);
-        let clock = Arc::clone(&self.inner.clock);
+        // The loader takes its handles only when a load really starts: a hit clones nothing.
+        // It reads the clock when the cache starts the load (after the cache noted the load's
+        // start), so `read_at + age` never runs behind the clock.
+        let load = || {
+            let store = Arc::clone(&self.inner.store);
+            let read_at = self.inner.clock.now();
+            async move {
+                let entries = guarded(store.availability(read_at)).await?;
+                Ok(AvailabilitySnapshot { read_at, entries })
+            }
+        };
         let snapshot = self
             .inner
             .cache
-            .get(move || async move { guarded(store.availability(clock.now())).await })
+            .get(load)
             .await
             .map_err(|error| match error {
                 CacheError::Load(error) => BookingError::Store(error),
@@ -342,11 +364,16 @@ impl<S: Store> BookingEngine<S> {
                     "the availability load panicked or was cancelled",
                 )),
             })?;
-        let now = self.inner.clock.now();
+        // A wall clock can answer from the snapshot's read time and age without a second
+        // clock read; a manual clock is read.
+        let now = self
+            .inner
+            .clock
+            .now_after(snapshot.value().read_at, snapshot.age());
         let fresh_for = snapshot.fresh_for();
         let snapshot = snapshot.into_value();
         Ok(Availability {
-            range: window(&snapshot, now, &query),
+            range: window(&snapshot.entries, now, &query),
             snapshot,
             fresh_for,
         })

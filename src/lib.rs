@@ -12,7 +12,7 @@ pub mod model;
 pub mod store;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use engine::{Availability, BookingEngine, EngineBuilder, HoldPlaced};
+pub use engine::{Availability, AvailabilitySnapshot, BookingEngine, EngineBuilder, HoldPlaced};
 pub use error::BookingError;
 pub use memory::MemoryStore;
 pub use model::{
