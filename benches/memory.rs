@@ -7,10 +7,10 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use chrono::Utc;
-use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
+use criterion::{black_box, criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use slot_booking::{
     BookingEngine, HoldRequest, IdempotencyKey, MemoryStore, NewSlot, SlotId, Store, Timestamp,
 };
@@ -72,68 +72,73 @@ async fn store_with_slots() -> (MemoryStore, Vec<SlotId>) {
     (store, slots)
 }
 
-fn keys(prefix: &str, n: u64) -> Vec<String> {
+fn keys(prefix: &str, n: usize) -> Vec<String> {
     (0..n).map(|i| format!("{prefix}-{i}")).collect()
 }
+
+/// Holds per measured batch: each batch starts from a fresh store (set up outside the
+/// timing), so every batch does the same work on the same amount of state.
+const BATCH: usize = 20_000;
 
 fn one_thread(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    let (store, slots) = rt.block_on(store_with_slots());
-    let store = Arc::new(store);
-    let baseline = Baseline::new();
     let now = Utc::now();
     let expires_at = now + chrono::Duration::minutes(5);
-    let mut round = 0u64;
 
     let mut group = c.benchmark_group("memory_holds_one_thread");
-    group.throughput(Throughput::Elements(1));
+    group.throughput(Throughput::Elements(BATCH as u64));
     group.bench_function("Mutex<HashMap> (baseline)", |b| {
-        b.iter_custom(|iters| {
-            round += 1;
-            let keys = keys(&format!("b{round}"), iters);
-            let started = Instant::now();
-            for (i, key) in keys.iter().enumerate() {
-                black_box(baseline.hold(i % SLOTS, key, expires_at));
-            }
-            started.elapsed()
-        })
+        b.iter_batched(
+            || (Baseline::new(), keys("b", BATCH)),
+            |(baseline, keys)| {
+                for (i, key) in keys.iter().enumerate() {
+                    black_box(baseline.hold(i % SLOTS, key, expires_at));
+                }
+                baseline
+            },
+            BatchSize::PerIteration,
+        )
     });
     group.bench_function("MemoryStore::create_hold", |b| {
-        b.iter_custom(|iters| {
-            round += 1;
-            let keys = keys(&format!("s{round}"), iters);
-            rt.block_on(async {
-                let started = Instant::now();
-                for (i, key) in keys.into_iter().enumerate() {
-                    let key = IdempotencyKey::new(key).unwrap();
-                    let request = HoldRequest {
-                        slot_id: slots[i % SLOTS],
-                        key: &key,
-                        now,
-                        expires_at,
-                    };
-                    black_box(store.create_hold(request).await.unwrap());
-                }
-                started.elapsed()
-            })
-        })
+        b.iter_batched(
+            || (rt.block_on(store_with_slots()), keys("s", BATCH)),
+            |((store, slots), keys)| {
+                rt.block_on(async {
+                    for (i, key) in keys.into_iter().enumerate() {
+                        let key = IdempotencyKey::new(key).unwrap();
+                        let request = HoldRequest {
+                            slot_id: slots[i % SLOTS],
+                            key: &key,
+                            now,
+                            expires_at,
+                        };
+                        black_box(store.create_hold(request).await.unwrap());
+                    }
+                });
+                store
+            },
+            BatchSize::PerIteration,
+        )
     });
-    let engine = BookingEngine::new(Arc::clone(&store));
     group.bench_function("BookingEngine::hold over MemoryStore", |b| {
-        b.iter_custom(|iters| {
-            round += 1;
-            let keys = keys(&format!("e{round}"), iters);
-            rt.block_on(async {
-                let started = Instant::now();
-                for (i, key) in keys.iter().enumerate() {
-                    black_box(engine.hold(slots[i % SLOTS], key).await.unwrap());
-                }
-                started.elapsed()
-            })
-        })
+        b.iter_batched(
+            || {
+                let (store, slots) = rt.block_on(store_with_slots());
+                (BookingEngine::new(store), slots, keys("e", BATCH))
+            },
+            |(engine, slots, keys)| {
+                rt.block_on(async {
+                    for (i, key) in keys.iter().enumerate() {
+                        black_box(engine.hold(slots[i % SLOTS], key).await.unwrap());
+                    }
+                });
+                engine
+            },
+            BatchSize::PerIteration,
+        )
     });
     group.finish();
 }
@@ -144,77 +149,82 @@ fn two_threads(c: &mut Criterion) {
         .enable_all()
         .build()
         .unwrap();
-    let (store, slots) = rt.block_on(store_with_slots());
-    let store = Arc::new(store);
-    let slots = Arc::new(slots);
-    let baseline = Arc::new(Baseline::new());
     let now = Utc::now();
     let expires_at = now + chrono::Duration::minutes(5);
-    let mut round = 0u64;
 
     let mut group = c.benchmark_group("memory_holds_two_threads");
-    group.throughput(Throughput::Elements(1));
+    group.throughput(Throughput::Elements(BATCH as u64));
     group.bench_function("Mutex<HashMap> (baseline)", |b| {
-        b.iter_custom(|iters| {
-            round += 1;
-            let halves: Vec<Vec<String>> = (0..2)
-                .map(|t| keys(&format!("b{round}-{t}"), iters / 2 + 1))
-                .collect();
-            let started = Instant::now();
-            std::thread::scope(|scope| {
-                for (t, half) in halves.iter().enumerate() {
-                    let baseline = &baseline;
-                    scope.spawn(move || {
-                        for (i, key) in half.iter().enumerate() {
-                            black_box(baseline.hold((i * 2 + t) % SLOTS, key, expires_at));
-                        }
-                    });
-                }
-            });
-            started.elapsed()
-        })
+        b.iter_batched(
+            || {
+                (
+                    Baseline::new(),
+                    [keys("b0", BATCH / 2), keys("b1", BATCH / 2)],
+                )
+            },
+            |(baseline, halves)| {
+                std::thread::scope(|scope| {
+                    for (t, half) in halves.iter().enumerate() {
+                        let baseline = &baseline;
+                        scope.spawn(move || {
+                            for (i, key) in half.iter().enumerate() {
+                                black_box(baseline.hold((i * 2 + t) % SLOTS, key, expires_at));
+                            }
+                        });
+                    }
+                });
+                baseline
+            },
+            BatchSize::PerIteration,
+        )
     });
     group.bench_function("MemoryStore::create_hold", |b| {
-        b.iter_custom(|iters| {
-            round += 1;
-            let halves: Vec<Vec<String>> = (0..2)
-                .map(|t| keys(&format!("s{round}-{t}"), iters / 2 + 1))
-                .collect();
-            rt.block_on(async {
-                let started = Instant::now();
-                let tasks: Vec<_> = halves
-                    .into_iter()
-                    .enumerate()
-                    .map(|(t, half)| {
-                        let store = Arc::clone(&store);
-                        let slots = Arc::clone(&slots);
-                        tokio::spawn(async move {
-                            for (i, key) in half.into_iter().enumerate() {
-                                let key = IdempotencyKey::new(key).unwrap();
-                                let request = HoldRequest {
-                                    slot_id: slots[(i * 2 + t) % SLOTS],
-                                    key: &key,
-                                    now,
-                                    expires_at,
-                                };
-                                black_box(store.create_hold(request).await.unwrap());
-                            }
+        b.iter_batched(
+            || {
+                let (store, slots) = rt.block_on(store_with_slots());
+                let halves = [keys("s0", BATCH / 2), keys("s1", BATCH / 2)];
+                (Arc::new(store), Arc::new(slots), halves)
+            },
+            |(store, slots, halves)| {
+                rt.block_on(async {
+                    let tasks: Vec<_> = halves
+                        .into_iter()
+                        .enumerate()
+                        .map(|(t, half)| {
+                            let store = Arc::clone(&store);
+                            let slots = Arc::clone(&slots);
+                            tokio::spawn(async move {
+                                for (i, key) in half.into_iter().enumerate() {
+                                    let key = IdempotencyKey::new(key).unwrap();
+                                    let request = HoldRequest {
+                                        slot_id: slots[(i * 2 + t) % SLOTS],
+                                        key: &key,
+                                        now,
+                                        expires_at,
+                                    };
+                                    black_box(store.create_hold(request).await.unwrap());
+                                }
+                            })
                         })
-                    })
-                    .collect();
-                for task in tasks {
-                    task.await.unwrap();
-                }
-                started.elapsed()
-            })
-        })
+                        .collect();
+                    for task in tasks {
+                        task.await.unwrap();
+                    }
+                });
+                store
+            },
+            BatchSize::PerIteration,
+        )
     });
     group.finish();
 }
 
 criterion_group! {
     name = benches;
-    config = Criterion::default().measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1));
+    config = Criterion::default()
+        .sample_size(30)
+        .measurement_time(Duration::from_secs(4))
+        .warm_up_time(Duration::from_secs(1));
     targets = one_thread, two_threads
 }
 criterion_main!(benches);

@@ -4,6 +4,7 @@ use std::fmt;
 use std::future::Future;
 use std::ops::{Deref, Range};
 use std::panic::AssertUnwindSafe;
+use std::task::{Context, Poll};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -248,23 +249,38 @@ async fn guarded<T>(call: impl Future<Output = Result<T, StoreError>>) -> Result
         .unwrap_or_else(|_| Err(StoreError::failed("the store panicked")))
 }
 
-/// Runs a store write on a task of its own, so that dropping the caller's future never cancels
-/// it half way: the write and the cache invalidation after its commit (R3) always run to the
-/// end, as if only the answer had been lost (the idempotency key lets a client ask again). A
-/// panic in the store becomes a [`StoreError`]. Outside a tokio runtime it runs inline.
+/// Runs a store write so that dropping the caller's future never cancels it half way: the
+/// write and the cache invalidation after its commit (R3) always run to the end, as if only the
+/// answer had been lost (the idempotency key lets a client ask again). A panic in the store
+/// becomes a [`StoreError`].
+///
+/// The write is polled once in place: a store that finishes without waiting (the memory store)
+/// has no await point a caller could be dropped at, and pays no task. One that has to wait is
+/// moved to a task of its own, which the runtime polls again (with a real waker) at once.
+/// Outside a tokio runtime the write runs inline.
 async fn detached<T: Send + 'static>(
     write: impl Future<Output = Result<T, StoreError>> + Send + 'static,
 ) -> Result<T, StoreError> {
-    match tokio::runtime::Handle::try_current() {
-        Ok(runtime) => runtime.spawn(write).await.unwrap_or_else(|error| {
-            Err(StoreError::failed(if error.is_panic() {
-                "the store panicked"
-            } else {
-                "the store call was cancelled by a runtime shutting down"
-            }))
-        }),
-        Err(_) => guarded(write).await,
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return guarded(write).await;
+    };
+    let mut write = Box::pin(write);
+    let first = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        let mut context = Context::from_waker(futures::task::noop_waker_ref());
+        write.as_mut().poll(&mut context)
+    }));
+    match first {
+        Ok(Poll::Ready(result)) => return result,
+        Ok(Poll::Pending) => {}
+        Err(_) => return Err(StoreError::failed("the store panicked")),
     }
+    runtime.spawn(write).await.unwrap_or_else(|error| {
+        Err(StoreError::failed(if error.is_panic() {
+            "the store panicked"
+        } else {
+            "the store call was cancelled by a runtime shutting down"
+        }))
+    })
 }
 
 /// The part of a snapshot (sorted by `starts_at`) a reader at `now` asking `query` may see.
