@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
-use slot_booking::{BookingEngine, NewSlot, SlotId};
+use slot_booking::{BookingEngine, HoldRequest, IdempotencyKey, NewSlot, SlotId, Store};
 use slot_booking_sqlite::SqliteStore;
 
 const SLOTS: i64 = 1_000;
@@ -132,7 +132,55 @@ fn holds(c: &mut Criterion) {
             })
         })
     });
+    group.bench_function("SqliteStore::create_hold (no engine)", |b| {
+        b.iter_custom(|iters| {
+            round += 1;
+            let engine = engine.clone();
+            let slots = Arc::clone(&slots);
+            rt.block_on(async move {
+                let now = Utc::now();
+                let expires_at = now + chrono::Duration::minutes(5);
+                let started = Instant::now();
+                for i in 0..iters {
+                    let key = IdempotencyKey::new(format!("s{round}-{i}")).unwrap();
+                    let request = HoldRequest {
+                        slot_id: slots[i as usize % slots.len()],
+                        key: &key,
+                        now,
+                        expires_at,
+                    };
+                    black_box(engine.store().create_hold(request).await.unwrap());
+                }
+                started.elapsed()
+            })
+        })
+    });
     group.finish();
+
+    // What one statement costs through sqlx-sqlite on its own (a worker thread per
+    // connection: every call is a round trip between threads): the floor under any hold.
+    let mut floor = c.benchmark_group("sqlite_round_trip");
+    let pool = engine.store().pool().clone();
+    floor.bench_function("sqlx SELECT 1", |b| {
+        b.to_async(&rt).iter(|| async {
+            let one: i64 = sqlx::query_scalar("SELECT 1")
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+            black_box(one)
+        })
+    });
+    floor.bench_function("rusqlite SELECT 1", |b| {
+        b.iter(|| {
+            let one: i64 = conn
+                .prepare_cached("SELECT 1")
+                .unwrap()
+                .query_row([], |row| row.get(0))
+                .unwrap();
+            black_box(one)
+        })
+    });
+    floor.finish();
 }
 
 criterion_group!(benches, holds);

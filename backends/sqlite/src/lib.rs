@@ -27,13 +27,17 @@
 //!
 //! # Concurrency
 //!
-//! Every write runs in a transaction begun with `BEGIN IMMEDIATE`, so it takes SQLite's write
-//! lock up front and waits for it under `busy_timeout` instead of failing with `SQLITE_BUSY`
-//! when it upgrades a read. Within one [`SqliteStore`] (and its clones) writers also queue on
-//! an in-process FIFO lock before asking SQLite, since SQLite admits one writer at a time
-//! anyway: this keeps writers from polling the busy handler. Several stores or processes on one
-//! file still work, relying on `busy_timeout`. Errors SQLite reports as busy or locked, and
-//! pool or I/O failures, map to [`StoreError::unavailable`].
+//! A hold that finds a unit is one autocommit `INSERT`: the `holds_take_a_unit` trigger
+//! (migration 2) performs the conditional decrement inside it, and SQLite makes the statement
+//! atomic on its own. A statement that starts by writing takes the write lock up front and
+//! waits for it under `busy_timeout`. Every other write (the reclaim path of a hold, confirm,
+//! cancel, create slot, migrations) runs in a transaction begun with `BEGIN IMMEDIATE`, so it
+//! too takes the write lock up front instead of failing with `SQLITE_BUSY` when it upgrades a
+//! read. Within one [`SqliteStore`] (and its clones) writers also queue on an in-process FIFO
+//! lock before asking SQLite, since SQLite admits one writer at a time anyway: this keeps
+//! writers from polling the busy handler. Several stores or processes on one file still work,
+//! relying on `busy_timeout`. Errors SQLite reports as busy or locked, and pool or I/O
+//! failures, map to [`StoreError::unavailable`].
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -233,40 +237,80 @@ fn slot_from_row(row: &SqliteRow) -> Result<Slot, StoreError> {
     })
 }
 
-/// What [`take_unit_and_insert`] did.
+/// What [`insert_hold`] did.
 enum Insert {
     /// Took a unit and stored the hold.
     Created(Hold),
-    /// Found no unit; nothing changed.
+    /// No unit to take (sold out, started, or no such slot); nothing changed.
     NoUnit,
-    /// Took a unit, but the key is taken: the transaction must be rolled back.
+    /// The key is taken; nothing changed.
     KeyTaken,
 }
 
-/// The conditional decrement of SPEC R4 and, only if it affected a row (`changes() = 1`), the
-/// insert under the unique key, sent to SQLite as one call (two statements).
-async fn take_unit_and_insert(
-    tx: &mut Transaction<'static, Sqlite>,
-    request: &HoldRequest<'_>,
-) -> Result<Insert, StoreError> {
+/// Stores a held hold: one statement, atomic on its own. The `holds_take_a_unit` trigger
+/// (migration 2) runs the conditional decrement of SPEC R4 inside it and aborts it when that
+/// changes no row; a unique violation aborts it too, decrement included.
+async fn insert_hold<'e, E>(executor: E, request: &HoldRequest<'_>) -> Result<Insert, StoreError>
+where
+    E: sqlx::Executor<'e, Database = Sqlite>,
+{
     let inserted = sqlx::query(concat!(
-        "UPDATE slots SET remaining = remaining - 1 ",
-        "WHERE id = ?1 AND remaining > 0 AND starts_at > ?3; ",
         "INSERT INTO holds (slot_id, idempotency_key, status, expires_at, created_at) ",
-        "SELECT ?1, ?2, 'held', ?4, ?3 WHERE changes() = 1 RETURNING ",
+        "VALUES (?1, ?2, 'held', ?4, ?3) RETURNING ",
         hold_columns!()
     ))
     .bind(request.slot_id.get())
     .bind(request.key.as_str())
     .bind(to_micros(request.now))
     .bind(to_micros(request.expires_at))
-    .fetch_optional(&mut **tx)
+    // `fetch_all`, not `fetch_one`: the statement must be stepped to its end. Reset after its
+    // first row, an autocommit write still commits, but SQLite then skips its WAL hook, so the
+    // automatic checkpoint never runs and the WAL grows without bound.
+    .fetch_all(executor)
     .await;
     match inserted {
-        Ok(Some(row)) => Ok(Insert::Created(hold_from_row(&row)?)),
-        Ok(None) => Ok(Insert::NoUnit),
+        Ok(rows) => match rows.first() {
+            Some(row) => Ok(Insert::Created(hold_from_row(row)?)),
+            None => Err(StoreError::failed("INSERT ... RETURNING returned no row")),
+        },
         Err(error) if is_unique_violation(&error) => Ok(Insert::KeyTaken),
+        Err(error) if is_no_unit(&error) => Ok(Insert::NoUnit),
         Err(error) => Err(map_err(error)),
+    }
+}
+
+/// The `holds_take_a_unit` trigger's abort: `SQLITE_CONSTRAINT_TRIGGER`, which only that
+/// trigger raises in this schema.
+fn is_no_unit(error: &sqlx::Error) -> bool {
+    const SQLITE_CONSTRAINT_TRIGGER: &str = "1811";
+    matches!(error, sqlx::Error::Database(db) if db.code().as_deref() == Some(SQLITE_CONSTRAINT_TRIGGER))
+}
+
+/// The hold an idempotency key belongs to, if any.
+async fn hold_by_key<'e, E>(executor: E, key: &str) -> Result<Option<Hold>, StoreError>
+where
+    E: sqlx::Executor<'e, Database = Sqlite>,
+{
+    sqlx::query(concat!(
+        "SELECT ",
+        hold_columns!(),
+        " FROM holds WHERE idempotency_key = ?1"
+    ))
+    .bind(key)
+    .fetch_optional(executor)
+    .await
+    .map_err(map_err)?
+    .as_ref()
+    .map(hold_from_row)
+    .transpose()
+}
+
+/// A replay or a reused key, for the hold a taken key belongs to.
+fn replay(request: &HoldRequest<'_>, existing: Hold) -> HoldOutcome {
+    if existing.slot_id == request.slot_id {
+        HoldOutcome::Replayed(existing)
+    } else {
+        HoldOutcome::KeyReused(existing)
     }
 }
 
@@ -372,47 +416,38 @@ impl Store for SqliteStore {
     }
 
     async fn create_hold(&self, request: HoldRequest<'_>) -> Result<HoldOutcome, StoreError> {
+        let taken = "a unique violation on the idempotency key, but no hold has it";
+        // The fast path: one statement, no transaction to open or commit.
+        let fast = {
+            let _gate = self.write_gate.lock().await;
+            insert_hold(&self.pool, &request).await?
+        };
+        match fast {
+            Insert::Created(hold) => return Ok(HoldOutcome::Created(hold)),
+            Insert::KeyTaken => {
+                return hold_by_key(&self.pool, request.key.as_str())
+                    .await?
+                    .map(|existing| replay(&request, existing))
+                    .ok_or_else(|| StoreError::failed(taken))
+            }
+            Insert::NoUnit => {}
+        }
+
+        // No unit: reclaim the slot's expired holds and try once more, in one transaction.
+        // Try even if this call reclaimed nothing: a racing hold may have reclaimed units since.
         let slot_id = request.slot_id.get();
         let now = to_micros(request.now);
-        let key = request.key.as_str();
-
         let mut w = self.begin_write().await?;
-        let mut insert = take_unit_and_insert(&mut w.tx, &request).await?;
-        if matches!(insert, Insert::NoUnit) && reclaim(&mut w.tx, slot_id, now).await? > 0 {
-            insert = take_unit_and_insert(&mut w.tx, &request).await?;
+        reclaim(&mut w.tx, slot_id, now).await?;
+        let insert = insert_hold(&mut *w.tx, &request).await?;
+        if let Insert::Created(hold) = insert {
+            w.tx.commit().await.map_err(map_err)?;
+            return Ok(HoldOutcome::Created(hold));
         }
-        let took = match insert {
-            Insert::Created(hold) => {
-                w.tx.commit().await.map_err(map_err)?;
-                return Ok(HoldOutcome::Created(hold));
-            }
-            Insert::NoUnit => false,
-            // The key is taken: only the failed INSERT was undone, so the transaction is still
-            // usable for the lookup below; it is rolled back at the end, undoing the decrement.
-            Insert::KeyTaken => true,
-        };
-
-        // Nothing was reserved, or the key already exists: say why.
-        let existing = sqlx::query(concat!(
-            "SELECT ",
-            hold_columns!(),
-            " FROM holds WHERE idempotency_key = ?1"
-        ))
-        .bind(key)
-        .fetch_optional(&mut *w.tx)
-        .await
-        .map_err(map_err)?
-        .as_ref()
-        .map(hold_from_row)
-        .transpose()?;
-        let outcome = match existing {
-            Some(hold) if hold.slot_id == request.slot_id => HoldOutcome::Replayed(hold),
-            Some(hold) => HoldOutcome::KeyReused(hold),
-            None if took => {
-                return Err(StoreError::failed(
-                    "unique violation on insert, but no hold has the idempotency key",
-                ))
-            }
+        // Nothing was stored: say why. A key already used wins over every other answer.
+        let outcome = match hold_by_key(&mut *w.tx, request.key.as_str()).await? {
+            Some(existing) => replay(&request, existing),
+            None if matches!(insert, Insert::KeyTaken) => return Err(StoreError::failed(taken)),
             None => {
                 let starts_at: Option<i64> =
                     sqlx::query_scalar("SELECT starts_at FROM slots WHERE id = ?1")
@@ -427,9 +462,7 @@ impl Store for SqliteStore {
                 }
             }
         };
-        // Nothing is kept: a decrement is undone (and the reclaim before it, if any; the next
-        // hold redoes it). Without a decrement nothing was written: a reclaim on an open slot
-        // always makes the second decrement succeed.
+        // Undo the reclaim, if any: the next hold that needs the units redoes it.
         w.tx.rollback().await.map_err(map_err)?;
         Ok(outcome)
     }

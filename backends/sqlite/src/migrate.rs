@@ -20,11 +20,18 @@ pub(crate) struct Migration {
 }
 
 /// Every migration, in version order.
-pub(crate) const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    description: "create slots and holds",
-    sql: include_str!("../migrations/0001_create_slots_and_holds.sql"),
-}];
+pub(crate) const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        description: "create slots and holds",
+        sql: include_str!("../migrations/0001_create_slots_and_holds.sql"),
+    },
+    Migration {
+        version: 2,
+        description: "holds take a unit",
+        sql: include_str!("../migrations/0002_holds_take_a_unit.sql"),
+    },
+];
 
 const CREATE_LEDGER: &str = "CREATE TABLE IF NOT EXISTS slot_booking_migrations (
     version     INTEGER PRIMARY KEY,

@@ -55,7 +55,13 @@ async fn migrations_coexist_with_host_sqlx_migrations() {
             .fetch_all(store.pool())
             .await
             .unwrap();
-    assert_eq!(ours, vec![(1, "create slots and holds".to_owned())]);
+    assert_eq!(
+        ours,
+        vec![
+            (1, "create slots and holds".to_owned()),
+            (2, "holds take a unit".to_owned())
+        ]
+    );
     let theirs: Vec<i64> =
         sqlx::query_scalar("SELECT version FROM _sqlx_migrations ORDER BY version")
             .fetch_all(store.pool())
@@ -97,7 +103,7 @@ async fn concurrent_migrations_apply_once() {
         .fetch_one(store.pool())
         .await
         .unwrap();
-    assert_eq!(n, 1);
+    assert_eq!(n, 2, "each of the two migrations applied once");
 }
 
 #[tokio::test]
