@@ -22,11 +22,18 @@ struct Migration {
 
 /// Every migration, in version order. The SQL names tables without a schema: it runs with
 /// `search_path` set to the store's schema.
-const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    description: "create slots and holds",
-    sql: include_str!("../migrations/0001_create_slots_and_holds.sql"),
-}];
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        description: "create slots and holds",
+        sql: include_str!("../migrations/0001_create_slots_and_holds.sql"),
+    },
+    Migration {
+        version: 2,
+        description: "held holds by expiry",
+        sql: include_str!("../migrations/0002_held_holds_by_expiry.sql"),
+    },
+];
 
 /// The advisory lock key of a schema's migrations: FNV-1a (64 bit) of a fixed prefix and the
 /// schema name, stable across versions and processes.

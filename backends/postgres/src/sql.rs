@@ -38,13 +38,17 @@ impl Statements {
                 "SELECT id, starts_at, ends_at, capacity, remaining FROM {s}.slots WHERE id = $1"
             ),
             hold_by_id: format!("SELECT {HOLD_COLUMNS} FROM {s}.holds WHERE id = $1"),
-            // The correlated count walks the partial index over held holds of one slot.
+            // Expired but unreclaimed holds count as free. They are read through the
+            // expiry-first partial index (migration 2), so the cost follows their number, not
+            // the number of slots or of holds in history.
             availability: format!(
                 "SELECT sl.id, sl.starts_at, sl.ends_at, sl.capacity, \
-                        (sl.remaining + (SELECT count(*) FROM {s}.holds h \
-                                         WHERE h.slot_id = sl.id AND h.status = 'held' \
-                                           AND h.expires_at <= $1))::int4 AS available \
-                 FROM {s}.slots sl WHERE sl.starts_at > $1 \
+                        (sl.remaining + coalesce(expired.n, 0))::int4 AS available \
+                 FROM {s}.slots sl \
+                 LEFT JOIN (SELECT slot_id, count(*) AS n FROM {s}.holds \
+                            WHERE status = 'held' AND expires_at <= $1 \
+                            GROUP BY slot_id) expired ON expired.slot_id = sl.id \
+                 WHERE sl.starts_at > $1 \
                  ORDER BY sl.starts_at, sl.id"
             ),
             // One statement: the conditional decrement (SPEC R4) and the insert under the

@@ -85,7 +85,13 @@ async fn migrations_coexist_with_host_sqlx_migrations() {
     .fetch_all(&admin)
     .await
     .unwrap();
-    assert_eq!(applied, vec![(1, "create slots and holds".to_owned())]);
+    assert_eq!(
+        applied,
+        vec![
+            (1, "create slots and holds".to_owned()),
+            (2, "held holds by expiry".to_owned())
+        ]
+    );
     let theirs: Vec<i64> = sqlx::query_scalar(&format!(
         "SELECT version FROM \"{host_schema}\"._sqlx_migrations ORDER BY version"
     ))
@@ -177,7 +183,7 @@ async fn concurrent_migrations_apply_once() {
     .fetch_one(&admin)
     .await
     .unwrap();
-    assert_eq!(n, 1);
+    assert_eq!(n, 2, "each of the two migrations applied once");
     admin.close().await;
 }
 
