@@ -98,6 +98,18 @@ where
 /// configured on this machine). The two property tests then skip too.
 #[macro_export]
 macro_rules! conformance_tests {
+    (@cases optional $factory:expr; $($case:ident)*) => {
+        $(
+            #[test]
+            fn $case() {
+                $crate::conformance::run_optional(
+                    stringify!($case),
+                    $factory,
+                    $crate::conformance::cases::$case,
+                );
+            }
+        )*
+    };
     (optional: $factory:expr) => {
         $crate::conformance_tests!(@cases optional $factory;
             hold_creates_a_held_hold_reserving_one_unit
@@ -158,75 +170,10 @@ macro_rules! conformance_tests {
         }
     };
     ($factory:expr) => {
-        $crate::conformance_tests!(@cases $factory;
-            hold_creates_a_held_hold_reserving_one_unit
-            hold_replay_returns_the_current_state_and_reserves_nothing
-            hold_replay_wins_over_sold_out_and_closed
-            hold_key_reused_on_another_slot_changes_nothing
-            hold_on_unknown_slot_is_slot_not_found
-            hold_on_started_slot_is_slot_closed
-            hold_on_full_slot_is_sold_out_and_reserves_nothing
-            hold_with_invalid_key_is_refused
-            confirm_an_active_hold
-            confirm_is_idempotent
-            confirm_a_cancelled_hold_fails
-            confirm_fails_exactly_at_expires_at
-            cancel_a_held_hold_returns_its_unit
-            cancel_a_confirmed_hold_returns_its_unit
-            cancel_is_idempotent
-            cancel_an_expired_hold_fails
-            unknown_holds_are_not_found
-            expired_status_needs_no_cleanup
-            expired_holds_are_reclaimed_when_the_slot_is_full
-            availability_counts_expired_holds_as_free
-            confirmed_holds_never_expire
-            availability_lists_future_slots_in_order
-            availability_query_narrows_by_starts_at
-            invalid_slots_are_refused
-            cancel_shows_in_cached_availability_at_once
-            race_holds_on_one_slot_take_exactly_its_capacity
-            race_one_key_makes_one_hold
-            race_reclaim_returns_each_expired_unit_once
-            race_cancels_of_one_hold_return_one_unit
-            race_mixed_operations_keep_the_invariant
-            faults_never_break_the_invariant_or_hang_a_caller
-            dropped_calls_leak_no_capacity
-        );
-
-        /// Random operation sequences against the sequential model (SPEC §9).
-        #[test]
-        fn model_based_sequences() {
-            $crate::conformance::model::check($factory, $crate::conformance::MODEL_CASES, 40);
-        }
-
-        /// Random concurrent batches: the invariant and every success hold after each batch.
-        #[test]
-        fn concurrent_random_batches() {
-            $crate::conformance::model::check_concurrent(
-                $factory,
-                $crate::conformance::CONCURRENT_CASES,
-            );
-        }
-    };
-    (@cases optional $factory:expr; $($case:ident)*) => {
-        $(
-            #[test]
-            fn $case() {
-                $crate::conformance::run_optional(
-                    stringify!($case),
-                    $factory,
-                    $crate::conformance::cases::$case,
-                );
-            }
-        )*
-    };
-    (@cases $factory:expr; $($case:ident)*) => {
-        $(
-            #[test]
-            fn $case() {
-                $crate::conformance::run($factory, $crate::conformance::cases::$case);
-            }
-        )*
+        $crate::conformance_tests!(optional: || {
+            let store = ($factory)();
+            async move { Some(store.await) }
+        });
     };
 }
 

@@ -4,8 +4,8 @@ use std::fmt;
 use std::future::Future;
 use std::ops::{Deref, Range};
 use std::panic::AssertUnwindSafe;
-use std::task::{Context, Poll};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures::FutureExt;

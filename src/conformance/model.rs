@@ -8,14 +8,12 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
-use std::time::Duration as StdDuration;
 
 use chrono::Duration;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
-use super::{epoch, HOLD_TTL};
-use crate::clock::ManualClock;
+use super::{Fixture, HOLD_TTL};
 use crate::engine::BookingEngine;
 use crate::error::BookingError;
 use crate::model::{AvailabilityQuery, Hold, HoldId, HoldStatus, NewSlot, SlotId, Timestamp};
@@ -322,13 +320,7 @@ macro_rules! ensure {
 
 /// Runs one sequence against a fresh store; `Err` describes the first difference.
 async fn run_sequence<S: Store>(store: S, ops: &[Op]) -> Result<(), Mismatch> {
-    let clock = ManualClock::new(epoch());
-    let engine = BookingEngine::builder(store)
-        .cache_period(StdDuration::ZERO)
-        .serve_stale_for(StdDuration::ZERO)
-        .hold_ttl(HOLD_TTL)
-        .clock(clock.clone())
-        .build();
+    let Fixture { engine, clock } = Fixture::new(store);
     let mut model = Model::default();
     for (step, op) in ops.iter().enumerate() {
         let now = clock.now();
@@ -558,13 +550,7 @@ struct Acknowledged {
 
 /// Runs batches concurrently against a fresh store; `Err` describes the first violation.
 async fn run_batches<S: Store>(store: S, batches: &[Batch]) -> Result<(), Mismatch> {
-    let clock = ManualClock::new(epoch());
-    let engine = BookingEngine::builder(store)
-        .cache_period(StdDuration::ZERO)
-        .serve_stale_for(StdDuration::ZERO)
-        .hold_ttl(HOLD_TTL)
-        .clock(clock.clone())
-        .build();
+    let Fixture { engine, clock } = Fixture::new(store);
     let mut slots = Vec::new();
     for capacity in [1, 2, 4] {
         let starts_at = clock.now() + Duration::hours(2);
