@@ -212,6 +212,16 @@ async fn kill_mid_load_and_check(database_url: &str) {
         "the load got going: {} holds",
         ledger.holds.len()
     );
+    let unanswered = ledger
+        .holds
+        .values()
+        .filter(|s| s.pending.is_some())
+        .count();
+    eprintln!(
+        "restart: {} holds attempted, {} acknowledged, {unanswered} with a request unanswered at the kill",
+        ledger.keys.len(),
+        ledger.holds.len()
+    );
 
     // Every acknowledged status survived the kill.
     for (&id, seen) in &ledger.holds {
