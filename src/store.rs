@@ -54,6 +54,26 @@ pub enum HoldOutcome {
     SlotClosed,
 }
 
+impl HoldOutcome {
+    /// The answer to a hold request that stored nothing, from what the store reads after its
+    /// writes changed nothing: the hold the key already belongs to, if any (a key in use wins
+    /// over every other answer), else the requested slot's `starts_at`, if the slot exists.
+    /// Every backend explains a refusal the same way through this.
+    pub fn refused(
+        request: &HoldRequest<'_>,
+        key_holder: Option<Hold>,
+        slot_starts_at: Option<Timestamp>,
+    ) -> HoldOutcome {
+        match (key_holder, slot_starts_at) {
+            (Some(hold), _) if hold.slot_id == request.slot_id => HoldOutcome::Replayed(hold),
+            (Some(hold), _) => HoldOutcome::KeyReused(hold),
+            (None, None) => HoldOutcome::SlotNotFound,
+            (None, Some(starts_at)) if starts_at <= request.now => HoldOutcome::SlotClosed,
+            (None, Some(_)) => HoldOutcome::SoldOut,
+        }
+    }
+}
+
 /// What [`Store::confirm_hold`] or [`Store::cancel_hold`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Transition {
@@ -209,5 +229,54 @@ impl fmt::Display for StoreError {
 impl StdError for StoreError {
     fn source(&self) -> Option<&(dyn StdError + 'static)> {
         Some(&*self.source)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{HoldStatus, IdempotencyKey};
+    use chrono::{Duration, TimeZone, Utc};
+
+    #[test]
+    fn a_refusal_is_explained_key_first_then_by_the_slot() {
+        let now = Utc.with_ymd_and_hms(2030, 1, 1, 9, 0, 0).unwrap();
+        let key = IdempotencyKey::new("k").unwrap();
+        let request = HoldRequest {
+            slot_id: SlotId(1),
+            key: &key,
+            now,
+            expires_at: now + Duration::minutes(5),
+        };
+        let holder = |slot| Hold {
+            hold_id: HoldId(9),
+            slot_id: SlotId(slot),
+            status: HoldStatus::Held,
+            expires_at: now,
+            confirmed_at: None,
+            cancelled_at: None,
+        };
+        let later = Some(now + Duration::hours(1));
+        assert_eq!(
+            HoldOutcome::refused(&request, Some(holder(1)), Some(now)),
+            HoldOutcome::Replayed(holder(1)),
+            "a replay wins over a started slot"
+        );
+        assert_eq!(
+            HoldOutcome::refused(&request, Some(holder(2)), later),
+            HoldOutcome::KeyReused(holder(2))
+        );
+        assert_eq!(
+            HoldOutcome::refused(&request, None, None),
+            HoldOutcome::SlotNotFound
+        );
+        assert_eq!(
+            HoldOutcome::refused(&request, None, Some(now)),
+            HoldOutcome::SlotClosed
+        );
+        assert_eq!(
+            HoldOutcome::refused(&request, None, later),
+            HoldOutcome::SoldOut
+        );
     }
 }

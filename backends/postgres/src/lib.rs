@@ -268,20 +268,12 @@ impl PostgresStore {
             .await
             .map_err(map_err)?;
         let hold_id: Option<i64> = row.try_get("id").map_err(map_err)?;
-        if hold_id.is_some() {
-            let hold = hold_from_row(&row)?;
-            return Ok(if hold.slot_id == request.slot_id {
-                HoldOutcome::Replayed(hold)
-            } else {
-                HoldOutcome::KeyReused(hold)
-            });
-        }
+        let key_holder = match hold_id {
+            Some(_) => Some(hold_from_row(&row)?),
+            None => None,
+        };
         let starts_at: Option<Timestamp> = row.try_get("slot_starts_at").map_err(map_err)?;
-        Ok(match starts_at {
-            None => HoldOutcome::SlotNotFound,
-            Some(starts_at) if starts_at <= request.now => HoldOutcome::SlotClosed,
-            Some(_) => HoldOutcome::SoldOut,
-        })
+        Ok(HoldOutcome::refused(request, key_holder, starts_at))
     }
 
     async fn hold_by_id(&self, hold_id: HoldId) -> Result<Option<Hold>, StoreError> {

@@ -305,15 +305,6 @@ where
     .transpose()
 }
 
-/// A replay or a reused key, for the hold a taken key belongs to.
-fn replay(request: &HoldRequest<'_>, existing: Hold) -> HoldOutcome {
-    if existing.slot_id == request.slot_id {
-        HoldOutcome::Replayed(existing)
-    } else {
-        HoldOutcome::KeyReused(existing)
-    }
-}
-
 /// Marks the slot's held holds that expired by `now` as expired and gives their units back;
 /// returns how many it reclaimed. Only an open slot (`starts_at > now`) is reclaimed, so a hold
 /// refused as [`HoldOutcome::SlotClosed`] changes nothing.
@@ -427,7 +418,7 @@ impl Store for SqliteStore {
             Insert::KeyTaken => {
                 return hold_by_key(&self.pool, request.key.as_str())
                     .await?
-                    .map(|existing| replay(&request, existing))
+                    .map(|holder| HoldOutcome::refused(&request, Some(holder), None))
                     .ok_or_else(|| StoreError::failed(taken))
             }
             Insert::NoUnit => {}
@@ -444,24 +435,19 @@ impl Store for SqliteStore {
             w.tx.commit().await.map_err(map_err)?;
             return Ok(HoldOutcome::Created(hold));
         }
-        // Nothing was stored: say why. A key already used wins over every other answer.
-        let outcome = match hold_by_key(&mut *w.tx, request.key.as_str()).await? {
-            Some(existing) => replay(&request, existing),
-            None if matches!(insert, Insert::KeyTaken) => return Err(StoreError::failed(taken)),
-            None => {
-                let starts_at: Option<i64> =
-                    sqlx::query_scalar("SELECT starts_at FROM slots WHERE id = ?1")
-                        .bind(slot_id)
-                        .fetch_optional(&mut *w.tx)
-                        .await
-                        .map_err(map_err)?;
-                match starts_at {
-                    None => HoldOutcome::SlotNotFound,
-                    Some(starts_at) if starts_at <= now => HoldOutcome::SlotClosed,
-                    Some(_) => HoldOutcome::SoldOut,
-                }
-            }
-        };
+        // Nothing was stored: say why.
+        let key_holder = hold_by_key(&mut *w.tx, request.key.as_str()).await?;
+        if key_holder.is_none() && matches!(insert, Insert::KeyTaken) {
+            return Err(StoreError::failed(taken));
+        }
+        let starts_at: Option<i64> =
+            sqlx::query_scalar("SELECT starts_at FROM slots WHERE id = ?1")
+                .bind(slot_id)
+                .fetch_optional(&mut *w.tx)
+                .await
+                .map_err(map_err)?;
+        let starts_at = starts_at.map(from_micros).transpose()?;
+        let outcome = HoldOutcome::refused(&request, key_holder, starts_at);
         // Undo the reclaim, if any: the next hold that needs the units redoes it.
         w.tx.rollback().await.map_err(map_err)?;
         Ok(outcome)
