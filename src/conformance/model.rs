@@ -470,6 +470,26 @@ async fn check_state<S: Store>(
     Ok(())
 }
 
+/// The case count (`PROPTEST_CASES` wins over `cases`), a runtime with `workers` threads and a
+/// test runner that keeps no failure files.
+fn harness(cases: u32, workers: usize) -> (u32, tokio::runtime::Runtime, TestRunner) {
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(cases);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .enable_all()
+        .build()
+        .expect("conformance: cannot build a tokio runtime");
+    let runner = TestRunner::new(Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    (cases, runtime, runner)
+}
+
 /// Runs `cases` random sequences of up to `max_len` operations (more with `PROPTEST_CASES`),
 /// each against a fresh store from `factory`, and panics with the shrunk failing sequence.
 ///
@@ -482,20 +502,7 @@ where
     F: Fn() -> Fut,
     Fut: Future<Output = S>,
 {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(cases);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("conformance: cannot build a tokio runtime");
-    let mut runner = TestRunner::new(Config {
-        cases,
-        failure_persistence: None,
-        ..Config::default()
-    });
+    let (cases, runtime, mut runner) = harness(cases, 2);
     let longest = std::sync::atomic::AtomicUsize::new(0);
     let result = runner.run(&sequence(max_len), |ops| {
         longest.fetch_max(ops.len(), std::sync::atomic::Ordering::Relaxed);
@@ -704,20 +711,7 @@ where
     F: Fn() -> Fut,
     Fut: Future<Output = S>,
 {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(cases);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(4)
-        .enable_all()
-        .build()
-        .expect("conformance: cannot build a tokio runtime");
-    let mut runner = TestRunner::new(Config {
-        cases,
-        failure_persistence: None,
-        ..Config::default()
-    });
+    let (cases, runtime, mut runner) = harness(cases, 4);
     let result = runner.run(&proptest::collection::vec(batch(), 1..=6), |batches| {
         runtime.block_on(async {
             let store = factory().await;
