@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use chrono::Utc;
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
-use slot_booking::store::{HoldOutcome, HoldRequest, Transition};
+use slot_booking::store::{Decided, HoldOutcome, HoldRequest, Transition};
 use slot_booking::{
     AvailabilityEntry, AvailabilityQuery, AvailabilitySnapshot, BookingEngine, Hold, HoldId,
     MemoryStore, NewSlot, Slot, SlotId, Store, StoreError, Timestamp,
@@ -34,21 +34,39 @@ impl Store for Counting {
     async fn create_slot(&self, slot: &NewSlot) -> Result<Slot, StoreError> {
         self.inner.create_slot(slot).await
     }
-    async fn availability(&self, now: Timestamp) -> Result<Vec<AvailabilityEntry>, StoreError> {
+    async fn availability(
+        &self,
+        now: Timestamp,
+    ) -> Result<Decided<Vec<AvailabilityEntry>>, StoreError> {
         self.reads.fetch_add(1, Ordering::Relaxed);
         self.inner.availability(now).await
     }
-    async fn create_hold(&self, request: HoldRequest<'_>) -> Result<HoldOutcome, StoreError> {
+    async fn create_hold(
+        &self,
+        request: HoldRequest<'_>,
+    ) -> Result<Decided<HoldOutcome>, StoreError> {
         self.inner.create_hold(request).await
     }
-    async fn confirm_hold(&self, id: HoldId, now: Timestamp) -> Result<Transition, StoreError> {
+    async fn confirm_hold(
+        &self,
+        id: HoldId,
+        now: Timestamp,
+    ) -> Result<Decided<Transition>, StoreError> {
         self.inner.confirm_hold(id, now).await
     }
-    async fn cancel_hold(&self, id: HoldId, now: Timestamp) -> Result<Transition, StoreError> {
+    async fn cancel_hold(
+        &self,
+        id: HoldId,
+        now: Timestamp,
+    ) -> Result<Decided<Transition>, StoreError> {
         self.inner.cancel_hold(id, now).await
     }
-    async fn get_hold(&self, id: HoldId) -> Result<Option<Hold>, StoreError> {
-        self.inner.get_hold(id).await
+    async fn get_hold(
+        &self,
+        id: HoldId,
+        now: Timestamp,
+    ) -> Result<Decided<Option<Hold>>, StoreError> {
+        self.inner.get_hold(id, now).await
     }
     async fn get_slot(&self, id: SlotId) -> Result<Option<Slot>, StoreError> {
         self.inner.get_slot(id).await
@@ -136,7 +154,13 @@ fn cold_reads(c: &mut Criterion) {
     group.sample_size(20);
     group.bench_function("one bare store read (baseline)", |b| {
         b.to_async(&rt).iter(|| async {
-            let entries = engine.store().inner.availability(Utc::now()).await.unwrap();
+            let entries = engine
+                .store()
+                .inner
+                .availability(Utc::now())
+                .await
+                .unwrap()
+                .outcome;
             black_box(entries.len())
         })
     });

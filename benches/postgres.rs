@@ -233,7 +233,7 @@ fn availability(c: &mut Criterion, rt: &tokio::runtime::Runtime, url: &str) {
         "PostgresStore::availability (10,000 expired unreclaimed)",
         |b| {
             b.to_async(rt).iter(|| async {
-                let entries = store.availability(Utc::now()).await.unwrap();
+                let entries = store.availability(Utc::now()).await.unwrap().outcome;
                 assert_eq!(entries.len(), 1_000);
                 black_box(entries.len())
             })
@@ -260,7 +260,7 @@ fn availability(c: &mut Criterion, rt: &tokio::runtime::Runtime, url: &str) {
         "PostgresStore::availability (1,000 expired unreclaimed)",
         |b| {
             b.to_async(rt).iter(|| async {
-                let entries = store.availability(Utc::now()).await.unwrap();
+                let entries = store.availability(Utc::now()).await.unwrap().outcome;
                 black_box(entries.len())
             })
         },

@@ -215,7 +215,6 @@ impl<S: Store> Fixture<S> {
         let clock = ManualClock::new(epoch());
         let engine = BookingEngine::builder(store)
             .cache_period(Duration::ZERO)
-            .serve_stale_for(Duration::ZERO)
             .hold_ttl(HOLD_TTL)
             .clock(clock.clone())
             .build();
@@ -280,9 +279,10 @@ impl<S: Store> Fixture<S> {
         let (mut stored_held, mut confirmed, mut active) = (0, 0, 0);
         for &hold_id in holds {
             let hold = store
-                .get_hold(hold_id)
+                .get_hold(hold_id, now)
                 .await
                 .expect("get_hold")
+                .outcome
                 .expect("hold exists");
             assert_eq!(hold.slot_id, slot_id, "hold {hold_id} is on another slot");
             match hold.status {
@@ -651,9 +651,10 @@ pub mod cases {
         let stored = f
             .engine
             .store()
-            .get_hold(hold.hold_id)
+            .get_hold(hold.hold_id, f.now())
             .await
             .unwrap()
+            .outcome
             .unwrap();
         assert_eq!(stored.status, HoldStatus::Held, "nothing rewrote the row");
         assert_eq!(f.available(slot).await, Some(3));
@@ -674,9 +675,10 @@ pub mod cases {
             let stored = f
                 .engine
                 .store()
-                .get_hold(old.hold_id)
+                .get_hold(old.hold_id, f.now())
                 .await
                 .unwrap()
+                .outcome
                 .unwrap();
             assert_eq!(stored.status, HoldStatus::Expired, "reclaimed");
             assert_err!(

@@ -18,12 +18,10 @@ use crate::model::{
     AvailabilityEntry, AvailabilityQuery, Hold, HoldId, HoldStatus, IdempotencyKey, NewSlot, Slot,
     SlotId, Timestamp,
 };
-use crate::store::{HoldOutcome, HoldRequest, Store, StoreError, Transition};
+use crate::store::{Decided, HoldOutcome, HoldRequest, Store, StoreError, Transition};
 
 /// Default time a fresh availability snapshot is served from the cache (SPEC R1).
 pub const DEFAULT_CACHE_PERIOD: Duration = Duration::from_secs(10);
-/// Default time past the cache period a stale snapshot may still be served.
-pub const DEFAULT_SERVE_STALE_FOR: Duration = Duration::from_secs(60);
 /// Default lifetime of an unconfirmed hold.
 pub const DEFAULT_HOLD_TTL: Duration = Duration::from_secs(5 * 60);
 /// Longest hold lifetime the builder accepts; longer values are clamped to it.
@@ -88,23 +86,28 @@ impl<S> fmt::Debug for BookingEngine<S> {
 #[derive(Debug)]
 pub struct EngineBuilder<S> {
     store: S,
-    cache: CacheConfig,
+    cache_period: Duration,
+    max_age: Option<Duration>,
     hold_ttl: Duration,
     clock: Arc<dyn Clock>,
 }
 
 impl<S: Store> EngineBuilder<S> {
-    /// How long an availability snapshot is fresh (default 10 s). Zero disables caching of
-    /// fresh values; reads still share one load in flight.
+    /// How long an availability snapshot is fresh (default 10 s): served with no store read.
+    /// Zero disables caching of fresh values; reads still share one load in flight.
     pub fn cache_period(mut self, period: Duration) -> Self {
-        self.cache.fresh_for = period;
+        self.cache_period = period;
         self
     }
 
-    /// How long past the cache period a stale snapshot is served while it is refreshed, or
-    /// when refreshing fails (default 60 s).
-    pub fn serve_stale_for(mut self, bound: Duration) -> Self {
-        self.cache.serve_stale_for = bound;
+    /// The oldest availability the engine ever serves (default: twice the cache period).
+    ///
+    /// Between the cache period and this bound a reader gets the previous snapshot at once
+    /// while one refresh runs (or after a refresh failed); past it, readers wait for a fresh
+    /// read. A bound below the cache period shortens the period to it. Measured from the
+    /// moment the store read began, so availability is never older than this.
+    pub fn max_age(mut self, bound: Duration) -> Self {
+        self.max_age = Some(bound);
         self
     }
 
@@ -125,10 +128,18 @@ impl<S: Store> EngineBuilder<S> {
     pub fn build(self) -> BookingEngine<S> {
         // Microsecond-whole and within MAX_HOLD_TTL, so the conversion cannot fail.
         let micros = i64::try_from(self.hold_ttl.as_micros()).unwrap_or(i64::MAX);
+        let max_age = self
+            .max_age
+            .unwrap_or_else(|| self.cache_period.saturating_mul(2));
+        let fresh_for = self.cache_period.min(max_age);
+        let cache = CacheConfig {
+            fresh_for,
+            serve_stale_for: max_age - fresh_for,
+        };
         BookingEngine {
             inner: Arc::new(Inner {
                 store: Arc::new(self.store),
-                cache: SingleFlightCache::new(self.cache),
+                cache: SingleFlightCache::new(cache),
                 clock: self.clock,
                 hold_ttl: chrono::Duration::microseconds(micros),
             }),
@@ -162,6 +173,7 @@ pub struct Availability {
     snapshot: Arc<AvailabilitySnapshot>,
     range: Range<usize>,
     fresh_for: Duration,
+    age: Duration,
 }
 
 impl Availability {
@@ -173,6 +185,12 @@ impl Availability {
     /// How much longer the underlying snapshot is fresh (for `Cache-Control: max-age`).
     pub fn fresh_for(&self) -> Duration {
         self.fresh_for
+    }
+
+    /// How long before this read the store read behind it began: never more than the engine's
+    /// [`max_age`](EngineBuilder::max_age).
+    pub fn age(&self) -> Duration {
+        self.age
     }
 
     /// The whole snapshot this listing is a window of.
@@ -194,6 +212,7 @@ impl fmt::Debug for Availability {
         f.debug_struct("Availability")
             .field("entries", &self.entries())
             .field("fresh_for", &self.fresh_for)
+            .field("age", &self.age)
             .finish()
     }
 }
@@ -209,24 +228,29 @@ impl<S: Store> Inner<S> {
     /// store call returned, never before.
     fn invalidate_if_applied(
         &self,
-        transition: Result<Transition, StoreError>,
-    ) -> Result<Transition, StoreError> {
-        if let Ok(Transition::Applied(_)) = &transition {
+        transition: Result<Decided<Transition>, StoreError>,
+    ) -> Result<Decided<Transition>, StoreError> {
+        if let Ok(Decided {
+            outcome: Transition::Applied(_),
+            ..
+        }) = &transition
+        {
             self.cache.invalidate();
         }
         transition
     }
 }
 
-/// Turns a store transition into the caller's answer. `target` is the status the operation
-/// moves a hold to; a hold already there is the idempotent repeat.
+/// Turns a store transition into the caller's answer, resolving statuses at the instant the
+/// store decided at. `target` is the status the operation moves a hold to; a hold already
+/// there is the idempotent repeat.
 fn settle(
-    transition: Transition,
+    transition: Decided<Transition>,
     hold_id: HoldId,
-    now: Timestamp,
     target: HoldStatus,
 ) -> Result<Hold, BookingError> {
-    match transition {
+    let now = transition.at;
+    match transition.outcome {
         Transition::Applied(hold) => Ok(hold.at(now)),
         Transition::NotFound => Err(BookingError::HoldNotFound { hold_id }),
         Transition::NotApplied(hold) => match hold.status_at(now) {
@@ -275,11 +299,13 @@ async fn detached<T: Send + 'static>(
         Err(_) => return Err(StoreError::failed("the store panicked")),
     }
     runtime.spawn(write).await.unwrap_or_else(|error| {
-        Err(StoreError::failed(if error.is_panic() {
-            "the store panicked"
+        Err(if error.is_panic() {
+            StoreError::failed("the store panicked")
         } else {
-            "the store call was cancelled by a runtime shutting down"
-        }))
+            // Whether the write committed is unknown; the same call may work once a runtime
+            // runs again (the idempotency key makes a retried hold safe).
+            StoreError::unavailable("the store call was cancelled by a runtime shutting down")
+        })
     })
 }
 
@@ -315,10 +341,8 @@ impl<S: Store> BookingEngine<S> {
     pub fn builder(store: S) -> EngineBuilder<S> {
         EngineBuilder {
             store,
-            cache: CacheConfig {
-                fresh_for: DEFAULT_CACHE_PERIOD,
-                serve_stale_for: DEFAULT_SERVE_STALE_FOR,
-            },
+            cache_period: DEFAULT_CACHE_PERIOD,
+            max_age: None,
             hold_ttl: DEFAULT_HOLD_TTL,
             clock: Arc::new(SystemClock),
         }
@@ -349,6 +373,11 @@ impl<S: Store> BookingEngine<S> {
     /// Slots that have not started, with the units a new hold could take, narrowed by
     /// `query`. Served from the single-flight cache: fresh for the cache period, then stale
     /// while one refresh runs. Any number of distinct queries share one store read.
+    ///
+    /// Availability is never older than the engine's [`max_age`](EngineBuilder::max_age):
+    /// 20 seconds with the defaults (twice the 10 second cache period). A confirm, cancel or
+    /// slot change made through this engine shows at once; holds may lag by up to that bound
+    /// (the store's conditional decrement, not this listing, decides whether a hold succeeds).
     pub async fn availability(
         &self,
         query: AvailabilityQuery,
@@ -365,8 +394,11 @@ impl<S: Store> BookingEngine<S> {
             let store = Arc::clone(&self.inner.store);
             let read_at = self.inner.clock.now();
             async move {
-                let entries = guarded(store.availability(read_at)).await?;
-                Ok(AvailabilitySnapshot { read_at, entries })
+                let read = guarded(store.availability(read_at)).await?;
+                Ok(AvailabilitySnapshot {
+                    read_at: read.at,
+                    entries: read.outcome,
+                })
             }
         };
         let snapshot = self
@@ -387,11 +419,13 @@ impl<S: Store> BookingEngine<S> {
             .clock
             .now_after(snapshot.value().read_at, snapshot.age());
         let fresh_for = snapshot.fresh_for();
+        let age = snapshot.age();
         let snapshot = snapshot.into_value();
         Ok(Availability {
             range: window(&snapshot.entries, now, &query),
             snapshot,
             fresh_for,
+            age,
         })
     }
 
@@ -416,7 +450,8 @@ impl<S: Store> BookingEngine<S> {
             inner.store.create_hold(request).await
         })
         .await?;
-        match outcome {
+        let now = outcome.at;
+        match outcome.outcome {
             HoldOutcome::Created(hold) => Ok(HoldPlaced {
                 hold: hold.at(now),
                 replayed: false,
@@ -444,7 +479,7 @@ impl<S: Store> BookingEngine<S> {
             inner.invalidate_if_applied(inner.store.confirm_hold(hold_id, now).await)
         })
         .await?;
-        settle(transition, hold_id, now, HoldStatus::Confirmed)
+        settle(transition, hold_id, HoldStatus::Confirmed)
     }
 
     /// Cancels an active or confirmed hold, giving its unit back. Cancelling a cancelled hold
@@ -456,14 +491,15 @@ impl<S: Store> BookingEngine<S> {
             inner.invalidate_if_applied(inner.store.cancel_hold(hold_id, now).await)
         })
         .await?;
-        settle(transition, hold_id, now, HoldStatus::Cancelled)
+        settle(transition, hold_id, HoldStatus::Cancelled)
     }
 
     /// Reads a hold, its status resolved at the current time.
     pub async fn get_hold(&self, hold_id: HoldId) -> Result<Hold, BookingError> {
         let now = self.inner.clock.now();
-        match guarded(self.inner.store.get_hold(hold_id)).await? {
-            Some(hold) => Ok(hold.at(now)),
+        let read = guarded(self.inner.store.get_hold(hold_id, now)).await?;
+        match read.outcome {
+            Some(hold) => Ok(hold.at(read.at)),
             None => Err(BookingError::HoldNotFound { hold_id }),
         }
     }

@@ -65,13 +65,18 @@ pub enum BookingError {
         /// The hold asked for.
         hold_id: HoldId,
     },
-    /// The store failed or could not be reached; nothing was half done.
+    /// The store failed or could not be reached; nothing was half done. Its
+    /// [`code`](BookingError::code) says whether retrying may help.
     #[error(transparent)]
     Store(#[from] StoreError),
 }
 
 impl BookingError {
     /// A stable snake_case code for the error, for machines (HTTP bodies, metrics, logs).
+    ///
+    /// A store failure is `store_unavailable` when it may go away on retry (connection lost,
+    /// pool exhausted, database busy) and `store_failed` otherwise (a broken schema, data the
+    /// store cannot decode, a store that panicked): retrying those only repeats the failure.
     pub fn code(&self) -> &'static str {
         match self {
             BookingError::SlotNotFound { .. } => "slot_not_found",
@@ -84,7 +89,14 @@ impl BookingError {
             BookingError::HoldNotFound { .. } => "hold_not_found",
             BookingError::HoldCancelled { .. } => "hold_cancelled",
             BookingError::HoldExpired { .. } => "hold_expired",
-            BookingError::Store(_) => "store_unavailable",
+            BookingError::Store(error) if error.is_transient() => "store_unavailable",
+            BookingError::Store(_) => "store_failed",
         }
+    }
+
+    /// Whether the same call may succeed if retried later unchanged: only for a transient
+    /// store failure. Every other error says something about the request or the data.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, BookingError::Store(error) if error.is_transient())
     }
 }

@@ -19,4 +19,4 @@ pub use model::{
     AvailabilityEntry, AvailabilityQuery, Hold, HoldId, HoldStatus, IdempotencyKey, NewSlot, Slot,
     SlotId, Timestamp,
 };
-pub use store::{HoldOutcome, HoldRequest, Store, StoreError, StoreErrorKind, Transition};
+pub use store::{Decided, HoldOutcome, HoldRequest, Store, StoreError, StoreErrorKind, Transition};

@@ -19,7 +19,7 @@ use async_trait::async_trait;
 use crate::model::{
     AvailabilityEntry, Hold, HoldId, HoldStatus, IdempotencyKey, NewSlot, Slot, SlotId, Timestamp,
 };
-use crate::store::{HoldOutcome, HoldRequest, Store, StoreError, Transition};
+use crate::store::{Decided, HoldOutcome, HoldRequest, Store, StoreError, Transition};
 
 const SHARDS: usize = 16;
 
@@ -151,7 +151,10 @@ impl Store for MemoryStore {
         Ok(slot)
     }
 
-    async fn availability(&self, now: Timestamp) -> Result<Vec<AvailabilityEntry>, StoreError> {
+    async fn availability(
+        &self,
+        now: Timestamp,
+    ) -> Result<Decided<Vec<AvailabilityEntry>>, StoreError> {
         let table = self.slots.read().unwrap_or_else(PoisonError::into_inner);
         let upcoming = table
             .by_start
@@ -171,10 +174,83 @@ impl Store for MemoryStore {
                 remaining: row.slot.remaining + expired,
             });
         }
-        Ok(entries)
+        Ok(Decided::new(now, entries))
     }
 
-    async fn create_hold(&self, request: HoldRequest<'_>) -> Result<HoldOutcome, StoreError> {
+    async fn create_hold(
+        &self,
+        request: HoldRequest<'_>,
+    ) -> Result<Decided<HoldOutcome>, StoreError> {
+        let outcome = self.place_hold(&request)?;
+        Ok(Decided::new(request.now, outcome))
+    }
+
+    async fn confirm_hold(
+        &self,
+        hold_id: HoldId,
+        now: Timestamp,
+    ) -> Result<Decided<Transition>, StoreError> {
+        let transition = self.transition(hold_id, |row, hold_id| {
+            let Some(hold) = row.holds.get_mut(&hold_id) else {
+                return false;
+            };
+            if hold.status != HoldStatus::Held || hold.expires_at <= now {
+                return false;
+            }
+            hold.status = HoldStatus::Confirmed;
+            hold.confirmed_at = Some(now);
+            let expiry = (hold.expires_at, hold_id);
+            row.held_by_expiry.remove(&expiry);
+            true
+        });
+        Ok(Decided::new(now, transition))
+    }
+
+    async fn cancel_hold(
+        &self,
+        hold_id: HoldId,
+        now: Timestamp,
+    ) -> Result<Decided<Transition>, StoreError> {
+        let transition = self.transition(hold_id, |row, hold_id| {
+            let Some(hold) = row.holds.get_mut(&hold_id) else {
+                return false;
+            };
+            let was_held = match hold.status {
+                HoldStatus::Held if hold.expires_at > now => true,
+                HoldStatus::Confirmed => false,
+                _ => return false,
+            };
+            hold.status = HoldStatus::Cancelled;
+            hold.cancelled_at = Some(now);
+            if was_held {
+                let expiry = (hold.expires_at, hold_id);
+                row.held_by_expiry.remove(&expiry);
+            }
+            row.slot.remaining += 1;
+            true
+        });
+        Ok(Decided::new(now, transition))
+    }
+
+    async fn get_hold(
+        &self,
+        hold_id: HoldId,
+        now: Timestamp,
+    ) -> Result<Decided<Option<Hold>>, StoreError> {
+        let hold = self
+            .slot_of_hold(hold_id)
+            .and_then(|row| lock(&row).holds.get(&hold_id).cloned());
+        Ok(Decided::new(now, hold))
+    }
+
+    async fn get_slot(&self, slot_id: SlotId) -> Result<Option<Slot>, StoreError> {
+        Ok(self.slot_row(slot_id).map(|row| lock(&row).slot.clone()))
+    }
+}
+
+impl MemoryStore {
+    /// [`Store::create_hold`]'s decision, made under the key shard's lock and then the slot's.
+    fn place_hold(&self, request: &HoldRequest<'_>) -> Result<HoldOutcome, StoreError> {
         let mut keys = lock(self.key_shard(request.key));
         let vacant = match keys.entry(request.key.clone()) {
             Entry::Occupied(taken) => {
@@ -223,56 +299,5 @@ impl Store for MemoryStore {
         vacant.insert((hold_id, request.slot_id));
         lock(self.hold_shard(hold_id)).insert(hold_id, request.slot_id);
         Ok(HoldOutcome::Created(hold))
-    }
-
-    async fn confirm_hold(
-        &self,
-        hold_id: HoldId,
-        now: Timestamp,
-    ) -> Result<Transition, StoreError> {
-        Ok(self.transition(hold_id, |row, hold_id| {
-            let Some(hold) = row.holds.get_mut(&hold_id) else {
-                return false;
-            };
-            if hold.status != HoldStatus::Held || hold.expires_at <= now {
-                return false;
-            }
-            hold.status = HoldStatus::Confirmed;
-            hold.confirmed_at = Some(now);
-            let expiry = (hold.expires_at, hold_id);
-            row.held_by_expiry.remove(&expiry);
-            true
-        }))
-    }
-
-    async fn cancel_hold(&self, hold_id: HoldId, now: Timestamp) -> Result<Transition, StoreError> {
-        Ok(self.transition(hold_id, |row, hold_id| {
-            let Some(hold) = row.holds.get_mut(&hold_id) else {
-                return false;
-            };
-            let was_held = match hold.status {
-                HoldStatus::Held if hold.expires_at > now => true,
-                HoldStatus::Confirmed => false,
-                _ => return false,
-            };
-            hold.status = HoldStatus::Cancelled;
-            hold.cancelled_at = Some(now);
-            if was_held {
-                let expiry = (hold.expires_at, hold_id);
-                row.held_by_expiry.remove(&expiry);
-            }
-            row.slot.remaining += 1;
-            true
-        }))
-    }
-
-    async fn get_hold(&self, hold_id: HoldId) -> Result<Option<Hold>, StoreError> {
-        Ok(self
-            .slot_of_hold(hold_id)
-            .and_then(|row| lock(&row).holds.get(&hold_id).cloned()))
-    }
-
-    async fn get_slot(&self, slot_id: SlotId) -> Result<Option<Slot>, StoreError> {
-        Ok(self.slot_row(slot_id).map(|row| lock(&row).slot.clone()))
     }
 }

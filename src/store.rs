@@ -5,8 +5,13 @@
 //! never by a read made before the write (SPEC R4, R5). Reads after a write that changed nothing
 //! are fine: they only say *why* nothing changed.
 //!
-//! Time is passed in: the engine reads its [`Clock`](crate::Clock) once per operation, so a
-//! store never looks at a wall clock of its own.
+//! Time is passed in: the engine reads its [`Clock`](crate::Clock) once per operation and hands
+//! that instant to the store as `now`. A store decides by it and says so: every answer that
+//! depends on time comes back as a [`Decided`] carrying the instant the store decided at, and
+//! the engine resolves hold statuses against that same instant. A store may instead keep time
+//! itself (the PostgreSQL store can use the database server's clock, so application servers
+//! whose clocks disagree still agree on what has expired); it then ignores `now` and reports
+//! its own instant in [`Decided::at`].
 //!
 //! Cancellation: the engine runs every write (`create_hold`, `confirm_hold`, `cancel_hold`,
 //! `create_slot`) on a task of its own, so a write it starts always runs to the end even if
@@ -34,6 +39,40 @@ pub struct HoldRequest<'a> {
     pub now: Timestamp,
     /// When the new hold will expire.
     pub expires_at: Timestamp,
+}
+
+/// A store's answer together with the instant it was decided at.
+///
+/// A store that takes its time from the engine sets `at` to the `now` it was given; one that
+/// keeps its own clock sets it to that clock's reading for the decision. The engine resolves
+/// every hold status in the answer at `at`, so a hold is never "expired" by one clock and
+/// "held" by another.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decided<T> {
+    /// The instant the store decided at.
+    pub at: Timestamp,
+    /// What it decided.
+    pub outcome: T,
+}
+
+impl<T> Decided<T> {
+    /// An answer decided at `at`.
+    pub fn new(at: Timestamp, outcome: T) -> Self {
+        Decided { at, outcome }
+    }
+
+    /// The answer without its instant.
+    pub fn into_outcome(self) -> T {
+        self.outcome
+    }
+
+    /// The same instant with another outcome.
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Decided<U> {
+        Decided {
+            at: self.at,
+            outcome: f(self.outcome),
+        }
+    }
 }
 
 /// What [`Store::create_hold`] did.
@@ -100,7 +139,10 @@ pub trait Store: Send + Sync + 'static {
     /// Every slot with `starts_at > now`, ordered by `starts_at` then `slot_id`, sold-out
     /// slots included. `remaining` counts holds stored as held whose `expires_at <= now` as
     /// free.
-    async fn availability(&self, now: Timestamp) -> Result<Vec<AvailabilityEntry>, StoreError>;
+    async fn availability(
+        &self,
+        now: Timestamp,
+    ) -> Result<Decided<Vec<AvailabilityEntry>>, StoreError>;
 
     /// Places a hold, atomically:
     ///
@@ -113,19 +155,34 @@ pub trait Store: Send + Sync + 'static {
     ///
     /// A key already used takes precedence over every other outcome: a replay on a sold-out or
     /// started slot is still a replay.
-    async fn create_hold(&self, request: HoldRequest<'_>) -> Result<HoldOutcome, StoreError>;
+    async fn create_hold(
+        &self,
+        request: HoldRequest<'_>,
+    ) -> Result<Decided<HoldOutcome>, StoreError>;
 
     /// Confirms a hold stored as held with `expires_at > now`, setting `confirmed_at = now`.
     /// Capacity does not change.
-    async fn confirm_hold(&self, hold_id: HoldId, now: Timestamp)
-        -> Result<Transition, StoreError>;
+    async fn confirm_hold(
+        &self,
+        hold_id: HoldId,
+        now: Timestamp,
+    ) -> Result<Decided<Transition>, StoreError>;
 
     /// Cancels a confirmed hold, or a held one with `expires_at > now`, setting
     /// `cancelled_at = now` and giving its unit back to the slot in the same transaction.
-    async fn cancel_hold(&self, hold_id: HoldId, now: Timestamp) -> Result<Transition, StoreError>;
+    async fn cancel_hold(
+        &self,
+        hold_id: HoldId,
+        now: Timestamp,
+    ) -> Result<Decided<Transition>, StoreError>;
 
-    /// The hold as stored (status not resolved against the clock), if it exists.
-    async fn get_hold(&self, hold_id: HoldId) -> Result<Option<Hold>, StoreError>;
+    /// The hold as stored (status not resolved against the clock), if it exists, with the
+    /// instant to resolve it at (`now` unless the store keeps its own clock).
+    async fn get_hold(
+        &self,
+        hold_id: HoldId,
+        now: Timestamp,
+    ) -> Result<Decided<Option<Hold>>, StoreError>;
 
     /// The slot as stored, if it exists.
     async fn get_slot(&self, slot_id: SlotId) -> Result<Option<Slot>, StoreError>;
@@ -138,20 +195,20 @@ macro_rules! forward_store {
             async fn create_slot(&self, slot: &NewSlot) -> Result<Slot, StoreError> {
                 (**self).create_slot(slot).await
             }
-            async fn availability(&self, now: Timestamp) -> Result<Vec<AvailabilityEntry>, StoreError> {
+            async fn availability(&self, now: Timestamp) -> Result<Decided<Vec<AvailabilityEntry>>, StoreError> {
                 (**self).availability(now).await
             }
-            async fn create_hold(&self, request: HoldRequest<'_>) -> Result<HoldOutcome, StoreError> {
+            async fn create_hold(&self, request: HoldRequest<'_>) -> Result<Decided<HoldOutcome>, StoreError> {
                 (**self).create_hold(request).await
             }
-            async fn confirm_hold(&self, hold_id: HoldId, now: Timestamp) -> Result<Transition, StoreError> {
+            async fn confirm_hold(&self, hold_id: HoldId, now: Timestamp) -> Result<Decided<Transition>, StoreError> {
                 (**self).confirm_hold(hold_id, now).await
             }
-            async fn cancel_hold(&self, hold_id: HoldId, now: Timestamp) -> Result<Transition, StoreError> {
+            async fn cancel_hold(&self, hold_id: HoldId, now: Timestamp) -> Result<Decided<Transition>, StoreError> {
                 (**self).cancel_hold(hold_id, now).await
             }
-            async fn get_hold(&self, hold_id: HoldId) -> Result<Option<Hold>, StoreError> {
-                (**self).get_hold(hold_id).await
+            async fn get_hold(&self, hold_id: HoldId, now: Timestamp) -> Result<Decided<Option<Hold>>, StoreError> {
+                (**self).get_hold(hold_id, now).await
             }
             async fn get_slot(&self, slot_id: SlotId) -> Result<Option<Slot>, StoreError> {
                 (**self).get_slot(slot_id).await

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::TimeZone;
-use slot_booking::store::{HoldOutcome, HoldRequest, Transition};
+use slot_booking::store::{Decided, HoldOutcome, HoldRequest, Transition};
 use slot_booking::{
     AvailabilityEntry, AvailabilityQuery, BookingEngine, BookingError, Hold, HoldId, HoldStatus,
     ManualClock, MemoryStore, NewSlot, Slot, SlotId, Store, StoreError, Timestamp,
@@ -22,6 +22,7 @@ struct Probe {
     store_calls: AtomicUsize,
     cancel_gate: Option<Arc<Semaphore>>,
     fail: std::sync::atomic::AtomicBool,
+    broken: std::sync::atomic::AtomicBool,
     refuse_confirm: bool,
 }
 
@@ -35,6 +36,9 @@ impl Probe {
         if self.fail.load(Ordering::SeqCst) {
             return Err(StoreError::unavailable("connection refused"));
         }
+        if self.broken.load(Ordering::SeqCst) {
+            return Err(StoreError::failed(r#"relation "holds" does not exist"#));
+        }
         Ok(())
     }
 }
@@ -45,33 +49,51 @@ impl Store for Probe {
         self.check()?;
         self.inner.create_slot(slot).await
     }
-    async fn availability(&self, now: Timestamp) -> Result<Vec<AvailabilityEntry>, StoreError> {
+    async fn availability(
+        &self,
+        now: Timestamp,
+    ) -> Result<Decided<Vec<AvailabilityEntry>>, StoreError> {
         self.check()?;
         self.availability_reads.fetch_add(1, Ordering::SeqCst);
         self.inner.availability(now).await
     }
-    async fn create_hold(&self, request: HoldRequest<'_>) -> Result<HoldOutcome, StoreError> {
+    async fn create_hold(
+        &self,
+        request: HoldRequest<'_>,
+    ) -> Result<Decided<HoldOutcome>, StoreError> {
         self.check()?;
         self.inner.create_hold(request).await
     }
-    async fn confirm_hold(&self, id: HoldId, now: Timestamp) -> Result<Transition, StoreError> {
+    async fn confirm_hold(
+        &self,
+        id: HoldId,
+        now: Timestamp,
+    ) -> Result<Decided<Transition>, StoreError> {
         self.check()?;
         if self.refuse_confirm {
-            let hold = self.inner.get_hold(id).await?;
-            return Ok(hold.map_or(Transition::NotFound, Transition::NotApplied));
+            let hold = self.inner.get_hold(id, now).await?;
+            return Ok(hold.map(|hold| hold.map_or(Transition::NotFound, Transition::NotApplied)));
         }
         self.inner.confirm_hold(id, now).await
     }
-    async fn cancel_hold(&self, id: HoldId, now: Timestamp) -> Result<Transition, StoreError> {
+    async fn cancel_hold(
+        &self,
+        id: HoldId,
+        now: Timestamp,
+    ) -> Result<Decided<Transition>, StoreError> {
         self.check()?;
         if let Some(gate) = &self.cancel_gate {
             gate.acquire().await.expect("gate open").forget();
         }
         self.inner.cancel_hold(id, now).await
     }
-    async fn get_hold(&self, id: HoldId) -> Result<Option<Hold>, StoreError> {
+    async fn get_hold(
+        &self,
+        id: HoldId,
+        now: Timestamp,
+    ) -> Result<Decided<Option<Hold>>, StoreError> {
         self.check()?;
-        self.inner.get_hold(id).await
+        self.inner.get_hold(id, now).await
     }
     async fn get_slot(&self, id: SlotId) -> Result<Option<Slot>, StoreError> {
         self.check()?;
@@ -288,6 +310,113 @@ async fn store_failures_surface_as_store_unavailable_and_change_nothing() {
 }
 
 #[tokio::test]
+async fn a_permanent_store_failure_is_store_failed_not_unavailable() {
+    let clock = ManualClock::new(start());
+    let engine = engine(Probe::default(), &clock);
+    let slot = slot(&engine, 2, chrono::Duration::hours(1)).await;
+    engine.store().broken.store(true, Ordering::SeqCst);
+    for error in [
+        engine.hold(slot, "k").await.unwrap_err(),
+        engine.confirm(HoldId(1)).await.unwrap_err(),
+        engine.cancel(HoldId(1)).await.unwrap_err(),
+        engine.get_hold(HoldId(1)).await.unwrap_err(),
+        engine
+            .availability(AvailabilityQuery::all())
+            .await
+            .unwrap_err(),
+    ] {
+        assert_eq!(error.code(), "store_failed", "{error}");
+        assert!(
+            !error.is_transient(),
+            "retrying a broken schema cannot help"
+        );
+    }
+    // The transient kind keeps its own code.
+    engine.store().broken.store(false, Ordering::SeqCst);
+    engine.store().fail.store(true, Ordering::SeqCst);
+    let error = engine.hold(slot, "k").await.unwrap_err();
+    assert_eq!(error.code(), "store_unavailable");
+    assert!(error.is_transient());
+}
+
+#[tokio::test(start_paused = true)]
+async fn availability_is_never_older_than_twice_the_cache_period() {
+    let clock = ManualClock::new(start());
+    // The defaults: a 10 s cache period, so nothing older than 20 s is served.
+    let engine = BookingEngine::builder(Probe::default())
+        .clock(clock.clone())
+        .build();
+    let first = slot(&engine, 1, chrono::Duration::hours(1)).await;
+    assert_eq!(
+        engine
+            .availability(AvailabilityQuery::all())
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    // A second slot the cache cannot know about (written behind the engine's back).
+    let hidden = NewSlot::new(
+        start() + chrono::Duration::hours(2),
+        start() + chrono::Duration::hours(3),
+        1,
+    );
+    engine.store().inner.create_slot(&hidden).await.unwrap();
+
+    // Inside the bound a reader is served the stale copy at once while one refresh runs.
+    tokio::time::advance(Duration::from_secs(15)).await;
+    let stale = engine.availability(AvailabilityQuery::all()).await.unwrap();
+    assert_eq!((stale.len(), stale[0].slot_id), (1, first));
+    assert_eq!(stale.age(), Duration::from_secs(15));
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(engine.store().reads(), 2, "one refresh for the stale read");
+
+    // After a quiet spell past the bound, a reader waits for a fresh read instead of being
+    // handed the old copy.
+    engine.store().inner.create_slot(&hidden).await.unwrap();
+    tokio::time::advance(Duration::from_secs(21)).await;
+    let listing = engine.availability(AvailabilityQuery::all()).await.unwrap();
+    assert_eq!(listing.len(), 3, "a fresh read, not a 21 s old copy");
+    assert_eq!(listing.age(), Duration::ZERO);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_staleness_bound_is_configurable() {
+    let clock = ManualClock::new(start());
+    let engine = BookingEngine::builder(Probe::default())
+        .clock(clock.clone())
+        .cache_period(Duration::from_secs(10))
+        .max_age(Duration::from_secs(60))
+        .build();
+    slot(&engine, 1, chrono::Duration::hours(1)).await;
+    engine.availability(AvailabilityQuery::all()).await.unwrap();
+    let hidden = NewSlot::new(
+        start() + chrono::Duration::hours(2),
+        start() + chrono::Duration::hours(3),
+        1,
+    );
+    engine.store().inner.create_slot(&hidden).await.unwrap();
+    tokio::time::advance(Duration::from_secs(59)).await;
+    let stale = engine.availability(AvailabilityQuery::all()).await.unwrap();
+    assert_eq!((stale.len(), stale.age()), (1, Duration::from_secs(59)));
+
+    // A bound below the period shortens the period: nothing is served past it.
+    let engine = BookingEngine::builder(Probe::default())
+        .clock(clock.clone())
+        .cache_period(Duration::from_secs(10))
+        .max_age(Duration::from_secs(3))
+        .build();
+    slot(&engine, 1, chrono::Duration::hours(1)).await;
+    engine.availability(AvailabilityQuery::all()).await.unwrap();
+    tokio::time::advance(Duration::from_secs(3)).await;
+    let listing = engine.availability(AvailabilityQuery::all()).await.unwrap();
+    assert_eq!(listing.age(), Duration::ZERO);
+    assert_eq!(engine.store().reads(), 2);
+}
+
+#[tokio::test]
 async fn a_store_that_refuses_an_active_hold_is_an_error_not_a_panic() {
     let clock = ManualClock::new(start());
     let engine = engine(
@@ -300,7 +429,8 @@ async fn a_store_that_refuses_an_active_hold_is_an_error_not_a_panic() {
     let slot = slot(&engine, 1, chrono::Duration::hours(1)).await;
     let hold = engine.hold(slot, "k").await.unwrap().hold;
     let error = engine.confirm(hold.hold_id).await.unwrap_err();
-    assert_eq!(error.code(), "store_unavailable");
+    assert_eq!(error.code(), "store_failed");
+    assert!(!error.is_transient());
     assert!(
         error.to_string().contains("from held to confirmed"),
         "{error}"
@@ -369,7 +499,7 @@ async fn c5_a_failing_store_gets_the_stale_listing_then_the_error() {
         "stale copy served while the store is down"
     );
     assert_eq!(stale.fresh_for(), Duration::ZERO);
-    tokio::time::advance(Duration::from_secs(60)).await;
+    tokio::time::advance(Duration::from_secs(10)).await;
     let error = engine
         .availability(AvailabilityQuery::all())
         .await
@@ -415,7 +545,11 @@ async fn a_panicking_store_is_a_store_error_not_a_panic() {
             .await
             .unwrap_err(),
     ] {
-        assert_eq!(error.code(), "store_unavailable");
+        assert_eq!(
+            error.code(),
+            "store_failed",
+            "a panic is a bug, not an outage"
+        );
         assert!(error.to_string().contains("panicked"), "{error}");
     }
 }

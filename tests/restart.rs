@@ -226,9 +226,10 @@ async fn kill_mid_load_and_check(database_url: &str) {
     // Every acknowledged status survived the kill.
     for (&id, seen) in &ledger.holds {
         let stored = store
-            .get_hold(id)
+            .get_hold(id, chrono::Utc::now())
             .await
             .unwrap()
+            .outcome
             .expect("an acknowledged hold exists");
         assert_eq!(stored.slot_id, seen.slot);
         assert!(
@@ -258,7 +259,12 @@ async fn kill_mid_load_and_check(database_url: &str) {
         ids.sort();
         ids.dedup();
         for id in ids {
-            let hold = store.get_hold(id).await.unwrap().unwrap();
+            let hold = store
+                .get_hold(id, chrono::Utc::now())
+                .await
+                .unwrap()
+                .outcome
+                .unwrap();
             match hold.status {
                 HoldStatus::Held => held += 1,
                 HoldStatus::Confirmed => confirmed += 1,

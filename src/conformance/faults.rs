@@ -11,7 +11,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::model::{AvailabilityEntry, Hold, HoldId, NewSlot, Slot, SlotId, Timestamp};
-use crate::store::{HoldOutcome, HoldRequest, Store, StoreError, Transition};
+use crate::store::{Decided, HoldOutcome, HoldRequest, Store, StoreError, Transition};
 
 /// How often each fault strikes, in percent of calls (checked in this order).
 #[derive(Debug, Clone, Copy)]
@@ -165,24 +165,38 @@ impl<S: Store> Store for FaultyStore<S> {
     async fn create_slot(&self, slot: &NewSlot) -> Result<Slot, StoreError> {
         self.around(self.inner.create_slot(slot)).await
     }
-    async fn availability(&self, now: Timestamp) -> Result<Vec<AvailabilityEntry>, StoreError> {
+    async fn availability(
+        &self,
+        now: Timestamp,
+    ) -> Result<Decided<Vec<AvailabilityEntry>>, StoreError> {
         self.around(self.inner.availability(now)).await
     }
-    async fn create_hold(&self, request: HoldRequest<'_>) -> Result<HoldOutcome, StoreError> {
+    async fn create_hold(
+        &self,
+        request: HoldRequest<'_>,
+    ) -> Result<Decided<HoldOutcome>, StoreError> {
         self.around(self.inner.create_hold(request)).await
     }
     async fn confirm_hold(
         &self,
         hold_id: HoldId,
         now: Timestamp,
-    ) -> Result<Transition, StoreError> {
+    ) -> Result<Decided<Transition>, StoreError> {
         self.around(self.inner.confirm_hold(hold_id, now)).await
     }
-    async fn cancel_hold(&self, hold_id: HoldId, now: Timestamp) -> Result<Transition, StoreError> {
+    async fn cancel_hold(
+        &self,
+        hold_id: HoldId,
+        now: Timestamp,
+    ) -> Result<Decided<Transition>, StoreError> {
         self.around(self.inner.cancel_hold(hold_id, now)).await
     }
-    async fn get_hold(&self, hold_id: HoldId) -> Result<Option<Hold>, StoreError> {
-        self.around(self.inner.get_hold(hold_id)).await
+    async fn get_hold(
+        &self,
+        hold_id: HoldId,
+        now: Timestamp,
+    ) -> Result<Decided<Option<Hold>>, StoreError> {
+        self.around(self.inner.get_hold(hold_id, now)).await
     }
     async fn get_slot(&self, slot_id: SlotId) -> Result<Option<Slot>, StoreError> {
         self.around(self.inner.get_slot(slot_id)).await

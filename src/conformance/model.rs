@@ -435,9 +435,10 @@ async fn check_state<S: Store>(
         let (mut held, mut confirmed, mut active) = (0, 0, 0);
         for hold in model.holds.iter().filter(|h| h.slot_id == slot.id) {
             let stored = store
-                .get_hold(hold.hold_id)
+                .get_hold(hold.hold_id, now)
                 .await
-                .map_err(|e| Mismatch(format!("get_hold: {e}")))?;
+                .map_err(|e| Mismatch(format!("get_hold: {e}")))?
+                .outcome;
             ensure!(
                 stored.as_ref() == Some(hold),
                 "hold {} is {stored:?}, model has {hold:?}",
@@ -649,9 +650,10 @@ async fn run_batches<S: Store>(store: S, batches: &[Batch]) -> Result<(), Mismat
         for (&id, ack) in &acked {
             let stored = engine
                 .store()
-                .get_hold(id)
+                .get_hold(id, now)
                 .await
                 .map_err(|e| Mismatch(format!("get_hold: {e}")))?
+                .outcome
                 .ok_or_else(|| Mismatch(format!("acknowledged hold {id} is missing")))?;
             let expected_ok = if ack.cancelled {
                 stored.status == HoldStatus::Cancelled

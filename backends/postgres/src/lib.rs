@@ -49,8 +49,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use slot_booking::{
-    AvailabilityEntry, Hold, HoldId, HoldOutcome, HoldRequest, HoldStatus, NewSlot, Slot, SlotId,
-    Store, StoreError, Timestamp, Transition,
+    AvailabilityEntry, Decided, Hold, HoldId, HoldOutcome, HoldRequest, HoldStatus, NewSlot, Slot,
+    SlotId, Store, StoreError, Timestamp, Transition,
 };
 use sqlx::postgres::{PgPool, PgPoolOptions, PgRow};
 use sqlx::Row;
@@ -308,7 +308,10 @@ impl Store for PostgresStore {
         slot_from_row(&row)
     }
 
-    async fn availability(&self, now: Timestamp) -> Result<Vec<AvailabilityEntry>, StoreError> {
+    async fn availability(
+        &self,
+        now: Timestamp,
+    ) -> Result<Decided<Vec<AvailabilityEntry>>, StoreError> {
         let rows = sqlx::query(&self.sql().availability)
             .bind(now)
             .fetch_all(&self.pool)
@@ -324,62 +327,60 @@ impl Store for PostgresStore {
                     remaining: row.try_get("available").map_err(map_err)?,
                 })
             })
-            .collect()
+            .collect::<Result<_, _>>()
+            .map(|entries| Decided::new(now, entries))
     }
 
-    async fn create_hold(&self, request: HoldRequest<'_>) -> Result<HoldOutcome, StoreError> {
-        // Fast path, one round trip: decrement and insert in one statement.
-        match self
-            .try_insert_hold(&self.sql().hold_fast, &request)
-            .await?
-        {
-            Insert::Created(hold) => return Ok(HoldOutcome::Created(hold)),
-            Insert::KeyTaken => return self.explain(&request).await,
-            Insert::NoUnit => {}
-        }
-        // No unit: lock the slot, reclaim its expired holds, decrement once more and insert,
-        // all in one statement (atomic; a unique violation undoes the reclaim as well).
-        match self
-            .try_insert_hold(&self.sql().hold_reclaim, &request)
-            .await?
-        {
-            Insert::Created(hold) => Ok(HoldOutcome::Created(hold)),
-            Insert::NoUnit | Insert::KeyTaken => self.explain(&request).await,
-        }
+    async fn create_hold(
+        &self,
+        request: HoldRequest<'_>,
+    ) -> Result<Decided<HoldOutcome>, StoreError> {
+        let outcome = self.place_hold(&request).await?;
+        Ok(Decided::new(request.now, outcome))
     }
 
     async fn confirm_hold(
         &self,
         hold_id: HoldId,
         now: Timestamp,
-    ) -> Result<Transition, StoreError> {
+    ) -> Result<Decided<Transition>, StoreError> {
         let updated = sqlx::query(&self.sql().confirm)
             .bind(hold_id.get())
             .bind(now)
             .fetch_optional(&self.pool)
             .await
             .map_err(map_err)?;
-        match updated {
-            Some(row) => Ok(Transition::Applied(hold_from_row(&row)?)),
-            None => self.not_applied(hold_id).await,
-        }
+        let transition = match updated {
+            Some(row) => Transition::Applied(hold_from_row(&row)?),
+            None => self.not_applied(hold_id).await?,
+        };
+        Ok(Decided::new(now, transition))
     }
 
-    async fn cancel_hold(&self, hold_id: HoldId, now: Timestamp) -> Result<Transition, StoreError> {
+    async fn cancel_hold(
+        &self,
+        hold_id: HoldId,
+        now: Timestamp,
+    ) -> Result<Decided<Transition>, StoreError> {
         let updated = sqlx::query(&self.sql().cancel)
             .bind(hold_id.get())
             .bind(now)
             .fetch_optional(&self.pool)
             .await
             .map_err(map_err)?;
-        match updated {
-            Some(row) => Ok(Transition::Applied(hold_from_row(&row)?)),
-            None => self.not_applied(hold_id).await,
-        }
+        let transition = match updated {
+            Some(row) => Transition::Applied(hold_from_row(&row)?),
+            None => self.not_applied(hold_id).await?,
+        };
+        Ok(Decided::new(now, transition))
     }
 
-    async fn get_hold(&self, hold_id: HoldId) -> Result<Option<Hold>, StoreError> {
-        self.hold_by_id(hold_id).await
+    async fn get_hold(
+        &self,
+        hold_id: HoldId,
+        now: Timestamp,
+    ) -> Result<Decided<Option<Hold>>, StoreError> {
+        Ok(Decided::new(now, self.hold_by_id(hold_id).await?))
     }
 
     async fn get_slot(&self, slot_id: SlotId) -> Result<Option<Slot>, StoreError> {
@@ -391,5 +392,25 @@ impl Store for PostgresStore {
             .as_ref()
             .map(slot_from_row)
             .transpose()
+    }
+}
+
+impl PostgresStore {
+    async fn place_hold(&self, request: &HoldRequest<'_>) -> Result<HoldOutcome, StoreError> {
+        // Fast path, one round trip: decrement and insert in one statement.
+        match self.try_insert_hold(&self.sql().hold_fast, request).await? {
+            Insert::Created(hold) => return Ok(HoldOutcome::Created(hold)),
+            Insert::KeyTaken => return self.explain(request).await,
+            Insert::NoUnit => {}
+        }
+        // No unit: lock the slot, reclaim its expired holds, decrement once more and insert,
+        // all in one statement (atomic; a unique violation undoes the reclaim as well).
+        match self
+            .try_insert_hold(&self.sql().hold_reclaim, request)
+            .await?
+        {
+            Insert::Created(hold) => Ok(HoldOutcome::Created(hold)),
+            Insert::NoUnit | Insert::KeyTaken => self.explain(request).await,
+        }
     }
 }

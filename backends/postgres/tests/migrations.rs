@@ -206,7 +206,12 @@ async fn data_survives_a_restart() {
     let store = ctx.second_store().await;
     let slot = store.get_slot(slot_id).await.unwrap().unwrap();
     assert_eq!((slot.capacity, slot.remaining), (3, 2));
-    let stored = store.get_hold(hold_id).await.unwrap().unwrap();
+    let stored = store
+        .get_hold(hold_id, at(2))
+        .await
+        .unwrap()
+        .outcome
+        .unwrap();
     assert_eq!(stored.status, HoldStatus::Confirmed);
     assert_eq!(stored.confirmed_at, Some(at(1)));
     assert_invariant(&store, slot_id).await;

@@ -34,14 +34,14 @@ async fn timestamps_round_trip_to_the_microsecond() {
     let now = at(1) + Duration::microseconds(999_999);
     let mut req = request(slot.slot_id, &k, now);
     req.expires_at = now + Duration::microseconds(1);
-    let hold = created(store.create_hold(req).await.unwrap());
+    let hold = created(store.create_hold(req).await.unwrap().outcome);
     assert_eq!(hold.expires_at, req.expires_at);
     assert_eq!(hold.status, HoldStatus::Held);
     assert_eq!(
-        store.get_hold(hold.hold_id).await.unwrap(),
+        store.get_hold(hold.hold_id, now).await.unwrap().outcome,
         Some(hold.clone())
     );
-    let confirmed = match store.confirm_hold(hold.hold_id, now).await.unwrap() {
+    let confirmed = match store.confirm_hold(hold.hold_id, now).await.unwrap().outcome {
         Transition::Applied(h) => h,
         other => panic!("{other:?}"),
     };

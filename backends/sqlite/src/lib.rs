@@ -46,8 +46,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::DateTime;
 use slot_booking::{
-    AvailabilityEntry, Hold, HoldId, HoldOutcome, HoldRequest, HoldStatus, NewSlot, Slot, SlotId,
-    Store, StoreError, Timestamp, Transition,
+    AvailabilityEntry, Decided, Hold, HoldId, HoldOutcome, HoldRequest, HoldStatus, NewSlot, Slot,
+    SlotId, Store, StoreError, Timestamp, Transition,
 };
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
@@ -359,9 +359,65 @@ where
     .transpose()
 }
 
+/// Every answer is decided at the `now` the engine passed: SQLite keeps no clock of its own.
 #[async_trait]
 impl Store for SqliteStore {
     async fn create_slot(&self, slot: &NewSlot) -> Result<Slot, StoreError> {
+        self.insert_slot(slot).await
+    }
+
+    async fn availability(
+        &self,
+        now: Timestamp,
+    ) -> Result<Decided<Vec<AvailabilityEntry>>, StoreError> {
+        Ok(Decided::new(now, self.read_availability(now).await?))
+    }
+
+    async fn create_hold(
+        &self,
+        request: HoldRequest<'_>,
+    ) -> Result<Decided<HoldOutcome>, StoreError> {
+        Ok(Decided::new(request.now, self.place_hold(&request).await?))
+    }
+
+    async fn confirm_hold(
+        &self,
+        hold_id: HoldId,
+        now: Timestamp,
+    ) -> Result<Decided<Transition>, StoreError> {
+        Ok(Decided::new(now, self.confirm(hold_id, now).await?))
+    }
+
+    async fn cancel_hold(
+        &self,
+        hold_id: HoldId,
+        now: Timestamp,
+    ) -> Result<Decided<Transition>, StoreError> {
+        Ok(Decided::new(now, self.cancel(hold_id, now).await?))
+    }
+
+    async fn get_hold(
+        &self,
+        hold_id: HoldId,
+        now: Timestamp,
+    ) -> Result<Decided<Option<Hold>>, StoreError> {
+        Ok(Decided::new(now, hold_by_id(&self.pool, hold_id).await?))
+    }
+
+    async fn get_slot(&self, slot_id: SlotId) -> Result<Option<Slot>, StoreError> {
+        sqlx::query("SELECT id, starts_at, ends_at, capacity, remaining FROM slots WHERE id = ?1")
+            .bind(slot_id.get())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(map_err)?
+            .as_ref()
+            .map(slot_from_row)
+            .transpose()
+    }
+}
+
+impl SqliteStore {
+    async fn insert_slot(&self, slot: &NewSlot) -> Result<Slot, StoreError> {
         let mut w = self.begin_write().await?;
         let row = sqlx::query(
             "INSERT INTO slots (starts_at, ends_at, capacity, remaining) \
@@ -379,7 +435,10 @@ impl Store for SqliteStore {
         Ok(created)
     }
 
-    async fn availability(&self, now: Timestamp) -> Result<Vec<AvailabilityEntry>, StoreError> {
+    async fn read_availability(
+        &self,
+        now: Timestamp,
+    ) -> Result<Vec<AvailabilityEntry>, StoreError> {
         // The correlated count walks the partial index over held holds of one slot.
         let rows = sqlx::query(
             "SELECT s.id, s.starts_at, s.ends_at, s.capacity, \
@@ -406,19 +465,19 @@ impl Store for SqliteStore {
             .collect()
     }
 
-    async fn create_hold(&self, request: HoldRequest<'_>) -> Result<HoldOutcome, StoreError> {
+    async fn place_hold(&self, request: &HoldRequest<'_>) -> Result<HoldOutcome, StoreError> {
         let taken = "a unique violation on the idempotency key, but no hold has it";
         // The fast path: one statement, no transaction to open or commit.
         let fast = {
             let _gate = self.write_gate.lock().await;
-            insert_hold(&self.pool, &request).await?
+            insert_hold(&self.pool, request).await?
         };
         match fast {
             Insert::Created(hold) => return Ok(HoldOutcome::Created(hold)),
             Insert::KeyTaken => {
                 return hold_by_key(&self.pool, request.key.as_str())
                     .await?
-                    .map(|holder| HoldOutcome::refused(&request, Some(holder), None))
+                    .map(|holder| HoldOutcome::refused(request, Some(holder), None))
                     .ok_or_else(|| StoreError::failed(taken))
             }
             Insert::NoUnit => {}
@@ -430,7 +489,7 @@ impl Store for SqliteStore {
         let now = to_micros(request.now);
         let mut w = self.begin_write().await?;
         reclaim(&mut w.tx, slot_id, now).await?;
-        let insert = insert_hold(&mut *w.tx, &request).await?;
+        let insert = insert_hold(&mut *w.tx, request).await?;
         if let Insert::Created(hold) = insert {
             w.tx.commit().await.map_err(map_err)?;
             return Ok(HoldOutcome::Created(hold));
@@ -447,17 +506,13 @@ impl Store for SqliteStore {
                 .await
                 .map_err(map_err)?;
         let starts_at = starts_at.map(from_micros).transpose()?;
-        let outcome = HoldOutcome::refused(&request, key_holder, starts_at);
+        let outcome = HoldOutcome::refused(request, key_holder, starts_at);
         // Undo the reclaim, if any: the next hold that needs the units redoes it.
         w.tx.rollback().await.map_err(map_err)?;
         Ok(outcome)
     }
 
-    async fn confirm_hold(
-        &self,
-        hold_id: HoldId,
-        now: Timestamp,
-    ) -> Result<Transition, StoreError> {
+    async fn confirm(&self, hold_id: HoldId, now: Timestamp) -> Result<Transition, StoreError> {
         let mut w = self.begin_write().await?;
         let updated = sqlx::query(concat!(
             "UPDATE holds SET status = 'confirmed', confirmed_at = ?1 ",
@@ -480,7 +535,7 @@ impl Store for SqliteStore {
         Ok(transition)
     }
 
-    async fn cancel_hold(&self, hold_id: HoldId, now: Timestamp) -> Result<Transition, StoreError> {
+    async fn cancel(&self, hold_id: HoldId, now: Timestamp) -> Result<Transition, StoreError> {
         let mut w = self.begin_write().await?;
         let updated = sqlx::query(concat!(
             "UPDATE holds SET status = 'cancelled', cancelled_at = ?1 ",
@@ -516,20 +571,5 @@ impl Store for SqliteStore {
         };
         w.tx.commit().await.map_err(map_err)?;
         Ok(transition)
-    }
-
-    async fn get_hold(&self, hold_id: HoldId) -> Result<Option<Hold>, StoreError> {
-        hold_by_id(&self.pool, hold_id).await
-    }
-
-    async fn get_slot(&self, slot_id: SlotId) -> Result<Option<Slot>, StoreError> {
-        sqlx::query("SELECT id, starts_at, ends_at, capacity, remaining FROM slots WHERE id = ?1")
-            .bind(slot_id.get())
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(map_err)?
-            .as_ref()
-            .map(slot_from_row)
-            .transpose()
     }
 }

@@ -123,7 +123,7 @@ async fn data_survives_a_restart() {
     let store = db.store().await;
     let slot = store.get_slot(slot_id).await.unwrap().unwrap();
     assert_eq!((slot.capacity, slot.remaining), (3, 2));
-    let stored = store.get_hold(hold).await.unwrap().unwrap();
+    let stored = store.get_hold(hold, at(2)).await.unwrap().outcome.unwrap();
     assert_eq!(stored.status, slot_booking::HoldStatus::Confirmed);
     assert_eq!(stored.confirmed_at, Some(at(1)));
     assert_invariant(store.pool(), slot_id).await;

@@ -32,14 +32,14 @@ async fn timestamps_round_trip_to_the_microsecond() {
     let now = at(1) + Duration::microseconds(999_999);
     let mut req = request(slot.slot_id, &k, now);
     req.expires_at = now + Duration::microseconds(1);
-    let hold = created(store.create_hold(req).await.unwrap());
+    let hold = created(store.create_hold(req).await.unwrap().outcome);
     assert_eq!(hold.expires_at, req.expires_at);
     assert_eq!(hold.status, HoldStatus::Held);
     assert_eq!(
-        store.get_hold(hold.hold_id).await.unwrap(),
+        store.get_hold(hold.hold_id, now).await.unwrap().outcome,
         Some(hold.clone())
     );
-    let confirmed = match store.confirm_hold(hold.hold_id, now).await.unwrap() {
+    let confirmed = match store.confirm_hold(hold.hold_id, now).await.unwrap().outcome {
         Transition::Applied(h) => h,
         other => panic!("{other:?}"),
     };
@@ -87,7 +87,7 @@ async fn in_memory_mode_works() {
     // Give the pool a chance to recycle connections: the data must survive.
     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     assert_eq!(store.get_slot(slot_id).await.unwrap().unwrap().remaining, 1);
-    assert_eq!(store.availability(at(0)).await.unwrap().len(), 1);
+    assert_eq!(store.availability(at(0)).await.unwrap().outcome.len(), 1);
 }
 
 #[tokio::test]

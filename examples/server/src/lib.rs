@@ -302,15 +302,24 @@ impl From<BookingError> for Problem {
             BookingError::InvalidIdempotencyKey(_)
             | BookingError::InvalidSlot(_)
             | BookingError::InvalidQuery => StatusCode::BAD_REQUEST,
-            BookingError::Store(store) => {
-                tracing::warn!(error = %store, "store failure");
+            // A transient failure is worth a retry (503 + Retry-After); anything else is a
+            // fault a retry only repeats (500, no Retry-After).
+            BookingError::Store(store) if store.is_transient() => {
+                tracing::warn!(error = %store, "store unavailable");
                 StatusCode::SERVICE_UNAVAILABLE
+            }
+            BookingError::Store(store) => {
+                tracing::error!(error = %store, "store failed");
+                StatusCode::INTERNAL_SERVER_ERROR
             }
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
         let detail = match &error {
             // Store details (addresses, SQL) stay in the log.
-            BookingError::Store(_) => "the booking store is unavailable; retry shortly".to_owned(),
+            BookingError::Store(store) if store.is_transient() => {
+                "the booking store is unavailable; retry shortly".to_owned()
+            }
+            BookingError::Store(_) => "the booking store failed; see the server log".to_owned(),
             other => other.to_string(),
         };
         Problem::new(status, error.code(), detail)

@@ -340,7 +340,8 @@ async fn fingerprint(
         out += &format!("{:?};", server.store.get_slot(slot).await.unwrap());
     }
     for &hold in holds {
-        out += &format!("{:?};", server.store.get_hold(hold).await.unwrap());
+        let stored = server.store.get_hold(hold, chrono::Utc::now()).await;
+        out += &format!("{:?};", stored.unwrap().outcome);
     }
     out
 }
@@ -798,5 +799,35 @@ async fn a_closed_store_gives_503_with_retry_after() {
         assert_eq!(response.headers()["retry-after"], "1");
         let (status, code, _) = read(response).await;
         assert_eq!((status, code.as_deref()), (503, Some("store_unavailable")));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_schema_gives_500_without_retry_after() {
+    let (url, dir) = common::sqlite_url().await;
+    let sqlite = slot_booking_sqlite::SqliteStore::connect(&url)
+        .await
+        .unwrap();
+    sqlite.migrate().await.unwrap();
+    let pool = sqlite.pool().clone();
+    let server = TestServer::with_store(std::sync::Arc::new(sqlite), dir).await;
+    let slot = server.slot(1, Duration::hours(1)).await;
+    // An operator's mistake: the table the store needs is gone. Retrying cannot help.
+    sqlx::query("DROP TABLE holds")
+        .execute(&pool)
+        .await
+        .unwrap();
+    for response in [
+        server.hold(slot, "k").await,
+        server
+            .http
+            .get(server.url("/holds/1"))
+            .send()
+            .await
+            .unwrap(),
+    ] {
+        assert!(response.headers().get("retry-after").is_none());
+        let (status, code, _) = read(response).await;
+        assert_eq!((status, code.as_deref()), (500, Some("store_failed")));
     }
 }

@@ -12,7 +12,7 @@ use std::time::{Duration as StdDuration, SystemTime, UNIX_EPOCH};
 
 use chrono::{Duration, TimeZone, Utc};
 use slot_booking::{
-    HoldId, HoldOutcome, HoldRequest, IdempotencyKey, NewSlot, SlotId, Store, StoreError,
+    Decided, HoldId, HoldOutcome, HoldRequest, IdempotencyKey, NewSlot, SlotId, Store, StoreError,
     Timestamp, Transition,
 };
 use slot_booking_postgres::PostgresStore;
@@ -165,7 +165,11 @@ pub fn request(slot_id: SlotId, key: &IdempotencyKey, now: Timestamp) -> HoldReq
 
 pub async fn hold(store: &impl Store, slot_id: SlotId, k: &str, now: Timestamp) -> HoldOutcome {
     let k = key(k);
-    store.create_hold(request(slot_id, &k, now)).await.unwrap()
+    store
+        .create_hold(request(slot_id, &k, now))
+        .await
+        .unwrap()
+        .outcome
 }
 
 /// Counts with SQL: (capacity, remaining, stored held, confirmed) of a slot.
@@ -220,24 +224,35 @@ impl Store for OwnedStore {
     async fn availability(
         &self,
         now: Timestamp,
-    ) -> Result<Vec<slot_booking::AvailabilityEntry>, StoreError> {
+    ) -> Result<Decided<Vec<slot_booking::AvailabilityEntry>>, StoreError> {
         self.store.availability(now).await
     }
-    async fn create_hold(&self, request: HoldRequest<'_>) -> Result<HoldOutcome, StoreError> {
+    async fn create_hold(
+        &self,
+        request: HoldRequest<'_>,
+    ) -> Result<Decided<HoldOutcome>, StoreError> {
         self.store.create_hold(request).await
     }
     async fn confirm_hold(
         &self,
         hold_id: HoldId,
         now: Timestamp,
-    ) -> Result<Transition, StoreError> {
+    ) -> Result<Decided<Transition>, StoreError> {
         self.store.confirm_hold(hold_id, now).await
     }
-    async fn cancel_hold(&self, hold_id: HoldId, now: Timestamp) -> Result<Transition, StoreError> {
+    async fn cancel_hold(
+        &self,
+        hold_id: HoldId,
+        now: Timestamp,
+    ) -> Result<Decided<Transition>, StoreError> {
         self.store.cancel_hold(hold_id, now).await
     }
-    async fn get_hold(&self, hold_id: HoldId) -> Result<Option<slot_booking::Hold>, StoreError> {
-        self.store.get_hold(hold_id).await
+    async fn get_hold(
+        &self,
+        hold_id: HoldId,
+        now: Timestamp,
+    ) -> Result<Decided<Option<slot_booking::Hold>>, StoreError> {
+        self.store.get_hold(hold_id, now).await
     }
     async fn get_slot(&self, slot_id: SlotId) -> Result<Option<slot_booking::Slot>, StoreError> {
         self.store.get_slot(slot_id).await
