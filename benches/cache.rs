@@ -1,10 +1,10 @@
 //! The availability cache, against baselines measured in the same run:
 //!
 //! - a warm hit of `availability()` over 1,000 slots vs a `moka::future::Cache` hit holding the
-//!   same `Arc` snapshot (SPEC §8: at least as fast, no per-entry copy);
+//!   same `Arc` snapshot (target: at least as fast, no per-entry copy);
 //! - a filtered query (`from`/`to`) on the same warm snapshot;
 //! - 10,000 concurrent cold reads (after `invalidate()`) vs one bare store read, counting the
-//!   store reads they cause (SPEC §8: exactly 1).
+//!   store reads they cause (target: exactly 1).
 
 // criterion_group!/criterion_main! generate undocumented items.
 #![allow(missing_docs)]

@@ -7,7 +7,7 @@
 //! caches errors and poisons on panic; tokio's `OnceCell` never expires. Here every load runs
 //! as its own spawned task, so callers can give up without cancelling it.
 //!
-//! The rules (SPEC §5):
+//! The rules:
 //!
 //! - **Fresh hit** (C1): while the value is younger than `fresh_for`, a read returns the shared
 //!   `Arc` without calling the loader and without copying the value.

@@ -1,7 +1,7 @@
 //! A reusable test suite for [`Store`] implementations (feature `conformance`).
 //!
 //! It drives a store through a [`BookingEngine`] with a [`ManualClock`] and checks every row of
-//! the outcome table (SPEC §4), the reclaim of expired holds, the capacity invariant after each
+//! the outcome table of the crate docs, the reclaim of expired holds, the capacity invariant after each
 //! step, and concurrent races. Backends run it in one line from a test file:
 //!
 //! ```text
@@ -146,7 +146,7 @@ macro_rules! conformance_tests {
             dropped_calls_leak_no_capacity
         );
 
-        /// Random operation sequences against the sequential model (SPEC §9).
+        /// Random operation sequences against the sequential model.
         #[test]
         fn model_based_sequences() {
             if $crate::conformance::__configured($factory) {

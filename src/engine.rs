@@ -20,7 +20,7 @@ use crate::model::{
 };
 use crate::store::{Decided, HoldOutcome, HoldRequest, Store, StoreError, Transition};
 
-/// Default time a fresh availability snapshot is served from the cache (SPEC R1).
+/// Default time a fresh availability snapshot is served from the cache.
 pub const DEFAULT_CACHE_PERIOD: Duration = Duration::from_secs(10);
 /// Default lifetime of an unconfirmed hold.
 pub const DEFAULT_HOLD_TTL: Duration = Duration::from_secs(5 * 60);

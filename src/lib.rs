@@ -1,5 +1,130 @@
-#![doc = include_str!("../README.md")]
-#![cfg_attr(docsrs, feature(doc_auto_cfg))]
+//! Sell limited capacity in time slots — clinic appointments, class seats, delivery windows,
+//! event tickets — without ever overselling.
+//!
+//! Clients read **availability**, place a temporary **hold** on a unit of a slot (idempotent by a
+//! key of their choosing), then **confirm** or **cancel** it. [`BookingEngine`] holds the rules
+//! and a single-flight availability cache; a [`Store`] holds the data and makes each operation
+//! atomic. Stores: [`MemoryStore`] (this crate), SQLite (`slot_booking_sqlite`) and PostgreSQL
+//! (`slot_booking_postgres`), both on sqlx.
+//!
+//! ```
+//! use chrono::{Duration, Utc};
+//! use slot_booking::{AvailabilityQuery, BookingEngine, HoldStatus, MemoryStore, NewSlot};
+//!
+//! # tokio_test::block_on(async {
+//! let engine = BookingEngine::new(MemoryStore::new());
+//! let starts_at = Utc::now() + Duration::days(1);
+//! let slot = engine
+//!     .create_slot(NewSlot::new(starts_at, starts_at + Duration::hours(1), 20))
+//!     .await?;
+//!
+//! // Reserves one unit for 5 minutes. The same key again returns the same hold.
+//! let placed = engine.hold(slot.slot_id, "order-1234").await?;
+//! let again = engine.hold(slot.slot_id, "order-1234").await?;
+//! assert!(again.replayed && again.hold.hold_id == placed.hold.hold_id);
+//!
+//! let booked = engine.confirm(placed.hold.hold_id).await?;
+//! assert_eq!(booked.status, HoldStatus::Confirmed);
+//! let listing = engine.availability(AvailabilityQuery::all()).await?;
+//! assert_eq!(listing[0].remaining, 19);
+//! # Ok::<(), slot_booking::BookingError>(())
+//! # }).unwrap();
+//! ```
+//!
+//! # Outcomes
+//!
+//! Every refusal is a [`BookingError`] with a stable [`code`](BookingError::code); nothing is
+//! changed by a call that fails.
+//!
+//! | operation | situation | result | code |
+//! |---|---|---|---|
+//! | [`hold`](BookingEngine::hold) | a unit is free | a new hold, `held` until `expires_at = now + hold lifetime` | — |
+//! | | same key, same slot again | the existing hold in its current state, `replayed: true`; nothing more reserved | — |
+//! | | same key, another slot | error | `idempotency_key_reused` |
+//! | | no such slot | error | `slot_not_found` |
+//! | | the slot has started (`starts_at <= now`) | error | `slot_closed` |
+//! | | no free unit, even after reclaiming expired holds | error; nothing reserved | `sold_out` |
+//! | | key not 1–255 visible ASCII characters | error; the store is not called | `invalid_idempotency_key` |
+//! | [`confirm`](BookingEngine::confirm) | an active held hold | `confirmed`, `confirmed_at = now` | — |
+//! | | a confirmed hold | unchanged (idempotent) | — |
+//! | | a cancelled hold | error | `hold_cancelled` |
+//! | | an expired hold | error | `hold_expired` |
+//! | [`cancel`](BookingEngine::cancel) | an active held or a confirmed hold | `cancelled`, `cancelled_at = now`, unit given back | — |
+//! | | a cancelled hold | unchanged (idempotent) | — |
+//! | | an expired hold | error | `hold_expired` |
+//! | confirm, cancel, [`get_hold`](BookingEngine::get_hold) | no such hold | error | `hold_not_found` |
+//! | [`create_slot`](BookingEngine::create_slot) | `ends_at <= starts_at` or capacity < 1 | error | `invalid_slot` |
+//! | [`availability`](BookingEngine::availability) | `from` after `to` | error | `invalid_query` |
+//! | any | the store failed and may recover (connection lost, pool exhausted, busy) | error; nothing half done | `store_unavailable` |
+//! | any | the store failed for good (broken schema, a store bug or panic) | error; nothing half done | `store_failed` |
+//!
+//! # Guarantees
+//!
+//! - **No oversell.** A hold takes its unit by a conditional decrement
+//!   (`remaining = remaining - 1 WHERE remaining > 0`) decided by the rows it affected, never by
+//!   a read made before it. Per slot, at every instant,
+//!   `remaining + holds stored as held + confirmed holds == capacity` and `remaining >= 0`.
+//! - **Idempotent holds.** A unique constraint on the idempotency key: two holds with one key
+//!   never both exist.
+//! - **Expiry needs no background job.** A hold stops reserving its unit when `expires_at`
+//!   passes: availability counts expired holds as free, and a hold that finds a slot full first
+//!   reclaims that slot's expired holds (again decided by rows affected). Confirmed holds never
+//!   expire.
+//! - **A client sees its own change.** Confirm, cancel and slot creation invalidate the cached
+//!   availability after their write committed, never before. Placing a hold does not: the
+//!   listing is advisory, the decrement is the authority.
+//! - **Bounded staleness.** Availability is cached for the cache period (10 s by default) and is
+//!   never older than [`max_age`](EngineBuilder::max_age) (twice the period, 20 s, by default).
+//!   However many readers arrive, one store read is in flight at a time; past the period, readers
+//!   get the previous listing at once while it runs.
+//! - **Writes run to the end.** A caller that goes away mid-call never leaves a write half done
+//!   or the cache stale: the engine finishes the write and its invalidation on a task of its own.
+//!
+//! # Time
+//!
+//! The engine reads its [`Clock`] once per operation and passes that instant to the store.
+//! Statuses are resolved at the instant the store decided at ([`Decided::at`]). With several
+//! application servers on one database, each server's clock decides for its own requests: a
+//! server whose clock runs ahead reclaims holds early and refuses confirms that are still in
+//! time; one that runs behind confirms holds that have expired and accepts holds on slots that
+//! have started, each by the size of the skew. The PostgreSQL store can take every instant from
+//! the database server's clock instead, so all servers agree.
+//!
+//! ## Testing expiry
+//!
+//! Drive hold lifetimes with a [`ManualClock`] (`EngineBuilder::clock`): advancing it expires
+//! holds at once. The availability cache ages by tokio's clock, not the engine's: in a test,
+//! either build the engine with `cache_period(Duration::ZERO)` so every read goes to the store,
+//! or run on tokio's paused clock (`#[tokio::test(start_paused = true)]`) and
+//! `tokio::time::advance` it together with the manual clock.
+//!
+//! ```
+//! use std::time::Duration;
+//! use chrono::{TimeZone, Utc};
+//! use slot_booking::{BookingEngine, BookingError, Clock, ManualClock, MemoryStore, NewSlot};
+//!
+//! # tokio_test::block_on(async {
+//! let clock = ManualClock::new(Utc.with_ymd_and_hms(2030, 1, 1, 9, 0, 0).unwrap());
+//! let engine = BookingEngine::builder(MemoryStore::new())
+//!     .clock(clock.clone())
+//!     .cache_period(Duration::ZERO)
+//!     .build();
+//! let start = clock.now() + chrono::Duration::hours(1);
+//! let slot = engine.create_slot(NewSlot::new(start, start + chrono::Duration::hours(1), 1)).await?;
+//! let hold = engine.hold(slot.slot_id, "k").await?.hold;
+//! clock.advance(chrono::Duration::minutes(11));
+//! assert!(matches!(engine.confirm(hold.hold_id).await, Err(BookingError::HoldExpired { .. })));
+//! # Ok::<(), BookingError>(())
+//! # }).unwrap();
+//! ```
+//!
+//! # Stores
+//!
+//! A [`Store`] is a translation of each operation into one atomic step of its storage. The
+//! `conformance` feature ships the suite every store here runs —
+//! `slot_booking::conformance_tests!` — so a third-party store can prove the same behaviour,
+//! races included.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod cache;
 pub mod clock;
@@ -20,3 +145,8 @@ pub use model::{
     SlotId, Timestamp,
 };
 pub use store::{Decided, HoldOutcome, HoldRequest, Store, StoreError, StoreErrorKind, Transition};
+
+/// The README's code blocks, compiled and run as doc tests so the README stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -2,7 +2,7 @@
 //!
 //! Each method is one atomic operation in the store. A backend decides every outcome by the
 //! rows its conditional writes affected and by its unique constraint on the idempotency key,
-//! never by a read made before the write (SPEC R4, R5). Reads after a write that changed nothing
+//! never by a read made before the write. Reads after a write that changed nothing
 //! are fine: they only say *why* nothing changed.
 //!
 //! Time is passed in: the engine reads its [`Clock`](crate::Clock) once per operation and hands
@@ -127,9 +127,10 @@ pub enum Transition {
 
 /// A backend's storage, operation by operation. Object safe: `Arc<dyn Store>` is a `Store`.
 ///
-/// The rules each method must follow are SPEC §2: the capacity invariant
-/// `remaining + stored held + confirmed == capacity` holds after every call, and a unit is
-/// reserved only by a conditional decrement that affected a row. The
+/// The rules each method must follow: the capacity invariant
+/// `remaining + stored held + confirmed == capacity` (with `remaining >= 0`) holds after every
+/// call, a unit is reserved only by a conditional decrement that affected a row, and two holds
+/// never share an idempotency key. The
 /// [`conformance`](crate::conformance) suite (feature `conformance`) checks an implementation.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {

@@ -113,7 +113,7 @@ struct ModelSlot {
     remaining: i32,
 }
 
-/// The sequential model of SPEC §2–§4.
+/// The sequential model of the booking rules (the outcome table of the crate docs).
 #[derive(Debug, Default)]
 struct Model {
     slots: Vec<ModelSlot>,

@@ -1,6 +1,6 @@
 -- slot_booking (SQLite), migration 2: a held hold can only be stored by taking a unit.
 --
--- Inserting a hold as 'held' runs the conditional decrement of SPEC R4 in the same statement:
+-- Inserting a hold as 'held' runs the conditional decrement (remaining > 0) in the same statement:
 -- if it changes no row (no unit left, or the slot has started by the hold's created_at, or no
 -- such slot) the statement is aborted with SQLITE_CONSTRAINT_TRIGGER and nothing is stored. A
 -- unique violation on the idempotency key aborts the statement too, decrement included. So a

@@ -2,7 +2,7 @@
 //!
 //! [`SqliteStore`] implements [`Store`] as a thin translation to SQL: every outcome is decided
 //! by the rows a conditional write affected or by the unique constraint on the idempotency
-//! key, never by an earlier read (SPEC R4, R5).
+//! key, never by an earlier read.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), slot_booking::StoreError> {
@@ -248,7 +248,7 @@ enum Insert {
 }
 
 /// Stores a held hold: one statement, atomic on its own. The `holds_take_a_unit` trigger
-/// (migration 2) runs the conditional decrement of SPEC R4 inside it and aborts it when that
+/// (migration 2) runs the conditional decrement (`remaining > 0`) inside it and aborts it when that
 /// changes no row; a unique violation aborts it too, decrement included.
 async fn insert_hold<'e, E>(executor: E, request: &HoldRequest<'_>) -> Result<Insert, StoreError>
 where
