@@ -6,10 +6,10 @@
 -- unique violation on the idempotency key aborts the statement too, decrement included. So a
 -- hold is one autocommit statement — one call to SQLite — and atomic by itself.
 
-CREATE TRIGGER holds_take_a_unit BEFORE INSERT ON holds
+CREATE TRIGGER {p}holds_take_a_unit BEFORE INSERT ON {p}holds
 WHEN NEW.status = 'held'
 BEGIN
-    UPDATE slots SET remaining = remaining - 1
+    UPDATE {p}slots SET remaining = remaining - 1
     WHERE id = NEW.slot_id AND remaining > 0 AND starts_at > NEW.created_at;
     SELECT RAISE(ABORT, 'slot_booking: no unit to hold') WHERE changes() = 0;
 END;

@@ -15,10 +15,13 @@
 //!
 //! # Storage
 //!
-//! * Tables `slots` and `holds`, created by the embedded migrations in `migrations/`, applied by
-//!   [`SqliteStore::migrate`]. Applied versions are recorded in a ledger table of their own,
-//!   `slot_booking_migrations`, so a host application's sqlx migrations (`_sqlx_migrations`)
-//!   can live in the same database file.
+//! * Tables `slot_booking_slots` and `slot_booking_holds` (another prefix with
+//!   [`SqliteStore::with_table_prefix`]), created by the embedded migrations in `migrations/`,
+//!   applied by [`SqliteStore::migrate`]. Applied versions are recorded in a ledger table of
+//!   their own, `slot_booking_migrations`, so the tables and a host application's sqlx
+//!   migrations (`_sqlx_migrations`) and tables can live in the same database file.
+//! * Built on sqlx 0.8, re-exported as [`slot_booking_sqlite::sqlx`](crate::sqlx): use it to
+//!   build your own pool ([`SqliteStore::configure`] gives the connection settings).
 //! * Timestamps are `INTEGER` microseconds since the Unix epoch (UTC): exact round trips at the
 //!   precision the core crate keeps.
 //! * CHECK constraints back the capacity invariant (`0 <= remaining <= capacity`), and a
@@ -57,6 +60,14 @@ use sqlx::{Row, Sqlite, Transaction};
 use tokio::sync::{Mutex, MutexGuard};
 
 mod migrate;
+mod sql;
+
+pub use sql::{InvalidTablePrefix, DEFAULT_TABLE_PREFIX};
+/// The sqlx this crate is built on (0.8). Build pools and connection options through this
+/// re-export: a pool from another sqlx major version is a different type.
+pub use sqlx;
+
+use sql::{Statements, TablePrefix};
 
 /// How long a connection waits for SQLite's write lock before giving up (`busy_timeout`), as
 /// set by [`SqliteStore::connect`].
@@ -65,13 +76,6 @@ pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// Connections in the pool [`SqliteStore::connect`] opens for a database file.
 pub const DEFAULT_MAX_CONNECTIONS: u32 = 8;
 
-/// The columns [`hold_from_row`] reads, as a literal for `concat!`.
-macro_rules! hold_columns {
-    () => {
-        "id, slot_id, status, expires_at, confirmed_at, cancelled_at"
-    };
-}
-
 /// A [`Store`] over a SQLite database.
 ///
 /// Cheap to clone: clones share the pool and the write queue.
@@ -79,6 +83,8 @@ macro_rules! hold_columns {
 pub struct SqliteStore {
     pool: SqlitePool,
     write_gate: Arc<Mutex<()>>,
+    prefix: TablePrefix,
+    sql: Arc<Statements>,
 }
 
 /// A write transaction together with this store's write-queue slot. Fields drop in order: the
@@ -89,16 +95,62 @@ struct WriteTx<'a> {
 }
 
 impl SqliteStore {
-    /// A store over an existing pool.
+    /// A store over an existing pool, with its tables named with [`DEFAULT_TABLE_PREFIX`].
     ///
-    /// The pool should be configured as [`SqliteStore::connect`] does it: WAL journal,
-    /// a `busy_timeout`, foreign keys on, and, for an in-memory database, a single connection
-    /// that is never closed. Run [`SqliteStore::migrate`] before use.
+    /// Configure the pool's connections with [`SqliteStore::configure`] (WAL journal,
+    /// `synchronous = NORMAL`, foreign keys, a `busy_timeout`), and for an in-memory database
+    /// use a single connection that is never closed. Run [`SqliteStore::migrate`] before use.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::str::FromStr;
+    /// use slot_booking_sqlite::sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
+    /// use slot_booking_sqlite::SqliteStore;
+    ///
+    /// let options = SqliteStore::configure(SqliteConnectOptions::from_str("sqlite://app.db")?);
+    /// let pool = SqlitePoolOptions::new().max_connections(8).connect_with(options).await?;
+    /// let store = SqliteStore::new(pool).with_table_prefix("booking_")?;
+    /// store.migrate().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn new(pool: SqlitePool) -> Self {
+        let prefix = TablePrefix::default_prefix();
         SqliteStore {
             pool,
             write_gate: Arc::new(Mutex::new(())),
+            sql: Arc::new(Statements::new(&prefix)),
+            prefix,
         }
+    }
+
+    /// This store with its tables named `<prefix>slots`, `<prefix>holds` and
+    /// `<prefix>migrations` (indexes and the trigger carry the prefix too), so they sit beside a
+    /// host application's own tables whatever those are called. See [`InvalidTablePrefix`] for
+    /// the prefixes accepted. Stores with different prefixes in one database are independent.
+    pub fn with_table_prefix(mut self, prefix: &str) -> Result<Self, InvalidTablePrefix> {
+        self.prefix = TablePrefix::new(prefix)?;
+        self.sql = Arc::new(Statements::new(&self.prefix));
+        Ok(self)
+    }
+
+    /// The prefix of this store's table names.
+    pub fn table_prefix(&self) -> &str {
+        self.prefix.as_str()
+    }
+
+    /// `options` with the settings this store relies on: the WAL journal (readers never block
+    /// the writer), `synchronous = NORMAL` (no fsync per commit in WAL mode; a power loss can
+    /// drop the last commits but never corrupts), foreign keys on, a `busy_timeout` of
+    /// [`DEFAULT_BUSY_TIMEOUT`] (writers from other connections or processes wait instead of
+    /// failing), and creating the file if it is missing. [`SqliteStore::connect`] uses exactly
+    /// this; use it when you build the pool yourself.
+    pub fn configure(options: SqliteConnectOptions) -> SqliteConnectOptions {
+        options
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .foreign_keys(true)
+            .busy_timeout(DEFAULT_BUSY_TIMEOUT)
     }
 
     /// Opens a pool on `url` (for example `sqlite://slot_booking.db` or `sqlite::memory:`) and
@@ -111,13 +163,7 @@ impl SqliteStore {
     /// open for the life of the pool, since the data lives only as long as a connection does
     /// (and shared-cache table locks are not covered by `busy_timeout`).
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
-        let options = SqliteConnectOptions::from_str(url)
-            .map_err(map_err)?
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Normal)
-            .foreign_keys(true)
-            .busy_timeout(DEFAULT_BUSY_TIMEOUT);
+        let options = Self::configure(SqliteConnectOptions::from_str(url).map_err(map_err)?);
         let in_memory = url.contains(":memory:") || url.contains("mode=memory");
         let pool_options = if in_memory {
             SqlitePoolOptions::new()
@@ -155,11 +201,16 @@ impl SqliteStore {
     }
 
     /// Applies the embedded migrations that this database has not recorded yet, each in its own
-    /// `BEGIN IMMEDIATE` transaction together with its row in `slot_booking_migrations`.
+    /// `BEGIN IMMEDIATE` transaction together with its row in `<prefix>migrations`.
     /// Idempotent; safe to run from several processes at once.
+    ///
+    /// A database made by version 0.1 of this crate (tables `slots` and `holds` without a
+    /// prefix, ledger `slot_booking_migrations`) is upgraded in place: its tables are renamed to
+    /// this store's prefix with every row kept. A host application's own `slots` or `holds`
+    /// table is never touched.
     pub async fn migrate(&self) -> Result<(), StoreError> {
         let _gate = self.write_gate.lock().await;
-        migrate::run(&self.pool).await
+        migrate::run(&self.pool, &self.prefix).await
     }
 
     async fn begin_write(&self) -> Result<WriteTx<'_>, StoreError> {
@@ -250,24 +301,24 @@ enum Insert {
 /// Stores a held hold: one statement, atomic on its own. The `holds_take_a_unit` trigger
 /// (migration 2) runs the conditional decrement (`remaining > 0`) inside it and aborts it when that
 /// changes no row; a unique violation aborts it too, decrement included.
-async fn insert_hold<'e, E>(executor: E, request: &HoldRequest<'_>) -> Result<Insert, StoreError>
+async fn insert_hold<'e, E>(
+    sql: &Statements,
+    executor: E,
+    request: &HoldRequest<'_>,
+) -> Result<Insert, StoreError>
 where
     E: sqlx::Executor<'e, Database = Sqlite>,
 {
-    let inserted = sqlx::query(concat!(
-        "INSERT INTO holds (slot_id, idempotency_key, status, expires_at, created_at) ",
-        "VALUES (?1, ?2, 'held', ?4, ?3) RETURNING ",
-        hold_columns!()
-    ))
-    .bind(request.slot_id.get())
-    .bind(request.key.as_str())
-    .bind(to_micros(request.now))
-    .bind(to_micros(request.expires_at))
-    // `fetch_all`, not `fetch_one`: the statement must be stepped to its end. Reset after its
-    // first row, an autocommit write still commits, but SQLite then skips its WAL hook, so the
-    // automatic checkpoint never runs and the WAL grows without bound.
-    .fetch_all(executor)
-    .await;
+    let inserted = sqlx::query(&sql.insert_hold)
+        .bind(request.slot_id.get())
+        .bind(request.key.as_str())
+        .bind(to_micros(request.now))
+        .bind(to_micros(request.expires_at))
+        // `fetch_all`, not `fetch_one`: the statement must be stepped to its end. Reset after its
+        // first row, an autocommit write still commits, but SQLite then skips its WAL hook, so the
+        // automatic checkpoint never runs and the WAL grows without bound.
+        .fetch_all(executor)
+        .await;
     match inserted {
         Ok(rows) => match rows.first() {
             Some(row) => Ok(Insert::Created(hold_from_row(row)?)),
@@ -287,46 +338,43 @@ fn is_no_unit(error: &sqlx::Error) -> bool {
 }
 
 /// The hold an idempotency key belongs to, if any.
-async fn hold_by_key<'e, E>(executor: E, key: &str) -> Result<Option<Hold>, StoreError>
+async fn hold_by_key<'e, E>(
+    sql: &Statements,
+    executor: E,
+    key: &str,
+) -> Result<Option<Hold>, StoreError>
 where
     E: sqlx::Executor<'e, Database = Sqlite>,
 {
-    sqlx::query(concat!(
-        "SELECT ",
-        hold_columns!(),
-        " FROM holds WHERE idempotency_key = ?1"
-    ))
-    .bind(key)
-    .fetch_optional(executor)
-    .await
-    .map_err(map_err)?
-    .as_ref()
-    .map(hold_from_row)
-    .transpose()
+    sqlx::query(&sql.hold_by_key)
+        .bind(key)
+        .fetch_optional(executor)
+        .await
+        .map_err(map_err)?
+        .as_ref()
+        .map(hold_from_row)
+        .transpose()
 }
 
 /// Marks the slot's held holds that expired by `now` as expired and gives their units back;
 /// returns how many it reclaimed. Only an open slot (`starts_at > now`) is reclaimed, so a hold
 /// refused as [`HoldOutcome::SlotClosed`] changes nothing.
 async fn reclaim(
+    sql: &Statements,
     tx: &mut Transaction<'static, Sqlite>,
     slot_id: i64,
     now: i64,
 ) -> Result<u64, StoreError> {
-    let reclaimed = sqlx::query(
-        "UPDATE holds SET status = 'expired' \
-         WHERE slot_id = ?1 AND status = 'held' AND expires_at <= ?2 \
-           AND EXISTS (SELECT 1 FROM slots WHERE id = ?1 AND starts_at > ?2)",
-    )
-    .bind(slot_id)
-    .bind(now)
-    .execute(&mut **tx)
-    .await
-    .map_err(map_err)?
-    .rows_affected();
+    let reclaimed = sqlx::query(&sql.reclaim)
+        .bind(slot_id)
+        .bind(now)
+        .execute(&mut **tx)
+        .await
+        .map_err(map_err)?
+        .rows_affected();
     if reclaimed > 0 {
         let count = i64::try_from(reclaimed).map_err(StoreError::failed)?;
-        let done = sqlx::query("UPDATE slots SET remaining = remaining + ?1 WHERE id = ?2")
+        let done = sqlx::query(&sql.give_back)
             .bind(count)
             .bind(slot_id)
             .execute(&mut **tx)
@@ -341,22 +389,22 @@ async fn reclaim(
     Ok(reclaimed)
 }
 
-async fn hold_by_id<'e, E>(executor: E, hold_id: HoldId) -> Result<Option<Hold>, StoreError>
+async fn hold_by_id<'e, E>(
+    sql: &Statements,
+    executor: E,
+    hold_id: HoldId,
+) -> Result<Option<Hold>, StoreError>
 where
     E: sqlx::Executor<'e, Database = Sqlite>,
 {
-    sqlx::query(concat!(
-        "SELECT ",
-        hold_columns!(),
-        " FROM holds WHERE id = ?1"
-    ))
-    .bind(hold_id.get())
-    .fetch_optional(executor)
-    .await
-    .map_err(map_err)?
-    .as_ref()
-    .map(hold_from_row)
-    .transpose()
+    sqlx::query(&sql.hold_by_id)
+        .bind(hold_id.get())
+        .fetch_optional(executor)
+        .await
+        .map_err(map_err)?
+        .as_ref()
+        .map(hold_from_row)
+        .transpose()
 }
 
 /// Every answer is decided at the `now` the engine passed: SQLite keeps no clock of its own.
@@ -401,11 +449,14 @@ impl Store for SqliteStore {
         hold_id: HoldId,
         now: Timestamp,
     ) -> Result<Decided<Option<Hold>>, StoreError> {
-        Ok(Decided::new(now, hold_by_id(&self.pool, hold_id).await?))
+        Ok(Decided::new(
+            now,
+            hold_by_id(&self.sql, &self.pool, hold_id).await?,
+        ))
     }
 
     async fn get_slot(&self, slot_id: SlotId) -> Result<Option<Slot>, StoreError> {
-        sqlx::query("SELECT id, starts_at, ends_at, capacity, remaining FROM slots WHERE id = ?1")
+        sqlx::query(&self.sql.slot_by_id)
             .bind(slot_id.get())
             .fetch_optional(&self.pool)
             .await
@@ -419,17 +470,13 @@ impl Store for SqliteStore {
 impl SqliteStore {
     async fn insert_slot(&self, slot: &NewSlot) -> Result<Slot, StoreError> {
         let mut w = self.begin_write().await?;
-        let row = sqlx::query(
-            "INSERT INTO slots (starts_at, ends_at, capacity, remaining) \
-             VALUES (?1, ?2, ?3, ?3) \
-             RETURNING id, starts_at, ends_at, capacity, remaining",
-        )
-        .bind(to_micros(slot.starts_at))
-        .bind(to_micros(slot.ends_at))
-        .bind(slot.capacity)
-        .fetch_one(&mut *w.tx)
-        .await
-        .map_err(map_err)?;
+        let row = sqlx::query(&self.sql.create_slot)
+            .bind(to_micros(slot.starts_at))
+            .bind(to_micros(slot.ends_at))
+            .bind(slot.capacity)
+            .fetch_one(&mut *w.tx)
+            .await
+            .map_err(map_err)?;
         let created = slot_from_row(&row)?;
         w.tx.commit().await.map_err(map_err)?;
         Ok(created)
@@ -439,18 +486,11 @@ impl SqliteStore {
         &self,
         now: Timestamp,
     ) -> Result<Vec<AvailabilityEntry>, StoreError> {
-        // The correlated count walks the partial index over held holds of one slot.
-        let rows = sqlx::query(
-            "SELECT s.id, s.starts_at, s.ends_at, s.capacity, \
-                    s.remaining + (SELECT COUNT(*) FROM holds h \
-                                   WHERE h.slot_id = s.id AND h.status = 'held' \
-                                     AND h.expires_at <= ?1) AS available \
-             FROM slots s WHERE s.starts_at > ?1 ORDER BY s.starts_at, s.id",
-        )
-        .bind(to_micros(now))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(map_err)?;
+        let rows = sqlx::query(&self.sql.availability)
+            .bind(to_micros(now))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_err)?;
         rows.iter()
             .map(|row| {
                 let available: i64 = row.try_get("available").map_err(map_err)?;
@@ -470,12 +510,12 @@ impl SqliteStore {
         // The fast path: one statement, no transaction to open or commit.
         let fast = {
             let _gate = self.write_gate.lock().await;
-            insert_hold(&self.pool, request).await?
+            insert_hold(&self.sql, &self.pool, request).await?
         };
         match fast {
             Insert::Created(hold) => return Ok(HoldOutcome::Created(hold)),
             Insert::KeyTaken => {
-                return hold_by_key(&self.pool, request.key.as_str())
+                return hold_by_key(&self.sql, &self.pool, request.key.as_str())
                     .await?
                     .map(|holder| HoldOutcome::refused(request, Some(holder), None))
                     .ok_or_else(|| StoreError::failed(taken))
@@ -488,23 +528,22 @@ impl SqliteStore {
         let slot_id = request.slot_id.get();
         let now = to_micros(request.now);
         let mut w = self.begin_write().await?;
-        reclaim(&mut w.tx, slot_id, now).await?;
-        let insert = insert_hold(&mut *w.tx, request).await?;
+        reclaim(&self.sql, &mut w.tx, slot_id, now).await?;
+        let insert = insert_hold(&self.sql, &mut *w.tx, request).await?;
         if let Insert::Created(hold) = insert {
             w.tx.commit().await.map_err(map_err)?;
             return Ok(HoldOutcome::Created(hold));
         }
         // Nothing was stored: say why.
-        let key_holder = hold_by_key(&mut *w.tx, request.key.as_str()).await?;
+        let key_holder = hold_by_key(&self.sql, &mut *w.tx, request.key.as_str()).await?;
         if key_holder.is_none() && matches!(insert, Insert::KeyTaken) {
             return Err(StoreError::failed(taken));
         }
-        let starts_at: Option<i64> =
-            sqlx::query_scalar("SELECT starts_at FROM slots WHERE id = ?1")
-                .bind(slot_id)
-                .fetch_optional(&mut *w.tx)
-                .await
-                .map_err(map_err)?;
+        let starts_at: Option<i64> = sqlx::query_scalar(&self.sql.slot_starts_at)
+            .bind(slot_id)
+            .fetch_optional(&mut *w.tx)
+            .await
+            .map_err(map_err)?;
         let starts_at = starts_at.map(from_micros).transpose()?;
         let outcome = HoldOutcome::refused(request, key_holder, starts_at);
         // Undo the reclaim, if any: the next hold that needs the units redoes it.
@@ -514,19 +553,15 @@ impl SqliteStore {
 
     async fn confirm(&self, hold_id: HoldId, now: Timestamp) -> Result<Transition, StoreError> {
         let mut w = self.begin_write().await?;
-        let updated = sqlx::query(concat!(
-            "UPDATE holds SET status = 'confirmed', confirmed_at = ?1 ",
-            "WHERE id = ?2 AND status = 'held' AND expires_at > ?1 RETURNING ",
-            hold_columns!()
-        ))
-        .bind(to_micros(now))
-        .bind(hold_id.get())
-        .fetch_optional(&mut *w.tx)
-        .await
-        .map_err(map_err)?;
+        let updated = sqlx::query(&self.sql.confirm)
+            .bind(to_micros(now))
+            .bind(hold_id.get())
+            .fetch_optional(&mut *w.tx)
+            .await
+            .map_err(map_err)?;
         let transition = match updated {
             Some(row) => Transition::Applied(hold_from_row(&row)?),
-            None => match hold_by_id(&mut *w.tx, hold_id).await? {
+            None => match hold_by_id(&self.sql, &mut *w.tx, hold_id).await? {
                 Some(hold) => Transition::NotApplied(hold),
                 None => Transition::NotFound,
             },
@@ -537,21 +572,17 @@ impl SqliteStore {
 
     async fn cancel(&self, hold_id: HoldId, now: Timestamp) -> Result<Transition, StoreError> {
         let mut w = self.begin_write().await?;
-        let updated = sqlx::query(concat!(
-            "UPDATE holds SET status = 'cancelled', cancelled_at = ?1 ",
-            "WHERE id = ?2 AND (status = 'confirmed' OR (status = 'held' AND expires_at > ?1)) ",
-            "RETURNING ",
-            hold_columns!()
-        ))
-        .bind(to_micros(now))
-        .bind(hold_id.get())
-        .fetch_optional(&mut *w.tx)
-        .await
-        .map_err(map_err)?;
+        let updated = sqlx::query(&self.sql.cancel)
+            .bind(to_micros(now))
+            .bind(hold_id.get())
+            .fetch_optional(&mut *w.tx)
+            .await
+            .map_err(map_err)?;
         let transition = match updated {
             Some(row) => {
                 let hold = hold_from_row(&row)?;
-                let done = sqlx::query("UPDATE slots SET remaining = remaining + 1 WHERE id = ?1")
+                let done = sqlx::query(&self.sql.give_back)
+                    .bind(1_i64)
                     .bind(hold.slot_id.get())
                     .execute(&mut *w.tx)
                     .await
@@ -564,7 +595,7 @@ impl SqliteStore {
                 }
                 Transition::Applied(hold)
             }
-            None => match hold_by_id(&mut *w.tx, hold_id).await? {
+            None => match hold_by_id(&self.sql, &mut *w.tx, hold_id).await? {
                 Some(hold) => Transition::NotApplied(hold),
                 None => Transition::NotFound,
             },

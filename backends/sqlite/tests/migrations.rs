@@ -6,7 +6,7 @@ mod common;
 use std::path::Path;
 
 use common::*;
-use slot_booking::{HoldOutcome, Store};
+use slot_booking::{HoldOutcome, SlotId, Store};
 use slot_booking_sqlite::SqliteStore;
 use sqlx::migrate::Migrator;
 
@@ -42,8 +42,8 @@ async fn migrations_coexist_with_host_sqlx_migrations() {
         "customers",
         "orders",
         "slot_booking_migrations",
-        "slots",
-        "holds",
+        "slot_booking_slots",
+        "slot_booking_holds",
     ] {
         assert!(
             names.iter().any(|n| n == table),
@@ -127,4 +127,173 @@ async fn data_survives_a_restart() {
     assert_eq!(stored.status, slot_booking::HoldStatus::Confirmed);
     assert_eq!(stored.confirmed_at, Some(at(1)));
     assert_invariant(store.pool(), slot_id).await;
+}
+
+/// The schema version 0.1 of this crate created: bare `slots` and `holds`, ledger
+/// `slot_booking_migrations`.
+async fn create_0_1_schema(pool: &sqlx::SqlitePool) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/legacy_0_1");
+    sqlx::raw_sql(
+        "CREATE TABLE slot_booking_migrations (version INTEGER PRIMARY KEY, \
+         description TEXT NOT NULL, applied_at INTEGER NOT NULL)",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+    for (version, file, description) in [
+        (
+            1,
+            "0001_create_slots_and_holds.sql",
+            "create slots and holds",
+        ),
+        (2, "0002_holds_take_a_unit.sql", "holds take a unit"),
+    ] {
+        let sql = std::fs::read_to_string(dir.join(file)).unwrap();
+        sqlx::raw_sql(&sql).execute(pool).await.unwrap();
+        sqlx::query("INSERT INTO slot_booking_migrations VALUES (?1, ?2, 0)")
+            .bind(version)
+            .bind(description)
+            .execute(pool)
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_database_made_by_0_1_upgrades_in_place_keeping_every_row() {
+    let db = TempDb::new("legacy");
+    let pool = SqliteStore::connect(&db.url())
+        .await
+        .unwrap()
+        .pool()
+        .clone();
+    create_0_1_schema(&pool).await;
+    // 0.1's rows: a slot of 3 with a held, a confirmed and a cancelled hold (its trigger takes
+    // the units, the cancel gives one back).
+    let (t, later) = (at(0).timestamp_micros(), at(3600).timestamp_micros());
+    sqlx::raw_sql(&format!(
+        "INSERT INTO slots (starts_at, ends_at, capacity, remaining) VALUES ({later}, {}, 3, 3);
+         INSERT INTO holds (slot_id, idempotency_key, status, expires_at, created_at)
+             VALUES (1, 'held-key', 'held', {}, {t});
+         INSERT INTO holds (slot_id, idempotency_key, status, expires_at, created_at)
+             VALUES (1, 'confirmed-key', 'held', {}, {t});
+         UPDATE holds SET status = 'confirmed', confirmed_at = {t} WHERE id = 2;
+         INSERT INTO holds (slot_id, idempotency_key, status, expires_at, created_at)
+             VALUES (1, 'cancelled-key', 'held', {}, {t});
+         UPDATE holds SET status = 'cancelled', cancelled_at = {t} WHERE id = 3;
+         UPDATE slots SET remaining = remaining + 1 WHERE id = 1;",
+        later + 3_600_000_000,
+        t + 300_000_000,
+        t + 300_000_000,
+        t + 300_000_000,
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    let before: Vec<(i64, String, String)> =
+        sqlx::query_as("SELECT id, idempotency_key, status FROM holds ORDER BY id")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+
+    let store = SqliteStore::new(pool.clone());
+    store.migrate().await.unwrap();
+    store.migrate().await.unwrap();
+
+    let names = tables(&pool).await;
+    assert!(
+        !names.iter().any(|n| n == "slots" || n == "holds"),
+        "{names:?}"
+    );
+    let after: Vec<(i64, String, String)> =
+        sqlx::query_as("SELECT id, idempotency_key, status FROM slot_booking_holds ORDER BY id")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(after, before, "every hold kept, ids included");
+    assert_eq!(counts(&pool, SlotId(1)).await, (3, 1, 1, 1));
+    assert_invariant(&pool, SlotId(1)).await;
+    // The renamed schema still enforces the rules: the trigger takes a unit, the unique key
+    // replays, and the last unit goes once.
+    assert!(matches!(
+        hold(&store, SlotId(1), "held-key", at(1)).await,
+        HoldOutcome::Replayed(h) if h.hold_id.get() == 1
+    ));
+    assert!(matches!(
+        hold(&store, SlotId(1), "new", at(1)).await,
+        HoldOutcome::Created(_)
+    ));
+    assert!(matches!(
+        hold(&store, SlotId(1), "more", at(1)).await,
+        HoldOutcome::SoldOut
+    ));
+    assert_invariant(&pool, SlotId(1)).await;
+    let objects: Vec<String> = sqlx::query_scalar(
+        "SELECT name FROM sqlite_master WHERE type IN ('index', 'trigger') \
+         AND name NOT LIKE 'sqlite_%' ORDER BY name",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert!(
+        objects.iter().all(|n| n.starts_with("slot_booking_")),
+        "indexes and trigger carry the prefix: {objects:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_host_table_named_holds_is_left_alone() {
+    let db = TempDb::new("hostholds");
+    let store = SqliteStore::connect(&db.url()).await.unwrap();
+    let pool = store.pool().clone();
+    sqlx::raw_sql(
+        "CREATE TABLE holds (id INTEGER PRIMARY KEY, note TEXT NOT NULL);
+         CREATE TABLE slots (id INTEGER PRIMARY KEY, room TEXT NOT NULL);
+         INSERT INTO holds (note) VALUES ('the host''s own row');",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    store.migrate().await.unwrap();
+    let slot_id = slot(&store, 1).await;
+    assert!(matches!(
+        hold(&store, slot_id, "a", at(0)).await,
+        HoldOutcome::Created(_)
+    ));
+    let host_rows: Vec<(i64, String)> = sqlx::query_as("SELECT id, note FROM holds")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    assert_eq!(host_rows, vec![(1, "the host's own row".to_owned())]);
+    assert_invariant(&pool, slot_id).await;
+}
+
+#[tokio::test]
+async fn stores_with_different_prefixes_share_a_database_independently() {
+    let db = TempDb::new("prefixes");
+    let store = SqliteStore::connect(&db.url()).await.unwrap();
+    let other = store.clone().with_table_prefix("booking_").unwrap();
+    assert!(store.clone().with_table_prefix("Booking").is_err());
+    store.migrate().await.unwrap();
+    other.migrate().await.unwrap();
+    let names = tables(store.pool()).await;
+    for table in ["booking_slots", "booking_holds", "booking_migrations"] {
+        assert!(
+            names.iter().any(|n| n == table),
+            "{table} missing in {names:?}"
+        );
+    }
+    let a = slot(&store, 1).await;
+    let b = slot(&other, 1).await;
+    assert_eq!(a, b, "each prefix numbers its own slots");
+    assert!(matches!(
+        hold(&store, a, "k", at(0)).await,
+        HoldOutcome::Created(_)
+    ));
+    assert!(
+        matches!(hold(&other, b, "k", at(0)).await, HoldOutcome::Created(_)),
+        "keys are unique per prefix, the units are separate"
+    );
+    assert_eq!(store.get_slot(a).await.unwrap().unwrap().remaining, 0);
+    assert_eq!(other.get_slot(b).await.unwrap().unwrap().remaining, 0);
 }

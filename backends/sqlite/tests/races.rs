@@ -131,12 +131,13 @@ async fn racing_reclaims_never_return_a_unit_twice() {
     assert_eq!(created, 5);
     let (capacity, remaining, held, confirmed) = counts(a.pool(), slot_id).await;
     assert_eq!((capacity, remaining, held, confirmed), (5, 0, 5, 0));
-    let expired: i64 =
-        sqlx::query_scalar("SELECT COUNT(*) FROM holds WHERE slot_id = ?1 AND status = 'expired'")
-            .bind(slot_id.get())
-            .fetch_one(a.pool())
-            .await
-            .unwrap();
+    let expired: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM slot_booking_holds WHERE slot_id = ?1 AND status = 'expired'",
+    )
+    .bind(slot_id.get())
+    .fetch_one(a.pool())
+    .await
+    .unwrap();
     assert_eq!(expired, 5);
     assert_invariant(a.pool(), slot_id).await;
 }

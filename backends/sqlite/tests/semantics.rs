@@ -52,10 +52,10 @@ async fn check_constraints_back_the_invariant() {
     let store = db.store().await;
     let slot_id = slot(&store, 1).await;
     for sql in [
-        "UPDATE slots SET remaining = -1 WHERE id = ?1",
-        "UPDATE slots SET remaining = capacity + 1 WHERE id = ?1",
-        "UPDATE slots SET ends_at = starts_at WHERE id = ?1",
-        "UPDATE slots SET capacity = 0, remaining = 0 WHERE id = ?1",
+        "UPDATE slot_booking_slots SET remaining = -1 WHERE id = ?1",
+        "UPDATE slot_booking_slots SET remaining = capacity + 1 WHERE id = ?1",
+        "UPDATE slot_booking_slots SET ends_at = starts_at WHERE id = ?1",
+        "UPDATE slot_booking_slots SET capacity = 0, remaining = 0 WHERE id = ?1",
     ] {
         let err = sqlx::query(sql)
             .bind(slot_id.get())
@@ -68,7 +68,7 @@ async fn check_constraints_back_the_invariant() {
         );
     }
     let h = created(hold(&store, slot_id, "a", at(0)).await);
-    let err = sqlx::query("UPDATE holds SET status = 'lost' WHERE id = ?1")
+    let err = sqlx::query("UPDATE slot_booking_holds SET status = 'lost' WHERE id = ?1")
         .bind(h.hold_id.get())
         .execute(store.pool())
         .await

@@ -813,7 +813,7 @@ async fn a_broken_schema_gives_500_without_retry_after() {
     let server = TestServer::with_store(std::sync::Arc::new(sqlite), dir).await;
     let slot = server.slot(1, Duration::hours(1)).await;
     // An operator's mistake: the table the store needs is gone. Retrying cannot help.
-    sqlx::query("DROP TABLE holds")
+    sqlx::query("DROP TABLE slot_booking_holds")
         .execute(&pool)
         .await
         .unwrap();

@@ -104,9 +104,9 @@ pub async fn hold(store: &impl Store, slot_id: SlotId, k: &str, now: Timestamp) 
 pub async fn counts(pool: &SqlitePool, slot_id: SlotId) -> (i64, i64, i64, i64) {
     sqlx::query_as(
         "SELECT capacity, remaining, \
-           (SELECT COUNT(*) FROM holds WHERE slot_id = s.id AND status = 'held'), \
-           (SELECT COUNT(*) FROM holds WHERE slot_id = s.id AND status = 'confirmed') \
-         FROM slots s WHERE id = ?1",
+           (SELECT COUNT(*) FROM slot_booking_holds WHERE slot_id = s.id AND status = 'held'), \
+           (SELECT COUNT(*) FROM slot_booking_holds WHERE slot_id = s.id AND status = 'confirmed') \
+         FROM slot_booking_slots s WHERE id = ?1",
     )
     .bind(slot_id.get())
     .fetch_one(pool)

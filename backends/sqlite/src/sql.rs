@@ -1,0 +1,175 @@
+//! Table names and the SQL text of every statement, built once per store from its table prefix.
+//!
+//! Parameters of the hold statements: `?1` slot id, `?2` idempotency key, `?3` now,
+//! `?4` expires_at (microseconds since the Unix epoch).
+
+use std::fmt;
+
+/// The prefix [`SqliteStore::new`](crate::SqliteStore::new) and
+/// [`SqliteStore::connect`](crate::SqliteStore::connect) give their tables:
+/// `slot_booking_slots`, `slot_booking_holds`, `slot_booking_migrations`.
+pub const DEFAULT_TABLE_PREFIX: &str = "slot_booking_";
+
+/// The columns [`hold_from_row`](crate::hold_from_row) reads.
+const HOLD_COLUMNS: &str = "id, slot_id, status, expires_at, confirmed_at, cancelled_at";
+
+/// The columns [`slot_from_row`](crate::slot_from_row) reads.
+const SLOT_COLUMNS: &str = "id, starts_at, ends_at, capacity, remaining";
+
+/// A table prefix that is not a plain identifier start.
+///
+/// Accepted: 1 to 32 characters, lowercase ASCII letters, digits and `_`, starting with a
+/// letter, and not starting with `sqlite_` (reserved by SQLite).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid table prefix {0:?}: use 1-32 of [a-z0-9_], starting with a letter, not sqlite_")]
+pub struct InvalidTablePrefix(pub String);
+
+/// A validated table prefix: every name this store creates starts with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TablePrefix(String);
+
+impl TablePrefix {
+    pub(crate) fn new(prefix: &str) -> Result<Self, InvalidTablePrefix> {
+        let bytes = prefix.as_bytes();
+        let valid = (1..=32).contains(&bytes.len())
+            && bytes[0].is_ascii_lowercase()
+            && !prefix.starts_with("sqlite_")
+            && bytes
+                .iter()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'_');
+        if valid {
+            Ok(TablePrefix(prefix.to_owned()))
+        } else {
+            Err(InvalidTablePrefix(prefix.to_owned()))
+        }
+    }
+
+    pub(crate) fn default_prefix() -> Self {
+        TablePrefix(DEFAULT_TABLE_PREFIX.to_owned())
+    }
+
+    pub(crate) fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// `sql` with every `{p}` replaced by the prefix (the migrations are written that way).
+    pub(crate) fn apply(&self, sql: &str) -> String {
+        sql.replace("{p}", &self.0)
+    }
+}
+
+impl fmt::Display for TablePrefix {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Every statement the store runs, with its table names.
+#[derive(Debug)]
+pub(crate) struct Statements {
+    pub(crate) create_slot: String,
+    pub(crate) slot_by_id: String,
+    pub(crate) slot_starts_at: String,
+    pub(crate) hold_by_id: String,
+    pub(crate) hold_by_key: String,
+    pub(crate) availability: String,
+    pub(crate) insert_hold: String,
+    pub(crate) reclaim: String,
+    pub(crate) give_back: String,
+    pub(crate) confirm: String,
+    pub(crate) cancel: String,
+}
+
+impl Statements {
+    pub(crate) fn new(prefix: &TablePrefix) -> Self {
+        let slots = format!("{prefix}slots");
+        let holds = format!("{prefix}holds");
+        Statements {
+            create_slot: format!(
+                "INSERT INTO {slots} (starts_at, ends_at, capacity, remaining) \
+                 VALUES (?1, ?2, ?3, ?3) RETURNING {SLOT_COLUMNS}"
+            ),
+            slot_by_id: format!("SELECT {SLOT_COLUMNS} FROM {slots} WHERE id = ?1"),
+            slot_starts_at: format!("SELECT starts_at FROM {slots} WHERE id = ?1"),
+            hold_by_id: format!("SELECT {HOLD_COLUMNS} FROM {holds} WHERE id = ?1"),
+            hold_by_key: format!("SELECT {HOLD_COLUMNS} FROM {holds} WHERE idempotency_key = ?1"),
+            // The correlated count walks the partial index over held holds of one slot, for
+            // future slots only: abandoned holds on past slots are never read.
+            availability: format!(
+                "SELECT s.id, s.starts_at, s.ends_at, s.capacity, \
+                        s.remaining + (SELECT COUNT(*) FROM {holds} h \
+                                       WHERE h.slot_id = s.id AND h.status = 'held' \
+                                         AND h.expires_at <= ?1) AS available \
+                 FROM {slots} s WHERE s.starts_at > ?1 ORDER BY s.starts_at, s.id"
+            ),
+            // The `take_a_unit` trigger (migration 2) runs the conditional decrement inside
+            // this statement and aborts it when that changes no row.
+            insert_hold: format!(
+                "INSERT INTO {holds} (slot_id, idempotency_key, status, expires_at, created_at) \
+                 VALUES (?1, ?2, 'held', ?4, ?3) RETURNING {HOLD_COLUMNS}"
+            ),
+            // Only an open slot (`starts_at > now`) is reclaimed, so a refused hold on a
+            // started slot changes nothing.
+            reclaim: format!(
+                "UPDATE {holds} SET status = 'expired' \
+                 WHERE slot_id = ?1 AND status = 'held' AND expires_at <= ?2 \
+                   AND EXISTS (SELECT 1 FROM {slots} WHERE id = ?1 AND starts_at > ?2)"
+            ),
+            give_back: format!("UPDATE {slots} SET remaining = remaining + ?1 WHERE id = ?2"),
+            confirm: format!(
+                "UPDATE {holds} SET status = 'confirmed', confirmed_at = ?1 \
+                 WHERE id = ?2 AND status = 'held' AND expires_at > ?1 RETURNING {HOLD_COLUMNS}"
+            ),
+            cancel: format!(
+                "UPDATE {holds} SET status = 'cancelled', cancelled_at = ?1 \
+                 WHERE id = ?2 AND (status = 'confirmed' OR (status = 'held' AND expires_at > ?1)) \
+                 RETURNING {HOLD_COLUMNS}"
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefixes_are_plain_identifier_starts() {
+        for good in ["slot_booking_", "b", "booking2_", "a_b_c"] {
+            assert!(TablePrefix::new(good).is_ok(), "{good}");
+        }
+        for bad in [
+            "",
+            "_x",
+            "1x",
+            "Booking_",
+            "sqlite_x",
+            "x y",
+            "x\"",
+            "x;drop",
+            &"a".repeat(33),
+        ] {
+            assert_eq!(
+                TablePrefix::new(bad),
+                Err(InvalidTablePrefix(bad.to_owned())),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_statement_names_only_prefixed_tables() {
+        let sql = Statements::new(&TablePrefix::new("zz_").unwrap());
+        for statement in [
+            &sql.create_slot,
+            &sql.availability,
+            &sql.insert_hold,
+            &sql.reclaim,
+            &sql.cancel,
+        ] {
+            assert!(statement.contains("zz_"), "{statement}");
+            assert!(!statement.contains(" slots"), "{statement}");
+            assert!(!statement.contains(" holds"), "{statement}");
+        }
+    }
+}
