@@ -14,21 +14,54 @@ use slot_booking::{
 };
 use tokio::sync::Semaphore;
 
-/// A store that counts calls, can hold cancels at a gate, and can fail on demand.
+/// A store that counts calls, can hold cancels at a gate (saying when a cancel has reached it
+/// and when one has finished), and can fail on demand.
 #[derive(Default)]
 struct Probe {
     inner: MemoryStore,
     availability_reads: AtomicUsize,
     store_calls: AtomicUsize,
     cancel_gate: Option<Arc<Semaphore>>,
+    /// One permit per availability read.
+    availability_read: Signal,
+    /// One permit per cancel that reached the store (before the gate).
+    cancel_reached: Signal,
+    /// One permit per cancel the store finished.
+    cancel_done: Signal,
     fail: std::sync::atomic::AtomicBool,
     broken: std::sync::atomic::AtomicBool,
     refuse_confirm: bool,
 }
 
+/// Counts events a test can wait for, instead of yielding and hoping.
+struct Signal(Semaphore);
+
+impl Default for Signal {
+    fn default() -> Self {
+        Signal(Semaphore::new(0))
+    }
+}
+
+impl Signal {
+    fn raise(&self) {
+        self.0.add_permits(1);
+    }
+
+    /// Waits until the event has happened `n` times in all.
+    async fn wait_total(&self, n: u32) {
+        self.0.acquire_many(n).await.unwrap().forget();
+        self.0.add_permits(n as usize);
+    }
+}
+
 impl Probe {
     fn reads(&self) -> usize {
         self.availability_reads.load(Ordering::SeqCst)
+    }
+
+    /// Waits until the store has been asked for availability `n` times in all.
+    async fn read_signalled(&self, n: u32) {
+        self.availability_read.wait_total(n).await;
     }
 
     fn check(&self) -> Result<(), StoreError> {
@@ -55,6 +88,7 @@ impl Store for Probe {
     ) -> Result<Decided<Vec<AvailabilityEntry>>, StoreError> {
         self.check()?;
         self.availability_reads.fetch_add(1, Ordering::SeqCst);
+        self.availability_read.raise();
         self.inner.availability(now).await
     }
     async fn create_hold(
@@ -82,10 +116,13 @@ impl Store for Probe {
         now: Timestamp,
     ) -> Result<Decided<Transition>, StoreError> {
         self.check()?;
+        self.cancel_reached.raise();
         if let Some(gate) = &self.cancel_gate {
             gate.acquire().await.expect("gate open").forget();
         }
-        self.inner.cancel_hold(id, now).await
+        let done = self.inner.cancel_hold(id, now).await;
+        self.cancel_done.raise();
+        done
     }
     async fn get_hold(
         &self,
@@ -151,7 +188,7 @@ async fn r3_cancel_invalidates_only_after_its_commit() {
     // While the cancel is inside the store (not committed), readers are served the cached
     // listing. Had the engine invalidated first, this read would load and cache the
     // pre-commit state under the new generation, and the read after the commit would be wrong.
-    tokio::task::yield_now().await;
+    engine.store().cancel_reached.wait_total(1).await;
     let during = engine.availability(AvailabilityQuery::all()).await.unwrap();
     assert_eq!(during[0].remaining, 0);
     assert_eq!(engine.store().reads(), 1, "no reload before the commit");
@@ -224,9 +261,7 @@ async fn r1_any_number_of_queries_cost_one_store_read_per_period() {
     assert_eq!(engine.store().reads(), 1);
     tokio::time::advance(Duration::from_secs(1)).await;
     engine.availability(AvailabilityQuery::all()).await.unwrap();
-    for _ in 0..10 {
-        tokio::task::yield_now().await;
-    }
+    engine.store().read_signalled(2).await;
     assert_eq!(engine.store().reads(), 2, "one refresh after the period");
 }
 
@@ -368,9 +403,7 @@ async fn availability_is_never_older_than_twice_the_cache_period() {
     let stale = engine.availability(AvailabilityQuery::all()).await.unwrap();
     assert_eq!((stale.len(), stale[0].slot_id), (1, first));
     assert_eq!(stale.age(), Duration::from_secs(15));
-    for _ in 0..10 {
-        tokio::task::yield_now().await;
-    }
+    engine.store().read_signalled(2).await;
     assert_eq!(engine.store().reads(), 2, "one refresh for the stale read");
 
     // After a quiet spell past the bound, a reader waits for a fresh read instead of being
@@ -574,7 +607,7 @@ async fn a_dropped_cancel_still_commits_and_invalidates() {
         let engine = engine.clone();
         async move { engine.cancel(hold.hold_id).await }
     });
-    tokio::task::yield_now().await;
+    engine.store().cancel_reached.wait_total(1).await;
     caller.abort();
     assert!(
         caller.await.unwrap_err().is_cancelled(),
@@ -582,12 +615,9 @@ async fn a_dropped_cancel_still_commits_and_invalidates() {
     );
 
     gate.add_permits(1);
-    for _ in 0..100 {
-        if engine.get_hold(hold.hold_id).await.unwrap().status == HoldStatus::Cancelled {
-            break;
-        }
-        tokio::task::yield_now().await;
-    }
+    // On this single-threaded runtime the engine's write task runs on from the store's return
+    // to its cache invalidation without yielding, before this test task runs again.
+    engine.store().cancel_done.wait_total(1).await;
     assert_eq!(
         engine.get_hold(hold.hold_id).await.unwrap().status,
         HoldStatus::Cancelled,

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use slot_booking::conformance::kit::SlotTally;
 use slot_booking::{BookingEngine, BookingError, HoldId, HoldStatus, NewSlot, SlotId};
 use sqlx::Connection;
 
@@ -107,6 +108,7 @@ async fn load(
     slots: Vec<SlotId>,
     ledger: Arc<Mutex<Ledger>>,
     stop: Arc<AtomicBool>,
+    acknowledged: Arc<tokio::sync::watch::Sender<usize>>,
     worker: u32,
 ) {
     let http = reqwest::Client::new();
@@ -141,6 +143,7 @@ async fn load(
                 pending: None,
             },
         );
+        acknowledged.send_modify(|n| *n += 1);
         let steps: &[HoldStatus] = match n % 3 {
             0 => &[HoldStatus::Confirmed],
             1 => &[HoldStatus::Confirmed, HoldStatus::Cancelled],
@@ -187,6 +190,8 @@ async fn kill_mid_load_and_check(database_url: &str) {
     let server = Server::start(database_url, port).await;
     let ledger = Arc::new(Mutex::new(Ledger::default()));
     let stop = Arc::new(AtomicBool::new(false));
+    let (acknowledged, mut acks) = tokio::sync::watch::channel(0usize);
+    let acknowledged = Arc::new(acknowledged);
     let workers: Vec<_> = (0..12)
         .map(|w| {
             tokio::spawn(load(
@@ -194,11 +199,16 @@ async fn kill_mid_load_and_check(database_url: &str) {
                 slots.clone(),
                 Arc::clone(&ledger),
                 Arc::clone(&stop),
+                Arc::clone(&acknowledged),
                 w,
             ))
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Kill once the load is really going (20 holds acknowledged), however slow the machine.
+    tokio::time::timeout(Duration::from_secs(120), acks.wait_for(|n| *n >= 20))
+        .await
+        .expect("20 holds acknowledged within two minutes")
+        .expect("the workers are alive");
     server.kill_9();
     stop.store(true, Ordering::SeqCst);
     for worker in workers {
@@ -254,27 +264,15 @@ async fn kill_mid_load_and_check(database_url: &str) {
     let now = chrono::Utc::now();
     for slot_id in &slots {
         let slot = store.get_slot(*slot_id).await.unwrap().unwrap();
-        let (mut held, mut confirmed, mut active) = (0, 0, 0);
+        let mut holds = Vec::new();
         let mut ids = per_slot.remove(slot_id).unwrap_or_default();
         ids.sort();
         ids.dedup();
         for id in ids {
-            let hold = store
-                .get_hold(id, chrono::Utc::now())
-                .await
-                .unwrap()
-                .outcome
-                .unwrap();
-            match hold.status {
-                HoldStatus::Held => held += 1,
-                HoldStatus::Confirmed => confirmed += 1,
-                _ => {}
-            }
-            active += i32::from(hold.is_active_at(now));
+            let hold = store.get_hold(id, now).await.unwrap().outcome.unwrap();
+            holds.push(hold);
         }
-        assert!(slot.remaining >= 0);
-        assert_eq!(slot.remaining + held + confirmed, slot.capacity, "{slot:?}");
-        assert!(confirmed + active <= slot.capacity, "oversold {slot:?}");
+        SlotTally::of(&slot, &holds, now).assert();
     }
     server.terminate();
 }

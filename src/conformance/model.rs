@@ -13,6 +13,7 @@ use chrono::Duration;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
+use super::kit::SlotTally;
 use super::{Fixture, HOLD_TTL};
 use crate::engine::BookingEngine;
 use crate::error::BookingError;
@@ -432,7 +433,7 @@ async fn check_state<S: Store>(
             "slot {} is {stored:?}, model has {slot:?}",
             slot.id
         );
-        let (mut held, mut confirmed, mut active) = (0, 0, 0);
+        let mut holds = Vec::new();
         for hold in model.holds.iter().filter(|h| h.slot_id == slot.id) {
             let stored = store
                 .get_hold(hold.hold_id, now)
@@ -449,24 +450,11 @@ async fn check_state<S: Store>(
                 "hold {} listed twice",
                 hold.hold_id
             );
-            match hold.status {
-                HoldStatus::Held => held += 1,
-                HoldStatus::Confirmed => confirmed += 1,
-                _ => {}
-            }
-            active += i32::from(hold.is_active_at(now));
+            holds.push(hold.clone());
         }
-        ensure!(stored.remaining >= 0, "slot {}: remaining < 0", slot.id);
-        ensure!(
-            stored.remaining + held + confirmed == stored.capacity,
-            "slot {}: remaining + held + confirmed != capacity",
-            slot.id
-        );
-        ensure!(
-            confirmed + active <= stored.capacity,
-            "slot {}: oversold",
-            slot.id
-        );
+        SlotTally::of(&stored, &holds, now)
+            .check()
+            .map_err(|broken| Mismatch(format!("slot {}: {broken}", slot.id)))?;
     }
     Ok(())
 }
@@ -646,7 +634,7 @@ async fn run_batches<S: Store>(store: S, batches: &[Batch]) -> Result<(), Mismat
         clock.advance(Duration::microseconds(batch.advance));
         let now = clock.now();
         // Every success is reflected in the state, and the invariant holds on every slot.
-        let mut per_slot = vec![(0, 0, 0); slots.len()];
+        let mut per_slot = vec![Vec::new(); slots.len()];
         for (&id, ack) in &acked {
             let stored = engine
                 .store()
@@ -667,13 +655,7 @@ async fn run_batches<S: Store>(store: S, batches: &[Batch]) -> Result<(), Mismat
                 "after batch {number}: hold {id} is {:?}, acknowledged {ack:?}",
                 stored.status
             );
-            let counts = &mut per_slot[ack.slot];
-            match stored.status {
-                HoldStatus::Held => counts.0 += 1,
-                HoldStatus::Confirmed => counts.1 += 1,
-                _ => {}
-            }
-            counts.2 += i32::from(stored.is_active_at(now));
+            per_slot[ack.slot].push(stored);
         }
         for (i, &slot_id) in slots.iter().enumerate() {
             let slot = engine
@@ -682,19 +664,9 @@ async fn run_batches<S: Store>(store: S, batches: &[Batch]) -> Result<(), Mismat
                 .await
                 .map_err(|e| Mismatch(format!("get_slot: {e}")))?
                 .ok_or_else(|| Mismatch(format!("slot {slot_id} is missing")))?;
-            let (held, confirmed, active) = per_slot[i];
-            ensure!(
-                slot.remaining >= 0,
-                "after batch {number}: {slot:?} has remaining < 0"
-            );
-            ensure!(
-                slot.remaining + held + confirmed == slot.capacity,
-                "after batch {number}: {slot:?} with {held} held and {confirmed} confirmed"
-            );
-            ensure!(
-                confirmed + active <= slot.capacity,
-                "after batch {number}: {slot:?} oversold"
-            );
+            SlotTally::of(&slot, &per_slot[i], now)
+                .check()
+                .map_err(|broken| Mismatch(format!("after batch {number}: {slot:?}: {broken}")))?;
         }
     }
     Ok(())

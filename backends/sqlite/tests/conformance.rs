@@ -3,4 +3,4 @@
 
 mod common;
 
-slot_booking::conformance_tests!(|| common::OwnedStore::fresh("conformance"));
+slot_booking::conformance_tests!(|| common::owned_store("conformance"));

@@ -78,15 +78,29 @@ async fn check_constraints_back_the_invariant() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_memory_mode_works() {
     let store = SqliteStore::connect("sqlite::memory:").await.unwrap();
     store.migrate().await.unwrap();
     let slot_id = slot(&store, 2).await;
     created(hold(&store, slot_id, "a", at(0)).await);
-    // Give the pool a chance to recycle connections: the data must survive.
-    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    assert_eq!(store.get_slot(slot_id).await.unwrap().unwrap().remaining, 1);
+    // An in-memory database lives only as long as its connection: the pool must hold exactly
+    // one, never closed for idleness or age. A second connection would open an empty
+    // database, so many concurrent calls (which a larger pool would spread over several
+    // connections) must all see the same data.
+    let options = store.pool().options();
+    assert_eq!(options.get_max_connections(), 1);
+    assert_eq!(options.get_min_connections(), 1);
+    assert_eq!(options.get_idle_timeout(), None);
+    assert_eq!(options.get_max_lifetime(), None);
+    let mut reads = tokio::task::JoinSet::new();
+    for _ in 0..32 {
+        let store = store.clone();
+        reads.spawn(async move { store.get_slot(slot_id).await });
+    }
+    while let Some(slot) = reads.join_next().await {
+        assert_eq!(slot.unwrap().unwrap().unwrap().remaining, 1);
+    }
     assert_eq!(store.availability(at(0)).await.unwrap().outcome.len(), 1);
 }
 

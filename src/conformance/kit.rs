@@ -1,0 +1,167 @@
+//! What every store's tests share: the capacity invariant, stated once, and a store that owns
+//! the temporary resource (a database file, a schema) it lives in.
+
+use async_trait::async_trait;
+
+use crate::model::{AvailabilityEntry, Hold, HoldId, HoldStatus, NewSlot, Slot, SlotId, Timestamp};
+use crate::store::{Decided, HoldOutcome, HoldRequest, Store, StoreError, Transition};
+
+/// A slot's units, counted one way or another (from its holds through the [`Store`], or with
+/// SQL straight from the tables), to check the capacity invariant on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlotTally {
+    /// The slot's capacity.
+    pub capacity: i64,
+    /// Its stored `remaining`.
+    pub remaining: i64,
+    /// Units of holds stored as held (active or expired but not reclaimed).
+    pub held: i64,
+    /// Units of confirmed holds.
+    pub confirmed: i64,
+    /// Units of holds still active at the time of the count; `None` when not counted.
+    pub active: Option<i64>,
+}
+
+impl SlotTally {
+    /// Tallies `holds` (all of one slot, as stored) against `slot`, resolving activity at `now`.
+    pub fn of(slot: &Slot, holds: &[Hold], now: Timestamp) -> SlotTally {
+        let count = |keep: &dyn Fn(&Hold) -> bool| holds.iter().filter(|h| keep(h)).count() as i64;
+        SlotTally {
+            capacity: i64::from(slot.capacity),
+            remaining: i64::from(slot.remaining),
+            held: count(&|h| h.status == HoldStatus::Held),
+            confirmed: count(&|h| h.status == HoldStatus::Confirmed),
+            active: Some(count(&|h| h.is_active_at(now))),
+        }
+    }
+
+    /// The invariant: `remaining + held + confirmed == capacity`, `0 <= remaining <=
+    /// capacity`, and confirmed plus active units never exceed the capacity (no oversell).
+    pub fn check(&self) -> Result<(), String> {
+        let SlotTally {
+            capacity,
+            remaining,
+            held,
+            confirmed,
+            active,
+        } = *self;
+        if remaining < 0 || remaining > capacity {
+            return Err(format!("remaining {remaining} outside 0..={capacity}"));
+        }
+        if remaining + held + confirmed != capacity {
+            return Err(format!(
+                "remaining {remaining} + held {held} + confirmed {confirmed} != capacity {capacity}"
+            ));
+        }
+        if let Some(active) = active {
+            if confirmed + active > capacity {
+                return Err(format!(
+                    "oversold: confirmed {confirmed} + active {active} > capacity {capacity}"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// [`check`](SlotTally::check), panicking with the broken part.
+    ///
+    /// # Panics
+    ///
+    /// When the invariant does not hold: this is a test helper.
+    #[track_caller]
+    pub fn assert(&self) {
+        if let Err(broken) = self.check() {
+            panic!("capacity invariant broken: {broken}");
+        }
+    }
+}
+
+/// A store together with what must outlive it and go away after it: a temporary database
+/// file, a schema dropped on drop. Fields drop in order, the store (and its pool) first.
+/// Forwards every [`Store`] call to the store.
+#[derive(Debug)]
+pub struct Owned<S, G> {
+    /// The store.
+    pub store: S,
+    /// Dropped after the store.
+    pub guard: G,
+}
+
+#[async_trait]
+impl<S: Store, G: Send + Sync + 'static> Store for Owned<S, G> {
+    async fn create_slot(&self, slot: &NewSlot) -> Result<Slot, StoreError> {
+        self.store.create_slot(slot).await
+    }
+    async fn availability(
+        &self,
+        now: Timestamp,
+    ) -> Result<Decided<Vec<AvailabilityEntry>>, StoreError> {
+        self.store.availability(now).await
+    }
+    async fn create_hold(
+        &self,
+        request: HoldRequest<'_>,
+    ) -> Result<Decided<HoldOutcome>, StoreError> {
+        self.store.create_hold(request).await
+    }
+    async fn confirm_hold(
+        &self,
+        hold_id: HoldId,
+        now: Timestamp,
+    ) -> Result<Decided<Transition>, StoreError> {
+        self.store.confirm_hold(hold_id, now).await
+    }
+    async fn cancel_hold(
+        &self,
+        hold_id: HoldId,
+        now: Timestamp,
+    ) -> Result<Decided<Transition>, StoreError> {
+        self.store.cancel_hold(hold_id, now).await
+    }
+    async fn get_hold(
+        &self,
+        hold_id: HoldId,
+        now: Timestamp,
+    ) -> Result<Decided<Option<Hold>>, StoreError> {
+        self.store.get_hold(hold_id, now).await
+    }
+    async fn get_slot(&self, slot_id: SlotId) -> Result<Option<Slot>, StoreError> {
+        self.store.get_slot(slot_id).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tally(capacity: i64, remaining: i64, held: i64, confirmed: i64, active: i64) -> SlotTally {
+        SlotTally {
+            capacity,
+            remaining,
+            held,
+            confirmed,
+            active: Some(active),
+        }
+    }
+
+    #[test]
+    fn the_invariant_names_what_broke() {
+        assert_eq!(tally(5, 1, 2, 2, 2).check(), Ok(()));
+        assert!(tally(5, -1, 4, 2, 4)
+            .check()
+            .unwrap_err()
+            .contains("outside"));
+        assert!(tally(5, 6, 0, 0, 0)
+            .check()
+            .unwrap_err()
+            .contains("outside"));
+        assert!(tally(5, 1, 1, 2, 1)
+            .check()
+            .unwrap_err()
+            .contains("!= capacity"));
+        assert!(tally(5, 0, 3, 2, 4)
+            .check()
+            .unwrap_err()
+            .contains("oversold"));
+    }
+}
