@@ -119,6 +119,11 @@ impl<S: Store> EngineBuilder<S> {
     }
 
     /// Where the engine reads the time (default [`SystemClock`]).
+    ///
+    /// In tests a [`ManualClock`](crate::ManualClock) drives hold expiry exactly. The
+    /// availability cache ages by tokio's clock, not this one: with a manual clock, also set
+    /// `cache_period(Duration::ZERO)` (every read goes to the store), or advance tokio's paused
+    /// clock (`tokio::time::advance`) along with it. The crate docs show a complete example.
     pub fn clock(mut self, clock: impl Clock) -> Self {
         self.clock = Arc::new(clock);
         self
