@@ -6,6 +6,9 @@
 //!    (`benches/pgbench/hold.sql`) with 8 clients for the same time.
 //! 2. Availability recompute over 1,000 slots with 1,000,000 holds against a bare `SELECT` of
 //!    the 1,000 slot rows (criterion).
+//! 3. Availability over 9 future slots, with and without 300,000 abandoned holds (held, long
+//!    expired, never reclaimed) on 1,000 slots that have started: two databases alike but for
+//!    that history, timed in alternation, and the ratio of the medians.
 
 // criterion_group!/criterion_main! generate undocumented items.
 #![allow(missing_docs)]
@@ -268,6 +271,91 @@ fn availability(c: &mut Criterion, rt: &tokio::runtime::Runtime, url: &str) {
     group.finish();
 }
 
+/// 9 future slots of 10 units, each with 4 active holds and 3 expired unreclaimed ones; with
+/// `abandoned`, also 1,000 started slots holding 300 expired held holds each, 300,000 in all.
+async fn history_fixture(url: &str, schema: &str, abandoned: bool) -> PostgresStore {
+    let store = fresh_store(url, schema).await;
+    let s = schema;
+    let mut statements = vec![
+        format!(
+            "INSERT INTO {s}.slots (starts_at, ends_at, capacity, remaining) \
+             SELECT now() + g * interval '1 day', now() + g * interval '1 day' + interval '1 hour', \
+                    10, 3 \
+             FROM generate_series(1, 9) g"
+        ),
+        format!(
+            "INSERT INTO {s}.holds (slot_id, idempotency_key, status, expires_at, created_at) \
+             SELECT sl.id, 'future-' || sl.id || '-' || g, 'held', \
+                    CASE WHEN g <= 4 THEN now() + interval '1 hour' \
+                         ELSE now() - interval '1 hour' END, now() - interval '2 hours' \
+             FROM {s}.slots sl, generate_series(1, 7) g"
+        ),
+    ];
+    if abandoned {
+        statements.extend([
+            format!(
+                "INSERT INTO {s}.slots (starts_at, ends_at, capacity, remaining) \
+                 SELECT now() - interval '60 days' + g * interval '1 hour', \
+                        now() - interval '60 days' + g * interval '1 hour' + interval '1 hour', \
+                        300, 0 \
+                 FROM generate_series(1, 1000) g"
+            ),
+            format!(
+                "INSERT INTO {s}.holds (slot_id, idempotency_key, status, expires_at, created_at) \
+                 SELECT sl.id, 'abandoned-' || sl.id || '-' || g, 'held', \
+                        sl.starts_at - interval '1 day', sl.starts_at - interval '2 days' \
+                 FROM {s}.slots sl, generate_series(1, 300) g WHERE sl.starts_at < now()"
+            ),
+        ]);
+    }
+    statements.extend([
+        format!(
+            "INSERT INTO {s}.hold_keys (idempotency_key, hold_id) \
+             SELECT idempotency_key, id FROM {s}.holds"
+        ),
+        format!("VACUUM ANALYZE {s}.slots"),
+        format!("VACUUM ANALYZE {s}.holds"),
+    ]);
+    for statement in statements {
+        sqlx::query(&statement).execute(store.pool()).await.unwrap();
+    }
+    store
+}
+
+/// Median time of one availability read on each database, reads alternating between them.
+async fn alternating_medians(a: &PostgresStore, b: &PostgresStore, rounds: usize) -> (f64, f64) {
+    let (mut ta, mut tb) = (Vec::with_capacity(rounds), Vec::with_capacity(rounds));
+    for _ in 0..rounds {
+        for (store, times) in [(a, &mut ta), (b, &mut tb)] {
+            let started = Instant::now();
+            let entries = store.availability(Utc::now()).await.unwrap().outcome;
+            times.push(started.elapsed().as_secs_f64());
+            assert_eq!(entries.len(), 9);
+            assert!(entries.iter().all(|e| e.remaining == 6));
+        }
+    }
+    let median = |times: &mut Vec<f64>| {
+        times.sort_by(f64::total_cmp);
+        times[times.len() / 2]
+    };
+    (median(&mut ta), median(&mut tb))
+}
+
+async fn abandoned_history(url: &str) {
+    let clean = history_fixture(url, "sb_bench_history_clean", false).await;
+    let history = history_fixture(url, "sb_bench_history_abandoned", true).await;
+    // Warm both caches, then measure.
+    alternating_medians(&clean, &history, 200).await;
+    let (clean_s, history_s) = alternating_medians(&clean, &history, 2_000).await;
+    println!(
+        "postgres availability, 9 future slots: without history {:.3} ms, with 300,000 \
+         abandoned holds on started slots {:.3} ms, ratio {:.2}x",
+        clean_s * 1e3,
+        history_s * 1e3,
+        history_s / clean_s
+    );
+}
+
 fn main() {
     let Ok(url) = std::env::var("DATABASE_URL") else {
         println!("SKIPPED: the PostgreSQL benchmarks need DATABASE_URL");
@@ -286,6 +374,14 @@ fn main() {
     {
         rt.block_on(throughput(&url));
     }
-    availability(&mut criterion, &rt, &url);
+    if filter.as_deref().is_none_or(|f| "history".contains(f)) {
+        rt.block_on(abandoned_history(&url));
+    }
+    if filter
+        .as_deref()
+        .is_none_or(|f| "postgres_availability_1000_slots_1m_holds".contains(f))
+    {
+        availability(&mut criterion, &rt, &url);
+    }
     criterion.final_summary();
 }

@@ -4,10 +4,17 @@
 \set slot random(:first, :last)
 WITH dec AS (
     UPDATE {schema}.slots SET remaining = remaining - 1
-    WHERE id = :slot AND remaining > 0 AND starts_at > now()
-    RETURNING id)
-INSERT INTO {schema}.holds (slot_id, idempotency_key, status, expires_at, created_at)
-SELECT id, 'pgbench-' || :client_id || '-' || random()::text, 'held',
-       now() + interval '5 minutes', now()
-FROM dec
-RETURNING id, slot_id, status, expires_at, confirmed_at, cancelled_at;
+    WHERE id = :slot AND remaining > 0 AND starts_at > statement_timestamp()
+    RETURNING id),
+ins AS (
+    INSERT INTO {schema}.holds (slot_id, idempotency_key, status, expires_at, created_at)
+    SELECT id, 'pgbench-' || :client_id || '-' || random()::text, 'held',
+           statement_timestamp() + interval '5 minutes', statement_timestamp()
+    FROM dec
+    RETURNING id, slot_id, status, expires_at, confirmed_at, cancelled_at),
+k AS (
+    INSERT INTO {schema}.hold_keys (idempotency_key, hold_id)
+    SELECT 'pgbench-' || id, id FROM ins)
+SELECT id, slot_id, status, expires_at, confirmed_at, cancelled_at,
+       statement_timestamp() AS decided_at
+FROM ins;

@@ -52,6 +52,7 @@ use slot_booking::{
     AvailabilityEntry, Decided, Hold, HoldId, HoldOutcome, HoldRequest, HoldStatus, NewSlot, Slot,
     SlotId, Store, StoreError, Timestamp, Transition,
 };
+use sqlx::postgres::types::PgInterval;
 use sqlx::postgres::{PgPool, PgPoolOptions, PgRow};
 use sqlx::Row;
 
@@ -81,6 +82,8 @@ pub struct InvalidSchemaName(pub String);
 pub struct PostgresStore {
     pool: PgPool,
     inner: Arc<Inner>,
+    /// Statements take their time from the database server, not from the engine.
+    database_clock: bool,
 }
 
 #[derive(Debug)]
@@ -125,7 +128,39 @@ impl PostgresStore {
         PostgresStore {
             pool,
             inner: Arc::new(Inner { schema, sql }),
+            database_clock: false,
         }
+    }
+
+    /// This store, deciding by the database server's clock instead of the engine's.
+    ///
+    /// By default every statement compares expiries and slot starts with the `now` the engine
+    /// read from its [`Clock`](slot_booking::Clock), so application servers whose clocks
+    /// disagree disagree about time: one whose clock runs 4 s fast takes an active hold back
+    /// up to 4 s before the `expires_at` its owner was given, and one 4 s slow confirms a hold
+    /// up to 4 s after it expired and sells a slot up to 4 s after it started. With the
+    /// database clock, every statement uses the server's `statement_timestamp()`: a hold
+    /// expires at its creation on that clock plus the engine's hold lifetime, every instance
+    /// decides by the same clock, and each answer carries the instant it was decided at, which
+    /// the engine resolves statuses against. The engine's clock then only ages the
+    /// availability cache and places a listing's window.
+    ///
+    /// A manual clock in tests has no effect on a store with the database clock: leave it off
+    /// where a test drives time.
+    pub fn with_database_clock(mut self) -> Self {
+        self.database_clock = true;
+        self
+    }
+
+    /// Whether statements decide by the database server's clock
+    /// ([`PostgresStore::with_database_clock`]).
+    pub fn uses_database_clock(&self) -> bool {
+        self.database_clock
+    }
+
+    /// The `now` to bind: the engine's, or NULL for the database's own clock.
+    fn now_param(&self, now: Timestamp) -> Option<Timestamp> {
+        (!self.database_clock).then_some(now)
     }
 
     /// Opens a pool of [`DEFAULT_MAX_CONNECTIONS`] on `url` and returns a store over it, with
@@ -212,6 +247,14 @@ fn hold_from_row(row: &PgRow) -> Result<Hold, StoreError> {
     })
 }
 
+/// `outcome`, decided at the row's `decided_at`.
+fn decided<T>(row: &PgRow, outcome: T) -> Result<Decided<T>, StoreError> {
+    Ok(Decided::new(
+        row.try_get("decided_at").map_err(map_err)?,
+        outcome,
+    ))
+}
+
 fn slot_from_row(row: &PgRow) -> Result<Slot, StoreError> {
     Ok(Slot {
         slot_id: SlotId(row.try_get("id").map_err(map_err)?),
@@ -225,7 +268,7 @@ fn slot_from_row(row: &PgRow) -> Result<Slot, StoreError> {
 /// What a hold-inserting statement did.
 enum Insert {
     /// Took a unit and stored the hold.
-    Created(Hold),
+    Created(Decided<Hold>),
     /// Found no unit; nothing changed.
     NoUnit,
     /// The key is taken; the statement was rolled back as a whole.
@@ -243,15 +286,22 @@ impl PostgresStore {
         sql: &str,
         request: &HoldRequest<'_>,
     ) -> Result<Insert, StoreError> {
+        let lifetime = (request.expires_at - request.now)
+            .num_microseconds()
+            .ok_or_else(|| StoreError::failed("the hold's lifetime overflows an interval"))?;
         let inserted = sqlx::query(sql)
             .bind(request.slot_id.get())
             .bind(request.key.as_str())
-            .bind(request.now)
-            .bind(request.expires_at)
+            .bind(self.now_param(request.now))
+            .bind(PgInterval {
+                months: 0,
+                days: 0,
+                microseconds: lifetime,
+            })
             .fetch_optional(&self.pool)
             .await;
         match inserted {
-            Ok(Some(row)) => Ok(Insert::Created(hold_from_row(&row)?)),
+            Ok(Some(row)) => Ok(Insert::Created(decided(&row, hold_from_row(&row)?)?)),
             Ok(None) => Ok(Insert::NoUnit),
             Err(error) if is_unique_violation(&error) => Ok(Insert::KeyTaken),
             Err(error) => Err(map_err(error)),
@@ -260,10 +310,11 @@ impl PostgresStore {
 
     /// Says why no hold was created: the key's hold if there is one (it takes precedence),
     /// else whether the slot is missing, started or full. One read, after the write.
-    async fn explain(&self, request: &HoldRequest<'_>) -> Result<HoldOutcome, StoreError> {
+    async fn explain(&self, request: &HoldRequest<'_>) -> Result<Decided<HoldOutcome>, StoreError> {
         let row = sqlx::query(&self.sql().explain_hold)
             .bind(request.slot_id.get())
             .bind(request.key.as_str())
+            .bind(self.now_param(request.now))
             .fetch_one(&self.pool)
             .await
             .map_err(map_err)?;
@@ -273,25 +324,61 @@ impl PostgresStore {
             None => None,
         };
         let starts_at: Option<Timestamp> = row.try_get("slot_starts_at").map_err(map_err)?;
-        Ok(HoldOutcome::refused(request, key_holder, starts_at))
+        let at: Timestamp = row.try_get("decided_at").map_err(map_err)?;
+        // Started or full is judged at the instant of this read.
+        let request = HoldRequest {
+            now: at,
+            ..*request
+        };
+        Ok(Decided::new(
+            at,
+            HoldOutcome::refused(&request, key_holder, starts_at),
+        ))
     }
 
-    async fn hold_by_id(&self, hold_id: HoldId) -> Result<Option<Hold>, StoreError> {
-        sqlx::query(&self.sql().hold_by_id)
+    async fn hold_by_id(
+        &self,
+        hold_id: HoldId,
+        now: Timestamp,
+    ) -> Result<Decided<Option<Hold>>, StoreError> {
+        let row = sqlx::query(&self.sql().hold_by_id)
             .bind(hold_id.get())
+            .bind(self.now_param(now))
+            .fetch_one(&self.pool)
+            .await
+            .map_err(map_err)?;
+        let id: Option<i64> = row.try_get("id").map_err(map_err)?;
+        let hold = match id {
+            Some(_) => Some(hold_from_row(&row)?),
+            None => None,
+        };
+        decided(&row, hold)
+    }
+
+    async fn transition(
+        &self,
+        sql: &str,
+        hold_id: HoldId,
+        now: Timestamp,
+    ) -> Result<Decided<Transition>, StoreError> {
+        let updated = sqlx::query(sql)
+            .bind(hold_id.get())
+            .bind(self.now_param(now))
             .fetch_optional(&self.pool)
             .await
-            .map_err(map_err)?
-            .as_ref()
-            .map(hold_from_row)
-            .transpose()
-    }
-
-    async fn not_applied(&self, hold_id: HoldId) -> Result<Transition, StoreError> {
-        Ok(match self.hold_by_id(hold_id).await? {
-            Some(hold) => Transition::NotApplied(hold),
-            None => Transition::NotFound,
-        })
+            .map_err(map_err)?;
+        if let Some(row) = updated {
+            return decided(&row, Transition::Applied(hold_from_row(&row)?));
+        }
+        // Nothing changed: the hold as it is now, at the instant of that read.
+        let read = self.hold_by_id(hold_id, now).await?;
+        Ok(Decided::new(
+            read.at,
+            match read.outcome {
+                Some(hold) => Transition::NotApplied(hold),
+                None => Transition::NotFound,
+            },
+        ))
     }
 }
 
@@ -313,30 +400,53 @@ impl Store for PostgresStore {
         now: Timestamp,
     ) -> Result<Decided<Vec<AvailabilityEntry>>, StoreError> {
         let rows = sqlx::query(&self.sql().availability)
-            .bind(now)
+            .bind(self.now_param(now))
             .fetch_all(&self.pool)
             .await
             .map_err(map_err)?;
-        rows.iter()
-            .map(|row| {
-                Ok(AvailabilityEntry {
-                    slot_id: SlotId(row.try_get("id").map_err(map_err)?),
-                    starts_at: row.try_get("starts_at").map_err(map_err)?,
-                    ends_at: row.try_get("ends_at").map_err(map_err)?,
-                    capacity: row.try_get("capacity").map_err(map_err)?,
-                    remaining: row.try_get("available").map_err(map_err)?,
-                })
-            })
-            .collect::<Result<_, _>>()
-            .map(|entries| Decided::new(now, entries))
+        let at = match rows.first() {
+            Some(row) => row.try_get("decided_at").map_err(map_err)?,
+            None => return Err(StoreError::failed("availability returned no row")),
+        };
+        let mut entries = Vec::with_capacity(rows.len());
+        for row in &rows {
+            // The one row of an empty listing has no slot.
+            let Some(slot_id) = row.try_get::<Option<i64>, _>("id").map_err(map_err)? else {
+                continue;
+            };
+            entries.push(AvailabilityEntry {
+                slot_id: SlotId(slot_id),
+                starts_at: row.try_get("starts_at").map_err(map_err)?,
+                ends_at: row.try_get("ends_at").map_err(map_err)?,
+                capacity: row.try_get("capacity").map_err(map_err)?,
+                remaining: row.try_get("available").map_err(map_err)?,
+            });
+        }
+        Ok(Decided::new(at, entries))
     }
 
     async fn create_hold(
         &self,
         request: HoldRequest<'_>,
     ) -> Result<Decided<HoldOutcome>, StoreError> {
-        let outcome = self.place_hold(&request).await?;
-        Ok(Decided::new(request.now, outcome))
+        // Fast path, one round trip: decrement and insert in one statement.
+        match self
+            .try_insert_hold(&self.sql().hold_fast, &request)
+            .await?
+        {
+            Insert::Created(hold) => return Ok(created(hold)),
+            Insert::KeyTaken => return self.explain(&request).await,
+            Insert::NoUnit => {}
+        }
+        // No unit: lock the slot, reclaim its expired holds, decrement once more and insert,
+        // all in one statement (atomic; a unique violation undoes the reclaim as well).
+        match self
+            .try_insert_hold(&self.sql().hold_reclaim, &request)
+            .await?
+        {
+            Insert::Created(hold) => Ok(created(hold)),
+            Insert::NoUnit | Insert::KeyTaken => self.explain(&request).await,
+        }
     }
 
     async fn confirm_hold(
@@ -344,17 +454,7 @@ impl Store for PostgresStore {
         hold_id: HoldId,
         now: Timestamp,
     ) -> Result<Decided<Transition>, StoreError> {
-        let updated = sqlx::query(&self.sql().confirm)
-            .bind(hold_id.get())
-            .bind(now)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(map_err)?;
-        let transition = match updated {
-            Some(row) => Transition::Applied(hold_from_row(&row)?),
-            None => self.not_applied(hold_id).await?,
-        };
-        Ok(Decided::new(now, transition))
+        self.transition(&self.sql().confirm, hold_id, now).await
     }
 
     async fn cancel_hold(
@@ -362,17 +462,7 @@ impl Store for PostgresStore {
         hold_id: HoldId,
         now: Timestamp,
     ) -> Result<Decided<Transition>, StoreError> {
-        let updated = sqlx::query(&self.sql().cancel)
-            .bind(hold_id.get())
-            .bind(now)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(map_err)?;
-        let transition = match updated {
-            Some(row) => Transition::Applied(hold_from_row(&row)?),
-            None => self.not_applied(hold_id).await?,
-        };
-        Ok(Decided::new(now, transition))
+        self.transition(&self.sql().cancel, hold_id, now).await
     }
 
     async fn get_hold(
@@ -380,7 +470,7 @@ impl Store for PostgresStore {
         hold_id: HoldId,
         now: Timestamp,
     ) -> Result<Decided<Option<Hold>>, StoreError> {
-        Ok(Decided::new(now, self.hold_by_id(hold_id).await?))
+        self.hold_by_id(hold_id, now).await
     }
 
     async fn get_slot(&self, slot_id: SlotId) -> Result<Option<Slot>, StoreError> {
@@ -395,22 +485,6 @@ impl Store for PostgresStore {
     }
 }
 
-impl PostgresStore {
-    async fn place_hold(&self, request: &HoldRequest<'_>) -> Result<HoldOutcome, StoreError> {
-        // Fast path, one round trip: decrement and insert in one statement.
-        match self.try_insert_hold(&self.sql().hold_fast, request).await? {
-            Insert::Created(hold) => return Ok(HoldOutcome::Created(hold)),
-            Insert::KeyTaken => return self.explain(request).await,
-            Insert::NoUnit => {}
-        }
-        // No unit: lock the slot, reclaim its expired holds, decrement once more and insert,
-        // all in one statement (atomic; a unique violation undoes the reclaim as well).
-        match self
-            .try_insert_hold(&self.sql().hold_reclaim, request)
-            .await?
-        {
-            Insert::Created(hold) => Ok(HoldOutcome::Created(hold)),
-            Insert::NoUnit | Insert::KeyTaken => self.explain(request).await,
-        }
-    }
+fn created(hold: Decided<Hold>) -> Decided<HoldOutcome> {
+    Decided::new(hold.at, HoldOutcome::Created(hold.outcome))
 }

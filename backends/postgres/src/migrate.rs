@@ -33,6 +33,11 @@ const MIGRATIONS: &[Migration] = &[
         description: "held holds by expiry",
         sql: include_str!("../migrations/0002_held_holds_by_expiry.sql"),
     },
+    Migration {
+        version: 3,
+        description: "hold keys",
+        sql: include_str!("../migrations/0003_hold_keys.sql"),
+    },
 ];
 
 /// The advisory lock key of a schema's migrations: FNV-1a (64 bit) of a fixed prefix and the

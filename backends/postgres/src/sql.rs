@@ -1,10 +1,48 @@
 //! The SQL text of every statement, built once per store with its schema name.
 //!
-//! Parameters of the hold statements: `$1` slot id, `$2` idempotency key, `$3` now,
-//! `$4` expires_at.
+//! Every statement that depends on the time takes it as a nullable parameter and uses
+//! `coalesce(<param>, statement_timestamp())`: the engine's `now` when the store follows the
+//! engine's clock, the database server's clock when it is bound as NULL (see
+//! [`PostgresStore::with_database_clock`](crate::PostgresStore::with_database_clock)). Each
+//! returns the instant it decided at as `decided_at`, so the engine resolves statuses at it.
+//!
+//! Parameters of the hold statements: `$1` slot id, `$2` idempotency key, `$3` now (nullable),
+//! `$4` the hold's lifetime (an interval). Of confirm, cancel and the hold read: `$1` hold id,
+//! `$2` now. Of availability: `$1` now.
+//!
+//! # Lock paths
+//!
+//! What a statement can wait for, in the order it takes it:
+//!
+//! 1. **A slot row.** A hold's decrement (`UPDATE slots`), the reclaim's and the cancel's
+//!    `FOR NO KEY UPDATE` lock exactly one slot row, always first, and each statement runs in
+//!    a transaction of its own, so no statement holds one slot row while waiting for another.
+//!    A hold insert's foreign key takes `FOR KEY SHARE` on the slot, which conflicts with none
+//!    of these.
+//! 2. **Hold rows**, after the slot row: the reclaim's and the cancel's updates touch holds of
+//!    the slot they locked; a confirm locks only its hold and nothing before or after it. A
+//!    hold row is locked only by a statement that has the hold's slot row or takes no other
+//!    lock, so two statements never wait for each other's hold rows in a cycle.
+//! 3. **Unique index entries.** The holds' primary key is an identity: an update writes the
+//!    same id again (its own row version, no wait) and an insert a fresh one. Idempotency keys
+//!    are unique in `hold_keys`, which is only ever inserted into, as the last step of a hold
+//!    statement: an insert waits on a key only while another statement is inserting the same
+//!    key, and that statement has nothing left to wait for. (When the key was unique on
+//!    `holds` itself, a reclaim's update rewrote the index entries of the keys of the holds it
+//!    expired, and two reclaims on two slots, each about to insert the key the other had
+//!    rewritten, waited for each other: `tests/lock_paths.rs` replays that interleaving.)
+//!
+//! Every wait is for a statement that holds at most one slot row and waits only for locks
+//! further down this list, so the waits-for graph has no cycle: a deadlock is a bug here, never
+//! an expected retry.
 
 /// The columns [`hold_from_row`](crate::hold_from_row) reads.
 const HOLD_COLUMNS: &str = "id, slot_id, status, expires_at, confirmed_at, cancelled_at";
+
+/// The statement's instant: the bound `now`, or the database's when it is NULL.
+fn now(param: u8) -> String {
+    format!("coalesce(${param}::timestamptz, statement_timestamp())")
+}
 
 /// Every statement the store runs, with table names qualified by the schema.
 #[derive(Debug)]
@@ -28,6 +66,18 @@ pub(crate) fn quote(schema: &str) -> String {
 impl Statements {
     pub(crate) fn new(schema: &str) -> Self {
         let s = quote(schema);
+        let (now1, now2, now3) = (now(1), now(2), now(3));
+        // The new hold and its key, from the slot row `dec` returned; the key last, so a
+        // statement that waits on another's key holds no lock that one could need.
+        let insert_hold = format!(
+            "ins AS ( \
+                 INSERT INTO {s}.holds (slot_id, idempotency_key, status, expires_at, created_at) \
+                 SELECT id, $2, 'held', {now3} + $4, {now3} FROM dec \
+                 RETURNING {HOLD_COLUMNS}), \
+             k AS ( \
+                 INSERT INTO {s}.hold_keys (idempotency_key, hold_id) SELECT $2, id FROM ins) \
+             SELECT {HOLD_COLUMNS}, {now3} AS decided_at FROM ins"
+        );
         Statements {
             create_slot: format!(
                 "INSERT INTO {s}.slots (starts_at, ends_at, capacity, remaining) \
@@ -37,70 +87,74 @@ impl Statements {
             slot_by_id: format!(
                 "SELECT id, starts_at, ends_at, capacity, remaining FROM {s}.slots WHERE id = $1"
             ),
-            hold_by_id: format!("SELECT {HOLD_COLUMNS} FROM {s}.holds WHERE id = $1"),
-            // Expired but unreclaimed holds count as free. They are read through the
-            // expiry-first partial index (migration 2), so the cost follows their number, not
-            // the number of slots or of holds in history.
+            // Always one row: the instant even when there is no such hold.
+            hold_by_id: format!(
+                "SELECT {now2} AS decided_at, h.id, h.slot_id, h.status, h.expires_at, \
+                        h.confirmed_at, h.cancelled_at \
+                 FROM (SELECT 1) AS one LEFT JOIN {s}.holds h ON h.id = $1"
+            ),
+            // Future slots only (an index range on starts_at), each with its expired but
+            // unreclaimed holds counted as free through the per-slot index of held holds: the
+            // cost follows the future slots and their expired holds, never the holds of slots
+            // that have started. A slot with every unit free has no held hold to count. At
+            // least one row: the instant even when there is no slot (`id` is then NULL).
             availability: format!(
-                "SELECT sl.id, sl.starts_at, sl.ends_at, sl.capacity, \
-                        (sl.remaining + coalesce(expired.n, 0))::int4 AS available \
-                 FROM {s}.slots sl \
-                 LEFT JOIN (SELECT slot_id, count(*) AS n FROM {s}.holds \
-                            WHERE status = 'held' AND expires_at <= $1 \
-                            GROUP BY slot_id) expired ON expired.slot_id = sl.id \
-                 WHERE sl.starts_at > $1 \
+                "SELECT c.now AS decided_at, sl.id, sl.starts_at, sl.ends_at, sl.capacity, \
+                        (sl.remaining + CASE WHEN sl.remaining = sl.capacity THEN 0 ELSE ( \
+                            SELECT count(*) FROM {s}.holds h \
+                            WHERE h.slot_id = sl.id AND h.status = 'held' \
+                              AND h.expires_at <= c.now) END)::int4 AS available \
+                 FROM (SELECT {now1} AS now) c \
+                 LEFT JOIN {s}.slots sl ON sl.starts_at > c.now \
                  ORDER BY sl.starts_at, sl.id"
             ),
-            // One statement: the conditional decrement (SPEC R4) and the insert under the
-            // unique key (R5). No unit: no row from `dec`, nothing inserted, nothing changed.
-            // Key taken: the unique violation aborts the statement, decrement included.
+            // One statement: the conditional decrement (a unit is taken only if the update
+            // affected the row), the hold and its key. No unit: no row from `dec`, nothing
+            // inserted, nothing changed. Key taken: the unique violation aborts the statement,
+            // decrement included.
             hold_fast: format!(
                 "WITH dec AS ( \
                      UPDATE {s}.slots SET remaining = remaining - 1 \
-                     WHERE id = $1 AND remaining > 0 AND starts_at > $3 \
-                     RETURNING id) \
-                 INSERT INTO {s}.holds (slot_id, idempotency_key, status, expires_at, created_at) \
-                 SELECT id, $2, 'held', $4, $3 FROM dec \
-                 RETURNING {HOLD_COLUMNS}"
+                     WHERE id = $1 AND remaining > 0 AND starts_at > {now3} \
+                     RETURNING id), \
+                 {insert_hold}"
             ),
-            // The slow path, also one statement: lock the open slot's row first (the lock
-            // order every statement follows: slot, then holds), mark its held holds that
-            // expired by now as expired, add their count back while taking one unit, and
-            // insert. If even then there is no unit, `r` is empty too (a reclaimed hold always
-            // makes room), so nothing changes. Rows affected decide everything: two racing
-            // reclaims serialize on the slot lock and the second finds the holds no longer
-            // `held`.
+            // The slow path, also one statement: lock the open slot's row first, mark its held
+            // holds that expired by now as expired, add their count back while taking one
+            // unit, and insert. If even then there is no unit, `dec` is empty too (a reclaimed
+            // hold always makes room), so nothing changes. Rows affected decide everything:
+            // two racing reclaims serialize on the slot lock and the second finds the holds no
+            // longer `held`.
             hold_reclaim: format!(
                 "WITH s AS ( \
-                     SELECT id FROM {s}.slots WHERE id = $1 AND starts_at > $3 \
+                     SELECT id FROM {s}.slots WHERE id = $1 AND starts_at > {now3} \
                      FOR NO KEY UPDATE), \
                  r AS ( \
                      UPDATE {s}.holds h SET status = 'expired' FROM s \
-                     WHERE h.slot_id = s.id AND h.status = 'held' AND h.expires_at <= $3 \
+                     WHERE h.slot_id = s.id AND h.status = 'held' AND h.expires_at <= {now3} \
                      RETURNING h.id), \
                  dec AS ( \
                      UPDATE {s}.slots sl \
                      SET remaining = sl.remaining + (SELECT count(*) FROM r)::int4 - 1 \
                      FROM s WHERE sl.id = s.id \
                        AND sl.remaining + (SELECT count(*) FROM r)::int4 > 0 \
-                     RETURNING sl.id) \
-                 INSERT INTO {s}.holds (slot_id, idempotency_key, status, expires_at, created_at) \
-                 SELECT id, $2, 'held', $4, $3 FROM dec \
-                 RETURNING {HOLD_COLUMNS}"
+                     RETURNING sl.id), \
+                 {insert_hold}"
             ),
             // After a hold statement changed nothing: the key's hold, if any, and the slot's
-            // start, in one read.
+            // start, in one read, with the instant it was read at.
             explain_hold: format!(
-                "SELECT sl.starts_at AS slot_starts_at, \
+                "SELECT {now3} AS decided_at, sl.starts_at AS slot_starts_at, \
                         h.id, h.slot_id, h.status, h.expires_at, h.confirmed_at, h.cancelled_at \
                  FROM (SELECT 1) AS one \
-                 LEFT JOIN {s}.holds h ON h.idempotency_key = $2 \
+                 LEFT JOIN {s}.hold_keys k ON k.idempotency_key = $2 \
+                 LEFT JOIN {s}.holds h ON h.id = k.hold_id \
                  LEFT JOIN {s}.slots sl ON sl.id = $1"
             ),
             confirm: format!(
-                "UPDATE {s}.holds SET status = 'confirmed', confirmed_at = $2 \
-                 WHERE id = $1 AND status = 'held' AND expires_at > $2 \
-                 RETURNING {HOLD_COLUMNS}"
+                "UPDATE {s}.holds SET status = 'confirmed', confirmed_at = {now2} \
+                 WHERE id = $1 AND status = 'held' AND expires_at > {now2} \
+                 RETURNING {HOLD_COLUMNS}, {now2} AS decided_at"
             ),
             // One statement: lock the hold's slot row (slot before hold, as everywhere), flip
             // a confirmed or still active held hold to cancelled, and give its unit back.
@@ -109,17 +163,19 @@ impl Statements {
                      SELECT sl.id FROM {s}.holds h JOIN {s}.slots sl ON sl.id = h.slot_id \
                      WHERE h.id = $1 FOR NO KEY UPDATE OF sl), \
                  c AS ( \
-                     UPDATE {s}.holds h SET status = 'cancelled', cancelled_at = $2 \
+                     UPDATE {s}.holds h SET status = 'cancelled', cancelled_at = {now2} \
                      FROM target t \
                      WHERE h.id = $1 AND h.slot_id = t.id \
-                       AND (h.status = 'confirmed' OR (h.status = 'held' AND h.expires_at > $2)) \
+                       AND (h.status = 'confirmed' \
+                            OR (h.status = 'held' AND h.expires_at > {now2})) \
                      RETURNING h.id, h.slot_id, h.status, h.expires_at, h.confirmed_at, \
                                h.cancelled_at), \
                  inc AS ( \
                      UPDATE {s}.slots sl SET remaining = sl.remaining + 1 \
                      FROM c WHERE sl.id = c.slot_id \
                      RETURNING sl.id) \
-                 SELECT c.id, c.slot_id, c.status, c.expires_at, c.confirmed_at, c.cancelled_at \
+                 SELECT c.id, c.slot_id, c.status, c.expires_at, c.confirmed_at, \
+                        c.cancelled_at, {now2} AS decided_at \
                  FROM c"
             ),
         }

@@ -1,15 +1,17 @@
 //! Embedded migrations: idempotent, safe to run concurrently, coexisting with a host
-//! application's sqlx migrations in the same database, and data surviving a restart.
+//! application's sqlx migrations in the same database, upgrading a 0.1 schema in place, and
+//! data surviving a restart.
 
 mod common;
 
 use std::path::Path;
 
 use common::*;
-use slot_booking::{HoldOutcome, HoldStatus, Store};
+use slot_booking::{HoldId, HoldOutcome, HoldStatus, SlotId, Store, Timestamp};
 use slot_booking_postgres::PostgresStore;
 use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::Executor;
 
 async fn host_migrator() -> Migrator {
     Migrator::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/host_migrations"))
@@ -77,7 +79,7 @@ async fn migrations_coexist_with_host_sqlx_migrations() {
     );
     assert_eq!(
         tables(&admin, &ours).await,
-        ["holds", "slot_booking_migrations", "slots"]
+        ["hold_keys", "holds", "slot_booking_migrations", "slots"]
     );
     let applied: Vec<(i64, String)> = sqlx::query_as(&format!(
         "SELECT version, description FROM \"{ours}\".slot_booking_migrations ORDER BY version"
@@ -89,7 +91,8 @@ async fn migrations_coexist_with_host_sqlx_migrations() {
         applied,
         vec![
             (1, "create slots and holds".to_owned()),
-            (2, "held holds by expiry".to_owned())
+            (2, "held holds by expiry".to_owned()),
+            (3, "hold keys".to_owned()),
         ]
     );
     let theirs: Vec<i64> = sqlx::query_scalar(&format!(
@@ -183,7 +186,7 @@ async fn concurrent_migrations_apply_once() {
     .fetch_one(&admin)
     .await
     .unwrap();
-    assert_eq!(n, 2, "each of the two migrations applied once");
+    assert_eq!(n, 3, "each of the three migrations applied once");
     admin.close().await;
 }
 
@@ -216,4 +219,122 @@ async fn data_survives_a_restart() {
     assert_eq!(stored.confirmed_at, Some(at(1)));
     assert_invariant(&store, slot_id).await;
     store.pool().close().await;
+}
+
+/// A schema as version 0.1 of this crate left it: migrations 1 and 2 applied and recorded,
+/// holds written by its statements (the key on the hold row, unique there).
+async fn version_0_1_schema(pool: &sqlx::PgPool, schema: &str) {
+    let mut tx = pool.begin().await.unwrap();
+    tx.execute(&*format!(
+        "CREATE SCHEMA \"{schema}\"; SET LOCAL search_path TO \"{schema}\"; \
+         CREATE TABLE slot_booking_migrations ( \
+             version BIGINT PRIMARY KEY, description TEXT NOT NULL, \
+             applied_at TIMESTAMPTZ NOT NULL DEFAULT now()); \
+         INSERT INTO slot_booking_migrations (version, description) \
+         VALUES (1, 'create slots and holds'), (2, 'held holds by expiry');"
+    ))
+    .await
+    .unwrap();
+    tx.execute(include_str!(
+        "../migrations/0001_create_slots_and_holds.sql"
+    ))
+    .await
+    .unwrap();
+    tx.execute(include_str!("../migrations/0002_held_holds_by_expiry.sql"))
+        .await
+        .unwrap();
+    // Slot 1 (capacity 2): a confirmed hold and a held one; slot 2 (capacity 1): a cancelled.
+    tx.execute(
+        "INSERT INTO slots (starts_at, ends_at, capacity, remaining) VALUES \
+           ('2030-03-17 10:00:00.123456+00', '2030-03-17 11:00:00+00', 2, 0), \
+           ('2030-03-17 12:00:00+00', '2030-03-17 13:00:00+00', 1, 1); \
+         INSERT INTO holds (slot_id, idempotency_key, status, expires_at, confirmed_at, \
+                            cancelled_at, created_at) VALUES \
+           (1, 'confirmed-key', 'confirmed', '2030-03-17 09:05:00+00', \
+            '2030-03-17 09:01:00+00', NULL, '2030-03-17 09:00:00+00'), \
+           (1, 'held-key', 'held', '2030-03-17 09:05:00+00', NULL, NULL, \
+            '2030-03-17 09:00:00+00'), \
+           (2, 'cancelled-key', 'cancelled', '2030-03-17 09:05:00+00', NULL, \
+            '2030-03-17 09:02:00+00', '2030-03-17 09:00:00+00');",
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+}
+
+/// A database made by version 0.1 upgrades in place: its rows are kept, every key it stored
+/// still names its hold (a replay finds it, another slot is refused), and the constraint
+/// whose index was a lock path is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_0_1_schema_upgrades_in_place() {
+    let Some(url) = database_url("a_version_0_1_schema_upgrades_in_place") else {
+        return;
+    };
+    let schema = unique_schema("sbtest");
+    let _guard = SchemaGuard {
+        url: url.clone(),
+        schema: schema.clone(),
+    };
+    let admin = pool(&url).await;
+    version_0_1_schema(&admin, &schema).await;
+
+    let store = PostgresStore::with_schema(admin.clone(), &schema).unwrap();
+    store.migrate().await.unwrap();
+
+    let keys: Vec<(String, i64)> = sqlx::query_as(&format!(
+        "SELECT idempotency_key, hold_id FROM \"{schema}\".hold_keys ORDER BY hold_id"
+    ))
+    .fetch_all(&admin)
+    .await
+    .unwrap();
+    assert_eq!(
+        keys,
+        [
+            ("confirmed-key".to_owned(), 1),
+            ("held-key".to_owned(), 2),
+            ("cancelled-key".to_owned(), 3)
+        ]
+    );
+    let unique_on_holds: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_constraint c JOIN pg_namespace n ON n.oid = c.connamespace \
+         WHERE n.nspname = $1 AND c.conname = 'holds_idempotency_key_unique'",
+    )
+    .bind(&schema)
+    .fetch_one(&admin)
+    .await
+    .unwrap();
+    assert_eq!(unique_on_holds, 0);
+
+    let now: Timestamp = "2030-03-17T09:03:00Z".parse().unwrap();
+    let (one, two) = (SlotId(1), SlotId(2));
+    match hold(&store, one, "held-key", now).await {
+        HoldOutcome::Replayed(h) => {
+            assert_eq!((h.hold_id, h.status), (HoldId(2), HoldStatus::Held))
+        }
+        other => panic!("{other:?}"),
+    }
+    match hold(&store, two, "confirmed-key", now).await {
+        HoldOutcome::KeyReused(h) => assert_eq!(h.hold_id, HoldId(1)),
+        other => panic!("{other:?}"),
+    }
+    // New holds get keys of their own; the old rows still count against capacity.
+    assert!(matches!(
+        hold(&store, two, "new-key", now).await,
+        HoldOutcome::Created(_)
+    ));
+    assert!(matches!(
+        hold(&store, one, "another-key", now).await,
+        HoldOutcome::SoldOut
+    ));
+    for slot in [one, two] {
+        assert_invariant(&store, slot).await;
+    }
+    let confirmed = store
+        .get_hold(HoldId(1), now)
+        .await
+        .unwrap()
+        .outcome
+        .unwrap();
+    assert_eq!(confirmed.status, HoldStatus::Confirmed);
+    admin.close().await;
 }

@@ -156,7 +156,10 @@ async fn tables_live_in_the_configured_schema() {
     .fetch_all(ctx.pool())
     .await
     .unwrap();
-    assert_eq!(tables, ["holds", "slot_booking_migrations", "slots"]);
+    assert_eq!(
+        tables,
+        ["hold_keys", "holds", "slot_booking_migrations", "slots"]
+    );
     let indexes: Vec<String> = sqlx::query_scalar(
         "SELECT indexdef FROM pg_indexes WHERE schemaname = $1 ORDER BY indexname",
     )
