@@ -88,7 +88,8 @@
 //! server whose clock runs ahead reclaims holds early and refuses confirms that are still in
 //! time; one that runs behind confirms holds that have expired and accepts holds on slots that
 //! have started, each by the size of the skew. The PostgreSQL store can take every instant from
-//! the database server's clock instead, so all servers agree.
+//! the database server's clock instead (`PostgresStore::with_database_clock` in
+//! `slot_booking_postgres`), so all servers agree; keep servers' clocks synchronised otherwise.
 //!
 //! ## Testing expiry
 //!
