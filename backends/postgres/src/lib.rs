@@ -1,8 +1,8 @@
 //! PostgreSQL store for [`slot_booking`], built on [sqlx](https://docs.rs/sqlx).
 //!
 //! [`PostgresStore`] implements [`Store`] as a thin translation to SQL: every outcome is
-//! decided by the rows a conditional write affected or by the unique constraint on the
-//! idempotency key, never by an earlier read (SPEC R4, R5).
+//! decided by the rows a conditional write affected or by a unique constraint, never by a read
+//! made before the write.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), slot_booking::StoreError> {
@@ -15,9 +15,10 @@
 //!
 //! # Storage
 //!
-//! * Tables `slots` and `holds` live in a schema of their own, [`DEFAULT_SCHEMA`] unless
-//!   [`PostgresStore::with_schema`] names another. Every statement names its tables with the
-//!   schema, so the pool can be shared with the host application whatever its `search_path`.
+//! * Tables `slots`, `holds` and `hold_keys` live in a schema of their own,
+//!   [`DEFAULT_SCHEMA`] unless [`PostgresStore::with_schema`] names another. Every statement
+//!   names its tables with the schema, so the pool can be shared with the host application
+//!   whatever its `search_path`.
 //! * [`PostgresStore::migrate`] applies the embedded migrations (`migrations/*.sql`) and
 //!   records them in `<schema>.slot_booking_migrations`, not in sqlx's `_sqlx_migrations`, so
 //!   a host application's own sqlx migrations coexist in the same database.
@@ -26,20 +27,58 @@
 //!   partial index over holds still stored as `held` keeps availability and reclaim away from
 //!   confirmed and cancelled history.
 //!
+//! # sqlx and TLS
+//!
+//! Built on sqlx 0.8, re-exported as [`slot_booking_postgres::sqlx`](crate::sqlx): build the
+//! pool you pass to [`PostgresStore::new`] with it. A pool from another sqlx major version is a
+//! different type, and the compiler would say "expected `Pool`, found a different `Pool`".
+//!
+//! Without a feature the store connects without TLS. Managed databases usually require it:
+//!
+//! * `tls-rustls`: rustls (ring, no system OpenSSL), trusting the Mozilla root certificates
+//!   compiled in from `webpki-roots`;
+//! * `tls-rustls-native-roots`: the same, trusting the operating system's certificate store.
+//!
+//! Choose the mode in the URL: `sslmode=require` encrypts but accepts any server certificate
+//! (a self-signed one included), `sslmode=verify-ca` checks the certificate against the
+//! trusted roots (or `sslrootcert=<file>`), `sslmode=verify-full` also checks the host name.
+//! The default, `prefer`, uses TLS when the server offers it and a TLS feature is compiled in.
+//!
 //! # Statements
 //!
 //! * A hold is **one statement** in the common case: a CTE decrements the slot's `remaining`
-//!   (`... WHERE remaining > 0 AND starts_at > now`) and inserts the hold from the row it
-//!   returns. A unique violation on the key aborts the whole statement, so the decrement is
-//!   undone; the existing hold is then read to tell a replay from a reused key. Only when the
-//!   decrement found no unit does a second statement lock the slot, reclaim its expired holds,
-//!   decrement once more and insert, again atomically.
+//!   (`... WHERE remaining > 0 AND starts_at > now`), inserts the hold from the row it returns
+//!   and, last, its key into `hold_keys`. A unique violation on the key aborts the whole
+//!   statement, so the decrement is undone; the key's hold is then read to tell a replay from a
+//!   reused key. Only when the decrement found no unit does a second statement lock the slot,
+//!   reclaim its expired holds, decrement once more and insert, again atomically.
 //! * A cancel is one statement too: it locks the slot row, flips the hold and gives the unit
 //!   back. Confirm is a single conditional `UPDATE`.
-//! * Row locks are always taken slot first, then holds, so concurrent holds, confirms,
-//!   cancels and reclaims on one slot cannot deadlock.
+//! * Availability reads the slots that have not started and, for each one with units taken,
+//!   counts its held holds that have expired: holds of slots that have started, however many
+//!   were abandoned there, are never read.
 //!
-//! Connection, pool and I/O failures, and the SQLSTATEs of a lost connection (class `08`),
+//! # Lock paths
+//!
+//! Every statement runs in a transaction of its own and takes at most one slot row, first;
+//! hold rows only of that slot (a confirm: only its hold, and nothing else); and, last, the
+//! key it inserts into `hold_keys`, a table that is only ever inserted into. A statement
+//! waiting on a key therefore waits for one that has nothing left to wait for, and no two
+//! statements can wait for each other: there is no deadlock to retry. (Keys used to be unique
+//! on the holds themselves; a reclaim then rewrote the index entries of other requests' keys,
+//! and two reclaims on two slots could deadlock. Migration 3 moved them.)
+//!
+//! # Time
+//!
+//! By default statements compare expiries and slot starts with the `now` the engine passes
+//! from its clock, so servers with skewed clocks decide by different instants.
+//! [`PostgresStore::with_database_clock`] makes every statement use the database server's
+//! clock instead; each answer carries that instant.
+//!
+//! # Errors
+//!
+//! Connection, pool and I/O failures (not TLS failures: a certificate that does not verify
+//! will not on retry), and the SQLSTATEs of a lost connection (class `08`),
 //! serialization failure (`40001`), deadlock (`40P01`), too many connections (`53300`) and
 //! server shutdown (`57P01`–`57P03`) map to [`StoreError::unavailable`]; everything else to
 //! [`StoreError::failed`].
@@ -58,6 +97,10 @@ use sqlx::Row;
 
 mod migrate;
 mod sql;
+
+/// The sqlx this crate is built on (0.8). Build pools and connection options through this
+/// re-export: a pool from another sqlx major version is a different type.
+pub use sqlx;
 
 use sql::Statements;
 
@@ -205,11 +248,11 @@ impl PostgresStore {
 /// [`StoreError::unavailable`], everything else [`StoreError::failed`].
 pub(crate) fn map_err(error: sqlx::Error) -> StoreError {
     let transient = match &error {
-        sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::Io(_)
-        | sqlx::Error::Tls(_)
-        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::WorkerCrashed => true,
+        // A certificate that does not verify stays so on retry: rustls reports it as invalid
+        // data on the stream. A connection dropped mid-handshake is another kind of I/O error.
+        sqlx::Error::Io(io) => io.kind() != std::io::ErrorKind::InvalidData,
+        sqlx::Error::Tls(_) => false,
         sqlx::Error::Database(db) => db.code().is_some_and(|code| {
             code.starts_with("08") // connection exception
                 || matches!(

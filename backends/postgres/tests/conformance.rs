@@ -4,4 +4,4 @@
 
 mod common;
 
-slot_booking::conformance_tests!(optional: || common::OwnedStore::fresh("conformance"));
+slot_booking::conformance_tests!(optional: || common::owned_store("conformance"));

@@ -11,10 +11,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration as StdDuration, SystemTime, UNIX_EPOCH};
 
 use chrono::{Duration, TimeZone, Utc};
-use slot_booking::{
-    Decided, HoldId, HoldOutcome, HoldRequest, IdempotencyKey, NewSlot, SlotId, Store, StoreError,
-    Timestamp, Transition,
-};
+use slot_booking::conformance::kit::{Owned, SlotTally};
+use slot_booking::{HoldOutcome, HoldRequest, IdempotencyKey, NewSlot, SlotId, Store, Timestamp};
 use slot_booking_postgres::PostgresStore;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
@@ -187,74 +185,29 @@ pub async fn counts(store: &PostgresStore, slot_id: SlotId) -> (i64, i64, i64, i
     .unwrap()
 }
 
-/// Asserts `remaining + stored held + confirmed == capacity` and `remaining >= 0`.
+/// Asserts the capacity invariant on counts made with SQL, not through the store.
 pub async fn assert_invariant(store: &PostgresStore, slot_id: SlotId) {
     let (capacity, remaining, held, confirmed) = counts(store, slot_id).await;
-    assert!(remaining >= 0, "remaining {remaining} < 0");
-    assert_eq!(
-        remaining + held + confirmed,
+    SlotTally {
         capacity,
-        "invariant broken: remaining {remaining} + held {held} + confirmed {confirmed} != capacity {capacity}"
-    );
+        remaining,
+        held,
+        confirmed,
+        active: None,
+    }
+    .assert();
 }
 
 /// A store that owns its fresh schema: the schema is dropped when the store is (after its
 /// pool), so a conformance case cleans up after itself.
-pub struct OwnedStore {
-    store: PostgresStore,
-    _guard: SchemaGuard,
-}
+pub type OwnedStore = Owned<PostgresStore, SchemaGuard>;
 
-impl OwnedStore {
-    /// `None` without `DATABASE_URL` (after the SKIPPED notice; a panic on CI).
-    pub async fn fresh(test: &str) -> Option<Self> {
-        let ctx = setup(test).await?;
-        Some(OwnedStore {
-            store: ctx.store,
-            _guard: ctx.guard,
-        })
-    }
-}
-
-#[async_trait::async_trait]
-impl Store for OwnedStore {
-    async fn create_slot(&self, slot: &NewSlot) -> Result<slot_booking::Slot, StoreError> {
-        self.store.create_slot(slot).await
-    }
-    async fn availability(
-        &self,
-        now: Timestamp,
-    ) -> Result<Decided<Vec<slot_booking::AvailabilityEntry>>, StoreError> {
-        self.store.availability(now).await
-    }
-    async fn create_hold(
-        &self,
-        request: HoldRequest<'_>,
-    ) -> Result<Decided<HoldOutcome>, StoreError> {
-        self.store.create_hold(request).await
-    }
-    async fn confirm_hold(
-        &self,
-        hold_id: HoldId,
-        now: Timestamp,
-    ) -> Result<Decided<Transition>, StoreError> {
-        self.store.confirm_hold(hold_id, now).await
-    }
-    async fn cancel_hold(
-        &self,
-        hold_id: HoldId,
-        now: Timestamp,
-    ) -> Result<Decided<Transition>, StoreError> {
-        self.store.cancel_hold(hold_id, now).await
-    }
-    async fn get_hold(
-        &self,
-        hold_id: HoldId,
-        now: Timestamp,
-    ) -> Result<Decided<Option<slot_booking::Hold>>, StoreError> {
-        self.store.get_hold(hold_id, now).await
-    }
-    async fn get_slot(&self, slot_id: SlotId) -> Result<Option<slot_booking::Slot>, StoreError> {
-        self.store.get_slot(slot_id).await
-    }
+/// A migrated store on a fresh schema, or `None` without `DATABASE_URL` (after the SKIPPED
+/// notice; a panic on CI).
+pub async fn owned_store(test: &str) -> Option<OwnedStore> {
+    let ctx = setup(test).await?;
+    Some(Owned {
+        store: ctx.store,
+        guard: ctx.guard,
+    })
 }
