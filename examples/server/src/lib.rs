@@ -2,7 +2,7 @@
 //!
 //! This crate backs the `server` example (`cargo run --example server`) and its end-to-end
 //! tests. It is an example of using the library, not part of it: the library knows nothing of
-//! HTTP, and every status code below is this crate's choice (SPEC §7).
+//! HTTP, and every status code below is this crate's choice.
 //!
 //! | method | path | success |
 //! |---|---|---|
@@ -13,9 +13,26 @@
 //! | GET | /holds/{hold} | 200, the hold |
 //!
 //! Errors are `application/problem+json` with a machine `code`.
-
+//!
+//! [`run`] is the whole server: [`Config`] from the environment (checked before anything is
+//! opened), the [`Database`] (migrated, demo slots added once), the engine, and [`serve`]
+//! with its connection bounds. Limits a client meets:
+//!
+//! | limit | answer |
+//! |---|---|
+//! | request head not complete within `HEADER_TIMEOUT_SECONDS` | connection closed |
+//! | body not complete within `BODY_TIMEOUT_SECONDS` | 408 `body_timeout` |
+//! | body over [`MAX_BODY_BYTES`] | 413 `payload_too_large` |
+//! | malformed body (bad chunked encoding) | 400 `invalid_body` |
+//! | URI over [`MAX_URI_BYTES`] | 414 `uri_too_long` |
+//! | headers over [`MAX_HEADER_BYTES`] in all | 431 `headers_too_large` |
+//!
+//! hyper answers some requests before they reach the router, with an empty body: a request
+//! line or header it cannot parse (400), more than 100 headers or a head over its ~400 KiB
+//! buffer (431), a URI over 64 KiB (414).
+use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::{PathRejection, QueryRejection};
@@ -25,13 +42,24 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::Extension;
 use axum::{Json, Router};
+use http_body_util::BodyExt;
 use serde::{Deserialize, Serialize};
 use slot_booking::model::{rfc3339, ParseIdError};
 use slot_booking::{
     Availability, AvailabilityQuery, BookingEngine, BookingError, Hold, HoldId, SlotId, Store,
     StoreError,
 };
+use std::future::Future;
+
+pub mod config;
+pub mod database;
+pub mod serve;
+
+pub use config::{Config, ConfigError};
+pub use database::{demo_slots, Database};
+pub use serve::serve;
 
 /// The engine the router serves: any store behind a trait object.
 pub type Engine = BookingEngine<Arc<dyn Store>>;
@@ -39,16 +67,27 @@ pub type Engine = BookingEngine<Arc<dyn Store>>;
 /// Largest request body accepted; larger ones get 413.
 pub const MAX_BODY_BYTES: usize = 16 * 1024;
 
+/// Longest request URI accepted (path and query); longer ones get 414.
+pub const MAX_URI_BYTES: usize = 8 * 1024;
+
+/// Most bytes of header names and values accepted in one request; more get 431.
+pub const MAX_HEADER_BYTES: usize = 16 * 1024;
+
 /// Seconds a client is told to wait after a 503.
 pub const RETRY_AFTER_SECONDS: u64 = 1;
 
-/// The routes, at the root of the path space.
+/// The routes, at the root of the path space, with the default limits.
 pub fn router(engine: Engine) -> Router {
-    router_with_prefix(engine, "")
+    router_with_config(engine, &Config::default())
 }
 
-/// The routes under `prefix` (e.g. `/api/v1`; empty for none).
-pub fn router_with_prefix(engine: Engine, prefix: &str) -> Router {
+/// Where the routes are mounted, for the `Location` of a new hold.
+#[derive(Debug, Clone)]
+struct PathPrefix(Arc<str>);
+
+/// The routes under `config.path_prefix` (validated by [`Config`]), with its body timeout.
+pub fn router_with_config(engine: Engine, config: &Config) -> Router {
+    let prefix = config.path_prefix.trim_end_matches('/');
     let routes = Router::new()
         .route("/slots/availability", get(availability))
         .route("/slots/{slot}/hold", post(hold))
@@ -62,33 +101,99 @@ pub fn router_with_prefix(engine: Engine, prefix: &str) -> Router {
             )
         })
         .with_state(engine);
-    let prefix = prefix.trim_end_matches('/');
     let app = if prefix.is_empty() {
         routes
     } else {
         Router::new().nest(prefix, routes)
     };
+    let body_timeout = config.body_timeout;
     app.fallback(|| async { Problem::not_found() })
-        .layer(middleware::from_fn(limit_body))
+        .layer(middleware::from_fn(move |request, next| {
+            read_body(request, next, body_timeout)
+        }))
+        .layer(middleware::from_fn(limit_head))
+        .layer(Extension(PathPrefix(Arc::from(prefix))))
         .layer(middleware::from_fn(log_request))
 }
 
-/// Opens the store a `DATABASE_URL` names (`sqlite:` or `postgres:`/`postgresql:`) and applies
-/// its migrations.
-pub async fn open_store(database_url: &str) -> Result<Arc<dyn Store>, StoreError> {
-    if database_url.starts_with("postgres:") || database_url.starts_with("postgresql:") {
-        let store = slot_booking_postgres::PostgresStore::connect(database_url).await?;
-        store.migrate().await?;
-        Ok(Arc::new(store))
-    } else if database_url.starts_with("sqlite:") {
-        let store = slot_booking_sqlite::SqliteStore::connect(database_url).await?;
-        store.migrate().await?;
-        Ok(Arc::new(store))
-    } else {
-        Err(StoreError::failed(
-            "DATABASE_URL must start with sqlite:, postgres: or postgresql:",
-        ))
+/// The server, configured from the environment: exit code 1 with one line on stderr when the
+/// configuration is invalid (before anything is opened) or the server cannot start.
+pub async fn main_from_env() -> ExitCode {
+    let config = match Config::from_env() {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match run(config, shutdown_signal()).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::FAILURE
+        }
     }
+}
+
+/// Opens the database, adds the demo slots (once, across processes), and serves until
+/// `shutdown` completes. Logs `serving on http://<address>` when it accepts connections.
+pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), String> {
+    let scheme = config.database_url.split(':').next().unwrap_or_default();
+    let database = Database::open(&config.database_url)
+        .await
+        .map_err(|e| format!("cannot open the {scheme} database: {e}"))?
+        .on_database_clock();
+    if config.demo_slots {
+        let added = database
+            .seed(&demo_slots(chrono::Utc::now()), chrono::Utc::now())
+            .await
+            .map_err(|e| format!("cannot add demo slots: {e}"))?;
+        if added > 0 {
+            tracing::info!("added {added} demo slots");
+        }
+    }
+    let engine: Engine = BookingEngine::builder(database.store())
+        .hold_ttl(config.hold_ttl)
+        .cache_period(config.cache_period)
+        .build();
+    let listener = tokio::net::TcpListener::bind(&config.bind)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", config.bind))?;
+    let address = listener.local_addr().map_err(|e| e.to_string())?;
+    tracing::info!(
+        max_connections = config.max_connections,
+        "serving on http://{address} ({scheme})"
+    );
+    let app = router_with_config(engine, &config);
+    let left_open = serve(listener, app, &config, shutdown).await;
+    tracing::info!(left_open, "shut down");
+    Ok(())
+}
+
+/// Completes on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = interrupt => {},
+        _ = terminate => {},
+    }
+}
+
+/// Opens the store a `DATABASE_URL` names (`sqlite:` or `postgres:`/`postgresql:`) and applies
+/// its migrations. Time comes from the engine's clock (see [`Database::on_database_clock`]).
+pub async fn open_store(database_url: &str) -> Result<Arc<dyn Store>, StoreError> {
+    Ok(Database::open(database_url).await?.store())
 }
 
 // ---- handlers -------------------------------------------------------------------------------
@@ -131,13 +236,14 @@ fn parse_time(name: &str, raw: Option<&str>) -> Result<Option<slot_booking::Time
 
 async fn hold(
     State(engine): State<Engine>,
+    Extension(PathPrefix(prefix)): Extension<PathPrefix>,
     slot: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
 ) -> Result<Response, Problem> {
     let slot_id: SlotId = path_id(slot, "slot")?;
     let key = idempotency_key(&headers)?;
     let placed = engine.hold(slot_id, &key).await?;
-    let location = format!("/holds/{}", placed.hold.hold_id);
+    let location = format!("{prefix}/holds/{}", placed.hold.hold_id);
     let mut response = (
         StatusCode::CREATED,
         [(LOCATION, location)],
@@ -351,9 +457,42 @@ impl IntoResponse for Problem {
 
 // ---- middleware -----------------------------------------------------------------------------
 
-/// Refuses bodies over [`MAX_BODY_BYTES`] with 413, whether announced by `Content-Length` or
-/// streamed chunked. No route reads a body, so the (small) accepted body is passed on as is.
-async fn limit_body(request: Request, next: Next) -> Response {
+/// Refuses a URI over [`MAX_URI_BYTES`] (414) and headers over [`MAX_HEADER_BYTES`] (431)
+/// with a problem body; hyper's own, larger limits answer without one.
+async fn limit_head(request: Request, next: Next) -> Response {
+    let uri_bytes = request
+        .uri()
+        .path_and_query()
+        .map_or(0, |p| p.as_str().len());
+    if uri_bytes > MAX_URI_BYTES {
+        return Problem::new(
+            StatusCode::URI_TOO_LONG,
+            "uri_too_long",
+            format!("request URIs are limited to {MAX_URI_BYTES} bytes"),
+        )
+        .into_response();
+    }
+    let header_bytes: usize = request
+        .headers()
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len())
+        .sum();
+    if header_bytes > MAX_HEADER_BYTES {
+        return Problem::new(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "headers_too_large",
+            format!("request headers are limited to {MAX_HEADER_BYTES} bytes in all"),
+        )
+        .into_response();
+    }
+    next.run(request).await
+}
+
+/// Reads the body before routing, within `timeout` and [`MAX_BODY_BYTES`]: too large is 413
+/// (announced by `Content-Length` or found while streaming), too slow 408, malformed (a
+/// broken chunked encoding) 400. No route reads a body, so the small accepted body is passed
+/// on as is.
+async fn read_body(request: Request, next: Next, timeout: Duration) -> Response {
     let too_large = || {
         Problem::new(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -371,9 +510,29 @@ async fn limit_body(request: Request, next: Next) -> Response {
         return too_large();
     }
     let (parts, body) = request.into_parts();
-    let bytes: Bytes = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
-        Ok(bytes) => bytes,
-        Err(_) => return too_large(),
+    let limited = http_body_util::Limited::new(body, MAX_BODY_BYTES);
+    let bytes: Bytes = match tokio::time::timeout(timeout, limited.collect()).await {
+        Ok(Ok(collected)) => collected.to_bytes(),
+        Ok(Err(error)) if error.is::<http_body_util::LengthLimitError>() => return too_large(),
+        Ok(Err(error)) => {
+            return Problem::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_body",
+                format!("the request body could not be read: {error}"),
+            )
+            .into_response()
+        }
+        Err(_) => {
+            return Problem::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "body_timeout",
+                format!(
+                    "the request body did not arrive within {} seconds",
+                    timeout.as_secs()
+                ),
+            )
+            .into_response()
+        }
     };
     next.run(Request::from_parts(parts, Body::from(bytes)))
         .await

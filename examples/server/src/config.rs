@@ -1,0 +1,296 @@
+//! The server's configuration, read from the environment and checked as a whole before
+//! anything is opened: a bad value stops the process with one line naming it.
+
+use std::fmt;
+use std::time::Duration;
+
+/// Every setting of the server, with the environment variable that sets it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// `DATABASE_URL`: `sqlite:…` (default `sqlite://slot_booking.db`) or `postgres://…`.
+    pub database_url: String,
+    /// `BIND`: the address to listen on (default `127.0.0.1:3000`).
+    pub bind: String,
+    /// `PATH_PREFIX`: where the routes are mounted (default: the root). Empty, or `/` followed
+    /// by segments of letters, digits, `-`, `_`, `.` and `~`, without a trailing `/`.
+    pub path_prefix: String,
+    /// `DEMO_SLOTS`: `0` skips the demo slots (default `1`).
+    pub demo_slots: bool,
+    /// `HOLD_TTL_SECONDS`: how long a hold lasts before it expires (default 300).
+    pub hold_ttl: Duration,
+    /// `CACHE_PERIOD_SECONDS`: how long an availability listing is served before it is read
+    /// again (default 10; `0` reads the store on every request).
+    pub cache_period: Duration,
+    /// `HEADER_TIMEOUT_SECONDS`: a connection that has not sent a whole request head within
+    /// this time, whether new or idle between requests, is closed (default 10).
+    pub header_timeout: Duration,
+    /// `BODY_TIMEOUT_SECONDS`: a request whose body has not arrived within this time gets 408
+    /// (default 10).
+    pub body_timeout: Duration,
+    /// `MAX_CONNECTIONS`: connections served at once; more wait to be accepted (default 512,
+    /// lowered to fit the process's open-file limit).
+    pub max_connections: usize,
+    /// `SHUTDOWN_GRACE_SECONDS`: after SIGTERM or SIGINT, how long requests in flight may take
+    /// to finish before the remaining connections are closed (default 10).
+    pub shutdown_grace: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            database_url: "sqlite://slot_booking.db".to_owned(),
+            bind: "127.0.0.1:3000".to_owned(),
+            path_prefix: String::new(),
+            demo_slots: true,
+            hold_ttl: Duration::from_secs(300),
+            cache_period: Duration::from_secs(10),
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(10),
+            max_connections: 512,
+            shutdown_grace: Duration::from_secs(10),
+        }
+    }
+}
+
+/// A setting that cannot be used, with the variable that holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The environment variable.
+    pub variable: &'static str,
+    /// What is wrong with its value.
+    pub problem: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid {}: {}", self.variable, self.problem)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl Config {
+    /// The configuration in the process's environment.
+    pub fn from_env() -> Result<Config, ConfigError> {
+        Config::from_vars(|name| std::env::var(name).ok())
+    }
+
+    /// The configuration `var` gives (a variable's value, `None` when unset).
+    pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+        let defaults = Config::default();
+        let seconds = |variable: &'static str, default: Duration, zero_ok: bool| {
+            var(variable).map_or(Ok(default), |raw| parse_seconds(variable, &raw, zero_ok))
+        };
+        let config = Config {
+            database_url: var("DATABASE_URL").unwrap_or(defaults.database_url),
+            bind: var("BIND").unwrap_or(defaults.bind),
+            path_prefix: var("PATH_PREFIX").unwrap_or_default(),
+            demo_slots: match var("DEMO_SLOTS").as_deref() {
+                None | Some("1") => true,
+                Some("0") => false,
+                Some(other) => return Err(error("DEMO_SLOTS", format!("{other:?} is not 0 or 1"))),
+            },
+            hold_ttl: seconds("HOLD_TTL_SECONDS", defaults.hold_ttl, false)?,
+            cache_period: seconds("CACHE_PERIOD_SECONDS", defaults.cache_period, true)?,
+            header_timeout: seconds("HEADER_TIMEOUT_SECONDS", defaults.header_timeout, false)?,
+            body_timeout: seconds("BODY_TIMEOUT_SECONDS", defaults.body_timeout, false)?,
+            max_connections: match var("MAX_CONNECTIONS") {
+                None => fit_to_file_limit(defaults.max_connections),
+                Some(raw) => match raw.parse::<usize>() {
+                    Ok(n) if n > 0 => n,
+                    _ => {
+                        return Err(error(
+                            "MAX_CONNECTIONS",
+                            format!("{raw:?} is not a positive whole number"),
+                        ))
+                    }
+                },
+            },
+            shutdown_grace: seconds("SHUTDOWN_GRACE_SECONDS", defaults.shutdown_grace, true)?,
+        };
+        validate_prefix(&config.path_prefix)?;
+        validate_database_url(&config.database_url)?;
+        if config.bind.parse::<std::net::SocketAddr>().is_err() {
+            return Err(error(
+                "BIND",
+                format!("{:?} is not an address like 127.0.0.1:3000", config.bind),
+            ));
+        }
+        Ok(config)
+    }
+}
+
+fn error(variable: &'static str, problem: impl Into<String>) -> ConfigError {
+    ConfigError {
+        variable,
+        problem: problem.into(),
+    }
+}
+
+fn parse_seconds(
+    variable: &'static str,
+    raw: &str,
+    zero_ok: bool,
+) -> Result<Duration, ConfigError> {
+    match raw.parse::<u64>() {
+        Ok(0) if !zero_ok => Err(error(variable, "must be at least 1")),
+        // A year bounds every setting: beyond it, a typo is likelier than an intent.
+        Ok(n) if n <= 366 * 24 * 3600 => Ok(Duration::from_secs(n)),
+        _ => Err(error(
+            variable,
+            format!("{raw:?} is not a whole number of seconds (at most a year)"),
+        )),
+    }
+}
+
+/// An empty prefix, or `/segment(/segment)*` of unreserved URL characters: no trailing `/`,
+/// no empty segment, nothing axum would read as a capture (`{x}`) or a wildcard.
+fn validate_prefix(prefix: &str) -> Result<(), ConfigError> {
+    if prefix.is_empty() {
+        return Ok(());
+    }
+    let Some(rest) = prefix.strip_prefix('/') else {
+        return Err(error(
+            "PATH_PREFIX",
+            format!("{prefix:?} must start with /, like /api"),
+        ));
+    };
+    let segment_ok = |segment: &str| {
+        !segment.is_empty()
+            && segment
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~'))
+    };
+    if rest.split('/').all(segment_ok) {
+        Ok(())
+    } else {
+        Err(error(
+            "PATH_PREFIX",
+            format!(
+                "{prefix:?} must be /segment[/segment…] of letters, digits, -, _, . and ~, \
+                 without a trailing /"
+            ),
+        ))
+    }
+}
+
+fn validate_database_url(url: &str) -> Result<(), ConfigError> {
+    let known = ["sqlite:", "postgres:", "postgresql:"];
+    if known.iter().any(|scheme| url.starts_with(scheme)) {
+        Ok(())
+    } else {
+        Err(error(
+            "DATABASE_URL",
+            "must start with sqlite:, postgres: or postgresql:",
+        ))
+    }
+}
+
+/// `wanted`, lowered so that connections, the database pool and the process's other files fit
+/// under its soft open-file limit (read from `/proc/self/limits` where there is one).
+fn fit_to_file_limit(wanted: usize) -> usize {
+    /// Files kept for the listener, the database pool, logs and the runtime.
+    const RESERVED: usize = 64;
+    let limit = std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|limits| {
+            let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+            line.split_whitespace().nth(3)?.parse::<usize>().ok()
+        });
+    match limit {
+        Some(limit) => wanted.min(limit.saturating_sub(RESERVED).max(1)),
+        None => wanted,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let vars: Vec<(String, String)> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::from_vars(|name| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()))
+    }
+
+    #[test]
+    fn defaults_apply_when_nothing_is_set() {
+        let config = with(&[]).unwrap();
+        assert_eq!(
+            Config {
+                max_connections: Config::default().max_connections,
+                ..config.clone()
+            },
+            Config::default()
+        );
+        assert!(config.max_connections >= 1 && config.max_connections <= 512);
+    }
+
+    #[test]
+    fn every_setting_is_read() {
+        let config = with(&[
+            ("DATABASE_URL", "postgres://db/app"),
+            ("BIND", "0.0.0.0:8080"),
+            ("PATH_PREFIX", "/api/v1"),
+            ("DEMO_SLOTS", "0"),
+            ("HOLD_TTL_SECONDS", "60"),
+            ("CACHE_PERIOD_SECONDS", "0"),
+            ("HEADER_TIMEOUT_SECONDS", "3"),
+            ("BODY_TIMEOUT_SECONDS", "4"),
+            ("MAX_CONNECTIONS", "7"),
+            ("SHUTDOWN_GRACE_SECONDS", "2"),
+        ])
+        .unwrap();
+        assert_eq!(
+            config,
+            Config {
+                database_url: "postgres://db/app".into(),
+                bind: "0.0.0.0:8080".into(),
+                path_prefix: "/api/v1".into(),
+                demo_slots: false,
+                hold_ttl: Duration::from_secs(60),
+                cache_period: Duration::ZERO,
+                header_timeout: Duration::from_secs(3),
+                body_timeout: Duration::from_secs(4),
+                max_connections: 7,
+                shutdown_grace: Duration::from_secs(2),
+            }
+        );
+    }
+
+    #[test]
+    fn bad_values_name_their_variable() {
+        for (variable, value) in [
+            ("PATH_PREFIX", "api"),
+            ("PATH_PREFIX", "/{x}"),
+            ("PATH_PREFIX", "/api/"),
+            ("PATH_PREFIX", "//api"),
+            ("PATH_PREFIX", "/*rest"),
+            ("PATH_PREFIX", "/a b"),
+            ("DATABASE_URL", "mysql://db"),
+            ("BIND", "localhost"),
+            ("DEMO_SLOTS", "yes"),
+            ("HOLD_TTL_SECONDS", "0"),
+            ("HOLD_TTL_SECONDS", "-1"),
+            ("HEADER_TIMEOUT_SECONDS", "1.5"),
+            ("BODY_TIMEOUT_SECONDS", "99999999999"),
+            ("MAX_CONNECTIONS", "0"),
+            ("SHUTDOWN_GRACE_SECONDS", "x"),
+        ] {
+            let error = with(&[(variable, value)]).unwrap_err();
+            assert_eq!(error.variable, variable, "{value:?}");
+            let line = error.to_string();
+            assert!(line.starts_with(&format!("invalid {variable}: ")), "{line}");
+            assert!(!line.contains('\n'), "{line}");
+        }
+    }
+
+    #[test]
+    fn the_open_file_limit_lowers_the_connection_limit() {
+        let fitted = fit_to_file_limit(usize::MAX);
+        assert!(fitted < usize::MAX, "no open-file limit was read");
+        assert_eq!(fit_to_file_limit(1), 1);
+    }
+}

@@ -1,0 +1,170 @@
+//! The database a `DATABASE_URL` names, opened and migrated, and the demo slots added to it
+//! once however many servers start on it together.
+
+use std::sync::Arc;
+
+use chrono::{Duration, DurationRound};
+use slot_booking::{NewSlot, Store, StoreError, Timestamp};
+use slot_booking_postgres::PostgresStore;
+use slot_booking_sqlite::SqliteStore;
+
+/// An open, migrated database.
+#[derive(Debug, Clone)]
+pub enum Database {
+    /// `sqlite:…`
+    Sqlite(SqliteStore),
+    /// `postgres:…` or `postgresql:…`.
+    Postgres(PostgresStore),
+}
+
+/// The advisory lock that serializes demo seeding across processes on one PostgreSQL database.
+const SEED_LOCK: i64 = 0x736c_6f74_7365_6564; // "slotseed"
+
+impl Database {
+    /// Opens the database `url` names (`sqlite:`, `postgres:` or `postgresql:`) and applies
+    /// its migrations.
+    pub async fn open(url: &str) -> Result<Database, StoreError> {
+        if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+            let store = PostgresStore::connect(url).await?;
+            store.migrate().await?;
+            Ok(Database::Postgres(store))
+        } else if url.starts_with("sqlite:") {
+            let store = SqliteStore::connect(url).await?;
+            store.migrate().await?;
+            Ok(Database::Sqlite(store))
+        } else {
+            Err(StoreError::failed(
+                "DATABASE_URL must start with sqlite:, postgres: or postgresql:",
+            ))
+        }
+    }
+
+    /// This database, deciding by the database server's clock where it has one (PostgreSQL),
+    /// so several servers agree about expiry and slot starts whatever their own clocks say.
+    /// An engine's manual clock no longer drives time on such a store.
+    pub fn on_database_clock(self) -> Database {
+        match self {
+            Database::Postgres(store) => Database::Postgres(store.with_database_clock()),
+            sqlite => sqlite,
+        }
+    }
+
+    /// The store, for an engine.
+    pub fn store(&self) -> Arc<dyn Store> {
+        match self {
+            Database::Sqlite(store) => Arc::new(store.clone()),
+            Database::Postgres(store) => Arc::new(store.clone()),
+        }
+    }
+
+    /// Adds `slots` unless a slot starts after `now`, and says how many it added. The check
+    /// and the inserts are one transaction under a lock every seeding process takes (an
+    /// advisory lock on PostgreSQL, SQLite's write lock), so servers starting together on an
+    /// empty database add the slots once.
+    pub async fn seed(&self, slots: &[NewSlot], now: Timestamp) -> Result<usize, StoreError> {
+        match self {
+            Database::Postgres(store) => seed_postgres(store, slots, now).await,
+            Database::Sqlite(store) => seed_sqlite(store, slots, now).await,
+        }
+    }
+}
+
+async fn seed_postgres(
+    store: &PostgresStore,
+    slots: &[NewSlot],
+    now: Timestamp,
+) -> Result<usize, StoreError> {
+    let s = format!("\"{}\"", store.schema());
+    let mut tx = store.pool().begin().await.map_err(StoreError::failed)?;
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(SEED_LOCK)
+        .execute(&mut *tx)
+        .await
+        .map_err(StoreError::unavailable)?;
+    let upcoming: bool = sqlx::query_scalar(&format!(
+        "SELECT EXISTS (SELECT 1 FROM {s}.slots WHERE starts_at > $1)"
+    ))
+    .bind(now)
+    .fetch_one(&mut *tx)
+    .await
+    .map_err(StoreError::failed)?;
+    if upcoming {
+        return Ok(0);
+    }
+    let insert = format!(
+        "INSERT INTO {s}.slots (starts_at, ends_at, capacity, remaining) VALUES ($1, $2, $3, $3)"
+    );
+    for slot in slots {
+        sqlx::query(&insert)
+            .bind(slot.starts_at)
+            .bind(slot.ends_at)
+            .bind(slot.capacity)
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::failed)?;
+    }
+    tx.commit().await.map_err(StoreError::unavailable)?;
+    Ok(slots.len())
+}
+
+async fn seed_sqlite(
+    store: &SqliteStore,
+    slots: &[NewSlot],
+    now: Timestamp,
+) -> Result<usize, StoreError> {
+    let table = format!("{}slots", store.table_prefix());
+    let mut connection = store
+        .pool()
+        .acquire()
+        .await
+        .map_err(StoreError::unavailable)?;
+    // BEGIN IMMEDIATE takes the write lock before the check, so a second seeder waits (up to
+    // the pool's busy_timeout) and then sees the first one's slots.
+    sqlx::query("BEGIN IMMEDIATE")
+        .execute(&mut *connection)
+        .await
+        .map_err(StoreError::unavailable)?;
+    let seeded = async {
+        let upcoming: bool = sqlx::query_scalar(&format!(
+            "SELECT EXISTS (SELECT 1 FROM {table} WHERE starts_at > ?1)"
+        ))
+        .bind(now.timestamp_micros())
+        .fetch_one(&mut *connection)
+        .await?;
+        if upcoming {
+            return Ok(0);
+        }
+        let insert = format!(
+            "INSERT INTO {table} (starts_at, ends_at, capacity, remaining) VALUES (?1, ?2, ?3, ?3)"
+        );
+        for slot in slots {
+            sqlx::query(&insert)
+                .bind(slot.starts_at.timestamp_micros())
+                .bind(slot.ends_at.timestamp_micros())
+                .bind(slot.capacity)
+                .execute(&mut *connection)
+                .await?;
+        }
+        Ok::<_, sqlx::Error>(slots.len())
+    }
+    .await;
+    let end = if seeded.is_ok() { "COMMIT" } else { "ROLLBACK" };
+    let ended = sqlx::query(end).execute(&mut *connection).await;
+    let added = seeded.map_err(StoreError::failed)?;
+    ended.map_err(StoreError::unavailable)?;
+    Ok(added)
+}
+
+/// Eight one-hour demo slots from 09:00 UTC on the day after `now`, capacities 1 to 20.
+pub fn demo_slots(now: Timestamp) -> Vec<NewSlot> {
+    let midnight = now.duration_trunc(Duration::days(1)).unwrap_or(now);
+    let first = midnight + Duration::days(1) + Duration::hours(9);
+    [1, 2, 3, 5, 8, 10, 15, 20]
+        .into_iter()
+        .zip(0..)
+        .map(|(capacity, hour)| {
+            let starts_at = first + Duration::hours(hour);
+            NewSlot::new(starts_at, starts_at + Duration::hours(1), capacity)
+        })
+        .collect()
+}
