@@ -15,7 +15,7 @@
 //! Errors are `application/problem+json` with a machine `code`.
 //!
 //! [`run`] is the whole server: [`Config`] from the environment (checked before anything is
-//! opened), the [`Database`] (migrated, demo slots added once), the engine, and [`serve`]
+//! opened), the [`Database`] (migrated, demo slots added once), the engine, and [`serve()`]
 //! with its connection bounds. Limits a client meets:
 //!
 //! | limit | answer |
