@@ -16,10 +16,10 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use chrono::Utc;
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
-use slot_booking::store::{Decided, HoldOutcome, HoldRequest, Transition};
+use slot_booking::store::{Decided, HoldOutcome, HoldRequest, RenewRequest, Transition};
 use slot_booking::{
     AvailabilityEntry, AvailabilityQuery, AvailabilitySnapshot, BookingEngine, Hold, HoldId,
-    MemoryStore, NewSlot, Slot, SlotId, Store, StoreError, Timestamp,
+    MemoryStore, NewSlot, OwnerId, PageRequest, Scope, Slot, SlotId, Store, StoreError, Timestamp,
 };
 
 /// A memory store that counts availability reads.
@@ -50,23 +50,48 @@ impl Store for Counting {
     async fn confirm_hold(
         &self,
         id: HoldId,
+        scope: &Scope,
         now: Timestamp,
     ) -> Result<Decided<Transition>, StoreError> {
-        self.inner.confirm_hold(id, now).await
+        self.inner.confirm_hold(id, scope, now).await
     }
     async fn cancel_hold(
         &self,
         id: HoldId,
+        scope: &Scope,
         now: Timestamp,
     ) -> Result<Decided<Transition>, StoreError> {
-        self.inner.cancel_hold(id, now).await
+        self.inner.cancel_hold(id, scope, now).await
+    }
+    async fn renew_hold(
+        &self,
+        request: RenewRequest<'_>,
+    ) -> Result<Decided<Transition>, StoreError> {
+        self.inner.renew_hold(request).await
     }
     async fn get_hold(
         &self,
         id: HoldId,
+        scope: &Scope,
         now: Timestamp,
     ) -> Result<Decided<Option<Hold>>, StoreError> {
-        self.inner.get_hold(id, now).await
+        self.inner.get_hold(id, scope, now).await
+    }
+    async fn owner_holds(
+        &self,
+        owner: &OwnerId,
+        page: PageRequest,
+        now: Timestamp,
+    ) -> Result<Decided<Vec<Hold>>, StoreError> {
+        self.inner.owner_holds(owner, page, now).await
+    }
+    async fn slot_holds(
+        &self,
+        slot: SlotId,
+        page: PageRequest,
+        now: Timestamp,
+    ) -> Result<Decided<Vec<Hold>>, StoreError> {
+        self.inner.slot_holds(slot, page, now).await
     }
     async fn get_slot(&self, id: SlotId) -> Result<Option<Slot>, StoreError> {
         self.inner.get_slot(id).await

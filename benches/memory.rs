@@ -111,6 +111,8 @@ fn one_thread(c: &mut Criterion) {
                         let key = IdempotencyKey::new(key).unwrap();
                         let request = HoldRequest {
                             slot_id: slots[i % SLOTS],
+                            owner: None,
+                            quantity: 1,
                             key: &key,
                             now,
                             expires_at,
@@ -198,6 +200,8 @@ fn two_threads(c: &mut Criterion) {
                                     let key = IdempotencyKey::new(key).unwrap();
                                     let request = HoldRequest {
                                         slot_id: slots[(i * 2 + t) % SLOTS],
+                                        owner: None,
+                                        quantity: 1,
                                         key: &key,
                                         now,
                                         expires_at,

@@ -145,6 +145,8 @@ fn holds(c: &mut Criterion) {
                     let key = IdempotencyKey::new(format!("s{round}-{i}")).unwrap();
                     let request = HoldRequest {
                         slot_id: slots[i as usize % slots.len()],
+                        owner: None,
+                        quantity: 1,
                         key: &key,
                         now,
                         expires_at,

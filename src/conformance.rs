@@ -42,6 +42,15 @@ pub const CONCURRENT_CASES: u32 = 48;
 /// The hold lifetime the suite's engines use.
 pub const HOLD_TTL: Duration = Duration::from_secs(300);
 
+/// The shortest lifetime a request may ask for in the suite's engines.
+pub const MIN_REQUESTED_TTL: Duration = Duration::from_secs(1);
+
+/// The longest lifetime a request may ask for in the suite's engines.
+pub const MAX_REQUESTED_TTL: Duration = Duration::from_secs(600);
+
+/// The longest total life of a hold in the suite's engines.
+pub const MAX_HOLD_LIFE: Duration = Duration::from_secs(900);
+
 /// Runs one case on a fresh store from `factory`. Used by [`conformance_tests!`](crate::conformance_tests).
 ///
 /// # Panics
@@ -186,6 +195,8 @@ impl<S: Store> Fixture<S> {
         let engine = BookingEngine::builder(store)
             .cache_period(Duration::ZERO)
             .hold_ttl(HOLD_TTL)
+            .requested_ttl_bounds(MIN_REQUESTED_TTL, MAX_REQUESTED_TTL)
+            .max_hold_life(MAX_HOLD_LIFE)
             .clock(clock.clone())
             .build();
         Fixture { engine, clock }
@@ -249,7 +260,7 @@ impl<S: Store> Fixture<S> {
         let mut stored = Vec::with_capacity(holds.len());
         for &hold_id in holds {
             let hold = store
-                .get_hold(hold_id, now)
+                .get_hold(hold_id, &crate::Scope::BackOffice, now)
                 .await
                 .expect("get_hold")
                 .outcome
@@ -270,8 +281,12 @@ mod case_bodies {
     use chrono::Duration;
 
     use super::Fixture;
+    use crate::engine::NewHold;
     use crate::error::BookingError;
-    use crate::model::{AvailabilityQuery, HoldId, HoldStatus, NewSlot, SlotId};
+    use crate::model::{
+        AvailabilityQuery, HoldId, HoldStatus, NewSlot, OwnerId, PageRequest, SlotId,
+    };
+    use crate::scope::Scope;
     use crate::store::Store;
     use crate::BookingEngine;
 
@@ -361,7 +376,8 @@ mod case_bodies {
                 existing_slot_id,
             } => assert_eq!(
                 (slot_id, existing_hold_id, existing_slot_id),
-                (b, hold.hold_id, a)
+                (b, Some(hold.hold_id), Some(a)),
+                "both anonymous: the caller's own kind of hold may be named"
             ),
             _ => unreachable!(),
         }
@@ -603,7 +619,7 @@ mod case_bodies {
         let stored = f
             .engine
             .store()
-            .get_hold(hold.hold_id, f.now())
+            .get_hold(hold.hold_id, &crate::Scope::BackOffice, f.now())
             .await
             .unwrap()
             .outcome
@@ -627,7 +643,7 @@ mod case_bodies {
             let stored = f
                 .engine
                 .store()
-                .get_hold(old.hold_id, f.now())
+                .get_hold(old.hold_id, &crate::Scope::BackOffice, f.now())
                 .await
                 .unwrap()
                 .outcome
@@ -948,6 +964,565 @@ mod case_bodies {
         assert!(!all.is_empty());
     }
 
+    fn owner(name: &str) -> OwnerId {
+        OwnerId::new(name).expect("a valid owner id")
+    }
+
+    /// A hold of `quantity` units for `owner` (or anonymous) with `key`.
+    async fn place<S: Store>(
+        f: &Fixture<S>,
+        slot: SlotId,
+        key: &str,
+        quantity: i64,
+        who: Option<&str>,
+    ) -> Result<crate::HoldPlaced, BookingError> {
+        let mut request = NewHold::new(slot, key).quantity(quantity);
+        if let Some(who) = who {
+            request = request.owner(owner(who));
+        }
+        f.engine.place_hold(request).await
+    }
+
+    /// An owned hold answers only its owner (and back-office code); anyone else gets
+    /// `hold_not_found` for every call, exactly like an id nobody uses, and changes nothing.
+    pub(super) async fn owned_holds_answer_only_in_their_owners_scope<S: Store>(store: S) {
+        let f = Fixture::new(store);
+        let slot = f.slot(4, hours(1)).await;
+        let alice = Scope::Owner(owner("alice"));
+        let bob = Scope::Owner(owner("bob"));
+        let held = place(&f, slot, "a-1", 2, Some("alice")).await.unwrap().hold;
+        assert_eq!(held.owner, Some(owner("alice")));
+        let anonymous = f.engine.hold(slot, "anon-1").await.unwrap().hold;
+        assert_eq!(anonymous.owner, None);
+        let unused = HoldId(held.hold_id.0.max(anonymous.hold_id.0) + 1000);
+
+        for (scope, id) in [
+            (Scope::Anonymous, held.hold_id),
+            (bob.clone(), held.hold_id),
+            (alice.clone(), anonymous.hold_id),
+            (bob.clone(), unused),
+        ] {
+            let e = |r: Result<_, BookingError>| r.map(|_: crate::Hold| ()).unwrap_err();
+            for error in [
+                e(f.engine.get_hold_as(&scope, id).await),
+                e(f.engine.confirm_as(&scope, id).await),
+                e(f.engine.cancel_as(&scope, id).await),
+                e(f.engine.renew_as(&scope, id, None).await),
+            ] {
+                match error {
+                    BookingError::HoldNotFound { hold_id } => assert_eq!(hold_id, id),
+                    other => panic!("{scope:?} on {id}: expected hold_not_found, got {other:?}"),
+                }
+            }
+        }
+        assert_eq!(f.remaining(slot).await, 1, "nothing changed");
+        assert_eq!(
+            f.engine.get_hold(held.hold_id).await.map_err(|e| e.code()),
+            Err("hold_not_found"),
+            "the seed's calls are anonymous"
+        );
+        assert_eq!(
+            f.engine.get_hold_as(&alice, held.hold_id).await.unwrap(),
+            held
+        );
+        assert_eq!(
+            f.engine
+                .get_hold_as(&Scope::BackOffice, held.hold_id)
+                .await
+                .unwrap(),
+            held
+        );
+        assert_eq!(
+            f.engine
+                .get_hold_as(&Scope::BackOffice, anonymous.hold_id)
+                .await
+                .unwrap(),
+            anonymous
+        );
+        let confirmed = f.engine.confirm_as(&alice, held.hold_id).await.unwrap();
+        assert_eq!(confirmed.status, HoldStatus::Confirmed);
+        let cancelled = f
+            .engine
+            .cancel_as(&Scope::BackOffice, held.hold_id)
+            .await
+            .unwrap();
+        assert_eq!(cancelled.status, HoldStatus::Cancelled);
+        assert_eq!(f.remaining(slot).await, 3);
+        f.assert_invariant(slot, &[held.hold_id, anonymous.hold_id])
+            .await;
+    }
+
+    /// A key is a replay only for the same slot, quantity and owner; the owner's own other
+    /// request is told which hold has the key.
+    pub(super) async fn a_key_replays_only_the_same_request<S: Store>(store: S) {
+        let f = Fixture::new(store);
+        let a = f.slot(6, hours(1)).await;
+        let b = f.slot(6, hours(1)).await;
+        let first = place(&f, a, "cart-1", 2, Some("alice")).await.unwrap();
+        assert!(!first.replayed);
+        let again = place(&f, a, "cart-1", 2, Some("alice")).await.unwrap();
+        assert!(again.replayed);
+        assert_eq!(again.hold, first.hold);
+        for (slot, quantity) in [(a, 3), (b, 2), (a, 1)] {
+            match place(&f, slot, "cart-1", quantity, Some("alice")).await {
+                Err(BookingError::IdempotencyKeyReused {
+                    slot_id,
+                    existing_hold_id,
+                    existing_slot_id,
+                }) => assert_eq!(
+                    (slot_id, existing_hold_id, existing_slot_id),
+                    (slot, Some(first.hold.hold_id), Some(a))
+                ),
+                other => panic!("slot {slot}, quantity {quantity}: {other:?}"),
+            }
+        }
+        assert_eq!((f.remaining(a).await, f.remaining(b).await), (4, 6));
+        f.assert_invariant(a, &[first.hold.hold_id]).await;
+        f.assert_invariant(b, &[]).await;
+    }
+
+    /// A key already used by another owner (or by an anonymous client, or used anonymously by
+    /// an owner's request) is refused without a word about that hold: no id in the error, no
+    /// hold handed back, nothing changed.
+    pub(super) async fn a_key_of_another_owner_reveals_nothing<S: Store>(store: S) {
+        let f = Fixture::new(store);
+        let slot = f.slot(5, hours(1)).await;
+        let alices = place(&f, slot, "shared", 1, Some("alice"))
+            .await
+            .unwrap()
+            .hold;
+        let anons = place(&f, slot, "anon-key", 1, None).await.unwrap().hold;
+        for (key, who) in [
+            ("shared", Some("bob")),
+            ("shared", None),
+            ("anon-key", Some("alice")),
+        ] {
+            match place(&f, slot, key, 1, who).await {
+                Err(
+                    error @ BookingError::IdempotencyKeyReused {
+                        existing_hold_id: None,
+                        existing_slot_id: None,
+                        ..
+                    },
+                ) => {
+                    let message = error.to_string();
+                    for id in [alices.hold_id, anons.hold_id] {
+                        assert!(
+                            !message.contains(&format!("hold {id}")),
+                            "{message:?} names hold {id}"
+                        );
+                    }
+                }
+                other => panic!("{key} by {who:?}: expected an anonymous refusal, got {other:?}"),
+            }
+        }
+        assert_eq!(f.remaining(slot).await, 3);
+        f.assert_invariant(slot, &[alices.hold_id, anons.hold_id])
+            .await;
+    }
+
+    /// A hold takes all of its units by one conditional decrement, or none.
+    pub(super) async fn a_hold_takes_its_quantity_all_or_nothing<S: Store>(store: S) {
+        let f = Fixture::new(store);
+        let slot = f.slot(5, hours(1)).await;
+        let three = place(&f, slot, "three", 3, None).await.unwrap().hold;
+        assert_eq!(three.quantity, 3);
+        assert_eq!(
+            (f.remaining(slot).await, f.available(slot).await),
+            (2, Some(2))
+        );
+        assert_err!(
+            place(&f, slot, "three-more", 3, None).await,
+            BookingError::SoldOut { .. }
+        );
+        assert_eq!(f.remaining(slot).await, 2, "a refused hold takes nothing");
+        let two = place(&f, slot, "two", 2, Some("alice")).await.unwrap().hold;
+        assert_eq!(f.available(slot).await, Some(0));
+        assert_err!(
+            place(&f, slot, "one", 1, None).await,
+            BookingError::SoldOut { .. }
+        );
+        f.assert_invariant(slot, &[three.hold_id, two.hold_id])
+            .await;
+    }
+
+    /// Quantities outside 1..=1000 never reach the store; more than the slot's capacity is
+    /// its own error; neither changes anything.
+    pub(super) async fn quantities_out_of_bounds_are_refused<S: Store>(store: S) {
+        let f = Fixture::new(store);
+        let slot = f.slot(5, hours(1)).await;
+        for bad in [0, -1, 1001, i64::from(i32::MAX) + 1] {
+            let error = assert_err!(
+                place(&f, slot, "q", bad, None).await,
+                BookingError::InvalidQuantity { .. }
+            );
+            assert_eq!(error.code(), "invalid_quantity");
+        }
+        let error = assert_err!(
+            place(&f, slot, "q", 6, None).await,
+            BookingError::QuantityExceedsCapacity { .. }
+        );
+        match error {
+            BookingError::QuantityExceedsCapacity {
+                slot_id,
+                quantity,
+                capacity,
+            } => assert_eq!((slot_id, quantity, capacity), (slot, 6, 5)),
+            _ => unreachable!(),
+        }
+        assert_eq!(f.remaining(slot).await, 5);
+        // The key was not consumed: the whole slot in one hold works.
+        assert_eq!(
+            place(&f, slot, "q", 5, None).await.unwrap().hold.quantity,
+            5
+        );
+    }
+
+    /// Cancel gives back every unit of a hold; an expired hold's units count as free and are
+    /// reclaimed together.
+    pub(super) async fn cancel_and_expiry_return_every_unit_of_a_hold<S: Store>(store: S) {
+        let f = Fixture::new(store);
+        let slot = f.slot(6, hours(2)).await;
+        let cancelled = place(&f, slot, "c", 3, None).await.unwrap().hold;
+        let expiring = place(&f, slot, "e", 2, None).await.unwrap().hold;
+        f.engine.confirm(cancelled.hold_id).await.unwrap();
+        f.engine.cancel(cancelled.hold_id).await.unwrap();
+        assert_eq!(f.remaining(slot).await, 4);
+        f.advance(ttl());
+        assert_eq!(
+            f.available(slot).await,
+            Some(6),
+            "the expired 2 count as free"
+        );
+        let big = place(&f, slot, "big", 6, None).await.unwrap().hold;
+        let stored = f
+            .engine
+            .get_hold_as(&Scope::BackOffice, expiring.hold_id)
+            .await
+            .unwrap();
+        assert_eq!(stored.status, HoldStatus::Expired);
+        assert_eq!(f.remaining(slot).await, 0);
+        f.assert_invariant(slot, &[cancelled.hold_id, expiring.hold_id, big.hold_id])
+            .await;
+    }
+
+    /// A hold that does not fit even with the expired units is refused and reclaims nothing.
+    pub(super) async fn a_refused_hold_reclaims_nothing<S: Store>(store: S) {
+        let f = Fixture::new(store);
+        let slot = f.slot(4, hours(2)).await;
+        let short = f
+            .engine
+            .place_hold(NewHold::new(slot, "short").lifetime(std::time::Duration::from_secs(60)))
+            .await
+            .unwrap()
+            .hold;
+        let long = place(&f, slot, "long", 2, None).await.unwrap().hold;
+        f.advance(Duration::seconds(61));
+        assert_err!(
+            place(&f, slot, "three", 3, None).await,
+            BookingError::SoldOut { .. }
+        );
+        let stored = f
+            .engine
+            .store()
+            .get_hold(short.hold_id, &Scope::BackOffice, f.now())
+            .await;
+        assert_eq!(
+            stored.unwrap().outcome.map(|h| h.status),
+            Some(HoldStatus::Held),
+            "still stored as held: nothing was reclaimed"
+        );
+        assert_eq!(f.remaining(slot).await, 1);
+        let two = place(&f, slot, "two", 2, None).await.unwrap().hold;
+        assert_eq!(f.remaining(slot).await, 0);
+        f.assert_invariant(slot, &[short.hold_id, long.hold_id, two.hold_id])
+            .await;
+    }
+
+    /// Ten concurrent 3-unit holds on a 6-unit slot sell exactly two, every round.
+    pub(super) async fn race_multi_unit_holds_sell_whole_holds<S: Store>(store: S) {
+        let f = Arc::new(Fixture::new(store));
+        for round in 0..20 {
+            let slot = f.slot(6, hours(1)).await;
+            let tasks: Vec<_> = (0..10)
+                .map(|i| {
+                    let f = Arc::clone(&f);
+                    tokio::spawn(async move {
+                        let key = format!("r{round}-{i}");
+                        place(&f, slot, &key, 3, Some(&format!("buyer-{i}"))).await
+                    })
+                })
+                .collect();
+            let (mut sold, mut refused) = (Vec::new(), 0);
+            for task in tasks {
+                match task.await.expect("task") {
+                    Ok(placed) => sold.push(placed.hold.hold_id),
+                    Err(BookingError::SoldOut { .. }) => refused += 1,
+                    Err(other) => panic!("round {round}: unexpected {other:?}"),
+                }
+            }
+            assert_eq!((sold.len(), refused), (2, 8), "round {round}");
+            assert_eq!(f.remaining(slot).await, 0, "round {round}");
+            f.assert_invariant(slot, &sold).await;
+        }
+    }
+
+    /// Renewal moves an active hold's expiry to now plus its lifetime, never past its creation
+    /// plus the maximum life, and takes no capacity.
+    pub(super) async fn renew_extends_an_active_hold_up_to_its_maximum_life<S: Store>(store: S) {
+        let f = Fixture::new(store);
+        let slot = f.slot(2, hours(3)).await;
+        let alice = Scope::Owner(owner("alice"));
+        let hold = place(&f, slot, "k", 1, Some("alice")).await.unwrap().hold;
+        assert_eq!(hold.created_at, f.now());
+        f.advance(Duration::seconds(200));
+        let renewed = f.engine.renew_as(&alice, hold.hold_id, None).await.unwrap();
+        assert_eq!(renewed.expires_at, f.now() + ttl());
+        assert_eq!(renewed.status, HoldStatus::Held);
+        f.advance(Duration::seconds(100));
+        let longer = f
+            .engine
+            .renew_as(
+                &alice,
+                hold.hold_id,
+                Some(std::time::Duration::from_secs(600)),
+            )
+            .await
+            .unwrap();
+        assert_eq!(longer.expires_at, f.now() + Duration::seconds(600));
+        let shorter = f
+            .engine
+            .renew_as(
+                &alice,
+                hold.hold_id,
+                Some(std::time::Duration::from_secs(1)),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            shorter.expires_at, longer.expires_at,
+            "a renewal never shortens"
+        );
+        f.advance(Duration::seconds(500));
+        let capped = f
+            .engine
+            .renew_as(
+                &alice,
+                hold.hold_id,
+                Some(std::time::Duration::from_secs(600)),
+            )
+            .await
+            .unwrap();
+        let max_life = Duration::from_std(super::MAX_HOLD_LIFE).expect("fits");
+        assert_eq!(capped.expires_at, hold.created_at + max_life);
+        assert_eq!(
+            f.engine.get_hold_as(&alice, hold.hold_id).await.unwrap(),
+            capped
+        );
+        assert_eq!(f.remaining(slot).await, 1, "renewal takes no capacity");
+        f.advance(max_life);
+        assert_err!(
+            f.engine.renew_as(&alice, hold.hold_id, None).await,
+            BookingError::HoldExpired { .. }
+        );
+        f.assert_invariant(slot, &[hold.hold_id]).await;
+    }
+
+    /// Expired and cancelled holds cannot be renewed; a confirmed one is returned unchanged.
+    pub(super) async fn renew_refuses_expired_and_cancelled_holds<S: Store>(store: S) {
+        let f = Fixture::new(store);
+        let slot = f.slot(3, hours(1)).await;
+        let confirmed = f.engine.hold(slot, "c").await.unwrap().hold.hold_id;
+        let cancelled = f.engine.hold(slot, "x").await.unwrap().hold.hold_id;
+        let expired = f.engine.hold(slot, "e").await.unwrap().hold.hold_id;
+        let confirmed = f.engine.confirm(confirmed).await.unwrap();
+        f.engine.cancel(cancelled).await.unwrap();
+        f.advance(Duration::seconds(10));
+        assert_eq!(f.engine.renew(confirmed.hold_id).await.unwrap(), confirmed);
+        assert_err!(
+            f.engine.renew(cancelled).await,
+            BookingError::HoldCancelled { .. }
+        );
+        f.advance(ttl());
+        assert_err!(
+            f.engine.renew(expired).await,
+            BookingError::HoldExpired { .. }
+        );
+        assert_eq!(
+            f.engine.get_hold(confirmed.hold_id).await.unwrap(),
+            confirmed
+        );
+        assert_eq!(f.remaining(slot).await, 1);
+        f.assert_invariant(slot, &[confirmed.hold_id, cancelled, expired])
+            .await;
+    }
+
+    /// A request may ask for its own lifetime within the engine's bounds; outside them it is
+    /// refused before the store is called.
+    pub(super) async fn requested_lifetimes_are_bounded<S: Store>(store: S) {
+        let f = Fixture::new(store);
+        let slot = f.slot(3, hours(1)).await;
+        let secs = std::time::Duration::from_secs;
+        let hold = f
+            .engine
+            .place_hold(NewHold::new(slot, "ten-minutes").lifetime(secs(600)))
+            .await
+            .unwrap()
+            .hold;
+        assert_eq!(hold.expires_at, f.now() + Duration::seconds(600));
+        for bad in [std::time::Duration::ZERO, secs(601), secs(86_400)] {
+            let error = assert_err!(
+                f.engine
+                    .place_hold(NewHold::new(slot, "bad").lifetime(bad))
+                    .await,
+                BookingError::InvalidLifetime { .. }
+            );
+            assert_eq!(error.code(), "invalid_lifetime");
+            assert_err!(
+                f.engine
+                    .renew_as(&Scope::Anonymous, hold.hold_id, Some(bad))
+                    .await,
+                BookingError::InvalidLifetime { .. }
+            );
+        }
+        assert_eq!(f.remaining(slot).await, 2);
+        assert_eq!(f.engine.get_hold(hold.hold_id).await.unwrap(), hold);
+    }
+
+    /// An owner's holds and a slot's roster come in keyset pages by id, every status resolved
+    /// at now, with quantity and owner.
+    pub(super) async fn owner_holds_and_rosters_page_by_id<S: Store>(store: S) {
+        let f = Fixture::new(store);
+        let a = f.slot(10, hours(1)).await;
+        let b = f.slot(10, hours(1)).await;
+        let mut alices = Vec::new();
+        for (i, slot) in [a, b, a, b, a].into_iter().enumerate() {
+            let quantity = i as i64 % 2 + 1;
+            let key = format!("alice-{i}");
+            alices.push(
+                place(&f, slot, &key, quantity, Some("alice"))
+                    .await
+                    .unwrap()
+                    .hold,
+            );
+            place(&f, slot, &format!("bob-{i}"), 1, Some("bob"))
+                .await
+                .unwrap();
+            f.engine.hold(slot, &format!("anon-{i}")).await.unwrap();
+        }
+        alices[1] = f
+            .engine
+            .confirm_as(&Scope::Owner(owner("alice")), alices[1].hold_id)
+            .await
+            .unwrap();
+        f.advance(ttl());
+        let alice = owner("alice");
+        let mut seen = Vec::new();
+        let mut page = PageRequest::first(2);
+        loop {
+            let got = f.engine.owner_holds(&alice, page).await.unwrap();
+            assert!(got.holds.len() <= 2);
+            seen.extend(got.holds);
+            match got.next_after {
+                Some(after) => page = PageRequest::after(after, 2),
+                None => break,
+            }
+        }
+        let expected: Vec<_> = alices.iter().map(|h| h.clone().at(f.now())).collect();
+        assert_eq!(
+            seen, expected,
+            "alice's holds, by id, statuses resolved at now"
+        );
+        assert_eq!(seen[1].status, HoldStatus::Confirmed);
+        assert_eq!(seen[0].status, HoldStatus::Expired);
+
+        let roster = f
+            .engine
+            .slot_holds(a, PageRequest::first(1000))
+            .await
+            .unwrap();
+        assert_eq!(roster.next_after, None);
+        assert_eq!(roster.holds.len(), 9, "three of each kind on slot a");
+        assert!(roster.holds.windows(2).all(|w| w[0].hold_id < w[1].hold_id));
+        assert!(roster.holds.iter().all(|h| h.slot_id == a));
+        let owners: HashSet<_> = roster.holds.iter().map(|h| h.owner.clone()).collect();
+        assert_eq!(owners.len(), 3, "alice, bob and anonymous");
+        let after = roster.holds[3].hold_id;
+        let rest = f
+            .engine
+            .slot_holds(a, PageRequest::after(after, 1000))
+            .await
+            .unwrap();
+        assert_eq!(rest.holds, roster.holds[4..].to_vec());
+        let nobody = f
+            .engine
+            .owner_holds(&owner("carol"), PageRequest::first(5))
+            .await
+            .unwrap();
+        assert_eq!((nobody.holds.len(), nobody.next_after), (0, None));
+        for limit in [0, 1001] {
+            assert_err!(
+                f.engine
+                    .owner_holds(&alice, PageRequest::first(limit))
+                    .await,
+                BookingError::InvalidPage { .. }
+            );
+            assert_err!(
+                f.engine.slot_holds(a, PageRequest::first(limit)).await,
+                BookingError::InvalidPage { .. }
+            );
+        }
+    }
+
+    /// Owners racing on each other's holds: every foreign call is `hold_not_found`, every own
+    /// call lands, and the invariant holds.
+    pub(super) async fn race_owners_touch_only_their_own_holds<S: Store>(store: S) {
+        let f = Arc::new(Fixture::new(store));
+        let slot = f.slot(40, hours(1)).await;
+        let mut holds = Vec::new();
+        for i in 0..20 {
+            let who = if i % 2 == 0 { "alice" } else { "bob" };
+            holds.push(
+                place(&f, slot, &format!("k{i}"), 2, Some(who))
+                    .await
+                    .unwrap()
+                    .hold,
+            );
+        }
+        let tasks: Vec<_> = holds
+            .iter()
+            .flat_map(|hold| {
+                let mine = Scope::of(hold.owner.clone());
+                let theirs = Scope::Owner(owner(if hold.owner == Some(owner("alice")) {
+                    "bob"
+                } else {
+                    "alice"
+                }));
+                let id = hold.hold_id;
+                [(mine, true), (theirs, false)].map(|(scope, own)| {
+                    let f = Arc::clone(&f);
+                    tokio::spawn(async move {
+                        let result = if id.0 % 2 == 0 {
+                            f.engine.cancel_as(&scope, id).await
+                        } else {
+                            f.engine.confirm_as(&scope, id).await
+                        };
+                        (own, result)
+                    })
+                })
+            })
+            .collect();
+        for task in tasks {
+            match task.await.expect("task") {
+                (true, Ok(_)) => {}
+                (false, Err(BookingError::HoldNotFound { .. })) => {}
+                (own, other) => panic!("own {own}: {other:?}"),
+            }
+        }
+        let ids: Vec<_> = holds.iter().map(|h| h.hold_id).collect();
+        f.assert_invariant(slot, &ids).await;
+    }
+
     /// Finds every hold placed with one of `keys` on `slot` by replaying the keys (a replay
     /// returns the hold a lost or dropped call may have created; a key with no hold places one
     /// now, which the invariant then counts too).
@@ -1106,6 +1681,19 @@ macro_rules! __conformance_case_list {
             race_mixed_operations_keep_the_invariant
             faults_never_break_the_invariant_or_hang_a_caller
             dropped_calls_leak_no_capacity
+            owned_holds_answer_only_in_their_owners_scope
+            a_key_replays_only_the_same_request
+            a_key_of_another_owner_reveals_nothing
+            a_hold_takes_its_quantity_all_or_nothing
+            quantities_out_of_bounds_are_refused
+            cancel_and_expiry_return_every_unit_of_a_hold
+            a_refused_hold_reclaims_nothing
+            race_multi_unit_holds_sell_whole_holds
+            renew_extends_an_active_hold_up_to_its_maximum_life
+            renew_refuses_expired_and_cancelled_holds
+            requested_lifetimes_are_bounded
+            owner_holds_and_rosters_page_by_id
+            race_owners_touch_only_their_own_holds
         }
     };
 }

@@ -15,10 +15,13 @@ use crate::cache::{CacheConfig, CacheError, SingleFlightCache};
 use crate::clock::{Clock, SystemClock};
 use crate::error::BookingError;
 use crate::model::{
-    AvailabilityEntry, AvailabilityQuery, Hold, HoldId, HoldStatus, IdempotencyKey, NewSlot, Slot,
-    SlotId, Timestamp,
+    AvailabilityEntry, AvailabilityQuery, Hold, HoldId, HoldPage, HoldStatus, IdempotencyKey,
+    NewSlot, OwnerId, PageRequest, Slot, SlotId, Timestamp, MAX_PAGE_SIZE, MAX_QUANTITY,
 };
-use crate::store::{Decided, HoldOutcome, HoldRequest, Store, StoreError, Transition};
+use crate::scope::Scope;
+use crate::store::{
+    Decided, HoldOutcome, HoldRequest, RenewRequest, Store, StoreError, Transition,
+};
 
 /// Default time a fresh availability snapshot is served from the cache.
 pub const DEFAULT_CACHE_PERIOD: Duration = Duration::from_secs(10);
@@ -26,6 +29,12 @@ pub const DEFAULT_CACHE_PERIOD: Duration = Duration::from_secs(10);
 pub const DEFAULT_HOLD_TTL: Duration = Duration::from_secs(5 * 60);
 /// Longest hold lifetime the builder accepts; longer values are clamped to it.
 pub const MAX_HOLD_TTL: Duration = Duration::from_secs(10 * 366 * 24 * 60 * 60);
+/// Default shortest lifetime a request may ask for.
+pub const DEFAULT_MIN_REQUESTED_TTL: Duration = Duration::from_secs(1);
+/// Default longest lifetime a request may ask for.
+pub const DEFAULT_MAX_REQUESTED_TTL: Duration = Duration::from_secs(60 * 60);
+/// Default longest total life of a hold, from its creation, however often it is renewed.
+pub const DEFAULT_MAX_HOLD_LIFE: Duration = Duration::from_secs(2 * 60 * 60);
 
 /// The booking rules: validation, hold lifetimes, outcome mapping and the availability cache,
 /// on top of a [`Store`] that does each operation atomically.
@@ -61,7 +70,37 @@ struct Inner<S> {
     store: Arc<S>,
     cache: SingleFlightCache<AvailabilitySnapshot, StoreError>,
     clock: Arc<dyn Clock>,
-    hold_ttl: chrono::Duration,
+    lifetimes: Lifetimes,
+}
+
+/// The engine's hold lifetimes: the default, the bounds a request may ask within, and the
+/// longest total life. Always `min <= default <= max <= max_life`.
+#[derive(Debug, Clone, Copy)]
+struct Lifetimes {
+    default: Duration,
+    min: Duration,
+    max: Duration,
+    max_life: Duration,
+}
+
+/// A lifetime the builder has clamped to `1 µs..=MAX_HOLD_TTL` as a chrono duration.
+fn chrono_duration(d: Duration) -> chrono::Duration {
+    chrono::Duration::microseconds(i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
+}
+
+impl Lifetimes {
+    /// `requested`, if within bounds, else the default.
+    fn pick(&self, requested: Option<Duration>) -> Result<chrono::Duration, BookingError> {
+        let lifetime = requested.unwrap_or(self.default);
+        if lifetime < self.min || lifetime > self.max {
+            return Err(BookingError::InvalidLifetime {
+                requested: lifetime,
+                min: self.min,
+                max: self.max,
+            });
+        }
+        Ok(chrono_duration(lifetime))
+    }
 }
 
 impl<S> Clone for BookingEngine<S> {
@@ -77,7 +116,7 @@ impl<S> fmt::Debug for BookingEngine<S> {
         f.debug_struct("BookingEngine")
             .field("cache", &self.inner.cache)
             .field("clock", &self.inner.clock)
-            .field("hold_ttl", &self.inner.hold_ttl)
+            .field("lifetimes", &self.inner.lifetimes)
             .finish_non_exhaustive()
     }
 }
@@ -89,6 +128,8 @@ pub struct EngineBuilder<S> {
     cache_period: Duration,
     max_age: Option<Duration>,
     hold_ttl: Duration,
+    requested_ttl: (Duration, Duration),
+    max_hold_life: Duration,
     clock: Arc<dyn Clock>,
 }
 
@@ -118,6 +159,23 @@ impl<S: Store> EngineBuilder<S> {
         self
     }
 
+    /// The lifetimes a request may ask for with [`NewHold::lifetime`] or a renewal (default 1 s
+    /// to 1 hour; within `1 µs..=`[`MAX_HOLD_TTL`]). The bounds are widened to include the
+    /// default [`hold_ttl`](EngineBuilder::hold_ttl).
+    pub fn requested_ttl_bounds(mut self, min: Duration, max: Duration) -> Self {
+        let clamp = |d: Duration| d.clamp(Duration::from_micros(1), MAX_HOLD_TTL);
+        self.requested_ttl = (clamp(min.min(max)), clamp(max.max(min)));
+        self
+    }
+
+    /// The longest a hold may live from its creation, however often it is renewed (default
+    /// 2 hours; never below the longest requested lifetime, at most [`MAX_HOLD_TTL`]). A
+    /// renewal past it stops there.
+    pub fn max_hold_life(mut self, life: Duration) -> Self {
+        self.max_hold_life = life.clamp(Duration::from_micros(1), MAX_HOLD_TTL);
+        self
+    }
+
     /// Where the engine reads the time (default [`SystemClock`]).
     ///
     /// In tests a [`ManualClock`](crate::ManualClock) drives hold expiry exactly. The
@@ -131,8 +189,13 @@ impl<S: Store> EngineBuilder<S> {
 
     /// Builds the engine.
     pub fn build(self) -> BookingEngine<S> {
-        // Microsecond-whole and within MAX_HOLD_TTL, so the conversion cannot fail.
-        let micros = i64::try_from(self.hold_ttl.as_micros()).unwrap_or(i64::MAX);
+        let (min, max) = self.requested_ttl;
+        let lifetimes = Lifetimes {
+            default: self.hold_ttl,
+            min: min.min(self.hold_ttl),
+            max: max.max(self.hold_ttl),
+            max_life: self.max_hold_life.max(max.max(self.hold_ttl)),
+        };
         let max_age = self
             .max_age
             .unwrap_or_else(|| self.cache_period.saturating_mul(2));
@@ -146,7 +209,7 @@ impl<S: Store> EngineBuilder<S> {
                 store: Arc::new(self.store),
                 cache: SingleFlightCache::new(cache),
                 clock: self.clock,
-                hold_ttl: chrono::Duration::microseconds(micros),
+                lifetimes,
             }),
         }
     }
@@ -159,6 +222,64 @@ pub struct HoldPlaced {
     pub hold: Hold,
     /// True when the idempotency key had already placed this hold: nothing new was reserved.
     pub replayed: bool,
+}
+
+/// A hold to place: which slot, the idempotency key, and optionally how many units, for whom
+/// and for how long. Checked by [`BookingEngine::place_hold`] before any store sees it.
+///
+/// ```
+/// # use slot_booking::{NewHold, OwnerId, SlotId};
+/// # use std::time::Duration;
+/// let request = NewHold::new(SlotId(7), "cart-31-seat-hold")
+///     .quantity(3)
+///     .owner(OwnerId::new("cart-31")?)
+///     .lifetime(Duration::from_secs(600));
+/// # Ok::<(), slot_booking::model::InvalidOwnerId>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewHold {
+    /// The slot to take units of.
+    pub slot_id: SlotId,
+    /// The idempotency key: 1 to 255 visible ASCII characters, unique across all holds.
+    pub key: String,
+    /// Units to take, all or none (default 1).
+    pub quantity: i64,
+    /// Who the hold belongs to (default: nobody, an anonymous hold).
+    pub owner: Option<OwnerId>,
+    /// How long the hold lasts (default: the engine's hold lifetime).
+    pub lifetime: Option<Duration>,
+}
+
+impl NewHold {
+    /// One unit of `slot_id`, anonymous, for the engine's hold lifetime.
+    pub fn new(slot_id: SlotId, key: impl Into<String>) -> Self {
+        NewHold {
+            slot_id,
+            key: key.into(),
+            quantity: 1,
+            owner: None,
+            lifetime: None,
+        }
+    }
+
+    /// Takes `quantity` units together (`1..=1000`, and no more than the slot's capacity).
+    pub fn quantity(mut self, quantity: i64) -> Self {
+        self.quantity = quantity;
+        self
+    }
+
+    /// Makes the hold `owner`'s: later calls on it must act in that owner's [`Scope`].
+    pub fn owner(mut self, owner: OwnerId) -> Self {
+        self.owner = Some(owner);
+        self
+    }
+
+    /// Asks for a lifetime of its own, within the engine's
+    /// [`requested_ttl_bounds`](EngineBuilder::requested_ttl_bounds).
+    pub fn lifetime(mut self, lifetime: Duration) -> Self {
+        self.lifetime = Some(lifetime);
+        self
+    }
 }
 
 /// One store read of availability, as the cache shares it between readers.
@@ -247,23 +368,25 @@ impl<S: Store> Inner<S> {
 }
 
 /// Turns a store transition into the caller's answer, resolving statuses at the instant the
-/// store decided at. `target` is the status the operation moves a hold to; a hold already
-/// there is the idempotent repeat.
+/// store decided at. A hold the operation did not change is returned as it is when its status
+/// is `unchanged_ok` (confirming a confirmed hold, cancelling a cancelled one, renewing a
+/// confirmed one), and is an error otherwise.
 fn settle(
     transition: Decided<Transition>,
     hold_id: HoldId,
-    target: HoldStatus,
+    operation: &str,
+    unchanged_ok: HoldStatus,
 ) -> Result<Hold, BookingError> {
     let now = transition.at;
     match transition.outcome {
         Transition::Applied(hold) => Ok(hold.at(now)),
         Transition::NotFound => Err(BookingError::HoldNotFound { hold_id }),
         Transition::NotApplied(hold) => match hold.status_at(now) {
-            status if status == target => Ok(hold.at(now)),
+            status if status == unchanged_ok => Ok(hold.at(now)),
             HoldStatus::Cancelled => Err(BookingError::HoldCancelled { hold_id }),
             HoldStatus::Expired => Err(BookingError::HoldExpired { hold_id }),
             status => Err(BookingError::Store(StoreError::failed(format!(
-                "store refused to move hold {hold_id} from {status} to {target}"
+                "store refused to {operation} hold {hold_id}, which is {status}"
             )))),
         },
     }
@@ -336,6 +459,25 @@ fn window(
     start..end.max(start)
 }
 
+fn check_page(page: PageRequest) -> Result<(), BookingError> {
+    if (1..=MAX_PAGE_SIZE).contains(&page.limit) {
+        Ok(())
+    } else {
+        Err(BookingError::InvalidPage { limit: page.limit })
+    }
+}
+
+/// A store's page, resolved at the instant it was read, with where the next page starts.
+fn into_page(read: Decided<Vec<Hold>>, page: PageRequest) -> HoldPage {
+    let at = read.at;
+    let holds: Vec<Hold> = read.outcome.into_iter().map(|h| h.at(at)).collect();
+    let full = holds.len() >= page.limit as usize;
+    HoldPage {
+        next_after: holds.last().filter(|_| full).map(|h| h.hold_id),
+        holds,
+    }
+}
+
 impl<S: Store> BookingEngine<S> {
     /// An engine with the default configuration (10 s cache, 5 minute holds, system clock).
     pub fn new(store: S) -> Self {
@@ -349,6 +491,8 @@ impl<S: Store> BookingEngine<S> {
             cache_period: DEFAULT_CACHE_PERIOD,
             max_age: None,
             hold_ttl: DEFAULT_HOLD_TTL,
+            requested_ttl: (DEFAULT_MIN_REQUESTED_TTL, DEFAULT_MAX_REQUESTED_TTL),
+            max_hold_life: DEFAULT_MAX_HOLD_LIFE,
             clock: Arc::new(SystemClock),
         }
     }
@@ -363,9 +507,14 @@ impl<S: Store> BookingEngine<S> {
         &*self.inner.clock
     }
 
-    /// How long holds last.
+    /// How long holds last unless a request asks for another lifetime.
     pub fn hold_ttl(&self) -> chrono::Duration {
-        self.inner.hold_ttl
+        chrono_duration(self.inner.lifetimes.default)
+    }
+
+    /// The longest a hold may live from its creation, renewals included.
+    pub fn max_hold_life(&self) -> chrono::Duration {
+        chrono_duration(self.inner.lifetimes.max_life)
     }
 
     /// Drops the cached availability so the next read loads it again (the engine does this
@@ -434,21 +583,47 @@ impl<S: Store> BookingEngine<S> {
         })
     }
 
-    /// Places a hold on a unit of `slot_id` for the engine's hold lifetime.
+    /// Places an anonymous hold on one unit of `slot_id` for the engine's hold lifetime: the
+    /// seed's hold. [`place_hold`](BookingEngine::place_hold) takes quantity, owner and
+    /// lifetime.
     ///
     /// Idempotent by `key`: calling again with the same key and slot returns the same hold in
     /// its current state with `replayed: true`, reserving nothing more.
     pub async fn hold(&self, slot_id: SlotId, key: &str) -> Result<HoldPlaced, BookingError> {
-        let key = IdempotencyKey::new(key)?;
+        self.place_hold(NewHold::new(slot_id, key)).await
+    }
+
+    /// Places a hold on `request.quantity` units of a slot, all or none, for the requested
+    /// lifetime (or the engine's), owned by `request.owner` (or anonymous).
+    ///
+    /// Idempotent by key: the same key with the same slot, quantity and owner returns the same
+    /// hold in its current state with `replayed: true`, reserving nothing more. The same key
+    /// with anything else is `idempotency_key_reused`; when the key's hold belongs to another
+    /// owner the error says nothing about it.
+    pub async fn place_hold(&self, request: NewHold) -> Result<HoldPlaced, BookingError> {
+        let key = IdempotencyKey::new(request.key)?;
+        let quantity = match i32::try_from(request.quantity) {
+            Ok(q) if (1..=MAX_QUANTITY).contains(&q) => q,
+            _ => {
+                return Err(BookingError::InvalidQuantity {
+                    quantity: request.quantity,
+                })
+            }
+        };
+        let lifetime = self.inner.lifetimes.pick(request.lifetime)?;
+        let slot_id = request.slot_id;
+        let owner = request.owner;
         let now = self.inner.clock.now();
         let expires_at = now
-            .checked_add_signed(self.inner.hold_ttl)
+            .checked_add_signed(lifetime)
             .ok_or_else(|| StoreError::failed("the hold's expiry is past the end of time"))?;
         let inner = Arc::clone(&self.inner);
         let outcome = detached(async move {
             let request = HoldRequest {
                 slot_id,
                 key: &key,
+                owner: owner.as_ref(),
+                quantity,
                 now,
                 expires_at,
             };
@@ -467,46 +642,139 @@ impl<S: Store> BookingEngine<S> {
             }),
             HoldOutcome::KeyReused(hold) => Err(BookingError::IdempotencyKeyReused {
                 slot_id,
-                existing_hold_id: hold.hold_id,
-                existing_slot_id: hold.slot_id,
+                existing_hold_id: hold.as_ref().map(|h| h.hold_id),
+                existing_slot_id: hold.as_ref().map(|h| h.slot_id),
             }),
             HoldOutcome::SoldOut => Err(BookingError::SoldOut { slot_id }),
+            HoldOutcome::ExceedsCapacity { capacity } => {
+                Err(BookingError::QuantityExceedsCapacity {
+                    slot_id,
+                    quantity,
+                    capacity,
+                })
+            }
             HoldOutcome::SlotNotFound => Err(BookingError::SlotNotFound { slot_id }),
             HoldOutcome::SlotClosed => Err(BookingError::SlotClosed { slot_id }),
         }
     }
 
-    /// Confirms an active hold. Confirming a confirmed hold returns it unchanged.
-    pub async fn confirm(&self, hold_id: HoldId) -> Result<Hold, BookingError> {
-        let now = self.inner.clock.now();
-        let inner = Arc::clone(&self.inner);
-        let transition = detached(async move {
-            inner.invalidate_if_applied(inner.store.confirm_hold(hold_id, now).await)
-        })
-        .await?;
-        settle(transition, hold_id, HoldStatus::Confirmed)
-    }
-
-    /// Cancels an active or confirmed hold, giving its unit back. Cancelling a cancelled hold
+    /// Confirms an active anonymous hold ([`Scope::Anonymous`]). Confirming a confirmed hold
     /// returns it unchanged.
-    pub async fn cancel(&self, hold_id: HoldId) -> Result<Hold, BookingError> {
-        let now = self.inner.clock.now();
-        let inner = Arc::clone(&self.inner);
-        let transition = detached(async move {
-            inner.invalidate_if_applied(inner.store.cancel_hold(hold_id, now).await)
-        })
-        .await?;
-        settle(transition, hold_id, HoldStatus::Cancelled)
+    pub async fn confirm(&self, hold_id: HoldId) -> Result<Hold, BookingError> {
+        self.confirm_as(&Scope::Anonymous, hold_id).await
     }
 
-    /// Reads a hold, its status resolved at the current time.
-    pub async fn get_hold(&self, hold_id: HoldId) -> Result<Hold, BookingError> {
+    /// Confirms an active hold in `scope`. Confirming a confirmed hold returns it unchanged;
+    /// a hold outside `scope` is `hold_not_found`.
+    pub async fn confirm_as(&self, scope: &Scope, hold_id: HoldId) -> Result<Hold, BookingError> {
         let now = self.inner.clock.now();
-        let read = guarded(self.inner.store.get_hold(hold_id, now)).await?;
+        let inner = Arc::clone(&self.inner);
+        let scope = scope.clone();
+        let transition = detached(async move {
+            inner.invalidate_if_applied(inner.store.confirm_hold(hold_id, &scope, now).await)
+        })
+        .await?;
+        settle(transition, hold_id, "confirm", HoldStatus::Confirmed)
+    }
+
+    /// Cancels an active or confirmed anonymous hold ([`Scope::Anonymous`]), giving its units
+    /// back. Cancelling a cancelled hold returns it unchanged.
+    pub async fn cancel(&self, hold_id: HoldId) -> Result<Hold, BookingError> {
+        self.cancel_as(&Scope::Anonymous, hold_id).await
+    }
+
+    /// Cancels an active or confirmed hold in `scope`, giving its units back. Cancelling a
+    /// cancelled hold returns it unchanged; a hold outside `scope` is `hold_not_found`.
+    pub async fn cancel_as(&self, scope: &Scope, hold_id: HoldId) -> Result<Hold, BookingError> {
+        let now = self.inner.clock.now();
+        let inner = Arc::clone(&self.inner);
+        let scope = scope.clone();
+        let transition = detached(async move {
+            inner.invalidate_if_applied(inner.store.cancel_hold(hold_id, &scope, now).await)
+        })
+        .await?;
+        settle(transition, hold_id, "cancel", HoldStatus::Cancelled)
+    }
+
+    /// Renews an active anonymous hold for the engine's hold lifetime (see
+    /// [`renew_as`](BookingEngine::renew_as)).
+    pub async fn renew(&self, hold_id: HoldId) -> Result<Hold, BookingError> {
+        self.renew_as(&Scope::Anonymous, hold_id, None).await
+    }
+
+    /// Renews an active hold in `scope`: `expires_at` moves to now plus `lifetime` (the
+    /// engine's hold lifetime if `None`, else within its
+    /// [`requested_ttl_bounds`](EngineBuilder::requested_ttl_bounds)), but never past the
+    /// hold's creation plus the [`max_hold_life`](EngineBuilder::max_hold_life), and never
+    /// earlier than it was. Capacity does not change.
+    ///
+    /// An expired hold cannot be renewed (`hold_expired`), nor a cancelled one
+    /// (`hold_cancelled`); a confirmed hold has nothing to renew and is returned unchanged.
+    pub async fn renew_as(
+        &self,
+        scope: &Scope,
+        hold_id: HoldId,
+        lifetime: Option<Duration>,
+    ) -> Result<Hold, BookingError> {
+        let lifetime = self.inner.lifetimes.pick(lifetime)?;
+        let max_life = chrono_duration(self.inner.lifetimes.max_life);
+        let now = self.inner.clock.now();
+        let inner = Arc::clone(&self.inner);
+        let scope = scope.clone();
+        let transition = detached(async move {
+            let request = RenewRequest {
+                hold_id,
+                scope: &scope,
+                now,
+                lifetime,
+                max_life,
+            };
+            inner.store.renew_hold(request).await
+        })
+        .await?;
+        // A confirmed hold has nothing to renew: it is returned unchanged.
+        settle(transition, hold_id, "renew", HoldStatus::Confirmed)
+    }
+
+    /// Reads an anonymous hold ([`Scope::Anonymous`]), its status resolved at the current time.
+    pub async fn get_hold(&self, hold_id: HoldId) -> Result<Hold, BookingError> {
+        self.get_hold_as(&Scope::Anonymous, hold_id).await
+    }
+
+    /// Reads a hold in `scope`, its status resolved at the current time; a hold outside
+    /// `scope` is `hold_not_found`.
+    pub async fn get_hold_as(&self, scope: &Scope, hold_id: HoldId) -> Result<Hold, BookingError> {
+        let now = self.inner.clock.now();
+        let read = guarded(self.inner.store.get_hold(hold_id, scope, now)).await?;
         match read.outcome {
             Some(hold) => Ok(hold.at(read.at)),
             None => Err(BookingError::HoldNotFound { hold_id }),
         }
+    }
+
+    /// A page of `owner`'s holds by id, every status, resolved at the current time.
+    pub async fn owner_holds(
+        &self,
+        owner: &OwnerId,
+        page: PageRequest,
+    ) -> Result<HoldPage, BookingError> {
+        check_page(page)?;
+        let now = self.inner.clock.now();
+        let read = guarded(self.inner.store.owner_holds(owner, page, now)).await?;
+        Ok(into_page(read, page))
+    }
+
+    /// A page of the holds of `slot_id` (the roster: every owner's, every status) by id,
+    /// resolved at the current time. Back-office code only: it shows other owners' holds.
+    pub async fn slot_holds(
+        &self,
+        slot_id: SlotId,
+        page: PageRequest,
+    ) -> Result<HoldPage, BookingError> {
+        check_page(page)?;
+        let now = self.inner.clock.now();
+        let read = guarded(self.inner.store.slot_holds(slot_id, page, now)).await?;
+        Ok(into_page(read, page))
     }
 
     /// Validates and stores a new slot with all its capacity free.

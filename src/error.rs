@@ -1,6 +1,6 @@
 //! The engine's error type.
 
-use crate::model::{HoldId, InvalidIdempotencyKey, InvalidSlot, SlotId};
+use crate::model::{HoldId, InvalidIdempotencyKey, InvalidOwnerId, InvalidSlot, SlotId};
 use crate::store::StoreError;
 
 /// Everything a [`BookingEngine`](crate::BookingEngine) call can fail with.
@@ -28,15 +28,52 @@ pub enum BookingError {
         /// The slot asked for.
         slot_id: SlotId,
     },
-    /// The idempotency key already belongs to a hold on another slot.
-    #[error("idempotency key already used for hold {existing_hold_id} on slot {existing_slot_id}, not slot {slot_id}")]
+    /// The idempotency key already belongs to a hold placed by another request (another slot,
+    /// quantity or owner).
+    #[error("{}", key_reused_message(*.slot_id, *.existing_hold_id, *.existing_slot_id))]
     IdempotencyKeyReused {
         /// The slot the caller asked for.
         slot_id: SlotId,
-        /// The hold the key belongs to.
-        existing_hold_id: HoldId,
-        /// The slot of that hold.
-        existing_slot_id: SlotId,
+        /// The hold the key belongs to, when it is the caller's own (same owner, or both
+        /// anonymous); `None` when it belongs to somebody else, who is never revealed.
+        existing_hold_id: Option<HoldId>,
+        /// The slot of that hold, under the same condition.
+        existing_slot_id: Option<SlotId>,
+    },
+    /// The slot has fewer units in all than the hold asked for.
+    #[error("slot {slot_id} has {capacity} units in all; {quantity} were asked for")]
+    QuantityExceedsCapacity {
+        /// The slot asked for.
+        slot_id: SlotId,
+        /// Units asked for.
+        quantity: i32,
+        /// The slot's capacity.
+        capacity: i32,
+    },
+    /// A hold's quantity outside `1..=`[`MAX_QUANTITY`](crate::model::MAX_QUANTITY).
+    #[error("quantity must be between 1 and 1000, got {quantity}")]
+    InvalidQuantity {
+        /// The quantity asked for.
+        quantity: i64,
+    },
+    /// A requested hold lifetime outside the engine's bounds.
+    #[error("hold lifetime must be between {min:?} and {max:?}, got {requested:?}")]
+    InvalidLifetime {
+        /// The lifetime asked for.
+        requested: std::time::Duration,
+        /// The shortest the engine allows.
+        min: std::time::Duration,
+        /// The longest the engine allows.
+        max: std::time::Duration,
+    },
+    /// The owner id is not 1–255 visible ASCII characters.
+    #[error(transparent)]
+    InvalidOwner(#[from] InvalidOwnerId),
+    /// A page size outside `1..=`[`MAX_PAGE_SIZE`](crate::model::MAX_PAGE_SIZE).
+    #[error("page limit must be between 1 and 1000, got {limit}")]
+    InvalidPage {
+        /// The limit asked for.
+        limit: u32,
     },
     /// The idempotency key is not 1–255 visible ASCII characters.
     #[error("invalid idempotency key: {0}")]
@@ -53,13 +90,13 @@ pub enum BookingError {
         /// The hold asked for.
         hold_id: HoldId,
     },
-    /// The hold was cancelled; it cannot be confirmed.
+    /// The hold was cancelled; it cannot be confirmed or renewed.
     #[error("hold {hold_id} was cancelled")]
     HoldCancelled {
         /// The hold asked for.
         hold_id: HoldId,
     },
-    /// The hold expired before it was confirmed.
+    /// The hold expired before it was confirmed or renewed.
     #[error("hold {hold_id} has expired")]
     HoldExpired {
         /// The hold asked for.
@@ -83,6 +120,11 @@ impl BookingError {
             BookingError::SlotClosed { .. } => "slot_closed",
             BookingError::SoldOut { .. } => "sold_out",
             BookingError::IdempotencyKeyReused { .. } => "idempotency_key_reused",
+            BookingError::QuantityExceedsCapacity { .. } => "quantity_exceeds_capacity",
+            BookingError::InvalidQuantity { .. } => "invalid_quantity",
+            BookingError::InvalidLifetime { .. } => "invalid_lifetime",
+            BookingError::InvalidOwner(_) => "invalid_owner",
+            BookingError::InvalidPage { .. } => "invalid_page",
             BookingError::InvalidIdempotencyKey(_) => "invalid_idempotency_key",
             BookingError::InvalidSlot(_) => "invalid_slot",
             BookingError::InvalidQuery => "invalid_query",
@@ -98,5 +140,18 @@ impl BookingError {
     /// store failure. Every other error says something about the request or the data.
     pub fn is_transient(&self) -> bool {
         matches!(self, BookingError::Store(error) if error.is_transient())
+    }
+}
+
+fn key_reused_message(
+    slot_id: SlotId,
+    existing_hold_id: Option<HoldId>,
+    existing_slot_id: Option<SlotId>,
+) -> String {
+    match (existing_hold_id, existing_slot_id) {
+        (Some(hold), Some(slot)) => format!(
+            "idempotency key already used for hold {hold} on slot {slot}; this request for slot {slot_id} differs in slot or quantity"
+        ),
+        _ => format!("idempotency key already used by another request (this one for slot {slot_id})"),
     }
 }

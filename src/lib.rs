@@ -135,17 +135,24 @@ pub mod engine;
 pub mod error;
 pub mod memory;
 pub mod model;
+pub mod scope;
 pub mod store;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use engine::{Availability, AvailabilitySnapshot, BookingEngine, EngineBuilder, HoldPlaced};
+pub use engine::{
+    Availability, AvailabilitySnapshot, BookingEngine, EngineBuilder, HoldPlaced, NewHold,
+};
 pub use error::BookingError;
 pub use memory::MemoryStore;
 pub use model::{
-    AvailabilityEntry, AvailabilityQuery, Hold, HoldId, HoldStatus, IdempotencyKey, NewSlot, Slot,
-    SlotId, Timestamp,
+    AvailabilityEntry, AvailabilityQuery, Hold, HoldId, HoldPage, HoldStatus, IdempotencyKey,
+    NewSlot, OwnerId, PageRequest, Slot, SlotId, Timestamp,
 };
-pub use store::{Decided, HoldOutcome, HoldRequest, Store, StoreError, StoreErrorKind, Transition};
+pub use scope::Scope;
+pub use store::{
+    Decided, HoldOutcome, HoldRequest, RenewRequest, SlotLimits, Store, StoreError, StoreErrorKind,
+    Transition,
+};
 
 /// The README's code blocks, compiled and run as doc tests so the README stays true.
 #[cfg(doctest)]

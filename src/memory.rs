@@ -4,11 +4,11 @@
 //! Each slot and its holds sit behind a mutex of their own, so holds on different slots run in
 //! parallel. The unique constraint on idempotency keys is a sharded map: inserting into it
 //! under its shard lock is what decides "created" versus "replayed", the way a unique index
-//! does in SQL. Locks are always taken in the order key shard → slot → hold index shard, so no
-//! two operations can deadlock.
+//! does in SQL. Locks are always taken in the order key shard → slot → hold index shard →
+//! owner index, so no two operations can deadlock.
 
 use std::collections::hash_map::{Entry, RandomState};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::BuildHasher;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -17,9 +17,13 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use async_trait::async_trait;
 
 use crate::model::{
-    AvailabilityEntry, Hold, HoldId, HoldStatus, IdempotencyKey, NewSlot, Slot, SlotId, Timestamp,
+    AvailabilityEntry, Hold, HoldId, HoldStatus, IdempotencyKey, NewSlot, OwnerId, PageRequest,
+    Slot, SlotId, Timestamp,
 };
-use crate::store::{Decided, HoldOutcome, HoldRequest, Store, StoreError, Transition};
+use crate::scope::Scope;
+use crate::store::{
+    Decided, HoldOutcome, HoldRequest, RenewRequest, SlotLimits, Store, StoreError, Transition,
+};
 
 const SHARDS: usize = 16;
 
@@ -38,6 +42,8 @@ pub struct MemoryStore {
     keys: [Mutex<HashMap<IdempotencyKey, (HoldId, SlotId)>>; SHARDS],
     /// Which slot each hold belongs to, sharded by hold id.
     hold_slots: [Mutex<HashMap<HoldId, SlotId>>; SHARDS],
+    /// Owned holds by owner, then id: the twin of the SQL index on `(owner, id)`.
+    owners: Mutex<BTreeSet<(OwnerId, HoldId)>>,
     last_hold_id: AtomicI64,
     hasher: RandomState,
 }
@@ -53,7 +59,8 @@ struct SlotTable {
 #[derive(Debug)]
 struct SlotRow {
     slot: Slot,
-    holds: HashMap<HoldId, Hold>,
+    /// The slot's holds by id: the roster, in keyset order.
+    holds: BTreeMap<HoldId, Hold>,
     /// Holds stored as held, by expiry: the in-memory twin of the SQL partial index.
     held_by_expiry: BTreeSet<(Timestamp, HoldId)>,
 }
@@ -63,6 +70,14 @@ impl SlotRow {
         self.held_by_expiry.range(..=(now, HoldId(i64::MAX)))
     }
 
+    /// Units of held holds with `expires_at <= now`: free again, though not yet reclaimed.
+    fn expired_units(&self, now: Timestamp) -> i32 {
+        self.expired_held(now)
+            .filter_map(|(_, id)| self.holds.get(id))
+            .map(|hold| hold.quantity)
+            .sum()
+    }
+
     /// Marks held holds with `expires_at <= now` as expired and gives their units back.
     fn reclaim(&mut self, now: Timestamp) {
         let expired: Vec<(Timestamp, HoldId)> = self.expired_held(now).copied().collect();
@@ -70,8 +85,15 @@ impl SlotRow {
             self.held_by_expiry.remove(&entry);
             if let Some(hold) = self.holds.get_mut(&entry.1) {
                 hold.status = HoldStatus::Expired;
-                self.slot.remaining += 1;
+                self.slot.remaining += hold.quantity;
             }
+        }
+    }
+
+    fn limits(&self) -> SlotLimits {
+        SlotLimits {
+            starts_at: self.slot.starts_at,
+            capacity: self.slot.capacity,
         }
     }
 }
@@ -107,23 +129,33 @@ impl MemoryStore {
         self.slot_row(slot_id)
     }
 
-    /// Applies `change` to the hold if it allows it; the closure returns whether it changed
-    /// anything.
+    /// Applies `change` to the hold if it is in `scope` and `change` allows it; the closure
+    /// returns whether it changed anything.
     fn transition(
         &self,
         hold_id: HoldId,
+        scope: &Scope,
         change: impl FnOnce(&mut SlotRow, HoldId) -> bool,
     ) -> Transition {
         let Some(row) = self.slot_of_hold(hold_id) else {
             return Transition::NotFound;
         };
         let mut row = lock(&row);
+        if !row.holds.get(&hold_id).is_some_and(|h| scope.admits(h)) {
+            return Transition::NotFound;
+        }
         let applied = change(&mut row, hold_id);
         match row.holds.get(&hold_id) {
             Some(hold) if applied => Transition::Applied(hold.clone()),
             Some(hold) => Transition::NotApplied(hold.clone()),
             None => Transition::NotFound,
         }
+    }
+
+    /// The hold as stored, whatever its scope.
+    fn read_hold(&self, hold_id: HoldId) -> Option<Hold> {
+        self.slot_of_hold(hold_id)
+            .and_then(|row| lock(&row).holds.get(&hold_id).cloned())
     }
 }
 
@@ -144,7 +176,7 @@ impl Store for MemoryStore {
             slot.slot_id,
             Arc::new(Mutex::new(SlotRow {
                 slot: slot.clone(),
-                holds: HashMap::new(),
+                holds: BTreeMap::new(),
                 held_by_expiry: BTreeSet::new(),
             })),
         );
@@ -165,13 +197,12 @@ impl Store for MemoryStore {
                 continue;
             };
             let row = lock(row);
-            let expired = row.expired_held(now).count() as i32;
             entries.push(AvailabilityEntry {
                 slot_id: row.slot.slot_id,
                 starts_at: row.slot.starts_at,
                 ends_at: row.slot.ends_at,
                 capacity: row.slot.capacity,
-                remaining: row.slot.remaining + expired,
+                remaining: row.slot.remaining + row.expired_units(now),
             });
         }
         Ok(Decided::new(now, entries))
@@ -188,9 +219,10 @@ impl Store for MemoryStore {
     async fn confirm_hold(
         &self,
         hold_id: HoldId,
+        scope: &Scope,
         now: Timestamp,
     ) -> Result<Decided<Transition>, StoreError> {
-        let transition = self.transition(hold_id, |row, hold_id| {
+        let transition = self.transition(hold_id, scope, |row, hold_id| {
             let Some(hold) = row.holds.get_mut(&hold_id) else {
                 return false;
             };
@@ -209,9 +241,10 @@ impl Store for MemoryStore {
     async fn cancel_hold(
         &self,
         hold_id: HoldId,
+        scope: &Scope,
         now: Timestamp,
     ) -> Result<Decided<Transition>, StoreError> {
-        let transition = self.transition(hold_id, |row, hold_id| {
+        let transition = self.transition(hold_id, scope, |row, hold_id| {
             let Some(hold) = row.holds.get_mut(&hold_id) else {
                 return false;
             };
@@ -222,11 +255,33 @@ impl Store for MemoryStore {
             };
             hold.status = HoldStatus::Cancelled;
             hold.cancelled_at = Some(now);
+            let (expiry, quantity) = ((hold.expires_at, hold_id), hold.quantity);
             if was_held {
-                let expiry = (hold.expires_at, hold_id);
                 row.held_by_expiry.remove(&expiry);
             }
-            row.slot.remaining += 1;
+            row.slot.remaining += quantity;
+            true
+        });
+        Ok(Decided::new(now, transition))
+    }
+
+    async fn renew_hold(
+        &self,
+        request: RenewRequest<'_>,
+    ) -> Result<Decided<Transition>, StoreError> {
+        let now = request.now;
+        let transition = self.transition(request.hold_id, request.scope, |row, hold_id| {
+            let Some(hold) = row.holds.get_mut(&hold_id) else {
+                return false;
+            };
+            if hold.status != HoldStatus::Held || hold.expires_at <= now {
+                return false;
+            }
+            let old = (hold.expires_at, hold_id);
+            hold.expires_at = request.renewed_expiry(hold);
+            let new = (hold.expires_at, hold_id);
+            row.held_by_expiry.remove(&old);
+            row.held_by_expiry.insert(new);
             true
         });
         Ok(Decided::new(now, transition))
@@ -235,12 +290,57 @@ impl Store for MemoryStore {
     async fn get_hold(
         &self,
         hold_id: HoldId,
+        scope: &Scope,
         now: Timestamp,
     ) -> Result<Decided<Option<Hold>>, StoreError> {
-        let hold = self
-            .slot_of_hold(hold_id)
-            .and_then(|row| lock(&row).holds.get(&hold_id).cloned());
+        let hold = self.read_hold(hold_id).filter(|h| scope.admits(h));
         Ok(Decided::new(now, hold))
+    }
+
+    async fn owner_holds(
+        &self,
+        owner: &OwnerId,
+        page: PageRequest,
+        now: Timestamp,
+    ) -> Result<Decided<Vec<Hold>>, StoreError> {
+        let after = (owner.clone(), page.after.unwrap_or(HoldId(i64::MIN)));
+        let ids: Vec<HoldId> = {
+            let owners = lock(&self.owners);
+            owners
+                .range((Bound::Excluded(after), Bound::Unbounded))
+                .take_while(|(o, _)| o == owner)
+                .take(page.limit as usize)
+                .map(|(_, id)| *id)
+                .collect()
+        };
+        // An owner's holds are never removed and never change owner: each id still has its
+        // hold, read under its slot's lock.
+        let holds = ids
+            .into_iter()
+            .filter_map(|id| self.read_hold(id))
+            .collect();
+        Ok(Decided::new(now, holds))
+    }
+
+    async fn slot_holds(
+        &self,
+        slot_id: SlotId,
+        page: PageRequest,
+        now: Timestamp,
+    ) -> Result<Decided<Vec<Hold>>, StoreError> {
+        let holds = match self.slot_row(slot_id) {
+            Some(row) => {
+                let row = lock(&row);
+                let after = page.after.unwrap_or(HoldId(i64::MIN));
+                row.holds
+                    .range((Bound::Excluded(after), Bound::Unbounded))
+                    .take(page.limit as usize)
+                    .map(|(_, hold)| hold.clone())
+                    .collect()
+            }
+            None => Vec::new(),
+        };
+        Ok(Decided::new(now, holds))
     }
 
     async fn get_slot(&self, slot_id: SlotId) -> Result<Option<Slot>, StoreError> {
@@ -254,36 +354,32 @@ impl MemoryStore {
         let mut keys = lock(self.key_shard(request.key));
         let vacant = match keys.entry(request.key.clone()) {
             Entry::Occupied(taken) => {
-                let (hold_id, slot_id) = *taken.get();
-                let hold = self
-                    .slot_row(slot_id)
-                    .and_then(|row| lock(&row).holds.get(&hold_id).cloned())
-                    .ok_or_else(|| {
-                        StoreError::failed("idempotency key points at a missing hold")
-                    })?;
-                return Ok(if slot_id == request.slot_id {
-                    HoldOutcome::Replayed(hold)
-                } else {
-                    HoldOutcome::KeyReused(hold)
-                });
+                let (hold_id, _) = *taken.get();
+                let holder = self.read_hold(hold_id).ok_or_else(|| {
+                    StoreError::failed("idempotency key points at a missing hold")
+                })?;
+                return Ok(HoldOutcome::refused(request, Some(holder), None));
             }
             Entry::Vacant(vacant) => vacant,
         };
 
         let Some(row) = self.slot_row(request.slot_id) else {
-            return Ok(HoldOutcome::SlotNotFound);
+            return Ok(HoldOutcome::refused(request, None, None));
         };
         let mut row = lock(&row);
-        if row.slot.starts_at <= request.now {
-            return Ok(HoldOutcome::SlotClosed);
-        }
-        if row.slot.remaining == 0 {
+        let open = row.slot.starts_at > request.now;
+        // Reclaim expired holds only when that makes the hold fit: a refused hold changes
+        // nothing.
+        if open
+            && row.slot.remaining < request.quantity
+            && row.slot.remaining + row.expired_units(request.now) >= request.quantity
+        {
             row.reclaim(request.now);
         }
-        if row.slot.remaining == 0 {
-            return Ok(HoldOutcome::SoldOut);
+        if !open || row.slot.remaining < request.quantity {
+            return Ok(HoldOutcome::refused(request, None, Some(row.limits())));
         }
-        row.slot.remaining -= 1;
+        row.slot.remaining -= request.quantity;
 
         let hold_id = HoldId(self.last_hold_id.fetch_add(1, Ordering::Relaxed) + 1);
         let hold = Hold {
@@ -293,11 +389,17 @@ impl MemoryStore {
             expires_at: request.expires_at,
             confirmed_at: None,
             cancelled_at: None,
+            quantity: request.quantity,
+            owner: request.owner.cloned(),
+            created_at: request.now,
         };
         row.holds.insert(hold_id, hold.clone());
         row.held_by_expiry.insert((hold.expires_at, hold_id));
         vacant.insert((hold_id, request.slot_id));
         lock(self.hold_shard(hold_id)).insert(hold_id, request.slot_id);
+        if let Some(owner) = request.owner {
+            lock(&self.owners).insert((owner.clone(), hold_id));
+        }
         Ok(HoldOutcome::Created(hold))
     }
 }

@@ -244,8 +244,12 @@ impl FromStr for HoldStatus {
 #[error("unknown hold status {0:?}")]
 pub struct UnknownStatus(pub String);
 
-/// A hold, serialized as exactly six fields: `hold_id`, `slot_id`, `status`, `expires_at`,
-/// `confirmed_at`, `cancelled_at`.
+/// A hold: `quantity` units of one slot, reserved until `expires_at` unless confirmed.
+///
+/// Serializes as `hold_id`, `slot_id`, `status`, `expires_at`, `confirmed_at`,
+/// `cancelled_at` (the six fields of the original wire format, in that order), then
+/// `quantity`, `owner` (`null` for an anonymous hold) and `created_at`. An HTTP layer that
+/// promised its clients the six fields serializes a view of its own.
 ///
 /// Stores return the status they have stored; the engine returns holds whose status has been
 /// resolved against its clock with [`Hold::at`], so a hold stored as `held` whose `expires_at`
@@ -254,11 +258,11 @@ pub struct UnknownStatus(pub String);
 pub struct Hold {
     /// The hold's id.
     pub hold_id: HoldId,
-    /// The slot it reserves a unit of.
+    /// The slot it reserves units of.
     pub slot_id: SlotId,
     /// Its status.
     pub status: HoldStatus,
-    /// When an unconfirmed hold stops reserving its unit.
+    /// When an unconfirmed hold stops reserving its units.
     #[serde(with = "rfc3339")]
     pub expires_at: Timestamp,
     /// When it was confirmed, if it was.
@@ -267,6 +271,62 @@ pub struct Hold {
     /// When it was cancelled, if it was.
     #[serde(with = "rfc3339::option")]
     pub cancelled_at: Option<Timestamp>,
+    /// Units it takes, `1..=`[`MAX_QUANTITY`], all of them together.
+    pub quantity: i32,
+    /// Who it belongs to; `None` for an anonymous hold.
+    pub owner: Option<OwnerId>,
+    /// When it was placed. Renewal never extends a hold past `created_at` plus the engine's
+    /// maximum hold life.
+    #[serde(with = "rfc3339")]
+    pub created_at: Timestamp,
+}
+
+/// The most units one hold may take.
+pub const MAX_QUANTITY: i32 = 1_000;
+
+/// The most holds one page of a query returns.
+pub const MAX_PAGE_SIZE: u32 = 1_000;
+
+/// One page of a keyset query over holds: the holds with ids greater than `after`, in id
+/// order, at most `limit` of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PageRequest {
+    /// Only holds with a greater id; `None` starts at the first.
+    pub after: Option<HoldId>,
+    /// At most this many holds, `1..=`[`MAX_PAGE_SIZE`].
+    pub limit: u32,
+}
+
+impl PageRequest {
+    /// The first page of up to `limit` holds.
+    pub fn first(limit: u32) -> Self {
+        PageRequest { after: None, limit }
+    }
+
+    /// The page of up to `limit` holds after `after`.
+    pub fn after(after: HoldId, limit: u32) -> Self {
+        PageRequest {
+            after: Some(after),
+            limit,
+        }
+    }
+}
+
+impl Default for PageRequest {
+    /// The first page of 100 holds.
+    fn default() -> Self {
+        PageRequest::first(100)
+    }
+}
+
+/// A page of holds, by id, each with its status resolved at the time of the read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HoldPage {
+    /// The holds, in ascending id order.
+    pub holds: Vec<Hold>,
+    /// Where the next page starts ([`PageRequest::after`]) when this one was full; `None` when
+    /// there is nothing after it.
+    pub next_after: Option<HoldId>,
 }
 
 impl Hold {
@@ -305,15 +365,7 @@ impl IdempotencyKey {
     /// Validates and wraps a key.
     pub fn new(key: impl Into<String>) -> Result<Self, InvalidIdempotencyKey> {
         let key = key.into();
-        if key.is_empty() {
-            return Err(InvalidIdempotencyKey::Empty);
-        }
-        if key.len() > Self::MAX_LEN {
-            return Err(InvalidIdempotencyKey::TooLong(key.chars().count()));
-        }
-        if let Some(position) = key.bytes().position(|b| !(0x21..=0x7e).contains(&b)) {
-            return Err(InvalidIdempotencyKey::BadCharacter { position });
-        }
+        check_token(&key)?;
         Ok(IdempotencyKey(key))
     }
 
@@ -357,6 +409,90 @@ pub enum InvalidIdempotencyKey {
         /// Byte offset of the first offending character.
         position: usize,
     },
+}
+
+/// Checks the rules idempotency keys and owner ids share: 1 to 255 bytes of visible ASCII.
+fn check_token(token: &str) -> Result<(), InvalidIdempotencyKey> {
+    if token.is_empty() {
+        return Err(InvalidIdempotencyKey::Empty);
+    }
+    if token.len() > IdempotencyKey::MAX_LEN {
+        return Err(InvalidIdempotencyKey::TooLong(token.chars().count()));
+    }
+    if let Some(position) = token.bytes().position(|b| !(0x21..=0x7e).contains(&b)) {
+        return Err(InvalidIdempotencyKey::BadCharacter { position });
+    }
+    Ok(())
+}
+
+/// Who a hold belongs to: an opaque id the application chooses (a customer, a session, a
+/// cart). The same rules as an [`IdempotencyKey`]: 1 to 255 visible ASCII characters.
+///
+/// An owned hold is seen, confirmed, cancelled and renewed only in that owner's
+/// [`Scope`](crate::Scope) (or by back-office code).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct OwnerId(String);
+
+impl OwnerId {
+    /// Longest owner id accepted, in characters.
+    pub const MAX_LEN: usize = 255;
+
+    /// Validates and wraps an owner id.
+    pub fn new(owner: impl Into<String>) -> Result<Self, InvalidOwnerId> {
+        let owner = owner.into();
+        check_token(&owner).map_err(InvalidOwnerId)?;
+        Ok(OwnerId(owner))
+    }
+
+    /// The owner id as a string.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for OwnerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl AsRef<str> for OwnerId {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl FromStr for OwnerId {
+    type Err = InvalidOwnerId;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        OwnerId::new(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for OwnerId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = String::deserialize(d)?;
+        OwnerId::new(raw).map_err(serde::de::Error::custom)
+    }
+}
+
+/// Why an owner id was refused: the same rules as an idempotency key, broken the same way.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid owner id: {}", owner_reason(.0))]
+pub struct InvalidOwnerId(pub InvalidIdempotencyKey);
+
+fn owner_reason(reason: &InvalidIdempotencyKey) -> String {
+    match reason {
+        InvalidIdempotencyKey::Empty => "it is empty".to_owned(),
+        InvalidIdempotencyKey::TooLong(n) => {
+            format!("it has {n} characters; at most 255 are allowed")
+        }
+        InvalidIdempotencyKey::BadCharacter { position } => {
+            format!("a character outside visible ASCII at byte {position}")
+        }
+    }
 }
 
 /// Serde helpers for the wire format of timestamps: RFC 3339, six fractional digits, `+00:00`.
@@ -459,7 +595,7 @@ mod tests {
     }
 
     #[test]
-    fn hold_serializes_to_exactly_six_fields() {
+    fn hold_serializes_the_six_seed_fields_first() {
         let hold = Hold {
             hold_id: HoldId(7),
             slot_id: SlotId(3),
@@ -467,21 +603,37 @@ mod tests {
             expires_at: t(0) + chrono::Duration::microseconds(1),
             confirmed_at: Some(t(1)),
             cancelled_at: None,
+            quantity: 2,
+            owner: Some(OwnerId::new("cart-9").unwrap()),
+            created_at: t(-300),
         };
-        let json = serde_json::to_value(&hold).unwrap();
+        let json = serde_json::to_string(&hold).unwrap();
         assert_eq!(
             json,
-            serde_json::json!({
-                "hold_id": 7,
-                "slot_id": 3,
-                "status": "confirmed",
-                "expires_at": "2027-01-15T08:00:00.000001+00:00",
-                "confirmed_at": "2027-01-15T08:00:01.000000+00:00",
-                "cancelled_at": null,
-            })
+            concat!(
+                r#"{"hold_id":7,"slot_id":3,"status":"confirmed","#,
+                r#""expires_at":"2027-01-15T08:00:00.000001+00:00","#,
+                r#""confirmed_at":"2027-01-15T08:00:01.000000+00:00","cancelled_at":null,"#,
+                r#""quantity":2,"owner":"cart-9","created_at":"2027-01-15T07:55:00.000000+00:00"}"#
+            )
         );
-        let back: Hold = serde_json::from_value(json).unwrap();
+        let back: Hold = serde_json::from_str(&json).unwrap();
         assert_eq!(back, hold);
+    }
+
+    #[test]
+    fn owner_ids_follow_the_key_rules() {
+        assert_eq!(OwnerId::new("customer-1").unwrap().as_str(), "customer-1");
+        assert!(OwnerId::new("o".repeat(255)).is_ok());
+        assert_eq!(
+            OwnerId::new(""),
+            Err(InvalidOwnerId(InvalidIdempotencyKey::Empty))
+        );
+        assert_eq!(
+            OwnerId::new("a b").unwrap_err().to_string(),
+            "invalid owner id: a character outside visible ASCII at byte 1"
+        );
+        assert!(serde_json::from_str::<OwnerId>(r#""x y""#).is_err());
     }
 
     #[test]
@@ -493,6 +645,9 @@ mod tests {
             expires_at: t(10),
             confirmed_at: None,
             cancelled_at: None,
+            quantity: 1,
+            owner: None,
+            created_at: t(0),
         };
         assert_eq!(
             hold.status_at(t(10) - chrono::Duration::microseconds(1)),

@@ -25,20 +25,62 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::model::{
-    AvailabilityEntry, Hold, HoldId, IdempotencyKey, NewSlot, Slot, SlotId, Timestamp,
+    AvailabilityEntry, Hold, HoldId, IdempotencyKey, NewSlot, OwnerId, PageRequest, Slot, SlotId,
+    Timestamp,
 };
+use crate::scope::Scope;
 
-/// A request to place a hold, as the engine hands it to the store.
+/// A request to place a hold, as the engine hands it to the store (every field validated).
 #[derive(Debug, Clone, Copy)]
 pub struct HoldRequest<'a> {
-    /// The slot to take a unit of.
+    /// The slot to take units of.
     pub slot_id: SlotId,
-    /// The client's idempotency key (already validated).
+    /// The client's idempotency key.
     pub key: &'a IdempotencyKey,
-    /// The engine's current time; the slot must start after it.
+    /// Who the hold will belong to; `None` for an anonymous hold.
+    pub owner: Option<&'a OwnerId>,
+    /// Units to take, all or none: `1..=`[`MAX_QUANTITY`](crate::model::MAX_QUANTITY).
+    pub quantity: i32,
+    /// The engine's current time; the slot must start after it. Stored as `created_at`.
     pub now: Timestamp,
-    /// When the new hold will expire.
+    /// When the new hold will expire (`now` plus the hold's lifetime).
     pub expires_at: Timestamp,
+}
+
+impl HoldRequest<'_> {
+    /// Whether `hold`, the hold this request's key already belongs to, is this very request
+    /// made again: same slot, same quantity, same owner.
+    pub fn is_replay_of(&self, hold: &Hold) -> bool {
+        hold.slot_id == self.slot_id
+            && hold.quantity == self.quantity
+            && hold.owner.as_ref() == self.owner
+    }
+}
+
+/// A request to renew a hold, as the engine hands it to the store.
+#[derive(Debug, Clone, Copy)]
+pub struct RenewRequest<'a> {
+    /// The hold to renew.
+    pub hold_id: HoldId,
+    /// Whose holds the caller may renew.
+    pub scope: &'a Scope,
+    /// The engine's current time.
+    pub now: Timestamp,
+    /// The new lifetime, counted from `now`.
+    pub lifetime: chrono::Duration,
+    /// The longest a hold may live, counted from its `created_at`.
+    pub max_life: chrono::Duration,
+}
+
+impl RenewRequest<'_> {
+    /// The `expires_at` a renewal gives `hold`: `now + lifetime`, but never past
+    /// `created_at + max_life` and never earlier than it already was (a renewal does not
+    /// shorten a hold). Stores compute the same in their own language.
+    pub fn renewed_expiry(&self, hold: &Hold) -> Timestamp {
+        let wanted = self.now + self.lifetime;
+        let cap = hold.created_at + self.max_life;
+        wanted.min(cap).max(hold.expires_at)
+    }
 }
 
 /// A store's answer together with the instant it was decided at.
@@ -75,18 +117,35 @@ impl<T> Decided<T> {
     }
 }
 
+/// What a store knows of a slot when it explains a refused hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlotLimits {
+    /// When the slot starts.
+    pub starts_at: Timestamp,
+    /// Its capacity.
+    pub capacity: i32,
+}
+
 /// What [`Store::create_hold`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HoldOutcome {
-    /// A unit was taken and a new hold stored.
+    /// Units were taken and a new hold stored.
     Created(Hold),
-    /// A hold with this key already exists on this slot; nothing changed. The hold is returned
-    /// as stored now.
+    /// The key already belongs to a hold made by this same request (same slot, quantity and
+    /// owner); nothing changed. The hold is returned as stored now.
     Replayed(Hold),
-    /// A hold with this key exists on a *different* slot; nothing changed.
-    KeyReused(Hold),
-    /// The slot has no free unit, even after reclaiming expired holds; nothing changed.
+    /// The key already belongs to a hold made by another request; nothing changed. The hold is
+    /// given only when it has the caller's owner (or both are anonymous): a hold of somebody
+    /// else is never revealed.
+    KeyReused(Option<Hold>),
+    /// The slot has not enough free units, even after reclaiming expired holds; nothing
+    /// changed.
     SoldOut,
+    /// More units than the slot's whole capacity were asked for; nothing changed.
+    ExceedsCapacity {
+        /// The slot's capacity.
+        capacity: i32,
+    },
     /// No slot has this id.
     SlotNotFound,
     /// The slot has already started (`starts_at <= now`); nothing changed.
@@ -96,41 +155,52 @@ pub enum HoldOutcome {
 impl HoldOutcome {
     /// The answer to a hold request that stored nothing, from what the store reads after its
     /// writes changed nothing: the hold the key already belongs to, if any (a key in use wins
-    /// over every other answer), else the requested slot's `starts_at`, if the slot exists.
+    /// over every other answer), else the requested slot's limits, if the slot exists.
     /// Every backend explains a refusal the same way through this.
     pub fn refused(
         request: &HoldRequest<'_>,
         key_holder: Option<Hold>,
-        slot_starts_at: Option<Timestamp>,
+        slot: Option<SlotLimits>,
     ) -> HoldOutcome {
-        match (key_holder, slot_starts_at) {
-            (Some(hold), _) if hold.slot_id == request.slot_id => HoldOutcome::Replayed(hold),
-            (Some(hold), _) => HoldOutcome::KeyReused(hold),
+        match (key_holder, slot) {
+            (Some(hold), _) if request.is_replay_of(&hold) => HoldOutcome::Replayed(hold),
+            (Some(hold), _) if hold.owner.as_ref() == request.owner => {
+                HoldOutcome::KeyReused(Some(hold))
+            }
+            (Some(_), _) => HoldOutcome::KeyReused(None),
             (None, None) => HoldOutcome::SlotNotFound,
-            (None, Some(starts_at)) if starts_at <= request.now => HoldOutcome::SlotClosed,
+            (None, Some(slot)) if slot.starts_at <= request.now => HoldOutcome::SlotClosed,
+            (None, Some(slot)) if request.quantity > slot.capacity => {
+                HoldOutcome::ExceedsCapacity {
+                    capacity: slot.capacity,
+                }
+            }
             (None, Some(_)) => HoldOutcome::SoldOut,
         }
     }
 }
 
-/// What [`Store::confirm_hold`] or [`Store::cancel_hold`] did.
+/// What [`Store::confirm_hold`], [`Store::cancel_hold`] or [`Store::renew_hold`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Transition {
-    /// The hold changed state; here it is after the change.
+    /// The hold changed; here it is after the change.
     Applied(Hold),
-    /// The hold exists but was not in a state the operation applies to; nothing changed. Here
-    /// it is as stored now. The engine decides what that means for the caller.
+    /// The hold exists in the caller's scope but was not in a state the operation applies to;
+    /// nothing changed. Here it is as stored now. The engine decides what that means for the
+    /// caller.
     NotApplied(Hold),
-    /// No hold has this id.
+    /// No hold has this id in the caller's scope.
     NotFound,
 }
 
 /// A backend's storage, operation by operation. Object safe: `Arc<dyn Store>` is a `Store`.
 ///
 /// The rules each method must follow: the capacity invariant
-/// `remaining + stored held + confirmed == capacity` (with `remaining >= 0`) holds after every
-/// call, a unit is reserved only by a conditional decrement that affected a row, and two holds
-/// never share an idempotency key. The
+/// `remaining + Σ quantity(stored held) + Σ quantity(confirmed) == capacity` (with
+/// `remaining >= 0`) holds after every call, units are reserved only by a conditional
+/// decrement (`remaining >= quantity`) that affected a row, two holds never share an
+/// idempotency key, and an operation on an existing hold acts only inside the caller's
+/// [`Scope`], as part of its write's condition. The
 /// [`conformance`](crate::conformance) suite (feature `conformance`) checks an implementation.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
@@ -138,8 +208,8 @@ pub trait Store: Send + Sync + 'static {
     async fn create_slot(&self, slot: &NewSlot) -> Result<Slot, StoreError>;
 
     /// Every slot with `starts_at > now`, ordered by `starts_at` then `slot_id`, sold-out
-    /// slots included. `remaining` counts holds stored as held whose `expires_at <= now` as
-    /// free.
+    /// slots included. `remaining` counts the units of holds stored as held whose
+    /// `expires_at <= now` as free.
     async fn availability(
         &self,
         now: Timestamp,
@@ -147,78 +217,147 @@ pub trait Store: Send + Sync + 'static {
 
     /// Places a hold, atomically:
     ///
-    /// 1. decrement the slot's `remaining` where `remaining > 0` and `starts_at > now`;
+    /// 1. decrement the slot's `remaining` by `quantity` where `remaining >= quantity` and
+    ///    `starts_at > now`;
     /// 2. if no row was affected, mark the slot's held holds with `expires_at <= now` as
-    ///    expired, add the number of rows that changed back to `remaining`, and decrement once
-    ///    more;
-    /// 3. insert the hold under the unique key; a unique violation undoes the decrement and
-    ///    yields [`HoldOutcome::Replayed`] or [`HoldOutcome::KeyReused`].
+    ///    expired, add their quantities back to `remaining`, and decrement once more;
+    /// 3. insert the hold (`created_at = now`) under the unique key; a unique violation undoes
+    ///    the decrement.
     ///
-    /// A key already used takes precedence over every other outcome: a replay on a sold-out or
-    /// started slot is still a replay.
+    /// When nothing was stored, [`HoldOutcome::refused`] explains why. A key already used
+    /// takes precedence over every other outcome: a replay on a sold-out or started slot is
+    /// still a replay.
     async fn create_hold(
         &self,
         request: HoldRequest<'_>,
     ) -> Result<Decided<HoldOutcome>, StoreError>;
 
-    /// Confirms a hold stored as held with `expires_at > now`, setting `confirmed_at = now`.
-    /// Capacity does not change.
+    /// Confirms a hold in `scope` stored as held with `expires_at > now`, setting
+    /// `confirmed_at = now`. Capacity does not change.
     async fn confirm_hold(
         &self,
         hold_id: HoldId,
+        scope: &Scope,
         now: Timestamp,
     ) -> Result<Decided<Transition>, StoreError>;
 
-    /// Cancels a confirmed hold, or a held one with `expires_at > now`, setting
-    /// `cancelled_at = now` and giving its unit back to the slot in the same transaction.
+    /// Cancels a hold in `scope` that is confirmed, or held with `expires_at > now`, setting
+    /// `cancelled_at = now` and giving its `quantity` units back to the slot in the same
+    /// transaction.
     async fn cancel_hold(
         &self,
         hold_id: HoldId,
+        scope: &Scope,
         now: Timestamp,
     ) -> Result<Decided<Transition>, StoreError>;
 
-    /// The hold as stored (status not resolved against the clock), if it exists, with the
-    /// instant to resolve it at (`now` unless the store keeps its own clock).
+    /// Renews a hold in `request.scope` stored as held with `expires_at > now`: one
+    /// conditional update setting `expires_at` to [`RenewRequest::renewed_expiry`]. Capacity
+    /// does not change.
+    async fn renew_hold(
+        &self,
+        request: RenewRequest<'_>,
+    ) -> Result<Decided<Transition>, StoreError>;
+
+    /// The hold as stored (status not resolved against the clock), if it exists in `scope`,
+    /// with the instant to resolve it at (`now` unless the store keeps its own clock).
     async fn get_hold(
         &self,
         hold_id: HoldId,
+        scope: &Scope,
         now: Timestamp,
     ) -> Result<Decided<Option<Hold>>, StoreError>;
+
+    /// The holds of `owner` with ids after `page.after`, by id, at most `page.limit`, as
+    /// stored, read through an index on `(owner, id)`.
+    async fn owner_holds(
+        &self,
+        owner: &OwnerId,
+        page: PageRequest,
+        now: Timestamp,
+    ) -> Result<Decided<Vec<Hold>>, StoreError>;
+
+    /// The holds of `slot_id` (every owner's) with ids after `page.after`, by id, at most
+    /// `page.limit`, as stored, read through an index on `(slot_id, id)`.
+    async fn slot_holds(
+        &self,
+        slot_id: SlotId,
+        page: PageRequest,
+        now: Timestamp,
+    ) -> Result<Decided<Vec<Hold>>, StoreError>;
 
     /// The slot as stored, if it exists.
     async fn get_slot(&self, slot_id: SlotId) -> Result<Option<Slot>, StoreError>;
 }
 
+/// A [`Store`] impl for `$ty` that hands every call to the store `$get` returns (an
+/// expression of `$this`, which is `self`), optionally through `$wrap`, an expression of the
+/// call's future `$call` (by default `$call.await`).
 macro_rules! forward_store {
-    ($($ptr:ty),*) => {$(
-        #[async_trait]
-        impl<T: Store + ?Sized> Store for $ptr {
-            async fn create_slot(&self, slot: &NewSlot) -> Result<Slot, StoreError> {
-                (**self).create_slot(slot).await
+    (impl[$($generics:tt)*] for $ty:ty, |$this:ident| $get:expr) => {
+        $crate::store::forward_store!(impl[$($generics)*] for $ty, |$this| $get, |call| call.await);
+    };
+    (impl[$($generics:tt)*] for $ty:ty, |$this:ident| $get:expr, |$call:ident| $wrap:expr) => {
+        #[async_trait::async_trait]
+        impl<$($generics)*> $crate::Store for $ty {
+            async fn create_slot(&self, slot: &$crate::NewSlot) -> Result<$crate::Slot, $crate::StoreError> {
+                let $this = self;
+                let $call = ($get).create_slot(slot);
+                $wrap
             }
-            async fn availability(&self, now: Timestamp) -> Result<Decided<Vec<AvailabilityEntry>>, StoreError> {
-                (**self).availability(now).await
+            async fn availability(&self, now: $crate::Timestamp) -> Result<$crate::Decided<Vec<$crate::AvailabilityEntry>>, $crate::StoreError> {
+                let $this = self;
+                let $call = ($get).availability(now);
+                $wrap
             }
-            async fn create_hold(&self, request: HoldRequest<'_>) -> Result<Decided<HoldOutcome>, StoreError> {
-                (**self).create_hold(request).await
+            async fn create_hold(&self, request: $crate::HoldRequest<'_>) -> Result<$crate::Decided<$crate::HoldOutcome>, $crate::StoreError> {
+                let $this = self;
+                let $call = ($get).create_hold(request);
+                $wrap
             }
-            async fn confirm_hold(&self, hold_id: HoldId, now: Timestamp) -> Result<Decided<Transition>, StoreError> {
-                (**self).confirm_hold(hold_id, now).await
+            async fn confirm_hold(&self, hold_id: $crate::HoldId, scope: &$crate::Scope, now: $crate::Timestamp) -> Result<$crate::Decided<$crate::Transition>, $crate::StoreError> {
+                let $this = self;
+                let $call = ($get).confirm_hold(hold_id, scope, now);
+                $wrap
             }
-            async fn cancel_hold(&self, hold_id: HoldId, now: Timestamp) -> Result<Decided<Transition>, StoreError> {
-                (**self).cancel_hold(hold_id, now).await
+            async fn cancel_hold(&self, hold_id: $crate::HoldId, scope: &$crate::Scope, now: $crate::Timestamp) -> Result<$crate::Decided<$crate::Transition>, $crate::StoreError> {
+                let $this = self;
+                let $call = ($get).cancel_hold(hold_id, scope, now);
+                $wrap
             }
-            async fn get_hold(&self, hold_id: HoldId, now: Timestamp) -> Result<Decided<Option<Hold>>, StoreError> {
-                (**self).get_hold(hold_id, now).await
+            async fn renew_hold(&self, request: $crate::RenewRequest<'_>) -> Result<$crate::Decided<$crate::Transition>, $crate::StoreError> {
+                let $this = self;
+                let $call = ($get).renew_hold(request);
+                $wrap
             }
-            async fn get_slot(&self, slot_id: SlotId) -> Result<Option<Slot>, StoreError> {
-                (**self).get_slot(slot_id).await
+            async fn get_hold(&self, hold_id: $crate::HoldId, scope: &$crate::Scope, now: $crate::Timestamp) -> Result<$crate::Decided<Option<$crate::Hold>>, $crate::StoreError> {
+                let $this = self;
+                let $call = ($get).get_hold(hold_id, scope, now);
+                $wrap
+            }
+            async fn owner_holds(&self, owner: &$crate::OwnerId, page: $crate::PageRequest, now: $crate::Timestamp) -> Result<$crate::Decided<Vec<$crate::Hold>>, $crate::StoreError> {
+                let $this = self;
+                let $call = ($get).owner_holds(owner, page, now);
+                $wrap
+            }
+            async fn slot_holds(&self, slot_id: $crate::SlotId, page: $crate::PageRequest, now: $crate::Timestamp) -> Result<$crate::Decided<Vec<$crate::Hold>>, $crate::StoreError> {
+                let $this = self;
+                let $call = ($get).slot_holds(slot_id, page, now);
+                $wrap
+            }
+            async fn get_slot(&self, slot_id: $crate::SlotId) -> Result<Option<$crate::Slot>, $crate::StoreError> {
+                let $this = self;
+                let $call = ($get).get_slot(slot_id);
+                $wrap
             }
         }
-    )*};
+    };
 }
+#[cfg_attr(not(feature = "conformance"), allow(unused_imports))]
+pub(crate) use forward_store;
 
-forward_store!(Arc<T>, Box<T>);
+forward_store!(impl[T: Store + ?Sized] for Arc<T>, |this| &**this);
+forward_store!(impl[T: Store + ?Sized] for Box<T>, |this| &**this);
 
 /// Whether retrying the same call later may succeed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -300,41 +439,96 @@ mod tests {
     fn a_refusal_is_explained_key_first_then_by_the_slot() {
         let now = Utc.with_ymd_and_hms(2030, 1, 1, 9, 0, 0).unwrap();
         let key = IdempotencyKey::new("k").unwrap();
+        let alice = OwnerId::new("alice").unwrap();
         let request = HoldRequest {
             slot_id: SlotId(1),
             key: &key,
+            owner: Some(&alice),
+            quantity: 2,
             now,
             expires_at: now + Duration::minutes(5),
         };
-        let holder = |slot| Hold {
+        let holder = |slot, quantity, owner: Option<&str>| Hold {
             hold_id: HoldId(9),
             slot_id: SlotId(slot),
             status: HoldStatus::Held,
             expires_at: now,
             confirmed_at: None,
             cancelled_at: None,
+            quantity,
+            owner: owner.map(|o| OwnerId::new(o).unwrap()),
+            created_at: now,
         };
-        let later = Some(now + Duration::hours(1));
+        let limits = |starts_at, capacity| {
+            Some(SlotLimits {
+                starts_at,
+                capacity,
+            })
+        };
+        let later = now + Duration::hours(1);
         assert_eq!(
-            HoldOutcome::refused(&request, Some(holder(1)), Some(now)),
-            HoldOutcome::Replayed(holder(1)),
+            HoldOutcome::refused(&request, Some(holder(1, 2, Some("alice"))), limits(now, 5)),
+            HoldOutcome::Replayed(holder(1, 2, Some("alice"))),
             "a replay wins over a started slot"
         );
-        assert_eq!(
-            HoldOutcome::refused(&request, Some(holder(2)), later),
-            HoldOutcome::KeyReused(holder(2))
-        );
+        for (slot, quantity) in [(2, 2), (1, 1)] {
+            assert_eq!(
+                HoldOutcome::refused(&request, Some(holder(slot, quantity, Some("alice"))), None),
+                HoldOutcome::KeyReused(Some(holder(slot, quantity, Some("alice")))),
+                "the owner's own hold on slot {slot}, quantity {quantity}"
+            );
+        }
+        for other in [None, Some("bob")] {
+            assert_eq!(
+                HoldOutcome::refused(&request, Some(holder(1, 2, other)), limits(later, 5)),
+                HoldOutcome::KeyReused(None),
+                "somebody else's hold ({other:?}) is never revealed"
+            );
+        }
         assert_eq!(
             HoldOutcome::refused(&request, None, None),
             HoldOutcome::SlotNotFound
         );
         assert_eq!(
-            HoldOutcome::refused(&request, None, Some(now)),
+            HoldOutcome::refused(&request, None, limits(now, 1)),
             HoldOutcome::SlotClosed
         );
         assert_eq!(
-            HoldOutcome::refused(&request, None, later),
+            HoldOutcome::refused(&request, None, limits(later, 1)),
+            HoldOutcome::ExceedsCapacity { capacity: 1 }
+        );
+        assert_eq!(
+            HoldOutcome::refused(&request, None, limits(later, 2)),
             HoldOutcome::SoldOut
         );
+    }
+
+    #[test]
+    fn a_renewal_moves_expiry_forward_within_the_maximum_life() {
+        let created = Utc.with_ymd_and_hms(2030, 1, 1, 9, 0, 0).unwrap();
+        let hold = Hold {
+            hold_id: HoldId(1),
+            slot_id: SlotId(1),
+            status: HoldStatus::Held,
+            expires_at: created + Duration::minutes(5),
+            confirmed_at: None,
+            cancelled_at: None,
+            quantity: 1,
+            owner: None,
+            created_at: created,
+        };
+        let renew = |after_minutes, lifetime_minutes| {
+            RenewRequest {
+                hold_id: HoldId(1),
+                scope: &Scope::Anonymous,
+                now: created + Duration::minutes(after_minutes),
+                lifetime: Duration::minutes(lifetime_minutes),
+                max_life: Duration::minutes(20),
+            }
+            .renewed_expiry(&hold)
+        };
+        assert_eq!(renew(4, 5), created + Duration::minutes(9));
+        assert_eq!(renew(4, 30), created + Duration::minutes(20), "capped");
+        assert_eq!(renew(1, 1), hold.expires_at, "never shortened");
     }
 }

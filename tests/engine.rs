@@ -7,10 +7,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::TimeZone;
-use slot_booking::store::{Decided, HoldOutcome, HoldRequest, Transition};
+use slot_booking::store::{Decided, HoldOutcome, HoldRequest, RenewRequest, Transition};
 use slot_booking::{
     AvailabilityEntry, AvailabilityQuery, BookingEngine, BookingError, Hold, HoldId, HoldStatus,
-    ManualClock, MemoryStore, NewSlot, Slot, SlotId, Store, StoreError, Timestamp,
+    ManualClock, MemoryStore, NewSlot, OwnerId, PageRequest, Scope, Slot, SlotId, Store,
+    StoreError, Timestamp,
 };
 use tokio::sync::Semaphore;
 
@@ -101,18 +102,20 @@ impl Store for Probe {
     async fn confirm_hold(
         &self,
         id: HoldId,
+        scope: &Scope,
         now: Timestamp,
     ) -> Result<Decided<Transition>, StoreError> {
         self.check()?;
         if self.refuse_confirm {
-            let hold = self.inner.get_hold(id, now).await?;
+            let hold = self.inner.get_hold(id, scope, now).await?;
             return Ok(hold.map(|hold| hold.map_or(Transition::NotFound, Transition::NotApplied)));
         }
-        self.inner.confirm_hold(id, now).await
+        self.inner.confirm_hold(id, scope, now).await
     }
     async fn cancel_hold(
         &self,
         id: HoldId,
+        scope: &Scope,
         now: Timestamp,
     ) -> Result<Decided<Transition>, StoreError> {
         self.check()?;
@@ -120,17 +123,43 @@ impl Store for Probe {
         if let Some(gate) = &self.cancel_gate {
             gate.acquire().await.expect("gate open").forget();
         }
-        let done = self.inner.cancel_hold(id, now).await;
+        let done = self.inner.cancel_hold(id, scope, now).await;
         self.cancel_done.raise();
         done
+    }
+    async fn renew_hold(
+        &self,
+        request: RenewRequest<'_>,
+    ) -> Result<Decided<Transition>, StoreError> {
+        self.check()?;
+        self.inner.renew_hold(request).await
     }
     async fn get_hold(
         &self,
         id: HoldId,
+        scope: &Scope,
         now: Timestamp,
     ) -> Result<Decided<Option<Hold>>, StoreError> {
         self.check()?;
-        self.inner.get_hold(id, now).await
+        self.inner.get_hold(id, scope, now).await
+    }
+    async fn owner_holds(
+        &self,
+        owner: &OwnerId,
+        page: PageRequest,
+        now: Timestamp,
+    ) -> Result<Decided<Vec<Hold>>, StoreError> {
+        self.check()?;
+        self.inner.owner_holds(owner, page, now).await
+    }
+    async fn slot_holds(
+        &self,
+        slot: SlotId,
+        page: PageRequest,
+        now: Timestamp,
+    ) -> Result<Decided<Vec<Hold>>, StoreError> {
+        self.check()?;
+        self.inner.slot_holds(slot, page, now).await
     }
     async fn get_slot(&self, id: SlotId) -> Result<Option<Slot>, StoreError> {
         self.check()?;
@@ -465,7 +494,9 @@ async fn a_store_that_refuses_an_active_hold_is_an_error_not_a_panic() {
     assert_eq!(error.code(), "store_failed");
     assert!(!error.is_transient());
     assert!(
-        error.to_string().contains("from held to confirmed"),
+        error
+            .to_string()
+            .contains("refused to confirm hold 1, which is held"),
         "{error}"
     );
 }

@@ -236,7 +236,7 @@ async fn kill_mid_load_and_check(database_url: &str) {
     // Every acknowledged status survived the kill.
     for (&id, seen) in &ledger.holds {
         let stored = store
-            .get_hold(id, chrono::Utc::now())
+            .get_hold(id, &slot_booking::Scope::BackOffice, chrono::Utc::now())
             .await
             .unwrap()
             .outcome
@@ -269,7 +269,12 @@ async fn kill_mid_load_and_check(database_url: &str) {
         ids.sort();
         ids.dedup();
         for id in ids {
-            let hold = store.get_hold(id, now).await.unwrap().outcome.unwrap();
+            let hold = store
+                .get_hold(id, &slot_booking::Scope::BackOffice, now)
+                .await
+                .unwrap()
+                .outcome
+                .unwrap();
             holds.push(hold);
         }
         SlotTally::of(&slot, &holds, now).assert();

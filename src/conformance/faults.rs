@@ -8,10 +8,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use async_trait::async_trait;
-
-use crate::model::{AvailabilityEntry, Hold, HoldId, NewSlot, Slot, SlotId, Timestamp};
-use crate::store::{Decided, HoldOutcome, HoldRequest, Store, StoreError, Transition};
+use crate::store::{Store, StoreError};
 
 /// How often each fault strikes, in percent of calls (checked in this order).
 #[derive(Debug, Clone, Copy)]
@@ -160,45 +157,8 @@ impl<S: Store> FaultyStore<S> {
     }
 }
 
-#[async_trait]
-impl<S: Store> Store for FaultyStore<S> {
-    async fn create_slot(&self, slot: &NewSlot) -> Result<Slot, StoreError> {
-        self.around(self.inner.create_slot(slot)).await
-    }
-    async fn availability(
-        &self,
-        now: Timestamp,
-    ) -> Result<Decided<Vec<AvailabilityEntry>>, StoreError> {
-        self.around(self.inner.availability(now)).await
-    }
-    async fn create_hold(
-        &self,
-        request: HoldRequest<'_>,
-    ) -> Result<Decided<HoldOutcome>, StoreError> {
-        self.around(self.inner.create_hold(request)).await
-    }
-    async fn confirm_hold(
-        &self,
-        hold_id: HoldId,
-        now: Timestamp,
-    ) -> Result<Decided<Transition>, StoreError> {
-        self.around(self.inner.confirm_hold(hold_id, now)).await
-    }
-    async fn cancel_hold(
-        &self,
-        hold_id: HoldId,
-        now: Timestamp,
-    ) -> Result<Decided<Transition>, StoreError> {
-        self.around(self.inner.cancel_hold(hold_id, now)).await
-    }
-    async fn get_hold(
-        &self,
-        hold_id: HoldId,
-        now: Timestamp,
-    ) -> Result<Decided<Option<Hold>>, StoreError> {
-        self.around(self.inner.get_hold(hold_id, now)).await
-    }
-    async fn get_slot(&self, slot_id: SlotId) -> Result<Option<Slot>, StoreError> {
-        self.around(self.inner.get_slot(slot_id)).await
-    }
-}
+crate::store::forward_store!(
+    impl[S: Store] for FaultyStore<S>,
+    |this| &this.inner,
+    |call| this.around(call).await
+);

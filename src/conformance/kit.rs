@@ -1,10 +1,8 @@
 //! What every store's tests share: the capacity invariant, stated once, and a store that owns
 //! the temporary resource (a database file, a schema) it lives in.
 
-use async_trait::async_trait;
-
-use crate::model::{AvailabilityEntry, Hold, HoldId, HoldStatus, NewSlot, Slot, SlotId, Timestamp};
-use crate::store::{Decided, HoldOutcome, HoldRequest, Store, StoreError, Transition};
+use crate::model::{Hold, HoldStatus, Slot, Timestamp};
+use crate::store::Store;
 
 /// A slot's units, counted one way or another (from its holds through the [`Store`], or with
 /// SQL straight from the tables), to check the capacity invariant on.
@@ -14,7 +12,7 @@ pub struct SlotTally {
     pub capacity: i64,
     /// Its stored `remaining`.
     pub remaining: i64,
-    /// Units of holds stored as held (active or expired but not reclaimed).
+    /// Units of holds stored as held (active or expired but not reclaimed), quantities summed.
     pub held: i64,
     /// Units of confirmed holds.
     pub confirmed: i64,
@@ -23,15 +21,22 @@ pub struct SlotTally {
 }
 
 impl SlotTally {
-    /// Tallies `holds` (all of one slot, as stored) against `slot`, resolving activity at `now`.
+    /// Tallies `holds` (all of one slot, as stored) against `slot`, resolving activity at
+    /// `now`. Every count is in units: a hold counts its `quantity`.
     pub fn of(slot: &Slot, holds: &[Hold], now: Timestamp) -> SlotTally {
-        let count = |keep: &dyn Fn(&Hold) -> bool| holds.iter().filter(|h| keep(h)).count() as i64;
+        let units = |keep: &dyn Fn(&Hold) -> bool| -> i64 {
+            holds
+                .iter()
+                .filter(|h| keep(h))
+                .map(|h| i64::from(h.quantity))
+                .sum()
+        };
         SlotTally {
             capacity: i64::from(slot.capacity),
             remaining: i64::from(slot.remaining),
-            held: count(&|h| h.status == HoldStatus::Held),
-            confirmed: count(&|h| h.status == HoldStatus::Confirmed),
-            active: Some(count(&|h| h.is_active_at(now))),
+            held: units(&|h| h.status == HoldStatus::Held),
+            confirmed: units(&|h| h.status == HoldStatus::Confirmed),
+            active: Some(units(&|h| h.is_active_at(now))),
         }
     }
 
@@ -87,48 +92,10 @@ pub struct Owned<S, G> {
     pub guard: G,
 }
 
-#[async_trait]
-impl<S: Store, G: Send + Sync + 'static> Store for Owned<S, G> {
-    async fn create_slot(&self, slot: &NewSlot) -> Result<Slot, StoreError> {
-        self.store.create_slot(slot).await
-    }
-    async fn availability(
-        &self,
-        now: Timestamp,
-    ) -> Result<Decided<Vec<AvailabilityEntry>>, StoreError> {
-        self.store.availability(now).await
-    }
-    async fn create_hold(
-        &self,
-        request: HoldRequest<'_>,
-    ) -> Result<Decided<HoldOutcome>, StoreError> {
-        self.store.create_hold(request).await
-    }
-    async fn confirm_hold(
-        &self,
-        hold_id: HoldId,
-        now: Timestamp,
-    ) -> Result<Decided<Transition>, StoreError> {
-        self.store.confirm_hold(hold_id, now).await
-    }
-    async fn cancel_hold(
-        &self,
-        hold_id: HoldId,
-        now: Timestamp,
-    ) -> Result<Decided<Transition>, StoreError> {
-        self.store.cancel_hold(hold_id, now).await
-    }
-    async fn get_hold(
-        &self,
-        hold_id: HoldId,
-        now: Timestamp,
-    ) -> Result<Decided<Option<Hold>>, StoreError> {
-        self.store.get_hold(hold_id, now).await
-    }
-    async fn get_slot(&self, slot_id: SlotId) -> Result<Option<Slot>, StoreError> {
-        self.store.get_slot(slot_id).await
-    }
-}
+crate::store::forward_store!(
+    impl[S: Store, G: Send + Sync + 'static] for Owned<S, G>,
+    |this| &this.store
+);
 
 #[cfg(test)]
 mod tests {

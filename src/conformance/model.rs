@@ -14,12 +14,19 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
 use super::kit::SlotTally;
-use super::{Fixture, HOLD_TTL};
-use crate::engine::BookingEngine;
+use super::{Fixture, HOLD_TTL, MAX_HOLD_LIFE, MAX_REQUESTED_TTL, MIN_REQUESTED_TTL};
+use crate::engine::{BookingEngine, NewHold};
 use crate::error::BookingError;
-use crate::model::{AvailabilityQuery, Hold, HoldId, HoldStatus, NewSlot, SlotId, Timestamp};
+use crate::model::{
+    AvailabilityQuery, Hold, HoldId, HoldPage, HoldStatus, NewSlot, OwnerId, PageRequest, SlotId,
+    Timestamp,
+};
+use crate::scope::Scope;
 use crate::store::Store;
 use crate::Clock;
+
+/// The owners a sequence draws from: 0 is anonymous.
+const OWNERS: [Option<&str>; 3] = [None, Some("alice"), Some("bob")];
 
 /// One step of a generated sequence. Indexes refer to slots and holds created earlier in the
 /// sequence; an index past the end means an id the store never assigned.
@@ -32,27 +39,63 @@ pub enum Op {
         /// Seconds from now to `starts_at`.
         starts_in: i64,
     },
-    /// Hold a unit of slot `slot` with key number `key` (keys repeat on purpose).
+    /// Hold `quantity` units of slot `slot` with key number `key` (keys repeat on purpose)
+    /// for owner number `owner` (0: anonymous), with a lifetime of its own if given.
     Hold {
         /// Slot index.
         slot: usize,
         /// Key number.
         key: u8,
+        /// Units asked for (some out of bounds on purpose).
+        quantity: i64,
+        /// Owner number, 0 for anonymous.
+        owner: u8,
+        /// Requested lifetime in seconds (some out of bounds on purpose).
+        lifetime: Option<u64>,
     },
-    /// Confirm hold number `hold`.
+    /// Confirm hold number `hold` in scope number `scope`.
     Confirm {
         /// Hold index.
         hold: usize,
+        /// Scope number: 0 anonymous, 1 alice, 2 bob, 3 back office, 4 and up the hold's own.
+        scope: u8,
     },
-    /// Cancel hold number `hold`.
+    /// Cancel hold number `hold` in scope number `scope`.
     Cancel {
         /// Hold index.
         hold: usize,
+        /// Scope number.
+        scope: u8,
     },
-    /// Read hold number `hold`.
+    /// Renew hold number `hold` in scope number `scope`, for `lifetime` seconds if given.
+    Renew {
+        /// Hold index.
+        hold: usize,
+        /// Scope number.
+        scope: u8,
+        /// Requested lifetime in seconds.
+        lifetime: Option<u64>,
+    },
+    /// Read hold number `hold` in scope number `scope`.
     Get {
         /// Hold index.
         hold: usize,
+        /// Scope number.
+        scope: u8,
+    },
+    /// Read every page of owner number `owner`'s holds, `limit` at a time.
+    OwnerHolds {
+        /// Owner number, 1 or 2.
+        owner: u8,
+        /// Page size.
+        limit: u32,
+    },
+    /// Read every page of slot number `slot`'s roster, `limit` at a time.
+    Roster {
+        /// Slot index.
+        slot: usize,
+        /// Page size.
+        limit: u32,
     },
     /// Read the availability listing.
     Availability,
@@ -71,15 +114,50 @@ pub enum Op {
     },
 }
 
+/// Scope numbers: 0 anonymous, 1 alice, 2 bob, 3 back office, 4 and up the scope of the hold's
+/// own owner (so most calls land in scope).
+fn scope_of(number: u8, hold: Option<&Hold>) -> Scope {
+    match number {
+        0 => Scope::Anonymous,
+        1 | 2 => Scope::Owner(owner(number).unwrap_or_else(|| unreachable!())),
+        3 => Scope::BackOffice,
+        _ => Scope::of(hold.and_then(|h| h.owner.clone())),
+    }
+}
+
+fn owner(number: u8) -> Option<OwnerId> {
+    OWNERS
+        .get(usize::from(number))
+        .copied()
+        .flatten()
+        .and_then(|o| OwnerId::new(o).ok())
+}
+
+fn lifetime() -> impl Strategy<Value = Option<u64>> {
+    prop_oneof![
+        6 => Just(None),
+        1 => Just(Some(0)),
+        2 => Just(Some(1)),
+        2 => Just(Some(120)),
+        2 => Just(Some(MAX_REQUESTED_TTL.as_secs())),
+        1 => Just(Some(MAX_REQUESTED_TTL.as_secs() + 1)),
+    ]
+}
+
 /// The generator for one operation.
 pub fn op() -> impl Strategy<Value = Op> {
     let ttl = HOLD_TTL.as_micros() as i64;
+    let quantity = prop_oneof![8 => Just(1i64), 4 => 2..=3i64, 1 => Just(0i64), 1 => Just(7i64), 1 => Just(1001i64)];
     prop_oneof![
-        1 => (1..=3i32, 1..=40i64).prop_map(|(capacity, m)| Op::CreateSlot { capacity, starts_in: m * 60 }),
-        6 => (0..4usize, 0..8u8).prop_map(|(slot, key)| Op::Hold { slot, key }),
-        2 => (0..10usize).prop_map(|hold| Op::Confirm { hold }),
-        2 => (0..10usize).prop_map(|hold| Op::Cancel { hold }),
-        1 => (0..10usize).prop_map(|hold| Op::Get { hold }),
+        1 => (1..=6i32, 1..=40i64).prop_map(|(capacity, m)| Op::CreateSlot { capacity, starts_in: m * 60 }),
+        6 => (0..4usize, 0..8u8, quantity, 0..3u8, lifetime())
+            .prop_map(|(slot, key, quantity, owner, lifetime)| Op::Hold { slot, key, quantity, owner, lifetime }),
+        2 => (0..10usize, 0..7u8).prop_map(|(hold, scope)| Op::Confirm { hold, scope }),
+        2 => (0..10usize, 0..7u8).prop_map(|(hold, scope)| Op::Cancel { hold, scope }),
+        2 => (0..10usize, 0..7u8, lifetime()).prop_map(|(hold, scope, lifetime)| Op::Renew { hold, scope, lifetime }),
+        1 => (0..10usize, 0..7u8).prop_map(|(hold, scope)| Op::Get { hold, scope }),
+        1 => (1..3u8, 1..=3u32).prop_map(|(owner, limit)| Op::OwnerHolds { owner, limit }),
+        1 => (0..4usize, 1..=3u32).prop_map(|(slot, limit)| Op::Roster { slot, limit }),
         1 => Just(Op::Availability),
         2 => prop_oneof![Just(1i64), Just(1_000_000), Just(60_000_000), Just(ttl - 1), Just(ttl), Just(ttl + 1), Just(ttl * 3)]
             .prop_map(|micros| Op::Advance { micros }),
@@ -92,7 +170,7 @@ pub fn sequence(max_len: usize) -> impl Strategy<Value = Vec<Op>> {
     proptest::collection::vec(op(), 1..=max_len).prop_map(|ops| {
         let mut all = vec![
             Op::CreateSlot {
-                capacity: 2,
+                capacity: 4,
                 starts_in: 3600,
             },
             Op::CreateSlot {
@@ -125,10 +203,41 @@ struct Model {
 /// What an operation returned, with store-assigned ids kept as they are.
 #[derive(Debug, PartialEq, Eq)]
 enum Seen {
-    Hold { hold: Hold, replayed: bool },
+    Hold {
+        hold: Hold,
+        replayed: bool,
+    },
+    /// `idempotency_key_reused`, with the existing hold's id when it may be shown.
+    KeyReused(Option<HoldId>),
     Listing(Vec<(SlotId, i32)>),
+    /// Every page of a query, in order.
+    Pages(Vec<Vec<Hold>>),
     Error(&'static str),
     Done,
+}
+
+fn duration_of(seconds: Option<u64>) -> Option<std::time::Duration> {
+    seconds.map(std::time::Duration::from_secs)
+}
+
+/// The lifetime the engine picks, or its refusal.
+fn pick_lifetime(seconds: Option<u64>) -> Result<Duration, Seen> {
+    let lifetime = duration_of(seconds).unwrap_or(HOLD_TTL);
+    if lifetime < MIN_REQUESTED_TTL || lifetime > MAX_REQUESTED_TTL {
+        return Err(Seen::Error("invalid_lifetime"));
+    }
+    Ok(Duration::from_std(lifetime).unwrap_or(Duration::MAX))
+}
+
+/// The pages a walk `limit` at a time over `holds` (in id order) yields: full pages, then
+/// the last one, which is empty when the full ones took every hold.
+fn pages(holds: Vec<Hold>, limit: u32) -> Vec<Vec<Hold>> {
+    let limit = limit as usize;
+    let mut pages: Vec<Vec<Hold>> = holds.chunks(limit).map(<[Hold]>::to_vec).collect();
+    if pages.last().is_none_or(|last| last.len() == limit) {
+        pages.push(Vec::new());
+    }
+    pages
 }
 
 impl Model {
@@ -150,19 +259,48 @@ impl Model {
         (!self.holds.is_empty()).then(|| index % self.holds.len())
     }
 
+    fn scope(&self, number: u8, index: usize) -> Scope {
+        scope_of(number, self.hold_index(index).map(|i| &self.holds[i]))
+    }
+
+    /// The hold `index` if it is in `scope`.
+    fn scoped(&self, index: usize, scope: &Scope) -> Option<usize> {
+        self.hold_index(index)
+            .filter(|&i| scope.admits(&self.holds[i]))
+    }
+
     /// The expected result of placing a hold; `hold_id` is what the store assigned if it
     /// created one (the model cannot know ids in advance).
-    fn hold(&mut self, slot: usize, key: u8, now: Timestamp, new_id: Option<HoldId>) -> Seen {
+    fn hold(&mut self, op: &Op, now: Timestamp, new_id: Option<HoldId>) -> Seen {
+        let Op::Hold {
+            slot,
+            key,
+            quantity,
+            owner: owner_number,
+            lifetime,
+        } = *op
+        else {
+            return Seen::Error("(not a hold)");
+        };
         let slot_id = self.slot_id(slot);
+        if !(1..=1000).contains(&quantity) {
+            return Seen::Error("invalid_quantity");
+        }
+        let quantity = quantity as i32;
+        let lifetime = match pick_lifetime(lifetime) {
+            Ok(lifetime) => lifetime,
+            Err(refused) => return refused,
+        };
+        let owner = owner(owner_number);
         if let Some(&existing) = self.keys.get(&key) {
-            let hold = self.holds[existing].clone();
-            if hold.slot_id == slot_id {
+            let hold = &self.holds[existing];
+            if hold.slot_id == slot_id && hold.quantity == quantity && hold.owner == owner {
                 return Seen::Hold {
-                    hold: hold.at(now),
+                    hold: hold.clone().at(now),
                     replayed: true,
                 };
             }
-            return Seen::Error("idempotency_key_reused");
+            return Seen::KeyReused((hold.owner == owner).then_some(hold.hold_id));
         }
         let Some(model_slot) = self.slots.get(slot) else {
             return Seen::Error("slot_not_found");
@@ -170,34 +308,46 @@ impl Model {
         if model_slot.starts_at <= now {
             return Seen::Error("slot_closed");
         }
-        if model_slot.remaining == 0 {
-            let mut reclaimed = 0;
-            for hold in &mut self.holds {
-                if hold.slot_id == slot_id
-                    && hold.status == HoldStatus::Held
-                    && hold.expires_at <= now
-                {
+        let expired =
+            |h: &Hold| h.slot_id == slot_id && h.status == HoldStatus::Held && h.expires_at <= now;
+        if model_slot.remaining < quantity {
+            let free: i32 = self
+                .holds
+                .iter()
+                .filter(|h| expired(h))
+                .map(|h| h.quantity)
+                .sum();
+            // Reclaim only when it makes the hold fit: a refused hold changes nothing.
+            if model_slot.remaining + free >= quantity {
+                for hold in self.holds.iter_mut().filter(|h| expired(h)) {
                     hold.status = HoldStatus::Expired;
-                    reclaimed += 1;
                 }
+                self.slots[slot].remaining += free;
             }
-            self.slots[slot].remaining += reclaimed;
         }
-        if self.slots[slot].remaining == 0 {
-            return Seen::Error("sold_out");
+        let model_slot = &self.slots[slot];
+        if model_slot.remaining < quantity {
+            return Seen::Error(if quantity > model_slot.capacity {
+                "quantity_exceeds_capacity"
+            } else {
+                "sold_out"
+            });
         }
         let Some(hold_id) = new_id else {
             // The store created nothing where the model would have: report the mismatch.
             return Seen::Error("(model expected a new hold here)");
         };
-        self.slots[slot].remaining -= 1;
+        self.slots[slot].remaining -= quantity;
         let hold = Hold {
             hold_id,
             slot_id,
             status: HoldStatus::Held,
-            expires_at: now + Duration::from_std(HOLD_TTL).unwrap_or(Duration::MAX),
+            expires_at: now + lifetime,
             confirmed_at: None,
             cancelled_at: None,
+            quantity,
+            owner,
+            created_at: now,
         };
         self.keys.insert(key, self.holds.len());
         self.holds.push(hold.clone());
@@ -207,8 +357,8 @@ impl Model {
         }
     }
 
-    fn confirm(&mut self, index: usize, now: Timestamp) -> Seen {
-        let Some(i) = self.hold_index(index) else {
+    fn confirm(&mut self, index: usize, scope: &Scope, now: Timestamp) -> Seen {
+        let Some(i) = self.scoped(index, scope) else {
             return Seen::Error("hold_not_found");
         };
         let hold = &mut self.holds[i];
@@ -227,8 +377,8 @@ impl Model {
         }
     }
 
-    fn cancel(&mut self, index: usize, now: Timestamp) -> Seen {
-        let Some(i) = self.hold_index(index) else {
+    fn cancel(&mut self, index: usize, scope: &Scope, now: Timestamp) -> Seen {
+        let Some(i) = self.scoped(index, scope) else {
             return Seen::Error("hold_not_found");
         };
         let hold = &mut self.holds[i];
@@ -236,9 +386,9 @@ impl Model {
             HoldStatus::Held | HoldStatus::Confirmed => {
                 hold.status = HoldStatus::Cancelled;
                 hold.cancelled_at = Some(now);
-                let slot_id = hold.slot_id;
+                let (slot_id, quantity) = (hold.slot_id, hold.quantity);
                 if let Some(slot) = self.slots.iter_mut().find(|s| s.id == slot_id) {
-                    slot.remaining += 1;
+                    slot.remaining += quantity;
                 }
             }
             HoldStatus::Cancelled => {}
@@ -250,14 +400,57 @@ impl Model {
         }
     }
 
-    fn get(&self, index: usize, now: Timestamp) -> Seen {
-        match self.hold_index(index) {
+    fn renew(
+        &mut self,
+        index: usize,
+        scope: &Scope,
+        lifetime: Option<u64>,
+        now: Timestamp,
+    ) -> Seen {
+        let lifetime = match pick_lifetime(lifetime) {
+            Ok(lifetime) => lifetime,
+            Err(refused) => return refused,
+        };
+        let Some(i) = self.scoped(index, scope) else {
+            return Seen::Error("hold_not_found");
+        };
+        let hold = &mut self.holds[i];
+        match hold.status_at(now) {
+            HoldStatus::Held => {
+                let cap =
+                    hold.created_at + Duration::from_std(MAX_HOLD_LIFE).unwrap_or(Duration::MAX);
+                hold.expires_at = (now + lifetime).min(cap).max(hold.expires_at);
+            }
+            HoldStatus::Confirmed => {}
+            HoldStatus::Cancelled => return Seen::Error("hold_cancelled"),
+            HoldStatus::Expired => return Seen::Error("hold_expired"),
+        }
+        Seen::Hold {
+            hold: hold.clone().at(now),
+            replayed: false,
+        }
+    }
+
+    fn get(&self, index: usize, scope: &Scope, now: Timestamp) -> Seen {
+        match self.scoped(index, scope) {
             Some(i) => Seen::Hold {
                 hold: self.holds[i].clone().at(now),
                 replayed: false,
             },
             None => Seen::Error("hold_not_found"),
         }
+    }
+
+    /// Every page of the holds `keep` selects, by id, resolved at `now`.
+    fn pages(&self, keep: impl Fn(&Hold) -> bool, limit: u32, now: Timestamp) -> Seen {
+        let mut holds: Vec<Hold> = self
+            .holds
+            .iter()
+            .filter(|h| keep(h))
+            .map(|h| h.clone().at(now))
+            .collect();
+        holds.sort_by_key(|h| h.hold_id);
+        Seen::Pages(pages(holds, limit))
     }
 
     fn availability(&self, now: Timestamp) -> Seen {
@@ -268,13 +461,14 @@ impl Model {
             upcoming
                 .into_iter()
                 .map(|s| {
-                    let expired = self
+                    let expired: i32 = self
                         .holds
                         .iter()
                         .filter(|h| {
                             h.slot_id == s.id && h.status == HoldStatus::Held && h.expires_at <= now
                         })
-                        .count() as i32;
+                        .map(|h| h.quantity)
+                        .sum();
                     (s.id, s.remaining + expired)
                 })
                 .collect(),
@@ -288,6 +482,9 @@ fn seen_hold(result: Result<crate::HoldPlaced, BookingError>) -> Seen {
             hold: placed.hold,
             replayed: placed.replayed,
         },
+        Err(BookingError::IdempotencyKeyReused {
+            existing_hold_id, ..
+        }) => Seen::KeyReused(existing_hold_id),
         Err(error) => Seen::Error(error.code()),
     }
 }
@@ -299,6 +496,34 @@ fn seen_transition(result: Result<Hold, BookingError>) -> Seen {
             replayed: false,
         },
         Err(error) => Seen::Error(error.code()),
+    }
+}
+
+/// Walks every page of a query `limit` at a time; a page is checked against the limit and
+/// its cursor as it comes.
+async fn walk<F, Fut>(limit: u32, mut read: F) -> Seen
+where
+    F: FnMut(PageRequest) -> Fut,
+    Fut: Future<Output = Result<HoldPage, BookingError>>,
+{
+    let mut all = Vec::new();
+    let mut after = None;
+    loop {
+        let page = match read(PageRequest { after, limit }).await {
+            Ok(page) => page,
+            Err(error) => return Seen::Error(error.code()),
+        };
+        let full = page.holds.len() == limit as usize;
+        if page.holds.len() > limit as usize
+            || page.next_after != page.holds.last().filter(|_| full).map(|h| h.hold_id)
+        {
+            return Seen::Error("(a page broke its limit or cursor)");
+        }
+        after = page.next_after;
+        all.push(page.holds);
+        if after.is_none() || all.len() > 1_000 {
+            return Seen::Pages(all);
+        }
     }
 }
 
@@ -349,9 +574,22 @@ async fn run_sequence<S: Store>(store: S, ops: &[Op]) -> Result<(), Mismatch> {
                     Err(error) => (Seen::Done, Seen::Error(error.code())),
                 }
             }
-            Op::Hold { slot, key } => {
-                let slot_id = model.slot_id(slot);
-                let actual = seen_hold(engine.hold(slot_id, &format!("key-{key}")).await);
+            Op::Hold {
+                slot,
+                key,
+                quantity,
+                owner: owner_number,
+                lifetime,
+            } => {
+                let mut request =
+                    NewHold::new(model.slot_id(slot), format!("key-{key}")).quantity(quantity);
+                if let Some(owner) = owner(owner_number) {
+                    request = request.owner(owner);
+                }
+                if let Some(lifetime) = duration_of(lifetime) {
+                    request = request.lifetime(lifetime);
+                }
+                let actual = seen_hold(engine.place_hold(request).await);
                 let new_id = match &actual {
                     Seen::Hold {
                         hold,
@@ -359,19 +597,51 @@ async fn run_sequence<S: Store>(store: S, ops: &[Op]) -> Result<(), Mismatch> {
                     } => Some(hold.hold_id),
                     _ => None,
                 };
-                (model.hold(slot, key, now, new_id), actual)
+                (model.hold(op, now, new_id), actual)
             }
-            Op::Confirm { hold } => {
-                let actual = seen_transition(engine.confirm(model.hold_id(hold)).await);
-                (model.confirm(hold, now), actual)
+            Op::Confirm { hold, scope } => {
+                let scope = model.scope(scope, hold);
+                let actual = seen_transition(engine.confirm_as(&scope, model.hold_id(hold)).await);
+                (model.confirm(hold, &scope, now), actual)
             }
-            Op::Cancel { hold } => {
-                let actual = seen_transition(engine.cancel(model.hold_id(hold)).await);
-                (model.cancel(hold, now), actual)
+            Op::Cancel { hold, scope } => {
+                let scope = model.scope(scope, hold);
+                let actual = seen_transition(engine.cancel_as(&scope, model.hold_id(hold)).await);
+                (model.cancel(hold, &scope, now), actual)
             }
-            Op::Get { hold } => {
-                let actual = seen_transition(engine.get_hold(model.hold_id(hold)).await);
-                (model.get(hold, now), actual)
+            Op::Renew {
+                hold,
+                scope,
+                lifetime,
+            } => {
+                let scope = model.scope(scope, hold);
+                let actual = seen_transition(
+                    engine
+                        .renew_as(&scope, model.hold_id(hold), duration_of(lifetime))
+                        .await,
+                );
+                (model.renew(hold, &scope, lifetime, now), actual)
+            }
+            Op::Get { hold, scope } => {
+                let scope = model.scope(scope, hold);
+                let actual = seen_transition(engine.get_hold_as(&scope, model.hold_id(hold)).await);
+                (model.get(hold, &scope, now), actual)
+            }
+            Op::OwnerHolds {
+                owner: owner_number,
+                limit,
+            } => {
+                let Some(who) = owner(owner_number) else {
+                    continue;
+                };
+                let actual = walk(limit, |page| engine.owner_holds(&who, page)).await;
+                let expected = model.pages(|h| h.owner.as_ref() == Some(&who), limit, now);
+                (expected, actual)
+            }
+            Op::Roster { slot, limit } => {
+                let slot_id = model.slot_id(slot);
+                let actual = walk(limit, |page| engine.slot_holds(slot_id, page)).await;
+                (model.pages(|h| h.slot_id == slot_id, limit, now), actual)
             }
             Op::Availability => {
                 let actual = match engine.availability(AvailabilityQuery::all()).await {
@@ -436,7 +706,7 @@ async fn check_state<S: Store>(
         let mut holds = Vec::new();
         for hold in model.holds.iter().filter(|h| h.slot_id == slot.id) {
             let stored = store
-                .get_hold(hold.hold_id, now)
+                .get_hold(hold.hold_id, &Scope::BackOffice, now)
                 .await
                 .map_err(|e| Mismatch(format!("get_hold: {e}")))?
                 .outcome;
@@ -515,7 +785,8 @@ where
 /// One batch of a concurrent run: operations started together, then a clock step.
 #[derive(Clone, Debug)]
 pub struct Batch {
-    /// Operations run concurrently (only `Hold`, `Confirm`, `Cancel` and `Availability`).
+    /// Operations run concurrently (only `Hold`, `Confirm`, `Cancel`, `Renew` and
+    /// `Availability`; calls on a hold act in its owner's scope).
     pub ops: Vec<Op>,
     /// Microseconds the clock moves after the batch.
     pub advance: i64,
@@ -524,9 +795,12 @@ pub struct Batch {
 fn batch() -> impl Strategy<Value = Batch> {
     let ttl = HOLD_TTL.as_micros() as i64;
     let op = prop_oneof![
-        5 => (0..3usize, 0..12u8).prop_map(|(slot, key)| Op::Hold { slot, key }),
-        2 => (0..16usize).prop_map(|hold| Op::Confirm { hold }),
-        2 => (0..16usize).prop_map(|hold| Op::Cancel { hold }),
+        5 => (0..3usize, 0..12u8, 1..=3i64, 0..3u8).prop_map(|(slot, key, quantity, owner)| Op::Hold {
+            slot, key, quantity, owner, lifetime: None,
+        }),
+        2 => (0..16usize).prop_map(|hold| Op::Confirm { hold, scope: 4 }),
+        2 => (0..16usize).prop_map(|hold| Op::Cancel { hold, scope: 4 }),
+        1 => (0..16usize).prop_map(|hold| Op::Renew { hold, scope: 4, lifetime: None }),
         1 => Just(Op::Availability),
     ];
     (
@@ -537,9 +811,10 @@ fn batch() -> impl Strategy<Value = Batch> {
 }
 
 /// What the successful calls on one hold imply about its final state.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone)]
 struct Acknowledged {
     slot: usize,
+    owner: Option<OwnerId>,
     confirmed: bool,
     cancelled: bool,
 }
@@ -548,7 +823,7 @@ struct Acknowledged {
 async fn run_batches<S: Store>(store: S, batches: &[Batch]) -> Result<(), Mismatch> {
     let Fixture { engine, clock } = Fixture::new(store);
     let mut slots = Vec::new();
-    for capacity in [1, 2, 4] {
+    for capacity in [1, 3, 6] {
         let starts_at = clock.now() + Duration::hours(2);
         let slot = engine
             .create_slot(NewSlot::new(
@@ -569,30 +844,53 @@ async fn run_batches<S: Store>(store: S, batches: &[Batch]) -> Result<(), Mismat
             .map(|op| {
                 let engine = engine.clone();
                 let op = op.clone();
-                let slot_id = |i: usize| slots[i % slots.len()];
-                let target = match op {
-                    Op::Hold { slot, .. } => Some(slot_id(slot)),
-                    _ => None,
+                let target_slot = match op {
+                    Op::Hold { slot, .. } => slots[slot % slots.len()],
+                    _ => SlotId(0),
                 };
-                let hold_id = match op {
-                    Op::Confirm { hold } | Op::Cancel { hold } if !holds.is_empty() => {
-                        Some(holds[hold % holds.len()])
+                // Calls on a hold act in its owner's scope.
+                let target = match op {
+                    Op::Confirm { hold, .. } | Op::Cancel { hold, .. } | Op::Renew { hold, .. }
+                        if !holds.is_empty() =>
+                    {
+                        let id = holds[hold % holds.len()];
+                        let owner = acked.get(&id).and_then(|a| a.owner.clone());
+                        Some((id, Scope::of(owner)))
                     }
                     _ => None,
                 };
                 tokio::spawn(async move {
-                    match (op, target, hold_id) {
-                        (Op::Hold { key, .. }, Some(slot), _) => engine
-                            .hold(slot, &format!("key-{key}"))
+                    match (op, target) {
+                        (
+                            Op::Hold {
+                                key,
+                                quantity,
+                                owner: owner_number,
+                                ..
+                            },
+                            _,
+                        ) => {
+                            let mut request =
+                                NewHold::new(target_slot, format!("key-{key}")).quantity(quantity);
+                            if let Some(owner) = owner(owner_number) {
+                                request = request.owner(owner);
+                            }
+                            engine
+                                .place_hold(request)
+                                .await
+                                .map(|placed| Some((placed.hold, 'h')))
+                        }
+                        (Op::Confirm { .. }, Some((id, scope))) => {
+                            engine.confirm_as(&scope, id).await.map(|h| Some((h, 'c')))
+                        }
+                        (Op::Cancel { .. }, Some((id, scope))) => {
+                            engine.cancel_as(&scope, id).await.map(|h| Some((h, 'x')))
+                        }
+                        (Op::Renew { .. }, Some((id, scope))) => engine
+                            .renew_as(&scope, id, None)
                             .await
-                            .map(|placed| Some((placed.hold.hold_id, 'h'))),
-                        (Op::Confirm { .. }, _, Some(id)) => {
-                            engine.confirm(id).await.map(|h| Some((h.hold_id, 'c')))
-                        }
-                        (Op::Cancel { .. }, _, Some(id)) => {
-                            engine.cancel(id).await.map(|h| Some((h.hold_id, 'x')))
-                        }
-                        (Op::Availability, _, _) => engine
+                            .map(|h| Some((h, 'r'))),
+                        (Op::Availability, _) => engine
                             .availability(AvailabilityQuery::all())
                             .await
                             .map(|_| None),
@@ -606,15 +904,16 @@ async fn run_batches<S: Store>(store: S, batches: &[Batch]) -> Result<(), Mismat
                 .await
                 .map_err(|e| Mismatch(format!("batch {number}: task failed: {e}")))?;
             match outcome {
-                Ok(Some((id, kind))) => {
+                Ok(Some((hold, kind))) => {
                     let slot = match op {
                         Op::Hold { slot, .. } => slot % slots.len(),
-                        _ => acked.get(&id).map_or(0, |a| a.slot),
+                        _ => acked.get(&hold.hold_id).map_or(0, |a| a.slot),
                     };
-                    let entry = acked.entry(id).or_insert_with(|| {
-                        holds.push(id);
+                    let entry = acked.entry(hold.hold_id).or_insert_with(|| {
+                        holds.push(hold.hold_id);
                         Acknowledged {
                             slot,
+                            owner: hold.owner.clone(),
                             ..Acknowledged::default()
                         }
                     });
@@ -628,6 +927,11 @@ async fn run_batches<S: Store>(store: S, batches: &[Batch]) -> Result<(), Mismat
                 Err(BookingError::Store(e)) => {
                     return Err(Mismatch(format!("batch {number} {op:?}: store error {e}")))
                 }
+                Err(BookingError::HoldNotFound { hold_id }) => {
+                    return Err(Mismatch(format!(
+                        "batch {number} {op:?}: hold {hold_id} not found in its owner's scope"
+                    )))
+                }
                 Err(_) => {}
             }
         }
@@ -638,7 +942,7 @@ async fn run_batches<S: Store>(store: S, batches: &[Batch]) -> Result<(), Mismat
         for (&id, ack) in &acked {
             let stored = engine
                 .store()
-                .get_hold(id, now)
+                .get_hold(id, &Scope::BackOffice, now)
                 .await
                 .map_err(|e| Mismatch(format!("get_hold: {e}")))?
                 .outcome
@@ -651,9 +955,8 @@ async fn run_batches<S: Store>(store: S, batches: &[Batch]) -> Result<(), Mismat
                 matches!(stored.status, HoldStatus::Held | HoldStatus::Expired)
             };
             ensure!(
-                expected_ok,
-                "after batch {number}: hold {id} is {:?}, acknowledged {ack:?}",
-                stored.status
+                expected_ok && stored.owner == ack.owner,
+                "after batch {number}: hold {id} is {stored:?}, acknowledged {ack:?}"
             );
             per_slot[ack.slot].push(stored);
         }

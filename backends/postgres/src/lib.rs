@@ -88,12 +88,13 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use slot_booking::{
-    AvailabilityEntry, Decided, Hold, HoldId, HoldOutcome, HoldRequest, HoldStatus, NewSlot, Slot,
-    SlotId, Store, StoreError, Timestamp, Transition,
+    AvailabilityEntry, Decided, Hold, HoldId, HoldOutcome, HoldRequest, HoldStatus, NewSlot,
+    OwnerId, PageRequest, RenewRequest, Scope, Slot, SlotId, SlotLimits, Store, StoreError,
+    Timestamp, Transition,
 };
 use sqlx::postgres::types::PgInterval;
 use sqlx::postgres::{PgPool, PgPoolOptions, PgRow};
-use sqlx::Row;
+use sqlx::{Postgres, Row};
 
 mod migrate;
 mod sql;
@@ -280,7 +281,14 @@ fn is_unique_violation(error: &sqlx::Error) -> bool {
 
 fn hold_from_row(row: &PgRow) -> Result<Hold, StoreError> {
     let status: String = row.try_get("status").map_err(map_err)?;
+    let owner: Option<String> = row.try_get("owner").map_err(map_err)?;
     Ok(Hold {
+        quantity: row.try_get("quantity").map_err(map_err)?,
+        owner: owner
+            .map(OwnerId::new)
+            .transpose()
+            .map_err(StoreError::failed)?,
+        created_at: row.try_get("created_at").map_err(map_err)?,
         hold_id: HoldId(row.try_get("id").map_err(map_err)?),
         slot_id: SlotId(row.try_get("slot_id").map_err(map_err)?),
         status: HoldStatus::from_str(&status).map_err(StoreError::failed)?,
@@ -329,18 +337,14 @@ impl PostgresStore {
         sql: &str,
         request: &HoldRequest<'_>,
     ) -> Result<Insert, StoreError> {
-        let lifetime = (request.expires_at - request.now)
-            .num_microseconds()
-            .ok_or_else(|| StoreError::failed("the hold's lifetime overflows an interval"))?;
+        let lifetime = request.expires_at - request.now;
         let inserted = sqlx::query(sql)
             .bind(request.slot_id.get())
             .bind(request.key.as_str())
             .bind(self.now_param(request.now))
-            .bind(PgInterval {
-                months: 0,
-                days: 0,
-                microseconds: lifetime,
-            })
+            .bind(interval(lifetime)?)
+            .bind(request.quantity)
+            .bind(request.owner.map(OwnerId::as_str))
             .fetch_optional(&self.pool)
             .await;
         match inserted {
@@ -367,6 +371,14 @@ impl PostgresStore {
             None => None,
         };
         let starts_at: Option<Timestamp> = row.try_get("slot_starts_at").map_err(map_err)?;
+        let capacity: Option<i32> = row.try_get("slot_capacity").map_err(map_err)?;
+        let limits = match (starts_at, capacity) {
+            (Some(starts_at), Some(capacity)) => Some(SlotLimits {
+                starts_at,
+                capacity,
+            }),
+            _ => None,
+        };
         let at: Timestamp = row.try_get("decided_at").map_err(map_err)?;
         // Started or full is judged at the instant of this read.
         let request = HoldRequest {
@@ -375,18 +387,22 @@ impl PostgresStore {
         };
         Ok(Decided::new(
             at,
-            HoldOutcome::refused(&request, key_holder, starts_at),
+            HoldOutcome::refused(&request, key_holder, limits),
         ))
     }
 
     async fn hold_by_id(
         &self,
         hold_id: HoldId,
+        scope: &Scope,
         now: Timestamp,
     ) -> Result<Decided<Option<Hold>>, StoreError> {
+        let (any, owner) = scope.as_filter();
         let row = sqlx::query(&self.sql().hold_by_id)
             .bind(hold_id.get())
             .bind(self.now_param(now))
+            .bind(any)
+            .bind(owner)
             .fetch_one(&self.pool)
             .await
             .map_err(map_err)?;
@@ -398,23 +414,32 @@ impl PostgresStore {
         decided(&row, hold)
     }
 
+    /// Runs a conditional update of one hold (confirm, cancel, renew) whose first four
+    /// parameters are the hold id, now and the scope, then `extra` intervals; when it changes
+    /// nothing, reads the hold in the same scope to say why.
     async fn transition(
         &self,
         sql: &str,
         hold_id: HoldId,
+        scope: &Scope,
         now: Timestamp,
+        extra: &[chrono::Duration],
     ) -> Result<Decided<Transition>, StoreError> {
-        let updated = sqlx::query(sql)
+        let (any, owner) = scope.as_filter();
+        let mut query = sqlx::query(sql)
             .bind(hold_id.get())
             .bind(self.now_param(now))
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(map_err)?;
+            .bind(any)
+            .bind(owner);
+        for &duration in extra {
+            query = query.bind(interval(duration)?);
+        }
+        let updated = query.fetch_optional(&self.pool).await.map_err(map_err)?;
         if let Some(row) = updated {
             return decided(&row, Transition::Applied(hold_from_row(&row)?));
         }
         // Nothing changed: the hold as it is now, at the instant of that read.
-        let read = self.hold_by_id(hold_id, now).await?;
+        let read = self.hold_by_id(hold_id, scope, now).await?;
         Ok(Decided::new(
             read.at,
             match read.outcome {
@@ -423,6 +448,53 @@ impl PostgresStore {
             },
         ))
     }
+
+    /// One keyset page of holds (`sql` is the owner's or the slot's query).
+    async fn page<'q>(
+        &self,
+        sql: &'q str,
+        bind: impl FnOnce(
+            sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>,
+        ) -> sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>,
+        page: PageRequest,
+        now: Timestamp,
+    ) -> Result<Decided<Vec<Hold>>, StoreError> {
+        let rows = bind(sqlx::query(sql))
+            .bind(page.after.map_or(i64::MIN, HoldId::get))
+            .bind(i64::from(page.limit))
+            .bind(self.now_param(now))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_err)?;
+        let at = match rows.first() {
+            Some(row) => row.try_get("decided_at").map_err(map_err)?,
+            None => return Err(StoreError::failed("a page query returned no row")),
+        };
+        let mut holds = Vec::with_capacity(rows.len());
+        for row in &rows {
+            // The one row of an empty page has no hold.
+            if row
+                .try_get::<Option<i64>, _>("id")
+                .map_err(map_err)?
+                .is_some()
+            {
+                holds.push(hold_from_row(row)?);
+            }
+        }
+        Ok(Decided::new(at, holds))
+    }
+}
+
+/// A duration as a PostgreSQL interval of microseconds.
+fn interval(duration: chrono::Duration) -> Result<PgInterval, StoreError> {
+    let microseconds = duration
+        .num_microseconds()
+        .ok_or_else(|| StoreError::failed("a hold lifetime overflows an interval"))?;
+    Ok(PgInterval {
+        months: 0,
+        days: 0,
+        microseconds,
+    })
 }
 
 #[async_trait]
@@ -495,25 +567,65 @@ impl Store for PostgresStore {
     async fn confirm_hold(
         &self,
         hold_id: HoldId,
+        scope: &Scope,
         now: Timestamp,
     ) -> Result<Decided<Transition>, StoreError> {
-        self.transition(&self.sql().confirm, hold_id, now).await
+        self.transition(&self.sql().confirm, hold_id, scope, now, &[])
+            .await
     }
 
     async fn cancel_hold(
         &self,
         hold_id: HoldId,
+        scope: &Scope,
         now: Timestamp,
     ) -> Result<Decided<Transition>, StoreError> {
-        self.transition(&self.sql().cancel, hold_id, now).await
+        self.transition(&self.sql().cancel, hold_id, scope, now, &[])
+            .await
+    }
+
+    async fn renew_hold(
+        &self,
+        request: RenewRequest<'_>,
+    ) -> Result<Decided<Transition>, StoreError> {
+        self.transition(
+            &self.sql().renew,
+            request.hold_id,
+            request.scope,
+            request.now,
+            &[request.lifetime, request.max_life],
+        )
+        .await
     }
 
     async fn get_hold(
         &self,
         hold_id: HoldId,
+        scope: &Scope,
         now: Timestamp,
     ) -> Result<Decided<Option<Hold>>, StoreError> {
-        self.hold_by_id(hold_id, now).await
+        self.hold_by_id(hold_id, scope, now).await
+    }
+
+    async fn owner_holds(
+        &self,
+        owner: &OwnerId,
+        page: PageRequest,
+        now: Timestamp,
+    ) -> Result<Decided<Vec<Hold>>, StoreError> {
+        let owner = owner.as_str().to_owned();
+        self.page(&self.sql().owner_holds, |q| q.bind(owner), page, now)
+            .await
+    }
+
+    async fn slot_holds(
+        &self,
+        slot_id: SlotId,
+        page: PageRequest,
+        now: Timestamp,
+    ) -> Result<Decided<Vec<Hold>>, StoreError> {
+        self.page(&self.sql().slot_holds, |q| q.bind(slot_id.get()), page, now)
+            .await
     }
 
     async fn get_slot(&self, slot_id: SlotId) -> Result<Option<Slot>, StoreError> {

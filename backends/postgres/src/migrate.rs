@@ -38,6 +38,11 @@ const MIGRATIONS: &[Migration] = &[
         description: "hold keys",
         sql: include_str!("../migrations/0003_hold_keys.sql"),
     },
+    Migration {
+        version: 4,
+        description: "owners and quantities",
+        sql: include_str!("../migrations/0004_owners_quantities.sql"),
+    },
 ];
 
 /// The advisory lock key of a schema's migrations: FNV-1a (64 bit) of a fixed prefix and the

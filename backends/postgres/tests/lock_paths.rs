@@ -129,11 +129,11 @@ async fn reclaims_on_two_slots_with_crossed_keys_do_not_deadlock() {
 
     let (a, b) = (a.await.unwrap(), b.await.unwrap());
     assert!(
-        matches!(&a, HoldOutcome::KeyReused(hold) if hold.slot_id == y),
+        matches!(&a, HoldOutcome::KeyReused(Some(hold)) if hold.slot_id == y),
         "A: {a:?}"
     );
     assert!(
-        matches!(&b, HoldOutcome::KeyReused(hold) if hold.slot_id == x),
+        matches!(&b, HoldOutcome::KeyReused(Some(hold)) if hold.slot_id == x),
         "B: {b:?}"
     );
     // The refused reclaims were rolled back with their inserts: both expired holds are still
@@ -197,7 +197,7 @@ async fn one_key_on_two_slots_at_once_creates_one_hold() {
     assert!(
         outcomes
             .iter()
-            .any(|o| matches!(o, HoldOutcome::KeyReused(h) if h.slot_id == created[0])),
+            .any(|o| matches!(o, HoldOutcome::KeyReused(Some(h)) if h.slot_id == created[0])),
         "{outcomes:?}"
     );
     for slot in [x, y] {

@@ -93,6 +93,7 @@ async fn migrations_coexist_with_host_sqlx_migrations() {
             (1, "create slots and holds".to_owned()),
             (2, "held holds by expiry".to_owned()),
             (3, "hold keys".to_owned()),
+            (4, "owners and quantities".to_owned()),
         ]
     );
     let theirs: Vec<i64> = sqlx::query_scalar(&format!(
@@ -186,7 +187,7 @@ async fn concurrent_migrations_apply_once() {
     .fetch_one(&admin)
     .await
     .unwrap();
-    assert_eq!(n, 3, "each of the three migrations applied once");
+    assert_eq!(n, 4, "each of the four migrations applied once");
     admin.close().await;
 }
 
@@ -202,7 +203,10 @@ async fn data_survives_a_restart() {
             HoldOutcome::Created(h) => h,
             other => panic!("{other:?}"),
         };
-        store.confirm_hold(hold.hold_id, at(1)).await.unwrap();
+        store
+            .confirm_hold(hold.hold_id, &slot_booking::Scope::BackOffice, at(1))
+            .await
+            .unwrap();
         store.pool().close().await;
         (slot_id, hold.hold_id)
     };
@@ -210,7 +214,7 @@ async fn data_survives_a_restart() {
     let slot = store.get_slot(slot_id).await.unwrap().unwrap();
     assert_eq!((slot.capacity, slot.remaining), (3, 2));
     let stored = store
-        .get_hold(hold_id, at(2))
+        .get_hold(hold_id, &slot_booking::Scope::BackOffice, at(2))
         .await
         .unwrap()
         .outcome
@@ -314,7 +318,7 @@ async fn a_version_0_1_schema_upgrades_in_place() {
         other => panic!("{other:?}"),
     }
     match hold(&store, two, "confirmed-key", now).await {
-        HoldOutcome::KeyReused(h) => assert_eq!(h.hold_id, HoldId(1)),
+        HoldOutcome::KeyReused(h) => assert_eq!(h.map(|h| h.hold_id), Some(HoldId(1))),
         other => panic!("{other:?}"),
     }
     // New holds get keys of their own; the old rows still count against capacity.
@@ -330,7 +334,7 @@ async fn a_version_0_1_schema_upgrades_in_place() {
         assert_invariant(&store, slot).await;
     }
     let confirmed = store
-        .get_hold(HoldId(1), now)
+        .get_hold(HoldId(1), &slot_booking::Scope::BackOffice, now)
         .await
         .unwrap()
         .outcome

@@ -178,9 +178,13 @@ async fn racing_holds_confirms_cancels_and_reclaims_never_deadlock() {
                 Arc::clone(&b)
             };
             tasks.push(tokio::spawn(async move {
-                s.confirm_hold(id, now + Duration::seconds(1))
-                    .await
-                    .unwrap();
+                s.confirm_hold(
+                    id,
+                    &slot_booking::Scope::BackOffice,
+                    now + Duration::seconds(1),
+                )
+                .await
+                .unwrap();
             }));
             let s = if i % 2 == 0 {
                 Arc::clone(&b)
@@ -188,7 +192,13 @@ async fn racing_holds_confirms_cancels_and_reclaims_never_deadlock() {
                 Arc::clone(&a)
             };
             tasks.push(tokio::spawn(async move {
-                s.cancel_hold(id, now + Duration::seconds(2)).await.unwrap();
+                s.cancel_hold(
+                    id,
+                    &slot_booking::Scope::BackOffice,
+                    now + Duration::seconds(2),
+                )
+                .await
+                .unwrap();
             }));
             // A hold far enough ahead to reclaim whatever is still held.
             let s = Arc::clone(&a);
@@ -226,9 +236,13 @@ async fn racing_holds_confirms_cancels_and_reclaims_never_deadlock() {
         .await
         .unwrap();
         for id in ids {
-            a.cancel_hold(slot_booking::HoldId(id), now + Duration::minutes(6))
-                .await
-                .unwrap();
+            a.cancel_hold(
+                slot_booking::HoldId(id),
+                &slot_booking::Scope::BackOffice,
+                now + Duration::minutes(6),
+            )
+            .await
+            .unwrap();
         }
         assert_invariant(&a, slot_id).await;
     }

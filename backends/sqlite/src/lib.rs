@@ -49,8 +49,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::DateTime;
 use slot_booking::{
-    AvailabilityEntry, Decided, Hold, HoldId, HoldOutcome, HoldRequest, HoldStatus, NewSlot, Slot,
-    SlotId, Store, StoreError, Timestamp, Transition,
+    AvailabilityEntry, Decided, Hold, HoldId, HoldOutcome, HoldRequest, HoldStatus, NewSlot,
+    OwnerId, PageRequest, RenewRequest, Scope, Slot, SlotId, SlotLimits, Store, StoreError,
+    Timestamp, Transition,
 };
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
@@ -268,7 +269,14 @@ fn opt_from_micros(micros: Option<i64>) -> Result<Option<Timestamp>, StoreError>
 
 fn hold_from_row(row: &SqliteRow) -> Result<Hold, StoreError> {
     let status: String = row.try_get("status").map_err(map_err)?;
+    let owner: Option<String> = row.try_get("owner").map_err(map_err)?;
     Ok(Hold {
+        quantity: row.try_get("quantity").map_err(map_err)?,
+        owner: owner
+            .map(OwnerId::new)
+            .transpose()
+            .map_err(StoreError::failed)?,
+        created_at: from_micros(row.try_get("created_at").map_err(map_err)?)?,
         hold_id: HoldId(row.try_get("id").map_err(map_err)?),
         slot_id: SlotId(row.try_get("slot_id").map_err(map_err)?),
         status: HoldStatus::from_str(&status).map_err(StoreError::failed)?,
@@ -314,6 +322,8 @@ where
         .bind(request.key.as_str())
         .bind(to_micros(request.now))
         .bind(to_micros(request.expires_at))
+        .bind(request.quantity)
+        .bind(request.owner.map(OwnerId::as_str))
         // `fetch_all`, not `fetch_one`: the statement must be stepped to its end. Reset after its
         // first row, an autocommit write still commits, but SQLite then skips its WAL hook, so the
         // automatic checkpoint never runs and the WAL grows without bound.
@@ -357,48 +367,61 @@ where
 }
 
 /// Marks the slot's held holds that expired by `now` as expired and gives their units back;
-/// returns how many it reclaimed. Only an open slot (`starts_at > now`) is reclaimed, so a hold
-/// refused as [`HoldOutcome::SlotClosed`] changes nothing.
+/// returns how many units it reclaimed. Only an open slot (`starts_at > now`) is reclaimed.
 async fn reclaim(
     sql: &Statements,
     tx: &mut Transaction<'static, Sqlite>,
     slot_id: i64,
     now: i64,
-) -> Result<u64, StoreError> {
-    let reclaimed = sqlx::query(&sql.reclaim)
+) -> Result<i64, StoreError> {
+    let quantities: Vec<i64> = sqlx::query_scalar(&sql.reclaim)
         .bind(slot_id)
         .bind(now)
+        .fetch_all(&mut **tx)
+        .await
+        .map_err(map_err)?;
+    let units: i64 = quantities.iter().sum();
+    if units > 0 {
+        give_back(sql, tx, units, slot_id).await?;
+    }
+    Ok(units)
+}
+
+/// Adds `units` back to the slot's `remaining`.
+async fn give_back(
+    sql: &Statements,
+    tx: &mut Transaction<'static, Sqlite>,
+    units: i64,
+    slot_id: i64,
+) -> Result<(), StoreError> {
+    let done = sqlx::query(&sql.give_back)
+        .bind(units)
+        .bind(slot_id)
         .execute(&mut **tx)
         .await
-        .map_err(map_err)?
-        .rows_affected();
-    if reclaimed > 0 {
-        let count = i64::try_from(reclaimed).map_err(StoreError::failed)?;
-        let done = sqlx::query(&sql.give_back)
-            .bind(count)
-            .bind(slot_id)
-            .execute(&mut **tx)
-            .await
-            .map_err(map_err)?;
-        if done.rows_affected() != 1 {
-            return Err(StoreError::failed(format!(
-                "reclaimed {reclaimed} holds of slot {slot_id} but could not return them"
-            )));
-        }
+        .map_err(map_err)?;
+    if done.rows_affected() != 1 {
+        return Err(StoreError::failed(format!(
+            "could not give {units} units back to slot {slot_id}: no such slot"
+        )));
     }
-    Ok(reclaimed)
+    Ok(())
 }
 
 async fn hold_by_id<'e, E>(
     sql: &Statements,
     executor: E,
     hold_id: HoldId,
+    scope: &Scope,
 ) -> Result<Option<Hold>, StoreError>
 where
     E: sqlx::Executor<'e, Database = Sqlite>,
 {
+    let (any, owner) = scope.as_filter();
     sqlx::query(&sql.hold_by_id)
         .bind(hold_id.get())
+        .bind(any)
+        .bind(owner)
         .fetch_optional(executor)
         .await
         .map_err(map_err)?
@@ -431,28 +454,72 @@ impl Store for SqliteStore {
     async fn confirm_hold(
         &self,
         hold_id: HoldId,
+        scope: &Scope,
         now: Timestamp,
     ) -> Result<Decided<Transition>, StoreError> {
-        Ok(Decided::new(now, self.confirm(hold_id, now).await?))
+        Ok(Decided::new(now, self.confirm(hold_id, scope, now).await?))
     }
 
     async fn cancel_hold(
         &self,
         hold_id: HoldId,
+        scope: &Scope,
         now: Timestamp,
     ) -> Result<Decided<Transition>, StoreError> {
-        Ok(Decided::new(now, self.cancel(hold_id, now).await?))
+        Ok(Decided::new(now, self.cancel(hold_id, scope, now).await?))
+    }
+
+    async fn renew_hold(
+        &self,
+        request: RenewRequest<'_>,
+    ) -> Result<Decided<Transition>, StoreError> {
+        Ok(Decided::new(request.now, self.renew(&request).await?))
     }
 
     async fn get_hold(
         &self,
         hold_id: HoldId,
+        scope: &Scope,
         now: Timestamp,
     ) -> Result<Decided<Option<Hold>>, StoreError> {
         Ok(Decided::new(
             now,
-            hold_by_id(&self.sql, &self.pool, hold_id).await?,
+            hold_by_id(&self.sql, &self.pool, hold_id, scope).await?,
         ))
+    }
+
+    async fn owner_holds(
+        &self,
+        owner: &OwnerId,
+        page: PageRequest,
+        now: Timestamp,
+    ) -> Result<Decided<Vec<Hold>>, StoreError> {
+        let rows = sqlx::query(&self.sql.owner_holds)
+            .bind(owner.as_str())
+            .bind(page.after.map_or(i64::MIN, HoldId::get))
+            .bind(i64::from(page.limit))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_err)?;
+        let holds = rows.iter().map(hold_from_row).collect::<Result<_, _>>()?;
+        Ok(Decided::new(now, holds))
+    }
+
+    async fn slot_holds(
+        &self,
+        slot_id: SlotId,
+        page: PageRequest,
+        now: Timestamp,
+    ) -> Result<Decided<Vec<Hold>>, StoreError> {
+        let rows = sqlx::query(&self.sql.slot_holds)
+            .bind(slot_id.get())
+            .bind(page.after.map_or(i64::MIN, HoldId::get))
+            .bind(i64::from(page.limit))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_err)?;
+        let holds = rows.iter().map(hold_from_row).collect::<Result<_, _>>()?;
+        Ok(Decided::new(now, holds))
     }
 
     async fn get_slot(&self, slot_id: SlotId) -> Result<Option<Slot>, StoreError> {
@@ -539,68 +606,113 @@ impl SqliteStore {
         if key_holder.is_none() && matches!(insert, Insert::KeyTaken) {
             return Err(StoreError::failed(taken));
         }
-        let starts_at: Option<i64> = sqlx::query_scalar(&self.sql.slot_starts_at)
+        let limits: Option<(i64, i32)> = sqlx::query_as(&self.sql.slot_limits)
             .bind(slot_id)
             .fetch_optional(&mut *w.tx)
             .await
             .map_err(map_err)?;
-        let starts_at = starts_at.map(from_micros).transpose()?;
-        let outcome = HoldOutcome::refused(request, key_holder, starts_at);
+        let limits = match limits {
+            Some((starts_at, capacity)) => Some(SlotLimits {
+                starts_at: from_micros(starts_at)?,
+                capacity,
+            }),
+            None => None,
+        };
+        let outcome = HoldOutcome::refused(request, key_holder, limits);
         // Undo the reclaim, if any: the next hold that needs the units redoes it.
         w.tx.rollback().await.map_err(map_err)?;
         Ok(outcome)
     }
 
-    async fn confirm(&self, hold_id: HoldId, now: Timestamp) -> Result<Transition, StoreError> {
+    /// Runs one of the conditional updates on a hold (confirm, renew) in a write transaction;
+    /// when it changes nothing, reads the hold in the same scope to say why.
+    async fn transition<'q>(
+        &self,
+        update: sqlx::query::Query<'q, Sqlite, sqlx::sqlite::SqliteArguments<'q>>,
+        hold_id: HoldId,
+        scope: &Scope,
+    ) -> Result<Transition, StoreError> {
         let mut w = self.begin_write().await?;
-        let updated = sqlx::query(&self.sql.confirm)
-            .bind(to_micros(now))
-            .bind(hold_id.get())
-            .fetch_optional(&mut *w.tx)
-            .await
-            .map_err(map_err)?;
+        let updated = update.fetch_optional(&mut *w.tx).await.map_err(map_err)?;
         let transition = match updated {
             Some(row) => Transition::Applied(hold_from_row(&row)?),
-            None => match hold_by_id(&self.sql, &mut *w.tx, hold_id).await? {
-                Some(hold) => Transition::NotApplied(hold),
-                None => Transition::NotFound,
-            },
+            None => not_applied(hold_by_id(&self.sql, &mut *w.tx, hold_id, scope).await?),
         };
         w.tx.commit().await.map_err(map_err)?;
         Ok(transition)
     }
 
-    async fn cancel(&self, hold_id: HoldId, now: Timestamp) -> Result<Transition, StoreError> {
+    async fn confirm(
+        &self,
+        hold_id: HoldId,
+        scope: &Scope,
+        now: Timestamp,
+    ) -> Result<Transition, StoreError> {
+        let (any, owner) = scope.as_filter();
+        let update = sqlx::query(&self.sql.confirm)
+            .bind(to_micros(now))
+            .bind(hold_id.get())
+            .bind(any)
+            .bind(owner);
+        self.transition(update, hold_id, scope).await
+    }
+
+    async fn renew(&self, request: &RenewRequest<'_>) -> Result<Transition, StoreError> {
+        let micros = |d: chrono::Duration| {
+            d.num_microseconds()
+                .ok_or_else(|| StoreError::failed("a hold lifetime overflows microseconds"))
+        };
+        let (any, owner) = request.scope.as_filter();
+        let update = sqlx::query(&self.sql.renew)
+            .bind(to_micros(request.now))
+            .bind(request.hold_id.get())
+            .bind(micros(request.lifetime)?)
+            .bind(micros(request.max_life)?)
+            .bind(any)
+            .bind(owner);
+        self.transition(update, request.hold_id, request.scope)
+            .await
+    }
+
+    async fn cancel(
+        &self,
+        hold_id: HoldId,
+        scope: &Scope,
+        now: Timestamp,
+    ) -> Result<Transition, StoreError> {
+        let (any, owner) = scope.as_filter();
         let mut w = self.begin_write().await?;
         let updated = sqlx::query(&self.sql.cancel)
             .bind(to_micros(now))
             .bind(hold_id.get())
+            .bind(any)
+            .bind(owner)
             .fetch_optional(&mut *w.tx)
             .await
             .map_err(map_err)?;
         let transition = match updated {
             Some(row) => {
                 let hold = hold_from_row(&row)?;
-                let done = sqlx::query(&self.sql.give_back)
-                    .bind(1_i64)
-                    .bind(hold.slot_id.get())
-                    .execute(&mut *w.tx)
-                    .await
-                    .map_err(map_err)?;
-                if done.rows_affected() != 1 {
-                    return Err(StoreError::failed(format!(
-                        "hold {hold_id} refers to missing slot {}",
-                        hold.slot_id
-                    )));
-                }
+                give_back(
+                    &self.sql,
+                    &mut w.tx,
+                    i64::from(hold.quantity),
+                    hold.slot_id.get(),
+                )
+                .await?;
                 Transition::Applied(hold)
             }
-            None => match hold_by_id(&self.sql, &mut *w.tx, hold_id).await? {
-                Some(hold) => Transition::NotApplied(hold),
-                None => Transition::NotFound,
-            },
+            None => not_applied(hold_by_id(&self.sql, &mut *w.tx, hold_id, scope).await?),
         };
         w.tx.commit().await.map_err(map_err)?;
         Ok(transition)
+    }
+}
+
+/// A hold an update did not change: as it is now, or not found in the caller's scope.
+fn not_applied(hold: Option<Hold>) -> Transition {
+    match hold {
+        Some(hold) => Transition::NotApplied(hold),
+        None => Transition::NotFound,
     }
 }

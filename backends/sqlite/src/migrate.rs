@@ -36,6 +36,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         description: "holds take a unit",
         sql: include_str!("../migrations/0002_holds_take_a_unit.sql"),
     },
+    Migration {
+        version: 3,
+        description: "owners and quantities",
+        sql: include_str!("../migrations/0003_owners_quantities.sql"),
+    },
 ];
 
 /// The ledger 0.1 kept for its unprefixed tables.

@@ -1,7 +1,10 @@
 //! Table names and the SQL text of every statement, built once per store from its table prefix.
 //!
-//! Parameters of the hold statements: `?1` slot id, `?2` idempotency key, `?3` now,
-//! `?4` expires_at (microseconds since the Unix epoch).
+//! Timestamps are microseconds since the Unix epoch. Parameters of the hold statements: `?1`
+//! slot id, `?2` idempotency key, `?3` now, `?4` expires_at, `?5` quantity, `?6` owner. A
+//! caller's [`Scope`](slot_booking::Scope) is the predicate `(?any OR owner IS ?owner)`:
+//! `IS` compares NULLs as equal, so an anonymous scope (`any` false, `owner` NULL) admits
+//! only holds without an owner.
 
 use std::fmt;
 
@@ -11,7 +14,8 @@ use std::fmt;
 pub const DEFAULT_TABLE_PREFIX: &str = "slot_booking_";
 
 /// The columns [`hold_from_row`](crate::hold_from_row) reads.
-const HOLD_COLUMNS: &str = "id, slot_id, status, expires_at, confirmed_at, cancelled_at";
+const HOLD_COLUMNS: &str =
+    "id, slot_id, status, expires_at, confirmed_at, cancelled_at, quantity, owner, created_at";
 
 /// The columns [`slot_from_row`](crate::slot_from_row) reads.
 const SLOT_COLUMNS: &str = "id, starts_at, ends_at, capacity, remaining";
@@ -69,8 +73,10 @@ impl fmt::Display for TablePrefix {
 pub(crate) struct Statements {
     pub(crate) create_slot: String,
     pub(crate) slot_by_id: String,
-    pub(crate) slot_starts_at: String,
+    pub(crate) slot_limits: String,
     pub(crate) hold_by_id: String,
+    pub(crate) owner_holds: String,
+    pub(crate) slot_holds: String,
     pub(crate) hold_by_key: String,
     pub(crate) availability: String,
     pub(crate) insert_hold: String,
@@ -78,6 +84,7 @@ pub(crate) struct Statements {
     pub(crate) give_back: String,
     pub(crate) confirm: String,
     pub(crate) cancel: String,
+    pub(crate) renew: String,
 }
 
 impl Statements {
@@ -90,14 +97,23 @@ impl Statements {
                  VALUES (?1, ?2, ?3, ?3) RETURNING {SLOT_COLUMNS}"
             ),
             slot_by_id: format!("SELECT {SLOT_COLUMNS} FROM {slots} WHERE id = ?1"),
-            slot_starts_at: format!("SELECT starts_at FROM {slots} WHERE id = ?1"),
-            hold_by_id: format!("SELECT {HOLD_COLUMNS} FROM {holds} WHERE id = ?1"),
+            slot_limits: format!("SELECT starts_at, capacity FROM {slots} WHERE id = ?1"),
+            hold_by_id: format!(
+                "SELECT {HOLD_COLUMNS} FROM {holds} WHERE id = ?1 AND (?2 OR owner IS ?3)"
+            ),
+            // Keyset pages through `holds_by_owner` and `holds_by_slot` (migration 3).
+            owner_holds: format!(
+                "SELECT {HOLD_COLUMNS} FROM {holds} WHERE owner = ?1 AND id > ?2 ORDER BY id LIMIT ?3"
+            ),
+            slot_holds: format!(
+                "SELECT {HOLD_COLUMNS} FROM {holds} WHERE slot_id = ?1 AND id > ?2 ORDER BY id LIMIT ?3"
+            ),
             hold_by_key: format!("SELECT {HOLD_COLUMNS} FROM {holds} WHERE idempotency_key = ?1"),
             // The correlated count walks the partial index over held holds of one slot, for
             // future slots only: abandoned holds on past slots are never read.
             availability: format!(
                 "SELECT s.id, s.starts_at, s.ends_at, s.capacity, \
-                        s.remaining + (SELECT COUNT(*) FROM {holds} h \
+                        s.remaining + (SELECT coalesce(SUM(h.quantity), 0) FROM {holds} h \
                                        WHERE h.slot_id = s.id AND h.status = 'held' \
                                          AND h.expires_at <= ?1) AS available \
                  FROM {slots} s WHERE s.starts_at > ?1 ORDER BY s.starts_at, s.id"
@@ -105,24 +121,37 @@ impl Statements {
             // The `take_a_unit` trigger (migration 2) runs the conditional decrement inside
             // this statement and aborts it when that changes no row.
             insert_hold: format!(
-                "INSERT INTO {holds} (slot_id, idempotency_key, status, expires_at, created_at) \
-                 VALUES (?1, ?2, 'held', ?4, ?3) RETURNING {HOLD_COLUMNS}"
+                "INSERT INTO {holds} \
+                     (slot_id, idempotency_key, status, expires_at, created_at, quantity, owner) \
+                 VALUES (?1, ?2, 'held', ?4, ?3, ?5, ?6) RETURNING {HOLD_COLUMNS}"
             ),
             // Only an open slot (`starts_at > now`) is reclaimed, so a refused hold on a
             // started slot changes nothing.
             reclaim: format!(
                 "UPDATE {holds} SET status = 'expired' \
                  WHERE slot_id = ?1 AND status = 'held' AND expires_at <= ?2 \
-                   AND EXISTS (SELECT 1 FROM {slots} WHERE id = ?1 AND starts_at > ?2)"
+                   AND EXISTS (SELECT 1 FROM {slots} WHERE id = ?1 AND starts_at > ?2) \
+                 RETURNING quantity"
             ),
             give_back: format!("UPDATE {slots} SET remaining = remaining + ?1 WHERE id = ?2"),
             confirm: format!(
                 "UPDATE {holds} SET status = 'confirmed', confirmed_at = ?1 \
-                 WHERE id = ?2 AND status = 'held' AND expires_at > ?1 RETURNING {HOLD_COLUMNS}"
+                 WHERE id = ?2 AND status = 'held' AND expires_at > ?1 \
+                   AND (?3 OR owner IS ?4) \
+                 RETURNING {HOLD_COLUMNS}"
             ),
             cancel: format!(
                 "UPDATE {holds} SET status = 'cancelled', cancelled_at = ?1 \
                  WHERE id = ?2 AND (status = 'confirmed' OR (status = 'held' AND expires_at > ?1)) \
+                   AND (?3 OR owner IS ?4) \
+                 RETURNING {HOLD_COLUMNS}"
+            ),
+            // ?1 now, ?2 hold id, ?3 lifetime, ?4 maximum life (microseconds): the new expiry
+            // is now + lifetime, capped at created_at + maximum life, never earlier than it was.
+            renew: format!(
+                "UPDATE {holds} SET expires_at = max(expires_at, min(?1 + ?3, created_at + ?4)) \
+                 WHERE id = ?2 AND status = 'held' AND expires_at > ?1 \
+                   AND (?5 OR owner IS ?6) \
                  RETURNING {HOLD_COLUMNS}"
             ),
         }

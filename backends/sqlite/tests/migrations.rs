@@ -59,7 +59,8 @@ async fn migrations_coexist_with_host_sqlx_migrations() {
         ours,
         vec![
             (1, "create slots and holds".to_owned()),
-            (2, "holds take a unit".to_owned())
+            (2, "holds take a unit".to_owned()),
+            (3, "owners and quantities".to_owned()),
         ]
     );
     let theirs: Vec<i64> =
@@ -103,7 +104,7 @@ async fn concurrent_migrations_apply_once() {
         .fetch_one(store.pool())
         .await
         .unwrap();
-    assert_eq!(n, 2, "each of the two migrations applied once");
+    assert_eq!(n, 3, "each of the three migrations applied once");
 }
 
 #[tokio::test]
@@ -116,14 +117,22 @@ async fn data_survives_a_restart() {
             HoldOutcome::Created(h) => h,
             other => panic!("{other:?}"),
         };
-        store.confirm_hold(hold.hold_id, at(1)).await.unwrap();
+        store
+            .confirm_hold(hold.hold_id, &slot_booking::Scope::BackOffice, at(1))
+            .await
+            .unwrap();
         store.pool().close().await;
         (slot_id, hold.hold_id)
     };
     let store = db.store().await;
     let slot = store.get_slot(slot_id).await.unwrap().unwrap();
     assert_eq!((slot.capacity, slot.remaining), (3, 2));
-    let stored = store.get_hold(hold, at(2)).await.unwrap().outcome.unwrap();
+    let stored = store
+        .get_hold(hold, &slot_booking::Scope::BackOffice, at(2))
+        .await
+        .unwrap()
+        .outcome
+        .unwrap();
     assert_eq!(stored.status, slot_booking::HoldStatus::Confirmed);
     assert_eq!(stored.confirmed_at, Some(at(1)));
     assert_invariant(store.pool(), slot_id).await;

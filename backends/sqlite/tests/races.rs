@@ -157,11 +157,15 @@ async fn racing_confirms_cancels_and_holds_keep_the_invariant() {
     for (i, id) in ids.iter().copied().enumerate() {
         let s = Arc::clone(&store);
         tasks.push(tokio::spawn(async move {
-            s.confirm_hold(id, at(1)).await.unwrap();
+            s.confirm_hold(id, &slot_booking::Scope::BackOffice, at(1))
+                .await
+                .unwrap();
         }));
         let s = Arc::clone(&store);
         tasks.push(tokio::spawn(async move {
-            s.cancel_hold(id, at(2)).await.unwrap();
+            s.cancel_hold(id, &slot_booking::Scope::BackOffice, at(2))
+                .await
+                .unwrap();
         }));
         let s = Arc::clone(&store);
         tasks.push(tokio::spawn(async move {

@@ -36,10 +36,19 @@ async fn timestamps_round_trip_to_the_microsecond() {
     assert_eq!(hold.expires_at, req.expires_at);
     assert_eq!(hold.status, HoldStatus::Held);
     assert_eq!(
-        store.get_hold(hold.hold_id, now).await.unwrap().outcome,
+        store
+            .get_hold(hold.hold_id, &slot_booking::Scope::BackOffice, now)
+            .await
+            .unwrap()
+            .outcome,
         Some(hold.clone())
     );
-    let confirmed = match store.confirm_hold(hold.hold_id, now).await.unwrap().outcome {
+    let confirmed = match store
+        .confirm_hold(hold.hold_id, &slot_booking::Scope::BackOffice, now)
+        .await
+        .unwrap()
+        .outcome
+    {
         Transition::Applied(h) => h,
         other => panic!("{other:?}"),
     };

@@ -11,8 +11,24 @@
 //! | POST | /holds/{hold}/confirm | 200, the hold |
 //! | DELETE | /holds/{hold} | 200, the hold |
 //! | GET | /holds/{hold} | 200, the hold |
+//! | POST | /holds/{hold}/renew | 200, the hold (extension) |
+//! | GET | /holds?after=&limit= | 200 `{"holds":[...],"next_after":id}`: the caller's holds (extension; `Owner-Id` required) |
 //!
-//! Errors are `application/problem+json` with a machine `code`.
+//! A hold body is always the same six fields: `hold_id`, `slot_id`, `status`, `expires_at`,
+//! `confirmed_at`, `cancelled_at`. Errors are `application/problem+json` with a machine `code`.
+//!
+//! Extensions a client of the original four routes never meets:
+//!
+//! * an `Owner-Id` header (1–255 visible ASCII characters) on any hold route: a hold placed
+//!   with it belongs to that owner, and every later call on it must present the same header
+//!   (without it, or with another, the hold is `hold_not_found`); without the header a client
+//!   sees only holds placed without one, as before;
+//! * a JSON body on `POST /slots/{slot}/hold`: `{"quantity": 3, "lifetime_seconds": 600}`,
+//!   both optional (one unit and the server's hold lifetime by default);
+//! * `POST /holds/{hold}/renew`, optionally with `{"lifetime_seconds": 600}`;
+//! * `GET /holds`, the `Owner-Id`'s holds in pages by id, with quantity, owner and
+//!   `created_at` (`limit` 1–1000, default 100; `after` the `next_after` of the previous
+//!   page).
 //!
 //! [`run`] is the whole server: [`Config`] from the environment (checked before anything is
 //! opened), the [`Database`] (migrated, demo slots added once), the engine, and [`serve()`]
@@ -36,8 +52,9 @@ use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::{PathRejection, QueryRejection};
-use axum::extract::{Path, Query, Request, State};
+use axum::extract::{FromRequestParts, Path, Query, Request, State};
 use axum::http::header::{CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, LOCATION, RETRY_AFTER};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -48,8 +65,8 @@ use http_body_util::BodyExt;
 use serde::{Deserialize, Serialize};
 use slot_booking::model::{rfc3339, ParseIdError};
 use slot_booking::{
-    Availability, AvailabilityQuery, BookingEngine, BookingError, Hold, HoldId, SlotId, Store,
-    StoreError,
+    Availability, AvailabilityQuery, BookingEngine, BookingError, Hold, HoldId, HoldStatus,
+    NewHold, OwnerId, PageRequest, Scope, SlotId, Store, StoreError,
 };
 use std::future::Future;
 
@@ -93,6 +110,8 @@ pub fn router_with_config(engine: Engine, config: &Config) -> Router {
         .route("/slots/{slot}/hold", post(hold))
         .route("/holds/{hold}/confirm", post(confirm))
         .route("/holds/{hold}", get(get_hold).delete(cancel))
+        .route("/holds/{hold}/renew", post(renew))
+        .route("/holds", get(list_holds))
         .method_not_allowed_fallback(|| async {
             Problem::new(
                 StatusCode::METHOD_NOT_ALLOWED,
@@ -234,20 +253,117 @@ fn parse_time(name: &str, raw: Option<&str>) -> Result<Option<slot_booking::Time
     .transpose()
 }
 
+/// A hold as the seed's clients know it: exactly six fields, whatever the hold's quantity or
+/// owner.
+#[derive(Serialize)]
+struct HoldBody {
+    hold_id: HoldId,
+    slot_id: SlotId,
+    status: HoldStatus,
+    #[serde(with = "rfc3339")]
+    expires_at: slot_booking::Timestamp,
+    #[serde(with = "rfc3339::option")]
+    confirmed_at: Option<slot_booking::Timestamp>,
+    #[serde(with = "rfc3339::option")]
+    cancelled_at: Option<slot_booking::Timestamp>,
+}
+
+impl From<Hold> for HoldBody {
+    fn from(hold: Hold) -> Self {
+        HoldBody {
+            hold_id: hold.hold_id,
+            slot_id: hold.slot_id,
+            status: hold.status,
+            expires_at: hold.expires_at,
+            confirmed_at: hold.confirmed_at,
+            cancelled_at: hold.cancelled_at,
+        }
+    }
+}
+
+/// Who is calling: the owner named by the `Owner-Id` header, or an anonymous client.
+struct Caller(Option<OwnerId>);
+
+impl Caller {
+    fn scope(&self) -> Scope {
+        Scope::of(self.0.clone())
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Caller {
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Problem> {
+        let mut values = parts.headers.get_all("owner-id").iter();
+        let value = match (values.next(), values.next()) {
+            (None, _) => return Ok(Caller(None)),
+            (Some(value), None) => value,
+            (Some(_), Some(_)) => {
+                return Err(Problem::bad_owner("send at most one Owner-Id header"))
+            }
+        };
+        let raw = value
+            .to_str()
+            .map_err(|_| Problem::bad_owner("the Owner-Id header must be visible ASCII"))?;
+        OwnerId::new(raw)
+            .map(|owner| Caller(Some(owner)))
+            .map_err(|error| Problem::bad_owner(&error.to_string()))
+    }
+}
+
+/// The optional JSON body of a hold request.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct HoldOptions {
+    quantity: Option<i64>,
+    lifetime_seconds: Option<u64>,
+}
+
+/// The optional JSON body of a renewal.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RenewOptions {
+    lifetime_seconds: Option<u64>,
+}
+
+/// An optional JSON body: empty is the default, anything else must parse.
+fn options<T: Default + serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, Problem> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(body).map_err(|error| {
+        Problem::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_body",
+            format!("the request body is not valid here: {error}"),
+        )
+    })
+}
+
 async fn hold(
     State(engine): State<Engine>,
     Extension(PathPrefix(prefix)): Extension<PathPrefix>,
     slot: Result<Path<String>, PathRejection>,
+    Caller(owner): Caller,
     headers: HeaderMap,
+    body: Bytes,
 ) -> Result<Response, Problem> {
     let slot_id: SlotId = path_id(slot, "slot")?;
     let key = idempotency_key(&headers)?;
-    let placed = engine.hold(slot_id, &key).await?;
+    let options: HoldOptions = options(&body)?;
+    let mut request = NewHold::new(slot_id, key).quantity(options.quantity.unwrap_or(1));
+    if let Some(owner) = owner {
+        request = request.owner(owner);
+    }
+    if let Some(seconds) = options.lifetime_seconds {
+        request = request.lifetime(Duration::from_secs(seconds));
+    }
+    let placed = engine.place_hold(request).await?;
     let location = format!("{prefix}/holds/{}", placed.hold.hold_id);
     let mut response = (
         StatusCode::CREATED,
         [(LOCATION, location)],
-        Json(placed.hold),
+        Json(HoldBody::from(placed.hold)),
     )
         .into_response();
     if placed.replayed {
@@ -261,25 +377,97 @@ async fn hold(
 async fn confirm(
     State(engine): State<Engine>,
     hold: Result<Path<String>, PathRejection>,
-) -> Result<Json<Hold>, Problem> {
+    caller: Caller,
+) -> Result<Json<HoldBody>, Problem> {
     let hold_id = hold_path(hold)?;
-    Ok(Json(engine.confirm(hold_id).await?))
+    Ok(Json(
+        engine.confirm_as(&caller.scope(), hold_id).await?.into(),
+    ))
 }
 
 async fn cancel(
     State(engine): State<Engine>,
     hold: Result<Path<String>, PathRejection>,
-) -> Result<Json<Hold>, Problem> {
+    caller: Caller,
+) -> Result<Json<HoldBody>, Problem> {
     let hold_id = hold_path(hold)?;
-    Ok(Json(engine.cancel(hold_id).await?))
+    Ok(Json(
+        engine.cancel_as(&caller.scope(), hold_id).await?.into(),
+    ))
 }
 
 async fn get_hold(
     State(engine): State<Engine>,
     hold: Result<Path<String>, PathRejection>,
-) -> Result<Json<Hold>, Problem> {
+    caller: Caller,
+) -> Result<Json<HoldBody>, Problem> {
     let hold_id = hold_path(hold)?;
-    Ok(Json(engine.get_hold(hold_id).await?))
+    Ok(Json(
+        engine.get_hold_as(&caller.scope(), hold_id).await?.into(),
+    ))
+}
+
+async fn renew(
+    State(engine): State<Engine>,
+    hold: Result<Path<String>, PathRejection>,
+    caller: Caller,
+    body: Bytes,
+) -> Result<Json<HoldBody>, Problem> {
+    let hold_id = hold_path(hold)?;
+    let options: RenewOptions = options(&body)?;
+    let lifetime = options.lifetime_seconds.map(Duration::from_secs);
+    Ok(Json(
+        engine
+            .renew_as(&caller.scope(), hold_id, lifetime)
+            .await?
+            .into(),
+    ))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PageParams {
+    after: Option<String>,
+    limit: Option<u32>,
+}
+
+/// A page of the caller's holds; each entry is a [`Hold`] with all its fields.
+#[derive(Serialize)]
+struct HoldList {
+    holds: Vec<Hold>,
+    next_after: Option<HoldId>,
+}
+
+async fn list_holds(
+    State(engine): State<Engine>,
+    Caller(owner): Caller,
+    params: Result<Query<PageParams>, QueryRejection>,
+) -> Result<Json<HoldList>, Problem> {
+    let Query(params) = params.map_err(|e| Problem::invalid_query(e.body_text()))?;
+    let owner = owner.ok_or_else(|| {
+        Problem::new(
+            StatusCode::BAD_REQUEST,
+            "owner_required",
+            "send the Owner-Id header whose holds to list",
+        )
+    })?;
+    let after = params
+        .after
+        .map(|raw| {
+            raw.parse::<HoldId>().map_err(|_| {
+                Problem::invalid_query(format!("`after` must be a hold id, got {raw:?}"))
+            })
+        })
+        .transpose()?;
+    let page = PageRequest {
+        after,
+        limit: params.limit.unwrap_or(PageRequest::default().limit),
+    };
+    let page = engine.owner_holds(&owner, page).await?;
+    Ok(Json(HoldList {
+        holds: page.holds,
+        next_after: page.next_after,
+    }))
 }
 
 fn hold_path(raw: Result<Path<String>, PathRejection>) -> Result<HoldId, Problem> {
@@ -392,6 +580,10 @@ impl Problem {
     fn bad_key(detail: &str) -> Self {
         Problem::new(StatusCode::BAD_REQUEST, "invalid_idempotency_key", detail)
     }
+
+    fn bad_owner(detail: &str) -> Self {
+        Problem::new(StatusCode::BAD_REQUEST, "invalid_owner", detail)
+    }
 }
 
 impl From<BookingError> for Problem {
@@ -404,10 +596,15 @@ impl From<BookingError> for Problem {
             | BookingError::SoldOut { .. }
             | BookingError::HoldCancelled { .. }
             | BookingError::HoldExpired { .. } => StatusCode::CONFLICT,
-            BookingError::IdempotencyKeyReused { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            BookingError::IdempotencyKeyReused { .. }
+            | BookingError::QuantityExceedsCapacity { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             BookingError::InvalidIdempotencyKey(_)
             | BookingError::InvalidSlot(_)
-            | BookingError::InvalidQuery => StatusCode::BAD_REQUEST,
+            | BookingError::InvalidQuery
+            | BookingError::InvalidQuantity { .. }
+            | BookingError::InvalidLifetime { .. }
+            | BookingError::InvalidOwner(_)
+            | BookingError::InvalidPage { .. } => StatusCode::BAD_REQUEST,
             // A transient failure is worth a retry (503 + Retry-After); anything else is a
             // fault a retry only repeats (500, no Retry-After).
             BookingError::Store(store) if store.is_transient() => {
@@ -490,8 +687,8 @@ async fn limit_head(request: Request, next: Next) -> Response {
 
 /// Reads the body before routing, within `timeout` and [`MAX_BODY_BYTES`]: too large is 413
 /// (announced by `Content-Length` or found while streaming), too slow 408, malformed (a
-/// broken chunked encoding) 400. No route reads a body, so the small accepted body is passed
-/// on as is.
+/// broken chunked encoding) 400. The small accepted body is passed on as is, for the routes
+/// that take one.
 async fn read_body(request: Request, next: Next, timeout: Duration) -> Response {
     let too_large = || {
         Problem::new(

@@ -340,7 +340,10 @@ async fn fingerprint(
         out += &format!("{:?};", server.store.get_slot(slot).await.unwrap());
     }
     for &hold in holds {
-        let stored = server.store.get_hold(hold, chrono::Utc::now()).await;
+        let stored = server
+            .store
+            .get_hold(hold, &slot_booking::Scope::BackOffice, chrono::Utc::now())
+            .await;
         out += &format!("{:?};", stored.unwrap().outcome);
     }
     out

@@ -83,6 +83,8 @@ pub async fn slot(store: &impl Store, capacity: i32) -> SlotId {
 pub fn request(slot_id: SlotId, key: &IdempotencyKey, now: Timestamp) -> HoldRequest<'_> {
     HoldRequest {
         slot_id,
+        owner: None,
+        quantity: 1,
         key,
         now,
         expires_at: now + Duration::minutes(5),
