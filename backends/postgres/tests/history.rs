@@ -10,7 +10,6 @@ use chrono::Utc;
 use common::*;
 use slot_booking::Store;
 use slot_booking_postgres::PostgresStore;
-use sqlx::postgres::{PgPool, PgPoolOptions};
 
 /// Future slots in the fixture, and expired held holds on each.
 const FUTURE_SLOTS: i64 = 3;
@@ -88,36 +87,4 @@ async fn availability_reads_no_hold_of_a_started_slot() {
         "availability read {entries_read} hold index entries; the future slots have \
          {expired_in_future} expired holds and {abandoned} abandoned ones are in the past"
     );
-}
-
-async fn one_connection(url: &str) -> PgPool {
-    PgPoolOptions::new()
-        .max_connections(1)
-        .connect(url)
-        .await
-        .unwrap()
-}
-
-/// Sends the connection's pending statistics: a backend sends them when it goes idle after
-/// `pg_stat_force_next_flush()`, so before it answers the next query.
-async fn flush_statistics(connection: PgPool) {
-    for statement in ["SELECT pg_stat_force_next_flush()", "SELECT 1"] {
-        sqlx::query(statement).execute(&connection).await.unwrap();
-    }
-    connection.close().await;
-}
-
-/// Index scans, index entries returned and rows read sequentially, over every index and the
-/// table of holds in `schema`, as counted so far.
-async fn hold_reads(ctx: &Ctx, schema: &str) -> (i64, i64, i64) {
-    sqlx::query_as(
-        "SELECT coalesce(sum(i.idx_scan), 0)::int8, coalesce(sum(i.idx_tup_read), 0)::int8, \
-                (SELECT coalesce(seq_tup_read, 0) FROM pg_stat_user_tables \
-                 WHERE schemaname = $1 AND relname = 'holds') \
-         FROM pg_stat_user_indexes i WHERE i.schemaname = $1 AND i.relname = 'holds'",
-    )
-    .bind(schema)
-    .fetch_one(ctx.pool())
-    .await
-    .unwrap()
 }

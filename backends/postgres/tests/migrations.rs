@@ -342,3 +342,128 @@ async fn a_version_0_1_schema_upgrades_in_place() {
     assert_eq!(confirmed.status, HoldStatus::Confirmed);
     admin.close().await;
 }
+
+/// A schema as the previous release left it: migrations 1 to 3 applied and recorded, and a
+/// slot of 5 with a held, a confirmed, a cancelled and an expired-but-unreclaimed hold, each
+/// with its key in `hold_keys`, written as that release's statements wrote them.
+async fn previous_release_schema(pool: &sqlx::PgPool, schema: &str) {
+    let mut tx = pool.begin().await.unwrap();
+    tx.execute(&*format!(
+        "CREATE SCHEMA \"{schema}\"; SET LOCAL search_path TO \"{schema}\"; \
+         CREATE TABLE slot_booking_migrations ( \
+             version BIGINT PRIMARY KEY, description TEXT NOT NULL, \
+             applied_at TIMESTAMPTZ NOT NULL DEFAULT now()); \
+         INSERT INTO slot_booking_migrations (version, description) \
+         VALUES (1, 'create slots and holds'), (2, 'held holds by expiry'), (3, 'hold keys');"
+    ))
+    .await
+    .unwrap();
+    for sql in [
+        include_str!("../migrations/0001_create_slots_and_holds.sql"),
+        include_str!("../migrations/0002_held_holds_by_expiry.sql"),
+        include_str!("../migrations/0003_hold_keys.sql"),
+    ] {
+        tx.execute(sql).await.unwrap();
+    }
+    tx.execute(
+        "INSERT INTO slots (starts_at, ends_at, capacity, remaining) VALUES \
+           ('2030-03-17 10:00:00+00', '2030-03-17 11:00:00+00', 5, 2); \
+         INSERT INTO holds (slot_id, idempotency_key, status, expires_at, confirmed_at, \
+                            cancelled_at, created_at) VALUES \
+           (1, 'held-key', 'held', '2030-03-17 09:05:00+00', NULL, NULL, \
+            '2030-03-17 09:00:00+00'), \
+           (1, 'confirmed-key', 'confirmed', '2030-03-17 09:05:00+00', \
+            '2030-03-17 09:01:00+00', NULL, '2030-03-17 09:00:00+00'), \
+           (1, 'cancelled-key', 'cancelled', '2030-03-17 09:05:00+00', NULL, \
+            '2030-03-17 09:02:00+00', '2030-03-17 09:00:00+00'), \
+           (1, 'short-key', 'held', '2030-03-17 09:00:01+00', NULL, NULL, \
+            '2030-03-17 09:00:00+00'); \
+         INSERT INTO hold_keys (idempotency_key, hold_id) \
+           SELECT idempotency_key, id FROM holds;",
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+}
+
+/// Owners and quantities arrive by an additive migration: a schema with holds made by the
+/// previous migrations keeps every row (as anonymous one-unit holds) and the invariant, and
+/// then takes owned multi-unit holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_made_by_the_previous_migrations_upgrades_in_place() {
+    let Some(url) = database_url("a_schema_made_by_the_previous_migrations_upgrades_in_place")
+    else {
+        return;
+    };
+    let schema = unique_schema("sbtest");
+    let _guard = SchemaGuard {
+        url: url.clone(),
+        schema: schema.clone(),
+    };
+    let admin = pool(&url).await;
+    previous_release_schema(&admin, &schema).await;
+    let rows = format!(
+        "SELECT id, idempotency_key, status, expires_at, confirmed_at, cancelled_at, created_at \
+         FROM \"{schema}\".holds ORDER BY id"
+    );
+    type Row = (
+        i64,
+        String,
+        String,
+        Timestamp,
+        Option<Timestamp>,
+        Option<Timestamp>,
+        Timestamp,
+    );
+    let before: Vec<Row> = sqlx::query_as(&rows).fetch_all(&admin).await.unwrap();
+
+    let store = PostgresStore::with_schema(admin.clone(), &schema).unwrap();
+    store.migrate().await.unwrap();
+
+    let after: Vec<Row> = sqlx::query_as(&rows).fetch_all(&admin).await.unwrap();
+    assert_eq!(after, before, "every hold kept as it was");
+    let added: Vec<(i32, Option<String>)> = sqlx::query_as(&format!(
+        "SELECT quantity, owner FROM \"{schema}\".holds ORDER BY id"
+    ))
+    .fetch_all(&admin)
+    .await
+    .unwrap();
+    assert_eq!(
+        added,
+        vec![(1, None); 4],
+        "old holds are anonymous single units"
+    );
+    assert_eq!(counts(&store, SlotId(1)).await, (5, 2, 2, 1));
+    assert_invariant(&store, SlotId(1)).await;
+
+    // Through the engine: the old hold reads as before, its key replays, the expired unit
+    // counts as free, and a 3-unit owned hold takes the rest (reclaiming the expired one).
+    let now: Timestamp = "2030-03-17T09:03:00Z".parse().unwrap();
+    let engine = slot_booking::BookingEngine::builder(store.clone())
+        .clock(slot_booking::ManualClock::new(now))
+        .cache_period(std::time::Duration::ZERO)
+        .build();
+    let old = engine.get_hold(HoldId(1)).await.unwrap();
+    assert_eq!((old.quantity, old.owner.clone()), (1, None));
+    let replay = engine.hold(SlotId(1), "held-key").await.unwrap();
+    assert!(replay.replayed);
+    assert_eq!(replay.hold, old);
+    let listing = engine
+        .availability(slot_booking::AvailabilityQuery::all())
+        .await
+        .unwrap();
+    assert_eq!(listing[0].remaining, 3);
+    let owner = slot_booking::OwnerId::new("cart-1").unwrap();
+    let placed = engine
+        .place_hold(
+            slot_booking::NewHold::new(SlotId(1), "three")
+                .quantity(3)
+                .owner(owner.clone()),
+        )
+        .await
+        .unwrap();
+    assert_eq!((placed.hold.quantity, placed.hold.owner), (3, Some(owner)));
+    assert_eq!(counts(&store, SlotId(1)).await, (5, 0, 4, 1));
+    assert_invariant(&store, SlotId(1)).await;
+    admin.close().await;
+}

@@ -716,3 +716,53 @@ fn not_applied(hold: Option<Hold>) -> Transition {
         None => Transition::NotFound,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An owner's page and a slot's roster read one range of their own index, with the
+    /// statistics of a table where the rowid would also do: never a scan of the holds.
+    #[tokio::test]
+    async fn pages_read_their_index() {
+        let store = SqliteStore::connect("sqlite::memory:").await.unwrap();
+        store.migrate().await.unwrap();
+        sqlx::raw_sql(
+            "INSERT INTO slot_booking_slots (starts_at, ends_at, capacity, remaining) \
+                 VALUES (10, 20, 1000, 1000), (30, 40, 1000, 1000); \
+             WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < 2000) \
+             INSERT INTO slot_booking_holds \
+                 (slot_id, idempotency_key, status, expires_at, created_at, quantity, owner) \
+             SELECT 1 + n % 2, 'k' || n, 'confirmed', 0, 0, 1, 'o' || n % 50 FROM g; \
+             ANALYZE;",
+        )
+        .execute(store.pool())
+        .await
+        .unwrap();
+        for (sql, index) in [
+            (&store.sql.owner_holds, "slot_booking_holds_by_owner"),
+            (&store.sql.slot_holds, "slot_booking_holds_by_slot"),
+        ] {
+            // EXPLAIN QUERY PLAN rows are (id, parent, notused, detail).
+            let rows: Vec<(i64, i64, i64, String)> =
+                sqlx::query_as(&format!("EXPLAIN QUERY PLAN {sql}"))
+                    .bind("o7")
+                    .bind(5_i64)
+                    .bind(25_i64)
+                    .fetch_all(store.pool())
+                    .await
+                    .unwrap();
+            let plan: Vec<String> = rows.into_iter().map(|row| row.3).collect();
+            assert!(
+                plan.iter().any(|step| step.contains(index)),
+                "{sql}: {plan:?}"
+            );
+            assert!(
+                !plan
+                    .iter()
+                    .any(|step| step.starts_with("SCAN") || step.contains("TEMP B-TREE")),
+                "{sql}: {plan:?}"
+            );
+        }
+    }
+}

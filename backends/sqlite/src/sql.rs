@@ -101,7 +101,8 @@ impl Statements {
             hold_by_id: format!(
                 "SELECT {HOLD_COLUMNS} FROM {holds} WHERE id = ?1 AND (?2 OR owner IS ?3)"
             ),
-            // Keyset pages through `holds_by_owner` and `holds_by_slot` (migration 3).
+            // Keyset pages through `holds_by_owner` and `holds_by_slot` (migration 3); the
+            // test `pages_read_their_index` (lib.rs) holds the plans to one range of each.
             owner_holds: format!(
                 "SELECT {HOLD_COLUMNS} FROM {holds} WHERE owner = ?1 AND id > ?2 ORDER BY id LIMIT ?3"
             ),

@@ -306,3 +306,126 @@ async fn stores_with_different_prefixes_share_a_database_independently() {
     assert_eq!(store.get_slot(a).await.unwrap().unwrap().remaining, 0);
     assert_eq!(other.get_slot(b).await.unwrap().unwrap().remaining, 0);
 }
+
+/// The schema the previous release's migrations (1 and 2, with the default prefix) created,
+/// recorded in the ledger as that release recorded it.
+async fn create_0_2_schema(pool: &sqlx::SqlitePool) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
+    sqlx::raw_sql(
+        "CREATE TABLE slot_booking_migrations (version INTEGER PRIMARY KEY, \
+         description TEXT NOT NULL, applied_at INTEGER NOT NULL)",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+    for (version, file, description) in [
+        (
+            1,
+            "0001_create_slots_and_holds.sql",
+            "create slots and holds",
+        ),
+        (2, "0002_holds_take_a_unit.sql", "holds take a unit"),
+    ] {
+        let sql = std::fs::read_to_string(dir.join(file))
+            .unwrap()
+            .replace("{p}", "slot_booking_");
+        sqlx::raw_sql(&sql).execute(pool).await.unwrap();
+        sqlx::query("INSERT INTO slot_booking_migrations VALUES (?1, ?2, 0)")
+            .bind(version)
+            .bind(description)
+            .execute(pool)
+            .await
+            .unwrap();
+    }
+}
+
+/// Owners and quantities arrive by an additive migration: a database with holds made by the
+/// previous migrations keeps every row (as anonymous one-unit holds) and the invariant, and
+/// then takes owned multi-unit holds.
+#[tokio::test]
+async fn a_database_made_by_the_previous_migrations_upgrades_in_place() {
+    let db = TempDb::new("previous");
+    let pool = SqliteStore::connect(&db.url())
+        .await
+        .unwrap()
+        .pool()
+        .clone();
+    create_0_2_schema(&pool).await;
+    // A slot of 5 with a held, a confirmed, a cancelled and an expired-but-unreclaimed hold,
+    // inserted as the previous release did (its trigger takes one unit per hold).
+    let (t, start) = (at(0).timestamp_micros(), at(3600).timestamp_micros());
+    let insert = |key: &str, expires: i64| {
+        format!(
+            "INSERT INTO slot_booking_holds (slot_id, idempotency_key, status, expires_at, created_at) \
+             VALUES (1, '{key}', 'held', {expires}, {t});"
+        )
+    };
+    sqlx::raw_sql(&format!(
+        "INSERT INTO slot_booking_slots (starts_at, ends_at, capacity, remaining) \
+             VALUES ({start}, {}, 5, 5);
+         {} {} {} {}
+         UPDATE slot_booking_holds SET status = 'confirmed', confirmed_at = {t} WHERE id = 2;
+         UPDATE slot_booking_holds SET status = 'cancelled', cancelled_at = {t} WHERE id = 3;
+         UPDATE slot_booking_slots SET remaining = remaining + 1 WHERE id = 1;",
+        start + 3_600_000_000,
+        insert("held-key", t + 300_000_000),
+        insert("confirmed-key", t + 300_000_000),
+        insert("cancelled-key", t + 300_000_000),
+        insert("short-key", t + 1),
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    let rows = "SELECT id, idempotency_key, status, expires_at, confirmed_at, cancelled_at, \
+                created_at FROM slot_booking_holds ORDER BY id";
+    type Row = (i64, String, String, i64, Option<i64>, Option<i64>, i64);
+    let before: Vec<Row> = sqlx::query_as(rows).fetch_all(&pool).await.unwrap();
+
+    let store = SqliteStore::new(pool.clone());
+    store.migrate().await.unwrap();
+
+    let after: Vec<Row> = sqlx::query_as(rows).fetch_all(&pool).await.unwrap();
+    assert_eq!(after, before, "every hold kept as it was");
+    let added: Vec<(i64, Option<String>)> =
+        sqlx::query_as("SELECT quantity, owner FROM slot_booking_holds ORDER BY id")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        added,
+        vec![(1, None); 4],
+        "old holds are anonymous single units"
+    );
+    assert_eq!(counts(&pool, SlotId(1)).await, (5, 2, 2, 1));
+    assert_invariant(&pool, SlotId(1)).await;
+
+    // Through the engine: the old hold reads as before, its key replays, the expired unit
+    // counts as free, and a 3-unit owned hold takes the rest (reclaiming the expired one).
+    let clock = slot_booking::ManualClock::new(at(1));
+    let engine = slot_booking::BookingEngine::builder(store.clone())
+        .clock(clock)
+        .cache_period(std::time::Duration::ZERO)
+        .build();
+    let old = engine.get_hold(slot_booking::HoldId(1)).await.unwrap();
+    assert_eq!((old.quantity, old.owner.clone()), (1, None));
+    let replay = engine.hold(SlotId(1), "held-key").await.unwrap();
+    assert!(replay.replayed);
+    assert_eq!(replay.hold, old);
+    let listing = engine
+        .availability(slot_booking::AvailabilityQuery::all())
+        .await
+        .unwrap();
+    assert_eq!(listing[0].remaining, 3);
+    let owner = slot_booking::OwnerId::new("cart-1").unwrap();
+    let placed = engine
+        .place_hold(
+            slot_booking::NewHold::new(SlotId(1), "three")
+                .quantity(3)
+                .owner(owner.clone()),
+        )
+        .await
+        .unwrap();
+    assert_eq!((placed.hold.quantity, placed.hold.owner), (3, Some(owner)));
+    assert_eq!(counts(&pool, SlotId(1)).await, (5, 0, 4, 1));
+    assert_invariant(&pool, SlotId(1)).await;
+}

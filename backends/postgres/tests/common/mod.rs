@@ -172,13 +172,15 @@ pub async fn hold(store: &impl Store, slot_id: SlotId, k: &str, now: Timestamp) 
         .outcome
 }
 
-/// Counts with SQL: (capacity, remaining, stored held, confirmed) of a slot.
+/// Counts with SQL: (capacity, remaining, units stored held, units confirmed) of a slot.
 pub async fn counts(store: &PostgresStore, slot_id: SlotId) -> (i64, i64, i64, i64) {
     let s = store.schema();
     sqlx::query_as(&format!(
         "SELECT capacity::int8, remaining::int8, \
-           (SELECT count(*) FROM \"{s}\".holds WHERE slot_id = sl.id AND status = 'held'), \
-           (SELECT count(*) FROM \"{s}\".holds WHERE slot_id = sl.id AND status = 'confirmed') \
+           (SELECT coalesce(sum(quantity), 0) FROM \"{s}\".holds \
+            WHERE slot_id = sl.id AND status = 'held'), \
+           (SELECT coalesce(sum(quantity), 0) FROM \"{s}\".holds \
+            WHERE slot_id = sl.id AND status = 'confirmed') \
          FROM \"{s}\".slots sl WHERE id = $1"
     ))
     .bind(slot_id.get())
@@ -212,4 +214,37 @@ pub async fn owned_store(test: &str) -> Option<OwnedStore> {
         store: ctx.store,
         guard: ctx.guard,
     })
+}
+
+/// A pool of one connection, whose statistics [`flush_statistics`] can send.
+pub async fn one_connection(url: &str) -> PgPool {
+    PgPoolOptions::new()
+        .max_connections(1)
+        .connect(url)
+        .await
+        .unwrap()
+}
+
+/// Sends the connection's pending statistics: a backend sends them when it goes idle after
+/// `pg_stat_force_next_flush()`, so before it answers the next query.
+pub async fn flush_statistics(connection: PgPool) {
+    for statement in ["SELECT pg_stat_force_next_flush()", "SELECT 1"] {
+        sqlx::query(statement).execute(&connection).await.unwrap();
+    }
+    connection.close().await;
+}
+
+/// Index scans, index entries returned and rows read sequentially, over every index and the
+/// table of holds in `schema`, as counted so far.
+pub async fn hold_reads(ctx: &Ctx, schema: &str) -> (i64, i64, i64) {
+    sqlx::query_as(
+        "SELECT coalesce(sum(i.idx_scan), 0)::int8, coalesce(sum(i.idx_tup_read), 0)::int8, \
+                (SELECT coalesce(seq_tup_read, 0) FROM pg_stat_user_tables \
+                 WHERE schemaname = $1 AND relname = 'holds') \
+         FROM pg_stat_user_indexes i WHERE i.schemaname = $1 AND i.relname = 'holds'",
+    )
+    .bind(schema)
+    .fetch_one(ctx.pool())
+    .await
+    .unwrap()
 }

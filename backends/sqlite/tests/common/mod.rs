@@ -100,12 +100,14 @@ pub async fn hold(store: &impl Store, slot_id: SlotId, k: &str, now: Timestamp) 
         .outcome
 }
 
-/// Counts with SQL: (capacity, remaining, stored held, confirmed) of a slot.
+/// Counts with SQL: (capacity, remaining, units stored held, units confirmed) of a slot.
 pub async fn counts(pool: &SqlitePool, slot_id: SlotId) -> (i64, i64, i64, i64) {
     sqlx::query_as(
         "SELECT capacity, remaining, \
-           (SELECT COUNT(*) FROM slot_booking_holds WHERE slot_id = s.id AND status = 'held'), \
-           (SELECT COUNT(*) FROM slot_booking_holds WHERE slot_id = s.id AND status = 'confirmed') \
+           (SELECT coalesce(SUM(quantity), 0) FROM slot_booking_holds \
+            WHERE slot_id = s.id AND status = 'held'), \
+           (SELECT coalesce(SUM(quantity), 0) FROM slot_booking_holds \
+            WHERE slot_id = s.id AND status = 'confirmed') \
          FROM slot_booking_slots s WHERE id = ?1",
     )
     .bind(slot_id.get())
