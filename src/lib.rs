@@ -1,8 +1,9 @@
 //! Sell limited capacity in time slots — clinic appointments, class seats, delivery windows,
 //! event tickets — without ever overselling.
 //!
-//! Clients read **availability**, place a temporary **hold** on a unit of a slot (idempotent by a
-//! key of their choosing), then **confirm** or **cancel** it. [`BookingEngine`] holds the rules
+//! Clients read **availability**, place a temporary **hold** on one or several units of a slot
+//! (idempotent by a key of their choosing, optionally owned by a customer, session or cart),
+//! then **confirm**, **cancel** or **renew** it. [`BookingEngine`] holds the rules
 //! and a single-flight availability cache; a [`Store`] holds the data and makes each operation
 //! atomic. Stores: [`MemoryStore`] (this crate), SQLite (`slot_booking_sqlite`) and PostgreSQL
 //! (`slot_booking_postgres`), both on sqlx.
@@ -39,12 +40,16 @@
 //! | operation | situation | result | code |
 //! |---|---|---|---|
 //! | [`hold`](BookingEngine::hold) | a unit is free | a new hold, `held` until `expires_at = now + hold lifetime` | — |
-//! | | same key, same slot again | the existing hold in its current state, `replayed: true`; nothing more reserved | — |
-//! | | same key, another slot | error | `idempotency_key_reused` |
+//! | | same key, same slot, quantity and owner again | the existing hold in its current state, `replayed: true`; nothing more reserved | — |
+//! | | same key, another slot or quantity (same owner) | error naming the key's hold | `idempotency_key_reused` |
+//! | | same key, another owner (or anonymous vs owned) | error naming nothing of that hold | `idempotency_key_reused` |
 //! | | no such slot | error | `slot_not_found` |
 //! | | the slot has started (`starts_at <= now`) | error | `slot_closed` |
-//! | | no free unit, even after reclaiming expired holds | error; nothing reserved | `sold_out` |
+//! | | fewer free units than asked, even after reclaiming expired holds | error; nothing reserved, nothing reclaimed | `sold_out` |
+//! | | more units than the slot's capacity | error | `quantity_exceeds_capacity` |
 //! | | key not 1–255 visible ASCII characters | error; the store is not called | `invalid_idempotency_key` |
+//! | [`place_hold`](BookingEngine::place_hold) | quantity outside 1–1000 | error; the store is not called | `invalid_quantity` |
+//! | | lifetime outside the engine's bounds | error; the store is not called | `invalid_lifetime` |
 //! | [`confirm`](BookingEngine::confirm) | an active held hold | `confirmed`, `confirmed_at = now` | — |
 //! | | a confirmed hold | unchanged (idempotent) | — |
 //! | | a cancelled hold | error | `hold_cancelled` |
@@ -52,7 +57,12 @@
 //! | [`cancel`](BookingEngine::cancel) | an active held or a confirmed hold | `cancelled`, `cancelled_at = now`, unit given back | — |
 //! | | a cancelled hold | unchanged (idempotent) | — |
 //! | | an expired hold | error | `hold_expired` |
-//! | confirm, cancel, [`get_hold`](BookingEngine::get_hold) | no such hold | error | `hold_not_found` |
+//! | [`renew`](BookingEngine::renew) | an active held hold | `expires_at = now + lifetime`, capped at `created_at + max hold life`, never shortened | — |
+//! | | a confirmed hold | unchanged | — |
+//! | | a cancelled / an expired hold | error | `hold_cancelled` / `hold_expired` |
+//! | confirm, cancel, renew, [`get_hold`](BookingEngine::get_hold) | no such hold, or one outside the caller's [`Scope`] | error (the same for both) | `hold_not_found` |
+//! | [`owner_holds`](BookingEngine::owner_holds), [`slot_holds`](BookingEngine::slot_holds) | a page by id | up to `limit` holds after `after`, statuses resolved at now | — |
+//! | | `limit` outside 1–1000 | error | `invalid_page` |
 //! | [`create_slot`](BookingEngine::create_slot) | `ends_at <= starts_at` or capacity < 1 | error | `invalid_slot` |
 //! | [`availability`](BookingEngine::availability) | `from` after `to` | error | `invalid_query` |
 //! | any | the store failed and may recover (connection lost, pool exhausted, busy) | error; nothing half done | `store_unavailable` |
@@ -60,10 +70,15 @@
 //!
 //! # Guarantees
 //!
-//! - **No oversell.** A hold takes its unit by a conditional decrement
-//!   (`remaining = remaining - 1 WHERE remaining > 0`) decided by the rows it affected, never by
-//!   a read made before it. Per slot, at every instant,
-//!   `remaining + holds stored as held + confirmed holds == capacity` and `remaining >= 0`.
+//! - **No oversell.** A hold takes its `quantity` units, all or none, by one conditional
+//!   decrement (`remaining = remaining - q WHERE remaining >= q`) decided by the rows it
+//!   affected, never by a read made before it. Per slot, at every instant,
+//!   `remaining + Σ quantity(stored held) + Σ quantity(confirmed) == capacity` and
+//!   `remaining >= 0`.
+//! - **Owners.** A hold placed with an [`OwnerId`] is read, confirmed, cancelled and renewed
+//!   only in that owner's [`Scope`] (or [`Scope::BackOffice`]); the seed's calls
+//!   ([`confirm`](BookingEngine::confirm) and friends) act as an anonymous client and see only
+//!   holds without an owner. The scope is part of each store's conditional write.
 //! - **Idempotent holds.** A unique constraint on the idempotency key: two holds with one key
 //!   never both exist.
 //! - **Expiry needs no background job.** A hold stops reserving its unit when `expires_at`
