@@ -331,13 +331,16 @@ fn options<T: Default + serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, 
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(T::default());
     }
-    serde_json::from_slice(body).map_err(|error| {
-        Problem::new(
-            StatusCode::BAD_REQUEST,
-            "invalid_body",
-            format!("the request body is not valid here: {error}"),
-        )
-    })
+    // An object only: serde would also read a JSON array by position.
+    serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(body)
+        .and_then(|object| serde_json::from_value(serde_json::Value::Object(object)))
+        .map_err(|error| {
+            Problem::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_body",
+                format!("the request body must be a JSON object of the documented fields: {error}"),
+            )
+        })
 }
 
 async fn hold(
