@@ -1,7 +1,8 @@
 //! What every store's tests share: the capacity invariant, stated once, and a store that owns
 //! the temporary resource (a database file, a schema) it lives in.
 
-use crate::model::{Hold, HoldStatus, Slot, Timestamp};
+use crate::engine::{BookingEngine, NewHold};
+use crate::model::{AvailabilityQuery, Hold, HoldId, HoldStatus, OwnerId, Slot, SlotId, Timestamp};
 use crate::store::Store;
 
 /// A slot's units, counted one way or another (from its holds through the [`Store`], or with
@@ -79,6 +80,43 @@ impl SlotTally {
             panic!("capacity invariant broken: {broken}");
         }
     }
+}
+
+/// Checks, through an engine whose clock reads `now`, a store whose migrations have just
+/// upgraded a database of the previous release holding slot 1 (capacity 5) with hold 1, an
+/// active anonymous one-unit hold keyed `held-key`, and one expired but unreclaimed unit:
+/// hold 1 reads as an anonymous single unit, its key replays it, the expired unit counts as
+/// free (3 available), and an owned 3-unit hold then takes them all, reclaiming the expired
+/// one.
+///
+/// # Panics
+///
+/// When any of that does not hold: this is a test helper.
+pub async fn check_previous_release_sells_on<S: Store>(store: S, now: Timestamp) {
+    let engine = BookingEngine::builder(store)
+        .clock(crate::ManualClock::new(now))
+        .cache_period(std::time::Duration::ZERO)
+        .build();
+    let old = engine.get_hold(HoldId(1)).await.expect("hold 1 reads");
+    assert_eq!((old.quantity, old.owner.clone()), (1, None));
+    let replay = engine.hold(SlotId(1), "held-key").await.expect("a replay");
+    assert!(replay.replayed);
+    assert_eq!(replay.hold, old);
+    let listing = engine
+        .availability(AvailabilityQuery::all())
+        .await
+        .expect("availability");
+    assert_eq!(listing[0].remaining, 3);
+    let owner = OwnerId::new("cart-1").expect("a valid owner");
+    let placed = engine
+        .place_hold(
+            NewHold::new(SlotId(1), "three")
+                .quantity(3)
+                .owner(owner.clone()),
+        )
+        .await
+        .expect("the three free units");
+    assert_eq!((placed.hold.quantity, placed.hold.owner), (3, Some(owner)));
 }
 
 /// A store together with what must outlive it and go away after it: a temporary database

@@ -365,11 +365,7 @@ impl PostgresStore {
             .fetch_one(&self.pool)
             .await
             .map_err(map_err)?;
-        let hold_id: Option<i64> = row.try_get("id").map_err(map_err)?;
-        let key_holder = match hold_id {
-            Some(_) => Some(hold_from_row(&row)?),
-            None => None,
-        };
+        let key_holder = optional_hold(&row)?;
         let starts_at: Option<Timestamp> = row.try_get("slot_starts_at").map_err(map_err)?;
         let capacity: Option<i32> = row.try_get("slot_capacity").map_err(map_err)?;
         let limits = match (starts_at, capacity) {
@@ -406,12 +402,7 @@ impl PostgresStore {
             .fetch_one(&self.pool)
             .await
             .map_err(map_err)?;
-        let id: Option<i64> = row.try_get("id").map_err(map_err)?;
-        let hold = match id {
-            Some(_) => Some(hold_from_row(&row)?),
-            None => None,
-        };
-        decided(&row, hold)
+        decided(&row, optional_hold(&row)?)
     }
 
     /// Runs a conditional update of one hold (confirm, cancel, renew) whose first four
@@ -466,23 +457,33 @@ impl PostgresStore {
             .fetch_all(&self.pool)
             .await
             .map_err(map_err)?;
-        let at = match rows.first() {
-            Some(row) => row.try_get("decided_at").map_err(map_err)?,
-            None => return Err(StoreError::failed("a page query returned no row")),
-        };
-        let mut holds = Vec::with_capacity(rows.len());
-        for row in &rows {
-            // The one row of an empty page has no hold.
-            if row
-                .try_get::<Option<i64>, _>("id")
-                .map_err(map_err)?
-                .is_some()
-            {
-                holds.push(hold_from_row(row)?);
-            }
-        }
+        let at = first_instant(&rows, "a page query")?;
+        // The one row of an empty page has no hold.
+        let holds = rows
+            .iter()
+            .filter_map(|row| optional_hold(row).transpose())
+            .collect::<Result<_, _>>()?;
         Ok(Decided::new(at, holds))
     }
+}
+
+/// The `decided_at` of a statement that always returns at least one row (the instant, with
+/// NULL columns when there is nothing to list).
+fn first_instant(rows: &[PgRow], statement: &str) -> Result<Timestamp, StoreError> {
+    match rows.first() {
+        Some(row) => row.try_get("decided_at").map_err(map_err),
+        None => Err(StoreError::failed(format!("{statement} returned no row"))),
+    }
+}
+
+/// The row's `id`, NULL in the one row of an empty answer.
+fn row_id(row: &PgRow) -> Result<Option<i64>, StoreError> {
+    row.try_get("id").map_err(map_err)
+}
+
+/// The hold of a row whose hold columns come from a LEFT JOIN: `None` when they are NULL.
+fn optional_hold(row: &PgRow) -> Result<Option<Hold>, StoreError> {
+    row_id(row)?.map(|_| hold_from_row(row)).transpose()
 }
 
 /// A duration as a PostgreSQL interval of microseconds.
@@ -519,14 +520,11 @@ impl Store for PostgresStore {
             .fetch_all(&self.pool)
             .await
             .map_err(map_err)?;
-        let at = match rows.first() {
-            Some(row) => row.try_get("decided_at").map_err(map_err)?,
-            None => return Err(StoreError::failed("availability returned no row")),
-        };
+        let at = first_instant(&rows, "availability")?;
         let mut entries = Vec::with_capacity(rows.len());
         for row in &rows {
             // The one row of an empty listing has no slot.
-            let Some(slot_id) = row.try_get::<Option<i64>, _>("id").map_err(map_err)? else {
+            let Some(slot_id) = row_id(row)? else {
                 continue;
             };
             entries.push(AvailabilityEntry {

@@ -7,6 +7,7 @@ mod common;
 use std::path::Path;
 
 use common::*;
+use slot_booking::conformance::kit::check_previous_release_sells_on;
 use slot_booking::{HoldId, HoldOutcome, HoldStatus, SlotId, Store, Timestamp};
 use slot_booking_postgres::PostgresStore;
 use sqlx::migrate::Migrator;
@@ -225,28 +226,52 @@ async fn data_survives_a_restart() {
     store.pool().close().await;
 }
 
-/// A schema as version 0.1 of this crate left it: migrations 1 and 2 applied and recorded,
-/// holds written by its statements (the key on the hold row, unique there).
-async fn version_0_1_schema(pool: &sqlx::PgPool, schema: &str) {
+/// A new `schema` with this crate's first `through` migrations applied and recorded, as the
+/// release that shipped them left it; the transaction stays open with `search_path` on it.
+async fn recorded_schema(
+    pool: &sqlx::PgPool,
+    schema: &str,
+    through: usize,
+) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    let migrations = [
+        (
+            "create slots and holds",
+            include_str!("../migrations/0001_create_slots_and_holds.sql"),
+        ),
+        (
+            "held holds by expiry",
+            include_str!("../migrations/0002_held_holds_by_expiry.sql"),
+        ),
+        (
+            "hold keys",
+            include_str!("../migrations/0003_hold_keys.sql"),
+        ),
+    ];
     let mut tx = pool.begin().await.unwrap();
     tx.execute(&*format!(
         "CREATE SCHEMA \"{schema}\"; SET LOCAL search_path TO \"{schema}\"; \
          CREATE TABLE slot_booking_migrations ( \
              version BIGINT PRIMARY KEY, description TEXT NOT NULL, \
-             applied_at TIMESTAMPTZ NOT NULL DEFAULT now()); \
-         INSERT INTO slot_booking_migrations (version, description) \
-         VALUES (1, 'create slots and holds'), (2, 'held holds by expiry');"
+             applied_at TIMESTAMPTZ NOT NULL DEFAULT now());"
     ))
     .await
     .unwrap();
-    tx.execute(include_str!(
-        "../migrations/0001_create_slots_and_holds.sql"
-    ))
-    .await
-    .unwrap();
-    tx.execute(include_str!("../migrations/0002_held_holds_by_expiry.sql"))
-        .await
-        .unwrap();
+    for (version, (description, sql)) in (1_i64..).zip(&migrations[..through]) {
+        tx.execute(*sql).await.unwrap();
+        sqlx::query("INSERT INTO slot_booking_migrations (version, description) VALUES ($1, $2)")
+            .bind(version)
+            .bind(*description)
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+    }
+    tx
+}
+
+/// A schema as version 0.1 of this crate left it: migrations 1 and 2 applied and recorded,
+/// holds written by its statements (the key on the hold row, unique there).
+async fn version_0_1_schema(pool: &sqlx::PgPool, schema: &str) {
+    let mut tx = recorded_schema(pool, schema, 2).await;
     // Slot 1 (capacity 2): a confirmed hold and a held one; slot 2 (capacity 1): a cancelled.
     tx.execute(
         "INSERT INTO slots (starts_at, ends_at, capacity, remaining) VALUES \
@@ -347,24 +372,7 @@ async fn a_version_0_1_schema_upgrades_in_place() {
 /// slot of 5 with a held, a confirmed, a cancelled and an expired-but-unreclaimed hold, each
 /// with its key in `hold_keys`, written as that release's statements wrote them.
 async fn previous_release_schema(pool: &sqlx::PgPool, schema: &str) {
-    let mut tx = pool.begin().await.unwrap();
-    tx.execute(&*format!(
-        "CREATE SCHEMA \"{schema}\"; SET LOCAL search_path TO \"{schema}\"; \
-         CREATE TABLE slot_booking_migrations ( \
-             version BIGINT PRIMARY KEY, description TEXT NOT NULL, \
-             applied_at TIMESTAMPTZ NOT NULL DEFAULT now()); \
-         INSERT INTO slot_booking_migrations (version, description) \
-         VALUES (1, 'create slots and holds'), (2, 'held holds by expiry'), (3, 'hold keys');"
-    ))
-    .await
-    .unwrap();
-    for sql in [
-        include_str!("../migrations/0001_create_slots_and_holds.sql"),
-        include_str!("../migrations/0002_held_holds_by_expiry.sql"),
-        include_str!("../migrations/0003_hold_keys.sql"),
-    ] {
-        tx.execute(sql).await.unwrap();
-    }
+    let mut tx = recorded_schema(pool, schema, 3).await;
     tx.execute(
         "INSERT INTO slots (starts_at, ends_at, capacity, remaining) VALUES \
            ('2030-03-17 10:00:00+00', '2030-03-17 11:00:00+00', 5, 2); \
@@ -436,33 +444,9 @@ async fn a_schema_made_by_the_previous_migrations_upgrades_in_place() {
     assert_eq!(counts(&store, SlotId(1)).await, (5, 2, 2, 1));
     assert_invariant(&store, SlotId(1)).await;
 
-    // Through the engine: the old hold reads as before, its key replays, the expired unit
-    // counts as free, and a 3-unit owned hold takes the rest (reclaiming the expired one).
+    // Through the engine: the old rows keep selling, multi-unit holds included.
     let now: Timestamp = "2030-03-17T09:03:00Z".parse().unwrap();
-    let engine = slot_booking::BookingEngine::builder(store.clone())
-        .clock(slot_booking::ManualClock::new(now))
-        .cache_period(std::time::Duration::ZERO)
-        .build();
-    let old = engine.get_hold(HoldId(1)).await.unwrap();
-    assert_eq!((old.quantity, old.owner.clone()), (1, None));
-    let replay = engine.hold(SlotId(1), "held-key").await.unwrap();
-    assert!(replay.replayed);
-    assert_eq!(replay.hold, old);
-    let listing = engine
-        .availability(slot_booking::AvailabilityQuery::all())
-        .await
-        .unwrap();
-    assert_eq!(listing[0].remaining, 3);
-    let owner = slot_booking::OwnerId::new("cart-1").unwrap();
-    let placed = engine
-        .place_hold(
-            slot_booking::NewHold::new(SlotId(1), "three")
-                .quantity(3)
-                .owner(owner.clone()),
-        )
-        .await
-        .unwrap();
-    assert_eq!((placed.hold.quantity, placed.hold.owner), (3, Some(owner)));
+    check_previous_release_sells_on(store.clone(), now).await;
     assert_eq!(counts(&store, SlotId(1)).await, (5, 0, 4, 1));
     assert_invariant(&store, SlotId(1)).await;
     admin.close().await;

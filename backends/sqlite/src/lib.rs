@@ -494,15 +494,8 @@ impl Store for SqliteStore {
         page: PageRequest,
         now: Timestamp,
     ) -> Result<Decided<Vec<Hold>>, StoreError> {
-        let rows = sqlx::query(&self.sql.owner_holds)
-            .bind(owner.as_str())
-            .bind(page.after.map_or(i64::MIN, HoldId::get))
-            .bind(i64::from(page.limit))
-            .fetch_all(&self.pool)
-            .await
-            .map_err(map_err)?;
-        let holds = rows.iter().map(hold_from_row).collect::<Result<_, _>>()?;
-        Ok(Decided::new(now, holds))
+        let query = sqlx::query(&self.sql.owner_holds).bind(owner.as_str());
+        Ok(Decided::new(now, self.page(query, page).await?))
     }
 
     async fn slot_holds(
@@ -511,15 +504,8 @@ impl Store for SqliteStore {
         page: PageRequest,
         now: Timestamp,
     ) -> Result<Decided<Vec<Hold>>, StoreError> {
-        let rows = sqlx::query(&self.sql.slot_holds)
-            .bind(slot_id.get())
-            .bind(page.after.map_or(i64::MIN, HoldId::get))
-            .bind(i64::from(page.limit))
-            .fetch_all(&self.pool)
-            .await
-            .map_err(map_err)?;
-        let holds = rows.iter().map(hold_from_row).collect::<Result<_, _>>()?;
-        Ok(Decided::new(now, holds))
+        let query = sqlx::query(&self.sql.slot_holds).bind(slot_id.get());
+        Ok(Decided::new(now, self.page(query, page).await?))
     }
 
     async fn get_slot(&self, slot_id: SlotId) -> Result<Option<Slot>, StoreError> {
@@ -640,6 +626,22 @@ impl SqliteStore {
         };
         w.tx.commit().await.map_err(map_err)?;
         Ok(transition)
+    }
+
+    /// One keyset page: `query` (the owner's or the slot's statement, its first parameter
+    /// bound) with the cursor and the limit.
+    async fn page<'q>(
+        &self,
+        query: sqlx::query::Query<'q, Sqlite, sqlx::sqlite::SqliteArguments<'q>>,
+        page: PageRequest,
+    ) -> Result<Vec<Hold>, StoreError> {
+        let rows = query
+            .bind(page.after.map_or(i64::MIN, HoldId::get))
+            .bind(i64::from(page.limit))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_err)?;
+        rows.iter().map(hold_from_row).collect()
     }
 
     async fn confirm(

@@ -6,6 +6,7 @@ mod common;
 use std::path::Path;
 
 use common::*;
+use slot_booking::conformance::kit::check_previous_release_sells_on;
 use slot_booking::{HoldOutcome, SlotId, Store};
 use slot_booking_sqlite::SqliteStore;
 use sqlx::migrate::Migrator;
@@ -141,7 +142,13 @@ async fn data_survives_a_restart() {
 /// The schema version 0.1 of this crate created: bare `slots` and `holds`, ledger
 /// `slot_booking_migrations`.
 async fn create_0_1_schema(pool: &sqlx::SqlitePool) {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/legacy_0_1");
+    create_recorded_schema(pool, "tests/legacy_0_1").await;
+}
+
+/// Migrations 1 and 2 from `dir` (under the crate), with the default prefix for `{p}`,
+/// recorded in `slot_booking_migrations` as the release that shipped them recorded them.
+async fn create_recorded_schema(pool: &sqlx::SqlitePool, dir: &str) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
     sqlx::raw_sql(
         "CREATE TABLE slot_booking_migrations (version INTEGER PRIMARY KEY, \
          description TEXT NOT NULL, applied_at INTEGER NOT NULL)",
@@ -157,7 +164,9 @@ async fn create_0_1_schema(pool: &sqlx::SqlitePool) {
         ),
         (2, "0002_holds_take_a_unit.sql", "holds take a unit"),
     ] {
-        let sql = std::fs::read_to_string(dir.join(file)).unwrap();
+        let sql = std::fs::read_to_string(dir.join(file))
+            .unwrap()
+            .replace("{p}", "slot_booking_");
         sqlx::raw_sql(&sql).execute(pool).await.unwrap();
         sqlx::query("INSERT INTO slot_booking_migrations VALUES (?1, ?2, 0)")
             .bind(version)
@@ -307,38 +316,6 @@ async fn stores_with_different_prefixes_share_a_database_independently() {
     assert_eq!(other.get_slot(b).await.unwrap().unwrap().remaining, 0);
 }
 
-/// The schema the previous release's migrations (1 and 2, with the default prefix) created,
-/// recorded in the ledger as that release recorded it.
-async fn create_0_2_schema(pool: &sqlx::SqlitePool) {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
-    sqlx::raw_sql(
-        "CREATE TABLE slot_booking_migrations (version INTEGER PRIMARY KEY, \
-         description TEXT NOT NULL, applied_at INTEGER NOT NULL)",
-    )
-    .execute(pool)
-    .await
-    .unwrap();
-    for (version, file, description) in [
-        (
-            1,
-            "0001_create_slots_and_holds.sql",
-            "create slots and holds",
-        ),
-        (2, "0002_holds_take_a_unit.sql", "holds take a unit"),
-    ] {
-        let sql = std::fs::read_to_string(dir.join(file))
-            .unwrap()
-            .replace("{p}", "slot_booking_");
-        sqlx::raw_sql(&sql).execute(pool).await.unwrap();
-        sqlx::query("INSERT INTO slot_booking_migrations VALUES (?1, ?2, 0)")
-            .bind(version)
-            .bind(description)
-            .execute(pool)
-            .await
-            .unwrap();
-    }
-}
-
 /// Owners and quantities arrive by an additive migration: a database with holds made by the
 /// previous migrations keeps every row (as anonymous one-unit holds) and the invariant, and
 /// then takes owned multi-unit holds.
@@ -350,7 +327,8 @@ async fn a_database_made_by_the_previous_migrations_upgrades_in_place() {
         .unwrap()
         .pool()
         .clone();
-    create_0_2_schema(&pool).await;
+    // The previous release: migrations 1 and 2 as this crate ships them.
+    create_recorded_schema(&pool, "migrations").await;
     // A slot of 5 with a held, a confirmed, a cancelled and an expired-but-unreclaimed hold,
     // inserted as the previous release did (its trigger takes one unit per hold).
     let (t, start) = (at(0).timestamp_micros(), at(3600).timestamp_micros());
@@ -399,33 +377,8 @@ async fn a_database_made_by_the_previous_migrations_upgrades_in_place() {
     assert_eq!(counts(&pool, SlotId(1)).await, (5, 2, 2, 1));
     assert_invariant(&pool, SlotId(1)).await;
 
-    // Through the engine: the old hold reads as before, its key replays, the expired unit
-    // counts as free, and a 3-unit owned hold takes the rest (reclaiming the expired one).
-    let clock = slot_booking::ManualClock::new(at(1));
-    let engine = slot_booking::BookingEngine::builder(store.clone())
-        .clock(clock)
-        .cache_period(std::time::Duration::ZERO)
-        .build();
-    let old = engine.get_hold(slot_booking::HoldId(1)).await.unwrap();
-    assert_eq!((old.quantity, old.owner.clone()), (1, None));
-    let replay = engine.hold(SlotId(1), "held-key").await.unwrap();
-    assert!(replay.replayed);
-    assert_eq!(replay.hold, old);
-    let listing = engine
-        .availability(slot_booking::AvailabilityQuery::all())
-        .await
-        .unwrap();
-    assert_eq!(listing[0].remaining, 3);
-    let owner = slot_booking::OwnerId::new("cart-1").unwrap();
-    let placed = engine
-        .place_hold(
-            slot_booking::NewHold::new(SlotId(1), "three")
-                .quantity(3)
-                .owner(owner.clone()),
-        )
-        .await
-        .unwrap();
-    assert_eq!((placed.hold.quantity, placed.hold.owner), (3, Some(owner)));
+    // Through the engine: the old rows keep selling, multi-unit holds included.
+    check_previous_release_sells_on(store.clone(), at(1)).await;
     assert_eq!(counts(&pool, SlotId(1)).await, (5, 0, 4, 1));
     assert_invariant(&pool, SlotId(1)).await;
 }
