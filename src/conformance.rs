@@ -26,6 +26,7 @@ use crate::store::Store;
 pub mod faults;
 pub mod kit;
 pub mod model;
+mod slots;
 
 use kit::SlotTally;
 
@@ -275,6 +276,7 @@ impl<S: Store> Fixture<S> {
 /// The case bodies. Each is reachable only through [`cases`], which [`__conformance_case_list!`]
 /// generates: a body missing from the list is dead code, which CI refuses (`-D warnings`).
 mod case_bodies {
+    pub(super) use super::slots::*;
     use std::collections::HashSet;
     use std::sync::Arc;
 
@@ -1694,6 +1696,16 @@ macro_rules! __conformance_case_list {
             requested_lifetimes_are_bounded
             owner_holds_and_rosters_page_by_id
             race_owners_touch_only_their_own_holds
+            availability_narrows_by_resource
+            raising_capacity_adds_free_units
+            lowering_capacity_takes_only_free_units
+            capacity_changes_are_validated
+            closed_slots_refuse_new_holds_and_keep_their_holds
+            removal_needs_a_slot_with_nothing_held_or_confirmed
+            operator_listing_pages_every_slot_with_its_units
+            slot_changes_show_in_cached_availability_at_once
+            race_lowering_capacity_while_holds_race
+            race_removal_never_strands_a_booking
         }
     };
 }

@@ -15,8 +15,9 @@ use crate::cache::{CacheConfig, CacheError, SingleFlightCache};
 use crate::clock::{Clock, SystemClock};
 use crate::error::BookingError;
 use crate::model::{
-    AvailabilityEntry, AvailabilityQuery, Hold, HoldId, HoldPage, HoldStatus, IdempotencyKey,
-    NewSlot, OwnerId, PageRequest, Slot, SlotId, Timestamp, MAX_PAGE_SIZE, MAX_QUANTITY,
+    truncate_to_micros, AvailabilityEntry, AvailabilityQuery, Hold, HoldId, HoldPage, HoldStatus,
+    IdempotencyKey, NewSlot, OwnerId, PageRequest, ResourceId, Slot, SlotId, Timestamp,
+    MAX_PAGE_SIZE, MAX_QUANTITY,
 };
 use crate::scope::Scope;
 use crate::store::{
@@ -287,8 +288,43 @@ impl NewHold {
 pub struct AvailabilitySnapshot {
     /// The engine's clock when the read was made: the `now` the store was asked about.
     pub read_at: Timestamp,
-    /// Every slot that had not started at `read_at`, by `starts_at` then `slot_id`.
+    /// Every slot that had not started at `read_at` and is selling, by `starts_at` then
+    /// `slot_id`.
     pub entries: Vec<AvailabilityEntry>,
+    /// The same entries grouped by resource (sorted by resource id), each group in the order
+    /// of `entries`: a query for one resource is a window onto its group, so it costs no store
+    /// read and copies nothing.
+    pub by_resource: Vec<(ResourceId, Vec<AvailabilityEntry>)>,
+}
+
+impl AvailabilitySnapshot {
+    /// A snapshot of `entries` (in listing order) read at `read_at`, grouped by resource.
+    pub fn new(read_at: Timestamp, entries: Vec<AvailabilityEntry>) -> Self {
+        let mut groups: std::collections::BTreeMap<&ResourceId, Vec<AvailabilityEntry>> =
+            std::collections::BTreeMap::new();
+        for entry in &entries {
+            if let Some(resource) = &entry.resource {
+                groups.entry(resource).or_default().push(entry.clone());
+            }
+        }
+        let by_resource = groups
+            .into_iter()
+            .map(|(resource, group)| (resource.clone(), group))
+            .collect();
+        AvailabilitySnapshot {
+            read_at,
+            entries,
+            by_resource,
+        }
+    }
+
+    /// The entries a query of `resource` (or of every resource) looks through.
+    fn list(&self, group: Option<usize>) -> &[AvailabilityEntry] {
+        match group.and_then(|i| self.by_resource.get(i)) {
+            Some((_, entries)) => entries,
+            None => &self.entries,
+        }
+    }
 }
 
 /// An availability listing: a window onto the shared cached snapshot (no entries are copied).
@@ -297,6 +333,8 @@ pub struct AvailabilitySnapshot {
 #[derive(Clone)]
 pub struct Availability {
     snapshot: Arc<AvailabilitySnapshot>,
+    /// The resource group the window is over; `None` for every slot.
+    group: Option<usize>,
     range: Range<usize>,
     fresh_for: Duration,
     age: Duration,
@@ -305,7 +343,7 @@ pub struct Availability {
 impl Availability {
     /// The entries, ordered by `starts_at` then `slot_id`.
     pub fn entries(&self) -> &[AvailabilityEntry] {
-        &self.snapshot.entries[self.range.clone()]
+        &self.snapshot.list(self.group)[self.range.clone()]
     }
 
     /// How much longer the underlying snapshot is fresh (for `Cache-Control: max-age`).
@@ -394,7 +432,9 @@ fn settle(
 
 /// Awaits a store call, turning a panic inside the store into a [`StoreError`]: a buggy store
 /// must not take the caller's task down with it, and the engine's API never panics.
-async fn guarded<T>(call: impl Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
+pub(crate) async fn guarded<T>(
+    call: impl Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
     AssertUnwindSafe(call)
         .catch_unwind()
         .await
@@ -410,7 +450,7 @@ async fn guarded<T>(call: impl Future<Output = Result<T, StoreError>>) -> Result
 /// has no await point a caller could be dropped at, and pays no task. One that has to wait is
 /// moved to a task of its own, which the runtime polls again (with a real waker) at once.
 /// Outside a tokio runtime the write runs inline.
-async fn detached<T: Send + 'static>(
+pub(crate) async fn detached<T: Send + 'static>(
     write: impl Future<Output = Result<T, StoreError>> + Send + 'static,
 ) -> Result<T, StoreError> {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
@@ -502,6 +542,11 @@ impl<S: Store> BookingEngine<S> {
         &self.inner.store
     }
 
+    /// A handle to the store for a write that runs on a task of its own.
+    pub(crate) fn store_handle(&self) -> Arc<S> {
+        Arc::clone(&self.inner.store)
+    }
+
     /// The engine's clock.
     pub fn clock(&self) -> &dyn Clock {
         &*self.inner.clock
@@ -518,8 +563,8 @@ impl<S: Store> BookingEngine<S> {
     }
 
     /// Drops the cached availability so the next read loads it again (the engine does this
-    /// itself after confirm, cancel and create_slot; call it after changing the store behind
-    /// the engine's back).
+    /// itself after confirm, cancel and every slot change; call it after changing the store
+    /// behind the engine's back).
     pub fn invalidate_availability(&self) {
         self.inner.cache.invalidate();
     }
@@ -549,10 +594,7 @@ impl<S: Store> BookingEngine<S> {
             let read_at = self.inner.clock.now();
             async move {
                 let read = guarded(store.availability(read_at)).await?;
-                Ok(AvailabilitySnapshot {
-                    read_at: read.at,
-                    entries: read.outcome,
-                })
+                Ok(AvailabilitySnapshot::new(read.at, read.outcome))
             }
         };
         let snapshot = self
@@ -575,8 +617,20 @@ impl<S: Store> BookingEngine<S> {
         let fresh_for = snapshot.fresh_for();
         let age = snapshot.age();
         let snapshot = snapshot.into_value();
+        let (group, range) = match &query.resource {
+            None => (None, window(&snapshot.entries, now, &query)),
+            Some(resource) => match snapshot
+                .by_resource
+                .binary_search_by(|(r, _)| r.cmp(resource))
+            {
+                Ok(i) => (Some(i), window(&snapshot.by_resource[i].1, now, &query)),
+                // No selling slot of this resource: an empty window.
+                Err(_) => (None, 0..0),
+            },
+        };
         Ok(Availability {
-            range: window(&snapshot.entries, now, &query),
+            group,
+            range,
             snapshot,
             fresh_for,
             age,
@@ -777,9 +831,13 @@ impl<S: Store> BookingEngine<S> {
         Ok(into_page(read, page))
     }
 
-    /// Validates and stores a new slot with all its capacity free.
+    /// Validates and stores a new slot with all its capacity free, selling at once.
     pub async fn create_slot(&self, slot: NewSlot) -> Result<Slot, BookingError> {
-        let slot = NewSlot::new(slot.starts_at, slot.ends_at, slot.capacity);
+        let slot = NewSlot {
+            starts_at: truncate_to_micros(slot.starts_at),
+            ends_at: truncate_to_micros(slot.ends_at),
+            ..slot
+        };
         slot.validate()?;
         let inner = Arc::clone(&self.inner);
         let created = detached(async move {

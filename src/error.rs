@@ -16,8 +16,8 @@ pub enum BookingError {
         /// The slot asked for.
         slot_id: SlotId,
     },
-    /// The slot has started; no more holds can be placed on it.
-    #[error("slot {slot_id} has already started")]
+    /// The slot has started or its sales are closed; no holds can be placed on it.
+    #[error("slot {slot_id} is closed to new holds (it has started or its sales are closed)")]
     SlotClosed {
         /// The slot asked for.
         slot_id: SlotId,
@@ -84,6 +84,27 @@ pub enum BookingError {
     /// The availability query is not valid (`from` after `to`).
     #[error("invalid availability query: `from` is after `to`")]
     InvalidQuery,
+    /// Lowering the capacity would take units that are held or confirmed; nothing changed.
+    #[error("slot {slot_id} has {taken} units held or confirmed; its capacity cannot go down to {requested}")]
+    CapacityTaken {
+        /// The slot asked for.
+        slot_id: SlotId,
+        /// The capacity asked for.
+        requested: i32,
+        /// Units held by active holds or confirmed.
+        taken: i32,
+    },
+    /// The slot still has active held or confirmed units, so it cannot be removed; nothing
+    /// changed.
+    #[error("slot {slot_id} has {held} units held and {confirmed} confirmed; cancel them before removing it")]
+    SlotInUse {
+        /// The slot asked for.
+        slot_id: SlotId,
+        /// Units held by active holds.
+        held: i32,
+        /// Units confirmed.
+        confirmed: i32,
+    },
     /// No hold has this id.
     #[error("hold {hold_id} not found")]
     HoldNotFound {
@@ -121,6 +142,8 @@ impl BookingError {
             BookingError::SoldOut { .. } => "sold_out",
             BookingError::IdempotencyKeyReused { .. } => "idempotency_key_reused",
             BookingError::QuantityExceedsCapacity { .. } => "quantity_exceeds_capacity",
+            BookingError::CapacityTaken { .. } => "capacity_taken",
+            BookingError::SlotInUse { .. } => "slot_in_use",
             BookingError::InvalidQuantity { .. } => "invalid_quantity",
             BookingError::InvalidLifetime { .. } => "invalid_lifetime",
             BookingError::InvalidOwner(_) => "invalid_owner",

@@ -1,9 +1,11 @@
 //! Sell limited capacity in time slots — clinic appointments, class seats, delivery windows,
 //! event tickets — without ever overselling.
 //!
-//! Clients read **availability**, place a temporary **hold** on one or several units of a slot
+//! Clients read **availability** (optionally of one resource: a room, a class, a doctor),
+//! place a temporary **hold** on one or several units of a slot
 //! (idempotent by a key of their choosing, optionally owned by a customer, session or cart),
-//! then **confirm**, **cancel** or **renew** it. [`BookingEngine`] holds the rules
+//! then **confirm**, **cancel** or **renew** it. Operators change capacities, close and
+//! reopen sales, remove slots and list them all ([`admin`]). [`BookingEngine`] holds the rules
 //! and a single-flight availability cache; a [`Store`] holds the data and makes each operation
 //! atomic. Stores: [`MemoryStore`] (this crate), SQLite (`slot_booking_sqlite`) and PostgreSQL
 //! (`slot_booking_postgres`), both on sqlx.
@@ -64,6 +66,16 @@
 //! | [`owner_holds`](BookingEngine::owner_holds), [`slot_holds`](BookingEngine::slot_holds) | a page by id | up to `limit` holds after `after`, statuses resolved at now | — |
 //! | | `limit` outside 1–1000 | error | `invalid_page` |
 //! | [`create_slot`](BookingEngine::create_slot) | `ends_at <= starts_at` or capacity < 1 | error | `invalid_slot` |
+//! | [`hold`](BookingEngine::hold) | the slot's sales are closed | error | `slot_closed` |
+//! | | the slot was removed | error | `slot_not_found` |
+//! | [`change_capacity`](BookingEngine::change_capacity) | raised, or lowered within the free units (expired holds reclaimed if that makes it fit) | the slot, `remaining` moved by the same amount | — |
+//! | | lowered below the units held or confirmed | error with the units taken; nothing changes | `capacity_taken` |
+//! | | capacity outside `1..=i32::MAX` | error; the store is not called | `invalid_slot` |
+//! | [`close_sales`](BookingEngine::close_sales), [`reopen_sales`](BookingEngine::reopen_sales) | any slot not removed | the slot (idempotent); a closed slot leaves availability | — |
+//! | [`remove_slot`](BookingEngine::remove_slot) | no active held and no confirmed unit | the slot archived with `removed_at`; its holds stay | — |
+//! | | units held or confirmed | error with both counts; nothing changes | `slot_in_use` |
+//! | capacity, close, reopen, remove | no such slot, or removed | error | `slot_not_found` |
+//! | [`list_slots`](BookingEngine::list_slots) | a page by `(starts_at, id)` | every slot (past, closed, removed) with units free, held, confirmed | — |
 //! | [`availability`](BookingEngine::availability) | `from` after `to` | error | `invalid_query` |
 //! | any | the store failed and may recover (connection lost, pool exhausted, busy) | error; nothing half done | `store_unavailable` |
 //! | any | the store failed for good (broken schema, a store bug or panic) | error; nothing half done | `store_failed` |
@@ -85,8 +97,13 @@
 //!   passes: availability counts expired holds as free, and a hold that finds a slot full first
 //!   reclaims that slot's expired holds (again decided by rows affected). Confirmed holds never
 //!   expire.
-//! - **A client sees its own change.** Confirm, cancel and slot creation invalidate the cached
-//!   availability after their write committed, never before. Placing a hold does not: the
+//! - **Administration never takes a sold unit.** Lowering a capacity or removing a slot takes
+//!   free units only, decided by one conditional write on the slot row (`remaining` cannot go
+//!   below zero; removal needs `remaining == capacity`), never by counting holds first.
+//!   Removal archives: no booking is ever deleted.
+//! - **A client sees its own change.** Confirm, cancel and every slot change (create, capacity,
+//!   close, reopen, remove) invalidate the cached availability after their write committed,
+//!   never before. Placing a hold does not: the
 //!   listing is advisory, the decrement is the authority.
 //! - **Bounded staleness.** Availability is cached for the cache period (10 s by default) and is
 //!   never older than [`max_age`](EngineBuilder::max_age) (twice the period, 20 s, by default).
@@ -142,6 +159,7 @@
 //! races included.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+pub mod admin;
 pub mod cache;
 pub mod clock;
 #[cfg(feature = "conformance")]
@@ -153,6 +171,7 @@ pub mod model;
 pub mod scope;
 pub mod store;
 
+pub use admin::{SlotCursor, SlotFilter, SlotPage, SlotPageRequest, SlotSummary, SlotUsage};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use engine::{
     Availability, AvailabilitySnapshot, BookingEngine, EngineBuilder, HoldPlaced, NewHold,
@@ -161,12 +180,12 @@ pub use error::BookingError;
 pub use memory::MemoryStore;
 pub use model::{
     AvailabilityEntry, AvailabilityQuery, Hold, HoldId, HoldPage, HoldStatus, IdempotencyKey,
-    NewSlot, OwnerId, PageRequest, Slot, SlotId, Timestamp,
+    NewSlot, OwnerId, PageRequest, ResourceId, Slot, SlotId, Timestamp,
 };
 pub use scope::Scope;
 pub use store::{
-    Decided, HoldOutcome, HoldRequest, RenewRequest, SlotLimits, Store, StoreError, StoreErrorKind,
-    Transition,
+    Decided, HoldOutcome, HoldRequest, RenewRequest, SlotChange, SlotLimits, Store, StoreError,
+    StoreErrorKind, Transition,
 };
 
 /// The README's code blocks, compiled and run as doc tests so the README stays true.

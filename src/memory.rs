@@ -16,13 +16,15 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 
 use async_trait::async_trait;
 
+use crate::admin::{SlotFilter, SlotPageRequest, SlotUsage};
 use crate::model::{
     AvailabilityEntry, Hold, HoldId, HoldStatus, IdempotencyKey, NewSlot, OwnerId, PageRequest,
     Slot, SlotId, Timestamp,
 };
 use crate::scope::Scope;
 use crate::store::{
-    Decided, HoldOutcome, HoldRequest, RenewRequest, SlotLimits, Store, StoreError, Transition,
+    Decided, HoldOutcome, HoldRequest, RenewRequest, SlotChange, SlotLimits, Store, StoreError,
+    Transition,
 };
 
 const SHARDS: usize = 16;
@@ -78,6 +80,44 @@ impl SlotRow {
             .sum()
     }
 
+    /// The slot with its held units split at `now` into active and expired.
+    fn usage(&self, now: Timestamp) -> SlotUsage {
+        let expired = self.expired_units(now);
+        let all_held: i32 = self
+            .held_by_expiry
+            .iter()
+            .filter_map(|(_, id)| self.holds.get(id))
+            .map(|hold| hold.quantity)
+            .sum();
+        SlotUsage {
+            slot: self.slot.clone(),
+            held: all_held - expired,
+            expired,
+        }
+    }
+
+    /// Applies `change` (an administrative change of the slot row) if it fits as stored, or
+    /// after reclaiming expired holds when only that makes it fit; otherwise changes nothing.
+    /// `fits` says whether the change fits with this many extra free units.
+    fn change_taking_free_units(
+        &mut self,
+        now: Timestamp,
+        fits: impl Fn(&Slot, i32) -> bool,
+        change: impl FnOnce(&mut Slot),
+    ) -> SlotChange {
+        if self.slot.removed_at.is_some() {
+            return SlotChange::NotFound;
+        }
+        if !fits(&self.slot, 0) {
+            if !fits(&self.slot, self.expired_units(now)) {
+                return SlotChange::InUse(self.usage(now));
+            }
+            self.reclaim(now);
+        }
+        change(&mut self.slot);
+        SlotChange::Applied(self.slot.clone())
+    }
+
     /// Marks held holds with `expires_at <= now` as expired and gives their units back.
     fn reclaim(&mut self, now: Timestamp) {
         let expired: Vec<(Timestamp, HoldId)> = self.expired_held(now).copied().collect();
@@ -91,10 +131,7 @@ impl SlotRow {
     }
 
     fn limits(&self) -> SlotLimits {
-        SlotLimits {
-            starts_at: self.slot.starts_at,
-            capacity: self.slot.capacity,
-        }
+        SlotLimits::of(&self.slot)
     }
 }
 
@@ -170,6 +207,9 @@ impl Store for MemoryStore {
             ends_at: new.ends_at,
             capacity: new.capacity,
             remaining: new.capacity,
+            resource: new.resource.clone(),
+            closed: false,
+            removed_at: None,
         };
         table.by_start.insert((slot.starts_at, slot.slot_id));
         table.by_id.insert(
@@ -197,12 +237,16 @@ impl Store for MemoryStore {
                 continue;
             };
             let row = lock(row);
+            if !row.slot.is_selling_at(now) {
+                continue;
+            }
             entries.push(AvailabilityEntry {
                 slot_id: row.slot.slot_id,
                 starts_at: row.slot.starts_at,
                 ends_at: row.slot.ends_at,
                 capacity: row.slot.capacity,
                 remaining: row.slot.remaining + row.expired_units(now),
+                resource: row.slot.resource.clone(),
             });
         }
         Ok(Decided::new(now, entries))
@@ -346,6 +390,98 @@ impl Store for MemoryStore {
     async fn get_slot(&self, slot_id: SlotId) -> Result<Option<Slot>, StoreError> {
         Ok(self.slot_row(slot_id).map(|row| lock(&row).slot.clone()))
     }
+
+    async fn change_capacity(
+        &self,
+        slot_id: SlotId,
+        capacity: i32,
+        now: Timestamp,
+    ) -> Result<Decided<SlotChange>, StoreError> {
+        let Some(row) = self.slot_row(slot_id) else {
+            return Ok(Decided::new(now, SlotChange::NotFound));
+        };
+        let mut row = lock(&row);
+        // Widened: `capacity - slot.capacity` can leave i32 when one is near its maximum.
+        let remaining_after = |slot: &Slot, extra: i32| {
+            i64::from(slot.remaining) + i64::from(extra) + i64::from(capacity)
+                - i64::from(slot.capacity)
+        };
+        let change = row.change_taking_free_units(
+            now,
+            |slot, extra| remaining_after(slot, extra) >= 0,
+            |slot| {
+                slot.remaining += capacity - slot.capacity;
+                slot.capacity = capacity;
+            },
+        );
+        Ok(Decided::new(now, change))
+    }
+
+    async fn set_closed(
+        &self,
+        slot_id: SlotId,
+        closed: bool,
+        now: Timestamp,
+    ) -> Result<Decided<SlotChange>, StoreError> {
+        let change = match self.slot_row(slot_id) {
+            Some(row) => {
+                let mut row = lock(&row);
+                if row.slot.removed_at.is_some() {
+                    SlotChange::NotFound
+                } else {
+                    row.slot.closed = closed;
+                    SlotChange::Applied(row.slot.clone())
+                }
+            }
+            None => SlotChange::NotFound,
+        };
+        Ok(Decided::new(now, change))
+    }
+
+    async fn remove_slot(
+        &self,
+        slot_id: SlotId,
+        now: Timestamp,
+    ) -> Result<Decided<SlotChange>, StoreError> {
+        let Some(row) = self.slot_row(slot_id) else {
+            return Ok(Decided::new(now, SlotChange::NotFound));
+        };
+        let mut row = lock(&row);
+        // No unit held or confirmed is the slot row's own `remaining == capacity`.
+        let change = row.change_taking_free_units(
+            now,
+            |slot, extra| slot.remaining + extra == slot.capacity,
+            |slot| slot.removed_at = Some(now),
+        );
+        Ok(Decided::new(now, change))
+    }
+
+    async fn list_slots(
+        &self,
+        filter: &SlotFilter,
+        page: SlotPageRequest,
+        now: Timestamp,
+    ) -> Result<Decided<Vec<SlotUsage>>, StoreError> {
+        let table = self.slots.read().unwrap_or_else(PoisonError::into_inner);
+        let start = match page.after {
+            Some(after) => Bound::Excluded((after.starts_at, after.slot_id)),
+            None => Bound::Unbounded,
+        };
+        let mut listed = Vec::new();
+        for (_, slot_id) in table.by_start.range((start, Bound::Unbounded)) {
+            if listed.len() >= page.limit as usize {
+                break;
+            }
+            let Some(row) = table.by_id.get(slot_id) else {
+                continue;
+            };
+            let row = lock(row);
+            if filter.admits(&row.slot) {
+                listed.push(row.usage(now));
+            }
+        }
+        Ok(Decided::new(now, listed))
+    }
 }
 
 impl MemoryStore {
@@ -367,7 +503,7 @@ impl MemoryStore {
             return Ok(HoldOutcome::refused(request, None, None));
         };
         let mut row = lock(&row);
-        let open = row.slot.starts_at > request.now;
+        let open = row.slot.is_selling_at(request.now);
         // Reclaim expired holds only when that makes the hold fit: a refused hold changes
         // nothing.
         if open

@@ -96,6 +96,25 @@ pub struct Slot {
     /// Units not taken by a stored hold or booking (expired holds not yet reclaimed count as
     /// taken here; [`AvailabilityEntry::remaining`] counts them as free).
     pub remaining: i32,
+    /// What the slot is a time of, if the application said.
+    #[serde(default)]
+    pub resource: Option<ResourceId>,
+    /// Whether sales are closed: no new holds, while existing ones can still be confirmed,
+    /// cancelled and renewed. A closed slot is not listed in availability.
+    #[serde(default)]
+    pub closed: bool,
+    /// When the slot was removed (archived): it takes no holds, is not listed in availability
+    /// and cannot be changed, but it and its holds' history are kept.
+    #[serde(default, with = "rfc3339::option")]
+    pub removed_at: Option<Timestamp>,
+}
+
+impl Slot {
+    /// Whether a hold could be placed on it at `now` if units were free: it has not started,
+    /// its sales are open and it has not been removed.
+    pub fn is_selling_at(&self, now: Timestamp) -> bool {
+        self.starts_at > now && !self.closed && self.removed_at.is_none()
+    }
 }
 
 /// A slot to create. Checked by [`NewSlot::validate`] before any store sees it.
@@ -109,6 +128,9 @@ pub struct NewSlot {
     pub ends_at: Timestamp,
     /// Units to sell, `1..=i32::MAX`.
     pub capacity: i32,
+    /// What the slot is a time of (default: nothing in particular).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource: Option<ResourceId>,
 }
 
 impl NewSlot {
@@ -119,13 +141,20 @@ impl NewSlot {
             starts_at: truncate_to_micros(starts_at),
             ends_at: truncate_to_micros(ends_at),
             capacity,
+            resource: None,
         }
+    }
+
+    /// Makes the slot a time of `resource`.
+    pub fn resource(mut self, resource: ResourceId) -> Self {
+        self.resource = Some(resource);
+        self
     }
 
     /// Checks `ends_at > starts_at` and `capacity >= 1`.
     pub fn validate(&self) -> Result<(), InvalidSlot> {
         if self.capacity < 1 {
-            return Err(InvalidSlot::Capacity(self.capacity));
+            return Err(InvalidSlot::Capacity(i64::from(self.capacity)));
         }
         if self.ends_at <= self.starts_at {
             return Err(InvalidSlot::EndsBeforeStart);
@@ -138,8 +167,8 @@ impl NewSlot {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum InvalidSlot {
     /// Capacity outside `1..=i32::MAX`.
-    #[error("capacity must be at least 1, got {0}")]
-    Capacity(i32),
+    #[error("capacity must be between 1 and 2147483647, got {0}")]
+    Capacity(i64),
     /// `ends_at` is not after `starts_at`.
     #[error("ends_at must be after starts_at")]
     EndsBeforeStart,
@@ -161,10 +190,15 @@ pub struct AvailabilityEntry {
     /// Units a new hold could take at the time the listing was read: the stored remaining
     /// capacity plus holds that have expired but not yet been reclaimed.
     pub remaining: i32,
+    /// The slot's resource; not serialized when it has none, so a listing of slots without
+    /// resources keeps exactly the five fields above.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource: Option<ResourceId>,
 }
 
-/// Narrows an availability listing to slots whose `starts_at` lies in `[from, to)`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// Narrows an availability listing to slots whose `starts_at` lies in `[from, to)`, and
+/// optionally to one resource's slots.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AvailabilityQuery {
     /// Inclusive lower bound on `starts_at`.
     #[serde(default, with = "rfc3339::option")]
@@ -172,6 +206,9 @@ pub struct AvailabilityQuery {
     /// Exclusive upper bound on `starts_at`.
     #[serde(default, with = "rfc3339::option")]
     pub to: Option<Timestamp>,
+    /// Only the slots of this resource.
+    #[serde(default)]
+    pub resource: Option<ResourceId>,
 }
 
 impl AvailabilityQuery {
@@ -189,6 +226,12 @@ impl AvailabilityQuery {
     /// Slots starting before `to`.
     pub fn to(mut self, to: Timestamp) -> Self {
         self.to = Some(to);
+        self
+    }
+
+    /// Only the slots of `resource`.
+    pub fn resource(mut self, resource: ResourceId) -> Self {
+        self.resource = Some(resource);
         self
     }
 }
@@ -425,65 +468,89 @@ fn check_token(token: &str) -> Result<(), InvalidIdempotencyKey> {
     Ok(())
 }
 
-/// Who a hold belongs to: an opaque id the application chooses (a customer, a session, a
-/// cart). The same rules as an [`IdempotencyKey`]: 1 to 255 visible ASCII characters.
-///
-/// An owned hold is seen, confirmed, cancelled and renewed only in that owner's
-/// [`Scope`](crate::Scope) (or by back-office code).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(transparent)]
-pub struct OwnerId(String);
+/// An opaque id with the rules of an [`IdempotencyKey`] (1 to 255 visible ASCII characters),
+/// its error type wrapping the key's reason, and its serde forms.
+macro_rules! token_type {
+    ($(#[$doc:meta])* $name:ident, $(#[$err_doc:meta])* $error:ident, $what:literal) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+        #[serde(transparent)]
+        pub struct $name(String);
 
-impl OwnerId {
-    /// Longest owner id accepted, in characters.
-    pub const MAX_LEN: usize = 255;
+        impl $name {
+            /// Longest id accepted, in characters.
+            pub const MAX_LEN: usize = 255;
 
-    /// Validates and wraps an owner id.
-    pub fn new(owner: impl Into<String>) -> Result<Self, InvalidOwnerId> {
-        let owner = owner.into();
-        check_token(&owner).map_err(InvalidOwnerId)?;
-        Ok(OwnerId(owner))
-    }
+            /// Validates and wraps an id.
+            pub fn new(id: impl Into<String>) -> Result<Self, $error> {
+                let id = id.into();
+                check_token(&id).map_err($error)?;
+                Ok($name(id))
+            }
 
-    /// The owner id as a string.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
+            /// The id as a string.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = $error;
+
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                $name::new(s)
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let raw = String::deserialize(d)?;
+                $name::new(raw).map_err(serde::de::Error::custom)
+            }
+        }
+
+        $(#[$err_doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+        #[error("invalid {}: {}", $what, token_reason(.0))]
+        pub struct $error(pub InvalidIdempotencyKey);
+    };
 }
 
-impl fmt::Display for OwnerId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
+token_type!(
+    /// Who a hold belongs to: an opaque id the application chooses (a customer, a session, a
+    /// cart). The same rules as an [`IdempotencyKey`]: 1 to 255 visible ASCII characters.
+    ///
+    /// An owned hold is seen, confirmed, cancelled and renewed only in that owner's
+    /// [`Scope`](crate::Scope) (or by back-office code).
+    OwnerId,
+    /// Why an owner id was refused: the same rules as an idempotency key, broken the same way.
+    InvalidOwnerId,
+    "owner id"
+);
 
-impl AsRef<str> for OwnerId {
-    fn as_ref(&self) -> &str {
-        &self.0
-    }
-}
+token_type!(
+    /// What a slot is a time of: a room, a class, a doctor, a vehicle. An opaque id the
+    /// application chooses, with the rules of an [`IdempotencyKey`]: 1 to 255 visible ASCII
+    /// characters. Availability and the operator's listing can be narrowed to one resource.
+    ResourceId,
+    /// Why a resource id was refused: the same rules as an idempotency key, broken the same way.
+    InvalidResourceId,
+    "resource id"
+);
 
-impl FromStr for OwnerId {
-    type Err = InvalidOwnerId;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        OwnerId::new(s)
-    }
-}
-
-impl<'de> Deserialize<'de> for OwnerId {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let raw = String::deserialize(d)?;
-        OwnerId::new(raw).map_err(serde::de::Error::custom)
-    }
-}
-
-/// Why an owner id was refused: the same rules as an idempotency key, broken the same way.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid owner id: {}", owner_reason(.0))]
-pub struct InvalidOwnerId(pub InvalidIdempotencyKey);
-
-fn owner_reason(reason: &InvalidIdempotencyKey) -> String {
+fn token_reason(reason: &InvalidIdempotencyKey) -> String {
     match reason {
         InvalidIdempotencyKey::Empty => "it is empty".to_owned(),
         InvalidIdempotencyKey::TooLong(n) => {

@@ -24,6 +24,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
+use crate::admin::{SlotFilter, SlotPageRequest, SlotUsage};
 use crate::model::{
     AvailabilityEntry, Hold, HoldId, IdempotencyKey, NewSlot, OwnerId, PageRequest, Slot, SlotId,
     Timestamp,
@@ -124,6 +125,22 @@ pub struct SlotLimits {
     pub starts_at: Timestamp,
     /// Its capacity.
     pub capacity: i32,
+    /// Whether its sales are closed.
+    pub closed: bool,
+    /// Whether it has been removed.
+    pub removed: bool,
+}
+
+impl SlotLimits {
+    /// The limits of `slot`.
+    pub fn of(slot: &Slot) -> Self {
+        SlotLimits {
+            starts_at: slot.starts_at,
+            capacity: slot.capacity,
+            closed: slot.closed,
+            removed: slot.removed_at.is_some(),
+        }
+    }
 }
 
 /// What [`Store::create_hold`] did.
@@ -146,9 +163,10 @@ pub enum HoldOutcome {
         /// The slot's capacity.
         capacity: i32,
     },
-    /// No slot has this id.
+    /// No slot has this id, or it has been removed.
     SlotNotFound,
-    /// The slot has already started (`starts_at <= now`); nothing changed.
+    /// The slot has already started (`starts_at <= now`) or its sales are closed; nothing
+    /// changed.
     SlotClosed,
 }
 
@@ -169,7 +187,10 @@ impl HoldOutcome {
             }
             (Some(_), _) => HoldOutcome::KeyReused(None),
             (None, None) => HoldOutcome::SlotNotFound,
-            (None, Some(slot)) if slot.starts_at <= request.now => HoldOutcome::SlotClosed,
+            (None, Some(slot)) if slot.removed => HoldOutcome::SlotNotFound,
+            (None, Some(slot)) if slot.closed || slot.starts_at <= request.now => {
+                HoldOutcome::SlotClosed
+            }
             (None, Some(slot)) if request.quantity > slot.capacity => {
                 HoldOutcome::ExceedsCapacity {
                     capacity: slot.capacity,
@@ -190,6 +211,19 @@ pub enum Transition {
     /// caller.
     NotApplied(Hold),
     /// No hold has this id in the caller's scope.
+    NotFound,
+}
+
+/// What an administrative change of a slot ([`Store::change_capacity`], [`Store::set_closed`],
+/// [`Store::remove_slot`]) did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SlotChange {
+    /// The slot changed (or already was as asked, for closing and reopening); here it is now.
+    Applied(Slot),
+    /// The change would take units that are held or confirmed; nothing changed. The slot and
+    /// its units as read right after, for the engine to say how many are taken.
+    InUse(SlotUsage),
+    /// No slot has this id, or it has been removed.
     NotFound,
 }
 
@@ -286,8 +320,54 @@ pub trait Store: Send + Sync + 'static {
         now: Timestamp,
     ) -> Result<Decided<Vec<Hold>>, StoreError>;
 
-    /// The slot as stored, if it exists.
+    /// The slot as stored, if it exists (removed slots included).
     async fn get_slot(&self, slot_id: SlotId) -> Result<Option<Slot>, StoreError>;
+
+    /// Sets the capacity of a slot that has not been removed to `capacity` (`>= 1`), moving
+    /// `remaining` by the same amount, atomically:
+    ///
+    /// 1. one conditional update: `capacity = new, remaining = remaining + (new - capacity)`
+    ///    where the new `remaining` is `>= 0`;
+    /// 2. if no row was affected and the slot's held holds with `expires_at <= now` hold
+    ///    enough units to make it fit, mark them expired, give their units back and update
+    ///    once more; a refused change reclaims nothing.
+    ///
+    /// [`SlotChange::InUse`] carries the slot's units as read after the refusal.
+    async fn change_capacity(
+        &self,
+        slot_id: SlotId,
+        capacity: i32,
+        now: Timestamp,
+    ) -> Result<Decided<SlotChange>, StoreError>;
+
+    /// Closes (`closed = true`) or reopens the sales of a slot that has not been removed: one
+    /// conditional update. Never [`SlotChange::InUse`].
+    async fn set_closed(
+        &self,
+        slot_id: SlotId,
+        closed: bool,
+        now: Timestamp,
+    ) -> Result<Decided<SlotChange>, StoreError>;
+
+    /// Removes (archives) a slot that has not been removed, setting `removed_at = now`, when
+    /// no unit is held by an active hold or confirmed: decided on the slot row itself, by
+    /// `remaining = capacity` after reclaiming the slot's expired holds (only when that makes
+    /// it fit), never by counting holds before the write. Holds stay stored.
+    async fn remove_slot(
+        &self,
+        slot_id: SlotId,
+        now: Timestamp,
+    ) -> Result<Decided<SlotChange>, StoreError>;
+
+    /// Every slot `filter` admits (removed, closed and started ones included) after
+    /// `page.after` in `(starts_at, slot_id)` order, at most `page.limit`, each with its held
+    /// units split at `now` into active and expired.
+    async fn list_slots(
+        &self,
+        filter: &SlotFilter,
+        page: SlotPageRequest,
+        now: Timestamp,
+    ) -> Result<Decided<Vec<SlotUsage>>, StoreError>;
 }
 
 /// A [`Store`] impl for `$ty` that hands every call to the store `$get` returns (an
@@ -348,6 +428,26 @@ macro_rules! forward_store {
             async fn get_slot(&self, slot_id: $crate::SlotId) -> Result<Option<$crate::Slot>, $crate::StoreError> {
                 let $this = self;
                 let $call = ($get).get_slot(slot_id);
+                $wrap
+            }
+            async fn change_capacity(&self, slot_id: $crate::SlotId, capacity: i32, now: $crate::Timestamp) -> Result<$crate::Decided<$crate::SlotChange>, $crate::StoreError> {
+                let $this = self;
+                let $call = ($get).change_capacity(slot_id, capacity, now);
+                $wrap
+            }
+            async fn set_closed(&self, slot_id: $crate::SlotId, closed: bool, now: $crate::Timestamp) -> Result<$crate::Decided<$crate::SlotChange>, $crate::StoreError> {
+                let $this = self;
+                let $call = ($get).set_closed(slot_id, closed, now);
+                $wrap
+            }
+            async fn remove_slot(&self, slot_id: $crate::SlotId, now: $crate::Timestamp) -> Result<$crate::Decided<$crate::SlotChange>, $crate::StoreError> {
+                let $this = self;
+                let $call = ($get).remove_slot(slot_id, now);
+                $wrap
+            }
+            async fn list_slots(&self, filter: &$crate::SlotFilter, page: $crate::SlotPageRequest, now: $crate::Timestamp) -> Result<$crate::Decided<Vec<$crate::SlotUsage>>, $crate::StoreError> {
+                let $this = self;
+                let $call = ($get).list_slots(filter, page, now);
                 $wrap
             }
         }
@@ -463,6 +563,8 @@ mod tests {
             Some(SlotLimits {
                 starts_at,
                 capacity,
+                closed: false,
+                removed: false,
             })
         };
         let later = now + Duration::hours(1);
@@ -500,6 +602,27 @@ mod tests {
         assert_eq!(
             HoldOutcome::refused(&request, None, limits(later, 2)),
             HoldOutcome::SoldOut
+        );
+        let closed = limits(later, 5).map(|l| SlotLimits { closed: true, ..l });
+        assert_eq!(
+            HoldOutcome::refused(&request, None, closed),
+            HoldOutcome::SlotClosed,
+            "closed sales refuse like a started slot"
+        );
+        let removed = limits(later, 5).map(|l| SlotLimits {
+            removed: true,
+            closed: true,
+            ..l
+        });
+        assert_eq!(
+            HoldOutcome::refused(&request, None, removed),
+            HoldOutcome::SlotNotFound,
+            "a removed slot is gone for clients"
+        );
+        assert_eq!(
+            HoldOutcome::refused(&request, Some(holder(1, 2, Some("alice"))), removed),
+            HoldOutcome::Replayed(holder(1, 2, Some("alice"))),
+            "a replay still wins"
         );
     }
 

@@ -7,11 +7,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::TimeZone;
-use slot_booking::store::{Decided, HoldOutcome, HoldRequest, RenewRequest, Transition};
+use slot_booking::store::{
+    Decided, HoldOutcome, HoldRequest, RenewRequest, SlotChange, Transition,
+};
 use slot_booking::{
     AvailabilityEntry, AvailabilityQuery, BookingEngine, BookingError, Hold, HoldId, HoldStatus,
-    ManualClock, MemoryStore, NewSlot, OwnerId, PageRequest, Scope, Slot, SlotId, Store,
-    StoreError, Timestamp,
+    ManualClock, MemoryStore, NewSlot, OwnerId, PageRequest, ResourceId, Scope, Slot, SlotFilter,
+    SlotId, SlotPageRequest, SlotUsage, Store, StoreError, Timestamp,
 };
 use tokio::sync::Semaphore;
 
@@ -165,6 +167,41 @@ impl Store for Probe {
         self.check()?;
         self.inner.get_slot(id).await
     }
+    async fn change_capacity(
+        &self,
+        id: SlotId,
+        capacity: i32,
+        now: Timestamp,
+    ) -> Result<Decided<SlotChange>, StoreError> {
+        self.check()?;
+        self.inner.change_capacity(id, capacity, now).await
+    }
+    async fn set_closed(
+        &self,
+        id: SlotId,
+        closed: bool,
+        now: Timestamp,
+    ) -> Result<Decided<SlotChange>, StoreError> {
+        self.check()?;
+        self.inner.set_closed(id, closed, now).await
+    }
+    async fn remove_slot(
+        &self,
+        id: SlotId,
+        now: Timestamp,
+    ) -> Result<Decided<SlotChange>, StoreError> {
+        self.check()?;
+        self.inner.remove_slot(id, now).await
+    }
+    async fn list_slots(
+        &self,
+        filter: &SlotFilter,
+        page: SlotPageRequest,
+        now: Timestamp,
+    ) -> Result<Decided<Vec<SlotUsage>>, StoreError> {
+        self.check()?;
+        self.inner.list_slots(filter, page, now).await
+    }
 }
 
 fn start() -> Timestamp {
@@ -292,6 +329,139 @@ async fn r1_any_number_of_queries_cost_one_store_read_per_period() {
     engine.availability(AvailabilityQuery::all()).await.unwrap();
     engine.store().read_signalled(2).await;
     assert_eq!(engine.store().reads(), 2, "one refresh after the period");
+}
+
+#[tokio::test]
+async fn resource_queries_are_windows_onto_the_one_cached_snapshot() {
+    let clock = ManualClock::new(start());
+    let engine = engine(Probe::default(), &clock);
+    let room = |name: &str| ResourceId::new(name).unwrap();
+    let mut made = Vec::new();
+    for (h, name) in [(3, "b"), (1, "a"), (2, "b"), (4, "a"), (5, "c")] {
+        let starts_at = start() + chrono::Duration::hours(h);
+        let slot = engine
+            .create_slot(
+                NewSlot::new(starts_at, starts_at + chrono::Duration::hours(1), 1)
+                    .resource(room(name)),
+            )
+            .await
+            .unwrap();
+        made.push(slot.slot_id);
+    }
+    let plain = slot(&engine, 1, chrono::Duration::minutes(90)).await;
+    let all = engine.availability(AvailabilityQuery::all()).await.unwrap();
+    assert_eq!(all.len(), 6);
+    let ids = |query: AvailabilityQuery| {
+        let engine = engine.clone();
+        let first = all.snapshot().clone();
+        async move {
+            let listing = engine.availability(query).await.unwrap();
+            assert!(
+                Arc::ptr_eq(listing.snapshot(), &first),
+                "no store read and no new snapshot per resource"
+            );
+            listing.iter().map(|e| e.slot_id).collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(
+        ids(AvailabilityQuery::all().resource(room("a"))).await,
+        [made[1], made[3]]
+    );
+    assert_eq!(
+        ids(AvailabilityQuery::all().resource(room("b"))).await,
+        [made[2], made[0]]
+    );
+    assert_eq!(
+        ids(AvailabilityQuery::all()
+            .resource(room("b"))
+            .from(start() + chrono::Duration::hours(3)))
+        .await,
+        [made[0]]
+    );
+    assert_eq!(ids(AvailabilityQuery::all().resource(room("z"))).await, []);
+    assert!(ids(AvailabilityQuery::all()).await.contains(&plain));
+    assert_eq!(
+        engine.store().reads(),
+        1,
+        "one store read for every resource"
+    );
+    // Once a slot has started it leaves its resource's window too.
+    clock.advance(chrono::Duration::hours(1));
+    assert_eq!(
+        ids(AvailabilityQuery::all().resource(room("a"))).await,
+        [made[3]]
+    );
+    assert_eq!(engine.store().reads(), 1);
+}
+
+#[tokio::test]
+async fn slot_changes_invalidate_after_commit_and_refused_ones_do_not() {
+    let clock = ManualClock::new(start());
+    let engine = engine(Probe::default(), &clock);
+    let slot = slot(&engine, 3, chrono::Duration::hours(1)).await;
+    engine.availability(AvailabilityQuery::all()).await.unwrap();
+    let hold = engine.hold(slot, "k").await.unwrap().hold;
+    engine.change_capacity(slot, 5).await.unwrap();
+    let listing = engine.availability(AvailabilityQuery::all()).await.unwrap();
+    assert_eq!((listing[0].capacity, listing[0].remaining), (5, 4));
+    assert_eq!(engine.store().reads(), 2);
+    // Refused changes commit nothing and keep the cached listing.
+    assert_eq!(
+        engine.change_capacity(slot, 0).await.unwrap_err().code(),
+        "invalid_slot"
+    );
+    let error = engine.remove_slot(slot).await.unwrap_err();
+    assert_eq!(error.code(), "slot_in_use");
+    engine.availability(AvailabilityQuery::all()).await.unwrap();
+    assert_eq!(engine.store().reads(), 2);
+    engine.close_sales(slot).await.unwrap();
+    assert!(engine
+        .availability(AvailabilityQuery::all())
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(engine.store().reads(), 3);
+    engine.reopen_sales(slot).await.unwrap();
+    engine.cancel(hold.hold_id).await.unwrap();
+    engine.remove_slot(slot).await.unwrap();
+    assert!(engine
+        .availability(AvailabilityQuery::all())
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(
+        engine.store().reads(),
+        4,
+        "reopen and cancel and removal: one reload"
+    );
+}
+
+#[tokio::test]
+async fn invalid_administration_never_reaches_the_store() {
+    let clock = ManualClock::new(start());
+    let engine = engine(Probe::default(), &clock);
+    let slot = slot(&engine, 1, chrono::Duration::hours(1)).await;
+    let calls = engine.store().store_calls.load(Ordering::SeqCst);
+    for capacity in [0, -3, i64::from(i32::MAX) + 1] {
+        let error = engine.change_capacity(slot, capacity).await.unwrap_err();
+        assert_eq!(error.code(), "invalid_slot");
+    }
+    for limit in [0, 1001] {
+        let error = engine
+            .list_slots(&SlotFilter::all(), SlotPageRequest::first(limit))
+            .await
+            .unwrap_err();
+        assert_eq!(error.code(), "invalid_page");
+    }
+    let backwards = SlotFilter::all()
+        .from(start())
+        .to(start() - chrono::Duration::seconds(1));
+    let error = engine
+        .list_slots(&backwards, SlotPageRequest::first(10))
+        .await
+        .unwrap_err();
+    assert_eq!(error.code(), "invalid_query");
+    assert_eq!(engine.store().store_calls.load(Ordering::SeqCst), calls);
 }
 
 #[tokio::test]

@@ -15,11 +15,12 @@ use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
 use super::kit::SlotTally;
 use super::{Fixture, HOLD_TTL, MAX_HOLD_LIFE, MAX_REQUESTED_TTL, MIN_REQUESTED_TTL};
+use crate::admin::{SlotCursor, SlotFilter, SlotPageRequest, SlotSummary};
 use crate::engine::{BookingEngine, NewHold};
 use crate::error::BookingError;
 use crate::model::{
-    AvailabilityQuery, Hold, HoldId, HoldPage, HoldStatus, NewSlot, OwnerId, PageRequest, SlotId,
-    Timestamp,
+    AvailabilityQuery, Hold, HoldId, HoldPage, HoldStatus, NewSlot, OwnerId, PageRequest,
+    ResourceId, Slot, SlotId, Timestamp,
 };
 use crate::scope::Scope;
 use crate::store::Store;
@@ -27,6 +28,9 @@ use crate::Clock;
 
 /// The owners a sequence draws from: 0 is anonymous.
 const OWNERS: [Option<&str>; 3] = [None, Some("alice"), Some("bob")];
+
+/// The resources a sequence draws from: 0 is none (or, in a filter, every resource).
+const RESOURCES: [Option<&str>; 3] = [None, Some("room-a"), Some("room-b")];
 
 /// One step of a generated sequence. Indexes refer to slots and holds created earlier in the
 /// sequence; an index past the end means an id the store never assigned.
@@ -38,6 +42,35 @@ pub enum Op {
         capacity: i32,
         /// Seconds from now to `starts_at`.
         starts_in: i64,
+        /// Resource number, 0 for none.
+        resource: u8,
+    },
+    /// Set slot number `slot`'s capacity (some out of bounds on purpose).
+    SetCapacity {
+        /// Slot index.
+        slot: usize,
+        /// The new capacity.
+        capacity: i64,
+    },
+    /// Close (`true`) or reopen slot number `slot`'s sales.
+    SetClosed {
+        /// Slot index.
+        slot: usize,
+        /// Close or reopen.
+        closed: bool,
+    },
+    /// Remove slot number `slot`.
+    Remove {
+        /// Slot index.
+        slot: usize,
+    },
+    /// Read every page of the operator's listing, `limit` at a time, narrowed to resource
+    /// number `resource` (0: every slot).
+    ListSlots {
+        /// Page size.
+        limit: u32,
+        /// Resource number, 0 for every slot.
+        resource: u8,
     },
     /// Hold `quantity` units of slot `slot` with key number `key` (keys repeat on purpose)
     /// for owner number `owner` (0: anonymous), with a lifetime of its own if given.
@@ -97,8 +130,11 @@ pub enum Op {
         /// Page size.
         limit: u32,
     },
-    /// Read the availability listing.
-    Availability,
+    /// Read the availability listing, narrowed to resource number `resource` (0: every slot).
+    Availability {
+        /// Resource number, 0 for every slot.
+        resource: u8,
+    },
     /// Move the clock forward.
     Advance {
         /// Microseconds.
@@ -125,6 +161,14 @@ fn scope_of(number: u8, hold: Option<&Hold>) -> Scope {
     }
 }
 
+fn resource(number: u8) -> Option<ResourceId> {
+    RESOURCES
+        .get(usize::from(number))
+        .copied()
+        .flatten()
+        .and_then(|r| ResourceId::new(r).ok())
+}
+
 fn owner(number: u8) -> Option<OwnerId> {
     OWNERS
         .get(usize::from(number))
@@ -148,8 +192,13 @@ fn lifetime() -> impl Strategy<Value = Option<u64>> {
 pub fn op() -> impl Strategy<Value = Op> {
     let ttl = HOLD_TTL.as_micros() as i64;
     let quantity = prop_oneof![8 => Just(1i64), 4 => 2..=3i64, 1 => Just(0i64), 1 => Just(7i64), 1 => Just(1001i64)];
+    let capacity = prop_oneof![8 => 1..=8i64, 1 => Just(0i64), 1 => Just(-1i64), 1 => Just(i64::from(i32::MAX) + 1)];
     prop_oneof![
-        1 => (1..=6i32, 1..=40i64).prop_map(|(capacity, m)| Op::CreateSlot { capacity, starts_in: m * 60 }),
+        1 => (1..=6i32, 1..=40i64, 0..3u8).prop_map(|(capacity, m, resource)| Op::CreateSlot { capacity, starts_in: m * 60, resource }),
+        2 => (0..5usize, capacity).prop_map(|(slot, capacity)| Op::SetCapacity { slot, capacity }),
+        1 => (0..5usize, any::<bool>()).prop_map(|(slot, closed)| Op::SetClosed { slot, closed }),
+        1 => (0..5usize).prop_map(|slot| Op::Remove { slot }),
+        1 => (1..=3u32, 0..3u8).prop_map(|(limit, resource)| Op::ListSlots { limit, resource }),
         6 => (0..4usize, 0..8u8, quantity, 0..3u8, lifetime())
             .prop_map(|(slot, key, quantity, owner, lifetime)| Op::Hold { slot, key, quantity, owner, lifetime }),
         2 => (0..10usize, 0..7u8).prop_map(|(hold, scope)| Op::Confirm { hold, scope }),
@@ -158,7 +207,7 @@ pub fn op() -> impl Strategy<Value = Op> {
         1 => (0..10usize, 0..7u8).prop_map(|(hold, scope)| Op::Get { hold, scope }),
         1 => (1..3u8, 1..=3u32).prop_map(|(owner, limit)| Op::OwnerHolds { owner, limit }),
         1 => (0..4usize, 1..=3u32).prop_map(|(slot, limit)| Op::Roster { slot, limit }),
-        1 => Just(Op::Availability),
+        1 => (0..3u8).prop_map(|resource| Op::Availability { resource }),
         2 => prop_oneof![Just(1i64), Just(1_000_000), Just(60_000_000), Just(ttl - 1), Just(ttl), Just(ttl + 1), Just(ttl * 3)]
             .prop_map(|micros| Op::Advance { micros }),
         1 => (0..10usize, -1..=1i64).prop_map(|(hold, offset)| Op::ToExpiry { hold, offset }),
@@ -172,10 +221,12 @@ pub fn sequence(max_len: usize) -> impl Strategy<Value = Vec<Op>> {
             Op::CreateSlot {
                 capacity: 4,
                 starts_in: 3600,
+                resource: 1,
             },
             Op::CreateSlot {
                 capacity: 1,
                 starts_in: 600,
+                resource: 0,
             },
         ];
         all.extend(ops);
@@ -190,6 +241,24 @@ struct ModelSlot {
     ends_at: Timestamp,
     capacity: i32,
     remaining: i32,
+    resource: Option<ResourceId>,
+    closed: bool,
+    removed_at: Option<Timestamp>,
+}
+
+impl ModelSlot {
+    fn as_slot(&self) -> Slot {
+        Slot {
+            slot_id: self.id,
+            starts_at: self.starts_at,
+            ends_at: self.ends_at,
+            capacity: self.capacity,
+            remaining: self.remaining,
+            resource: self.resource.clone(),
+            closed: self.closed,
+            removed_at: self.removed_at,
+        }
+    }
 }
 
 /// The sequential model of the booking rules (the outcome table of the crate docs).
@@ -212,6 +281,14 @@ enum Seen {
     Listing(Vec<(SlotId, i32)>),
     /// Every page of a query, in order.
     Pages(Vec<Vec<Hold>>),
+    /// Every page of the operator's listing, in order.
+    SlotPages(Vec<Vec<SlotSummary>>),
+    /// A slot after a change.
+    Slot(Slot),
+    /// `capacity_taken`, with the units taken.
+    CapacityTaken(i32),
+    /// `slot_in_use`, with the units held and confirmed.
+    InUse(i32, i32),
     Error(&'static str),
     Done,
 }
@@ -229,11 +306,11 @@ fn pick_lifetime(seconds: Option<u64>) -> Result<Duration, Seen> {
     Ok(Duration::from_std(lifetime).unwrap_or(Duration::MAX))
 }
 
-/// The pages a walk `limit` at a time over `holds` (in id order) yields: full pages, then
-/// the last one, which is empty when the full ones took every hold.
-fn pages(holds: Vec<Hold>, limit: u32) -> Vec<Vec<Hold>> {
+/// The pages a walk `limit` at a time over `items` (in listing order) yields: full pages,
+/// then the last one, which is empty when the full ones took every item.
+fn pages<T: Clone>(items: Vec<T>, limit: u32) -> Vec<Vec<T>> {
     let limit = limit as usize;
-    let mut pages: Vec<Vec<Hold>> = holds.chunks(limit).map(<[Hold]>::to_vec).collect();
+    let mut pages: Vec<Vec<T>> = items.chunks(limit).map(<[T]>::to_vec).collect();
     if pages.last().is_none_or(|last| last.len() == limit) {
         pages.push(Vec::new());
     }
@@ -305,7 +382,10 @@ impl Model {
         let Some(model_slot) = self.slots.get(slot) else {
             return Seen::Error("slot_not_found");
         };
-        if model_slot.starts_at <= now {
+        if model_slot.removed_at.is_some() {
+            return Seen::Error("slot_not_found");
+        }
+        if model_slot.closed || model_slot.starts_at <= now {
             return Seen::Error("slot_closed");
         }
         let expired =
@@ -453,9 +533,157 @@ impl Model {
         Seen::Pages(pages(holds, limit))
     }
 
-    fn availability(&self, now: Timestamp) -> Seen {
-        let mut upcoming: Vec<&ModelSlot> =
-            self.slots.iter().filter(|s| s.starts_at > now).collect();
+    /// Units of slot `id`'s holds stored as held: (active, expired) at `now`.
+    fn held_units(&self, id: SlotId, now: Timestamp) -> (i32, i32) {
+        let held = self
+            .holds
+            .iter()
+            .filter(|h| h.slot_id == id && h.status == HoldStatus::Held);
+        held.fold((0, 0), |(active, expired), h| {
+            if h.expires_at > now {
+                (active + h.quantity, expired)
+            } else {
+                (active, expired + h.quantity)
+            }
+        })
+    }
+
+    fn confirmed_units(&self, id: SlotId) -> i32 {
+        self.holds
+            .iter()
+            .filter(|h| h.slot_id == id && h.status == HoldStatus::Confirmed)
+            .map(|h| h.quantity)
+            .sum()
+    }
+
+    /// Marks slot `id`'s expired held holds expired; returns their units.
+    fn reclaim(&mut self, id: SlotId, now: Timestamp) -> i32 {
+        let mut units = 0;
+        for hold in self
+            .holds
+            .iter_mut()
+            .filter(|h| h.slot_id == id && h.status == HoldStatus::Held && h.expires_at <= now)
+        {
+            hold.status = HoldStatus::Expired;
+            units += hold.quantity;
+        }
+        units
+    }
+
+    /// A change of slot `index` that takes free units: applied as stored, or after reclaiming
+    /// expired holds when only that makes it fit (`fits` given the extra free units), else
+    /// refused by `refuse`.
+    fn take_free_units(
+        &mut self,
+        index: usize,
+        now: Timestamp,
+        fits: impl Fn(&ModelSlot, i64) -> bool,
+        change: impl FnOnce(&mut ModelSlot),
+        refuse: impl FnOnce(&Model, SlotId) -> Seen,
+    ) -> Seen {
+        let Some(slot) = self.slots.get(index).filter(|s| s.removed_at.is_none()) else {
+            return Seen::Error("slot_not_found");
+        };
+        let id = slot.id;
+        if !fits(slot, 0) {
+            let (_, expired) = self.held_units(id, now);
+            if !fits(slot, i64::from(expired)) {
+                return refuse(self, id);
+            }
+            let units = self.reclaim(id, now);
+            self.slots[index].remaining += units;
+        }
+        change(&mut self.slots[index]);
+        Seen::Slot(self.slots[index].as_slot())
+    }
+
+    fn set_capacity(&mut self, index: usize, capacity: i64, now: Timestamp) -> Seen {
+        let Ok(capacity) =
+            i32::try_from(capacity).map_err(|_| ()).and_then(
+                |c| {
+                    if c >= 1 {
+                        Ok(c)
+                    } else {
+                        Err(())
+                    }
+                },
+            )
+        else {
+            return Seen::Error("invalid_slot");
+        };
+        self.take_free_units(
+            index,
+            now,
+            |s, extra| {
+                i64::from(s.remaining) + extra + i64::from(capacity) - i64::from(s.capacity) >= 0
+            },
+            |s| {
+                s.remaining += capacity - s.capacity;
+                s.capacity = capacity;
+            },
+            |model, id| {
+                let (active, _) = model.held_units(id, now);
+                Seen::CapacityTaken(active + model.confirmed_units(id))
+            },
+        )
+    }
+
+    fn remove(&mut self, index: usize, now: Timestamp) -> Seen {
+        self.take_free_units(
+            index,
+            now,
+            |s, extra| i64::from(s.remaining) + extra == i64::from(s.capacity),
+            |s| s.removed_at = Some(now),
+            |model, id| Seen::InUse(model.held_units(id, now).0, model.confirmed_units(id)),
+        )
+    }
+
+    fn set_closed(&mut self, index: usize, closed: bool) -> Seen {
+        match self.slots.get_mut(index).filter(|s| s.removed_at.is_none()) {
+            Some(slot) => {
+                slot.closed = closed;
+                Seen::Slot(slot.as_slot())
+            }
+            None => Seen::Error("slot_not_found"),
+        }
+    }
+
+    /// Every page of the operator's listing, narrowed to `only`.
+    fn list_slots(&self, limit: u32, only: Option<&ResourceId>, now: Timestamp) -> Seen {
+        let mut slots: Vec<&ModelSlot> = self
+            .slots
+            .iter()
+            .filter(|s| only.is_none_or(|r| s.resource.as_ref() == Some(r)))
+            .collect();
+        slots.sort_by_key(|s| (s.starts_at, s.id));
+        let summaries = slots
+            .into_iter()
+            .map(|s| {
+                let (held, expired) = self.held_units(s.id, now);
+                SlotSummary {
+                    slot_id: s.id,
+                    starts_at: s.starts_at,
+                    ends_at: s.ends_at,
+                    capacity: s.capacity,
+                    remaining: s.remaining + expired,
+                    held,
+                    confirmed: self.confirmed_units(s.id),
+                    resource: s.resource.clone(),
+                    closed: s.closed,
+                    removed_at: s.removed_at,
+                }
+            })
+            .collect();
+        Seen::SlotPages(pages(summaries, limit))
+    }
+
+    fn availability(&self, now: Timestamp, only: Option<&ResourceId>) -> Seen {
+        let mut upcoming: Vec<&ModelSlot> = self
+            .slots
+            .iter()
+            .filter(|s| s.starts_at > now && !s.closed && s.removed_at.is_none())
+            .filter(|s| only.is_none_or(|r| s.resource.as_ref() == Some(r)))
+            .collect();
         upcoming.sort_by_key(|s| (s.starts_at, s.id));
         Seen::Listing(
             upcoming
@@ -486,6 +714,43 @@ fn seen_hold(result: Result<crate::HoldPlaced, BookingError>) -> Seen {
             existing_hold_id, ..
         }) => Seen::KeyReused(existing_hold_id),
         Err(error) => Seen::Error(error.code()),
+    }
+}
+
+fn seen_slot(result: Result<Slot, BookingError>) -> Seen {
+    match result {
+        Ok(slot) => Seen::Slot(slot),
+        Err(BookingError::CapacityTaken { taken, .. }) => Seen::CapacityTaken(taken),
+        Err(BookingError::SlotInUse {
+            held, confirmed, ..
+        }) => Seen::InUse(held, confirmed),
+        Err(error) => Seen::Error(error.code()),
+    }
+}
+
+/// Walks every page of the operator's listing `limit` at a time, checking each page's limit
+/// and cursor as it comes.
+async fn walk_slots<S: Store>(engine: &BookingEngine<S>, filter: &SlotFilter, limit: u32) -> Seen {
+    let mut all = Vec::new();
+    let mut page = SlotPageRequest::first(limit);
+    loop {
+        let listed = match engine.list_slots(filter, page).await {
+            Ok(listed) => listed,
+            Err(error) => return Seen::Error(error.code()),
+        };
+        let full = listed.slots.len() == limit as usize;
+        let cursor = listed.slots.last().filter(|_| full).map(|s| SlotCursor {
+            starts_at: s.starts_at,
+            slot_id: s.slot_id,
+        });
+        if listed.slots.len() > limit as usize || listed.next_after != cursor {
+            return Seen::Error("(a slot page broke its limit or cursor)");
+        }
+        all.push(listed.slots);
+        match listed.next_after {
+            Some(after) if all.len() <= 1_000 => page = SlotPageRequest::after(after, limit),
+            _ => return Seen::SlotPages(all),
+        }
     }
 }
 
@@ -554,25 +819,57 @@ async fn run_sequence<S: Store>(store: S, ops: &[Op]) -> Result<(), Mismatch> {
             Op::CreateSlot {
                 capacity,
                 starts_in,
+                resource: resource_number,
             } => {
                 let starts_at = now + Duration::seconds(starts_in);
                 let ends_at = starts_at + Duration::hours(1);
-                match engine
-                    .create_slot(NewSlot::new(starts_at, ends_at, capacity))
-                    .await
-                {
+                let mut new = NewSlot::new(starts_at, ends_at, capacity);
+                new.resource = resource(resource_number);
+                match engine.create_slot(new).await {
                     Ok(slot) => {
-                        model.slots.push(ModelSlot {
+                        let expected = ModelSlot {
                             id: slot.slot_id,
                             starts_at,
                             ends_at,
                             capacity,
                             remaining: capacity,
-                        });
-                        (Seen::Done, Seen::Done)
+                            resource: resource(resource_number),
+                            closed: false,
+                            removed_at: None,
+                        };
+                        let seen = (Seen::Slot(expected.as_slot()), Seen::Slot(slot));
+                        model.slots.push(expected);
+                        seen
                     }
                     Err(error) => (Seen::Done, Seen::Error(error.code())),
                 }
+            }
+            Op::SetCapacity { slot, capacity } => {
+                let actual = seen_slot(engine.change_capacity(model.slot_id(slot), capacity).await);
+                (model.set_capacity(slot, capacity, now), actual)
+            }
+            Op::SetClosed { slot, closed } => {
+                let slot_id = model.slot_id(slot);
+                let result = if closed {
+                    engine.close_sales(slot_id).await
+                } else {
+                    engine.reopen_sales(slot_id).await
+                };
+                (model.set_closed(slot, closed), seen_slot(result))
+            }
+            Op::Remove { slot } => {
+                let actual = seen_slot(engine.remove_slot(model.slot_id(slot)).await);
+                (model.remove(slot, now), actual)
+            }
+            Op::ListSlots {
+                limit,
+                resource: resource_number,
+            } => {
+                let only = resource(resource_number);
+                let mut filter = SlotFilter::all();
+                filter.resource = only.clone();
+                let actual = walk_slots(&engine, &filter, limit).await;
+                (model.list_slots(limit, only.as_ref(), now), actual)
             }
             Op::Hold {
                 slot,
@@ -643,14 +940,19 @@ async fn run_sequence<S: Store>(store: S, ops: &[Op]) -> Result<(), Mismatch> {
                 let actual = walk(limit, |page| engine.slot_holds(slot_id, page)).await;
                 (model.pages(|h| h.slot_id == slot_id, limit, now), actual)
             }
-            Op::Availability => {
-                let actual = match engine.availability(AvailabilityQuery::all()).await {
+            Op::Availability {
+                resource: resource_number,
+            } => {
+                let only = resource(resource_number);
+                let mut query = AvailabilityQuery::all();
+                query.resource = only.clone();
+                let actual = match engine.availability(query).await {
                     Ok(listing) => {
                         Seen::Listing(listing.iter().map(|e| (e.slot_id, e.remaining)).collect())
                     }
                     Err(error) => Seen::Error(error.code()),
                 };
-                (model.availability(now), actual)
+                (model.availability(now, only.as_ref()), actual)
             }
             Op::Advance { micros } => {
                 clock.advance(Duration::microseconds(micros));
@@ -694,12 +996,7 @@ async fn check_state<S: Store>(
             return Err(Mismatch(format!("slot {} is missing", slot.id)));
         };
         ensure!(
-            (
-                stored.starts_at,
-                stored.ends_at,
-                stored.capacity,
-                stored.remaining
-            ) == (slot.starts_at, slot.ends_at, slot.capacity, slot.remaining),
+            stored == slot.as_slot(),
             "slot {} is {stored:?}, model has {slot:?}",
             slot.id
         );
@@ -785,8 +1082,9 @@ where
 /// One batch of a concurrent run: operations started together, then a clock step.
 #[derive(Clone, Debug)]
 pub struct Batch {
-    /// Operations run concurrently (only `Hold`, `Confirm`, `Cancel`, `Renew` and
-    /// `Availability`; calls on a hold act in its owner's scope).
+    /// Operations run concurrently (only `Hold`, `Confirm`, `Cancel`, `Renew`,
+    /// `Availability`, `SetCapacity` and `SetClosed`; calls on a hold act in its owner's
+    /// scope).
     pub ops: Vec<Op>,
     /// Microseconds the clock moves after the batch.
     pub advance: i64,
@@ -801,7 +1099,9 @@ fn batch() -> impl Strategy<Value = Batch> {
         2 => (0..16usize).prop_map(|hold| Op::Confirm { hold, scope: 4 }),
         2 => (0..16usize).prop_map(|hold| Op::Cancel { hold, scope: 4 }),
         1 => (0..16usize).prop_map(|hold| Op::Renew { hold, scope: 4, lifetime: None }),
-        1 => Just(Op::Availability),
+        1 => (0..3u8).prop_map(|resource| Op::Availability { resource }),
+        1 => (0..3usize, 1..=8i64).prop_map(|(slot, capacity)| Op::SetCapacity { slot, capacity }),
+        1 => (0..3usize, any::<bool>()).prop_map(|(slot, closed)| Op::SetClosed { slot, closed }),
     ];
     (
         proptest::collection::vec(op, 1..=16),
@@ -845,7 +1145,9 @@ async fn run_batches<S: Store>(store: S, batches: &[Batch]) -> Result<(), Mismat
                 let engine = engine.clone();
                 let op = op.clone();
                 let target_slot = match op {
-                    Op::Hold { slot, .. } => slots[slot % slots.len()],
+                    Op::Hold { slot, .. }
+                    | Op::SetCapacity { slot, .. }
+                    | Op::SetClosed { slot, .. } => slots[slot % slots.len()],
                     _ => SlotId(0),
                 };
                 // Calls on a hold act in its owner's scope.
@@ -890,10 +1192,23 @@ async fn run_batches<S: Store>(store: S, batches: &[Batch]) -> Result<(), Mismat
                             .renew_as(&scope, id, None)
                             .await
                             .map(|h| Some((h, 'r'))),
-                        (Op::Availability, _) => engine
-                            .availability(AvailabilityQuery::all())
+                        (Op::Availability { resource: number }, _) => {
+                            let mut query = AvailabilityQuery::all();
+                            query.resource = resource(number);
+                            engine.availability(query).await.map(|_| None)
+                        }
+                        // A capacity change or a close races the holds; the invariant after
+                        // the batch, with the slot's capacity as stored then, judges them.
+                        (Op::SetCapacity { capacity, .. }, _) => engine
+                            .change_capacity(target_slot, capacity)
                             .await
                             .map(|_| None),
+                        (Op::SetClosed { closed: true, .. }, _) => {
+                            engine.close_sales(target_slot).await.map(|_| None)
+                        }
+                        (Op::SetClosed { closed: false, .. }, _) => {
+                            engine.reopen_sales(target_slot).await.map(|_| None)
+                        }
                         _ => Ok(None),
                     }
                 })

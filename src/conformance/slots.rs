@@ -1,0 +1,765 @@
+//! Conformance cases for slot administration: resources, capacity changes, closing and
+//! reopening sales, removal, the operator's listing, and their races with holds.
+//! Part of the one case list of [`conformance_tests!`](crate::conformance_tests).
+
+use std::sync::Arc;
+
+use chrono::Duration;
+
+use super::Fixture;
+use crate::admin::{SlotCursor, SlotFilter, SlotPageRequest, SlotSummary};
+use crate::engine::NewHold;
+use crate::error::BookingError;
+use crate::model::{
+    AvailabilityQuery, HoldId, HoldStatus, InvalidSlot, NewSlot, ResourceId, SlotId,
+};
+use crate::scope::Scope;
+use crate::store::Store;
+use crate::BookingEngine;
+
+fn hours(n: i64) -> Duration {
+    Duration::hours(n)
+}
+
+fn resource(name: &str) -> ResourceId {
+    ResourceId::new(name).expect("a valid resource id")
+}
+
+impl<S: Store> Fixture<S> {
+    /// Creates a slot of `resource` starting `starts_in` from now, one hour long.
+    pub async fn resource_slot(
+        &self,
+        capacity: i32,
+        starts_in: Duration,
+        resource: &ResourceId,
+    ) -> SlotId {
+        let starts_at = self.now() + starts_in;
+        self.engine
+            .create_slot(
+                NewSlot::new(starts_at, starts_at + hours(1), capacity).resource(resource.clone()),
+            )
+            .await
+            .expect("create_slot")
+            .slot_id
+    }
+
+    /// The slot as stored.
+    pub async fn stored_slot(&self, slot_id: SlotId) -> crate::model::Slot {
+        self.engine
+            .store()
+            .get_slot(slot_id)
+            .await
+            .expect("get_slot")
+            .expect("slot exists")
+    }
+
+    /// The ids of the slots in the availability listing `query` gives.
+    pub async fn listed(&self, query: AvailabilityQuery) -> Vec<SlotId> {
+        self.engine
+            .availability(query)
+            .await
+            .expect("availability")
+            .iter()
+            .map(|e| e.slot_id)
+            .collect()
+    }
+
+    /// Every page of the operator's listing under `filter`, `limit` at a time.
+    pub async fn list_all(&self, filter: &SlotFilter, limit: u32) -> Vec<SlotSummary> {
+        let mut all = Vec::new();
+        let mut page = SlotPageRequest::first(limit);
+        loop {
+            let listed = self
+                .engine
+                .list_slots(filter, page)
+                .await
+                .expect("list_slots");
+            assert!(
+                listed.slots.len() <= limit as usize,
+                "a page over its limit"
+            );
+            all.extend(listed.slots);
+            match listed.next_after {
+                Some(after) => page = SlotPageRequest::after(after, limit),
+                None => return all,
+            }
+        }
+    }
+}
+
+macro_rules! assert_err {
+    ($result:expr, $pattern:pat) => {
+        match $result {
+            Err(error @ $pattern) => error,
+            other => panic!("expected {}, got {other:?}", stringify!($pattern)),
+        }
+    };
+}
+
+/// Slots may belong to a resource: entries carry it, and availability narrowed to one
+/// resource lists only its slots, in order, combined with `from`/`to`.
+pub(super) async fn availability_narrows_by_resource<S: Store>(store: S) {
+    let f = Fixture::new(store);
+    let (room_a, room_b) = (resource("room-a"), resource("room-b"));
+    let a2 = f.resource_slot(2, hours(2), &room_a).await;
+    let b1 = f.resource_slot(1, hours(1), &room_b).await;
+    let plain = f.slot(1, hours(1)).await;
+    let a1 = f.resource_slot(3, hours(1), &room_a).await;
+    let a3 = f.resource_slot(1, hours(3), &room_a).await;
+
+    let all = f
+        .engine
+        .availability(AvailabilityQuery::all())
+        .await
+        .unwrap();
+    let ids: Vec<SlotId> = all.iter().map(|e| e.slot_id).collect();
+    assert_eq!(ids, vec![b1, plain, a1, a2, a3]);
+    let resources: Vec<Option<&str>> = all
+        .iter()
+        .map(|e| e.resource.as_ref().map(ResourceId::as_str))
+        .collect();
+    assert_eq!(
+        resources,
+        vec![
+            Some("room-b"),
+            None,
+            Some("room-a"),
+            Some("room-a"),
+            Some("room-a")
+        ]
+    );
+    assert_eq!(
+        f.listed(AvailabilityQuery::all().resource(room_a.clone()))
+            .await,
+        vec![a1, a2, a3]
+    );
+    assert_eq!(
+        f.listed(AvailabilityQuery::all().resource(room_b.clone()))
+            .await,
+        vec![b1]
+    );
+    let window = AvailabilityQuery::all()
+        .resource(room_a.clone())
+        .from(f.now() + hours(2))
+        .to(f.now() + hours(3));
+    assert_eq!(f.listed(window).await, vec![a2]);
+    assert!(f
+        .listed(AvailabilityQuery::all().resource(resource("room-z")))
+        .await
+        .is_empty());
+    assert_eq!(f.stored_slot(a1).await.resource, Some(room_a));
+    assert_eq!(f.stored_slot(plain).await.resource, None);
+    // Once a slot of the resource has started it leaves the resource's listing too.
+    f.advance(hours(1));
+    assert_eq!(
+        f.listed(AvailabilityQuery::all().resource(resource("room-a")))
+            .await,
+        vec![a2, a3]
+    );
+}
+
+/// Raising a capacity adds free units at once; a sold-out slot sells again.
+pub(super) async fn raising_capacity_adds_free_units<S: Store>(store: S) {
+    let f = Fixture::new(store);
+    let slot = f.slot(2, hours(1)).await;
+    let first = f.engine.hold(slot, "a").await.unwrap().hold;
+    let second = f.engine.hold(slot, "b").await.unwrap().hold;
+    assert_err!(f.engine.hold(slot, "c").await, BookingError::SoldOut { .. });
+    let raised = f.engine.change_capacity(slot, 5).await.unwrap();
+    assert_eq!((raised.capacity, raised.remaining), (5, 3));
+    assert_eq!(f.available(slot).await, Some(3));
+    let third = f.engine.hold(slot, "c").await.unwrap().hold;
+    f.assert_invariant(slot, &[first.hold_id, second.hold_id, third.hold_id])
+        .await;
+}
+
+/// Lowering a capacity takes free units only: down to the units taken it works, below them
+/// it is refused with how many are taken and changes nothing. Expired holds are reclaimed
+/// when that makes it fit, and only then.
+pub(super) async fn lowering_capacity_takes_only_free_units<S: Store>(store: S) {
+    let f = Fixture::new(store);
+    let slot = f.slot(8, hours(2)).await;
+    let two = f
+        .engine
+        .place_hold(NewHold::new(slot, "two").quantity(2))
+        .await
+        .unwrap()
+        .hold;
+    let booked = f.engine.hold(slot, "booked").await.unwrap().hold;
+    f.engine.confirm(booked.hold_id).await.unwrap();
+    let short = f
+        .engine
+        .place_hold(NewHold::new(slot, "short").lifetime(std::time::Duration::from_secs(60)))
+        .await
+        .unwrap()
+        .hold;
+    let holds = [two.hold_id, booked.hold_id, short.hold_id];
+    // Taken: 2 held + 1 confirmed + 1 held (short) = 4 of 8.
+    let lowered = f.engine.change_capacity(slot, 5).await.unwrap();
+    assert_eq!((lowered.capacity, lowered.remaining), (5, 1));
+    let refused = assert_err!(
+        f.engine.change_capacity(slot, 3).await,
+        BookingError::CapacityTaken { .. }
+    );
+    assert_eq!(refused.code(), "capacity_taken");
+    assert!(
+        matches!(refused, BookingError::CapacityTaken { slot_id, requested: 3, taken: 4 } if slot_id == slot),
+        "{refused:?}"
+    );
+    let unchanged = f.stored_slot(slot).await;
+    assert_eq!((unchanged.capacity, unchanged.remaining), (5, 1));
+    f.assert_invariant(slot, &holds).await;
+
+    // The short hold expires: its unit is free, but a change that does not fit even with it
+    // reclaims nothing.
+    f.advance(Duration::seconds(61));
+    assert!(matches!(
+        f.engine.change_capacity(slot, 2).await,
+        Err(BookingError::CapacityTaken {
+            requested: 2,
+            taken: 3,
+            ..
+        })
+    ));
+    let stored = f
+        .engine
+        .store()
+        .get_hold(short.hold_id, &Scope::BackOffice, f.now())
+        .await
+        .unwrap()
+        .outcome
+        .map(|h| h.status);
+    assert_eq!(
+        stored,
+        Some(HoldStatus::Held),
+        "a refused change reclaims nothing"
+    );
+    // Down to exactly the units taken fits by reclaiming the expired unit.
+    let exact = f.engine.change_capacity(slot, 3).await.unwrap();
+    assert_eq!((exact.capacity, exact.remaining), (3, 0));
+    let stored = f
+        .engine
+        .store()
+        .get_hold(short.hold_id, &Scope::BackOffice, f.now())
+        .await
+        .unwrap()
+        .outcome
+        .map(|h| h.status);
+    assert_eq!(stored, Some(HoldStatus::Expired), "reclaimed to make room");
+    assert_err!(
+        f.engine.hold(slot, "more").await,
+        BookingError::SoldOut { .. }
+    );
+    f.assert_invariant(slot, &holds).await;
+
+    // Cancelling gives units back and makes room to lower further.
+    f.engine.cancel(two.hold_id).await.unwrap();
+    let one = f.engine.change_capacity(slot, 1).await.unwrap();
+    assert_eq!((one.capacity, one.remaining), (1, 0));
+    f.assert_invariant(slot, &holds).await;
+}
+
+/// Capacities outside `1..=i32::MAX` and unknown slots are refused before anything changes.
+pub(super) async fn capacity_changes_are_validated<S: Store>(store: S) {
+    let f = Fixture::new(store);
+    let slot = f.slot(3, hours(1)).await;
+    for bad in [0, -1, -5, i64::from(i32::MAX) + 1, i64::MAX] {
+        let error = assert_err!(
+            f.engine.change_capacity(slot, bad).await,
+            BookingError::InvalidSlot(InvalidSlot::Capacity(_))
+        );
+        assert_eq!(error.code(), "invalid_slot");
+    }
+    assert_eq!(f.stored_slot(slot).await.capacity, 3);
+    let missing = SlotId(slot.0 + 1000);
+    for result in [
+        f.engine.change_capacity(missing, 2).await,
+        f.engine.close_sales(missing).await,
+        f.engine.reopen_sales(missing).await,
+        f.engine.remove_slot(missing).await,
+    ] {
+        assert_err!(result, BookingError::SlotNotFound { .. });
+    }
+    let top = f
+        .engine
+        .change_capacity(slot, i64::from(i32::MAX))
+        .await
+        .unwrap();
+    assert_eq!((top.capacity, top.remaining), (i32::MAX, i32::MAX));
+    let back = f.engine.change_capacity(slot, 1).await.unwrap();
+    assert_eq!((back.capacity, back.remaining), (1, 1));
+}
+
+/// A closed slot refuses new holds and leaves availability; its holds can still be confirmed,
+/// cancelled and renewed, a key's replay still replays, and reopening sells again.
+pub(super) async fn closed_slots_refuse_new_holds_and_keep_their_holds<S: Store>(store: S) {
+    let f = Fixture::new(store);
+    let slot = f.slot(5, hours(1)).await;
+    let other = f.slot(5, hours(1)).await;
+    let a = f.engine.hold(slot, "a").await.unwrap().hold;
+    let b = f.engine.hold(slot, "b").await.unwrap().hold;
+    let c = f.engine.hold(slot, "c").await.unwrap().hold;
+    let closed = f.engine.close_sales(slot).await.unwrap();
+    assert!(closed.closed);
+    assert!(
+        f.engine.close_sales(slot).await.unwrap().closed,
+        "closing twice is fine"
+    );
+    assert_eq!(f.listed(AvailabilityQuery::all()).await, vec![other]);
+    let error = assert_err!(
+        f.engine.hold(slot, "d").await,
+        BookingError::SlotClosed { .. }
+    );
+    assert_eq!(error.code(), "slot_closed");
+    assert_err!(
+        f.engine
+            .place_hold(NewHold::new(slot, "e").quantity(9))
+            .await,
+        BookingError::SlotClosed { .. }
+    );
+    assert!(f.engine.hold(slot, "a").await.unwrap().replayed);
+    assert_eq!(
+        f.engine.confirm(a.hold_id).await.unwrap().status,
+        HoldStatus::Confirmed
+    );
+    assert_eq!(
+        f.engine.cancel(b.hold_id).await.unwrap().status,
+        HoldStatus::Cancelled
+    );
+    f.advance(Duration::minutes(1));
+    let renewed = f.engine.renew(c.hold_id).await.unwrap();
+    assert!(renewed.expires_at > c.expires_at);
+    assert_eq!(f.remaining(slot).await, 3, "the cancel gave its unit back");
+    f.assert_invariant(slot, &[a.hold_id, b.hold_id, c.hold_id])
+        .await;
+
+    let reopened = f.engine.reopen_sales(slot).await.unwrap();
+    assert!(!reopened.closed);
+    assert_eq!(f.listed(AvailabilityQuery::all()).await, vec![slot, other]);
+    let d = f.engine.hold(slot, "d").await.unwrap().hold;
+    f.assert_invariant(slot, &[a.hold_id, b.hold_id, c.hold_id, d.hold_id])
+        .await;
+}
+
+/// A slot with units held or confirmed cannot be removed, and the error says how many. Once
+/// none are (expired holds reclaimed), removal archives it: no availability, no new holds,
+/// no further changes, but its holds still read and their keys still replay.
+pub(super) async fn removal_needs_a_slot_with_nothing_held_or_confirmed<S: Store>(store: S) {
+    let f = Fixture::new(store);
+    let slot = f.slot(6, hours(2)).await;
+    let held = f
+        .engine
+        .place_hold(NewHold::new(slot, "held").quantity(2))
+        .await
+        .unwrap()
+        .hold;
+    let booked = f.engine.hold(slot, "booked").await.unwrap().hold;
+    f.engine.confirm(booked.hold_id).await.unwrap();
+    let short = f
+        .engine
+        .place_hold(NewHold::new(slot, "short").lifetime(std::time::Duration::from_secs(60)))
+        .await
+        .unwrap()
+        .hold;
+    let holds = [held.hold_id, booked.hold_id, short.hold_id];
+    let error = assert_err!(
+        f.engine.remove_slot(slot).await,
+        BookingError::SlotInUse { .. }
+    );
+    assert_eq!(error.code(), "slot_in_use");
+    assert!(
+        matches!(
+            error,
+            BookingError::SlotInUse {
+                held: 3,
+                confirmed: 1,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert_eq!(f.stored_slot(slot).await.removed_at, None);
+
+    f.engine.cancel(held.hold_id).await.unwrap();
+    assert!(matches!(
+        f.engine.remove_slot(slot).await,
+        Err(BookingError::SlotInUse {
+            held: 1,
+            confirmed: 1,
+            ..
+        })
+    ));
+    f.engine.cancel(booked.hold_id).await.unwrap();
+    assert!(matches!(
+        f.engine.remove_slot(slot).await,
+        Err(BookingError::SlotInUse {
+            held: 1,
+            confirmed: 0,
+            ..
+        })
+    ));
+    // The last hold expires: removal reclaims it.
+    f.advance(Duration::seconds(61));
+    let removed = f.engine.remove_slot(slot).await.unwrap();
+    assert_eq!(removed.removed_at, Some(f.now()));
+    assert_eq!((removed.capacity, removed.remaining), (6, 6));
+    assert_eq!(f.stored_slot(slot).await.removed_at, Some(f.now()));
+    f.assert_invariant(slot, &holds).await;
+
+    assert!(f.listed(AvailabilityQuery::all()).await.is_empty());
+    assert_err!(
+        f.engine.hold(slot, "new").await,
+        BookingError::SlotNotFound { .. }
+    );
+    let replay = f.engine.hold(slot, "booked").await.unwrap();
+    assert!(replay.replayed, "a key's hold outlives its slot's removal");
+    assert_eq!(replay.hold.status, HoldStatus::Cancelled);
+    assert_eq!(
+        f.engine.get_hold(short.hold_id).await.unwrap().status,
+        HoldStatus::Expired
+    );
+    for result in [
+        f.engine.change_capacity(slot, 9).await,
+        f.engine.close_sales(slot).await,
+        f.engine.reopen_sales(slot).await,
+        f.engine.remove_slot(slot).await,
+    ] {
+        assert_err!(result, BookingError::SlotNotFound { .. });
+    }
+    let listed = f.list_all(&SlotFilter::all(), 10).await;
+    assert_eq!(listed.len(), 1);
+    assert_eq!(
+        listed[0].removed_at,
+        Some(f.now()),
+        "the operator still sees it"
+    );
+}
+
+/// The operator's listing shows every slot (past, closed and removed included) by start then
+/// id, in keyset pages, with capacity split into free, held and confirmed units, narrowed by
+/// resource and time range.
+pub(super) async fn operator_listing_pages_every_slot_with_its_units<S: Store>(store: S) {
+    let f = Fixture::new(store);
+    let room = resource("room-1");
+    let past = f.slot(2, Duration::minutes(1)).await;
+    let busy = f.resource_slot(10, hours(2), &room).await;
+    let closed = f.resource_slot(3, hours(2), &room).await;
+    let removed = f.slot(1, hours(3)).await;
+    let late = f.resource_slot(4, hours(5), &room).await;
+    let two = f
+        .engine
+        .place_hold(NewHold::new(busy, "two").quantity(2))
+        .await
+        .unwrap()
+        .hold;
+    let booked = f
+        .engine
+        .place_hold(NewHold::new(busy, "booked").quantity(3))
+        .await
+        .unwrap()
+        .hold;
+    f.engine.confirm(booked.hold_id).await.unwrap();
+    let short = f
+        .engine
+        .place_hold(NewHold::new(busy, "short").lifetime(std::time::Duration::from_secs(60)))
+        .await
+        .unwrap()
+        .hold;
+    f.engine.close_sales(closed).await.unwrap();
+    f.engine.remove_slot(removed).await.unwrap();
+    // The first slot starts and the short hold expires; the others stay active.
+    f.advance(Duration::minutes(2));
+
+    for limit in [1, 2, 10] {
+        let all = f.list_all(&SlotFilter::all(), limit).await;
+        let ids: Vec<SlotId> = all.iter().map(|s| s.slot_id).collect();
+        assert_eq!(
+            ids,
+            vec![past, busy, closed, removed, late],
+            "limit {limit}"
+        );
+        for summary in &all {
+            assert_eq!(
+                summary.capacity,
+                summary.remaining + summary.held + summary.confirmed,
+                "{summary:?}"
+            );
+        }
+        let busy_row = &all[1];
+        // The short hold has expired: its unit counts as free.
+        assert_eq!(
+            (
+                busy_row.capacity,
+                busy_row.remaining,
+                busy_row.held,
+                busy_row.confirmed
+            ),
+            (10, 5, 2, 3)
+        );
+        assert_eq!(busy_row.resource.as_ref(), Some(&room));
+        assert!(all[2].closed && all[3].removed_at.is_some());
+        assert!(!all[1].closed && all[1].removed_at.is_none());
+    }
+    let of_room = f
+        .list_all(&SlotFilter::all().resource(room.clone()), 2)
+        .await;
+    assert_eq!(
+        of_room.iter().map(|s| s.slot_id).collect::<Vec<_>>(),
+        vec![busy, closed, late]
+    );
+    let window = SlotFilter::all()
+        .resource(room)
+        .from(f.now() + hours(1))
+        .to(f.now() + hours(4));
+    assert_eq!(
+        f.list_all(&window, 1)
+            .await
+            .iter()
+            .map(|s| s.slot_id)
+            .collect::<Vec<_>>(),
+        vec![busy, closed]
+    );
+    // A page's cursor is its last slot; the next page starts right after it.
+    let first = f
+        .engine
+        .list_slots(&SlotFilter::all(), SlotPageRequest::first(2))
+        .await
+        .unwrap();
+    let busy_slot = f.stored_slot(busy).await;
+    assert_eq!(first.next_after, Some(SlotCursor::after(&busy_slot)));
+    for limit in [0, 1001] {
+        assert_err!(
+            f.engine
+                .list_slots(&SlotFilter::all(), SlotPageRequest::first(limit))
+                .await,
+            BookingError::InvalidPage { .. }
+        );
+    }
+    let backwards = SlotFilter::all().from(f.now() + hours(2)).to(f.now());
+    assert_err!(
+        f.engine
+            .list_slots(&backwards, SlotPageRequest::first(10))
+            .await,
+        BookingError::InvalidQuery
+    );
+    f.assert_invariant(busy, &[two.hold_id, booked.hold_id, short.hold_id])
+        .await;
+}
+
+/// With a real cache period, every slot change shows in the very next availability read (R3).
+pub(super) async fn slot_changes_show_in_cached_availability_at_once<S: Store>(store: S) {
+    let clock = crate::ManualClock::new(super::epoch());
+    let engine = BookingEngine::builder(store)
+        .cache_period(std::time::Duration::from_secs(3600))
+        .clock(clock.clone())
+        .build();
+    let start = super::epoch() + hours(1);
+    let slot = engine
+        .create_slot(NewSlot::new(start, start + hours(1), 2))
+        .await
+        .unwrap()
+        .slot_id;
+    let read = |engine: BookingEngine<S>| async move {
+        engine
+            .availability(AvailabilityQuery::all())
+            .await
+            .unwrap()
+            .iter()
+            .map(|e| (e.slot_id, e.remaining))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(read(engine.clone()).await, vec![(slot, 2)]);
+    engine.change_capacity(slot, 4).await.unwrap();
+    assert_eq!(
+        read(engine.clone()).await,
+        vec![(slot, 4)],
+        "capacity change"
+    );
+    engine.close_sales(slot).await.unwrap();
+    assert_eq!(read(engine.clone()).await, vec![], "closed");
+    engine.reopen_sales(slot).await.unwrap();
+    assert_eq!(read(engine.clone()).await, vec![(slot, 4)], "reopened");
+    let second = engine
+        .create_slot(NewSlot::new(start, start + hours(1), 1))
+        .await
+        .unwrap()
+        .slot_id;
+    assert_eq!(
+        read(engine.clone()).await,
+        vec![(slot, 4), (second, 1)],
+        "created"
+    );
+    engine.remove_slot(slot).await.unwrap();
+    assert_eq!(read(engine.clone()).await, vec![(second, 1)], "removed");
+    // A refused change invalidates nothing it did not change: the listing stays right.
+    engine.hold(second, "k").await.unwrap();
+    assert!(engine.remove_slot(second).await.is_err());
+}
+
+/// Rounds of 200 holds racing for one slot in waves, each wave together with an attempt to
+/// lower the capacity by 10: the slot never sells more than its capacity, a lowering applies
+/// exactly when the units sold leave room for it, a refused one saw more units taken than it
+/// asked for, and the invariant holds after every wave.
+pub(super) async fn race_lowering_capacity_while_holds_race<S: Store>(store: S) {
+    let f = Arc::new(Fixture::new(store));
+    for round in 0..3 {
+        let slot = f.slot(120, hours(1)).await;
+        let (mut granted, mut units) = (Vec::<HoldId>::new(), 0);
+        let (mut applied, mut refused) = (0, 0);
+        for wave in 0..10 {
+            let target = 110 - 10 * wave;
+            let lowering = {
+                let f = Arc::clone(&f);
+                tokio::spawn(async move { f.engine.change_capacity(slot, target).await })
+            };
+            let holds: Vec<_> = (0..20)
+                .map(|i| {
+                    let f = Arc::clone(&f);
+                    let key = format!("r{round}-w{wave}-{i}");
+                    let quantity = 1 + i64::from(i % 3 == 0);
+                    tokio::spawn(async move {
+                        f.engine
+                            .place_hold(NewHold::new(slot, key).quantity(quantity))
+                            .await
+                    })
+                })
+                .collect();
+            for task in holds {
+                match task.await.expect("task") {
+                    Ok(placed) => {
+                        units += placed.hold.quantity;
+                        granted.push(placed.hold.hold_id);
+                    }
+                    Err(BookingError::SoldOut { .. }) => {}
+                    Err(other) => panic!("round {round}: unexpected {other:?}"),
+                }
+            }
+            match lowering.await.expect("task") {
+                Ok(changed) => {
+                    assert_eq!(i64::from(changed.capacity), target);
+                    applied += 1;
+                }
+                Err(BookingError::CapacityTaken {
+                    requested, taken, ..
+                }) => {
+                    assert!(taken > requested, "refused {requested} with {taken} taken");
+                    refused += 1;
+                }
+                Err(other) => panic!("round {round}: unexpected {other:?}"),
+            }
+            let stored = f.stored_slot(slot).await;
+            assert!(
+                units <= stored.capacity,
+                "round {round} wave {wave}: {units} units sold of {}",
+                stored.capacity
+            );
+            assert_eq!(
+                stored.remaining,
+                stored.capacity - units,
+                "round {round} wave {wave}"
+            );
+            f.assert_invariant(slot, &granted).await;
+        }
+        // Down to exactly the units sold works; one below is refused with exactly that many.
+        f.engine
+            .change_capacity(slot, i64::from(units))
+            .await
+            .unwrap();
+        assert!(matches!(
+            f.engine.change_capacity(slot, i64::from(units) - 1).await,
+            Err(BookingError::CapacityTaken { taken, .. }) if taken == units
+        ));
+        f.assert_invariant(slot, &granted).await;
+        eprintln!(
+            "race_lowering_capacity round {round}: {} holds ({units} units) granted of 200, \
+             lowerings applied {applied} refused {refused}",
+            granted.len(),
+        );
+    }
+}
+
+/// Rounds of cancels, new holds and a removal racing on one slot: a removed slot never keeps
+/// an active or confirmed hold (the removal and the holds decide on the same slot row), and
+/// the invariant holds after every round.
+pub(super) async fn race_removal_never_strands_a_booking<S: Store>(store: S) {
+    let f = Arc::new(Fixture::new(store));
+    let (mut removals, mut refusals) = (0, 0);
+    for round in 0..16 {
+        let slot = f.slot(4, hours(1)).await;
+        let mut early = Vec::new();
+        for i in 0..2 {
+            early.push(
+                f.engine
+                    .hold(slot, &format!("e{round}-{i}"))
+                    .await
+                    .unwrap()
+                    .hold
+                    .hold_id,
+            );
+        }
+        f.engine.confirm(early[1]).await.unwrap();
+        let mut tasks = Vec::new();
+        for &id in &early {
+            let f = Arc::clone(&f);
+            tasks.push(tokio::spawn(async move {
+                f.engine.cancel(id).await.map(|_| None)
+            }));
+        }
+        // The removal starts before or after the new holds, by turns.
+        let remover = |f: Arc<Fixture<S>>| {
+            tokio::spawn(async move {
+                for _ in 0..4 {
+                    match f.engine.remove_slot(slot).await {
+                        Ok(_) => return true,
+                        Err(BookingError::SlotInUse { .. }) => tokio::task::yield_now().await,
+                        Err(other) => panic!("round {round}: unexpected {other:?}"),
+                    }
+                }
+                false
+            })
+        };
+        let early_remover = (round % 2 == 0).then(|| remover(Arc::clone(&f)));
+        for i in 0..2 {
+            let f = Arc::clone(&f);
+            tasks.push(tokio::spawn(async move {
+                f.engine
+                    .hold(slot, &format!("n{round}-{i}"))
+                    .await
+                    .map(|placed| Some(placed.hold.hold_id))
+            }));
+        }
+        let remover = early_remover.unwrap_or_else(|| remover(Arc::clone(&f)));
+        let mut holds = early.clone();
+        for task in tasks {
+            match task.await.expect("task") {
+                Ok(Some(id)) => holds.push(id),
+                Ok(None) => {}
+                Err(BookingError::SlotNotFound { .. }) => {}
+                Err(other) => panic!("round {round}: unexpected {other:?}"),
+            }
+        }
+        let was_removed = remover.await.expect("task");
+        let stored = f.stored_slot(slot).await;
+        assert_eq!(stored.removed_at.is_some(), was_removed, "round {round}");
+        if was_removed {
+            removals += 1;
+            for &id in &holds {
+                let hold = f.engine.get_hold_as(&Scope::BackOffice, id).await.unwrap();
+                assert!(
+                    !matches!(hold.status, HoldStatus::Held | HoldStatus::Confirmed),
+                    "round {round}: hold {id} is {} on a removed slot",
+                    hold.status
+                );
+            }
+        } else {
+            refusals += 1;
+            // Once its holds are gone, the slot can be removed.
+            for &id in &holds[2..] {
+                f.engine.cancel(id).await.unwrap();
+            }
+            f.engine.remove_slot(slot).await.unwrap();
+        }
+        f.assert_invariant(slot, &holds).await;
+    }
+    eprintln!("race_removal: {removals} rounds removed the slot at once, {refusals} refused it");
+}
