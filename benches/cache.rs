@@ -16,10 +16,13 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use chrono::Utc;
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
-use slot_booking::store::{Decided, HoldOutcome, HoldRequest, RenewRequest, Transition};
+use slot_booking::store::{
+    Decided, HoldOutcome, HoldRequest, RenewRequest, SlotChange, Transition,
+};
 use slot_booking::{
     AvailabilityEntry, AvailabilityQuery, AvailabilitySnapshot, BookingEngine, Hold, HoldId,
-    MemoryStore, NewSlot, OwnerId, PageRequest, Scope, Slot, SlotId, Store, StoreError, Timestamp,
+    MemoryStore, NewSlot, OwnerId, PageRequest, Scope, Slot, SlotFilter, SlotId, SlotPageRequest,
+    SlotUsage, Store, StoreError, Timestamp,
 };
 
 /// A memory store that counts availability reads.
@@ -96,6 +99,37 @@ impl Store for Counting {
     async fn get_slot(&self, id: SlotId) -> Result<Option<Slot>, StoreError> {
         self.inner.get_slot(id).await
     }
+    async fn change_capacity(
+        &self,
+        id: SlotId,
+        capacity: i32,
+        now: Timestamp,
+    ) -> Result<Decided<SlotChange>, StoreError> {
+        self.inner.change_capacity(id, capacity, now).await
+    }
+    async fn set_closed(
+        &self,
+        id: SlotId,
+        closed: bool,
+        now: Timestamp,
+    ) -> Result<Decided<SlotChange>, StoreError> {
+        self.inner.set_closed(id, closed, now).await
+    }
+    async fn remove_slot(
+        &self,
+        id: SlotId,
+        now: Timestamp,
+    ) -> Result<Decided<SlotChange>, StoreError> {
+        self.inner.remove_slot(id, now).await
+    }
+    async fn list_slots(
+        &self,
+        filter: &SlotFilter,
+        page: SlotPageRequest,
+        now: Timestamp,
+    ) -> Result<Decided<Vec<SlotUsage>>, StoreError> {
+        self.inner.list_slots(filter, page, now).await
+    }
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -157,7 +191,7 @@ fn warm_hit(c: &mut Criterion) {
         .to(from + chrono::Duration::minutes(50));
     group.bench_function("slot_booking availability(from..to)", |b| {
         b.to_async(&rt).iter(|| async {
-            let listing = engine.availability(query).await.unwrap();
+            let listing = engine.availability(query.clone()).await.unwrap();
             black_box(listing.len())
         })
     });

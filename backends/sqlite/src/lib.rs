@@ -25,22 +25,41 @@
 //! * Timestamps are `INTEGER` microseconds since the Unix epoch (UTC): exact round trips at the
 //!   precision the core crate keeps.
 //! * CHECK constraints back the capacity invariant (`0 <= remaining <= capacity`), and a
-//!   partial index over holds still stored as `held` keeps availability and reclaim away from
-//!   confirmed and cancelled history.
+//!   partial index over holds still stored as `held` keeps availability, reclaim and the
+//!   operator's listing away from confirmed and cancelled history.
+//! * Slot administration (migration 4) adds three columns to the slots: `resource` (`TEXT`,
+//!   `NULL` for none), `closed` (`INTEGER` 0 or 1) and `removed_at` (`INTEGER` microseconds,
+//!   `NULL` until removed). Slots made before it come out open, not removed and of no
+//!   resource. A removed slot is archived, never deleted: its row and every hold on it stay.
+//!   A partial index on `(resource, starts_at, id)` serves one resource's slots in
+//!   `(starts_at, id)` order, as the index on `(starts_at, id)` serves every slot.
 //!
 //! # Concurrency
 //!
 //! A hold that finds a unit is one autocommit `INSERT`: the `holds_take_a_unit` trigger
-//! (migration 2) performs the conditional decrement inside it, and SQLite makes the statement
-//! atomic on its own. A statement that starts by writing takes the write lock up front and
-//! waits for it under `busy_timeout`. Every other write (the reclaim path of a hold, confirm,
-//! cancel, create slot, migrations) runs in a transaction begun with `BEGIN IMMEDIATE`, so it
-//! too takes the write lock up front instead of failing with `SQLITE_BUSY` when it upgrades a
-//! read. Within one [`SqliteStore`] (and its clones) writers also queue on an in-process FIFO
-//! lock before asking SQLite, since SQLite admits one writer at a time anyway: this keeps
-//! writers from polling the busy handler. Several stores or processes on one file still work,
-//! relying on `busy_timeout`. Errors SQLite reports as busy or locked, and pool or I/O
-//! failures, map to [`StoreError::unavailable`].
+//! (migration 2, last recreated by migration 4) performs the conditional decrement inside it —
+//! `remaining >= quantity` on a slot that has not started, whose sales are open
+//! (`closed = 0`) and that has not been removed (`removed_at IS NULL`) — and SQLite makes the
+//! statement atomic on its own, so closing or removing a slot cannot race a hold past it. A
+//! statement that starts by writing takes the write lock up front and waits for it under
+//! `busy_timeout`. Every other write (the reclaim path of a hold, confirm, cancel, renew, create
+//! slot, the administrative writes, migrations) runs in a transaction begun with
+//! `BEGIN IMMEDIATE`, so it too takes the write lock up front instead of failing with
+//! `SQLITE_BUSY` when it upgrades a read. Within one [`SqliteStore`] (and its clones) writers
+//! also queue on an in-process FIFO lock before asking SQLite, since SQLite admits one writer
+//! at a time anyway: this keeps writers from polling the busy handler. Several stores or
+//! processes on one file still work, relying on `busy_timeout`. Errors SQLite reports as busy
+//! or locked, and pool or I/O failures, map to [`StoreError::unavailable`].
+//!
+//! The administrative writes are conditional updates of the slot row, decided by whether a
+//! row was changed: a capacity change moves `remaining` by the difference only where the new
+//! `remaining` is not negative, a removal sets `removed_at` only where
+//! `remaining = capacity` (no unit held or confirmed), and neither touches a removed slot.
+//! When the update changes nothing, the slot's expired holds are reclaimed under a savepoint
+//! and the update runs once more; if it still changes nothing the savepoint is rolled back, so
+//! a refused change reclaims nothing, and the slot's units are read in the same transaction
+//! to say why. Closing and reopening is one conditional update. The operator's listing is a
+//! read: one keyset range of a slots index, each slot's held units summed at `now`.
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -50,14 +69,14 @@ use async_trait::async_trait;
 use chrono::DateTime;
 use slot_booking::{
     AvailabilityEntry, Decided, Hold, HoldId, HoldOutcome, HoldRequest, HoldStatus, NewSlot,
-    OwnerId, PageRequest, RenewRequest, Scope, Slot, SlotId, SlotLimits, Store, StoreError,
-    Timestamp, Transition,
+    OwnerId, PageRequest, RenewRequest, ResourceId, Scope, Slot, SlotChange, SlotFilter, SlotId,
+    SlotLimits, SlotPageRequest, SlotUsage, Store, StoreError, Timestamp, Transition,
 };
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
-    SqliteSynchronous,
+    SqliteArguments, SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool,
+    SqlitePoolOptions, SqliteRow, SqliteSynchronous,
 };
-use sqlx::{Row, Sqlite, Transaction};
+use sqlx::{Acquire, Row, Sqlite, Transaction};
 use tokio::sync::{Mutex, MutexGuard};
 
 mod migrate;
@@ -293,6 +312,30 @@ fn slot_from_row(row: &SqliteRow) -> Result<Slot, StoreError> {
         ends_at: from_micros(row.try_get("ends_at").map_err(map_err)?)?,
         capacity: row.try_get("capacity").map_err(map_err)?,
         remaining: row.try_get("remaining").map_err(map_err)?,
+        resource: resource_from_row(row)?,
+        closed: row.try_get("closed").map_err(map_err)?,
+        removed_at: opt_from_micros(row.try_get("removed_at").map_err(map_err)?)?,
+    })
+}
+
+fn resource_from_row(row: &SqliteRow) -> Result<Option<ResourceId>, StoreError> {
+    let resource: Option<String> = row.try_get("resource").map_err(map_err)?;
+    resource
+        .map(ResourceId::new)
+        .transpose()
+        .map_err(StoreError::failed)
+}
+
+/// A row of the `slot_usage` or a `slots_page` statement: the slot and its held units.
+fn usage_from_row(row: &SqliteRow) -> Result<SlotUsage, StoreError> {
+    let units = |column: &str| -> Result<i32, StoreError> {
+        let sum: i64 = row.try_get(column).map_err(map_err)?;
+        i32::try_from(sum).map_err(StoreError::failed)
+    };
+    Ok(SlotUsage {
+        slot: slot_from_row(row)?,
+        held: units("held")?,
+        expired: units("expired")?,
     })
 }
 
@@ -300,15 +343,16 @@ fn slot_from_row(row: &SqliteRow) -> Result<Slot, StoreError> {
 enum Insert {
     /// Took a unit and stored the hold.
     Created(Hold),
-    /// No unit to take (sold out, started, or no such slot); nothing changed.
+    /// No unit to take (sold out, started, closed, removed, or no such slot); nothing changed.
     NoUnit,
     /// The key is taken; nothing changed.
     KeyTaken,
 }
 
 /// Stores a held hold: one statement, atomic on its own. The `holds_take_a_unit` trigger
-/// (migration 2) runs the conditional decrement (`remaining > 0`) inside it and aborts it when that
-/// changes no row; a unique violation aborts it too, decrement included.
+/// (migration 4) runs the conditional decrement (`remaining >= quantity` on a slot that is
+/// selling) inside it and aborts it when that changes no row; a unique violation aborts it
+/// too, decrement included.
 async fn insert_hold<'e, E>(
     sql: &Statements,
     executor: E,
@@ -366,23 +410,25 @@ where
         .transpose()
 }
 
-/// Marks the slot's held holds that expired by `now` as expired and gives their units back;
-/// returns how many units it reclaimed. Only an open slot (`starts_at > now`) is reclaimed.
+/// Marks the slot's held holds that expired by `now` as expired with `statement` (`reclaim`,
+/// which touches only a selling slot, or `reclaim_expired`, any slot) and gives their units
+/// back; returns how many units it reclaimed.
 async fn reclaim(
     sql: &Statements,
-    tx: &mut Transaction<'static, Sqlite>,
+    statement: &str,
+    conn: &mut SqliteConnection,
     slot_id: i64,
     now: i64,
 ) -> Result<i64, StoreError> {
-    let quantities: Vec<i64> = sqlx::query_scalar(&sql.reclaim)
+    let quantities: Vec<i64> = sqlx::query_scalar(statement)
         .bind(slot_id)
         .bind(now)
-        .fetch_all(&mut **tx)
+        .fetch_all(&mut *conn)
         .await
         .map_err(map_err)?;
     let units: i64 = quantities.iter().sum();
     if units > 0 {
-        give_back(sql, tx, units, slot_id).await?;
+        give_back(sql, conn, units, slot_id).await?;
     }
     Ok(units)
 }
@@ -390,14 +436,14 @@ async fn reclaim(
 /// Adds `units` back to the slot's `remaining`.
 async fn give_back(
     sql: &Statements,
-    tx: &mut Transaction<'static, Sqlite>,
+    conn: &mut SqliteConnection,
     units: i64,
     slot_id: i64,
 ) -> Result<(), StoreError> {
     let done = sqlx::query(&sql.give_back)
         .bind(units)
         .bind(slot_id)
-        .execute(&mut **tx)
+        .execute(conn)
         .await
         .map_err(map_err)?;
     if done.rows_affected() != 1 {
@@ -518,6 +564,92 @@ impl Store for SqliteStore {
             .map(slot_from_row)
             .transpose()
     }
+
+    async fn change_capacity(
+        &self,
+        slot_id: SlotId,
+        capacity: i32,
+        now: Timestamp,
+    ) -> Result<Decided<SlotChange>, StoreError> {
+        let update = || {
+            sqlx::query(&self.sql.change_capacity)
+                .bind(slot_id.get())
+                .bind(capacity)
+        };
+        Ok(Decided::new(
+            now,
+            self.change_taking_free_units(slot_id, now, update).await?,
+        ))
+    }
+
+    async fn set_closed(
+        &self,
+        slot_id: SlotId,
+        closed: bool,
+        now: Timestamp,
+    ) -> Result<Decided<SlotChange>, StoreError> {
+        let mut w = self.begin_write().await?;
+        let updated = sqlx::query(&self.sql.set_closed)
+            .bind(slot_id.get())
+            .bind(closed)
+            .fetch_optional(&mut *w.tx)
+            .await
+            .map_err(map_err)?;
+        let change = match updated {
+            Some(row) => SlotChange::Applied(slot_from_row(&row)?),
+            None => SlotChange::NotFound,
+        };
+        w.tx.commit().await.map_err(map_err)?;
+        Ok(Decided::new(now, change))
+    }
+
+    async fn remove_slot(
+        &self,
+        slot_id: SlotId,
+        now: Timestamp,
+    ) -> Result<Decided<SlotChange>, StoreError> {
+        let micros = to_micros(now);
+        let update = || {
+            sqlx::query(&self.sql.remove_slot)
+                .bind(slot_id.get())
+                .bind(micros)
+        };
+        Ok(Decided::new(
+            now,
+            self.change_taking_free_units(slot_id, now, update).await?,
+        ))
+    }
+
+    async fn list_slots(
+        &self,
+        filter: &SlotFilter,
+        page: SlotPageRequest,
+        now: Timestamp,
+    ) -> Result<Decided<Vec<SlotUsage>>, StoreError> {
+        // Two statements, so that each reads one range of its own index.
+        let statement = match filter.resource {
+            Some(_) => &self.sql.resource_slots_page,
+            None => &self.sql.slots_page,
+        };
+        // Open bounds as the extreme integers: no stored timestamp reaches them (chrono's range
+        // is narrower than i64 microseconds), and ids start at 1.
+        let after = page.after.map_or((i64::MIN, i64::MIN), |c| {
+            (to_micros(c.starts_at), c.slot_id.get())
+        });
+        let mut query = sqlx::query(statement)
+            .bind(to_micros(now))
+            .bind(filter.from.map_or(i64::MIN, to_micros))
+            .bind(filter.to.map_or(i64::MAX, to_micros))
+            .bind(after.0)
+            .bind(after.1)
+            .bind(i64::from(page.limit));
+        if let Some(resource) = &filter.resource {
+            query = query.bind(resource.as_str());
+        }
+        let rows = query.fetch_all(&self.pool).await.map_err(map_err)?;
+        let listed = rows.iter().map(usage_from_row).collect::<Result<_, _>>()?;
+        Ok(Decided::new(now, listed))
+    }
 }
 
 impl SqliteStore {
@@ -527,6 +659,7 @@ impl SqliteStore {
             .bind(to_micros(slot.starts_at))
             .bind(to_micros(slot.ends_at))
             .bind(slot.capacity)
+            .bind(slot.resource.as_ref().map(ResourceId::as_str))
             .fetch_one(&mut *w.tx)
             .await
             .map_err(map_err)?;
@@ -553,6 +686,7 @@ impl SqliteStore {
                     ends_at: from_micros(row.try_get("ends_at").map_err(map_err)?)?,
                     capacity: row.try_get("capacity").map_err(map_err)?,
                     remaining: i32::try_from(available).map_err(StoreError::failed)?,
+                    resource: resource_from_row(row)?,
                 })
             })
             .collect()
@@ -581,7 +715,7 @@ impl SqliteStore {
         let slot_id = request.slot_id.get();
         let now = to_micros(request.now);
         let mut w = self.begin_write().await?;
-        reclaim(&self.sql, &mut w.tx, slot_id, now).await?;
+        reclaim(&self.sql, &self.sql.reclaim, &mut w.tx, slot_id, now).await?;
         let insert = insert_hold(&self.sql, &mut *w.tx, request).await?;
         if let Insert::Created(hold) = insert {
             w.tx.commit().await.map_err(map_err)?;
@@ -592,15 +726,17 @@ impl SqliteStore {
         if key_holder.is_none() && matches!(insert, Insert::KeyTaken) {
             return Err(StoreError::failed(taken));
         }
-        let limits: Option<(i64, i32)> = sqlx::query_as(&self.sql.slot_limits)
+        let limits: Option<(i64, i32, bool, Option<i64>)> = sqlx::query_as(&self.sql.slot_limits)
             .bind(slot_id)
             .fetch_optional(&mut *w.tx)
             .await
             .map_err(map_err)?;
         let limits = match limits {
-            Some((starts_at, capacity)) => Some(SlotLimits {
+            Some((starts_at, capacity, closed, removed_at)) => Some(SlotLimits {
                 starts_at: from_micros(starts_at)?,
                 capacity,
+                closed,
+                removed: removed_at.is_some(),
             }),
             None => None,
         };
@@ -608,6 +744,72 @@ impl SqliteStore {
         // Undo the reclaim, if any: the next hold that needs the units redoes it.
         w.tx.rollback().await.map_err(map_err)?;
         Ok(outcome)
+    }
+
+    /// Applies an administrative change of a slot row that may only take free units
+    /// (`change_capacity`, `remove_slot`: `update` builds the conditional update, which
+    /// returns the slot it changed), in one write transaction:
+    ///
+    /// 1. the update as the slot is stored;
+    /// 2. if that changed no row, the slot's expired holds are reclaimed under a savepoint and
+    ///    the update runs again; if it still changes no row the savepoint is rolled back, so a
+    ///    refused change reclaims nothing;
+    /// 3. refused: the slot's units, read in the same transaction, say whether it is in use or
+    ///    not there (no such slot, or removed).
+    async fn change_taking_free_units<'q>(
+        &self,
+        slot_id: SlotId,
+        now: Timestamp,
+        update: impl Fn() -> sqlx::query::Query<'q, Sqlite, SqliteArguments<'q>>,
+    ) -> Result<SlotChange, StoreError> {
+        let mut w = self.begin_write().await?;
+        if let Some(row) = update().fetch_optional(&mut *w.tx).await.map_err(map_err)? {
+            let slot = slot_from_row(&row)?;
+            w.tx.commit().await.map_err(map_err)?;
+            return Ok(SlotChange::Applied(slot));
+        }
+        {
+            let mut savepoint = Acquire::begin(&mut w.tx).await.map_err(map_err)?;
+            let reclaimed = reclaim(
+                &self.sql,
+                &self.sql.reclaim_expired,
+                &mut savepoint,
+                slot_id.get(),
+                to_micros(now),
+            )
+            .await?;
+            // Nothing reclaimed: the slot is as it was, and the update would change nothing
+            // again.
+            let updated = if reclaimed > 0 {
+                update()
+                    .fetch_optional(&mut *savepoint)
+                    .await
+                    .map_err(map_err)?
+            } else {
+                None
+            };
+            if let Some(row) = updated {
+                let slot = slot_from_row(&row)?;
+                savepoint.commit().await.map_err(map_err)?;
+                w.tx.commit().await.map_err(map_err)?;
+                return Ok(SlotChange::Applied(slot));
+            }
+            savepoint.rollback().await.map_err(map_err)?;
+        }
+        let usage = sqlx::query(&self.sql.slot_usage)
+            .bind(to_micros(now))
+            .bind(slot_id.get())
+            .fetch_optional(&mut *w.tx)
+            .await
+            .map_err(map_err)?
+            .as_ref()
+            .map(usage_from_row)
+            .transpose()?;
+        w.tx.rollback().await.map_err(map_err)?;
+        Ok(match usage {
+            Some(usage) if usage.slot.removed_at.is_none() => SlotChange::InUse(usage),
+            _ => SlotChange::NotFound,
+        })
     }
 
     /// Runs one of the conditional updates on a hold (confirm, renew) in a write transaction;
@@ -757,6 +959,69 @@ mod tests {
             let plan: Vec<String> = rows.into_iter().map(|row| row.3).collect();
             assert!(
                 plan.iter().any(|step| step.contains(index)),
+                "{sql}: {plan:?}"
+            );
+            assert!(
+                !plan
+                    .iter()
+                    .any(|step| step.starts_with("SCAN") || step.contains("TEMP B-TREE")),
+                "{sql}: {plan:?}"
+            );
+        }
+    }
+
+    /// The operator's listing, with and without a resource, reads one range of its own slots
+    /// index in `(starts_at, id)` order (no scan of the slots, no sort), and sums each slot's
+    /// held units through the partial index over held holds.
+    #[tokio::test]
+    async fn slot_listings_read_their_index() {
+        let store = SqliteStore::connect("sqlite::memory:").await.unwrap();
+        store.migrate().await.unwrap();
+        sqlx::raw_sql(
+            "WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < 2000) \
+             INSERT INTO slot_booking_slots \
+                 (starts_at, ends_at, capacity, remaining, resource, closed, removed_at) \
+             SELECT n * 10, n * 10 + 5, 10, 9, CASE WHEN n % 4 > 0 THEN 'r' || n % 4 END, \
+                    n % 7 = 0, CASE WHEN n % 11 = 0 THEN n END FROM g; \
+             WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < 2000) \
+             INSERT INTO slot_booking_holds \
+                 (slot_id, idempotency_key, status, expires_at, created_at, quantity) \
+             SELECT n, 'k' || n, 'confirmed', 0, 0, 1 FROM g; \
+             ANALYZE;",
+        )
+        .execute(store.pool())
+        .await
+        .unwrap();
+        for (sql, index) in [
+            (&store.sql.slots_page, "slot_booking_slots_starts_at_id"),
+            (
+                &store.sql.resource_slots_page,
+                "slot_booking_slots_by_resource",
+            ),
+            (&store.sql.availability, "slot_booking_slots_starts_at_id"),
+        ] {
+            // EXPLAIN QUERY PLAN rows are (id, parent, notused, detail).
+            let rows: Vec<(i64, i64, i64, String)> =
+                sqlx::query_as(&format!("EXPLAIN QUERY PLAN {sql}"))
+                    .bind(5_000_i64)
+                    .bind(100_i64)
+                    .bind(15_000_i64)
+                    .bind(1_000_i64)
+                    .bind(100_i64)
+                    .bind(50_i64)
+                    .bind("r1")
+                    .fetch_all(store.pool())
+                    .await
+                    .unwrap();
+            let plan: Vec<String> = rows.into_iter().map(|row| row.3).collect();
+            assert!(
+                plan.iter().any(|step| step.contains(index)),
+                "{sql}: {plan:?}"
+            );
+            assert!(
+                plan.iter()
+                    .filter(|step| step.contains(" h "))
+                    .all(|step| step.contains("slot_booking_holds_held_by_slot_expiry")),
                 "{sql}: {plan:?}"
             );
             assert!(

@@ -41,6 +41,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         description: "owners and quantities",
         sql: include_str!("../migrations/0003_owners_quantities.sql"),
     },
+    Migration {
+        version: 4,
+        description: "slot administration",
+        sql: include_str!("../migrations/0004_slot_administration.sql"),
+    },
 ];
 
 /// The ledger 0.1 kept for its unprefixed tables.

@@ -18,7 +18,12 @@ const HOLD_COLUMNS: &str =
     "id, slot_id, status, expires_at, confirmed_at, cancelled_at, quantity, owner, created_at";
 
 /// The columns [`slot_from_row`](crate::slot_from_row) reads.
-const SLOT_COLUMNS: &str = "id, starts_at, ends_at, capacity, remaining";
+const SLOT_COLUMNS: &str =
+    "id, starts_at, ends_at, capacity, remaining, resource, closed, removed_at";
+
+/// [`SLOT_COLUMNS`] of the slots table aliased `s`.
+const S_SLOT_COLUMNS: &str =
+    "s.id, s.starts_at, s.ends_at, s.capacity, s.remaining, s.resource, s.closed, s.removed_at";
 
 /// A table prefix that is not a plain identifier start.
 ///
@@ -85,19 +90,46 @@ pub(crate) struct Statements {
     pub(crate) confirm: String,
     pub(crate) cancel: String,
     pub(crate) renew: String,
+    pub(crate) reclaim_expired: String,
+    pub(crate) change_capacity: String,
+    pub(crate) set_closed: String,
+    pub(crate) remove_slot: String,
+    pub(crate) slot_usage: String,
+    pub(crate) slots_page: String,
+    pub(crate) resource_slots_page: String,
 }
 
 impl Statements {
     pub(crate) fn new(prefix: &TablePrefix) -> Self {
         let slots = format!("{prefix}slots");
         let holds = format!("{prefix}holds");
+        // A slot's units still stored as held, split at ?1 (now) into active and expired: two
+        // correlated sums, each one range of the partial index `holds_held_by_slot_expiry`
+        // (slot_id, expires_at, quantity), which covers them: a `SlotUsage` per row.
+        let usage_columns = format!(
+            "{S_SLOT_COLUMNS}, \
+             (SELECT coalesce(SUM(h.quantity), 0) FROM {holds} h \
+              WHERE h.slot_id = s.id AND h.status = 'held' AND h.expires_at > ?1) AS held, \
+             (SELECT coalesce(SUM(h.quantity), 0) FROM {holds} h \
+              WHERE h.slot_id = s.id AND h.status = 'held' AND h.expires_at <= ?1) AS expired"
+        );
+        // The operator's keyset page: ?1 now, ?2 from (inclusive), ?3 to (exclusive), ?4 and
+        // ?5 the cursor's (starts_at, id), ?6 the limit, ?7 the resource (bound only for the
+        // resource's statement). With the row value comparison the page is one range of the
+        // index, read in its (starts_at, id) order: no scan, no sort. The test
+        // `slot_listings_read_their_index` (lib.rs) holds both plans to it.
+        let page_tail = "s.starts_at >= ?2 AND s.starts_at < ?3 \
+                         AND (s.starts_at, s.id) > (?4, ?5) \
+                         ORDER BY s.starts_at, s.id LIMIT ?6";
         Statements {
             create_slot: format!(
-                "INSERT INTO {slots} (starts_at, ends_at, capacity, remaining) \
-                 VALUES (?1, ?2, ?3, ?3) RETURNING {SLOT_COLUMNS}"
+                "INSERT INTO {slots} (starts_at, ends_at, capacity, remaining, resource) \
+                 VALUES (?1, ?2, ?3, ?3, ?4) RETURNING {SLOT_COLUMNS}"
             ),
             slot_by_id: format!("SELECT {SLOT_COLUMNS} FROM {slots} WHERE id = ?1"),
-            slot_limits: format!("SELECT starts_at, capacity FROM {slots} WHERE id = ?1"),
+            slot_limits: format!(
+                "SELECT starts_at, capacity, closed, removed_at FROM {slots} WHERE id = ?1"
+            ),
             hold_by_id: format!(
                 "SELECT {HOLD_COLUMNS} FROM {holds} WHERE id = ?1 AND (?2 OR owner IS ?3)"
             ),
@@ -111,27 +143,32 @@ impl Statements {
             ),
             hold_by_key: format!("SELECT {HOLD_COLUMNS} FROM {holds} WHERE idempotency_key = ?1"),
             // The correlated count walks the partial index over held holds of one slot, for
-            // future slots only: abandoned holds on past slots are never read.
+            // selling slots only (not started, sales open, not removed): abandoned holds on
+            // past slots are never read.
             availability: format!(
-                "SELECT s.id, s.starts_at, s.ends_at, s.capacity, \
+                "SELECT s.id, s.starts_at, s.ends_at, s.capacity, s.resource, \
                         s.remaining + (SELECT coalesce(SUM(h.quantity), 0) FROM {holds} h \
                                        WHERE h.slot_id = s.id AND h.status = 'held' \
                                          AND h.expires_at <= ?1) AS available \
-                 FROM {slots} s WHERE s.starts_at > ?1 ORDER BY s.starts_at, s.id"
+                 FROM {slots} s \
+                 WHERE s.starts_at > ?1 AND s.closed = 0 AND s.removed_at IS NULL \
+                 ORDER BY s.starts_at, s.id"
             ),
-            // The `take_a_unit` trigger (migration 2) runs the conditional decrement inside
-            // this statement and aborts it when that changes no row.
+            // The `take_a_unit` trigger (migration 2, last recreated by migration 4) runs the
+            // conditional decrement inside this statement and aborts it when that changes no
+            // row.
             insert_hold: format!(
                 "INSERT INTO {holds} \
                      (slot_id, idempotency_key, status, expires_at, created_at, quantity, owner) \
                  VALUES (?1, ?2, 'held', ?4, ?3, ?5, ?6) RETURNING {HOLD_COLUMNS}"
             ),
-            // Only an open slot (`starts_at > now`) is reclaimed, so a refused hold on a
-            // started slot changes nothing.
+            // Only a selling slot (not started, sales open, not removed) is reclaimed, so a
+            // hold refused because the slot is not selling changes nothing.
             reclaim: format!(
                 "UPDATE {holds} SET status = 'expired' \
                  WHERE slot_id = ?1 AND status = 'held' AND expires_at <= ?2 \
-                   AND EXISTS (SELECT 1 FROM {slots} WHERE id = ?1 AND starts_at > ?2) \
+                   AND EXISTS (SELECT 1 FROM {slots} WHERE id = ?1 AND starts_at > ?2 \
+                                 AND closed = 0 AND removed_at IS NULL) \
                  RETURNING quantity"
             ),
             give_back: format!("UPDATE {slots} SET remaining = remaining + ?1 WHERE id = ?2"),
@@ -154,6 +191,44 @@ impl Statements {
                  WHERE id = ?2 AND status = 'held' AND expires_at > ?1 \
                    AND (?5 OR owner IS ?6) \
                  RETURNING {HOLD_COLUMNS}"
+            ),
+            // The administrative writes' reclaim: on any slot, started or not (a capacity
+            // change or a removal applies to both). Run under a savepoint that is rolled back
+            // when the change still does not fit, so a refused change reclaims nothing.
+            reclaim_expired: format!(
+                "UPDATE {holds} SET status = 'expired' \
+                 WHERE slot_id = ?1 AND status = 'held' AND expires_at <= ?2 \
+                 RETURNING quantity"
+            ),
+            // ?1 slot id, ?2 the new capacity. `remaining` moves by the difference, taking only
+            // free units: the row is changed only if the new `remaining` is not negative. SET
+            // reads the row as it was, and SQLite integers are 64-bit, so `?2 - capacity`
+            // cannot overflow between two i32 capacities.
+            change_capacity: format!(
+                "UPDATE {slots} SET capacity = ?2, remaining = remaining + (?2 - capacity) \
+                 WHERE id = ?1 AND removed_at IS NULL AND remaining + (?2 - capacity) >= 0 \
+                 RETURNING {SLOT_COLUMNS}"
+            ),
+            // ?1 slot id, ?2 closed (0 or 1). Setting what already is counts as applied.
+            set_closed: format!(
+                "UPDATE {slots} SET closed = ?2 WHERE id = ?1 AND removed_at IS NULL \
+                 RETURNING {SLOT_COLUMNS}"
+            ),
+            // ?1 slot id, ?2 now. No unit held or confirmed is the row's own
+            // `remaining = capacity` (the invariant), so no hold is counted.
+            remove_slot: format!(
+                "UPDATE {slots} SET removed_at = ?2 \
+                 WHERE id = ?1 AND removed_at IS NULL AND remaining = capacity \
+                 RETURNING {SLOT_COLUMNS}"
+            ),
+            // ?1 now, ?2 slot id: the slot and its units, to say why a change was refused.
+            slot_usage: format!("SELECT {usage_columns} FROM {slots} s WHERE s.id = ?2"),
+            // Through `slots_starts_at_id` (migration 1).
+            slots_page: format!("SELECT {usage_columns} FROM {slots} s WHERE {page_tail}"),
+            // Through `slots_by_resource` (migration 4): equality on its first column, then
+            // the same range and order as `slots_page`.
+            resource_slots_page: format!(
+                "SELECT {usage_columns} FROM {slots} s WHERE s.resource = ?7 AND {page_tail}"
             ),
         }
     }
@@ -196,6 +271,13 @@ mod tests {
             &sql.insert_hold,
             &sql.reclaim,
             &sql.cancel,
+            &sql.reclaim_expired,
+            &sql.change_capacity,
+            &sql.set_closed,
+            &sql.remove_slot,
+            &sql.slot_usage,
+            &sql.slots_page,
+            &sql.resource_slots_page,
         ] {
             assert!(statement.contains("zz_"), "{statement}");
             assert!(!statement.contains(" slots"), "{statement}");

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use common::*;
 use slot_booking::conformance::kit::check_previous_release_sells_on;
-use slot_booking::{HoldOutcome, SlotId, Store};
+use slot_booking::{HoldOutcome, SlotChange, SlotFilter, SlotId, SlotPageRequest, Store};
 use slot_booking_sqlite::SqliteStore;
 use sqlx::migrate::Migrator;
 
@@ -62,6 +62,7 @@ async fn migrations_coexist_with_host_sqlx_migrations() {
             (1, "create slots and holds".to_owned()),
             (2, "holds take a unit".to_owned()),
             (3, "owners and quantities".to_owned()),
+            (4, "slot administration".to_owned()),
         ]
     );
     let theirs: Vec<i64> =
@@ -105,7 +106,7 @@ async fn concurrent_migrations_apply_once() {
         .fetch_one(store.pool())
         .await
         .unwrap();
-    assert_eq!(n, 3, "each of the three migrations applied once");
+    assert_eq!(n, 4, "each of the four migrations applied once");
 }
 
 #[tokio::test]
@@ -142,12 +143,12 @@ async fn data_survives_a_restart() {
 /// The schema version 0.1 of this crate created: bare `slots` and `holds`, ledger
 /// `slot_booking_migrations`.
 async fn create_0_1_schema(pool: &sqlx::SqlitePool) {
-    create_recorded_schema(pool, "tests/legacy_0_1").await;
+    create_recorded_schema(pool, "tests/legacy_0_1", 2).await;
 }
 
-/// Migrations 1 and 2 from `dir` (under the crate), with the default prefix for `{p}`,
+/// Migrations 1 to `up_to` from `dir` (under the crate), with the default prefix for `{p}`,
 /// recorded in `slot_booking_migrations` as the release that shipped them recorded them.
-async fn create_recorded_schema(pool: &sqlx::SqlitePool, dir: &str) {
+async fn create_recorded_schema(pool: &sqlx::SqlitePool, dir: &str, up_to: i64) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
     sqlx::raw_sql(
         "CREATE TABLE slot_booking_migrations (version INTEGER PRIMARY KEY, \
@@ -163,7 +164,11 @@ async fn create_recorded_schema(pool: &sqlx::SqlitePool, dir: &str) {
             "create slots and holds",
         ),
         (2, "0002_holds_take_a_unit.sql", "holds take a unit"),
-    ] {
+        (3, "0003_owners_quantities.sql", "owners and quantities"),
+    ]
+    .into_iter()
+    .filter(|(version, _, _)| *version <= up_to)
+    {
         let sql = std::fs::read_to_string(dir.join(file))
             .unwrap()
             .replace("{p}", "slot_booking_");
@@ -316,21 +321,11 @@ async fn stores_with_different_prefixes_share_a_database_independently() {
     assert_eq!(other.get_slot(b).await.unwrap().unwrap().remaining, 0);
 }
 
-/// Owners and quantities arrive by an additive migration: a database with holds made by the
-/// previous migrations keeps every row (as anonymous one-unit holds) and the invariant, and
-/// then takes owned multi-unit holds.
-#[tokio::test]
-async fn a_database_made_by_the_previous_migrations_upgrades_in_place() {
-    let db = TempDb::new("previous");
-    let pool = SqliteStore::connect(&db.url())
-        .await
-        .unwrap()
-        .pool()
-        .clone();
-    // The previous release: migrations 1 and 2 as this crate ships them.
-    create_recorded_schema(&pool, "migrations").await;
-    // A slot of 5 with a held, a confirmed, a cancelled and an expired-but-unreclaimed hold,
-    // inserted as the previous release did (its trigger takes one unit per hold).
+/// Slot 1 (capacity 5, starting an hour after `at(0)`) with a held, a confirmed, a cancelled
+/// and an expired-but-unreclaimed hold, inserted as a release before owners and quantities did
+/// (its trigger takes one unit per hold, the cancel gives one back): the rows
+/// `check_previous_release_sells_on` expects.
+async fn insert_previous_release_rows(pool: &sqlx::SqlitePool) {
     let (t, start) = (at(0).timestamp_micros(), at(3600).timestamp_micros());
     let insert = |key: &str, expires: i64| {
         format!(
@@ -351,9 +346,25 @@ async fn a_database_made_by_the_previous_migrations_upgrades_in_place() {
         insert("cancelled-key", t + 300_000_000),
         insert("short-key", t + 1),
     ))
-    .execute(&pool)
+    .execute(pool)
     .await
     .unwrap();
+}
+
+/// Owners and quantities arrive by an additive migration: a database with holds made by the
+/// previous migrations keeps every row (as anonymous one-unit holds) and the invariant, and
+/// then takes owned multi-unit holds.
+#[tokio::test]
+async fn a_database_made_by_the_previous_migrations_upgrades_in_place() {
+    let db = TempDb::new("previous");
+    let pool = SqliteStore::connect(&db.url())
+        .await
+        .unwrap()
+        .pool()
+        .clone();
+    // The release before owners and quantities: migrations 1 and 2 as this crate ships them.
+    create_recorded_schema(&pool, "migrations", 2).await;
+    insert_previous_release_rows(&pool).await;
     let rows = "SELECT id, idempotency_key, status, expires_at, confirmed_at, cancelled_at, \
                 created_at FROM slot_booking_holds ORDER BY id";
     type Row = (i64, String, String, i64, Option<i64>, Option<i64>, i64);
@@ -378,6 +389,134 @@ async fn a_database_made_by_the_previous_migrations_upgrades_in_place() {
     assert_invariant(&pool, SlotId(1)).await;
 
     // Through the engine: the old rows keep selling, multi-unit holds included.
+    check_previous_release_sells_on(store.clone(), at(1)).await;
+    assert_eq!(counts(&pool, SlotId(1)).await, (5, 0, 4, 1));
+    assert_invariant(&pool, SlotId(1)).await;
+}
+
+/// Slot administration arrives by an additive migration: a database made by migrations 1 to 3
+/// keeps every slot and hold as it was, its slots come out open, not removed and of no
+/// resource, they keep selling, and the new trigger refuses holds on closed and removed slots.
+#[tokio::test]
+async fn a_database_made_by_migrations_1_to_3_upgrades_in_place() {
+    let db = TempDb::new("before_admin");
+    let pool = SqliteStore::connect(&db.url())
+        .await
+        .unwrap()
+        .pool()
+        .clone();
+    create_recorded_schema(&pool, "migrations", 3).await;
+    insert_previous_release_rows(&pool).await;
+    // Migration 3's rows too: slot 2 (capacity 4) with an owned hold of 3 units, slot 3 long
+    // past with a confirmed hold, both inserted through migration 3's trigger.
+    let (t, start) = (at(0).timestamp_micros(), at(3600).timestamp_micros());
+    let (past, end) = (at(-7200).timestamp_micros(), start + 3_600_000_000);
+    sqlx::raw_sql(&format!(
+        "INSERT INTO slot_booking_slots (starts_at, ends_at, capacity, remaining) \
+             VALUES ({start}, {end}, 4, 4), ({past}, {}, 2, 2);
+         INSERT INTO slot_booking_holds \
+             (slot_id, idempotency_key, status, expires_at, created_at, quantity, owner) \
+             VALUES (2, 'owned-key', 'held', {}, {t}, 3, 'cart-9'), \
+                    (3, 'past-key', 'held', {}, {}, 1, NULL);
+         UPDATE slot_booking_holds SET status = 'confirmed', confirmed_at = {t} WHERE id = 6;",
+        past + 3_600_000_000,
+        t + 300_000_000,
+        past,
+        past - 1,
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    let slot_rows = "SELECT id, starts_at, ends_at, capacity, remaining \
+                     FROM slot_booking_slots ORDER BY id";
+    let hold_rows = "SELECT id, slot_id, idempotency_key, status, expires_at, confirmed_at, \
+                     cancelled_at, created_at, quantity, owner FROM slot_booking_holds ORDER BY id";
+    type SlotRow = (i64, i64, i64, i64, i64);
+    type HoldRow = (
+        i64,
+        i64,
+        String,
+        String,
+        i64,
+        Option<i64>,
+        Option<i64>,
+        i64,
+        i64,
+        Option<String>,
+    );
+    let slots_before: Vec<SlotRow> = sqlx::query_as(slot_rows).fetch_all(&pool).await.unwrap();
+    let holds_before: Vec<HoldRow> = sqlx::query_as(hold_rows).fetch_all(&pool).await.unwrap();
+    assert_eq!((slots_before.len(), holds_before.len()), (3, 6));
+
+    let store = SqliteStore::new(pool.clone());
+    store.migrate().await.unwrap();
+    store.migrate().await.unwrap();
+
+    let slots_after: Vec<SlotRow> = sqlx::query_as(slot_rows).fetch_all(&pool).await.unwrap();
+    let holds_after: Vec<HoldRow> = sqlx::query_as(hold_rows).fetch_all(&pool).await.unwrap();
+    assert_eq!(slots_after, slots_before, "every slot kept as it was");
+    assert_eq!(holds_after, holds_before, "every hold kept as it was");
+    let added: Vec<(Option<String>, i64, Option<i64>)> =
+        sqlx::query_as("SELECT resource, closed, removed_at FROM slot_booking_slots ORDER BY id")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        added,
+        vec![(None, 0, None); 3],
+        "old slots are open, kept, of no resource"
+    );
+    let versions: Vec<i64> =
+        sqlx::query_scalar("SELECT version FROM slot_booking_migrations ORDER BY version")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(versions, vec![1, 2, 3, 4]);
+    for id in 1..=3 {
+        let slot = store.get_slot(SlotId(id)).await.unwrap().unwrap();
+        assert_eq!(
+            (slot.resource, slot.closed, slot.removed_at),
+            (None, false, None)
+        );
+        assert_invariant(&pool, SlotId(id)).await;
+    }
+    assert_eq!(counts(&pool, SlotId(2)).await, (4, 1, 3, 0));
+
+    // The operator's listing reads the old rows: slot 3 (past) first, then 1 and 2.
+    let listed = store
+        .list_slots(&SlotFilter::all(), SlotPageRequest::first(10), at(1))
+        .await
+        .unwrap()
+        .outcome;
+    let units: Vec<(i64, i32, i32, i32)> = listed
+        .iter()
+        .map(|u| (u.slot.slot_id.get(), u.slot.remaining, u.held, u.expired))
+        .collect();
+    assert_eq!(units, vec![(3, 1, 0, 0), (1, 2, 1, 1), (2, 1, 3, 0)]);
+
+    // The new trigger on the old rows: a closed slot takes no hold, and reopened it does.
+    let change = store
+        .set_closed(SlotId(2), true, at(1))
+        .await
+        .unwrap()
+        .outcome;
+    assert!(matches!(change, SlotChange::Applied(ref s) if s.closed));
+    assert!(matches!(
+        hold(&store, SlotId(2), "while-closed", at(1)).await,
+        HoldOutcome::SlotClosed
+    ));
+    store.set_closed(SlotId(2), false, at(1)).await.unwrap();
+    assert!(matches!(
+        hold(&store, SlotId(2), "reopened", at(1)).await,
+        HoldOutcome::Created(_)
+    ));
+    assert!(matches!(
+        store.remove_slot(SlotId(2), at(1)).await.unwrap().outcome,
+        SlotChange::InUse(u) if u.held == 4
+    ));
+    assert_invariant(&pool, SlotId(2)).await;
+
+    // Through the engine: slot 1 keeps selling, multi-unit holds included.
     check_previous_release_sells_on(store.clone(), at(1)).await;
     assert_eq!(counts(&pool, SlotId(1)).await, (5, 0, 4, 1));
     assert_invariant(&pool, SlotId(1)).await;

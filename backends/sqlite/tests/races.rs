@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use chrono::Duration;
 use common::*;
-use slot_booking::{HoldOutcome, Store};
+use slot_booking::{HoldOutcome, SlotChange, Store};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn thousand_racing_holds_take_exactly_the_capacity() {
@@ -176,4 +176,97 @@ async fn racing_confirms_cancels_and_holds_keep_the_invariant() {
         task.await.unwrap();
     }
     assert_invariant(store.pool(), slot_id).await;
+}
+
+/// Holds from two stores (two processes, as far as SQLite can tell) race capacity changes,
+/// closing and reopening on one slot: every change is decided by the slot row under the write
+/// lock, so the invariant holds and lowering never takes a unit that is held (a refusal
+/// reports more units taken than the capacity asked for).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn holds_race_capacity_changes_and_closing() {
+    let db = TempDb::new("adminrace");
+    let a = Arc::new(db.store().await);
+    let b = Arc::new(db.store().await);
+    let slot_id = slot(&*a, 10).await;
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..300 {
+        let store = Arc::clone(if i % 2 == 0 { &a } else { &b });
+        tasks.spawn(async move {
+            match i % 10 {
+                0 => {
+                    let capacity = 1 + (i / 10) % 15;
+                    match store
+                        .change_capacity(slot_id, capacity, at(0))
+                        .await
+                        .unwrap()
+                        .outcome
+                    {
+                        SlotChange::Applied(slot) => assert_eq!(slot.capacity, capacity),
+                        SlotChange::InUse(usage) => assert!(usage.taken() > capacity),
+                        SlotChange::NotFound => panic!("slot {slot_id} not found"),
+                    }
+                }
+                3 => {
+                    let closed = (i / 10) % 2 == 0;
+                    let change = store.set_closed(slot_id, closed, at(0)).await.unwrap();
+                    assert!(matches!(change.outcome, SlotChange::Applied(_)));
+                }
+                _ => match hold(&*store, slot_id, &format!("k-{i}"), at(0)).await {
+                    HoldOutcome::Created(_) | HoldOutcome::SoldOut | HoldOutcome::SlotClosed => {}
+                    other => panic!("unexpected outcome {other:?}"),
+                },
+            }
+        });
+    }
+    while let Some(task) = tasks.join_next().await {
+        task.unwrap();
+    }
+    // Each change was decided on the slot row under the write lock: the units still add up,
+    // and what is held fits the capacity the last change left.
+    assert_invariant(a.pool(), slot_id).await;
+    let (capacity, _, held, confirmed) = counts(a.pool(), slot_id).await;
+    assert!(held + confirmed <= capacity);
+}
+
+/// Removals race holds from two stores: a removal applies only to a slot with no unit held,
+/// and no hold is ever stored on a removed slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn removals_race_holds() {
+    for round in 0..5 {
+        let db = TempDb::new("removalrace");
+        let a = Arc::new(db.store().await);
+        let b = Arc::new(db.store().await);
+        let slot_id = slot(&*a, 3).await;
+        let mut tasks = tokio::task::JoinSet::new();
+        for i in 0..40 {
+            let store = Arc::clone(if i % 2 == 0 { &a } else { &b });
+            tasks.spawn(async move {
+                if i % 8 == round % 8 {
+                    matches!(
+                        store.remove_slot(slot_id, at(0)).await.unwrap().outcome,
+                        SlotChange::Applied(_)
+                    )
+                } else {
+                    match hold(&*store, slot_id, &format!("k-{i}"), at(0)).await {
+                        HoldOutcome::Created(_) | HoldOutcome::SoldOut => {}
+                        HoldOutcome::SlotNotFound => {}
+                        other => panic!("unexpected outcome {other:?}"),
+                    }
+                    false
+                }
+            });
+        }
+        let mut removed = 0;
+        while let Some(task) = tasks.join_next().await {
+            removed += i32::from(task.unwrap());
+        }
+        let slot = a.get_slot(slot_id).await.unwrap().unwrap();
+        let (_, _, held, confirmed) = counts(a.pool(), slot_id).await;
+        assert!(removed <= 1, "a slot is removed once");
+        assert_eq!(slot.removed_at.is_some(), removed == 1);
+        if removed == 1 {
+            assert_eq!((held, confirmed), (0, 0), "no hold on a removed slot");
+        }
+        assert_invariant(a.pool(), slot_id).await;
+    }
 }
