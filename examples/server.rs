@@ -20,6 +20,7 @@
 //! | `BODY_TIMEOUT_SECONDS` | `10` | a request body must arrive within this (else 408) |
 //! | `MAX_CONNECTIONS` | `512` | connections served at once (fitted to the open-file limit) |
 //! | `SHUTDOWN_GRACE_SECONDS` | `10` | after SIGTERM/SIGINT, time for requests in flight |
+//! | `ADMIN_TOKEN` | none | enables the `/admin/...` routes, each needing `Authorization: Bearer <token>` (16+ visible ASCII characters) |
 //!
 //! The server itself lives in the `slot_booking_server` crate (examples/server).
 

@@ -375,6 +375,15 @@ impl<S: Store> BookingEngine<S> {
         }
     }
 
+    /// The slot as stored, removed ones included (`removed_at` set); `slot_not_found` when no
+    /// slot has this id. `remaining` counts expired holds not yet reclaimed as taken; the
+    /// operator's listing counts them as free.
+    pub async fn get_slot(&self, slot_id: SlotId) -> Result<Slot, BookingError> {
+        guarded(self.store().get_slot(slot_id))
+            .await?
+            .ok_or(BookingError::SlotNotFound { slot_id })
+    }
+
     /// A page of every slot the filter admits — past, closed and removed ones included — by
     /// `starts_at` then id, each with its capacity and its units free, held and confirmed.
     /// For operators: it reads the store, never the availability cache.

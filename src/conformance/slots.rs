@@ -273,6 +273,7 @@ pub(super) async fn capacity_changes_are_validated<S: Store>(store: S) {
     assert_eq!(f.stored_slot(slot).await.capacity, 3);
     let missing = SlotId(slot.0 + 1000);
     for result in [
+        f.engine.get_slot(missing).await,
         f.engine.change_capacity(missing, 2).await,
         f.engine.close_sales(missing).await,
         f.engine.reopen_sales(missing).await,
@@ -404,6 +405,11 @@ pub(super) async fn removal_needs_a_slot_with_nothing_held_or_confirmed<S: Store
     assert_eq!(removed.removed_at, Some(f.now()));
     assert_eq!((removed.capacity, removed.remaining), (6, 6));
     assert_eq!(f.stored_slot(slot).await.removed_at, Some(f.now()));
+    assert_eq!(
+        f.engine.get_slot(slot).await.unwrap(),
+        removed,
+        "a removed slot still reads"
+    );
     f.assert_invariant(slot, &holds).await;
 
     assert!(f.listed(AvailabilityQuery::all()).await.is_empty());

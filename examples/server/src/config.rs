@@ -33,6 +33,71 @@ pub struct Config {
     /// `SHUTDOWN_GRACE_SECONDS`: after SIGTERM or SIGINT, how long requests in flight may take
     /// to finish before the remaining connections are closed (default 10).
     pub shutdown_grace: Duration,
+    /// `ADMIN_TOKEN`: the bearer token of the administration routes, at least
+    /// [`AdminToken::MIN_LEN`] visible ASCII characters (default: unset, and the routes are not
+    /// mounted at all).
+    pub admin_token: Option<AdminToken>,
+}
+
+/// The secret the administration routes require as `Authorization: Bearer <token>`.
+///
+/// Its `Debug` form hides the value, so a logged configuration never shows it, and `==`
+/// compares in constant time like [`AdminToken::matches`].
+#[derive(Clone, Eq)]
+pub struct AdminToken(String);
+
+impl AdminToken {
+    /// Shortest token accepted, in characters.
+    pub const MIN_LEN: usize = 16;
+
+    /// Validates a token: at least [`MIN_LEN`](AdminToken::MIN_LEN) visible ASCII characters
+    /// (`!` to `~`), so it fits in a header as is.
+    pub fn new(token: impl Into<String>) -> Result<AdminToken, String> {
+        let token = token.into();
+        if !token.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err("must be visible ASCII characters only (no spaces)".to_owned());
+        }
+        if token.len() < Self::MIN_LEN {
+            return Err(format!(
+                "must be at least {} characters, got {}",
+                Self::MIN_LEN,
+                token.len()
+            ));
+        }
+        Ok(AdminToken(token))
+    }
+
+    /// Whether `presented` is the token, in time that depends on their lengths only.
+    ///
+    /// `==` on bytes stops at the first difference, so how long a wrong guess takes tells an
+    /// attacker how many of its leading bytes were right, and the token can be found a byte at
+    /// a time. Here every byte pair is XORed and the differences ORed together, with no branch
+    /// on the bytes; `black_box` keeps the compiler from turning the fold back into an early
+    /// exit. Only the length can leak, and the length of a random token is no secret worth
+    /// keeping.
+    pub fn matches(&self, presented: &[u8]) -> bool {
+        let expected = self.0.as_bytes();
+        if expected.len() != presented.len() {
+            return false;
+        }
+        let difference = expected
+            .iter()
+            .zip(presented)
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b));
+        std::hint::black_box(difference) == 0
+    }
+}
+
+impl PartialEq for AdminToken {
+    fn eq(&self, other: &Self) -> bool {
+        self.matches(other.0.as_bytes())
+    }
+}
+
+impl fmt::Debug for AdminToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("AdminToken(<redacted>)")
+    }
 }
 
 impl Default for Config {
@@ -48,6 +113,7 @@ impl Default for Config {
             body_timeout: Duration::from_secs(10),
             max_connections: 512,
             shutdown_grace: Duration::from_secs(10),
+            admin_token: None,
         }
     }
 }
@@ -107,6 +173,9 @@ impl Config {
                 },
             },
             shutdown_grace: seconds("SHUTDOWN_GRACE_SECONDS", defaults.shutdown_grace, true)?,
+            admin_token: var("ADMIN_TOKEN")
+                .map(|raw| AdminToken::new(raw).map_err(|problem| error("ADMIN_TOKEN", problem)))
+                .transpose()?,
         };
         validate_prefix(&config.path_prefix)?;
         validate_database_url(&config.database_url)?;
@@ -241,6 +310,7 @@ mod tests {
             ("BODY_TIMEOUT_SECONDS", "4"),
             ("MAX_CONNECTIONS", "7"),
             ("SHUTDOWN_GRACE_SECONDS", "2"),
+            ("ADMIN_TOKEN", "s3cret-admin-token-0123"),
         ])
         .unwrap();
         assert_eq!(
@@ -256,6 +326,7 @@ mod tests {
                 body_timeout: Duration::from_secs(4),
                 max_connections: 7,
                 shutdown_grace: Duration::from_secs(2),
+                admin_token: Some(AdminToken::new("s3cret-admin-token-0123").unwrap()),
             }
         );
     }
@@ -278,12 +349,44 @@ mod tests {
             ("BODY_TIMEOUT_SECONDS", "99999999999"),
             ("MAX_CONNECTIONS", "0"),
             ("SHUTDOWN_GRACE_SECONDS", "x"),
+            ("ADMIN_TOKEN", ""),
+            ("ADMIN_TOKEN", "fifteen-chars15"),
+            ("ADMIN_TOKEN", "sixteen chars 16"),
+            ("ADMIN_TOKEN", "token-with-é-in-the-middle"),
+            ("ADMIN_TOKEN", "tab\tin-a-long-admin-token"),
         ] {
             let error = with(&[(variable, value)]).unwrap_err();
             assert_eq!(error.variable, variable, "{value:?}");
             let line = error.to_string();
             assert!(line.starts_with(&format!("invalid {variable}: ")), "{line}");
             assert!(!line.contains('\n'), "{line}");
+        }
+    }
+
+    #[test]
+    fn admin_tokens_are_compared_whole_and_never_shown() {
+        let token = AdminToken::new("0123456789abcdef").unwrap();
+        assert!(token.matches(b"0123456789abcdef"));
+        for wrong in [
+            &b""[..],
+            b"0123456789abcde",
+            b"0123456789abcdeF",
+            b"1123456789abcdef",
+            b"0123456789abcdef0",
+        ] {
+            assert!(!token.matches(wrong), "{wrong:?}");
+        }
+        assert_eq!(token, AdminToken::new("0123456789abcdef").unwrap());
+        assert_ne!(token, AdminToken::new("0123456789abcdeg").unwrap());
+        let shown = format!(
+            "{:?}",
+            with(&[("ADMIN_TOKEN", "0123456789abcdef")]).unwrap()
+        );
+        assert!(!shown.contains("0123456789abcdef"), "{shown}");
+        assert!(with(&[]).unwrap().admin_token.is_none());
+        for bad in ["short-secret", "a secret with spaces"] {
+            let line = with(&[("ADMIN_TOKEN", bad)]).unwrap_err().to_string();
+            assert!(!line.contains(bad), "{line}");
         }
     }
 

@@ -6,13 +6,21 @@
 //!
 //! | method | path | success |
 //! |---|---|---|
-//! | GET | /slots/availability?from=&to= | 200 `{"slots":[...]}` with `Cache-Control: max-age=N` |
+//! | GET | /slots/availability?from=&to=&resource= | 200 `{"slots":[...]}` with `Cache-Control: max-age=N` |
 //! | POST | /slots/{slot}/hold | 201, `Location`, the hold (`Idempotency-Key` header required) |
 //! | POST | /holds/{hold}/confirm | 200, the hold |
 //! | DELETE | /holds/{hold} | 200, the hold |
 //! | GET | /holds/{hold} | 200, the hold |
 //! | POST | /holds/{hold}/renew | 200, the hold (extension) |
 //! | GET | /holds?after=&limit= | 200 `{"holds":[...],"next_after":id}`: the caller's holds (extension; `Owner-Id` required) |
+//! | POST | /admin/slots | 201, `Location`, the slot (administration) |
+//! | GET | /admin/slots?resource=&from=&to=&after=&limit= | 200 `{"slots":[...],"next_after":cursor}`: every slot with its units (administration) |
+//! | GET | /admin/slots/{slot} | 200, the slot (administration) |
+//! | POST | /admin/slots/{slot}/capacity | 200, the slot (administration; `{"capacity": n}`) |
+//! | POST | /admin/slots/{slot}/close | 200, the slot (administration) |
+//! | POST | /admin/slots/{slot}/reopen | 200, the slot (administration) |
+//! | DELETE | /admin/slots/{slot} | 200, the slot with `removed_at` (administration) |
+//! | GET | /admin/slots/{slot}/holds?after=&limit= | 200 `{"holds":[...],"next_after":id}`: the slot's roster (administration) |
 //!
 //! A hold body is always the same six fields: `hold_id`, `slot_id`, `status`, `expires_at`,
 //! `confirmed_at`, `cancelled_at`. Errors are `application/problem+json` with a machine `code`.
@@ -28,7 +36,21 @@
 //! * `POST /holds/{hold}/renew`, optionally with `{"lifetime_seconds": 600}`;
 //! * `GET /holds`, the `Owner-Id`'s holds in pages by id, with quantity, owner and
 //!   `created_at` (`limit` 1–1000, default 100; `after` the `next_after` of the previous
-//!   page).
+//!   page);
+//! * a `resource` query parameter on `GET /slots/availability`: only that resource's slots.
+//!   An entry shows `"resource"` only for a slot that has one, so a slot without keeps the
+//!   seed's five fields (`slot_id`, `starts_at`, `ends_at`, `capacity`, `remaining`).
+//!
+//! Administration exists only when `ADMIN_TOKEN` is set (without it every `/admin/...` path is
+//! `not_found`, like any unknown path), under the same `PATH_PREFIX`, and every route needs
+//! `Authorization: Bearer <ADMIN_TOKEN>` (else 401 `unauthorized` with
+//! `WWW-Authenticate: Bearer`). A slot body there has eight fields: `slot_id`, `starts_at`,
+//! `ends_at`, `capacity`, `remaining`, `resource`, `closed`, `removed_at`. Refusals:
+//! `capacity_taken` (409) when lowering a capacity would take held or confirmed units,
+//! `slot_in_use` (409) when removing a slot that still has some, `invalid_slot`,
+//! `invalid_resource`, `invalid_body`, `invalid_query` and `invalid_page` (400) for bad input.
+//! Removal archives: the slot takes no more holds (`slot_not_found`) and leaves availability,
+//! while its holds stay readable and the listing still shows it.
 //!
 //! [`run`] is the whole server: [`Config`] from the environment (checked before anything is
 //! opened), the [`Database`] (migrated, demo slots added once), the engine, and [`serve()`]
@@ -51,9 +73,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
-use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{FromRequestParts, Path, Query, Request, State};
-use axum::http::header::{CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, LOCATION, RETRY_AFTER};
+use axum::http::header::{
+    CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, LOCATION, RETRY_AFTER, WWW_AUTHENTICATE,
+};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
@@ -65,16 +89,17 @@ use http_body_util::BodyExt;
 use serde::{Deserialize, Serialize};
 use slot_booking::model::{rfc3339, ParseIdError};
 use slot_booking::{
-    Availability, AvailabilityQuery, BookingEngine, BookingError, Hold, HoldId, HoldStatus,
-    NewHold, OwnerId, PageRequest, Scope, SlotId, Store, StoreError,
+    Availability, AvailabilityQuery, BookingEngine, BookingError, Hold, HoldId, HoldPage,
+    HoldStatus, NewHold, OwnerId, PageRequest, ResourceId, Scope, SlotId, Store, StoreError,
 };
 use std::future::Future;
 
+mod admin;
 pub mod config;
 pub mod database;
 pub mod serve;
 
-pub use config::{Config, ConfigError};
+pub use config::{AdminToken, Config, ConfigError};
 pub use database::{demo_slots, Database};
 pub use serve::serve;
 
@@ -98,20 +123,26 @@ pub fn router(engine: Engine) -> Router {
     router_with_config(engine, &Config::default())
 }
 
-/// Where the routes are mounted, for the `Location` of a new hold.
+/// Where the routes are mounted, for the `Location` of a new hold or slot.
 #[derive(Debug, Clone)]
 struct PathPrefix(Arc<str>);
 
-/// The routes under `config.path_prefix` (validated by [`Config`]), with its body timeout.
+/// The routes under `config.path_prefix` (validated by [`Config`]), with its body timeout, and
+/// the administration routes when `config.admin_token` is set (without it they do not exist:
+/// `/admin/...` is `not_found` like any unknown path).
 pub fn router_with_config(engine: Engine, config: &Config) -> Router {
     let prefix = config.path_prefix.trim_end_matches('/');
-    let routes = Router::new()
+    let mut routes = Router::new()
         .route("/slots/availability", get(availability))
         .route("/slots/{slot}/hold", post(hold))
         .route("/holds/{hold}/confirm", post(confirm))
         .route("/holds/{hold}", get(get_hold).delete(cancel))
         .route("/holds/{hold}/renew", post(renew))
-        .route("/holds", get(list_holds))
+        .route("/holds", get(list_holds));
+    if let Some(token) = &config.admin_token {
+        routes = routes.merge(admin::routes(token.clone()));
+    }
+    let routes = routes
         .method_not_allowed_fallback(|| async {
             Problem::new(
                 StatusCode::METHOD_NOT_ALLOWED,
@@ -221,6 +252,7 @@ pub async fn open_store(database_url: &str) -> Result<Arc<dyn Store>, StoreError
 struct AvailabilityParams {
     from: Option<String>,
     to: Option<String>,
+    resource: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -236,10 +268,21 @@ async fn availability(
     let query = AvailabilityQuery {
         from: parse_time("from", params.from.as_deref())?,
         to: parse_time("to", params.to.as_deref())?,
+        resource: params.resource.as_deref().map(parse_resource).transpose()?,
     };
     let listing = engine.availability(query).await?;
     let max_age = format!("max-age={}", listing.fresh_for().as_secs());
     Ok(([(CACHE_CONTROL, max_age)], Json(Listing { slots: listing })).into_response())
+}
+
+fn parse_resource(raw: &str) -> Result<ResourceId, Problem> {
+    ResourceId::new(raw).map_err(|error| {
+        Problem::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_resource",
+            error.to_string(),
+        )
+    })
 }
 
 fn parse_time(name: &str, raw: Option<&str>) -> Result<Option<slot_booking::Timestamp>, Problem> {
@@ -331,6 +374,11 @@ fn options<T: Default + serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, 
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(T::default());
     }
+    json_body(body)
+}
+
+/// A JSON object of the documented fields, else `invalid_body`.
+fn json_body<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, Problem> {
     // An object only: serde would also read a JSON array by position.
     serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(body)
         .and_then(|object| serde_json::from_value(serde_json::Value::Object(object)))
@@ -346,12 +394,11 @@ fn options<T: Default + serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, 
 async fn hold(
     State(engine): State<Engine>,
     Extension(PathPrefix(prefix)): Extension<PathPrefix>,
-    slot: Result<Path<String>, PathRejection>,
+    SlotPath(slot_id): SlotPath,
     Caller(owner): Caller,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, Problem> {
-    let slot_id: SlotId = path_id(slot, "slot")?;
     let key = idempotency_key(&headers)?;
     let options: HoldOptions = options(&body)?;
     let mut request = NewHold::new(slot_id, key).quantity(options.quantity.unwrap_or(1));
@@ -379,10 +426,9 @@ async fn hold(
 
 async fn confirm(
     State(engine): State<Engine>,
-    hold: Result<Path<String>, PathRejection>,
+    HoldPath(hold_id): HoldPath,
     caller: Caller,
 ) -> Result<Json<HoldBody>, Problem> {
-    let hold_id = hold_path(hold)?;
     Ok(Json(
         engine.confirm_as(&caller.scope(), hold_id).await?.into(),
     ))
@@ -390,10 +436,9 @@ async fn confirm(
 
 async fn cancel(
     State(engine): State<Engine>,
-    hold: Result<Path<String>, PathRejection>,
+    HoldPath(hold_id): HoldPath,
     caller: Caller,
 ) -> Result<Json<HoldBody>, Problem> {
-    let hold_id = hold_path(hold)?;
     Ok(Json(
         engine.cancel_as(&caller.scope(), hold_id).await?.into(),
     ))
@@ -401,10 +446,9 @@ async fn cancel(
 
 async fn get_hold(
     State(engine): State<Engine>,
-    hold: Result<Path<String>, PathRejection>,
+    HoldPath(hold_id): HoldPath,
     caller: Caller,
 ) -> Result<Json<HoldBody>, Problem> {
-    let hold_id = hold_path(hold)?;
     Ok(Json(
         engine.get_hold_as(&caller.scope(), hold_id).await?.into(),
     ))
@@ -412,11 +456,10 @@ async fn get_hold(
 
 async fn renew(
     State(engine): State<Engine>,
-    hold: Result<Path<String>, PathRejection>,
+    HoldPath(hold_id): HoldPath,
     caller: Caller,
     body: Bytes,
 ) -> Result<Json<HoldBody>, Problem> {
-    let hold_id = hold_path(hold)?;
     let options: RenewOptions = options(&body)?;
     let lifetime = options.lifetime_seconds.map(Duration::from_secs);
     Ok(Json(
@@ -427,6 +470,7 @@ async fn renew(
     ))
 }
 
+/// `?after=&limit=` of a page of holds.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct PageParams {
@@ -434,26 +478,8 @@ struct PageParams {
     limit: Option<u32>,
 }
 
-/// A page of the caller's holds; each entry is a [`Hold`] with all its fields.
-#[derive(Serialize)]
-struct HoldList {
-    holds: Vec<Hold>,
-    next_after: Option<HoldId>,
-}
-
-async fn list_holds(
-    State(engine): State<Engine>,
-    Caller(owner): Caller,
-    params: Result<Query<PageParams>, QueryRejection>,
-) -> Result<Json<HoldList>, Problem> {
-    let Query(params) = params.map_err(|e| Problem::invalid_query(e.body_text()))?;
-    let owner = owner.ok_or_else(|| {
-        Problem::new(
-            StatusCode::BAD_REQUEST,
-            "owner_required",
-            "send the Owner-Id header whose holds to list",
-        )
-    })?;
+/// A page of holds by id from `?after=&limit=` (`limit` checked by the engine).
+fn hold_page(params: PageParams) -> Result<PageRequest, Problem> {
     let after = params
         .after
         .map(|raw| {
@@ -462,39 +488,75 @@ async fn list_holds(
             })
         })
         .transpose()?;
-    let page = PageRequest {
+    Ok(PageRequest {
         after,
         limit: params.limit.unwrap_or(PageRequest::default().limit),
-    };
-    let page = engine.owner_holds(&owner, page).await?;
-    Ok(Json(HoldList {
-        holds: page.holds,
-        next_after: page.next_after,
-    }))
+    })
 }
 
-fn hold_path(raw: Result<Path<String>, PathRejection>) -> Result<HoldId, Problem> {
-    path_id(raw, "hold")
+/// A page of the caller's holds; each entry is a [`Hold`] with all its fields.
+async fn list_holds(
+    State(engine): State<Engine>,
+    Caller(owner): Caller,
+    params: Result<Query<PageParams>, QueryRejection>,
+) -> Result<Json<HoldPage>, Problem> {
+    let Query(params) = params.map_err(|e| Problem::invalid_query(e.body_text()))?;
+    let owner = owner.ok_or_else(|| {
+        Problem::new(
+            StatusCode::BAD_REQUEST,
+            "owner_required",
+            "send the Owner-Id header whose holds to list",
+        )
+    })?;
+    Ok(Json(engine.owner_holds(&owner, hold_page(params)?).await?))
 }
 
-/// A path id: anything but digits matches no route (the generic 404); digits too large for an
-/// id are a 404 of the resource itself (`slot_not_found` / `hold_not_found`).
-fn path_id<Id: std::str::FromStr<Err = ParseIdError>>(
-    raw: Result<Path<String>, PathRejection>,
-    resource: &'static str,
-) -> Result<Id, Problem> {
-    let Ok(Path(raw)) = raw else {
+/// The `{slot}` of a path.
+struct SlotPath(SlotId);
+
+/// The `{hold}` of a path.
+struct HoldPath(HoldId);
+
+impl<S: Send + Sync> FromRequestParts<S> for SlotPath {
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Problem> {
+        path_id(parts, state, "slot_not_found", "slot")
+            .await
+            .map(SlotPath)
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for HoldPath {
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Problem> {
+        path_id(parts, state, "hold_not_found", "hold")
+            .await
+            .map(HoldPath)
+    }
+}
+
+/// The path's one id: anything but digits matches no route (the generic 404); digits too
+/// large for an id are a 404 of the resource itself (`slot_not_found` / `hold_not_found`).
+async fn path_id<Id, S>(
+    parts: &mut Parts,
+    state: &S,
+    code: &'static str,
+    resource: &str,
+) -> Result<Id, Problem>
+where
+    Id: std::str::FromStr<Err = ParseIdError>,
+    S: Send + Sync,
+{
+    let Ok(Path(raw)) = Path::<String>::from_request_parts(parts, state).await else {
         return Err(Problem::not_found());
     };
     raw.parse::<Id>().map_err(|error| match error {
         ParseIdError::NotDigits => Problem::not_found(),
         ParseIdError::TooLarge => Problem::new(
             StatusCode::NOT_FOUND,
-            if resource == "slot" {
-                "slot_not_found"
-            } else {
-                "hold_not_found"
-            },
+            code,
             format!("{resource} {raw} not found"),
         ),
     })
@@ -598,7 +660,9 @@ impl From<BookingError> for Problem {
             BookingError::SlotClosed { .. }
             | BookingError::SoldOut { .. }
             | BookingError::HoldCancelled { .. }
-            | BookingError::HoldExpired { .. } => StatusCode::CONFLICT,
+            | BookingError::HoldExpired { .. }
+            | BookingError::CapacityTaken { .. }
+            | BookingError::SlotInUse { .. } => StatusCode::CONFLICT,
             BookingError::IdempotencyKeyReused { .. }
             | BookingError::QuantityExceedsCapacity { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             BookingError::InvalidIdempotencyKey(_)
@@ -650,6 +714,9 @@ impl IntoResponse for Problem {
         );
         if self.status == StatusCode::SERVICE_UNAVAILABLE {
             headers.insert(RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));
+        }
+        if self.status == StatusCode::UNAUTHORIZED {
+            headers.insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
         response
     }

@@ -39,6 +39,8 @@ async fn bad_configuration_exits_1_with_one_line_before_opening_the_database() {
         ("PATH_PREFIX", "/{x}"),
         ("HOLD_TTL_SECONDS", "0"),
         ("MAX_CONNECTIONS", "lots"),
+        ("ADMIN_TOKEN", "too-short"),
+        ("ADMIN_TOKEN", "has a space in it, 16+"),
     ] {
         let output = server(&[
             ("DATABASE_URL", format!("sqlite://{}", db.display())),
