@@ -25,7 +25,9 @@
 //! * Timestamps are `TIMESTAMPTZ` (microsecond precision, the precision the core keeps); ids
 //!   are `BIGINT` identity columns. CHECK constraints back the capacity invariant and a
 //!   partial index over holds still stored as `held` keeps availability and reclaim away from
-//!   confirmed and cancelled history.
+//!   confirmed and cancelled history. No index covers a column that holds and slot changes
+//!   update on a slot (`capacity`, `remaining`, `closed`, `removed_at`), so those updates
+//!   stay HOT.
 //!
 //! # sqlx and TLS
 //!
@@ -47,16 +49,27 @@
 //! # Statements
 //!
 //! * A hold is **one statement** in the common case: a CTE decrements the slot's `remaining`
-//!   (`... WHERE remaining > 0 AND starts_at > now`), inserts the hold from the row it returns
-//!   and, last, its key into `hold_keys`. A unique violation on the key aborts the whole
-//!   statement, so the decrement is undone; the key's hold is then read to tell a replay from a
-//!   reused key. Only when the decrement found no unit does a second statement lock the slot,
-//!   reclaim its expired holds, decrement once more and insert, again atomically.
+//!   (`... WHERE remaining >= quantity AND starts_at > now AND NOT closed AND removed_at IS
+//!   NULL`), inserts the hold from the row it returns and, last, its key into `hold_keys`. A
+//!   unique violation on the key aborts the whole statement, so the decrement is undone; the
+//!   key's hold is then read to tell a replay from a reused key. Only when the decrement found
+//!   no unit does a second statement lock the slot, reclaim its expired holds, decrement once
+//!   more and insert, again atomically.
 //! * A cancel is one statement too: it locks the slot row, flips the hold and gives the unit
 //!   back. Confirm is a single conditional `UPDATE`.
-//! * Availability reads the slots that have not started and, for each one with units taken,
-//!   counts its held holds that have expired: holds of slots that have started, however many
-//!   were abandoned there, are never read.
+//! * Availability reads the slots that have not started (skipping closed and removed ones)
+//!   and, for each one with units taken, counts its held holds that have expired: holds of
+//!   slots that have started, however many were abandoned there, are never read.
+//! * A capacity change or a removal is one conditional `UPDATE` of the slot row in the common
+//!   case (`remaining + (new - capacity) >= 0`; `remaining = capacity`, which is "no unit held
+//!   or confirmed" by the capacity invariant). Only when that changed nothing does a second
+//!   statement lock the slot, reclaim its expired holds if that makes the change fit, and give
+//!   their units back and apply the change in one update. A refused change reads the slot's
+//!   units once, after its writes, to say how many are taken. Closing and reopening sales is
+//!   one conditional `UPDATE`. A removal keeps the slot and its holds: it sets `removed_at`.
+//! * The operator's listing is a keyset page through `slots_starts_at_id` (or
+//!   `slots_by_resource` for one resource), each listed slot's held units counted through
+//!   the partial index of held holds.
 //!
 //! # Lock paths
 //!
@@ -64,9 +77,19 @@
 //! hold rows only of that slot (a confirm: only its hold, and nothing else); and, last, the
 //! key it inserts into `hold_keys`, a table that is only ever inserted into. A statement
 //! waiting on a key therefore waits for one that has nothing left to wait for, and no two
-//! statements can wait for each other: there is no deadlock to retry. (Keys used to be unique
+//! statements can wait for each other: there is no deadlock to retry. The slot changes follow
+//! the same order: a capacity change, closing or a removal locks its one slot row first, then
+//! (when reclaiming) expired holds of that slot only, and inserts no key; so a change racing
+//! a hold on the same slot waits for the hold's statement or makes it wait, and the second
+//! decides on the slot row as the first left it. (Keys used to be unique
 //! on the holds themselves; a reclaim then rewrote the index entries of other requests' keys,
 //! and two reclaims on two slots could deadlock. Migration 3 moved them.)
+//!
+//! Each decision is a condition on the locked slot row's own columns (and the rows the same
+//! statement's writes affected), never on holds counted in a subquery: in READ COMMITTED a
+//! row lock re-reads the locked row at its latest version, but a subquery on another table
+//! sees the statement's snapshot, which can predate a hold that committed while the statement
+//! waited for the lock.
 //!
 //! # Time
 //!
@@ -89,8 +112,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use slot_booking::{
     AvailabilityEntry, Decided, Hold, HoldId, HoldOutcome, HoldRequest, HoldStatus, NewSlot,
-    OwnerId, PageRequest, RenewRequest, Scope, Slot, SlotId, SlotLimits, Store, StoreError,
-    Timestamp, Transition,
+    OwnerId, PageRequest, RenewRequest, ResourceId, Scope, Slot, SlotChange, SlotFilter, SlotId,
+    SlotLimits, SlotPageRequest, SlotUsage, Store, StoreError, Timestamp, Transition,
 };
 use sqlx::postgres::types::PgInterval;
 use sqlx::postgres::{PgPool, PgPoolOptions, PgRow};
@@ -313,7 +336,47 @@ fn slot_from_row(row: &PgRow) -> Result<Slot, StoreError> {
         ends_at: row.try_get("ends_at").map_err(map_err)?,
         capacity: row.try_get("capacity").map_err(map_err)?,
         remaining: row.try_get("remaining").map_err(map_err)?,
+        resource: resource_from_row(row)?,
+        closed: row.try_get("closed").map_err(map_err)?,
+        removed_at: row.try_get("removed_at").map_err(map_err)?,
     })
+}
+
+/// The row's `resource`, checked as a [`ResourceId`] (a row written behind the store's back
+/// may hold anything).
+fn resource_from_row(row: &PgRow) -> Result<Option<ResourceId>, StoreError> {
+    let resource: Option<String> = row.try_get("resource").map_err(map_err)?;
+    resource
+        .map(ResourceId::new)
+        .transpose()
+        .map_err(StoreError::failed)
+}
+
+/// The slot of a row whose slot columns come from a LEFT JOIN: `None` when they are NULL.
+fn optional_slot(row: &PgRow) -> Result<Option<Slot>, StoreError> {
+    row_id(row)?.map(|_| slot_from_row(row)).transpose()
+}
+
+/// The slot and its held units of a row of the listing or of the usage read.
+fn usage_from_row(row: &PgRow) -> Result<Option<SlotUsage>, StoreError> {
+    let Some(slot) = optional_slot(row)? else {
+        return Ok(None);
+    };
+    Ok(Some(SlotUsage {
+        slot,
+        held: row.try_get("held").map_err(map_err)?,
+        expired: row.try_get("expired").map_err(map_err)?,
+    }))
+}
+
+/// The earliest instant a PostgreSQL `timestamptz` holds (4714-11-24 BC, Julian day 0), in
+/// microseconds since the Unix epoch. Every slot starts at or after it; the latest instant
+/// chrono holds is earlier than PostgreSQL's latest.
+const EARLIEST_MICROS: i64 = -210_866_803_200_000_000;
+
+/// Whether PostgreSQL can hold `at`.
+fn representable(at: Timestamp) -> bool {
+    at.timestamp_micros() >= EARLIEST_MICROS
 }
 
 /// What a hold-inserting statement did.
@@ -368,10 +431,16 @@ impl PostgresStore {
         let key_holder = optional_hold(&row)?;
         let starts_at: Option<Timestamp> = row.try_get("slot_starts_at").map_err(map_err)?;
         let capacity: Option<i32> = row.try_get("slot_capacity").map_err(map_err)?;
-        let limits = match (starts_at, capacity) {
-            (Some(starts_at), Some(capacity)) => Some(SlotLimits {
+        let closed: Option<bool> = row.try_get("slot_closed").map_err(map_err)?;
+        let removed_at: Option<Timestamp> = row.try_get("slot_removed_at").map_err(map_err)?;
+        // The slot's columns are all NULL exactly when there is no such slot (`closed` is
+        // NOT NULL in the table).
+        let limits = match (starts_at, capacity, closed) {
+            (Some(starts_at), Some(capacity), Some(closed)) => Some(SlotLimits {
                 starts_at,
                 capacity,
+                closed,
+                removed: removed_at.is_some(),
             }),
             _ => None,
         };
@@ -440,6 +509,60 @@ impl PostgresStore {
         ))
     }
 
+    /// Runs a slot change's conditional update (`fast`, returning the slot and `decided_at` if
+    /// it changed it), then, if it changed nothing and there is one, the statement that
+    /// reclaims expired holds first (`reclaim`, returning the slot, `applied` and
+    /// `decided_at`), each with `$1` the slot, `$2` now and `$3` the `value` when given; when
+    /// neither applied, reads the slot's usage to say why.
+    async fn change_slot(
+        &self,
+        slot_id: SlotId,
+        now: Timestamp,
+        value: Option<i32>,
+        fast: &str,
+        reclaim: &str,
+    ) -> Result<Decided<SlotChange>, StoreError> {
+        for (sql, reclaiming) in [(fast, false), (reclaim, true)] {
+            let mut query = sqlx::query(sql)
+                .bind(slot_id.get())
+                .bind(self.now_param(now));
+            if let Some(value) = value {
+                query = query.bind(value);
+            }
+            let Some(row) = query.fetch_optional(&self.pool).await.map_err(map_err)? else {
+                continue;
+            };
+            // The fast statement returns a row only when it applied the change; the reclaiming
+            // one also when it gave back reclaimed units without applying it.
+            let applied = !reclaiming || row.try_get::<bool, _>("applied").map_err(map_err)?;
+            if applied {
+                return decided(&row, SlotChange::Applied(slot_from_row(&row)?));
+            }
+        }
+        self.refused_change(slot_id, now).await
+    }
+
+    /// Says why a capacity change or a removal changed nothing: the slot is missing or removed,
+    /// or units are in use (the slot and its held units as read now). One read, after the
+    /// writes.
+    async fn refused_change(
+        &self,
+        slot_id: SlotId,
+        now: Timestamp,
+    ) -> Result<Decided<SlotChange>, StoreError> {
+        let row = sqlx::query(&self.sql().slot_usage)
+            .bind(slot_id.get())
+            .bind(self.now_param(now))
+            .fetch_one(&self.pool)
+            .await
+            .map_err(map_err)?;
+        let change = match usage_from_row(&row)? {
+            Some(usage) if usage.slot.removed_at.is_none() => SlotChange::InUse(usage),
+            _ => SlotChange::NotFound,
+        };
+        decided(&row, change)
+    }
+
     /// One keyset page of holds (`sql` is the owner's or the slot's query).
     async fn page<'q>(
         &self,
@@ -505,6 +628,7 @@ impl Store for PostgresStore {
             .bind(slot.starts_at)
             .bind(slot.ends_at)
             .bind(slot.capacity)
+            .bind(slot.resource.as_ref().map(ResourceId::as_str))
             .fetch_one(&self.pool)
             .await
             .map_err(map_err)?;
@@ -533,6 +657,7 @@ impl Store for PostgresStore {
                 ends_at: row.try_get("ends_at").map_err(map_err)?,
                 capacity: row.try_get("capacity").map_err(map_err)?,
                 remaining: row.try_get("available").map_err(map_err)?,
+                resource: resource_from_row(row)?,
             });
         }
         Ok(Decided::new(at, entries))
@@ -635,6 +760,103 @@ impl Store for PostgresStore {
             .as_ref()
             .map(slot_from_row)
             .transpose()
+    }
+
+    async fn change_capacity(
+        &self,
+        slot_id: SlotId,
+        capacity: i32,
+        now: Timestamp,
+    ) -> Result<Decided<SlotChange>, StoreError> {
+        let sql = self.sql();
+        self.change_slot(
+            slot_id,
+            now,
+            Some(capacity),
+            &sql.capacity_fast,
+            &sql.capacity_reclaim,
+        )
+        .await
+    }
+
+    async fn set_closed(
+        &self,
+        slot_id: SlotId,
+        closed: bool,
+        now: Timestamp,
+    ) -> Result<Decided<SlotChange>, StoreError> {
+        let row = sqlx::query(&self.sql().set_closed)
+            .bind(slot_id.get())
+            .bind(self.now_param(now))
+            .bind(closed)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(map_err)?;
+        let change = match optional_slot(&row)? {
+            Some(slot) => SlotChange::Applied(slot),
+            None => SlotChange::NotFound,
+        };
+        decided(&row, change)
+    }
+
+    async fn remove_slot(
+        &self,
+        slot_id: SlotId,
+        now: Timestamp,
+    ) -> Result<Decided<SlotChange>, StoreError> {
+        let sql = self.sql();
+        self.change_slot(slot_id, now, None, &sql.remove_fast, &sql.remove_reclaim)
+            .await
+    }
+
+    async fn list_slots(
+        &self,
+        filter: &SlotFilter,
+        page: SlotPageRequest,
+        now: Timestamp,
+    ) -> Result<Decided<Vec<SlotUsage>>, StoreError> {
+        // One exclusive lower bound on `(starts_at, id)`: the cursor or `from` (as
+        // `(from, i64::MIN)`: ids are positive), whichever is later. NULL: from the start.
+        let lower = match (page.after, filter.from) {
+            (Some(after), Some(from)) if from > after.starts_at => (Some(from), i64::MIN),
+            (Some(after), _) => (Some(after.starts_at), after.slot_id.get()),
+            (None, from) => (from, i64::MIN),
+        };
+        // A cursor or bound from before PostgreSQL's earliest instant (a cursor is the
+        // caller's text) would fail the statement: no slot starts that early, so it means
+        // "from the start", and as an upper bound "nothing".
+        let lower = match lower {
+            (Some(start), _) if !representable(start) => (None, i64::MIN),
+            other => other,
+        };
+        let to = match filter.to {
+            Some(to) if !representable(to) => Some(
+                chrono::DateTime::from_timestamp_micros(EARLIEST_MICROS)
+                    .ok_or_else(|| StoreError::failed("PostgreSQL's earliest instant"))?,
+            ),
+            to => to,
+        };
+        let sql = match filter.resource {
+            Some(_) => &self.sql().list_resource_slots,
+            None => &self.sql().list_slots,
+        };
+        let mut query = sqlx::query(sql)
+            .bind(lower.0)
+            .bind(lower.1)
+            .bind(to)
+            .bind(i64::from(page.limit))
+            .bind(self.now_param(now));
+        if let Some(resource) = &filter.resource {
+            query = query.bind(resource.as_str());
+        }
+        let rows = query.fetch_all(&self.pool).await.map_err(map_err)?;
+        let at = first_instant(&rows, "the slot listing")?;
+        // The one row of an empty page has no slot.
+        let slots = rows
+            .iter()
+            .filter_map(|row| usage_from_row(row).transpose())
+            .collect::<Result<_, _>>()?;
+        Ok(Decided::new(at, slots))
     }
 }
 

@@ -43,6 +43,11 @@ const MIGRATIONS: &[Migration] = &[
         description: "owners and quantities",
         sql: include_str!("../migrations/0004_owners_quantities.sql"),
     },
+    Migration {
+        version: 5,
+        description: "slot administration",
+        sql: include_str!("../migrations/0005_slot_administration.sql"),
+    },
 ];
 
 /// The advisory lock key of a schema's migrations: FNV-1a (64 bit) of a fixed prefix and the

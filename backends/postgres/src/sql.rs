@@ -13,33 +13,71 @@
 //! `($3 OR owner IS NOT DISTINCT FROM $4)` (an anonymous scope binds false and NULL: holds
 //! without an owner only); renew adds `$5` the lifetime and `$6` the maximum life. Of the
 //! pages: `$1` owner or slot id, `$2` after, `$3` limit, `$4` now. Of availability: `$1` now.
+//! Of the slot changes and the slot's usage: `$1` slot id, `$2` now, `$3` the new capacity or
+//! the `closed` flag. Of the operator's listing: `$1` and `$2` the exclusive lower bound on
+//! `(starts_at, id)` (`$1` NULL: from the start), `$3` the exclusive upper bound on `starts_at`
+//! (NULL: none), `$4` limit, `$5` now, and `$6` the resource in the resource's listing.
 //!
 //! # Lock paths
 //!
 //! What a statement can wait for, in the order it takes it:
 //!
 //! 1. **A slot row.** A hold's decrement (`UPDATE slots`), the reclaim's and the cancel's
-//!    `FOR NO KEY UPDATE` lock exactly one slot row, always first, and each statement runs in
-//!    a transaction of its own, so no statement holds one slot row while waiting for another.
-//!    A hold insert's foreign key takes `FOR KEY SHARE` on the slot, which conflicts with none
-//!    of these.
-//! 2. **Hold rows**, after the slot row: the reclaim's and the cancel's updates touch holds of
-//!    the slot they locked; a confirm or a renewal locks only its hold and nothing before or
-//!    after it. A
-//!    hold row is locked only by a statement that has the hold's slot row or takes no other
-//!    lock, so two statements never wait for each other's hold rows in a cycle.
-//! 3. **Unique index entries.** The holds' primary key is an identity: an update writes the
-//!    same id again (its own row version, no wait) and an insert a fresh one. Idempotency keys
-//!    are unique in `hold_keys`, which is only ever inserted into, as the last step of a hold
-//!    statement: an insert waits on a key only while another statement is inserting the same
-//!    key, and that statement has nothing left to wait for. (When the key was unique on
+//!    `FOR NO KEY UPDATE`, and every slot change (capacity, closing, removal: a conditional
+//!    `UPDATE slots`, or the `FOR NO KEY UPDATE` of its reclaiming second statement) lock
+//!    exactly one slot row, always first, and each statement runs in a transaction of its own,
+//!    so no statement holds one slot row while waiting for another. None of them changes the
+//!    slot's key, so each takes the row's `FOR NO KEY UPDATE` lock; a hold insert's foreign
+//!    key takes `FOR KEY SHARE` on the slot, which conflicts with none of these.
+//! 2. **Hold rows**, after the slot row: the reclaims' (of a hold, a capacity change or a
+//!    removal) and the cancel's updates touch holds of the slot they locked; a confirm or a
+//!    renewal locks only its hold and nothing before or after it. A hold row is locked only by
+//!    a statement that has the hold's slot row or takes no other lock, so two statements never
+//!    wait for each other's hold rows in a cycle. A slot change that finds the slot row locked
+//!    by a hold in flight waits for that hold's statement to end (it needs nothing the change
+//!    holds) and then decides on the row as that statement left it; a hold that finds the row
+//!    locked by a change waits likewise: `tests/lock_paths.rs` replays both orders.
+//! 3. **Unique index entries.** The primary keys are identities: an update of a slot or a
+//!    hold that is not HOT writes the same id again (its own row version, no wait) and an
+//!    insert a fresh one. Idempotency keys are unique in `hold_keys`, which is only ever
+//!    inserted into, as the last step of a hold statement: an insert waits on a key only
+//!    while another statement is inserting the same key, and that statement has nothing left
+//!    to wait for. (When the key was unique on
 //!    `holds` itself, a reclaim's update rewrote the index entries of the keys of the holds it
 //!    expired, and two reclaims on two slots, each about to insert the key the other had
 //!    rewritten, waited for each other: `tests/lock_paths.rs` replays that interleaving.)
 //!
-//! Every wait is for a statement that holds at most one slot row and waits only for locks
+//! Reads (availability, the pages, the operator's listing, the explaining reads) take no row
+//! lock. Every wait is for a statement that holds at most one slot row and waits only for locks
 //! further down this list, so the waits-for graph has no cycle: a deadlock is a bug here, never
 //! an expected retry.
+//!
+//! # Deciding on the locked row
+//!
+//! In READ COMMITTED an `UPDATE` or `SELECT ... FOR NO KEY UPDATE` that finds its row changed
+//! by a transaction that committed after the statement's snapshot re-evaluates its `WHERE`
+//! against the row's latest version (EvalPlanQual), but reads every *other* table, and the
+//! other rows of a join, as of the snapshot; and a row whose snapshot version fails the
+//! `WHERE` is skipped without a look at its latest version. So each decision here is a
+//! condition on the locked row's own columns (`remaining`, `capacity`, `closed`, `removed_at`,
+//! a hold's `status` and `expires_at`), as the lock returned them, plus the rows a write in
+//! the same statement actually affected, never a count of holds read in a subquery. (The
+//! reclaiming statements decide on the values their `FOR NO KEY UPDATE` returned, which
+//! nobody can change while they hold the lock, rather than on the updated row's columns,
+//! whose snapshot version may predate a unit freed while they waited for it.)
+//!
+//! A removal is `remaining = capacity` on the slot row: a hold in flight has already
+//! decremented `remaining` (and locked the row) before it inserts, so the removal either waits
+//! and then sees it, or commits first and the hold's re-evaluated `removed_at IS NULL` refuses
+//! it.
+
+/// The columns [`slot_from_row`](crate::slot_from_row) reads.
+const SLOT_COLUMNS: &str =
+    "id, starts_at, ends_at, capacity, remaining, resource, closed, removed_at";
+
+/// [`SLOT_COLUMNS`] of the table or CTE aliased `sl`.
+const SL_COLUMNS: &str = "sl.id, sl.starts_at, sl.ends_at, sl.capacity, sl.remaining, \
+                          sl.resource, sl.closed, sl.removed_at";
 
 /// The columns [`hold_from_row`](crate::hold_from_row) reads.
 const HOLD_COLUMNS: &str =
@@ -51,6 +89,71 @@ const H_COLUMNS: &str = "h.id, h.slot_id, h.status, h.expires_at, h.confirmed_at
 
 /// Whether the hold `h` is in the caller's scope (`$3` any, `$4` owner).
 const IN_SCOPE: &str = "($3 OR h.owner IS NOT DISTINCT FROM $4)";
+
+/// `held` and `expired`: the units of the holds of the slot `sl` still stored as held, split at
+/// `c.now` (expired: `expires_at <= c.now`). Read through the partial index of held holds by
+/// slot, which includes `quantity` (an index-only scan): confirmed and cancelled history is
+/// never read. Zeros when `sl` is NULL.
+fn usage_of_sl(s: &str) -> String {
+    format!(
+        "LEFT JOIN LATERAL ( \
+             SELECT coalesce(sum(h.quantity) FILTER (WHERE h.expires_at > c.now), 0)::int4 \
+                        AS held, \
+                    coalesce(sum(h.quantity) FILTER (WHERE h.expires_at <= c.now), 0)::int4 \
+                        AS expired \
+             FROM {s}.holds h WHERE h.slot_id = sl.id AND h.status = 'held') u ON true"
+    )
+}
+
+/// The second statement of a capacity change or a removal, in the style of `hold_reclaim`:
+/// lock the slot row (not removed) first, then, only if the slot's expired held units would
+/// make the change fit (`fits` of an expression of the free units and one of the capacity),
+/// mark those holds expired; one update of the slot gives back the units actually reclaimed and,
+/// if the change fits on the locked row with them, applies `set` (assignments written against
+/// the row before the update, `sl`, with `{fits}` standing for the condition and `{now}` for
+/// the instant). Returns the slot as updated and whether the change was applied (`applied`,
+/// read off the updated row), or no row when nothing changed.
+///
+/// The estimate `e` is read at the statement's snapshot, which may predate the lock: it only
+/// gates the reclaim. What is reclaimed is the rows `r` affected (each hold re-checked on its
+/// latest version), and whether the change applies is decided on the locked slot row's latest
+/// version with those units. Should the estimate be off, the units reclaimed are still given
+/// back and the invariant holds either way.
+fn reclaim_then_change(
+    s: &str,
+    now: &str,
+    fits: impl Fn(&str, &str) -> String,
+    set: &str,
+    applied: &str,
+) -> String {
+    let fits_estimate = fits("s.remaining + e.units", "s.capacity");
+    // On the values the lock returned (`s`), equal to the row's latest version while the
+    // statement holds the lock. Not on `sl`: the update first tests its WHERE on the row as of
+    // the statement's snapshot and skips a row that fails it there without looking at its
+    // latest version (units freed while this statement waited for the lock).
+    let fits_locked = fits("s.remaining + u.units", "s.capacity");
+    let set = set.replace("{fits}", &fits_locked).replace("{now}", now);
+    format!(
+        "WITH s AS ( \
+             SELECT id, remaining, capacity FROM {s}.slots \
+             WHERE id = $1 AND removed_at IS NULL FOR NO KEY UPDATE), \
+         e AS ( \
+             SELECT coalesce(sum(h.quantity), 0) AS units \
+             FROM s JOIN {s}.holds h ON h.slot_id = s.id \
+             WHERE h.status = 'held' AND h.expires_at <= {now}), \
+         r AS ( \
+             UPDATE {s}.holds h SET status = 'expired' FROM s, e \
+             WHERE h.slot_id = s.id AND h.status = 'held' AND h.expires_at <= {now} \
+               AND {fits_estimate} \
+             RETURNING h.quantity), \
+         u AS (SELECT coalesce(sum(quantity), 0) AS units FROM r), \
+         ch AS ( \
+             UPDATE {s}.slots sl SET {set} \
+             FROM s, u WHERE sl.id = s.id AND (u.units > 0 OR {fits_locked}) \
+             RETURNING {SL_COLUMNS}) \
+         SELECT {SLOT_COLUMNS}, {applied} AS applied, {now} AS decided_at FROM ch"
+    )
+}
 
 /// The statement's instant: the bound `now`, or the database's when it is NULL.
 fn now(param: u8) -> String {
@@ -72,6 +175,14 @@ pub(crate) struct Statements {
     pub(crate) renew: String,
     pub(crate) owner_holds: String,
     pub(crate) slot_holds: String,
+    pub(crate) capacity_fast: String,
+    pub(crate) capacity_reclaim: String,
+    pub(crate) set_closed: String,
+    pub(crate) remove_fast: String,
+    pub(crate) remove_reclaim: String,
+    pub(crate) slot_usage: String,
+    pub(crate) list_slots: String,
+    pub(crate) list_resource_slots: String,
 }
 
 /// `"schema"`: the name is validated as `[a-z_][a-z0-9_]*`, quoting only guards reserved words.
@@ -82,7 +193,27 @@ pub(crate) fn quote(schema: &str) -> String {
 impl Statements {
     pub(crate) fn new(schema: &str) -> Self {
         let s = quote(schema);
-        let (now1, now2, now3, now4) = (now(1), now(2), now(3), now(4));
+        let (now1, now2, now3, now4, now5) = (now(1), now(2), now(3), now(4), now(5));
+        let usage = usage_of_sl(&s);
+        // The operator's listing: a keyset page after `($1, $2)` and before `$3`, through the
+        // index whose order is the listing's (`slots_starts_at_id`, or `slots_by_resource`
+        // with the resource fixed by `resource = $6`), each listed slot with its held units.
+        // The bounds are one row comparison and one upper bound on the index's columns, so a
+        // page starts where the last one ended and reads one range of the index. At least one
+        // row: the instant even for an empty page (`id` is then NULL).
+        let list = |resource: &str| {
+            format!(
+                "SELECT c.now AS decided_at, {SL_COLUMNS}, u.held, u.expired \
+                 FROM (SELECT {now5} AS now) c LEFT JOIN LATERAL ( \
+                     SELECT {SLOT_COLUMNS} FROM {s}.slots \
+                     WHERE {resource}(starts_at, id) \
+                               > (coalesce($1::timestamptz, '-infinity'::timestamptz), $2) \
+                       AND starts_at < coalesce($3::timestamptz, 'infinity'::timestamptz) \
+                     ORDER BY starts_at, id LIMIT $4) sl ON true \
+                 {usage} \
+                 ORDER BY sl.starts_at, sl.id"
+            )
+        };
         // The new hold and its key, from the slot row `dec` returned if it took the units;
         // the key last, so a statement that waits on another's key holds no lock that one
         // could need.
@@ -98,13 +229,11 @@ impl Statements {
         );
         Statements {
             create_slot: format!(
-                "INSERT INTO {s}.slots (starts_at, ends_at, capacity, remaining) \
-                 VALUES ($1, $2, $3, $3) \
-                 RETURNING id, starts_at, ends_at, capacity, remaining"
+                "INSERT INTO {s}.slots (starts_at, ends_at, capacity, remaining, resource) \
+                 VALUES ($1, $2, $3, $3, $4) \
+                 RETURNING {SLOT_COLUMNS}"
             ),
-            slot_by_id: format!(
-                "SELECT id, starts_at, ends_at, capacity, remaining FROM {s}.slots WHERE id = $1"
-            ),
+            slot_by_id: format!("SELECT {SLOT_COLUMNS} FROM {s}.slots WHERE id = $1"),
             // Always one row: the instant even when there is no such hold.
             hold_by_id: format!(
                 "SELECT {now2} AS decided_at, {H_COLUMNS} \
@@ -135,30 +264,36 @@ impl Statements {
             // Future slots only (an index range on starts_at), each with its expired but
             // unreclaimed holds counted as free through the per-slot index of held holds: the
             // cost follows the future slots and their expired holds, never the holds of slots
-            // that have started. A slot with every unit free has no held hold to count. At
-            // least one row: the instant even when there is no slot (`id` is then NULL).
+            // that have started. A slot with every unit free has no held hold to count. Closed
+            // and removed slots are filtered out of that same range (no index on those flags:
+            // it would cost every slot update its HOT update). At least one row: the instant
+            // even when there is no slot (`id` is then NULL).
             availability: format!(
                 "SELECT c.now AS decided_at, sl.id, sl.starts_at, sl.ends_at, sl.capacity, \
+                        sl.resource, \
                         (sl.remaining + CASE WHEN sl.remaining = sl.capacity THEN 0 ELSE ( \
                             SELECT coalesce(sum(h.quantity), 0) FROM {s}.holds h \
                             WHERE h.slot_id = sl.id AND h.status = 'held' \
                               AND h.expires_at <= c.now) END)::int4 AS available \
                  FROM (SELECT {now1} AS now) c \
-                 LEFT JOIN {s}.slots sl ON sl.starts_at > c.now \
+                 LEFT JOIN {s}.slots sl \
+                     ON sl.starts_at > c.now AND NOT sl.closed AND sl.removed_at IS NULL \
                  ORDER BY sl.starts_at, sl.id"
             ),
             // One statement: the conditional decrement (a unit is taken only if the update
-            // affected the row), the hold and its key. No unit: no row from `dec`, nothing
-            // inserted, nothing changed. Key taken: the unique violation aborts the statement,
-            // decrement included.
+            // affected the row, which must still be selling: not started, not closed, not
+            // removed, all re-checked on the row's latest version), the hold and its key. No
+            // unit: no row from `dec`, nothing inserted, nothing changed. Key taken: the unique
+            // violation aborts the statement, decrement included.
             hold_fast: format!(
                 "WITH dec AS ( \
                      UPDATE {s}.slots SET remaining = remaining - $5 \
                      WHERE id = $1 AND remaining >= $5 AND starts_at > {now3} \
+                       AND NOT closed AND removed_at IS NULL \
                      RETURNING id, true AS took), \
                  {insert_hold}"
             ),
-            // The slow path, also one statement: lock the open slot's row first (a row lock
+            // The slow path, also one statement: lock the selling slot's row first (a row lock
             // returns the slot's latest `remaining`), then, only if the slot's expired units
             // would make the hold fit (a refused hold changes nothing), mark its held holds
             // that expired by now as expired. One update of the slot gives their units back
@@ -166,9 +301,15 @@ impl Statements {
             // decide everything: two racing reclaims serialize on the slot lock and the second
             // finds the holds no longer `held`. Should the estimate `e` (read before the lock)
             // be off, the units reclaimed are still given back: the invariant holds either way.
+            // Whether the hold fits is decided on `s.remaining`, the value the lock returned,
+            // which nobody can change while the statement holds it: a condition on `sl` would
+            // first be tested on the row as of the statement's snapshot, and a row that failed
+            // it there (a unit freed by a statement that committed while this one waited for
+            // the lock) would be skipped without a look at its latest version.
             hold_reclaim: format!(
                 "WITH s AS ( \
                      SELECT id, remaining FROM {s}.slots WHERE id = $1 AND starts_at > {now3} \
+                       AND NOT closed AND removed_at IS NULL \
                      FOR NO KEY UPDATE), \
                  e AS ( \
                      SELECT coalesce(sum(h.quantity), 0)::int4 AS units \
@@ -184,15 +325,16 @@ impl Statements {
                      UPDATE {s}.slots sl \
                      SET remaining = sl.remaining + u.units \
                          - CASE WHEN sl.remaining + u.units >= $5 THEN $5 ELSE 0 END \
-                     FROM s, u WHERE sl.id = s.id AND (u.units > 0 OR sl.remaining >= $5) \
+                     FROM s, u WHERE sl.id = s.id AND (u.units > 0 OR s.remaining >= $5) \
                      RETURNING sl.id, s.remaining + u.units >= $5 AS took), \
                  {insert_hold}"
             ),
             // After a hold statement changed nothing: the key's hold, if any, and the slot's
-            // start, in one read, with the instant it was read at.
+            // limits, in one read, with the instant it was read at.
             explain_hold: format!(
                 "SELECT {now3} AS decided_at, sl.starts_at AS slot_starts_at, \
-                        sl.capacity AS slot_capacity, {H_COLUMNS} \
+                        sl.capacity AS slot_capacity, sl.closed AS slot_closed, \
+                        sl.removed_at AS slot_removed_at, {H_COLUMNS} \
                  FROM (SELECT 1) AS one \
                  LEFT JOIN {s}.hold_keys k ON k.idempotency_key = $2 \
                  LEFT JOIN {s}.holds h ON h.id = k.hold_id \
@@ -230,6 +372,66 @@ impl Statements {
                      RETURNING sl.id) \
                  SELECT {HOLD_COLUMNS}, {now2} AS decided_at FROM c"
             ),
+            // A capacity change in one conditional update of the slot row: `remaining` moves
+            // by the same amount and must stay >= 0, decided on the row itself (re-checked on
+            // its latest version). In int8: `$3 - capacity` and the sum leave int4 near its
+            // maximum. Started and closed slots change too; removed ones do not.
+            capacity_fast: format!(
+                "UPDATE {s}.slots \
+                 SET capacity = $3, remaining = (remaining::int8 + ($3::int8 - capacity))::int4 \
+                 WHERE id = $1 AND removed_at IS NULL \
+                   AND remaining::int8 + ($3::int8 - capacity) >= 0 \
+                 RETURNING {SLOT_COLUMNS}, {now2} AS decided_at"
+            ),
+            // When the free units alone are too few: reclaim the slot's expired holds if that
+            // makes it fit, and give their units back and change the capacity in one update.
+            capacity_reclaim: reclaim_then_change(
+                &s,
+                &now2,
+                |free, capacity| format!("{free} + ($3::int8 - {capacity}) >= 0"),
+                "remaining = (sl.remaining + u.units \
+                     + CASE WHEN {fits} THEN $3::int8 - sl.capacity ELSE 0 END)::int4, \
+                 capacity = CASE WHEN {fits} THEN $3 ELSE sl.capacity END",
+                // Not applied leaves the capacity as it was, which was not `$3`: at `$3` the
+                // change takes no unit and always fits.
+                "capacity = $3",
+            ),
+            // One conditional update; the instant comes back even when no row changed.
+            set_closed: format!(
+                "WITH ch AS ( \
+                     UPDATE {s}.slots SET closed = $3 WHERE id = $1 AND removed_at IS NULL \
+                     RETURNING {SLOT_COLUMNS}) \
+                 SELECT c.now AS decided_at, {SL_COLUMNS} \
+                 FROM (SELECT {now2} AS now) c LEFT JOIN ch sl ON true"
+            ),
+            // A removal takes no unit: no unit is held or confirmed exactly when the slot
+            // row's own `remaining = capacity` (the capacity invariant), so that is the whole
+            // condition, re-checked on the row's latest version. Counting holds here instead
+            // would read them at the statement's snapshot and miss a hold committed since.
+            remove_fast: format!(
+                "UPDATE {s}.slots SET removed_at = {now2} \
+                 WHERE id = $1 AND removed_at IS NULL AND remaining = capacity \
+                 RETURNING {SLOT_COLUMNS}, {now2} AS decided_at"
+            ),
+            // When only expired holds stand in the way: reclaim them if that frees every unit,
+            // and give their units back and remove the slot in one update.
+            remove_reclaim: reclaim_then_change(
+                &s,
+                &now2,
+                |free, capacity| format!("{free} = {capacity}"),
+                "remaining = (sl.remaining + u.units)::int4, \
+                 removed_at = CASE WHEN {fits} THEN {now} ELSE sl.removed_at END",
+                "removed_at IS NOT NULL",
+            ),
+            // After a change that changed nothing: the slot and its held units, in one read,
+            // with the instant it was read at (`id` NULL: no such slot).
+            slot_usage: format!(
+                "SELECT c.now AS decided_at, {SL_COLUMNS}, u.held, u.expired \
+                 FROM (SELECT {now2} AS now) c LEFT JOIN {s}.slots sl ON sl.id = $1 \
+                 {usage}"
+            ),
+            list_slots: list(""),
+            list_resource_slots: list("resource = $6 AND "),
         }
     }
 }

@@ -1,30 +1,40 @@
-//! Lock paths of the hold statements, forced into the interleavings that used to deadlock.
+//! Lock paths of the hold statements and the slot changes, forced into the interleavings that
+//! used to deadlock or could.
 //!
-//! Each test pauses every hold `INSERT` at a row trigger that waits on an advisory lock this
-//! test holds, waits (through `pg_locks`) until both requests are parked there, and then lets
-//! them go together. Which locks each request holds at that point is then fixed, not a matter
-//! of scheduling, so a cycle shows up as `deadlock detected` on every run.
+//! Each test pauses every hold `INSERT` (or every update of a slot that removes it or changes
+//! its capacity) at a row trigger that waits on an advisory lock this test holds, waits
+//! (through `pg_locks` and `pg_stat_activity`) until the requests are parked there or waiting
+//! on a row, and then lets them go together. Which locks each request holds at that point is
+//! then fixed, not a matter of scheduling, so a cycle shows up as `deadlock detected` on every
+//! run.
 
 mod common;
 
 use std::time::Duration as StdDuration;
 
 use common::*;
-use slot_booking::{HoldOutcome, Store};
+use slot_booking::{HoldOutcome, SlotChange, SlotId, Store};
 use slot_booking_postgres::PostgresStore;
 use sqlx::postgres::PgConnection;
 use sqlx::{Connection, Executor};
 
-/// Holds an advisory lock that every hold `INSERT` in the store's schema waits for, until
-/// [`InsertGate::open`].
+/// Holds an advisory lock that every hold `INSERT` in the store's schema (or the row updates a
+/// [`InsertGate::close_on`] trigger names) waits for, until [`InsertGate::open`].
 struct InsertGate {
     control: PgConnection,
     key: i64,
 }
 
 impl InsertGate {
-    /// Closes the gate: takes the lock on a connection of its own, then installs the trigger.
+    /// Closes the gate on every hold `INSERT`.
     async fn close(ctx: &Ctx) -> InsertGate {
+        InsertGate::close_on(ctx, "BEFORE INSERT ON {s}.holds FOR EACH ROW").await
+    }
+
+    /// Closes the gate on the row events of `when` (a trigger's timing, event, table and
+    /// `FOR EACH ROW` with its `WHEN`, `{s}` standing for the schema): takes the lock on a
+    /// connection of its own, then installs the trigger.
+    async fn close_on(ctx: &Ctx, when: &str) -> InsertGate {
         let s = ctx.schema();
         // Advisory locks are per database and tests share it: a key of this schema's own.
         let key = i64::from(
@@ -44,8 +54,9 @@ impl InsertGate {
                  LANGUAGE plpgsql AS $$ BEGIN \
                      PERFORM pg_advisory_xact_lock_shared({key}); RETURN NEW; \
                  END $$; \
-                 CREATE TRIGGER pause_hold_insert BEFORE INSERT ON \"{s}\".holds \
-                 FOR EACH ROW EXECUTE FUNCTION \"{s}\".pause_hold_insert()"
+                 CREATE TRIGGER pause_at_gate {when} \
+                 EXECUTE FUNCTION \"{s}\".pause_hold_insert()",
+                when = when.replace("{s}", &format!("\"{s}\""))
             ))
             .await
             .unwrap();
@@ -74,6 +85,27 @@ impl InsertGate {
             tokio::time::sleep(StdDuration::from_millis(2)).await;
         }
         panic!("{n} statements never reached the gate");
+    }
+
+    /// Waits until `n` statements of this schema wait for a row (a transaction or tuple lock:
+    /// a row another statement has locked), not at the gate.
+    async fn until_row_waits(&mut self, schema: &str, n: i64) {
+        for _ in 0..20_000 {
+            let waiting: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity \
+                 WHERE wait_event_type = 'Lock' AND wait_event IN ('transactionid', 'tuple') \
+                   AND position($1 in query) > 0",
+            )
+            .bind(schema)
+            .fetch_one(&mut self.control)
+            .await
+            .unwrap();
+            if waiting >= n {
+                return;
+            }
+            tokio::time::sleep(StdDuration::from_millis(2)).await;
+        }
+        panic!("{n} statements never waited for a row");
     }
 
     /// Lets every parked statement go at once.
@@ -207,5 +239,141 @@ async fn one_key_on_two_slots_at_once_creates_one_hold() {
             (1, 1, 0, 0)
         };
         assert_eq!(counts(store, slot).await, expected);
+    }
+}
+
+/// A hold request for `quantity` units at `now` (seconds after `t0`).
+async fn hold_units(
+    store: PostgresStore,
+    slot: SlotId,
+    k: &'static str,
+    quantity: i32,
+    now: i64,
+) -> HoldOutcome {
+    let k = key(k);
+    let mut request = request(slot, &k, at(now));
+    request.quantity = quantity;
+    store
+        .create_hold(request)
+        .await
+        .unwrap_or_else(|error| panic!("hold {k:?} failed: {error}"))
+        .outcome
+}
+
+/// A hold has taken the slot's only unit and is parked before its insert, holding the slot
+/// row. A removal of the slot waits for that row (it holds nothing a hold could need), then
+/// decides on the row as the hold left it: a unit is taken, so it is refused, with the hold's
+/// unit counted as held. No deadlock, and no hold on a removed slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removal_waits_for_a_hold_in_flight_and_is_refused() {
+    let Some(ctx) = setup("removal_waits_for_hold").await else {
+        return;
+    };
+    let store = &ctx.store;
+    let x = slot(store, 1).await;
+    let mut gate = InsertGate::close(&ctx).await;
+    let placing = tokio::spawn(hold_at(store.clone(), x, "a"));
+    gate.until_waiting(1).await;
+    let removal = {
+        let store = store.clone();
+        tokio::spawn(async move { store.remove_slot(x, at(600)).await.unwrap().outcome })
+    };
+    gate.until_row_waits(ctx.schema(), 1).await;
+    gate.open().await;
+    let placed = placing.await.unwrap();
+    assert!(matches!(placed, HoldOutcome::Created(_)), "{placed:?}");
+    match removal.await.unwrap() {
+        SlotChange::InUse(usage) => assert_eq!((usage.held, usage.expired), (1, 0)),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(counts(store, x).await, (1, 0, 1, 0));
+}
+
+/// A hold reclaiming the slot's expired hold and taking both units is parked before its
+/// insert, holding the slot row and the expired hold's row. A capacity change to 1 waits for
+/// the slot row (slot first, as everywhere: it never holds a hold row the hold could need),
+/// then finds both units taken by an active hold and nothing expired: refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_capacity_change_waits_for_a_reclaiming_hold_and_is_refused() {
+    let Some(ctx) = setup("capacity_waits_for_reclaim").await else {
+        return;
+    };
+    let store = &ctx.store;
+    let x = slot(store, 2).await;
+    // Expires at(300); the requests come at(600).
+    assert!(matches!(
+        hold(store, x, "old", at(0)).await,
+        HoldOutcome::Created(_)
+    ));
+    let mut gate = InsertGate::close(&ctx).await;
+    let placing = tokio::spawn(hold_units(store.clone(), x, "both", 2, 600));
+    gate.until_waiting(1).await;
+    let change = {
+        let store = store.clone();
+        tokio::spawn(async move { store.change_capacity(x, 1, at(600)).await.unwrap().outcome })
+    };
+    gate.until_row_waits(ctx.schema(), 1).await;
+    gate.open().await;
+    let placed = placing.await.unwrap();
+    assert!(
+        matches!(&placed, HoldOutcome::Created(h) if h.quantity == 2),
+        "{placed:?}"
+    );
+    match change.await.unwrap() {
+        SlotChange::InUse(usage) => {
+            assert_eq!((usage.held, usage.expired, usage.taken()), (2, 0, 2))
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(counts(store, x).await, (2, 0, 2, 0));
+}
+
+/// The other order: a removal of a slot full of an expired hold has reclaimed it and is
+/// parked in its update of the slot row, holding that row and the expired hold's. A hold on
+/// the slot finds no unit in its fast path (without waiting: the row as of its snapshot has
+/// none) and its reclaiming statement waits for the slot row; when the removal commits, the
+/// hold's lock re-reads the row, which is removed: no slot. Then a removal on the fast path,
+/// parked the same way, and a hold whose decrement waits for it: refused the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_waits_for_a_removal_in_flight_and_finds_no_slot() {
+    let Some(ctx) = setup("hold_waits_for_removal").await else {
+        return;
+    };
+    let store = &ctx.store;
+    let (x, y) = (slot(store, 1).await, slot(store, 1).await);
+    assert!(matches!(
+        hold(store, x, "old", at(0)).await,
+        HoldOutcome::Created(_)
+    ));
+    let mut gate = InsertGate::close_on(
+        &ctx,
+        "BEFORE UPDATE ON {s}.slots FOR EACH ROW \
+         WHEN (NEW.removed_at IS NOT NULL AND OLD.removed_at IS NULL)",
+    )
+    .await;
+    let removals = [x, y].map(|slot| {
+        let store = store.clone();
+        tokio::spawn(async move { store.remove_slot(slot, at(600)).await.unwrap().outcome })
+    });
+    gate.until_waiting(2).await;
+    let holds = [
+        tokio::spawn(hold_at(store.clone(), x, "a")),
+        tokio::spawn(hold_at(store.clone(), y, "b")),
+    ];
+    gate.until_row_waits(ctx.schema(), 2).await;
+    gate.open().await;
+    for removal in removals {
+        let removed = removal.await.unwrap();
+        assert!(
+            matches!(&removed, SlotChange::Applied(slot) if slot.removed_at == Some(at(600))),
+            "{removed:?}"
+        );
+    }
+    for placing in holds {
+        let placed = placing.await.unwrap();
+        assert!(matches!(placed, HoldOutcome::SlotNotFound), "{placed:?}");
+    }
+    for slot in [x, y] {
+        assert_eq!(counts(store, slot).await, (1, 1, 0, 0));
     }
 }

@@ -8,7 +8,10 @@ use std::path::Path;
 
 use common::*;
 use slot_booking::conformance::kit::check_previous_release_sells_on;
-use slot_booking::{HoldId, HoldOutcome, HoldStatus, SlotId, Store, Timestamp};
+use slot_booking::{
+    HoldId, HoldOutcome, HoldStatus, SlotChange, SlotFilter, SlotId, SlotPageRequest, Store,
+    Timestamp,
+};
 use slot_booking_postgres::PostgresStore;
 use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -95,6 +98,7 @@ async fn migrations_coexist_with_host_sqlx_migrations() {
             (2, "held holds by expiry".to_owned()),
             (3, "hold keys".to_owned()),
             (4, "owners and quantities".to_owned()),
+            (5, "slot administration".to_owned()),
         ]
     );
     let theirs: Vec<i64> = sqlx::query_scalar(&format!(
@@ -188,7 +192,7 @@ async fn concurrent_migrations_apply_once() {
     .fetch_one(&admin)
     .await
     .unwrap();
-    assert_eq!(n, 4, "each of the four migrations applied once");
+    assert_eq!(n, 5, "each of the five migrations applied once");
     admin.close().await;
 }
 
@@ -245,6 +249,10 @@ async fn recorded_schema(
         (
             "hold keys",
             include_str!("../migrations/0003_hold_keys.sql"),
+        ),
+        (
+            "owners and quantities",
+            include_str!("../migrations/0004_owners_quantities.sql"),
         ),
     ];
     let mut tx = pool.begin().await.unwrap();
@@ -449,5 +457,186 @@ async fn a_schema_made_by_the_previous_migrations_upgrades_in_place() {
     check_previous_release_sells_on(store.clone(), now).await;
     assert_eq!(counts(&store, SlotId(1)).await, (5, 0, 4, 1));
     assert_invariant(&store, SlotId(1)).await;
+    admin.close().await;
+}
+
+/// A schema as the release before slot administration left it: migrations 1 to 4 applied and
+/// recorded. Slot 1 (capacity 5) has what [`check_previous_release_sells_on`] expects: hold 1
+/// active, anonymous, one unit, keyed `held-key`; a confirmed and a cancelled hold; and one
+/// expired but unreclaimed unit. Slot 2 (capacity 4, later) has an owned confirmed hold of 3.
+async fn before_administration_schema(pool: &sqlx::PgPool, schema: &str) {
+    let mut tx = recorded_schema(pool, schema, 4).await;
+    tx.execute(
+        "INSERT INTO slots (starts_at, ends_at, capacity, remaining) VALUES \
+           ('2030-03-17 10:00:00+00', '2030-03-17 11:00:00+00', 5, 2), \
+           ('2030-03-17 12:00:00+00', '2030-03-17 13:00:00+00', 4, 1); \
+         INSERT INTO holds (slot_id, idempotency_key, status, expires_at, confirmed_at, \
+                            cancelled_at, created_at, quantity, owner) VALUES \
+           (1, 'held-key', 'held', '2030-03-17 09:05:00+00', NULL, NULL, \
+            '2030-03-17 09:00:00+00', 1, NULL), \
+           (1, 'confirmed-key', 'confirmed', '2030-03-17 09:05:00+00', \
+            '2030-03-17 09:01:00+00', NULL, '2030-03-17 09:00:00+00', 1, NULL), \
+           (1, 'cancelled-key', 'cancelled', '2030-03-17 09:05:00+00', NULL, \
+            '2030-03-17 09:02:00+00', '2030-03-17 09:00:00+00', 2, 'cart-2'), \
+           (1, 'short-key', 'held', '2030-03-17 09:00:01+00', NULL, NULL, \
+            '2030-03-17 09:00:00+00', 1, NULL), \
+           (2, 'owned-key', 'confirmed', '2030-03-17 09:05:00+00', \
+            '2030-03-17 09:01:00+00', NULL, '2030-03-17 09:00:00+00', 3, 'cart-9'); \
+         INSERT INTO hold_keys (idempotency_key, hold_id) \
+           SELECT idempotency_key, id FROM holds;",
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+}
+
+/// Slot administration arrives by an additive migration: a schema made by migrations 1 to 4,
+/// holding slots and holds, upgrades in place with every row kept; its slots come out open,
+/// not removed and of no resource, keep selling, and can then be administered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_from_before_slot_administration_upgrades_in_place() {
+    let Some(url) = database_url("a_schema_from_before_slot_administration_upgrades_in_place")
+    else {
+        return;
+    };
+    let schema = unique_schema("sbtest");
+    let _guard = SchemaGuard {
+        url: url.clone(),
+        schema: schema.clone(),
+    };
+    let admin = pool(&url).await;
+    before_administration_schema(&admin, &schema).await;
+    let slot_rows = format!(
+        "SELECT id, starts_at, ends_at, capacity, remaining FROM \"{schema}\".slots ORDER BY id"
+    );
+    let hold_rows = format!(
+        "SELECT id, slot_id, idempotency_key, status, expires_at, confirmed_at, cancelled_at, \
+                created_at, quantity, owner \
+         FROM \"{schema}\".holds ORDER BY id"
+    );
+    let key_rows =
+        format!("SELECT idempotency_key, hold_id FROM \"{schema}\".hold_keys ORDER BY hold_id");
+    type SlotRow = (i64, Timestamp, Timestamp, i32, i32);
+    type HoldRow = (
+        i64,
+        i64,
+        String,
+        String,
+        Timestamp,
+        Option<Timestamp>,
+        Option<Timestamp>,
+        Timestamp,
+        i32,
+        Option<String>,
+    );
+    let slots_before: Vec<SlotRow> = sqlx::query_as(&slot_rows).fetch_all(&admin).await.unwrap();
+    let holds_before: Vec<HoldRow> = sqlx::query_as(&hold_rows).fetch_all(&admin).await.unwrap();
+    let keys_before: Vec<(String, i64)> =
+        sqlx::query_as(&key_rows).fetch_all(&admin).await.unwrap();
+    assert_eq!((slots_before.len(), holds_before.len()), (2, 5));
+
+    let store = PostgresStore::with_schema(admin.clone(), &schema).unwrap();
+    store.migrate().await.unwrap();
+
+    let versions: Vec<i64> = sqlx::query_scalar(&format!(
+        "SELECT version FROM \"{schema}\".slot_booking_migrations ORDER BY version"
+    ))
+    .fetch_all(&admin)
+    .await
+    .unwrap();
+    assert_eq!(versions, [1, 2, 3, 4, 5]);
+    let slots_after: Vec<SlotRow> = sqlx::query_as(&slot_rows).fetch_all(&admin).await.unwrap();
+    let holds_after: Vec<HoldRow> = sqlx::query_as(&hold_rows).fetch_all(&admin).await.unwrap();
+    let keys_after: Vec<(String, i64)> = sqlx::query_as(&key_rows).fetch_all(&admin).await.unwrap();
+    assert_eq!(slots_after, slots_before, "every slot kept as it was");
+    assert_eq!(holds_after, holds_before, "every hold kept as it was");
+    assert_eq!(keys_after, keys_before, "every key kept");
+    let added: Vec<(Option<String>, bool, Option<Timestamp>)> = sqlx::query_as(&format!(
+        "SELECT resource, closed, removed_at FROM \"{schema}\".slots ORDER BY id"
+    ))
+    .fetch_all(&admin)
+    .await
+    .unwrap();
+    assert_eq!(
+        added,
+        vec![(None, false, None); 2],
+        "old slots: open, kept, no resource"
+    );
+    for slot_id in [SlotId(1), SlotId(2)] {
+        let slot = store.get_slot(slot_id).await.unwrap().unwrap();
+        assert_eq!(
+            (slot.resource, slot.closed, slot.removed_at),
+            (None, false, None)
+        );
+        assert_invariant(&store, slot_id).await;
+    }
+    assert_eq!(counts(&store, SlotId(1)).await, (5, 2, 2, 1));
+    assert_eq!(counts(&store, SlotId(2)).await, (4, 1, 0, 3));
+
+    // Through the engine: the old rows keep selling, reclaiming the expired unit.
+    let now: Timestamp = "2030-03-17T09:03:00Z".parse().unwrap();
+    check_previous_release_sells_on(store.clone(), now).await;
+    assert_eq!(counts(&store, SlotId(1)).await, (5, 0, 4, 1));
+    assert_invariant(&store, SlotId(1)).await;
+
+    // And the old slots can be administered: slot 2's confirmed units keep it from being
+    // removed or shrunk below them, while its free unit can go and its sales can close.
+    match store.remove_slot(SlotId(2), now).await.unwrap().outcome {
+        SlotChange::InUse(usage) => {
+            assert_eq!((usage.held, usage.expired, usage.confirmed()), (0, 0, 3))
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        store
+            .change_capacity(SlotId(2), 2, now)
+            .await
+            .unwrap()
+            .outcome,
+        SlotChange::InUse(_)
+    ));
+    match store
+        .change_capacity(SlotId(2), 3, now)
+        .await
+        .unwrap()
+        .outcome
+    {
+        SlotChange::Applied(slot) => assert_eq!((slot.capacity, slot.remaining), (3, 0)),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        store.set_closed(SlotId(2), true, now).await.unwrap().outcome,
+        SlotChange::Applied(slot) if slot.closed
+    ));
+    let listed: Vec<i64> = store
+        .availability(now)
+        .await
+        .unwrap()
+        .outcome
+        .iter()
+        .map(|entry| entry.slot_id.get())
+        .collect();
+    assert_eq!(listed, [1], "a closed slot leaves availability");
+    let page = store
+        .list_slots(&SlotFilter::all(), SlotPageRequest::first(10), now)
+        .await
+        .unwrap()
+        .outcome;
+    let units: Vec<(i64, i32, i32, i32, bool)> = page
+        .iter()
+        .map(|u| {
+            (
+                u.slot.slot_id.get(),
+                u.held,
+                u.expired,
+                u.confirmed(),
+                u.slot.closed,
+            )
+        })
+        .collect();
+    assert_eq!(units, [(1, 4, 0, 1, false), (2, 0, 0, 3, true)]);
+    for slot_id in [SlotId(1), SlotId(2)] {
+        assert_invariant(&store, slot_id).await;
+    }
     admin.close().await;
 }

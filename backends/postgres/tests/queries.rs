@@ -1,12 +1,16 @@
 //! An owner's holds and a slot's roster are read through their indexes (`holds_by_owner`,
-//! `holds_by_slot`), never by scanning the holds: PostgreSQL's statistics count what one page
-//! of each read.
+//! `holds_by_slot`), and a page of the operator's slot listing through `slots_starts_at_id` or
+//! `slots_by_resource` (each listed slot's held units through the partial index of held holds),
+//! never by scanning a table: PostgreSQL's statistics count what one page of each read.
 
 mod common;
 
 use chrono::Utc;
 use common::*;
-use slot_booking::{OwnerId, PageRequest, SlotId, Store};
+use slot_booking::{
+    OwnerId, PageRequest, ResourceId, SlotCursor, SlotFilter, SlotId, SlotPageRequest, Store,
+    Timestamp,
+};
 use slot_booking_postgres::PostgresStore;
 
 /// Holds in the fixture: spread over `SLOTS` slots and `OWNERS` owners.
@@ -43,7 +47,7 @@ async fn pages_of_an_owner_and_a_roster_read_their_index_only() {
 
     let reader = one_connection(&ctx.url).await;
     let store = PostgresStore::with_schema(reader.clone(), s).unwrap();
-    let before = index_scans(&ctx, s).await;
+    let before = index_scans(&ctx, s, "holds").await;
     let owner = OwnerId::new("o-7").unwrap();
     let page = store
         .owner_holds(&owner, PageRequest::first(PAGE), Utc::now())
@@ -64,7 +68,7 @@ async fn pages_of_an_owner_and_a_roster_read_their_index_only() {
     assert_eq!(roster.len(), PAGE as usize);
     assert!(roster.iter().all(|h| h.slot_id == SlotId(3)));
     flush_statistics(reader).await;
-    let after = index_scans(&ctx, s).await;
+    let after = index_scans(&ctx, s, "holds").await;
 
     let read = |name: &str| {
         let (scans, entries) = (after.get(name), before.get(name));
@@ -85,18 +89,159 @@ async fn pages_of_an_owner_and_a_roster_read_their_index_only() {
     assert_eq!(read("$seq").1, 0, "the holds table was scanned");
 }
 
-/// Per index of holds: (scans, entries returned); `$seq` holds the table's sequential reads.
-async fn index_scans(ctx: &Ctx, schema: &str) -> std::collections::HashMap<String, (i64, i64)> {
+/// Per index of `table`: (scans, entries returned); `$seq` holds the table's sequential scans
+/// and rows read by them.
+async fn index_scans(
+    ctx: &Ctx,
+    schema: &str,
+    table: &str,
+) -> std::collections::HashMap<String, (i64, i64)> {
     let rows: Vec<(String, i64, i64)> = sqlx::query_as(
         "SELECT indexrelname::text, coalesce(idx_scan, 0)::int8, coalesce(idx_tup_read, 0)::int8 \
-         FROM pg_stat_user_indexes WHERE schemaname = $1 AND relname = 'holds' \
+         FROM pg_stat_user_indexes WHERE schemaname = $1 AND relname = $2 \
          UNION ALL \
          SELECT '$seq', coalesce(seq_scan, 0)::int8, coalesce(seq_tup_read, 0)::int8 \
-         FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = 'holds'",
+         FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = $2",
     )
     .bind(schema)
+    .bind(table)
     .fetch_all(ctx.pool())
     .await
     .unwrap();
     rows.into_iter().map(|(n, a, b)| (n, (a, b))).collect()
+}
+
+/// Slots in the listing fixture: `RESOURCES` resources take turns, every fifth slot has none.
+const LISTED_SLOTS: i64 = 20_000;
+const RESOURCES: i64 = 40;
+
+/// A page of the operator's listing, with or without a resource and started deep inside the
+/// slots, reads one range of its index (`slots_starts_at_id` or `slots_by_resource`): about a
+/// page of entries, never the slots table; and each listed slot's held units through the
+/// partial index of held holds, one probe per listed slot, never the holds table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_of_the_slot_listing_reads_one_index_range() {
+    let Some(ctx) = setup("slot_listing_pages").await else {
+        return;
+    };
+    let s = ctx.schema();
+    let writer = one_connection(&ctx.url).await;
+    for statement in [
+        format!(
+            "INSERT INTO \"{s}\".slots (starts_at, ends_at, capacity, remaining, resource) \
+             SELECT now() + g * interval '1 hour', now() + g * interval '1 hour' + interval '30 minutes', \
+                    10, 7, CASE WHEN g % 5 = 0 THEN NULL ELSE 'r-' || g % {RESOURCES} END \
+             FROM generate_series(1, {LISTED_SLOTS}) g"
+        ),
+        // Two held units per slot, one expired and one active, and confirmed history.
+        format!(
+            "INSERT INTO \"{s}\".holds (slot_id, idempotency_key, status, expires_at, created_at, \
+                                        quantity) \
+             SELECT 1 + g % {LISTED_SLOTS}, 'k-' || g, \
+                    CASE WHEN g < 2 * {LISTED_SLOTS} THEN 'held' ELSE 'confirmed' END, \
+                    now() + CASE WHEN g < {LISTED_SLOTS} THEN interval '-1 hour' ELSE interval '1 day' END, \
+                    now(), 1 \
+             FROM generate_series(0, 3 * {LISTED_SLOTS} - 1) g"
+        ),
+        format!("ANALYZE \"{s}\".slots"),
+        format!("ANALYZE \"{s}\".holds"),
+    ] {
+        sqlx::query(&statement).execute(&writer).await.unwrap();
+    }
+    // Cursors in the middle: after slot 10000, and after a slot of r-7 near it; the pages end
+    // before slot 18000. (A bound past the ends of the planner's histogram of `starts_at`, as
+    // no bound is, makes the planner read the index's actual first or last entry while
+    // planning, which the statistics would count as one more scan: it reads nothing else.)
+    let cursor = |id: i64| {
+        let writer = writer.clone();
+        async move {
+            let (starts_at, id): (Timestamp, i64) = sqlx::query_as(&format!(
+                "SELECT starts_at, id FROM \"{s}\".slots WHERE id = $1"
+            ))
+            .bind(id)
+            .fetch_one(&writer)
+            .await
+            .unwrap();
+            SlotCursor {
+                starts_at,
+                slot_id: SlotId(id),
+            }
+        }
+    };
+    let (middle, middle_of_r7) = (cursor(10_000).await, cursor(10_007).await);
+    let to = cursor(18_000).await.starts_at;
+    flush_statistics(writer).await;
+
+    let reader = one_connection(&ctx.url).await;
+    let store = PostgresStore::with_schema(reader.clone(), s).unwrap();
+    let (slots_before, holds_before) = (
+        index_scans(&ctx, s, "slots").await,
+        index_scans(&ctx, s, "holds").await,
+    );
+    let all = store
+        .list_slots(
+            &SlotFilter::all().to(to),
+            SlotPageRequest::after(middle, PAGE),
+            Utc::now(),
+        )
+        .await
+        .unwrap()
+        .outcome;
+    let r7 = ResourceId::new("r-7").unwrap();
+    let of_r7 = store
+        .list_slots(
+            &SlotFilter::all().resource(r7.clone()).to(to),
+            SlotPageRequest::after(middle_of_r7, PAGE),
+            Utc::now(),
+        )
+        .await
+        .unwrap()
+        .outcome;
+    flush_statistics(reader).await;
+    let (slots_after, holds_after) = (
+        index_scans(&ctx, s, "slots").await,
+        index_scans(&ctx, s, "holds").await,
+    );
+
+    assert_eq!(all.len(), PAGE as usize);
+    assert_eq!(all[0].slot.slot_id, SlotId(10_001));
+    assert_eq!(of_r7.len(), PAGE as usize);
+    assert!(of_r7.iter().all(|u| u.slot.resource.as_ref() == Some(&r7)));
+    assert_eq!(of_r7[0].slot.slot_id, SlotId(10_047));
+    for usage in all.iter().chain(&of_r7) {
+        assert_eq!((usage.held, usage.expired, usage.confirmed()), (1, 1, 1));
+    }
+
+    let read = |after: &std::collections::HashMap<String, (i64, i64)>,
+                before: &std::collections::HashMap<String, (i64, i64)>,
+                name: &str| match (after.get(name), before.get(name)) {
+        (Some(a), Some(b)) => (a.0 - b.0, a.1 - b.1),
+        _ => panic!("no statistics for {name}: {after:?}"),
+    };
+    let by_start = read(&slots_after, &slots_before, "slots_starts_at_id");
+    let by_resource = read(&slots_after, &slots_before, "slots_by_resource");
+    assert_eq!((by_start.0, by_resource.0), (1, 1), "{slots_after:?}");
+    for (index, entries) in [
+        ("slots_starts_at_id", by_start.1),
+        ("slots_by_resource", by_resource.1),
+    ] {
+        assert!(
+            entries <= i64::from(PAGE) + 1,
+            "a page of {PAGE} read {entries} entries of {index} ({LISTED_SLOTS} slots)"
+        );
+    }
+    assert_eq!(
+        read(&slots_after, &slots_before, "$seq").1,
+        0,
+        "the slots table was scanned"
+    );
+    // Held units: one probe of the held holds' index per listed slot, two entries each.
+    let held = read(&holds_after, &holds_before, "holds_held_by_slot_expiry");
+    assert_eq!(held.0, 2 * i64::from(PAGE), "{holds_after:?}");
+    assert!(held.1 <= 2 * 2 * i64::from(PAGE), "{held:?}");
+    assert_eq!(
+        read(&holds_after, &holds_before, "$seq").1,
+        0,
+        "the holds table was scanned"
+    );
 }

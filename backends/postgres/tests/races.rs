@@ -247,3 +247,172 @@ async fn racing_holds_confirms_cancels_and_reclaims_never_deadlock() {
         assert_invariant(&a, slot_id).await;
     }
 }
+
+/// Units of holds on `slot_id` that are active at `now` or confirmed, counted with SQL.
+async fn active_or_confirmed(
+    store: &slot_booking_postgres::PostgresStore,
+    slot_id: slot_booking::SlotId,
+    now: slot_booking::Timestamp,
+) -> i64 {
+    sqlx::query_scalar(&format!(
+        "SELECT count(*) FROM \"{}\".holds WHERE slot_id = $1 \
+           AND (status = 'confirmed' OR (status = 'held' AND expires_at > $2))",
+        store.schema()
+    ))
+    .bind(slot_id.get())
+    .bind(now)
+    .fetch_one(store.pool())
+    .await
+    .unwrap()
+}
+
+/// A removal decided while holds on the same slot commit, each from a pool of its own (three
+/// processes, in effect), released together, over many rounds; every other round the slot is
+/// full of an expired hold, so the holds and the removal go through their reclaiming
+/// statements. Whichever wins, a removed slot never has an active or confirmed hold: the
+/// removal decides on the slot row's `remaining = capacity`, which a hold in flight has
+/// already lowered (or, removed first, the hold's re-checked `removed_at IS NULL` refuses it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn removals_racing_holds_never_leave_a_hold_on_a_removed_slot() {
+    use slot_booking::{Scope, SlotChange};
+    let Some(ctx) = setup("removals_racing_holds").await else {
+        return;
+    };
+    let stores = [
+        Arc::new(ctx.store.clone()),
+        Arc::new(ctx.second_store().await),
+        Arc::new(ctx.second_store().await),
+    ];
+    const ROUNDS: usize = 120;
+    let (mut removed, mut refused) = (0, 0);
+    for round in 0..ROUNDS {
+        let slot_id = slot(&*stores[0], 2).await;
+        let now = if round % 2 == 1 {
+            // Both units taken by a hold that has expired by at(600).
+            let k = key(&format!("r{round}-old"));
+            let mut old = request(slot_id, &k, at(0));
+            old.quantity = 2;
+            assert!(matches!(
+                stores[0].create_hold(old).await.unwrap().outcome,
+                HoldOutcome::Created(_)
+            ));
+            at(600)
+        } else {
+            at(0)
+        };
+        let barrier = Arc::new(tokio::sync::Barrier::new(3));
+        let holds: Vec<_> = (0..2)
+            .map(|i| {
+                let (store, barrier) = (Arc::clone(&stores[i]), Arc::clone(&barrier));
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    let outcome = hold(&*store, slot_id, &format!("r{round}-h{i}"), now).await;
+                    if let HoldOutcome::Created(h) = &outcome {
+                        store
+                            .confirm_hold(h.hold_id, &Scope::BackOffice, now + Duration::seconds(1))
+                            .await
+                            .unwrap();
+                    }
+                    outcome
+                })
+            })
+            .collect();
+        let removal = {
+            let (store, barrier) = (Arc::clone(&stores[2]), Arc::clone(&barrier));
+            tokio::spawn(async move {
+                barrier.wait().await;
+                store.remove_slot(slot_id, now).await.unwrap().outcome
+            })
+        };
+        let mut created = 0;
+        for task in holds {
+            match task.await.unwrap() {
+                HoldOutcome::Created(_) => created += 1,
+                HoldOutcome::SlotNotFound => {}
+                other => panic!("round {round}: unexpected hold outcome {other:?}"),
+            }
+        }
+        let removal = removal.await.unwrap();
+        let stored = stores[0].get_slot(slot_id).await.unwrap().unwrap();
+        let taken = active_or_confirmed(&stores[0], slot_id, now + Duration::seconds(2)).await;
+        match removal {
+            SlotChange::Applied(slot) => {
+                removed += 1;
+                assert_eq!(stored, slot, "round {round}");
+                assert!(stored.removed_at.is_some(), "round {round}");
+                assert_eq!(
+                    (created, taken),
+                    (0, 0),
+                    "round {round}: a hold on a removed slot"
+                );
+                assert_eq!(stored.remaining, stored.capacity, "round {round}");
+            }
+            SlotChange::InUse(usage) => {
+                refused += 1;
+                assert!(stored.removed_at.is_none(), "round {round}");
+                assert!(
+                    created >= 1,
+                    "round {round}: refused with nothing held: {usage:?}"
+                );
+                assert_eq!(taken, created, "round {round}");
+            }
+            SlotChange::NotFound => panic!("round {round}: the slot went missing"),
+        }
+        assert_invariant(&stores[0], slot_id).await;
+    }
+    // Both orders happen: the race is real.
+    eprintln!("removals racing holds: {removed} removed, {refused} refused in {ROUNDS} rounds");
+    assert!(
+        removed > 0 && refused > 0,
+        "{removed} removed, {refused} refused"
+    );
+}
+
+/// A slot full of one expired multi-unit hold, then as many one-unit holds as it has units,
+/// racing from two pools: every one is created. The first to lock the slot reclaims all the
+/// units; the others were already past their fast path (no unit in their snapshot) and lock
+/// the slot after it, finding no expired hold left to reclaim but units free on the locked
+/// row. Each decides on the `remaining` its lock returned: a condition on the row as of its
+/// snapshot (where the units were still taken) refused them as sold out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reclaiming_holds_racing_each_other_sell_every_reclaimed_unit() {
+    let Some(ctx) = setup("reclaiming_holds_sell_every_unit").await else {
+        return;
+    };
+    let stores = [
+        Arc::new(ctx.store.clone()),
+        Arc::new(ctx.second_store().await),
+    ];
+    const UNITS: usize = 4;
+    for round in 0..30 {
+        let slot_id = slot(&*stores[0], UNITS as i32).await;
+        let k = key(&format!("r{round}-old"));
+        let mut old = request(slot_id, &k, at(0));
+        old.quantity = UNITS as i32;
+        assert!(matches!(
+            stores[0].create_hold(old).await.unwrap().outcome,
+            HoldOutcome::Created(_)
+        ));
+        let barrier = Arc::new(tokio::sync::Barrier::new(UNITS));
+        let tasks: Vec<_> = (0..UNITS)
+            .map(|i| {
+                let (store, barrier) = (Arc::clone(&stores[i % 2]), Arc::clone(&barrier));
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    hold(&*store, slot_id, &format!("r{round}-n{i}"), at(600)).await
+                })
+            })
+            .collect();
+        for task in tasks {
+            let outcome = task.await.unwrap();
+            assert!(
+                matches!(outcome, HoldOutcome::Created(_)),
+                "round {round}: {outcome:?}"
+            );
+        }
+        assert_eq!(
+            counts(&stores[0], slot_id).await,
+            (UNITS as i64, 0, UNITS as i64, 0)
+        );
+    }
+}

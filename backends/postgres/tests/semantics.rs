@@ -182,10 +182,27 @@ async fn tables_live_in_the_configured_schema() {
         "holds_by_owner ON",
         "(owner, id) WHERE (owner IS NOT NULL)",
         "holds_by_slot ON",
+        "slots_by_resource ON",
+        "(resource, starts_at, id) WHERE (resource IS NOT NULL)",
     ] {
         assert!(
             indexes.iter().any(|d| d.contains(wanted)),
             "{wanted}: {indexes:?}"
+        );
+    }
+    // Every hold, cancel and slot change updates a slot row: it stays a HOT update (no new
+    // index entries) only while no index of slots keys, includes or filters on what they write.
+    let slot_indexes: Vec<String> = sqlx::query_scalar(
+        "SELECT indexdef FROM pg_indexes WHERE schemaname = $1 AND tablename = 'slots'",
+    )
+    .bind(ctx.schema())
+    .fetch_all(ctx.pool())
+    .await
+    .unwrap();
+    for written in ["capacity", "remaining", "closed", "removed_at"] {
+        assert!(
+            slot_indexes.iter().all(|d| !d.contains(written)),
+            "{written}: {slot_indexes:?}"
         );
     }
 }
