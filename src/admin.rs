@@ -53,57 +53,15 @@ use serde::{Deserialize, Serialize};
 
 use crate::engine::{detached, guarded, BookingEngine};
 use crate::error::BookingError;
-use crate::model::{rfc3339, InvalidSlot, ResourceId, Slot, SlotId, Timestamp, MAX_PAGE_SIZE};
+use crate::model::{
+    rfc3339, AvailabilityQuery, InvalidSlot, ResourceId, Slot, SlotId, Timestamp, MAX_PAGE_SIZE,
+};
 use crate::store::{Decided, SlotChange, Store};
 
-/// Which slots the operator's listing ([`BookingEngine::list_slots`]) shows: every slot, past,
-/// closed and removed ones included, narrowed by resource and by `starts_at` in `[from, to)`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SlotFilter {
-    /// Only the slots of this resource.
-    #[serde(default)]
-    pub resource: Option<ResourceId>,
-    /// Inclusive lower bound on `starts_at`.
-    #[serde(default, with = "rfc3339::option")]
-    pub from: Option<Timestamp>,
-    /// Exclusive upper bound on `starts_at`.
-    #[serde(default, with = "rfc3339::option")]
-    pub to: Option<Timestamp>,
-}
-
-impl SlotFilter {
-    /// Every slot.
-    pub fn all() -> Self {
-        Self::default()
-    }
-
-    /// Only the slots of `resource`.
-    pub fn resource(mut self, resource: ResourceId) -> Self {
-        self.resource = Some(resource);
-        self
-    }
-
-    /// Slots starting at or after `from`.
-    pub fn from(mut self, from: Timestamp) -> Self {
-        self.from = Some(from);
-        self
-    }
-
-    /// Slots starting before `to`.
-    pub fn to(mut self, to: Timestamp) -> Self {
-        self.to = Some(to);
-        self
-    }
-
-    /// Whether `slot` passes the filter.
-    pub fn admits(&self, slot: &Slot) -> bool {
-        self.resource
-            .as_ref()
-            .is_none_or(|r| slot.resource.as_ref() == Some(r))
-            && self.from.is_none_or(|from| slot.starts_at >= from)
-            && self.to.is_none_or(|to| slot.starts_at < to)
-    }
-}
+/// Which slots the operator's listing ([`BookingEngine::list_slots`]) shows: the narrowing of
+/// an availability query (a resource, `starts_at` in `[from, to)`), applied to every slot,
+/// past, closed and removed ones included.
+pub type SlotFilter = AvailabilityQuery;
 
 /// Where a page of the operator's listing starts: after the slot with this `starts_at` and id
 /// (the listing's order). Written `<microseconds since the epoch>_<slot id>` as text, for URLs.
@@ -395,11 +353,7 @@ impl<S: Store> BookingEngine<S> {
         if !(1..=MAX_PAGE_SIZE).contains(&page.limit) {
             return Err(BookingError::InvalidPage { limit: page.limit });
         }
-        if let (Some(from), Some(to)) = (filter.from, filter.to) {
-            if from > to {
-                return Err(BookingError::InvalidQuery);
-            }
-        }
+        filter.check()?;
         let now = self.clock().now();
         let read = guarded(self.store().list_slots(filter, page, now)).await?;
         let full = read.outcome.len() >= page.limit as usize;

@@ -23,6 +23,17 @@ use crate::engine::BookingEngine;
 use crate::model::{HoldId, NewSlot, SlotId, Timestamp};
 use crate::store::Store;
 
+/// Asserts `$result` is an error matching `$pattern` and evaluates to that error. Defined
+/// before the case modules so each of them can use it.
+macro_rules! assert_err {
+    ($result:expr, $pattern:pat) => {
+        match $result {
+            Err(error @ $pattern) => error,
+            other => panic!("expected {}, got {other:?}", stringify!($pattern)),
+        }
+    };
+}
+
 pub mod faults;
 pub mod kit;
 pub mod model;
@@ -174,6 +185,16 @@ where
     configured
 }
 
+/// An engine on `store` that caches availability for an hour, on a manual clock at
+/// [`epoch`], and the start of a slot an hour later: for cases about invalidation (R3).
+fn cached_engine<S: Store>(store: S) -> (BookingEngine<S>, Timestamp) {
+    let engine = BookingEngine::builder(store)
+        .cache_period(Duration::from_secs(3600))
+        .clock(ManualClock::new(epoch()))
+        .build();
+    (engine, epoch() + chrono::Duration::hours(1))
+}
+
 /// The first instant of every case's manual clock.
 pub fn epoch() -> Timestamp {
     Utc.with_ymd_and_hms(2030, 1, 1, 9, 0, 0)
@@ -290,7 +311,6 @@ mod case_bodies {
     };
     use crate::scope::Scope;
     use crate::store::Store;
-    use crate::BookingEngine;
 
     fn hours(n: i64) -> Duration {
         Duration::hours(n)
@@ -298,15 +318,6 @@ mod case_bodies {
 
     fn ttl() -> Duration {
         Duration::from_std(super::HOLD_TTL).expect("ttl fits")
-    }
-
-    macro_rules! assert_err {
-        ($result:expr, $pattern:pat) => {
-            match $result {
-                Err(error @ $pattern) => error,
-                other => panic!("expected {}, got {other:?}", stringify!($pattern)),
-            }
-        };
     }
 
     /// A hold on a free unit is `held`, expires after the hold lifetime and takes one unit.
@@ -789,12 +800,7 @@ mod case_bodies {
 
     /// With a real cache period, a cancel shows in the very next availability read (R3).
     pub(super) async fn cancel_shows_in_cached_availability_at_once<S: Store>(store: S) {
-        let clock = crate::ManualClock::new(super::epoch());
-        let engine = BookingEngine::builder(store)
-            .cache_period(std::time::Duration::from_secs(3600))
-            .clock(clock.clone())
-            .build();
-        let start = super::epoch() + hours(1);
+        let (engine, start) = super::cached_engine(store);
         let slot = engine
             .create_slot(NewSlot::new(start, start + hours(1), 1))
             .await

@@ -581,11 +581,7 @@ impl<S: Store> BookingEngine<S> {
         &self,
         query: AvailabilityQuery,
     ) -> Result<Availability, BookingError> {
-        if let (Some(from), Some(to)) = (query.from, query.to) {
-            if from > to {
-                return Err(BookingError::InvalidQuery);
-            }
-        }
+        query.check()?;
         // The loader takes its handles only when a load really starts: a hit clones nothing.
         // It reads the clock when the cache starts the load (after the cache noted the load's
         // start), so `read_at + age` never runs behind the clock.

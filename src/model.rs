@@ -196,7 +196,8 @@ pub struct AvailabilityEntry {
     pub resource: Option<ResourceId>,
 }
 
-/// Narrows an availability listing to slots whose `starts_at` lies in `[from, to)`, and
+/// Narrows a listing of slots — availability, or the operator's listing as a
+/// [`SlotFilter`](crate::SlotFilter) — to slots whose `starts_at` lies in `[from, to)`, and
 /// optionally to one resource's slots.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AvailabilityQuery {
@@ -233,6 +234,23 @@ impl AvailabilityQuery {
     pub fn resource(mut self, resource: ResourceId) -> Self {
         self.resource = Some(resource);
         self
+    }
+
+    /// Whether `slot` passes the filter (its resource and start; not whether it is selling).
+    pub fn admits(&self, slot: &Slot) -> bool {
+        self.resource
+            .as_ref()
+            .is_none_or(|r| slot.resource.as_ref() == Some(r))
+            && self.from.is_none_or(|from| slot.starts_at >= from)
+            && self.to.is_none_or(|to| slot.starts_at < to)
+    }
+
+    /// `invalid_query` when `from` is after `to`.
+    pub(crate) fn check(&self) -> Result<(), crate::BookingError> {
+        match (self.from, self.to) {
+            (Some(from), Some(to)) if from > to => Err(crate::BookingError::InvalidQuery),
+            _ => Ok(()),
+        }
     }
 }
 

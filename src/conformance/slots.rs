@@ -11,7 +11,7 @@ use crate::admin::{SlotCursor, SlotFilter, SlotPageRequest, SlotSummary};
 use crate::engine::NewHold;
 use crate::error::BookingError;
 use crate::model::{
-    AvailabilityQuery, HoldId, HoldStatus, InvalidSlot, NewSlot, ResourceId, SlotId,
+    AvailabilityQuery, Hold, HoldId, HoldStatus, InvalidSlot, NewSlot, ResourceId, SlotId,
 };
 use crate::scope::Scope;
 use crate::store::Store;
@@ -87,13 +87,40 @@ impl<S: Store> Fixture<S> {
     }
 }
 
-macro_rules! assert_err {
-    ($result:expr, $pattern:pat) => {
-        match $result {
-            Err(error @ $pattern) => error,
-            other => panic!("expected {}, got {other:?}", stringify!($pattern)),
-        }
-    };
+/// Three holds on one slot: two units held, one unit confirmed, one unit held for 60 s only.
+struct Mix {
+    two: Hold,
+    booked: Hold,
+    short: Hold,
+}
+
+impl Mix {
+    async fn on<S: Store>(f: &Fixture<S>, slot: SlotId) -> Mix {
+        let place = |request: NewHold| async { f.engine.place_hold(request).await.unwrap().hold };
+        let two = place(NewHold::new(slot, "two").quantity(2)).await;
+        let booked = place(NewHold::new(slot, "booked")).await;
+        let booked = f.engine.confirm(booked.hold_id).await.unwrap();
+        let short =
+            place(NewHold::new(slot, "short").lifetime(std::time::Duration::from_secs(60))).await;
+        Mix { two, booked, short }
+    }
+
+    fn ids(&self) -> [HoldId; 3] {
+        [self.two.hold_id, self.booked.hold_id, self.short.hold_id]
+    }
+}
+
+impl<S: Store> Fixture<S> {
+    /// The hold's status as stored (not resolved against the clock).
+    async fn stored_status(&self, hold_id: HoldId) -> Option<HoldStatus> {
+        self.engine
+            .store()
+            .get_hold(hold_id, &Scope::BackOffice, self.now())
+            .await
+            .expect("get_hold")
+            .outcome
+            .map(|h| h.status)
+    }
 }
 
 /// Slots may belong to a resource: entries carry it, and availability narrowed to one
@@ -179,21 +206,9 @@ pub(super) async fn raising_capacity_adds_free_units<S: Store>(store: S) {
 pub(super) async fn lowering_capacity_takes_only_free_units<S: Store>(store: S) {
     let f = Fixture::new(store);
     let slot = f.slot(8, hours(2)).await;
-    let two = f
-        .engine
-        .place_hold(NewHold::new(slot, "two").quantity(2))
-        .await
-        .unwrap()
-        .hold;
-    let booked = f.engine.hold(slot, "booked").await.unwrap().hold;
-    f.engine.confirm(booked.hold_id).await.unwrap();
-    let short = f
-        .engine
-        .place_hold(NewHold::new(slot, "short").lifetime(std::time::Duration::from_secs(60)))
-        .await
-        .unwrap()
-        .hold;
-    let holds = [two.hold_id, booked.hold_id, short.hold_id];
+
+    let mix = Mix::on(&f, slot).await;
+    let holds = mix.ids();
     // Taken: 2 held + 1 confirmed + 1 held (short) = 4 of 8.
     let lowered = f.engine.change_capacity(slot, 5).await.unwrap();
     assert_eq!((lowered.capacity, lowered.remaining), (5, 1));
@@ -221,31 +236,21 @@ pub(super) async fn lowering_capacity_takes_only_free_units<S: Store>(store: S) 
             ..
         })
     ));
-    let stored = f
-        .engine
-        .store()
-        .get_hold(short.hold_id, &Scope::BackOffice, f.now())
-        .await
-        .unwrap()
-        .outcome
-        .map(|h| h.status);
+
     assert_eq!(
-        stored,
+        f.stored_status(mix.short.hold_id).await,
         Some(HoldStatus::Held),
         "a refused change reclaims nothing"
     );
     // Down to exactly the units taken fits by reclaiming the expired unit.
     let exact = f.engine.change_capacity(slot, 3).await.unwrap();
     assert_eq!((exact.capacity, exact.remaining), (3, 0));
-    let stored = f
-        .engine
-        .store()
-        .get_hold(short.hold_id, &Scope::BackOffice, f.now())
-        .await
-        .unwrap()
-        .outcome
-        .map(|h| h.status);
-    assert_eq!(stored, Some(HoldStatus::Expired), "reclaimed to make room");
+
+    assert_eq!(
+        f.stored_status(mix.short.hold_id).await,
+        Some(HoldStatus::Expired),
+        "reclaimed to make room"
+    );
     assert_err!(
         f.engine.hold(slot, "more").await,
         BookingError::SoldOut { .. }
@@ -253,7 +258,7 @@ pub(super) async fn lowering_capacity_takes_only_free_units<S: Store>(store: S) 
     f.assert_invariant(slot, &holds).await;
 
     // Cancelling gives units back and makes room to lower further.
-    f.engine.cancel(two.hold_id).await.unwrap();
+    f.engine.cancel(mix.two.hold_id).await.unwrap();
     let one = f.engine.change_capacity(slot, 1).await.unwrap();
     assert_eq!((one.capacity, one.remaining), (1, 0));
     f.assert_invariant(slot, &holds).await;
@@ -348,21 +353,9 @@ pub(super) async fn closed_slots_refuse_new_holds_and_keep_their_holds<S: Store>
 pub(super) async fn removal_needs_a_slot_with_nothing_held_or_confirmed<S: Store>(store: S) {
     let f = Fixture::new(store);
     let slot = f.slot(6, hours(2)).await;
-    let held = f
-        .engine
-        .place_hold(NewHold::new(slot, "held").quantity(2))
-        .await
-        .unwrap()
-        .hold;
-    let booked = f.engine.hold(slot, "booked").await.unwrap().hold;
-    f.engine.confirm(booked.hold_id).await.unwrap();
-    let short = f
-        .engine
-        .place_hold(NewHold::new(slot, "short").lifetime(std::time::Duration::from_secs(60)))
-        .await
-        .unwrap()
-        .hold;
-    let holds = [held.hold_id, booked.hold_id, short.hold_id];
+
+    let mix = Mix::on(&f, slot).await;
+    let holds = mix.ids();
     let error = assert_err!(
         f.engine.remove_slot(slot).await,
         BookingError::SlotInUse { .. }
@@ -381,7 +374,7 @@ pub(super) async fn removal_needs_a_slot_with_nothing_held_or_confirmed<S: Store
     );
     assert_eq!(f.stored_slot(slot).await.removed_at, None);
 
-    f.engine.cancel(held.hold_id).await.unwrap();
+    f.engine.cancel(mix.two.hold_id).await.unwrap();
     assert!(matches!(
         f.engine.remove_slot(slot).await,
         Err(BookingError::SlotInUse {
@@ -390,7 +383,7 @@ pub(super) async fn removal_needs_a_slot_with_nothing_held_or_confirmed<S: Store
             ..
         })
     ));
-    f.engine.cancel(booked.hold_id).await.unwrap();
+    f.engine.cancel(mix.booked.hold_id).await.unwrap();
     assert!(matches!(
         f.engine.remove_slot(slot).await,
         Err(BookingError::SlotInUse {
@@ -421,7 +414,7 @@ pub(super) async fn removal_needs_a_slot_with_nothing_held_or_confirmed<S: Store
     assert!(replay.replayed, "a key's hold outlives its slot's removal");
     assert_eq!(replay.hold.status, HoldStatus::Cancelled);
     assert_eq!(
-        f.engine.get_hold(short.hold_id).await.unwrap().status,
+        f.engine.get_hold(mix.short.hold_id).await.unwrap().status,
         HoldStatus::Expired
     );
     for result in [
@@ -452,25 +445,8 @@ pub(super) async fn operator_listing_pages_every_slot_with_its_units<S: Store>(s
     let closed = f.resource_slot(3, hours(2), &room).await;
     let removed = f.slot(1, hours(3)).await;
     let late = f.resource_slot(4, hours(5), &room).await;
-    let two = f
-        .engine
-        .place_hold(NewHold::new(busy, "two").quantity(2))
-        .await
-        .unwrap()
-        .hold;
-    let booked = f
-        .engine
-        .place_hold(NewHold::new(busy, "booked").quantity(3))
-        .await
-        .unwrap()
-        .hold;
-    f.engine.confirm(booked.hold_id).await.unwrap();
-    let short = f
-        .engine
-        .place_hold(NewHold::new(busy, "short").lifetime(std::time::Duration::from_secs(60)))
-        .await
-        .unwrap()
-        .hold;
+
+    let mix = Mix::on(&f, busy).await;
     f.engine.close_sales(closed).await.unwrap();
     f.engine.remove_slot(removed).await.unwrap();
     // The first slot starts and the short hold expires; the others stay active.
@@ -500,7 +476,7 @@ pub(super) async fn operator_listing_pages_every_slot_with_its_units<S: Store>(s
                 busy_row.held,
                 busy_row.confirmed
             ),
-            (10, 5, 2, 3)
+            (10, 7, 2, 1)
         );
         assert_eq!(busy_row.resource.as_ref(), Some(&room));
         assert!(all[2].closed && all[3].removed_at.is_some());
@@ -548,18 +524,13 @@ pub(super) async fn operator_listing_pages_every_slot_with_its_units<S: Store>(s
             .await,
         BookingError::InvalidQuery
     );
-    f.assert_invariant(busy, &[two.hold_id, booked.hold_id, short.hold_id])
-        .await;
+
+    f.assert_invariant(busy, &mix.ids()).await;
 }
 
 /// With a real cache period, every slot change shows in the very next availability read (R3).
 pub(super) async fn slot_changes_show_in_cached_availability_at_once<S: Store>(store: S) {
-    let clock = crate::ManualClock::new(super::epoch());
-    let engine = BookingEngine::builder(store)
-        .cache_period(std::time::Duration::from_secs(3600))
-        .clock(clock.clone())
-        .build();
-    let start = super::epoch() + hours(1);
+    let (engine, start) = super::cached_engine(store);
     let slot = engine
         .create_slot(NewSlot::new(start, start + hours(1), 2))
         .await
