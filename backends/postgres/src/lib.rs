@@ -580,23 +580,27 @@ impl PostgresStore {
             .fetch_all(&self.pool)
             .await
             .map_err(map_err)?;
-        let at = first_instant(&rows, "a page query")?;
-        // The one row of an empty page has no hold.
-        let holds = rows
-            .iter()
-            .filter_map(|row| optional_hold(row).transpose())
-            .collect::<Result<_, _>>()?;
-        Ok(Decided::new(at, holds))
+        listed(&rows, "a page query", optional_hold)
     }
 }
 
-/// The `decided_at` of a statement that always returns at least one row (the instant, with
-/// NULL columns when there is nothing to list).
-fn first_instant(rows: &[PgRow], statement: &str) -> Result<Timestamp, StoreError> {
-    match rows.first() {
-        Some(row) => row.try_get("decided_at").map_err(map_err),
-        None => Err(StoreError::failed(format!("{statement} returned no row"))),
-    }
+/// The listing of a statement that always returns at least one row: its `decided_at`, and
+/// what `item` makes of each row (the one row of an empty listing, with NULL columns but the
+/// instant, makes nothing).
+fn listed<T>(
+    rows: &[PgRow],
+    statement: &str,
+    item: impl Fn(&PgRow) -> Result<Option<T>, StoreError>,
+) -> Result<Decided<Vec<T>>, StoreError> {
+    let at = match rows.first() {
+        Some(row) => row.try_get("decided_at").map_err(map_err)?,
+        None => return Err(StoreError::failed(format!("{statement} returned no row"))),
+    };
+    let items = rows
+        .iter()
+        .filter_map(|row| item(row).transpose())
+        .collect::<Result<_, _>>()?;
+    Ok(Decided::new(at, items))
 }
 
 /// The row's `id`, NULL in the one row of an empty answer.
@@ -644,23 +648,20 @@ impl Store for PostgresStore {
             .fetch_all(&self.pool)
             .await
             .map_err(map_err)?;
-        let at = first_instant(&rows, "availability")?;
-        let mut entries = Vec::with_capacity(rows.len());
-        for row in &rows {
+        listed(&rows, "availability", |row| {
             // The one row of an empty listing has no slot.
             let Some(slot_id) = row_id(row)? else {
-                continue;
+                return Ok(None);
             };
-            entries.push(AvailabilityEntry {
+            Ok(Some(AvailabilityEntry {
                 slot_id: SlotId(slot_id),
                 starts_at: row.try_get("starts_at").map_err(map_err)?,
                 ends_at: row.try_get("ends_at").map_err(map_err)?,
                 capacity: row.try_get("capacity").map_err(map_err)?,
                 remaining: row.try_get("available").map_err(map_err)?,
                 resource: resource_from_row(row)?,
-            });
-        }
-        Ok(Decided::new(at, entries))
+            }))
+        })
     }
 
     async fn create_hold(
@@ -850,13 +851,7 @@ impl Store for PostgresStore {
             query = query.bind(resource.as_str());
         }
         let rows = query.fetch_all(&self.pool).await.map_err(map_err)?;
-        let at = first_instant(&rows, "the slot listing")?;
-        // The one row of an empty page has no slot.
-        let slots = rows
-            .iter()
-            .filter_map(|row| usage_from_row(row).transpose())
-            .collect::<Result<_, _>>()?;
-        Ok(Decided::new(at, slots))
+        listed(&rows, "the slot listing", usage_from_row)
     }
 }
 

@@ -109,9 +109,9 @@ fn usage_of_sl(s: &str) -> String {
 /// lock the slot row (not removed) first, then, only if the slot's expired held units would
 /// make the change fit (`fits` of an expression of the free units and one of the capacity),
 /// mark those holds expired; one update of the slot gives back the units actually reclaimed and,
-/// if the change fits on the locked row with them, applies `set` (assignments written against
-/// the row before the update, `sl`, with `{fits}` standing for the condition and `{now}` for
-/// the instant). Returns the slot as updated and whether the change was applied (`applied`,
+/// if the change fits on the locked row with them, applies `set` (assignments computed from the
+/// locked row `s`, never from `sl`: see below; `{fits}` stands for the condition and `{now}`
+/// for the instant). Returns the slot as updated and whether the change was applied (`applied`,
 /// read off the updated row), or no row when nothing changed.
 ///
 /// The estimate `e` is read at the statement's snapshot, which may predate the lock: it only
@@ -131,6 +131,18 @@ fn reclaim_then_change(
     // statement holds the lock. Not on `sl`: the update first tests its WHERE on the row as of
     // the statement's snapshot and skips a row that fails it there without looking at its
     // latest version (units freed while this statement waited for the lock).
+    //
+    // The new values come from `s` too. The update first projects the new row from the row as
+    // of its snapshot and checks the table's CHECK constraints on that projection, before it
+    // finds that the row has a newer version and projects again from that one. Written against
+    // a row older than the lock (units given back since the snapshot), the first projection
+    // can be negative and fail `remaining >= 0` although the change fits, and the caller would
+    // get a constraint violation. `s` is the latest version and no one can change it while the
+    // lock is held, so both projections are the same and correct. Every column a CHECK
+    // relates (`remaining`, `capacity`) is written from `s`, even when unchanged: a projection
+    // mixing `s.remaining` with the snapshot's `capacity` fails `remaining <= capacity` after a
+    // concurrent raise of the capacity
+    // (`tests/lock_paths.rs`, `a_change_waiting_behind_a_give_back_sees_the_units_returned`).
     let fits_locked = fits("s.remaining + u.units", "s.capacity");
     let set = set.replace("{fits}", &fits_locked).replace("{now}", now);
     format!(
@@ -305,10 +317,14 @@ impl Statements {
             // which nobody can change while the statement holds it: a condition on `sl` would
             // first be tested on the row as of the statement's snapshot, and a row that failed
             // it there (a unit freed by a statement that committed while this one waited for
-            // the lock) would be skipped without a look at its latest version.
+            // the lock) would be skipped without a look at its latest version. The new
+            // `remaining` is computed from `s` as well, and `capacity` written from it, for the
+            // reason `reclaim_then_change` gives: the decision and the write read the same,
+            // latest, row, and the row checked before the update is of one version.
             hold_reclaim: format!(
                 "WITH s AS ( \
-                     SELECT id, remaining FROM {s}.slots WHERE id = $1 AND starts_at > {now3} \
+                     SELECT id, remaining, capacity FROM {s}.slots \
+                     WHERE id = $1 AND starts_at > {now3} \
                        AND NOT closed AND removed_at IS NULL \
                      FOR NO KEY UPDATE), \
                  e AS ( \
@@ -323,8 +339,9 @@ impl Statements {
                  u AS (SELECT coalesce(sum(quantity), 0)::int4 AS units FROM r), \
                  dec AS ( \
                      UPDATE {s}.slots sl \
-                     SET remaining = sl.remaining + u.units \
-                         - CASE WHEN sl.remaining + u.units >= $5 THEN $5 ELSE 0 END \
+                     SET remaining = s.remaining + u.units \
+                         - CASE WHEN s.remaining + u.units >= $5 THEN $5 ELSE 0 END, \
+                         capacity = s.capacity \
                      FROM s, u WHERE sl.id = s.id AND (u.units > 0 OR s.remaining >= $5) \
                      RETURNING sl.id, s.remaining + u.units >= $5 AS took), \
                  {insert_hold}"
@@ -389,9 +406,9 @@ impl Statements {
                 &s,
                 &now2,
                 |free, capacity| format!("{free} + ($3::int8 - {capacity}) >= 0"),
-                "remaining = (sl.remaining + u.units \
-                     + CASE WHEN {fits} THEN $3::int8 - sl.capacity ELSE 0 END)::int4, \
-                 capacity = CASE WHEN {fits} THEN $3 ELSE sl.capacity END",
+                "remaining = (s.remaining + u.units \
+                     + CASE WHEN {fits} THEN $3::int8 - s.capacity ELSE 0 END)::int4, \
+                 capacity = CASE WHEN {fits} THEN $3 ELSE s.capacity END",
                 // Not applied leaves the capacity as it was, which was not `$3`: at `$3` the
                 // change takes no unit and always fits.
                 "capacity = $3",
@@ -419,8 +436,8 @@ impl Statements {
                 &s,
                 &now2,
                 |free, capacity| format!("{free} = {capacity}"),
-                "remaining = (sl.remaining + u.units)::int4, \
-                 removed_at = CASE WHEN {fits} THEN {now} ELSE sl.removed_at END",
+                "remaining = (s.remaining + u.units)::int4, capacity = s.capacity, \
+                 removed_at = CASE WHEN {fits} THEN {now} ELSE NULL END",
                 "removed_at IS NOT NULL",
             ),
             // After a change that changed nothing: the slot and its held units, in one read,

@@ -39,6 +39,20 @@ async fn statuses(store: &PostgresStore, ids: &[HoldId]) -> Vec<String> {
     out
 }
 
+/// The change of `slot_id`'s capacity to `capacity` at `now` (seconds after `t0`).
+async fn capacity_change(
+    store: &PostgresStore,
+    slot_id: SlotId,
+    capacity: i32,
+    now: i64,
+) -> SlotChange {
+    store
+        .change_capacity(slot_id, capacity, at(now))
+        .await
+        .unwrap()
+        .outcome
+}
+
 fn in_use(change: SlotChange) -> SlotUsage {
     match change {
         SlotChange::InUse(usage) => usage,
@@ -70,13 +84,7 @@ async fn changes_reclaim_expired_holds_only_when_that_makes_them_fit() {
     let c = held(store, slot_id, "c", 400).await;
 
     // To 1: needs both expired units. Reclaimed and changed in one update.
-    let changed = applied(
-        store
-            .change_capacity(slot_id, 1, at(600))
-            .await
-            .unwrap()
-            .outcome,
-    );
+    let changed = applied(capacity_change(store, slot_id, 1, 600).await);
     assert_eq!((changed.capacity, changed.remaining), (1, 0));
     assert_eq!(
         statuses(store, &[a, b, c]).await,
@@ -95,24 +103,12 @@ async fn changes_reclaim_expired_holds_only_when_that_makes_them_fit() {
     assert_eq!((usage.held, usage.expired, usage.confirmed()), (2, 1, 0));
     assert_eq!(usage.slot.remaining, 0);
     // Lowering to 1 would need an active unit too: refused, the expired one stays held.
-    let usage = in_use(
-        store
-            .change_capacity(other, 1, at(600))
-            .await
-            .unwrap()
-            .outcome,
-    );
+    let usage = in_use(capacity_change(store, other, 1, 600).await);
     assert_eq!((usage.held, usage.expired, usage.taken()), (2, 1, 2));
     assert_eq!(statuses(store, &[d, e, f]).await, ["held", "held", "held"]);
     assert_eq!(counts(store, other).await, (3, 0, 3, 0));
     // To 2 fits with the expired unit reclaimed.
-    let changed = applied(
-        store
-            .change_capacity(other, 2, at(600))
-            .await
-            .unwrap()
-            .outcome,
-    );
+    let changed = applied(capacity_change(store, other, 2, 600).await);
     assert_eq!((changed.capacity, changed.remaining), (2, 0));
     assert_eq!(
         statuses(store, &[d, e, f]).await,
@@ -158,7 +154,7 @@ async fn removed_and_closed_slots() {
         .collect();
     assert_eq!(listed, [y]);
     // Closed slots still change capacity and can be removed.
-    applied(store.change_capacity(x, 5, at(0)).await.unwrap().outcome);
+    applied(capacity_change(store, x, 5, 0).await);
     assert!(!applied(store.set_closed(x, false, at(0)).await.unwrap().outcome).closed);
     assert!(matches!(
         hold(store, x, "k2", at(0)).await,
@@ -173,14 +169,10 @@ async fn removed_and_closed_slots() {
     ));
     for change in [
         store.set_closed(y, true, at(2)).await.unwrap().outcome,
-        store.change_capacity(y, 9, at(2)).await.unwrap().outcome,
+        capacity_change(store, y, 9, 2).await,
         store.remove_slot(y, at(2)).await.unwrap().outcome,
         store.remove_slot(SlotId(999), at(2)).await.unwrap().outcome,
-        store
-            .change_capacity(SlotId(999), 9, at(2))
-            .await
-            .unwrap()
-            .outcome,
+        capacity_change(store, SlotId(999), 9, 2).await,
         store
             .set_closed(SlotId(999), true, at(2))
             .await
@@ -219,39 +211,17 @@ async fn capacity_arithmetic_does_not_overflow() {
     let store = &ctx.store;
     let slot_id = slot(store, i32::MAX).await;
     held(store, slot_id, "a", 0).await;
-    let slot = applied(
-        store
-            .change_capacity(slot_id, 1, at(1))
-            .await
-            .unwrap()
-            .outcome,
-    );
-    assert_eq!((slot.capacity, slot.remaining), (1, 0));
-    let slot = applied(
-        store
-            .change_capacity(slot_id, i32::MAX, at(1))
-            .await
-            .unwrap()
-            .outcome,
-    );
-    assert_eq!((slot.capacity, slot.remaining), (i32::MAX, i32::MAX - 1));
-    // Through the reclaiming statement: the hold has expired at(600).
-    let slot = applied(
-        store
-            .change_capacity(slot_id, 1, at(600))
-            .await
-            .unwrap()
-            .outcome,
-    );
-    assert_eq!((slot.capacity, slot.remaining), (1, 0));
-    let slot = applied(
-        store
-            .change_capacity(slot_id, i32::MAX, at(600))
-            .await
-            .unwrap()
-            .outcome,
-    );
-    assert_eq!((slot.capacity, slot.remaining), (i32::MAX, i32::MAX - 1));
+    // Down and up again at(1), then through the reclaiming statement: the hold has expired
+    // at(600).
+    for (capacity, now, remaining) in [
+        (1, 1, 0),
+        (i32::MAX, 1, i32::MAX - 1),
+        (1, 600, 0),
+        (i32::MAX, 600, i32::MAX - 1),
+    ] {
+        let slot = applied(capacity_change(store, slot_id, capacity, now).await);
+        assert_eq!((slot.capacity, slot.remaining), (capacity, remaining));
+    }
     assert_invariant(store, slot_id).await;
 }
 

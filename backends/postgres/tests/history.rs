@@ -9,7 +9,6 @@ mod common;
 use chrono::Utc;
 use common::*;
 use slot_booking::Store;
-use slot_booking_postgres::PostgresStore;
 
 /// Future slots in the fixture, and expired held holds on each.
 const FUTURE_SLOTS: i64 = 3;
@@ -25,8 +24,9 @@ async fn availability_reads_no_hold_of_a_started_slot() {
     };
     let s = ctx.schema();
     // The fixture on a connection of its own, whose statistics are flushed before counting.
-    let writer = one_connection(&ctx.url).await;
-    for statement in [
+    let writer = fixture(
+        &ctx.url,
+        [
         format!(
             "INSERT INTO \"{s}\".slots (starts_at, ends_at, capacity, remaining) \
              SELECT now() + g * interval '1 day', now() + g * interval '1 day' + interval '1 hour', \
@@ -51,10 +51,10 @@ async fn availability_reads_no_hold_of_a_started_slot() {
             "INSERT INTO \"{s}\".hold_keys (idempotency_key, hold_id) \
              SELECT idempotency_key, id FROM \"{s}\".holds"
         ),
-        format!("ANALYZE \"{s}\".slots, \"{s}\".holds"),
-    ] {
-        sqlx::query(&statement).execute(&writer).await.unwrap();
-    }
+            format!("ANALYZE \"{s}\".slots, \"{s}\".holds"),
+        ],
+    )
+    .await;
     let abandoned: i64 = sqlx::query_scalar(&format!(
         "SELECT count(*) FROM \"{s}\".holds h JOIN \"{s}\".slots sl ON sl.id = h.slot_id \
          WHERE sl.starts_at < now() AND h.status = 'held' AND h.expires_at < now()"
@@ -67,12 +67,11 @@ async fn availability_reads_no_hold_of_a_started_slot() {
     let before = hold_reads(&ctx, s).await;
 
     // One availability read on a connection of its own.
-    let reader = one_connection(&ctx.url).await;
-    let store = PostgresStore::with_schema(reader.clone(), s).unwrap();
+    let store = one_connection_store(&ctx).await;
     let entries = store.availability(Utc::now()).await.unwrap().outcome;
     assert_eq!(entries.len() as i64, FUTURE_SLOTS);
     assert!(entries.iter().all(|e| e.remaining == 10), "{entries:?}");
-    flush_statistics(reader).await;
+    flush_statistics(store.pool().clone()).await;
     let after = hold_reads(&ctx, s).await;
     let (scans, entries_read, rows_scanned) =
         (after.0 - before.0, after.1 - before.1, after.2 - before.2);

@@ -10,10 +10,11 @@
 
 mod common;
 
+use std::future::Future;
 use std::time::Duration as StdDuration;
 
 use common::*;
-use slot_booking::{HoldOutcome, SlotChange, SlotId, Store};
+use slot_booking::{Decided, HoldOutcome, Scope, SlotChange, SlotId, Store, Transition};
 use slot_booking_postgres::PostgresStore;
 use sqlx::postgres::PgConnection;
 use sqlx::{Connection, Executor};
@@ -119,13 +120,55 @@ impl InsertGate {
     }
 }
 
-async fn hold_at(store: PostgresStore, slot: slot_booking::SlotId, k: &'static str) -> HoldOutcome {
-    let k = key(k);
-    store
-        .create_hold(request(slot, &k, at(600)))
-        .await
-        .unwrap_or_else(|error| panic!("hold {k:?} failed: {error}"))
-        .outcome
+/// A one-unit hold request at(600), from a task of its own.
+async fn hold_at(store: PostgresStore, slot: SlotId, k: &'static str) -> HoldOutcome {
+    units_at(store, slot, k, 1).await
+}
+
+/// A hold request for `quantity` units at(600), from a task of its own.
+async fn units_at(
+    store: PostgresStore,
+    slot: SlotId,
+    k: &'static str,
+    quantity: i32,
+) -> HoldOutcome {
+    hold_units(&store, slot, k, quantity, at(600)).await
+}
+
+/// A removal of `slot` at(600), from a task of its own.
+async fn remove_at(store: PostgresStore, slot: SlotId) -> SlotChange {
+    store.remove_slot(slot, at(600)).await.unwrap().outcome
+}
+
+/// A hold parked at a closed gate before its insert, holding the slot row, and then a slot
+/// `change` waiting for that row; once the gate opens, their outcomes.
+async fn change_behind_a_parked_hold(
+    ctx: &Ctx,
+    hold: impl Future<Output = HoldOutcome> + Send + 'static,
+    change: impl Future<Output = SlotChange> + Send + 'static,
+) -> (HoldOutcome, SlotChange) {
+    let mut gate = InsertGate::close(ctx).await;
+    let placing = tokio::spawn(hold);
+    gate.until_waiting(1).await;
+    let change = tokio::spawn(change);
+    gate.until_row_waits(ctx.schema(), 1).await;
+    gate.open().await;
+    (placing.await.unwrap(), change.await.unwrap())
+}
+
+/// Holds on `x` with key `a` and on `y` with key `b`, both parked at a closed gate before their
+/// insert, then let go together; their outcomes.
+async fn crossing_holds(
+    ctx: &Ctx,
+    (x, a): (SlotId, &'static str),
+    (y, b): (SlotId, &'static str),
+) -> (HoldOutcome, HoldOutcome) {
+    let mut gate = InsertGate::close(ctx).await;
+    let a = tokio::spawn(hold_at(ctx.store.clone(), x, a));
+    let b = tokio::spawn(hold_at(ctx.store.clone(), y, b));
+    gate.until_waiting(2).await;
+    gate.open().await;
+    (a.await.unwrap(), b.await.unwrap())
 }
 
 /// Request A takes slot X with key `a`, request B slot Y with key `b`; both slots are full with
@@ -153,13 +196,7 @@ async fn reclaims_on_two_slots_with_crossed_keys_do_not_deadlock() {
         HoldOutcome::Created(_)
     ));
 
-    let mut gate = InsertGate::close(&ctx).await;
-    let a = tokio::spawn(hold_at(store.clone(), x, "a"));
-    let b = tokio::spawn(hold_at(store.clone(), y, "b"));
-    gate.until_waiting(2).await;
-    gate.open().await;
-
-    let (a, b) = (a.await.unwrap(), b.await.unwrap());
+    let (a, b) = crossing_holds(&ctx, (x, "a"), (y, "b")).await;
     assert!(
         matches!(&a, HoldOutcome::KeyReused(Some(hold)) if hold.slot_id == y),
         "A: {a:?}"
@@ -186,12 +223,7 @@ async fn fast_path_inserts_on_two_slots_do_not_wait_on_each_other() {
     };
     let store = &ctx.store;
     let (x, y) = (slot(store, 1).await, slot(store, 1).await);
-    let mut gate = InsertGate::close(&ctx).await;
-    let a = tokio::spawn(hold_at(store.clone(), x, "a"));
-    let b = tokio::spawn(hold_at(store.clone(), y, "b"));
-    gate.until_waiting(2).await;
-    gate.open().await;
-    let (a, b) = (a.await.unwrap(), b.await.unwrap());
+    let (a, b) = crossing_holds(&ctx, (x, "a"), (y, "b")).await;
     assert!(
         matches!(&a, HoldOutcome::Created(h) if h.slot_id == x),
         "A: {a:?}"
@@ -212,12 +244,8 @@ async fn one_key_on_two_slots_at_once_creates_one_hold() {
     };
     let store = &ctx.store;
     let (x, y) = (slot(store, 1).await, slot(store, 1).await);
-    let mut gate = InsertGate::close(&ctx).await;
-    let a = tokio::spawn(hold_at(store.clone(), x, "k"));
-    let b = tokio::spawn(hold_at(store.clone(), y, "k"));
-    gate.until_waiting(2).await;
-    gate.open().await;
-    let outcomes = [a.await.unwrap(), b.await.unwrap()];
+    let (a, b) = crossing_holds(&ctx, (x, "k"), (y, "k")).await;
+    let outcomes = [a, b];
     let created: Vec<_> = outcomes
         .iter()
         .filter_map(|o| match o {
@@ -242,24 +270,6 @@ async fn one_key_on_two_slots_at_once_creates_one_hold() {
     }
 }
 
-/// A hold request for `quantity` units at `now` (seconds after `t0`).
-async fn hold_units(
-    store: PostgresStore,
-    slot: SlotId,
-    k: &'static str,
-    quantity: i32,
-    now: i64,
-) -> HoldOutcome {
-    let k = key(k);
-    let mut request = request(slot, &k, at(now));
-    request.quantity = quantity;
-    store
-        .create_hold(request)
-        .await
-        .unwrap_or_else(|error| panic!("hold {k:?} failed: {error}"))
-        .outcome
-}
-
 /// A hold has taken the slot's only unit and is parked before its insert, holding the slot
 /// row. A removal of the slot waits for that row (it holds nothing a hold could need), then
 /// decides on the row as the hold left it: a unit is taken, so it is refused, with the hold's
@@ -271,18 +281,14 @@ async fn a_removal_waits_for_a_hold_in_flight_and_is_refused() {
     };
     let store = &ctx.store;
     let x = slot(store, 1).await;
-    let mut gate = InsertGate::close(&ctx).await;
-    let placing = tokio::spawn(hold_at(store.clone(), x, "a"));
-    gate.until_waiting(1).await;
-    let removal = {
-        let store = store.clone();
-        tokio::spawn(async move { store.remove_slot(x, at(600)).await.unwrap().outcome })
-    };
-    gate.until_row_waits(ctx.schema(), 1).await;
-    gate.open().await;
-    let placed = placing.await.unwrap();
+    let (placed, removal) = change_behind_a_parked_hold(
+        &ctx,
+        hold_at(store.clone(), x, "a"),
+        remove_at(store.clone(), x),
+    )
+    .await;
     assert!(matches!(placed, HoldOutcome::Created(_)), "{placed:?}");
-    match removal.await.unwrap() {
+    match removal {
         SlotChange::InUse(usage) => assert_eq!((usage.held, usage.expired), (1, 0)),
         other => panic!("{other:?}"),
     }
@@ -305,27 +311,76 @@ async fn a_capacity_change_waits_for_a_reclaiming_hold_and_is_refused() {
         hold(store, x, "old", at(0)).await,
         HoldOutcome::Created(_)
     ));
-    let mut gate = InsertGate::close(&ctx).await;
-    let placing = tokio::spawn(hold_units(store.clone(), x, "both", 2, 600));
-    gate.until_waiting(1).await;
     let change = {
         let store = store.clone();
-        tokio::spawn(async move { store.change_capacity(x, 1, at(600)).await.unwrap().outcome })
+        async move { store.change_capacity(x, 1, at(600)).await.unwrap().outcome }
     };
-    gate.until_row_waits(ctx.schema(), 1).await;
-    gate.open().await;
-    let placed = placing.await.unwrap();
+    let (placed, change) =
+        change_behind_a_parked_hold(&ctx, units_at(store.clone(), x, "both", 2), change).await;
     assert!(
         matches!(&placed, HoldOutcome::Created(h) if h.quantity == 2),
         "{placed:?}"
     );
-    match change.await.unwrap() {
+    match change {
         SlotChange::InUse(usage) => {
             assert_eq!((usage.held, usage.expired, usage.taken()), (2, 0, 2))
         }
         other => panic!("{other:?}"),
     }
     assert_eq!(counts(store, x).await, (2, 0, 2, 0));
+}
+
+/// A cancel giving three units back is parked with the slot row locked, before its updates. A
+/// capacity change from 6 to 3, which fits only with those units, finds none in its fast path
+/// (its snapshot predates the give-back) and its reclaiming statement waits for the row. When
+/// the cancel commits, the lock returns the row with the units back and the change applies.
+/// Its update writes values computed from that locked row: computed from the row as of the
+/// statement's snapshot, they would first be checked, negative, against `remaining >= 0`, and
+/// the change would fail with a constraint violation instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_waiting_behind_a_give_back_sees_the_units_returned() {
+    let Some(ctx) = setup("change_behind_give_back").await else {
+        return;
+    };
+    let store = &ctx.store;
+    let x = slot(store, 6).await;
+    let HoldOutcome::Created(first) = hold_units(store, x, "first", 3, at(0)).await else {
+        panic!("the first hold");
+    };
+    assert!(matches!(
+        hold_units(store, x, "second", 3, at(0)).await,
+        HoldOutcome::Created(_)
+    ));
+    // The gate is on the hold's update: the cancel has locked the slot row by then. A trigger
+    // on the slot row itself would hide the problem, since firing a row trigger first fetches
+    // the row's latest version.
+    let mut gate = InsertGate::close_on(&ctx, "BEFORE UPDATE ON {s}.holds FOR EACH ROW").await;
+    let cancelling = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            store
+                .cancel_hold(first.hold_id, &Scope::BackOffice, at(60))
+                .await
+                .unwrap()
+                .outcome
+        })
+    };
+    gate.until_waiting(1).await;
+    let changing = {
+        let store = store.clone();
+        tokio::spawn(async move { store.change_capacity(x, 3, at(60)).await })
+    };
+    gate.until_row_waits(ctx.schema(), 1).await;
+    gate.open().await;
+    assert!(matches!(cancelling.await.unwrap(), Transition::Applied(_)));
+    match changing.await.unwrap() {
+        Ok(Decided {
+            outcome: SlotChange::Applied(slot),
+            ..
+        }) => assert_eq!((slot.capacity, slot.remaining), (3, 0)),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(counts(store, x).await, (3, 0, 3, 0));
 }
 
 /// The other order: a removal of a slot full of an expired hold has reclaimed it and is
@@ -351,10 +406,7 @@ async fn a_hold_waits_for_a_removal_in_flight_and_finds_no_slot() {
          WHEN (NEW.removed_at IS NOT NULL AND OLD.removed_at IS NULL)",
     )
     .await;
-    let removals = [x, y].map(|slot| {
-        let store = store.clone();
-        tokio::spawn(async move { store.remove_slot(slot, at(600)).await.unwrap().outcome })
-    });
+    let removals = [x, y].map(|slot| tokio::spawn(remove_at(store.clone(), slot)));
     gate.until_waiting(2).await;
     let holds = [
         tokio::spawn(hold_at(store.clone(), x, "a")),

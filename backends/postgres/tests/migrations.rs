@@ -14,7 +14,7 @@ use slot_booking::{
 };
 use slot_booking_postgres::PostgresStore;
 use sqlx::migrate::Migrator;
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::Executor;
 
 async fn host_migrator() -> Migrator {
@@ -23,15 +23,42 @@ async fn host_migrator() -> Migrator {
         .unwrap()
 }
 
-async fn tables(pool: &sqlx::PgPool, schema: &str) -> Vec<String> {
-    sqlx::query_scalar(
-        "SELECT table_name::text FROM information_schema.tables \
-         WHERE table_schema = $1 ORDER BY table_name",
-    )
-    .bind(schema)
-    .fetch_all(pool)
-    .await
-    .unwrap()
+/// A host application's schema, created, with a pool of its own whose `search_path` is it
+/// (standing in for `public`, which parallel tests must not share), and beside it the name
+/// of a schema for our store; both schemas are dropped with the guards.
+struct Host {
+    schema: String,
+    ours: String,
+    pool: PgPool,
+    _guards: [SchemaGuard; 2],
+}
+
+impl Host {
+    async fn new(url: &str, admin: &PgPool, connections: u32) -> Host {
+        let (schema, ours) = (unique_schema("sbhost"), unique_schema("sbtest"));
+        let guards = [SchemaGuard::new(url, &schema), SchemaGuard::new(url, &ours)];
+        sqlx::query(&format!("CREATE SCHEMA \"{schema}\""))
+            .execute(admin)
+            .await
+            .unwrap();
+        let options: PgConnectOptions = url.parse().unwrap();
+        let pool = PgPoolOptions::new()
+            .max_connections(connections)
+            .connect_with(options.options([("search_path", schema.as_str())]))
+            .await
+            .unwrap();
+        Host {
+            schema,
+            ours,
+            pool,
+            _guards: guards,
+        }
+    }
+
+    /// Our store on its pool, in our schema.
+    fn our_store(&self) -> PostgresStore {
+        PostgresStore::with_schema(self.pool.clone(), &self.ours).unwrap()
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -39,50 +66,28 @@ async fn migrations_coexist_with_host_sqlx_migrations() {
     let Some(url) = database_url("migrations_coexist_with_host_sqlx_migrations") else {
         return;
     };
-    // The host application: its own schema as search_path (standing in for `public`, which
-    // parallel tests must not share), its own sqlx migrations and `_sqlx_migrations` ledger,
-    // even a table of its own named `slots`. One pool, shared with our store.
-    let host_schema = unique_schema("sbhost");
-    let ours = unique_schema("sbtest");
-    let _host_guard = SchemaGuard {
-        url: url.clone(),
-        schema: host_schema.clone(),
-    };
-    let _our_guard = SchemaGuard {
-        url: url.clone(),
-        schema: ours.clone(),
-    };
+    // The host application: its own schema as search_path, its own sqlx migrations and
+    // `_sqlx_migrations` ledger, even a table of its own named `slots`. One pool, shared with
+    // our store.
     let admin = pool(&url).await;
-    sqlx::query(&format!("CREATE SCHEMA \"{host_schema}\""))
-        .execute(&admin)
-        .await
-        .unwrap();
-    let options: PgConnectOptions = url.parse().unwrap();
-    let shared = PgPoolOptions::new()
-        .max_connections(4)
-        .connect_with(
-            options
-                .clone()
-                .options([("search_path", host_schema.as_str())]),
-        )
-        .await
-        .unwrap();
-    let store = PostgresStore::with_schema(shared.clone(), &ours).unwrap();
+    let first = Host::new(&url, &admin, 4).await;
+    let (host_schema, ours, shared) = (&first.schema, &first.ours, &first.pool);
+    let store = first.our_store();
     let host = host_migrator().await;
 
     // Host first, then ours, then both again (idempotent), then ours once more.
-    host.run(&shared).await.unwrap();
+    host.run(shared).await.unwrap();
     store.migrate().await.unwrap();
-    host.run(&shared).await.unwrap();
+    host.run(shared).await.unwrap();
     store.migrate().await.unwrap();
     store.migrate().await.unwrap();
 
     assert_eq!(
-        tables(&admin, &host_schema).await,
+        tables(&admin, host_schema).await,
         ["_sqlx_migrations", "customers", "orders", "slots"]
     );
     assert_eq!(
-        tables(&admin, &ours).await,
+        tables(&admin, ours).await,
         ["hold_keys", "holds", "slot_booking_migrations", "slots"]
     );
     let applied: Vec<(i64, String)> = sqlx::query_as(&format!(
@@ -116,43 +121,23 @@ async fn migrations_coexist_with_host_sqlx_migrations() {
         HoldOutcome::Created(_)
     ));
     let host_slots: i64 = sqlx::query_scalar("SELECT count(*) FROM slots")
-        .fetch_one(&shared)
+        .fetch_one(shared)
         .await
         .unwrap();
     assert_eq!(host_slots, 0);
 
     // Ours first on a fresh pair of schemas, then the host's.
-    let host_schema2 = unique_schema("sbhost");
-    let ours2 = unique_schema("sbtest");
-    let _guards = (
-        SchemaGuard {
-            url: url.clone(),
-            schema: host_schema2.clone(),
-        },
-        SchemaGuard {
-            url: url.clone(),
-            schema: ours2.clone(),
-        },
-    );
-    sqlx::query(&format!("CREATE SCHEMA \"{host_schema2}\""))
-        .execute(&admin)
-        .await
-        .unwrap();
-    let shared2 = PgPoolOptions::new()
-        .max_connections(2)
-        .connect_with(options.options([("search_path", host_schema2.as_str())]))
-        .await
-        .unwrap();
-    let store2 = PostgresStore::with_schema(shared2.clone(), &ours2).unwrap();
+    let second = Host::new(&url, &admin, 2).await;
+    let store2 = second.our_store();
     store2.migrate().await.unwrap();
-    host.run(&shared2).await.unwrap();
+    host.run(&second.pool).await.unwrap();
     store2.migrate().await.unwrap();
     assert_eq!(
-        tables(&admin, &host_schema2).await,
+        tables(&admin, &second.schema).await,
         ["_sqlx_migrations", "customers", "orders", "slots"]
     );
     shared.close().await;
-    shared2.close().await;
+    second.pool.close().await;
     admin.close().await;
 }
 
@@ -162,10 +147,7 @@ async fn concurrent_migrations_apply_once() {
         return;
     };
     let schema = unique_schema("sbtest");
-    let _guard = SchemaGuard {
-        url: url.clone(),
-        schema: schema.clone(),
-    };
+    let _guard = SchemaGuard::new(&url, &schema);
     // Separate pools, as separate processes would have, all migrating a new schema at once.
     let tasks: Vec<_> = (0..6)
         .map(|_| {
@@ -230,10 +212,56 @@ async fn data_survives_a_restart() {
     store.pool().close().await;
 }
 
+/// A schema as an older release left it, to upgrade: with a pool of its own, and dropped with
+/// the guard.
+struct OldSchema {
+    admin: PgPool,
+    name: String,
+    _guard: SchemaGuard,
+}
+
+impl OldSchema {
+    /// A new schema with this crate's first `through` migrations applied and recorded, as the
+    /// release that shipped them left it, and `rows` written by that release's statements;
+    /// `None` (skipped) without `DATABASE_URL`.
+    async fn new(test: &str, through: usize, rows: &str) -> Option<OldSchema> {
+        let url = database_url(test)?;
+        let name = unique_schema("sbtest");
+        let guard = SchemaGuard::new(&url, &name);
+        let admin = pool(&url).await;
+        let mut tx = recorded_schema(&admin, &name, through).await;
+        tx.execute(rows).await.unwrap();
+        tx.commit().await.unwrap();
+        Some(OldSchema {
+            admin,
+            name,
+            _guard: guard,
+        })
+    }
+
+    /// Every row `select` reads, `{s}` standing for the schema.
+    async fn rows<R>(&self, select: &str) -> Vec<R>
+    where
+        R: for<'r> sqlx::FromRow<'r, PgRow> + Send + Unpin,
+    {
+        sqlx::query_as(&select.replace("{s}", &format!("\"{}\"", self.name)))
+            .fetch_all(&self.admin)
+            .await
+            .unwrap()
+    }
+
+    /// This crate's store on the schema, migrated: the upgrade.
+    async fn upgrade(&self) -> PostgresStore {
+        let store = PostgresStore::with_schema(self.admin.clone(), &self.name).unwrap();
+        store.migrate().await.unwrap();
+        store
+    }
+}
+
 /// A new `schema` with this crate's first `through` migrations applied and recorded, as the
 /// release that shipped them left it; the transaction stays open with `search_path` on it.
 async fn recorded_schema(
-    pool: &sqlx::PgPool,
+    pool: &PgPool,
     schema: &str,
     through: usize,
 ) -> sqlx::Transaction<'static, sqlx::Postgres> {
@@ -278,10 +306,11 @@ async fn recorded_schema(
 
 /// A schema as version 0.1 of this crate left it: migrations 1 and 2 applied and recorded,
 /// holds written by its statements (the key on the hold row, unique there).
-async fn version_0_1_schema(pool: &sqlx::PgPool, schema: &str) {
-    let mut tx = recorded_schema(pool, schema, 2).await;
+async fn version_0_1_schema(test: &str) -> Option<OldSchema> {
     // Slot 1 (capacity 2): a confirmed hold and a held one; slot 2 (capacity 1): a cancelled.
-    tx.execute(
+    OldSchema::new(
+        test,
+        2,
         "INSERT INTO slots (starts_at, ends_at, capacity, remaining) VALUES \
            ('2030-03-17 10:00:00.123456+00', '2030-03-17 11:00:00+00', 2, 0), \
            ('2030-03-17 12:00:00+00', '2030-03-17 13:00:00+00', 1, 1); \
@@ -295,8 +324,6 @@ async fn version_0_1_schema(pool: &sqlx::PgPool, schema: &str) {
             '2030-03-17 09:02:00+00', '2030-03-17 09:00:00+00');",
     )
     .await
-    .unwrap();
-    tx.commit().await.unwrap();
 }
 
 /// A database made by version 0.1 upgrades in place: its rows are kept, every key it stored
@@ -304,26 +331,14 @@ async fn version_0_1_schema(pool: &sqlx::PgPool, schema: &str) {
 /// whose index was a lock path is gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_version_0_1_schema_upgrades_in_place() {
-    let Some(url) = database_url("a_version_0_1_schema_upgrades_in_place") else {
+    let Some(old) = version_0_1_schema("a_version_0_1_schema_upgrades_in_place").await else {
         return;
     };
-    let schema = unique_schema("sbtest");
-    let _guard = SchemaGuard {
-        url: url.clone(),
-        schema: schema.clone(),
-    };
-    let admin = pool(&url).await;
-    version_0_1_schema(&admin, &schema).await;
+    let store = old.upgrade().await;
 
-    let store = PostgresStore::with_schema(admin.clone(), &schema).unwrap();
-    store.migrate().await.unwrap();
-
-    let keys: Vec<(String, i64)> = sqlx::query_as(&format!(
-        "SELECT idempotency_key, hold_id FROM \"{schema}\".hold_keys ORDER BY hold_id"
-    ))
-    .fetch_all(&admin)
-    .await
-    .unwrap();
+    let keys: Vec<(String, i64)> = old
+        .rows("SELECT idempotency_key, hold_id FROM {s}.hold_keys ORDER BY hold_id")
+        .await;
     assert_eq!(
         keys,
         [
@@ -336,8 +351,8 @@ async fn a_version_0_1_schema_upgrades_in_place() {
         "SELECT count(*) FROM pg_constraint c JOIN pg_namespace n ON n.oid = c.connamespace \
          WHERE n.nspname = $1 AND c.conname = 'holds_idempotency_key_unique'",
     )
-    .bind(&schema)
-    .fetch_one(&admin)
+    .bind(&old.name)
+    .fetch_one(&old.admin)
     .await
     .unwrap();
     assert_eq!(unique_on_holds, 0);
@@ -373,15 +388,16 @@ async fn a_version_0_1_schema_upgrades_in_place() {
         .outcome
         .unwrap();
     assert_eq!(confirmed.status, HoldStatus::Confirmed);
-    admin.close().await;
+    old.admin.close().await;
 }
 
 /// A schema as the previous release left it: migrations 1 to 3 applied and recorded, and a
 /// slot of 5 with a held, a confirmed, a cancelled and an expired-but-unreclaimed hold, each
 /// with its key in `hold_keys`, written as that release's statements wrote them.
-async fn previous_release_schema(pool: &sqlx::PgPool, schema: &str) {
-    let mut tx = recorded_schema(pool, schema, 3).await;
-    tx.execute(
+async fn previous_release_schema(test: &str) -> Option<OldSchema> {
+    OldSchema::new(
+        test,
+        3,
         "INSERT INTO slots (starts_at, ends_at, capacity, remaining) VALUES \
            ('2030-03-17 10:00:00+00', '2030-03-17 11:00:00+00', 5, 2); \
          INSERT INTO holds (slot_id, idempotency_key, status, expires_at, confirmed_at, \
@@ -398,8 +414,6 @@ async fn previous_release_schema(pool: &sqlx::PgPool, schema: &str) {
            SELECT idempotency_key, id FROM holds;",
     )
     .await
-    .unwrap();
-    tx.commit().await.unwrap();
 }
 
 /// Owners and quantities arrive by an additive migration: a schema with holds made by the
@@ -407,21 +421,14 @@ async fn previous_release_schema(pool: &sqlx::PgPool, schema: &str) {
 /// then takes owned multi-unit holds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_schema_made_by_the_previous_migrations_upgrades_in_place() {
-    let Some(url) = database_url("a_schema_made_by_the_previous_migrations_upgrades_in_place")
+    let Some(old) =
+        previous_release_schema("a_schema_made_by_the_previous_migrations_upgrades_in_place").await
     else {
         return;
     };
-    let schema = unique_schema("sbtest");
-    let _guard = SchemaGuard {
-        url: url.clone(),
-        schema: schema.clone(),
-    };
-    let admin = pool(&url).await;
-    previous_release_schema(&admin, &schema).await;
-    let rows = format!(
-        "SELECT id, idempotency_key, status, expires_at, confirmed_at, cancelled_at, created_at \
-         FROM \"{schema}\".holds ORDER BY id"
-    );
+    let rows = "SELECT id, idempotency_key, status, expires_at, confirmed_at, cancelled_at, \
+                       created_at \
+                FROM {s}.holds ORDER BY id";
     type Row = (
         i64,
         String,
@@ -431,19 +438,15 @@ async fn a_schema_made_by_the_previous_migrations_upgrades_in_place() {
         Option<Timestamp>,
         Timestamp,
     );
-    let before: Vec<Row> = sqlx::query_as(&rows).fetch_all(&admin).await.unwrap();
+    let before: Vec<Row> = old.rows(rows).await;
 
-    let store = PostgresStore::with_schema(admin.clone(), &schema).unwrap();
-    store.migrate().await.unwrap();
+    let store = old.upgrade().await;
 
-    let after: Vec<Row> = sqlx::query_as(&rows).fetch_all(&admin).await.unwrap();
+    let after: Vec<Row> = old.rows(rows).await;
     assert_eq!(after, before, "every hold kept as it was");
-    let added: Vec<(i32, Option<String>)> = sqlx::query_as(&format!(
-        "SELECT quantity, owner FROM \"{schema}\".holds ORDER BY id"
-    ))
-    .fetch_all(&admin)
-    .await
-    .unwrap();
+    let added: Vec<(i32, Option<String>)> = old
+        .rows("SELECT quantity, owner FROM {s}.holds ORDER BY id")
+        .await;
     assert_eq!(
         added,
         vec![(1, None); 4],
@@ -457,16 +460,17 @@ async fn a_schema_made_by_the_previous_migrations_upgrades_in_place() {
     check_previous_release_sells_on(store.clone(), now).await;
     assert_eq!(counts(&store, SlotId(1)).await, (5, 0, 4, 1));
     assert_invariant(&store, SlotId(1)).await;
-    admin.close().await;
+    old.admin.close().await;
 }
 
 /// A schema as the release before slot administration left it: migrations 1 to 4 applied and
 /// recorded. Slot 1 (capacity 5) has what [`check_previous_release_sells_on`] expects: hold 1
 /// active, anonymous, one unit, keyed `held-key`; a confirmed and a cancelled hold; and one
 /// expired but unreclaimed unit. Slot 2 (capacity 4, later) has an owned confirmed hold of 3.
-async fn before_administration_schema(pool: &sqlx::PgPool, schema: &str) {
-    let mut tx = recorded_schema(pool, schema, 4).await;
-    tx.execute(
+async fn before_administration_schema(test: &str) -> Option<OldSchema> {
+    OldSchema::new(
+        test,
+        4,
         "INSERT INTO slots (starts_at, ends_at, capacity, remaining) VALUES \
            ('2030-03-17 10:00:00+00', '2030-03-17 11:00:00+00', 5, 2), \
            ('2030-03-17 12:00:00+00', '2030-03-17 13:00:00+00', 4, 1); \
@@ -486,8 +490,6 @@ async fn before_administration_schema(pool: &sqlx::PgPool, schema: &str) {
            SELECT idempotency_key, id FROM holds;",
     )
     .await
-    .unwrap();
-    tx.commit().await.unwrap();
 }
 
 /// Slot administration arrives by an additive migration: a schema made by migrations 1 to 4,
@@ -495,27 +497,17 @@ async fn before_administration_schema(pool: &sqlx::PgPool, schema: &str) {
 /// not removed and of no resource, keep selling, and can then be administered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_schema_from_before_slot_administration_upgrades_in_place() {
-    let Some(url) = database_url("a_schema_from_before_slot_administration_upgrades_in_place")
+    let Some(old) =
+        before_administration_schema("a_schema_from_before_slot_administration_upgrades_in_place")
+            .await
     else {
         return;
     };
-    let schema = unique_schema("sbtest");
-    let _guard = SchemaGuard {
-        url: url.clone(),
-        schema: schema.clone(),
-    };
-    let admin = pool(&url).await;
-    before_administration_schema(&admin, &schema).await;
-    let slot_rows = format!(
-        "SELECT id, starts_at, ends_at, capacity, remaining FROM \"{schema}\".slots ORDER BY id"
-    );
-    let hold_rows = format!(
-        "SELECT id, slot_id, idempotency_key, status, expires_at, confirmed_at, cancelled_at, \
-                created_at, quantity, owner \
-         FROM \"{schema}\".holds ORDER BY id"
-    );
-    let key_rows =
-        format!("SELECT idempotency_key, hold_id FROM \"{schema}\".hold_keys ORDER BY hold_id");
+    let slot_rows = "SELECT id, starts_at, ends_at, capacity, remaining FROM {s}.slots ORDER BY id";
+    let hold_rows = "SELECT id, slot_id, idempotency_key, status, expires_at, confirmed_at, \
+                            cancelled_at, created_at, quantity, owner \
+                     FROM {s}.holds ORDER BY id";
+    let key_rows = "SELECT idempotency_key, hold_id FROM {s}.hold_keys ORDER BY hold_id";
     type SlotRow = (i64, Timestamp, Timestamp, i32, i32);
     type HoldRow = (
         i64,
@@ -529,34 +521,26 @@ async fn a_schema_from_before_slot_administration_upgrades_in_place() {
         i32,
         Option<String>,
     );
-    let slots_before: Vec<SlotRow> = sqlx::query_as(&slot_rows).fetch_all(&admin).await.unwrap();
-    let holds_before: Vec<HoldRow> = sqlx::query_as(&hold_rows).fetch_all(&admin).await.unwrap();
-    let keys_before: Vec<(String, i64)> =
-        sqlx::query_as(&key_rows).fetch_all(&admin).await.unwrap();
+    let slots_before: Vec<SlotRow> = old.rows(slot_rows).await;
+    let holds_before: Vec<HoldRow> = old.rows(hold_rows).await;
+    let keys_before: Vec<(String, i64)> = old.rows(key_rows).await;
     assert_eq!((slots_before.len(), holds_before.len()), (2, 5));
 
-    let store = PostgresStore::with_schema(admin.clone(), &schema).unwrap();
-    store.migrate().await.unwrap();
+    let store = old.upgrade().await;
 
-    let versions: Vec<i64> = sqlx::query_scalar(&format!(
-        "SELECT version FROM \"{schema}\".slot_booking_migrations ORDER BY version"
-    ))
-    .fetch_all(&admin)
-    .await
-    .unwrap();
-    assert_eq!(versions, [1, 2, 3, 4, 5]);
-    let slots_after: Vec<SlotRow> = sqlx::query_as(&slot_rows).fetch_all(&admin).await.unwrap();
-    let holds_after: Vec<HoldRow> = sqlx::query_as(&hold_rows).fetch_all(&admin).await.unwrap();
-    let keys_after: Vec<(String, i64)> = sqlx::query_as(&key_rows).fetch_all(&admin).await.unwrap();
+    let versions: Vec<(i64,)> = old
+        .rows("SELECT version FROM {s}.slot_booking_migrations ORDER BY version")
+        .await;
+    assert_eq!(versions, [(1,), (2,), (3,), (4,), (5,)]);
+    let slots_after: Vec<SlotRow> = old.rows(slot_rows).await;
+    let holds_after: Vec<HoldRow> = old.rows(hold_rows).await;
+    let keys_after: Vec<(String, i64)> = old.rows(key_rows).await;
     assert_eq!(slots_after, slots_before, "every slot kept as it was");
     assert_eq!(holds_after, holds_before, "every hold kept as it was");
     assert_eq!(keys_after, keys_before, "every key kept");
-    let added: Vec<(Option<String>, bool, Option<Timestamp>)> = sqlx::query_as(&format!(
-        "SELECT resource, closed, removed_at FROM \"{schema}\".slots ORDER BY id"
-    ))
-    .fetch_all(&admin)
-    .await
-    .unwrap();
+    let added: Vec<(Option<String>, bool, Option<Timestamp>)> = old
+        .rows("SELECT resource, closed, removed_at FROM {s}.slots ORDER BY id")
+        .await;
     assert_eq!(
         added,
         vec![(None, false, None); 2],
@@ -638,5 +622,5 @@ async fn a_schema_from_before_slot_administration_upgrades_in_place() {
     for slot_id in [SlotId(1), SlotId(2)] {
         assert_invariant(&store, slot_id).await;
     }
-    admin.close().await;
+    old.admin.close().await;
 }

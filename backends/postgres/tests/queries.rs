@@ -11,7 +11,6 @@ use slot_booking::{
     OwnerId, PageRequest, ResourceId, SlotCursor, SlotFilter, SlotId, SlotPageRequest, Store,
     Timestamp,
 };
-use slot_booking_postgres::PostgresStore;
 
 /// Holds in the fixture: spread over `SLOTS` slots and `OWNERS` owners.
 const HOLDS: i64 = 20_000;
@@ -25,8 +24,9 @@ async fn pages_of_an_owner_and_a_roster_read_their_index_only() {
         return;
     };
     let s = ctx.schema();
-    let writer = one_connection(&ctx.url).await;
-    for statement in [
+    let writer = fixture(
+        &ctx.url,
+        [
         format!(
             "INSERT INTO \"{s}\".slots (starts_at, ends_at, capacity, remaining) \
              SELECT now() + g * interval '1 day', now() + g * interval '1 day' + interval '1 hour', \
@@ -39,14 +39,13 @@ async fn pages_of_an_owner_and_a_roster_read_their_index_only() {
              SELECT 1 + g % {SLOTS}, 'k-' || g, 'confirmed', now(), now(), 1, 'o-' || g % {OWNERS} \
              FROM generate_series(1, {HOLDS}) g"
         ),
-        format!("ANALYZE \"{s}\".holds"),
-    ] {
-        sqlx::query(&statement).execute(&writer).await.unwrap();
-    }
+            format!("ANALYZE \"{s}\".holds"),
+        ],
+    )
+    .await;
     flush_statistics(writer).await;
 
-    let reader = one_connection(&ctx.url).await;
-    let store = PostgresStore::with_schema(reader.clone(), s).unwrap();
+    let store = one_connection_store(&ctx).await;
     let before = index_scans(&ctx, s, "holds").await;
     let owner = OwnerId::new("o-7").unwrap();
     let page = store
@@ -67,16 +66,10 @@ async fn pages_of_an_owner_and_a_roster_read_their_index_only() {
         .outcome;
     assert_eq!(roster.len(), PAGE as usize);
     assert!(roster.iter().all(|h| h.slot_id == SlotId(3)));
-    flush_statistics(reader).await;
+    flush_statistics(store.pool().clone()).await;
     let after = index_scans(&ctx, s, "holds").await;
 
-    let read = |name: &str| {
-        let (scans, entries) = (after.get(name), before.get(name));
-        match (scans, entries) {
-            (Some(a), Some(b)) => (a.0 - b.0, a.1 - b.1),
-            _ => panic!("no statistics for {name}: {after:?}"),
-        }
-    };
+    let read = |name: &str| scans_between(&before, &after, name);
     let (owner_scans, owner_entries) = read("holds_by_owner");
     let (slot_scans, slot_entries) = read("holds_by_slot");
     assert_eq!((owner_scans, slot_scans), (1, 1), "{after:?}");
@@ -89,13 +82,12 @@ async fn pages_of_an_owner_and_a_roster_read_their_index_only() {
     assert_eq!(read("$seq").1, 0, "the holds table was scanned");
 }
 
-/// Per index of `table`: (scans, entries returned); `$seq` holds the table's sequential scans
+/// Per index of a table: (scans, entries returned); `$seq` holds the table's sequential scans
 /// and rows read by them.
-async fn index_scans(
-    ctx: &Ctx,
-    schema: &str,
-    table: &str,
-) -> std::collections::HashMap<String, (i64, i64)> {
+type Scans = std::collections::HashMap<String, (i64, i64)>;
+
+/// The [`Scans`] of `table` as counted so far.
+async fn index_scans(ctx: &Ctx, schema: &str, table: &str) -> Scans {
     let rows: Vec<(String, i64, i64)> = sqlx::query_as(
         "SELECT indexrelname::text, coalesce(idx_scan, 0)::int8, coalesce(idx_tup_read, 0)::int8 \
          FROM pg_stat_user_indexes WHERE schemaname = $1 AND relname = $2 \
@@ -109,6 +101,14 @@ async fn index_scans(
     .await
     .unwrap();
     rows.into_iter().map(|(n, a, b)| (n, (a, b))).collect()
+}
+
+/// What `name` (an index, or `$seq`) counted from `before` to `after`.
+fn scans_between(before: &Scans, after: &Scans, name: &str) -> (i64, i64) {
+    match (after.get(name), before.get(name)) {
+        (Some(a), Some(b)) => (a.0 - b.0, a.1 - b.1),
+        _ => panic!("no statistics for {name}: {after:?}"),
+    }
 }
 
 /// Slots in the listing fixture: `RESOURCES` resources take turns, every fifth slot has none.
@@ -125,8 +125,9 @@ async fn a_page_of_the_slot_listing_reads_one_index_range() {
         return;
     };
     let s = ctx.schema();
-    let writer = one_connection(&ctx.url).await;
-    for statement in [
+    let writer = fixture(
+        &ctx.url,
+        [
         format!(
             "INSERT INTO \"{s}\".slots (starts_at, ends_at, capacity, remaining, resource) \
              SELECT now() + g * interval '1 hour', now() + g * interval '1 hour' + interval '30 minutes', \
@@ -143,11 +144,11 @@ async fn a_page_of_the_slot_listing_reads_one_index_range() {
                     now(), 1 \
              FROM generate_series(0, 3 * {LISTED_SLOTS} - 1) g"
         ),
-        format!("ANALYZE \"{s}\".slots"),
-        format!("ANALYZE \"{s}\".holds"),
-    ] {
-        sqlx::query(&statement).execute(&writer).await.unwrap();
-    }
+            format!("ANALYZE \"{s}\".slots"),
+            format!("ANALYZE \"{s}\".holds"),
+        ],
+    )
+    .await;
     // Cursors in the middle: after slot 10000, and after a slot of r-7 near it; the pages end
     // before slot 18000. (A bound past the ends of the planner's histogram of `starts_at`, as
     // no bound is, makes the planner read the index's actual first or last entry while
@@ -172,8 +173,7 @@ async fn a_page_of_the_slot_listing_reads_one_index_range() {
     let to = cursor(18_000).await.starts_at;
     flush_statistics(writer).await;
 
-    let reader = one_connection(&ctx.url).await;
-    let store = PostgresStore::with_schema(reader.clone(), s).unwrap();
+    let store = one_connection_store(&ctx).await;
     let (slots_before, holds_before) = (
         index_scans(&ctx, s, "slots").await,
         index_scans(&ctx, s, "holds").await,
@@ -197,7 +197,7 @@ async fn a_page_of_the_slot_listing_reads_one_index_range() {
         .await
         .unwrap()
         .outcome;
-    flush_statistics(reader).await;
+    flush_statistics(store.pool().clone()).await;
     let (slots_after, holds_after) = (
         index_scans(&ctx, s, "slots").await,
         index_scans(&ctx, s, "holds").await,
@@ -212,14 +212,8 @@ async fn a_page_of_the_slot_listing_reads_one_index_range() {
         assert_eq!((usage.held, usage.expired, usage.confirmed()), (1, 1, 1));
     }
 
-    let read = |after: &std::collections::HashMap<String, (i64, i64)>,
-                before: &std::collections::HashMap<String, (i64, i64)>,
-                name: &str| match (after.get(name), before.get(name)) {
-        (Some(a), Some(b)) => (a.0 - b.0, a.1 - b.1),
-        _ => panic!("no statistics for {name}: {after:?}"),
-    };
-    let by_start = read(&slots_after, &slots_before, "slots_starts_at_id");
-    let by_resource = read(&slots_after, &slots_before, "slots_by_resource");
+    let by_start = scans_between(&slots_before, &slots_after, "slots_starts_at_id");
+    let by_resource = scans_between(&slots_before, &slots_after, "slots_by_resource");
     assert_eq!((by_start.0, by_resource.0), (1, 1), "{slots_after:?}");
     for (index, entries) in [
         ("slots_starts_at_id", by_start.1),
@@ -231,16 +225,16 @@ async fn a_page_of_the_slot_listing_reads_one_index_range() {
         );
     }
     assert_eq!(
-        read(&slots_after, &slots_before, "$seq").1,
+        scans_between(&slots_before, &slots_after, "$seq").1,
         0,
         "the slots table was scanned"
     );
     // Held units: one probe of the held holds' index per listed slot, two entries each.
-    let held = read(&holds_after, &holds_before, "holds_held_by_slot_expiry");
+    let held = scans_between(&holds_before, &holds_after, "holds_held_by_slot_expiry");
     assert_eq!(held.0, 2 * i64::from(PAGE), "{holds_after:?}");
     assert!(held.1 <= 2 * 2 * i64::from(PAGE), "{held:?}");
     assert_eq!(
-        read(&holds_after, &holds_before, "$seq").1,
+        scans_between(&holds_before, &holds_after, "$seq").1,
         0,
         "the holds table was scanned"
     );

@@ -7,6 +7,17 @@ use std::sync::Arc;
 use chrono::Duration;
 use common::*;
 use slot_booking::{HoldOutcome, Store};
+use slot_booking_postgres::PostgresStore;
+
+/// `N` stores on `ctx`'s schema, each with a pool of its own (`N` processes, in effect): the
+/// first is `ctx`'s.
+async fn stores<const N: usize>(ctx: &Ctx) -> [Arc<PostgresStore>; N] {
+    let mut stores = vec![Arc::new(ctx.store.clone())];
+    while stores.len() < N {
+        stores.push(Arc::new(ctx.second_store().await));
+    }
+    stores.try_into().unwrap()
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn thousand_racing_holds_take_exactly_the_capacity() {
@@ -74,8 +85,7 @@ async fn two_stores_with_two_pools_race_like_two_processes() {
     let Some(ctx) = setup("two_stores_with_two_pools_race_like_two_processes").await else {
         return;
     };
-    let a = Arc::new(ctx.store.clone());
-    let b = Arc::new(ctx.second_store().await);
+    let [a, b] = stores(&ctx).await;
     let slot_id = slot(&*a, 7).await;
 
     let tasks: Vec<_> = (0..400)
@@ -106,8 +116,7 @@ async fn racing_reclaims_never_return_a_unit_twice() {
     let Some(ctx) = setup("racing_reclaims_never_return_a_unit_twice").await else {
         return;
     };
-    let a = Arc::new(ctx.store.clone());
-    let b = Arc::new(ctx.second_store().await);
+    let [a, b] = stores(&ctx).await;
     let slot_id = slot(&*a, 5).await;
     for i in 0..5 {
         assert!(matches!(
@@ -157,8 +166,7 @@ async fn racing_holds_confirms_cancels_and_reclaims_never_deadlock() {
     let Some(ctx) = setup("racing_holds_confirms_cancels_and_reclaims_never_deadlock").await else {
         return;
     };
-    let a = Arc::new(ctx.store.clone());
-    let b = Arc::new(ctx.second_store().await);
+    let [a, b] = stores(&ctx).await;
     let slot_id = slot(&*a, 6).await;
     for round in 0..10i64 {
         let now = at(0) + Duration::minutes(3 * round);
@@ -250,7 +258,7 @@ async fn racing_holds_confirms_cancels_and_reclaims_never_deadlock() {
 
 /// Units of holds on `slot_id` that are active at `now` or confirmed, counted with SQL.
 async fn active_or_confirmed(
-    store: &slot_booking_postgres::PostgresStore,
+    store: &PostgresStore,
     slot_id: slot_booking::SlotId,
     now: slot_booking::Timestamp,
 ) -> i64 {
@@ -266,6 +274,18 @@ async fn active_or_confirmed(
     .unwrap()
 }
 
+/// Fills `slot_id` (of `units`) with one hold made at(0), expired by at(600), keyed for
+/// `round`.
+async fn full_of_an_expired_hold(
+    store: &PostgresStore,
+    slot_id: slot_booking::SlotId,
+    round: usize,
+    units: i32,
+) {
+    let old = hold_units(store, slot_id, &format!("r{round}-old"), units, at(0)).await;
+    assert!(matches!(old, HoldOutcome::Created(_)), "{old:?}");
+}
+
 /// A removal decided while holds on the same slot commit, each from a pool of its own (three
 /// processes, in effect), released together, over many rounds; every other round the slot is
 /// full of an expired hold, so the holds and the removal go through their reclaiming
@@ -278,24 +298,14 @@ async fn removals_racing_holds_never_leave_a_hold_on_a_removed_slot() {
     let Some(ctx) = setup("removals_racing_holds").await else {
         return;
     };
-    let stores = [
-        Arc::new(ctx.store.clone()),
-        Arc::new(ctx.second_store().await),
-        Arc::new(ctx.second_store().await),
-    ];
+    let stores: [_; 3] = stores(&ctx).await;
     const ROUNDS: usize = 120;
     let (mut removed, mut refused) = (0, 0);
     for round in 0..ROUNDS {
         let slot_id = slot(&*stores[0], 2).await;
         let now = if round % 2 == 1 {
             // Both units taken by a hold that has expired by at(600).
-            let k = key(&format!("r{round}-old"));
-            let mut old = request(slot_id, &k, at(0));
-            old.quantity = 2;
-            assert!(matches!(
-                stores[0].create_hold(old).await.unwrap().outcome,
-                HoldOutcome::Created(_)
-            ));
+            full_of_an_expired_hold(&stores[0], slot_id, round, 2).await;
             at(600)
         } else {
             at(0)
@@ -379,20 +389,11 @@ async fn reclaiming_holds_racing_each_other_sell_every_reclaimed_unit() {
     let Some(ctx) = setup("reclaiming_holds_sell_every_unit").await else {
         return;
     };
-    let stores = [
-        Arc::new(ctx.store.clone()),
-        Arc::new(ctx.second_store().await),
-    ];
+    let stores: [_; 2] = stores(&ctx).await;
     const UNITS: usize = 4;
     for round in 0..30 {
         let slot_id = slot(&*stores[0], UNITS as i32).await;
-        let k = key(&format!("r{round}-old"));
-        let mut old = request(slot_id, &k, at(0));
-        old.quantity = UNITS as i32;
-        assert!(matches!(
-            stores[0].create_hold(old).await.unwrap().outcome,
-            HoldOutcome::Created(_)
-        ));
+        full_of_an_expired_hold(&stores[0], slot_id, round, UNITS as i32).await;
         let barrier = Arc::new(tokio::sync::Barrier::new(UNITS));
         let tasks: Vec<_> = (0..UNITS)
             .map(|i| {

@@ -157,25 +157,22 @@ async fn tables_live_in_the_configured_schema() {
     let Some(ctx) = setup("tables_live_in_the_configured_schema").await else {
         return;
     };
-    let tables: Vec<String> = sqlx::query_scalar(
-        "SELECT table_name::text FROM information_schema.tables \
-         WHERE table_schema = $1 ORDER BY table_name",
-    )
-    .bind(ctx.schema())
-    .fetch_all(ctx.pool())
-    .await
-    .unwrap();
     assert_eq!(
-        tables,
+        tables(ctx.pool(), ctx.schema()).await,
         ["hold_keys", "holds", "slot_booking_migrations", "slots"]
     );
-    let indexes: Vec<String> = sqlx::query_scalar(
+    let ctx = &ctx;
+    let index_definitions = |sql: &'static str| async move {
+        sqlx::query_scalar::<_, String>(sql)
+            .bind(ctx.schema())
+            .fetch_all(ctx.pool())
+            .await
+            .unwrap()
+    };
+    let indexes = index_definitions(
         "SELECT indexdef FROM pg_indexes WHERE schemaname = $1 ORDER BY indexname",
     )
-    .bind(ctx.schema())
-    .fetch_all(ctx.pool())
-    .await
-    .unwrap();
+    .await;
     for wanted in [
         "holds_held_by_slot_expiry ON",
         "(slot_id, expires_at) INCLUDE (quantity) WHERE (status = 'held'::text)",
@@ -192,13 +189,10 @@ async fn tables_live_in_the_configured_schema() {
     }
     // Every hold, cancel and slot change updates a slot row: it stays a HOT update (no new
     // index entries) only while no index of slots keys, includes or filters on what they write.
-    let slot_indexes: Vec<String> = sqlx::query_scalar(
+    let slot_indexes = index_definitions(
         "SELECT indexdef FROM pg_indexes WHERE schemaname = $1 AND tablename = 'slots'",
     )
-    .bind(ctx.schema())
-    .fetch_all(ctx.pool())
-    .await
-    .unwrap();
+    .await;
     for written in ["capacity", "remaining", "closed", "removed_at"] {
         assert!(
             slot_indexes.iter().all(|d| !d.contains(written)),

@@ -571,15 +571,12 @@ impl Store for SqliteStore {
         capacity: i32,
         now: Timestamp,
     ) -> Result<Decided<SlotChange>, StoreError> {
-        let update = || {
+        self.change_taking_free_units(slot_id, now, || {
             sqlx::query(&self.sql.change_capacity)
                 .bind(slot_id.get())
                 .bind(capacity)
-        };
-        Ok(Decided::new(
-            now,
-            self.change_taking_free_units(slot_id, now, update).await?,
-        ))
+        })
+        .await
     }
 
     async fn set_closed(
@@ -609,15 +606,12 @@ impl Store for SqliteStore {
         now: Timestamp,
     ) -> Result<Decided<SlotChange>, StoreError> {
         let micros = to_micros(now);
-        let update = || {
+        self.change_taking_free_units(slot_id, now, || {
             sqlx::query(&self.sql.remove_slot)
                 .bind(slot_id.get())
                 .bind(micros)
-        };
-        Ok(Decided::new(
-            now,
-            self.change_taking_free_units(slot_id, now, update).await?,
-        ))
+        })
+        .await
     }
 
     async fn list_slots(
@@ -761,14 +755,10 @@ impl SqliteStore {
         slot_id: SlotId,
         now: Timestamp,
         update: impl Fn() -> sqlx::query::Query<'q, Sqlite, SqliteArguments<'q>>,
-    ) -> Result<SlotChange, StoreError> {
+    ) -> Result<Decided<SlotChange>, StoreError> {
         let mut w = self.begin_write().await?;
-        if let Some(row) = update().fetch_optional(&mut *w.tx).await.map_err(map_err)? {
-            let slot = slot_from_row(&row)?;
-            w.tx.commit().await.map_err(map_err)?;
-            return Ok(SlotChange::Applied(slot));
-        }
-        {
+        let mut changed = update().fetch_optional(&mut *w.tx).await.map_err(map_err)?;
+        if changed.is_none() {
             let mut savepoint = Acquire::begin(&mut w.tx).await.map_err(map_err)?;
             let reclaimed = reclaim(
                 &self.sql,
@@ -780,21 +770,22 @@ impl SqliteStore {
             .await?;
             // Nothing reclaimed: the slot is as it was, and the update would change nothing
             // again.
-            let updated = if reclaimed > 0 {
-                update()
+            if reclaimed > 0 {
+                changed = update()
                     .fetch_optional(&mut *savepoint)
                     .await
-                    .map_err(map_err)?
-            } else {
-                None
-            };
-            if let Some(row) = updated {
-                let slot = slot_from_row(&row)?;
-                savepoint.commit().await.map_err(map_err)?;
-                w.tx.commit().await.map_err(map_err)?;
-                return Ok(SlotChange::Applied(slot));
+                    .map_err(map_err)?;
             }
-            savepoint.rollback().await.map_err(map_err)?;
+            if changed.is_some() {
+                savepoint.commit().await.map_err(map_err)?;
+            } else {
+                savepoint.rollback().await.map_err(map_err)?;
+            }
+        }
+        if let Some(row) = changed {
+            let slot = slot_from_row(&row)?;
+            w.tx.commit().await.map_err(map_err)?;
+            return Ok(Decided::new(now, SlotChange::Applied(slot)));
         }
         let usage = sqlx::query(&self.sql.slot_usage)
             .bind(to_micros(now))
@@ -806,10 +797,11 @@ impl SqliteStore {
             .map(usage_from_row)
             .transpose()?;
         w.tx.rollback().await.map_err(map_err)?;
-        Ok(match usage {
+        let change = match usage {
             Some(usage) if usage.slot.removed_at.is_none() => SlotChange::InUse(usage),
             _ => SlotChange::NotFound,
-        })
+        };
+        Ok(Decided::new(now, change))
     }
 
     /// Runs one of the conditional updates on a hold (confirm, renew) in a write transaction;

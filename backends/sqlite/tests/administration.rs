@@ -3,12 +3,16 @@
 
 mod common;
 
+use std::future::Future;
+
 use chrono::Duration;
 use common::*;
 use slot_booking::{
-    HoldOutcome, MemoryStore, NewSlot, ResourceId, Scope, SlotChange, SlotCursor, SlotFilter,
-    SlotId, SlotPageRequest, SlotUsage, Store, Transition,
+    Decided, HoldOutcome, MemoryStore, NewSlot, ResourceId, Scope, SlotChange, SlotCursor,
+    SlotFilter, SlotId, SlotPageRequest, SlotUsage, Store, StoreError, Timestamp, Transition,
 };
+use slot_booking_sqlite::SqliteStore;
+use sqlx::SqlitePool;
 
 fn applied(change: SlotChange) -> slot_booking::Slot {
     match change {
@@ -24,8 +28,29 @@ fn in_use(change: SlotChange) -> SlotUsage {
     }
 }
 
+/// A migrated store on a fresh file named after `name`, holding one slot of `capacity`: the
+/// file (keep it until the end of the test), the store, its pool and the slot.
+async fn one_slot(name: &str, capacity: i32) -> (TempDb, SqliteStore, SqlitePool, SlotId) {
+    let db = TempDb::new(name);
+    let store = db.store().await;
+    let slot_id = slot(&store, capacity).await;
+    let pool = store.pool().clone();
+    (db, store, pool, slot_id)
+}
+
+/// What the store decided, for a call that must not fail.
+async fn outcome<T>(call: impl Future<Output = Result<Decided<T>, StoreError>>) -> T {
+    call.await.unwrap().outcome
+}
+
+/// (capacity, remaining) of the slot after a capacity change that must apply.
+async fn resized(store: &impl Store, slot_id: SlotId, capacity: i32, now: Timestamp) -> (i32, i32) {
+    let slot = applied(outcome(store.change_capacity(slot_id, capacity, now)).await);
+    (slot.capacity, slot.remaining)
+}
+
 /// Statuses of the slot's holds by id, read with SQL.
-async fn statuses(pool: &sqlx::SqlitePool, slot_id: SlotId) -> Vec<String> {
+async fn statuses(pool: &SqlitePool, slot_id: SlotId) -> Vec<String> {
     sqlx::query_scalar("SELECT status FROM slot_booking_holds WHERE slot_id = ?1 ORDER BY id")
         .bind(slot_id.get())
         .fetch_all(pool)
@@ -37,70 +62,33 @@ async fn statuses(pool: &sqlx::SqlitePool, slot_id: SlotId) -> Vec<String> {
 /// reclaims the expired hold only when that makes it fit, and a refused change leaves it held.
 #[tokio::test]
 async fn capacity_changes_reclaim_only_when_that_makes_them_fit() {
-    let db = TempDb::new("capacity");
-    let store = db.store().await;
-    let pool = store.pool().clone();
-    let slot_id = slot(&store, 5).await;
+    let (_db, store, pool, slot_id) = one_slot("capacity", 5).await;
     for (k, lifetime) in [("short", 60), ("long", 600)] {
         let k = key(k);
         let mut req = request(slot_id, &k, at(0));
         req.quantity = 2;
         req.expires_at = at(lifetime);
-        assert!(matches!(
-            store.create_hold(req).await.unwrap().outcome,
-            HoldOutcome::Created(_)
-        ));
+        created(outcome(store.create_hold(req)).await);
     }
     // Fits as stored (1 free unit): nothing reclaimed, though the short hold has expired.
-    let slot = applied(
-        store
-            .change_capacity(slot_id, 4, at(120))
-            .await
-            .unwrap()
-            .outcome,
-    );
-    assert_eq!((slot.capacity, slot.remaining), (4, 0));
+    assert_eq!(resized(&store, slot_id, 4, at(120)).await, (4, 0));
     assert_eq!(statuses(&pool, slot_id).await, ["held", "held"]);
     // 1 would take an active unit even with the expired ones: refused, nothing reclaimed,
     // the units as stored.
-    let usage = in_use(
-        store
-            .change_capacity(slot_id, 1, at(120))
-            .await
-            .unwrap()
-            .outcome,
-    );
+    let usage = in_use(outcome(store.change_capacity(slot_id, 1, at(120))).await);
     assert_eq!((usage.slot.remaining, usage.held, usage.expired), (0, 2, 2));
     assert_eq!(usage.taken(), 2);
     assert_eq!(statuses(&pool, slot_id).await, ["held", "held"]);
     assert_eq!(counts(&pool, slot_id).await, (4, 0, 4, 0));
     // 2 fits only with the expired hold reclaimed: it is, and the change applies.
-    let slot = applied(
-        store
-            .change_capacity(slot_id, 2, at(120))
-            .await
-            .unwrap()
-            .outcome,
-    );
-    assert_eq!((slot.capacity, slot.remaining), (2, 0));
+    assert_eq!(resized(&store, slot_id, 2, at(120)).await, (2, 0));
     assert_eq!(statuses(&pool, slot_id).await, ["expired", "held"]);
     assert_invariant(&pool, slot_id).await;
     // Raising adds free units; a started slot changes too.
-    let slot = applied(
-        store
-            .change_capacity(slot_id, 7, at(4000))
-            .await
-            .unwrap()
-            .outcome,
-    );
-    assert_eq!((slot.capacity, slot.remaining), (7, 5));
+    assert_eq!(resized(&store, slot_id, 7, at(4000)).await, (7, 5));
     assert_invariant(&pool, slot_id).await;
     assert_eq!(
-        store
-            .change_capacity(SlotId(99), 3, at(0))
-            .await
-            .unwrap()
-            .outcome,
+        outcome(store.change_capacity(SlotId(99), 3, at(0))).await,
         SlotChange::NotFound
     );
 }
@@ -108,81 +96,39 @@ async fn capacity_changes_reclaim_only_when_that_makes_them_fit() {
 /// A capacity moves between 1 and `i32::MAX` in both directions without overflowing.
 #[tokio::test]
 async fn capacity_changes_span_the_whole_i32_range() {
-    let db = TempDb::new("extremes");
-    let store = db.store().await;
-    let slot_id = slot(&store, i32::MAX).await;
-    let slot = applied(
-        store
-            .change_capacity(slot_id, 1, at(0))
-            .await
-            .unwrap()
-            .outcome,
+    let (_db, store, pool, slot_id) = one_slot("extremes", i32::MAX).await;
+    assert_eq!(resized(&store, slot_id, 1, at(0)).await, (1, 1));
+    assert_eq!(
+        resized(&store, slot_id, i32::MAX, at(0)).await,
+        (i32::MAX, i32::MAX)
     );
-    assert_eq!((slot.capacity, slot.remaining), (1, 1));
-    let slot = applied(
-        store
-            .change_capacity(slot_id, i32::MAX, at(0))
-            .await
-            .unwrap()
-            .outcome,
-    );
-    assert_eq!((slot.capacity, slot.remaining), (i32::MAX, i32::MAX));
     created(hold(&store, slot_id, "one", at(0)).await);
-    let slot = applied(
-        store
-            .change_capacity(slot_id, 1, at(0))
-            .await
-            .unwrap()
-            .outcome,
-    );
-    assert_eq!((slot.capacity, slot.remaining), (1, 0));
-    assert_invariant(store.pool(), slot_id).await;
-}
-
-fn created(outcome: HoldOutcome) -> slot_booking::Hold {
-    match outcome {
-        HoldOutcome::Created(h) => h,
-        other => panic!("expected Created, got {other:?}"),
-    }
+    assert_eq!(resized(&store, slot_id, 1, at(0)).await, (1, 0));
+    assert_invariant(&pool, slot_id).await;
 }
 
 /// Removal archives: `removed_at` is the `now` passed, the holds stay stored and replay, and
 /// the slot is gone for every later change and for new holds.
 #[tokio::test]
 async fn removal_keeps_the_row_and_its_holds() {
-    let db = TempDb::new("removal");
-    let store = db.store().await;
-    let pool = store.pool().clone();
-    let slot_id = slot(&store, 2).await;
+    let (_db, store, pool, slot_id) = one_slot("removal", 2).await;
     let active = created(hold(&store, slot_id, "active", at(0)).await);
-    let usage = in_use(store.remove_slot(slot_id, at(1)).await.unwrap().outcome);
+    let usage = in_use(outcome(store.remove_slot(slot_id, at(1))).await);
     assert_eq!((usage.held, usage.confirmed()), (1, 0));
-    let cancelled = store
-        .cancel_hold(active.hold_id, &Scope::BackOffice, at(2))
-        .await
-        .unwrap()
-        .outcome;
+    let cancelled = outcome(store.cancel_hold(active.hold_id, &Scope::BackOffice, at(2))).await;
     assert!(matches!(cancelled, Transition::Applied(_)));
     // An expired hold stands in the way only until the removal reclaims it.
     created(hold(&store, slot_id, "expiring", at(3)).await);
-    let removed = applied(store.remove_slot(slot_id, at(1000)).await.unwrap().outcome);
+    let removed = applied(outcome(store.remove_slot(slot_id, at(1000))).await);
     assert_eq!(removed.removed_at, Some(at(1000)));
     assert_eq!(statuses(&pool, slot_id).await, ["cancelled", "expired"]);
     assert_eq!(store.get_slot(slot_id).await.unwrap(), Some(removed));
     assert_invariant(&pool, slot_id).await;
 
     for change in [
-        store.remove_slot(slot_id, at(1001)).await.unwrap().outcome,
-        store
-            .change_capacity(slot_id, 5, at(1001))
-            .await
-            .unwrap()
-            .outcome,
-        store
-            .set_closed(slot_id, true, at(1001))
-            .await
-            .unwrap()
-            .outcome,
+        outcome(store.remove_slot(slot_id, at(1001))).await,
+        outcome(store.change_capacity(slot_id, 5, at(1001))).await,
+        outcome(store.set_closed(slot_id, true, at(1001))).await,
     ] {
         assert_eq!(change, SlotChange::NotFound);
     }
@@ -194,62 +140,29 @@ async fn removal_keeps_the_row_and_its_holds() {
         hold(&store, slot_id, "active", at(1001)).await,
         HoldOutcome::Replayed(h) if h.hold_id == active.hold_id
     ));
-    assert!(store
-        .availability(at(1001))
-        .await
-        .unwrap()
-        .outcome
-        .is_empty());
+    assert!(outcome(store.availability(at(1001))).await.is_empty());
 }
 
 /// A closed slot leaves availability and takes no hold (the trigger refuses it, and nothing is
 /// reclaimed for it), while its holds can still be confirmed.
 #[tokio::test]
 async fn closed_sales_refuse_holds_and_reclaim_nothing() {
-    let db = TempDb::new("closed");
-    let store = db.store().await;
-    let pool = store.pool().clone();
-    let slot_id = slot(&store, 2).await;
+    let (_db, store, pool, slot_id) = one_slot("closed", 2).await;
     let first = created(hold(&store, slot_id, "first", at(0)).await);
     created(hold(&store, slot_id, "expiring", at(0)).await);
-    let closed = applied(
-        store
-            .set_closed(slot_id, true, at(1))
-            .await
-            .unwrap()
-            .outcome,
-    );
+    let closed = applied(outcome(store.set_closed(slot_id, true, at(1))).await);
     assert!(closed.closed);
-    assert!(
-        applied(
-            store
-                .set_closed(slot_id, true, at(1))
-                .await
-                .unwrap()
-                .outcome
-        )
-        .closed
-    );
-    assert!(store.availability(at(1)).await.unwrap().outcome.is_empty());
+    assert!(applied(outcome(store.set_closed(slot_id, true, at(1))).await).closed);
+    assert!(outcome(store.availability(at(1))).await.is_empty());
     // At 400 the second hold has expired; a hold on the closed slot must not reclaim it.
     assert!(matches!(
         hold(&store, slot_id, "late", at(400)).await,
         HoldOutcome::SlotClosed
     ));
     assert_eq!(statuses(&pool, slot_id).await, ["held", "held"]);
-    let confirmed = store
-        .confirm_hold(first.hold_id, &Scope::BackOffice, at(200))
-        .await
-        .unwrap()
-        .outcome;
+    let confirmed = outcome(store.confirm_hold(first.hold_id, &Scope::BackOffice, at(200))).await;
     assert!(matches!(confirmed, Transition::Applied(_)));
-    let reopened = applied(
-        store
-            .set_closed(slot_id, false, at(400))
-            .await
-            .unwrap()
-            .outcome,
-    );
+    let reopened = applied(outcome(store.set_closed(slot_id, false, at(400))).await);
     assert!(!reopened.closed);
     created(hold(&store, slot_id, "late", at(400)).await);
     assert_eq!(
@@ -258,11 +171,7 @@ async fn closed_sales_refuse_holds_and_reclaim_nothing() {
     );
     assert_invariant(&pool, slot_id).await;
     assert_eq!(
-        store
-            .set_closed(SlotId(99), true, at(0))
-            .await
-            .unwrap()
-            .outcome,
+        outcome(store.set_closed(SlotId(99), true, at(0))).await,
         SlotChange::NotFound
     );
 }
@@ -293,16 +202,10 @@ async fn listing_pages_match_the_reference_store() {
             let k = key(k);
             let mut req = request(SlotId(slot), &k, at(0));
             req.expires_at = at(lifetime);
-            created(store.create_hold(req).await.unwrap().outcome);
+            created(outcome(store.create_hold(req)).await);
         }
-        applied(
-            store
-                .set_closed(SlotId(15), true, at(0))
-                .await
-                .unwrap()
-                .outcome,
-        );
-        applied(store.remove_slot(SlotId(16), at(0)).await.unwrap().outcome);
+        applied(outcome(store.set_closed(SlotId(15), true, at(0))).await);
+        applied(outcome(store.remove_slot(SlotId(16), at(0))).await);
     }
     let now = at(60);
     let room_a = ResourceId::new("room-a").unwrap();
@@ -315,22 +218,14 @@ async fn listing_pages_match_the_reference_store() {
         SlotFilter::all().to(at(-1200)),
     ];
     for filter in &filters {
-        let expected = memory
-            .list_slots(filter, SlotPageRequest::first(100), now)
-            .await
-            .unwrap()
-            .outcome;
-        let whole = sqlite
-            .list_slots(filter, SlotPageRequest::first(100), now)
-            .await
-            .unwrap()
-            .outcome;
+        let expected = outcome(memory.list_slots(filter, SlotPageRequest::first(100), now)).await;
+        let whole = outcome(sqlite.list_slots(filter, SlotPageRequest::first(100), now)).await;
         assert_eq!(whole, expected, "{filter:?}");
         for limit in [1, 3] {
             let mut walked = Vec::new();
             let mut page = SlotPageRequest::first(limit);
             loop {
-                let rows = sqlite.list_slots(filter, page, now).await.unwrap().outcome;
+                let rows = outcome(sqlite.list_slots(filter, page, now)).await;
                 assert!(rows.len() <= limit as usize);
                 let Some(last) = rows.last() else { break };
                 page = SlotPageRequest::after(SlotCursor::after(&last.slot), limit);
@@ -339,11 +234,8 @@ async fn listing_pages_match_the_reference_store() {
             assert_eq!(walked, expected, "{filter:?} by {limit}");
         }
     }
-    let all = sqlite
-        .list_slots(&SlotFilter::all(), SlotPageRequest::first(100), now)
-        .await
-        .unwrap()
-        .outcome;
+    let all =
+        outcome(sqlite.list_slots(&SlotFilter::all(), SlotPageRequest::first(100), now)).await;
     assert_eq!(all.len(), 24);
     let slot_13 = all.iter().find(|u| u.slot.slot_id == SlotId(13)).unwrap();
     assert_eq!(

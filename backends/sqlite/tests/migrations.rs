@@ -10,6 +10,8 @@ use slot_booking::conformance::kit::check_previous_release_sells_on;
 use slot_booking::{HoldOutcome, SlotChange, SlotFilter, SlotId, SlotPageRequest, Store};
 use slot_booking_sqlite::SqliteStore;
 use sqlx::migrate::Migrator;
+use sqlx::sqlite::SqliteRow;
+use sqlx::{FromRow, SqlitePool};
 
 async fn host_migrator() -> Migrator {
     Migrator::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/host_migrations"))
@@ -17,11 +19,57 @@ async fn host_migrator() -> Migrator {
         .unwrap()
 }
 
-async fn tables(pool: &sqlx::SqlitePool) -> Vec<String> {
-    sqlx::query_scalar("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
-        .fetch_all(pool)
+/// Every row `sql` selects, each as a `T`.
+async fn rows<T>(pool: &SqlitePool, sql: &str) -> Vec<T>
+where
+    T: for<'r> FromRow<'r, SqliteRow> + Send + Unpin,
+{
+    sqlx::query_as(sql).fetch_all(pool).await.unwrap()
+}
+
+/// The one column `sql` selects, row by row.
+async fn column<T>(pool: &SqlitePool, sql: &str) -> Vec<T>
+where
+    (T,): for<'r> FromRow<'r, SqliteRow> + Send + Unpin,
+{
+    rows::<(T,)>(pool, sql)
+        .await
+        .into_iter()
+        .map(|(v,)| v)
+        .collect()
+}
+
+async fn tables(pool: &SqlitePool) -> Vec<String> {
+    column(
+        pool,
+        "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name",
+    )
+    .await
+}
+
+/// Asserts that each of `expected` is among the database's tables.
+async fn assert_tables(pool: &SqlitePool, expected: &[&str]) {
+    let names = tables(pool).await;
+    for table in expected {
+        assert!(
+            names.iter().any(|n| n == table),
+            "{table} missing in {names:?}"
+        );
+    }
+}
+
+/// Runs `sql`, one statement or several.
+async fn execute(pool: &SqlitePool, sql: &str) {
+    sqlx::raw_sql(sql).execute(pool).await.unwrap();
+}
+
+/// A pool on the database file, with nothing migrated.
+async fn bare_pool(db: &TempDb) -> SqlitePool {
+    SqliteStore::connect(&db.url())
         .await
         .unwrap()
+        .pool()
+        .clone()
 }
 
 #[tokio::test]
@@ -37,25 +85,23 @@ async fn migrations_coexist_with_host_sqlx_migrations() {
     store.migrate().await.unwrap();
     store.migrate().await.unwrap();
 
-    let names = tables(store.pool()).await;
-    for table in [
-        "_sqlx_migrations",
-        "customers",
-        "orders",
-        "slot_booking_migrations",
-        "slot_booking_slots",
-        "slot_booking_holds",
-    ] {
-        assert!(
-            names.iter().any(|n| n == table),
-            "{table} missing in {names:?}"
-        );
-    }
-    let ours: Vec<(i64, String)> =
-        sqlx::query_as("SELECT version, description FROM slot_booking_migrations ORDER BY version")
-            .fetch_all(store.pool())
-            .await
-            .unwrap();
+    assert_tables(
+        store.pool(),
+        &[
+            "_sqlx_migrations",
+            "customers",
+            "orders",
+            "slot_booking_migrations",
+            "slot_booking_slots",
+            "slot_booking_holds",
+        ],
+    )
+    .await;
+    let ours: Vec<(i64, String)> = rows(
+        store.pool(),
+        "SELECT version, description FROM slot_booking_migrations ORDER BY version",
+    )
+    .await;
     assert_eq!(
         ours,
         vec![
@@ -65,11 +111,11 @@ async fn migrations_coexist_with_host_sqlx_migrations() {
             (4, "slot administration".to_owned()),
         ]
     );
-    let theirs: Vec<i64> =
-        sqlx::query_scalar("SELECT version FROM _sqlx_migrations ORDER BY version")
-            .fetch_all(store.pool())
-            .await
-            .unwrap();
+    let theirs: Vec<i64> = column(
+        store.pool(),
+        "SELECT version FROM _sqlx_migrations ORDER BY version",
+    )
+    .await;
     assert_eq!(theirs, vec![20240101000000, 20240102000000]);
 
     // Ours first on a fresh database, then the host's.
@@ -79,10 +125,7 @@ async fn migrations_coexist_with_host_sqlx_migrations() {
     host.run(store2.pool()).await.unwrap();
     store2.migrate().await.unwrap();
     let slot_id = slot(&store2, 1).await;
-    assert!(matches!(
-        hold(&store2, slot_id, "a", at(0)).await,
-        HoldOutcome::Created(_)
-    ));
+    created(hold(&store2, slot_id, "a", at(0)).await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -115,10 +158,7 @@ async fn data_survives_a_restart() {
     let (slot_id, hold) = {
         let store = db.store().await;
         let slot_id = slot(&store, 3).await;
-        let hold = match hold(&store, slot_id, "a", at(0)).await {
-            HoldOutcome::Created(h) => h,
-            other => panic!("{other:?}"),
-        };
+        let hold = created(hold(&store, slot_id, "a", at(0)).await);
         store
             .confirm_hold(hold.hold_id, &slot_booking::Scope::BackOffice, at(1))
             .await
@@ -142,21 +182,20 @@ async fn data_survives_a_restart() {
 
 /// The schema version 0.1 of this crate created: bare `slots` and `holds`, ledger
 /// `slot_booking_migrations`.
-async fn create_0_1_schema(pool: &sqlx::SqlitePool) {
+async fn create_0_1_schema(pool: &SqlitePool) {
     create_recorded_schema(pool, "tests/legacy_0_1", 2).await;
 }
 
 /// Migrations 1 to `up_to` from `dir` (under the crate), with the default prefix for `{p}`,
 /// recorded in `slot_booking_migrations` as the release that shipped them recorded them.
-async fn create_recorded_schema(pool: &sqlx::SqlitePool, dir: &str, up_to: i64) {
+async fn create_recorded_schema(pool: &SqlitePool, dir: &str, up_to: i64) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
-    sqlx::raw_sql(
+    execute(
+        pool,
         "CREATE TABLE slot_booking_migrations (version INTEGER PRIMARY KEY, \
          description TEXT NOT NULL, applied_at INTEGER NOT NULL)",
     )
-    .execute(pool)
-    .await
-    .unwrap();
+    .await;
     for (version, file, description) in [
         (
             1,
@@ -172,7 +211,7 @@ async fn create_recorded_schema(pool: &sqlx::SqlitePool, dir: &str, up_to: i64) 
         let sql = std::fs::read_to_string(dir.join(file))
             .unwrap()
             .replace("{p}", "slot_booking_");
-        sqlx::raw_sql(&sql).execute(pool).await.unwrap();
+        execute(pool, &sql).await;
         sqlx::query("INSERT INTO slot_booking_migrations VALUES (?1, ?2, 0)")
             .bind(version)
             .bind(description)
@@ -185,16 +224,12 @@ async fn create_recorded_schema(pool: &sqlx::SqlitePool, dir: &str, up_to: i64) 
 #[tokio::test]
 async fn a_database_made_by_0_1_upgrades_in_place_keeping_every_row() {
     let db = TempDb::new("legacy");
-    let pool = SqliteStore::connect(&db.url())
-        .await
-        .unwrap()
-        .pool()
-        .clone();
+    let pool = bare_pool(&db).await;
     create_0_1_schema(&pool).await;
     // 0.1's rows: a slot of 3 with a held, a confirmed and a cancelled hold (its trigger takes
     // the units, the cancel gives one back).
     let (t, later) = (at(0).timestamp_micros(), at(3600).timestamp_micros());
-    sqlx::raw_sql(&format!(
+    let sql = format!(
         "INSERT INTO slots (starts_at, ends_at, capacity, remaining) VALUES ({later}, {}, 3, 3);
          INSERT INTO holds (slot_id, idempotency_key, status, expires_at, created_at)
              VALUES (1, 'held-key', 'held', {}, {t});
@@ -209,15 +244,13 @@ async fn a_database_made_by_0_1_upgrades_in_place_keeping_every_row() {
         t + 300_000_000,
         t + 300_000_000,
         t + 300_000_000,
-    ))
-    .execute(&pool)
-    .await
-    .unwrap();
-    let before: Vec<(i64, String, String)> =
-        sqlx::query_as("SELECT id, idempotency_key, status FROM holds ORDER BY id")
-            .fetch_all(&pool)
-            .await
-            .unwrap();
+    );
+    execute(&pool, &sql).await;
+    let before: Vec<(i64, String, String)> = rows(
+        &pool,
+        "SELECT id, idempotency_key, status FROM holds ORDER BY id",
+    )
+    .await;
 
     let store = SqliteStore::new(pool.clone());
     store.migrate().await.unwrap();
@@ -228,36 +261,31 @@ async fn a_database_made_by_0_1_upgrades_in_place_keeping_every_row() {
         !names.iter().any(|n| n == "slots" || n == "holds"),
         "{names:?}"
     );
-    let after: Vec<(i64, String, String)> =
-        sqlx::query_as("SELECT id, idempotency_key, status FROM slot_booking_holds ORDER BY id")
-            .fetch_all(&pool)
-            .await
-            .unwrap();
+    let after: Vec<(i64, String, String)> = rows(
+        &pool,
+        "SELECT id, idempotency_key, status FROM slot_booking_holds ORDER BY id",
+    )
+    .await;
     assert_eq!(after, before, "every hold kept, ids included");
-    assert_eq!(counts(&pool, SlotId(1)).await, (3, 1, 1, 1));
-    assert_invariant(&pool, SlotId(1)).await;
+    assert_counts(&pool, SlotId(1), (3, 1, 1, 1)).await;
     // The renamed schema still enforces the rules: the trigger takes a unit, the unique key
     // replays, and the last unit goes once.
     assert!(matches!(
         hold(&store, SlotId(1), "held-key", at(1)).await,
         HoldOutcome::Replayed(h) if h.hold_id.get() == 1
     ));
-    assert!(matches!(
-        hold(&store, SlotId(1), "new", at(1)).await,
-        HoldOutcome::Created(_)
-    ));
+    created(hold(&store, SlotId(1), "new", at(1)).await);
     assert!(matches!(
         hold(&store, SlotId(1), "more", at(1)).await,
         HoldOutcome::SoldOut
     ));
     assert_invariant(&pool, SlotId(1)).await;
-    let objects: Vec<String> = sqlx::query_scalar(
+    let objects: Vec<String> = column(
+        &pool,
         "SELECT name FROM sqlite_master WHERE type IN ('index', 'trigger') \
          AND name NOT LIKE 'sqlite_%' ORDER BY name",
     )
-    .fetch_all(&pool)
-    .await
-    .unwrap();
+    .await;
     assert!(
         objects.iter().all(|n| n.starts_with("slot_booking_")),
         "indexes and trigger carry the prefix: {objects:?}"
@@ -269,24 +297,17 @@ async fn a_host_table_named_holds_is_left_alone() {
     let db = TempDb::new("hostholds");
     let store = SqliteStore::connect(&db.url()).await.unwrap();
     let pool = store.pool().clone();
-    sqlx::raw_sql(
+    execute(
+        &pool,
         "CREATE TABLE holds (id INTEGER PRIMARY KEY, note TEXT NOT NULL);
          CREATE TABLE slots (id INTEGER PRIMARY KEY, room TEXT NOT NULL);
          INSERT INTO holds (note) VALUES ('the host''s own row');",
     )
-    .execute(&pool)
-    .await
-    .unwrap();
+    .await;
     store.migrate().await.unwrap();
     let slot_id = slot(&store, 1).await;
-    assert!(matches!(
-        hold(&store, slot_id, "a", at(0)).await,
-        HoldOutcome::Created(_)
-    ));
-    let host_rows: Vec<(i64, String)> = sqlx::query_as("SELECT id, note FROM holds")
-        .fetch_all(&pool)
-        .await
-        .unwrap();
+    created(hold(&store, slot_id, "a", at(0)).await);
+    let host_rows: Vec<(i64, String)> = rows(&pool, "SELECT id, note FROM holds").await;
     assert_eq!(host_rows, vec![(1, "the host's own row".to_owned())]);
     assert_invariant(&pool, slot_id).await;
 }
@@ -299,20 +320,15 @@ async fn stores_with_different_prefixes_share_a_database_independently() {
     assert!(store.clone().with_table_prefix("Booking").is_err());
     store.migrate().await.unwrap();
     other.migrate().await.unwrap();
-    let names = tables(store.pool()).await;
-    for table in ["booking_slots", "booking_holds", "booking_migrations"] {
-        assert!(
-            names.iter().any(|n| n == table),
-            "{table} missing in {names:?}"
-        );
-    }
+    assert_tables(
+        store.pool(),
+        &["booking_slots", "booking_holds", "booking_migrations"],
+    )
+    .await;
     let a = slot(&store, 1).await;
     let b = slot(&other, 1).await;
     assert_eq!(a, b, "each prefix numbers its own slots");
-    assert!(matches!(
-        hold(&store, a, "k", at(0)).await,
-        HoldOutcome::Created(_)
-    ));
+    created(hold(&store, a, "k", at(0)).await);
     assert!(
         matches!(hold(&other, b, "k", at(0)).await, HoldOutcome::Created(_)),
         "keys are unique per prefix, the units are separate"
@@ -325,7 +341,7 @@ async fn stores_with_different_prefixes_share_a_database_independently() {
 /// and an expired-but-unreclaimed hold, inserted as a release before owners and quantities did
 /// (its trigger takes one unit per hold, the cancel gives one back): the rows
 /// `check_previous_release_sells_on` expects.
-async fn insert_previous_release_rows(pool: &sqlx::SqlitePool) {
+async fn insert_previous_release_rows(pool: &SqlitePool) {
     let (t, start) = (at(0).timestamp_micros(), at(3600).timestamp_micros());
     let insert = |key: &str, expires: i64| {
         format!(
@@ -333,7 +349,7 @@ async fn insert_previous_release_rows(pool: &sqlx::SqlitePool) {
              VALUES (1, '{key}', 'held', {expires}, {t});"
         )
     };
-    sqlx::raw_sql(&format!(
+    let sql = format!(
         "INSERT INTO slot_booking_slots (starts_at, ends_at, capacity, remaining) \
              VALUES ({start}, {}, 5, 5);
          {} {} {} {}
@@ -345,10 +361,23 @@ async fn insert_previous_release_rows(pool: &sqlx::SqlitePool) {
         insert("confirmed-key", t + 300_000_000),
         insert("cancelled-key", t + 300_000_000),
         insert("short-key", t + 1),
-    ))
-    .execute(pool)
-    .await
-    .unwrap();
+    );
+    execute(pool, &sql).await;
+}
+
+/// A database as the release that shipped migrations 1 to `up_to` left it, holding
+/// `insert_previous_release_rows`'s rows.
+async fn previous_release_database(db: &TempDb, up_to: i64) -> SqlitePool {
+    let pool = bare_pool(db).await;
+    create_recorded_schema(&pool, "migrations", up_to).await;
+    insert_previous_release_rows(&pool).await;
+    pool
+}
+
+/// Through the engine: slot 1's old rows keep selling, multi-unit holds included.
+async fn assert_previous_release_sells_on(store: &SqliteStore) {
+    check_previous_release_sells_on(store.clone(), at(1)).await;
+    assert_counts(store.pool(), SlotId(1), (5, 0, 4, 1)).await;
 }
 
 /// Owners and quantities arrive by an additive migration: a database with holds made by the
@@ -357,41 +386,30 @@ async fn insert_previous_release_rows(pool: &sqlx::SqlitePool) {
 #[tokio::test]
 async fn a_database_made_by_the_previous_migrations_upgrades_in_place() {
     let db = TempDb::new("previous");
-    let pool = SqliteStore::connect(&db.url())
-        .await
-        .unwrap()
-        .pool()
-        .clone();
     // The release before owners and quantities: migrations 1 and 2 as this crate ships them.
-    create_recorded_schema(&pool, "migrations", 2).await;
-    insert_previous_release_rows(&pool).await;
-    let rows = "SELECT id, idempotency_key, status, expires_at, confirmed_at, cancelled_at, \
-                created_at FROM slot_booking_holds ORDER BY id";
+    let pool = previous_release_database(&db, 2).await;
+    let hold_rows = "SELECT id, idempotency_key, status, expires_at, confirmed_at, \
+                     cancelled_at, created_at FROM slot_booking_holds ORDER BY id";
     type Row = (i64, String, String, i64, Option<i64>, Option<i64>, i64);
-    let before: Vec<Row> = sqlx::query_as(rows).fetch_all(&pool).await.unwrap();
+    let before: Vec<Row> = rows(&pool, hold_rows).await;
 
     let store = SqliteStore::new(pool.clone());
     store.migrate().await.unwrap();
 
-    let after: Vec<Row> = sqlx::query_as(rows).fetch_all(&pool).await.unwrap();
+    let after: Vec<Row> = rows(&pool, hold_rows).await;
     assert_eq!(after, before, "every hold kept as it was");
-    let added: Vec<(i64, Option<String>)> =
-        sqlx::query_as("SELECT quantity, owner FROM slot_booking_holds ORDER BY id")
-            .fetch_all(&pool)
-            .await
-            .unwrap();
+    let added: Vec<(i64, Option<String>)> = rows(
+        &pool,
+        "SELECT quantity, owner FROM slot_booking_holds ORDER BY id",
+    )
+    .await;
     assert_eq!(
         added,
         vec![(1, None); 4],
         "old holds are anonymous single units"
     );
-    assert_eq!(counts(&pool, SlotId(1)).await, (5, 2, 2, 1));
-    assert_invariant(&pool, SlotId(1)).await;
-
-    // Through the engine: the old rows keep selling, multi-unit holds included.
-    check_previous_release_sells_on(store.clone(), at(1)).await;
-    assert_eq!(counts(&pool, SlotId(1)).await, (5, 0, 4, 1));
-    assert_invariant(&pool, SlotId(1)).await;
+    assert_counts(&pool, SlotId(1), (5, 2, 2, 1)).await;
+    assert_previous_release_sells_on(&store).await;
 }
 
 /// Slot administration arrives by an additive migration: a database made by migrations 1 to 3
@@ -400,18 +418,12 @@ async fn a_database_made_by_the_previous_migrations_upgrades_in_place() {
 #[tokio::test]
 async fn a_database_made_by_migrations_1_to_3_upgrades_in_place() {
     let db = TempDb::new("before_admin");
-    let pool = SqliteStore::connect(&db.url())
-        .await
-        .unwrap()
-        .pool()
-        .clone();
-    create_recorded_schema(&pool, "migrations", 3).await;
-    insert_previous_release_rows(&pool).await;
+    let pool = previous_release_database(&db, 3).await;
     // Migration 3's rows too: slot 2 (capacity 4) with an owned hold of 3 units, slot 3 long
     // past with a confirmed hold, both inserted through migration 3's trigger.
     let (t, start) = (at(0).timestamp_micros(), at(3600).timestamp_micros());
     let (past, end) = (at(-7200).timestamp_micros(), start + 3_600_000_000);
-    sqlx::raw_sql(&format!(
+    let sql = format!(
         "INSERT INTO slot_booking_slots (starts_at, ends_at, capacity, remaining) \
              VALUES ({start}, {end}, 4, 4), ({past}, {}, 2, 2);
          INSERT INTO slot_booking_holds \
@@ -423,10 +435,8 @@ async fn a_database_made_by_migrations_1_to_3_upgrades_in_place() {
         t + 300_000_000,
         past,
         past - 1,
-    ))
-    .execute(&pool)
-    .await
-    .unwrap();
+    );
+    execute(&pool, &sql).await;
     let slot_rows = "SELECT id, starts_at, ends_at, capacity, remaining \
                      FROM slot_booking_slots ORDER BY id";
     let hold_rows = "SELECT id, slot_id, idempotency_key, status, expires_at, confirmed_at, \
@@ -444,33 +454,33 @@ async fn a_database_made_by_migrations_1_to_3_upgrades_in_place() {
         i64,
         Option<String>,
     );
-    let slots_before: Vec<SlotRow> = sqlx::query_as(slot_rows).fetch_all(&pool).await.unwrap();
-    let holds_before: Vec<HoldRow> = sqlx::query_as(hold_rows).fetch_all(&pool).await.unwrap();
+    let slots_before: Vec<SlotRow> = rows(&pool, slot_rows).await;
+    let holds_before: Vec<HoldRow> = rows(&pool, hold_rows).await;
     assert_eq!((slots_before.len(), holds_before.len()), (3, 6));
 
     let store = SqliteStore::new(pool.clone());
     store.migrate().await.unwrap();
     store.migrate().await.unwrap();
 
-    let slots_after: Vec<SlotRow> = sqlx::query_as(slot_rows).fetch_all(&pool).await.unwrap();
-    let holds_after: Vec<HoldRow> = sqlx::query_as(hold_rows).fetch_all(&pool).await.unwrap();
+    let slots_after: Vec<SlotRow> = rows(&pool, slot_rows).await;
+    let holds_after: Vec<HoldRow> = rows(&pool, hold_rows).await;
     assert_eq!(slots_after, slots_before, "every slot kept as it was");
     assert_eq!(holds_after, holds_before, "every hold kept as it was");
-    let added: Vec<(Option<String>, i64, Option<i64>)> =
-        sqlx::query_as("SELECT resource, closed, removed_at FROM slot_booking_slots ORDER BY id")
-            .fetch_all(&pool)
-            .await
-            .unwrap();
+    let added: Vec<(Option<String>, i64, Option<i64>)> = rows(
+        &pool,
+        "SELECT resource, closed, removed_at FROM slot_booking_slots ORDER BY id",
+    )
+    .await;
     assert_eq!(
         added,
         vec![(None, 0, None); 3],
         "old slots are open, kept, of no resource"
     );
-    let versions: Vec<i64> =
-        sqlx::query_scalar("SELECT version FROM slot_booking_migrations ORDER BY version")
-            .fetch_all(&pool)
-            .await
-            .unwrap();
+    let versions: Vec<i64> = column(
+        &pool,
+        "SELECT version FROM slot_booking_migrations ORDER BY version",
+    )
+    .await;
     assert_eq!(versions, vec![1, 2, 3, 4]);
     for id in 1..=3 {
         let slot = store.get_slot(SlotId(id)).await.unwrap().unwrap();
@@ -506,18 +516,12 @@ async fn a_database_made_by_migrations_1_to_3_upgrades_in_place() {
         HoldOutcome::SlotClosed
     ));
     store.set_closed(SlotId(2), false, at(1)).await.unwrap();
-    assert!(matches!(
-        hold(&store, SlotId(2), "reopened", at(1)).await,
-        HoldOutcome::Created(_)
-    ));
+    created(hold(&store, SlotId(2), "reopened", at(1)).await);
     assert!(matches!(
         store.remove_slot(SlotId(2), at(1)).await.unwrap().outcome,
         SlotChange::InUse(u) if u.held == 4
     ));
     assert_invariant(&pool, SlotId(2)).await;
 
-    // Through the engine: slot 1 keeps selling, multi-unit holds included.
-    check_previous_release_sells_on(store.clone(), at(1)).await;
-    assert_eq!(counts(&pool, SlotId(1)).await, (5, 0, 4, 1));
-    assert_invariant(&pool, SlotId(1)).await;
+    assert_previous_release_sells_on(&store).await;
 }

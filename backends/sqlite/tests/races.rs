@@ -2,11 +2,80 @@
 
 mod common;
 
+use std::future::Future;
 use std::sync::Arc;
 
 use chrono::Duration;
 use common::*;
-use slot_booking::{HoldOutcome, SlotChange, Store};
+use slot_booking::{HoldOutcome, SlotChange, SlotId, Store, Timestamp};
+use slot_booking_sqlite::SqliteStore;
+use tokio::task::JoinSet;
+
+/// Two stores on one file, each with its own pool: two processes, as far as SQLite can tell.
+struct TwoStores {
+    a: Arc<SqliteStore>,
+    b: Arc<SqliteStore>,
+}
+
+impl TwoStores {
+    async fn open(db: &TempDb) -> Self {
+        TwoStores {
+            a: Arc::new(db.store().await),
+            b: Arc::new(db.store().await),
+        }
+    }
+
+    /// The store task `i` uses: `a` for even tasks, `b` for odd ones.
+    fn take_turns(&self, i: i32) -> Arc<SqliteStore> {
+        Arc::clone(if i % 2 == 0 { &self.a } else { &self.b })
+    }
+}
+
+/// Runs `n` tasks at once, task `i` being `task(i)`, and collects what they return (in the
+/// order they finish); a task that panics fails the test.
+async fn race<T, F>(n: i32, mut task: impl FnMut(i32) -> F) -> Vec<T>
+where
+    F: Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    let mut tasks = JoinSet::new();
+    for i in 0..n {
+        tasks.spawn(task(i));
+    }
+    let mut done = Vec::new();
+    while let Some(task) = tasks.join_next().await {
+        done.push(task.unwrap());
+    }
+    done
+}
+
+/// `n` holds racing for the slot at `now`, hold `i` placed through `store(i)` with key `key(i)`.
+async fn racing_holds(
+    n: i32,
+    store: impl Fn(i32) -> Arc<SqliteStore>,
+    slot_id: SlotId,
+    key: impl Fn(i32) -> String,
+    now: Timestamp,
+) -> Vec<HoldOutcome> {
+    race(n, |i| {
+        let (store, key) = (store(i), key(i));
+        async move { hold(&*store, slot_id, &key, now).await }
+    })
+    .await
+}
+
+/// (created, sold out) of racing holds that may each be created or find the slot sold out.
+fn created_or_sold_out(outcomes: Vec<HoldOutcome>) -> (i32, i32) {
+    let (mut created, mut sold_out) = (0, 0);
+    for outcome in outcomes {
+        match outcome {
+            HoldOutcome::Created(_) => created += 1,
+            HoldOutcome::SoldOut => sold_out += 1,
+            other => panic!("unexpected outcome {other:?}"),
+        }
+    }
+    (created, sold_out)
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn thousand_racing_holds_take_exactly_the_capacity() {
@@ -14,24 +83,11 @@ async fn thousand_racing_holds_take_exactly_the_capacity() {
     let store = Arc::new(db.store().await);
     let slot_id = slot(&*store, 10).await;
 
-    let tasks: Vec<_> = (0..1000)
-        .map(|i| {
-            let store = Arc::clone(&store);
-            tokio::spawn(async move { hold(&*store, slot_id, &format!("k-{i}"), at(0)).await })
-        })
-        .collect();
-    let (mut created, mut sold_out) = (0, 0);
-    for task in tasks {
-        match task.await.unwrap() {
-            HoldOutcome::Created(_) => created += 1,
-            HoldOutcome::SoldOut => sold_out += 1,
-            other => panic!("unexpected outcome {other:?}"),
-        }
-    }
-    assert_eq!((created, sold_out), (10, 990));
+    let by_one = |_| Arc::clone(&store);
+    let outcomes = racing_holds(1000, by_one, slot_id, |i| format!("k-{i}"), at(0)).await;
+    assert_eq!(created_or_sold_out(outcomes), (10, 990));
     assert_eq!(store.get_slot(slot_id).await.unwrap().unwrap().remaining, 0);
-    assert_eq!(counts(store.pool(), slot_id).await, (10, 0, 10, 0));
-    assert_invariant(store.pool(), slot_id).await;
+    assert_counts(store.pool(), slot_id, (10, 0, 10, 0)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -40,16 +96,12 @@ async fn fifty_racing_holds_with_one_key_make_one_hold() {
     let store = Arc::new(db.store().await);
     let slot_id = slot(&*store, 100).await;
 
-    let tasks: Vec<_> = (0..50)
-        .map(|_| {
-            let store = Arc::clone(&store);
-            tokio::spawn(async move { hold(&*store, slot_id, "the-key", at(0)).await })
-        })
-        .collect();
+    let by_one = |_| Arc::clone(&store);
+    let outcomes = racing_holds(50, by_one, slot_id, |_| "the-key".to_owned(), at(0)).await;
     let mut created = Vec::new();
     let mut replayed = Vec::new();
-    for task in tasks {
-        match task.await.unwrap() {
+    for outcome in outcomes {
+        match outcome {
             HoldOutcome::Created(h) => created.push(h.hold_id),
             HoldOutcome::Replayed(h) => replayed.push(h.hold_id),
             other => panic!("unexpected outcome {other:?}"),
@@ -68,69 +120,37 @@ async fn fifty_racing_holds_with_one_key_make_one_hold() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_stores_on_one_file_race_like_two_processes() {
     let db = TempDb::new("twostores");
-    let a = Arc::new(db.store().await);
-    let b = Arc::new(db.store().await);
-    let slot_id = slot(&*a, 7).await;
+    let stores = TwoStores::open(&db).await;
+    let slot_id = slot(&*stores.a, 7).await;
 
-    let tasks: Vec<_> = (0..400)
-        .map(|i| {
-            let store = if i % 2 == 0 {
-                Arc::clone(&a)
-            } else {
-                Arc::clone(&b)
-            };
-            tokio::spawn(async move { hold(&*store, slot_id, &format!("k-{i}"), at(0)).await })
-        })
-        .collect();
-    let mut created = 0;
-    for task in tasks {
-        match task.await.unwrap() {
-            HoldOutcome::Created(_) => created += 1,
-            HoldOutcome::SoldOut => {}
-            other => panic!("unexpected outcome {other:?}"),
-        }
-    }
+    let by_turns = |i| stores.take_turns(i);
+    let outcomes = racing_holds(400, by_turns, slot_id, |i| format!("k-{i}"), at(0)).await;
+    let (created, _) = created_or_sold_out(outcomes);
     assert_eq!(created, 7);
-    assert_eq!(b.get_slot(slot_id).await.unwrap().unwrap().remaining, 0);
-    assert_invariant(a.pool(), slot_id).await;
+    assert_eq!(
+        stores.b.get_slot(slot_id).await.unwrap().unwrap().remaining,
+        0
+    );
+    assert_invariant(stores.a.pool(), slot_id).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn racing_reclaims_never_return_a_unit_twice() {
     let db = TempDb::new("reclaimrace");
-    let a = Arc::new(db.store().await);
-    let b = Arc::new(db.store().await);
-    let slot_id = slot(&*a, 5).await;
+    let stores = TwoStores::open(&db).await;
+    let a = &*stores.a;
+    let slot_id = slot(a, 5).await;
     for i in 0..5 {
-        assert!(matches!(
-            hold(&*a, slot_id, &format!("old-{i}"), at(0)).await,
-            HoldOutcome::Created(_)
-        ));
+        created(hold(a, slot_id, &format!("old-{i}"), at(0)).await);
     }
     // Ten minutes later all five holds have expired: 40 racing holds from two stores may take
     // exactly the five reclaimed units.
     let later = at(0) + Duration::minutes(10);
-    let tasks: Vec<_> = (0..40)
-        .map(|i| {
-            let store = if i % 2 == 0 {
-                Arc::clone(&a)
-            } else {
-                Arc::clone(&b)
-            };
-            tokio::spawn(async move { hold(&*store, slot_id, &format!("new-{i}"), later).await })
-        })
-        .collect();
-    let mut created = 0;
-    for task in tasks {
-        match task.await.unwrap() {
-            HoldOutcome::Created(_) => created += 1,
-            HoldOutcome::SoldOut => {}
-            other => panic!("unexpected outcome {other:?}"),
-        }
-    }
+    let by_turns = |i| stores.take_turns(i);
+    let outcomes = racing_holds(40, by_turns, slot_id, |i| format!("new-{i}"), later).await;
+    let (created, _) = created_or_sold_out(outcomes);
     assert_eq!(created, 5);
-    let (capacity, remaining, held, confirmed) = counts(a.pool(), slot_id).await;
-    assert_eq!((capacity, remaining, held, confirmed), (5, 0, 5, 0));
+    assert_eq!(counts(a.pool(), slot_id).await, (5, 0, 5, 0));
     let expired: i64 = sqlx::query_scalar(
         "SELECT COUNT(*) FROM slot_booking_holds WHERE slot_id = ?1 AND status = 'expired'",
     )
@@ -153,28 +173,29 @@ async fn racing_confirms_cancels_and_holds_keep_the_invariant() {
             ids.push(h.hold_id);
         }
     }
-    let mut tasks = Vec::new();
-    for (i, id) in ids.iter().copied().enumerate() {
-        let s = Arc::clone(&store);
-        tasks.push(tokio::spawn(async move {
-            s.confirm_hold(id, &slot_booking::Scope::BackOffice, at(1))
-                .await
-                .unwrap();
-        }));
-        let s = Arc::clone(&store);
-        tasks.push(tokio::spawn(async move {
-            s.cancel_hold(id, &slot_booking::Scope::BackOffice, at(2))
-                .await
-                .unwrap();
-        }));
-        let s = Arc::clone(&store);
-        tasks.push(tokio::spawn(async move {
-            hold(&*s, slot_id, &format!("n-{i}"), at(3)).await;
-        }));
-    }
-    for task in tasks {
-        task.await.unwrap();
-    }
+    // For each hold, a confirm, a cancel and a new hold race.
+    race(3 * ids.len() as i32, |j| {
+        let (s, i) = (Arc::clone(&store), j / 3);
+        let id = ids[i as usize];
+        async move {
+            match j % 3 {
+                0 => {
+                    s.confirm_hold(id, &slot_booking::Scope::BackOffice, at(1))
+                        .await
+                        .unwrap();
+                }
+                1 => {
+                    s.cancel_hold(id, &slot_booking::Scope::BackOffice, at(2))
+                        .await
+                        .unwrap();
+                }
+                _ => {
+                    hold(&*s, slot_id, &format!("n-{i}"), at(3)).await;
+                }
+            }
+        }
+    })
+    .await;
     assert_invariant(store.pool(), slot_id).await;
 }
 
@@ -185,13 +206,12 @@ async fn racing_confirms_cancels_and_holds_keep_the_invariant() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn holds_race_capacity_changes_and_closing() {
     let db = TempDb::new("adminrace");
-    let a = Arc::new(db.store().await);
-    let b = Arc::new(db.store().await);
-    let slot_id = slot(&*a, 10).await;
-    let mut tasks = tokio::task::JoinSet::new();
-    for i in 0..300 {
-        let store = Arc::clone(if i % 2 == 0 { &a } else { &b });
-        tasks.spawn(async move {
+    let stores = TwoStores::open(&db).await;
+    let a = &*stores.a;
+    let slot_id = slot(a, 10).await;
+    race(300, |i| {
+        let store = stores.take_turns(i);
+        async move {
             match i % 10 {
                 0 => {
                     let capacity = 1 + (i / 10) % 15;
@@ -216,11 +236,9 @@ async fn holds_race_capacity_changes_and_closing() {
                     other => panic!("unexpected outcome {other:?}"),
                 },
             }
-        });
-    }
-    while let Some(task) = tasks.join_next().await {
-        task.unwrap();
-    }
+        }
+    })
+    .await;
     // Each change was decided on the slot row under the write lock: the units still add up,
     // and what is held fits the capacity the last change left.
     assert_invariant(a.pool(), slot_id).await;
@@ -234,13 +252,12 @@ async fn holds_race_capacity_changes_and_closing() {
 async fn removals_race_holds() {
     for round in 0..5 {
         let db = TempDb::new("removalrace");
-        let a = Arc::new(db.store().await);
-        let b = Arc::new(db.store().await);
-        let slot_id = slot(&*a, 3).await;
-        let mut tasks = tokio::task::JoinSet::new();
-        for i in 0..40 {
-            let store = Arc::clone(if i % 2 == 0 { &a } else { &b });
-            tasks.spawn(async move {
+        let stores = TwoStores::open(&db).await;
+        let a = &*stores.a;
+        let slot_id = slot(a, 3).await;
+        let removals = race(40, |i| {
+            let store = stores.take_turns(i);
+            async move {
                 if i % 8 == round % 8 {
                     matches!(
                         store.remove_slot(slot_id, at(0)).await.unwrap().outcome,
@@ -254,12 +271,10 @@ async fn removals_race_holds() {
                     }
                     false
                 }
-            });
-        }
-        let mut removed = 0;
-        while let Some(task) = tasks.join_next().await {
-            removed += i32::from(task.unwrap());
-        }
+            }
+        })
+        .await;
+        let removed: i32 = removals.into_iter().map(i32::from).sum();
         let slot = a.get_slot(slot_id).await.unwrap().unwrap();
         let (_, _, held, confirmed) = counts(a.pool(), slot_id).await;
         assert!(removed <= 1, "a slot is removed once");

@@ -4,15 +4,8 @@ mod common;
 
 use chrono::Duration;
 use common::*;
-use slot_booking::{HoldOutcome, HoldStatus, NewSlot, SlotId, Store, StoreErrorKind, Transition};
+use slot_booking::{HoldStatus, NewSlot, SlotId, Store, StoreErrorKind, Transition};
 use slot_booking_sqlite::SqliteStore;
-
-fn created(outcome: HoldOutcome) -> slot_booking::Hold {
-    match outcome {
-        HoldOutcome::Created(h) => h,
-        other => panic!("expected Created, got {other:?}"),
-    }
-}
 
 #[tokio::test]
 async fn timestamps_round_trip_to_the_microsecond() {

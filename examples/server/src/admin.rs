@@ -97,13 +97,13 @@ struct CapacityBody {
 
 /// A capacity as sent: a whole number (range checked by the engine), else `invalid_slot`.
 fn capacity(number: &serde_json::Number) -> Result<i64, Problem> {
-    number.as_i64().ok_or_else(|| {
-        Problem::new(
-            StatusCode::BAD_REQUEST,
+    let Some(capacity) = number.as_i64() else {
+        return Err(Problem::bad_request(
             "invalid_slot",
             format!("invalid slot: capacity must be a whole number between 1 and 2147483647, got {number}"),
-        )
-    })
+        ));
+    };
+    Ok(capacity)
 }
 
 async fn create_slot(

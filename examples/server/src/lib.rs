@@ -276,13 +276,8 @@ async fn availability(
 }
 
 fn parse_resource(raw: &str) -> Result<ResourceId, Problem> {
-    ResourceId::new(raw).map_err(|error| {
-        Problem::new(
-            StatusCode::BAD_REQUEST,
-            "invalid_resource",
-            error.to_string(),
-        )
-    })
+    ResourceId::new(raw)
+        .map_err(|error| Problem::bad_request("invalid_resource", error.to_string()))
 }
 
 fn parse_time(name: &str, raw: Option<&str>) -> Result<Option<slot_booking::Timestamp>, Problem> {
@@ -383,8 +378,7 @@ fn json_body<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, Problem>
     serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(body)
         .and_then(|object| serde_json::from_value(serde_json::Value::Object(object)))
         .map_err(|error| {
-            Problem::new(
-                StatusCode::BAD_REQUEST,
+            Problem::bad_request(
                 "invalid_body",
                 format!("the request body must be a JSON object of the documented fields: {error}"),
             )
@@ -502,8 +496,7 @@ async fn list_holds(
 ) -> Result<Json<HoldPage>, Problem> {
     let Query(params) = params.map_err(|e| Problem::invalid_query(e.body_text()))?;
     let owner = owner.ok_or_else(|| {
-        Problem::new(
-            StatusCode::BAD_REQUEST,
+        Problem::bad_request(
             "owner_required",
             "send the Owner-Id header whose holds to list",
         )
@@ -569,8 +562,7 @@ fn idempotency_key(headers: &HeaderMap) -> Result<String, Problem> {
         let problem = if headers.contains_key("idempotency-key") {
             Problem::bad_key("send exactly one Idempotency-Key header")
         } else {
-            Problem::new(
-                StatusCode::BAD_REQUEST,
+            Problem::bad_request(
                 "idempotency_key_required",
                 "the Idempotency-Key header is required",
             )
@@ -634,20 +626,25 @@ impl Problem {
         }
     }
 
+    /// A 400 problem with the given code and detail.
+    fn bad_request(code: &'static str, detail: impl Into<String>) -> Self {
+        Problem::new(StatusCode::BAD_REQUEST, code, detail)
+    }
+
     fn not_found() -> Self {
         Problem::new(StatusCode::NOT_FOUND, "not_found", "no such resource")
     }
 
     fn invalid_query(detail: impl Into<String>) -> Self {
-        Problem::new(StatusCode::BAD_REQUEST, "invalid_query", detail)
+        Problem::bad_request("invalid_query", detail)
     }
 
     fn bad_key(detail: &str) -> Self {
-        Problem::new(StatusCode::BAD_REQUEST, "invalid_idempotency_key", detail)
+        Problem::bad_request("invalid_idempotency_key", detail)
     }
 
     fn bad_owner(detail: &str) -> Self {
-        Problem::new(StatusCode::BAD_REQUEST, "invalid_owner", detail)
+        Problem::bad_request("invalid_owner", detail)
     }
 }
 
@@ -782,8 +779,7 @@ async fn read_body(request: Request, next: Next, timeout: Duration) -> Response 
         Ok(Ok(collected)) => collected.to_bytes(),
         Ok(Err(error)) if error.is::<http_body_util::LengthLimitError>() => return too_large(),
         Ok(Err(error)) => {
-            return Problem::new(
-                StatusCode::BAD_REQUEST,
+            return Problem::bad_request(
                 "invalid_body",
                 format!("the request body could not be read: {error}"),
             )

@@ -7,46 +7,19 @@
 //! with a manual clock and no availability cache, so `GET /slots/availability` shows each
 //! change at once.
 
+#[macro_use]
 mod common;
 
 use std::path::PathBuf;
 
-use axum::body::Body;
-use axum::http::request::Builder;
-use axum::http::{HeaderMap, Method, Request};
-use axum::Router;
+use axum::http::{Method, Request};
 use chrono::Duration;
-use http_body_util::BodyExt;
+use common::{assert_fields, numbers_in, owned, send, wire_at, Oneshot as App, Reply, UNKNOWN};
 use serde_json::{json, Value};
-use slot_booking::{BookingEngine, ManualClock};
-use slot_booking_server::{AdminToken, Config, Engine};
-use tower::ServiceExt;
-
-macro_rules! on_every_backend {
-    ($($test:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $test() {
-                    let (url, dir) = super::common::sqlite_url().await;
-                    super::$test(super::App::open(&url, dir).await).await;
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $test() {
-                    let Some(url) = super::common::postgres_url().await else { return };
-                    super::$test(super::App::open(&url, None).await).await;
-                    super::common::drop_postgres(&url).await;
-                }
-            )*
-        }
-    };
-}
+use slot_booking_server::{AdminToken, Config};
 
 on_every_backend!(
+    open: open, worker_threads: 2;
     admin_routes_do_not_exist_without_a_token,
     admin_routes_refuse_a_missing_or_wrong_token,
     admin_routes_live_under_the_path_prefix,
@@ -67,16 +40,6 @@ on_every_backend!(
 
 /// The token the administration routes are configured with.
 const TOKEN: &str = "test-admin-token-0123456789";
-
-/// The seed's hold body, sorted.
-const HOLD_FIELDS: [&str; 6] = [
-    "cancelled_at",
-    "confirmed_at",
-    "expires_at",
-    "hold_id",
-    "slot_id",
-    "status",
-];
 
 /// The seed's availability entry, sorted.
 const ENTRY_FIELDS: [&str; 5] = ["capacity", "ends_at", "remaining", "slot_id", "starts_at"];
@@ -107,63 +70,17 @@ const SUMMARY_FIELDS: [&str; 10] = [
     "starts_at",
 ];
 
-/// A slot id nobody has.
-const UNKNOWN: i64 = 987_654;
-
 /// The router (with [`TOKEN`] configured) over a fresh database, and the engine behind it on a
 /// manual clock (starting at [`common::epoch`]) without an availability cache.
-struct App {
-    router: Router,
-    engine: Engine,
-    clock: ManualClock,
-    sqlite_dir: Option<PathBuf>,
-}
-
-impl Drop for App {
-    fn drop(&mut self) {
-        if let Some(dir) = &self.sqlite_dir {
-            let _ = std::fs::remove_dir_all(dir);
-        }
-    }
-}
-
-/// One response: status, problem code (for `application/problem+json`), headers, JSON body.
-#[derive(Debug)]
-struct Reply {
-    status: u16,
-    code: Option<String>,
-    headers: HeaderMap,
-    body: Value,
+async fn open(url: &str, sqlite_dir: Option<PathBuf>) -> App {
+    App::open(url, sqlite_dir, &with_token("")).await
 }
 
 impl Reply {
-    /// Asserts a success with `status`, and returns the body.
-    fn ok(&self, status: u16) -> &Value {
-        assert_eq!((self.status, &self.code), (status, &None), "{}", self.body);
-        &self.body
-    }
-
     /// Asserts a success with `status` whose body is an eight-field slot, and returns it.
     fn slot(&self, status: u16) -> &Value {
         assert_fields(self.ok(status), &SLOT_FIELDS);
         &self.body
-    }
-
-    /// Asserts a success with `status` whose body is a six-field hold, and returns it.
-    fn hold(&self, status: u16) -> &Value {
-        assert_fields(self.ok(status), &HOLD_FIELDS);
-        &self.body
-    }
-
-    /// Asserts a problem with `status` and `code`, and returns its detail.
-    fn problem(&self, status: u16, code: &str) -> &str {
-        assert_eq!(
-            (self.status, self.code.as_deref()),
-            (status, Some(code)),
-            "{}",
-            self.body
-        );
-        self.body["detail"].as_str().unwrap_or_default()
     }
 
     /// Asserts 401 `unauthorized` with `WWW-Authenticate: Bearer`.
@@ -177,18 +94,6 @@ impl Reply {
     }
 }
 
-/// Asserts that `body` is an object with exactly `fields` (sorted).
-fn assert_fields(body: &Value, fields: &[&str]) {
-    let mut keys: Vec<&str> = body
-        .as_object()
-        .unwrap_or_else(|| panic!("not an object: {body}"))
-        .keys()
-        .map(String::as_str)
-        .collect();
-    keys.sort_unstable();
-    assert_eq!(keys, fields, "{body}");
-}
-
 /// `epoch + hours` as a client writes it.
 fn at(hours: i64) -> String {
     (common::epoch() + Duration::hours(hours))
@@ -199,20 +104,6 @@ fn at(hours: i64) -> String {
 /// `epoch + hours` as the server writes it.
 fn wire(hours: i64) -> String {
     wire_at(Duration::hours(hours))
-}
-
-/// `epoch + offset` as the server writes it.
-fn wire_at(offset: Duration) -> String {
-    (common::epoch() + offset)
-        .format("%Y-%m-%dT%H:%M:%S%.6f+00:00")
-        .to_string()
-}
-
-/// Every integer written in `text`.
-fn numbers_in(text: &str) -> Vec<i64> {
-    text.split(|c: char| !c.is_ascii_digit())
-        .filter_map(|digits| digits.parse().ok())
-        .collect()
 }
 
 /// The `slot_id` of a slot body.
@@ -265,67 +156,19 @@ fn with_token(path_prefix: &str) -> Config {
 }
 
 impl App {
-    async fn open(url: &str, sqlite_dir: Option<PathBuf>) -> App {
-        let store = slot_booking_server::open_store(url).await.unwrap();
-        let clock = ManualClock::new(common::epoch());
-        let engine: Engine = BookingEngine::builder(store)
-            .clock(clock.clone())
-            .cache_period(std::time::Duration::ZERO)
-            .build();
-        App {
-            router: slot_booking_server::router_with_config(engine.clone(), &with_token("")),
-            engine,
-            clock,
-            sqlite_dir,
-        }
-    }
-
-    /// Sends `request` with `body` through `router`.
-    async fn send_to(&self, router: &Router, request: Builder, body: &str) -> Reply {
-        let request = request.body(Body::from(body.to_owned())).unwrap();
-        let response = router.clone().oneshot(request).await.unwrap();
-        let status = response.status().as_u16();
-        let headers = response.headers().clone();
-        let bytes = response.into_body().collect().await.unwrap().to_bytes();
-        let text = String::from_utf8_lossy(&bytes).into_owned();
-        let body: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-        let is_problem = headers
-            .get("content-type")
-            .is_some_and(|v| v == "application/problem+json");
-        if is_problem {
-            assert_eq!(body["type"], "about:blank", "{text}");
-            assert_eq!(body["status"], status, "{text}");
-            assert!(
-                body["title"].is_string() && body["detail"].is_string(),
-                "{text}"
-            );
-        } else {
-            assert_eq!(headers["content-type"], "application/json", "{text}");
-        }
-        if status >= 400 {
-            assert!(is_problem, "{status} without a problem body: {text}");
-        }
-        Reply {
-            status,
-            code: is_problem.then(|| body["code"].as_str().unwrap_or_default().to_owned()),
-            headers,
-            body,
-        }
-    }
-
     /// `method path` with `body` and the right token.
     async fn admin(&self, method: Method, path: &str, body: &str) -> Reply {
         let request = Request::builder()
             .method(method)
             .uri(path)
             .header("authorization", format!("Bearer {TOKEN}"));
-        self.send_to(&self.router, request, body).await
+        self.send(request, body).await
     }
 
     /// `method path` with `body` and no token.
     async fn call(&self, method: Method, path: &str, body: &str) -> Reply {
         let request = Request::builder().method(method).uri(path);
-        self.send_to(&self.router, request, body).await
+        self.send(request, body).await
     }
 
     /// `POST /admin/slots` of `capacity` units from `epoch + starts_in` hours for an hour.
@@ -385,31 +228,33 @@ impl App {
         entry["remaining"].as_i64()
     }
 
-    /// `POST /slots/{slot}/hold` with `key`, `Owner-Id: owner` if any, and `body`.
-    async fn hold(&self, slot: i64, key: &str, owner: Option<&str>, body: &str) -> Reply {
-        let mut request =
-            Request::post(format!("/slots/{slot}/hold")).header("idempotency-key", key);
-        if let Some(owner) = owner {
-            request = request.header("owner-id", owner);
-        }
-        self.send_to(&self.router, request, body).await
-    }
-
     /// Places a hold and returns its id.
     async fn held(&self, slot: i64, key: &str, owner: Option<&str>, body: &str) -> i64 {
         let reply = self.hold(slot, key, owner, body).await;
         reply.hold(201)["hold_id"].as_i64().unwrap()
     }
 
+    /// A slot of `capacity` units (from `epoch + 2` hours) with two units held by alice (key
+    /// `held`, body `{"quantity": 2}`) and one confirmed by an anonymous client (key `booked`):
+    /// the slot's id and the two holds' ids.
+    async fn taken(&self, capacity: i64) -> (i64, i64, i64) {
+        let slot = id(&self.create(capacity, 2, None).await);
+        let held = self
+            .held(slot, "held", Some("alice"), r#"{"quantity": 2}"#)
+            .await;
+        let booked = self.held(slot, "booked", None, "").await;
+        self.on_hold(Method::POST, booked, "/confirm", None)
+            .await
+            .hold(200);
+        (slot, held, booked)
+    }
+
     /// `method /holds/{hold}{suffix}` as `owner`.
     async fn on_hold(&self, method: Method, hold: i64, suffix: &str, owner: Option<&str>) -> Reply {
-        let mut request = Request::builder()
+        let request = Request::builder()
             .method(method)
             .uri(format!("/holds/{hold}{suffix}"));
-        if let Some(owner) = owner {
-            request = request.header("owner-id", owner);
-        }
-        self.send_to(&self.router, request, "").await
+        self.send(owned(request, owner), "").await
     }
 
     /// Everything the administration routes could change: the whole listing and availability.
@@ -429,7 +274,7 @@ impl App {
 async fn admin_routes_do_not_exist_without_a_token(app: App) {
     let slot = id(&app.create(3, 2, None).await);
     let bare = slot_booking_server::router(app.engine.clone());
-    let unknown = app.send_to(&bare, Request::get("/no/such/route"), "").await;
+    let unknown = send(&bare, Request::get("/no/such/route"), "").await;
     unknown.problem(404, "not_found");
     let before = app.state().await;
 
@@ -443,7 +288,7 @@ async fn admin_routes_do_not_exist_without_a_token(app: App) {
             if let Some(value) = &authorization {
                 request = request.header("authorization", value);
             }
-            let reply = app.send_to(&bare, request, &body).await;
+            let reply = send(&bare, request, &body).await;
             reply.problem(404, "not_found");
             assert_eq!(reply.body, unknown.body, "{method} {path}");
             assert!(
@@ -495,7 +340,7 @@ async fn admin_routes_refuse_a_missing_or_wrong_token(app: App) {
             for value in headers {
                 request = request.header("authorization", value);
             }
-            let reply = app.send_to(&app.router, request, body).await;
+            let reply = app.send(request, body).await;
             assert_eq!(reply.status, 401, "{method} {path} with {headers:?}");
             reply.unauthorized();
         }
@@ -505,7 +350,7 @@ async fn admin_routes_refuse_a_missing_or_wrong_token(app: App) {
     for scheme in ["Bearer", "bearer", "BEARER"] {
         let request = Request::get(format!("/admin/slots/{slot}"))
             .header("authorization", format!("{scheme} {TOKEN}"));
-        app.send_to(&app.router, request, "").await.slot(200);
+        app.send(request, "").await.slot(200);
     }
     // A seed route never asks for the token.
     app.call(Method::GET, "/slots/availability", "")
@@ -521,18 +366,18 @@ async fn admin_routes_live_under_the_path_prefix(app: App) {
     let post = |path: &str| {
         Request::post(path.to_owned()).header("authorization", format!("Bearer {TOKEN}"))
     };
-    let created = app.send_to(&router, post("/api/admin/slots"), &body).await;
+    let created = send(&router, post("/api/admin/slots"), &body).await;
     let slot = id(created.slot(201));
     let location = created.headers["location"].to_str().unwrap().to_owned();
     assert_eq!(location, format!("/api/admin/slots/{slot}"));
     let get = Request::get(&location).header("authorization", format!("Bearer {TOKEN}"));
-    let fetched = app.send_to(&router, get, "").await;
+    let fetched = send(&router, get, "").await;
     assert_eq!(fetched.slot(200), &created.body);
 
-    app.send_to(&router, post("/admin/slots"), &body)
+    send(&router, post("/admin/slots"), &body)
         .await
         .problem(404, "not_found");
-    app.send_to(&router, Request::post("/api/admin/slots"), &body)
+    send(&router, Request::post("/api/admin/slots"), &body)
         .await
         .unauthorized();
     assert_eq!(app.listing("").await["slots"].as_array().unwrap().len(), 1);
@@ -588,21 +433,11 @@ async fn created_slot_is_listed_in_availability_and_the_listing(app: App) {
 
     let listing = app.listing("").await;
     assert_eq!(listing["next_after"], Value::Null);
-    assert_eq!(
-        listing["slots"][0],
-        json!({
-            "slot_id": slot_id,
-            "starts_at": wire(2),
-            "ends_at": wire(5),
-            "capacity": 6,
-            "remaining": 6,
-            "held": 0,
-            "confirmed": 0,
-            "resource": "room-1",
-            "closed": false,
-            "removed_at": null,
-        })
-    );
+    // The listing entry is the slot (as checked above) with no unit held or confirmed.
+    let mut summary = slot.clone();
+    summary["held"] = json!(0);
+    summary["confirmed"] = json!(0);
+    assert_eq!(listing["slots"][0], summary);
     assert_eq!(listing["slots"][1]["slot_id"], plain["slot_id"]);
 
     // Units show up in the listing as they are held and confirmed.
@@ -726,14 +561,7 @@ async fn raising_capacity_adds_free_units(app: App) {
 /// many are taken, and changes nothing; it takes free units only, and once a hold is cancelled
 /// (or has expired) its units can go.
 async fn lowering_capacity_is_refused_while_units_are_taken(app: App) {
-    let slot = id(&app.create(6, 2, None).await);
-    let two = app
-        .held(slot, "two", Some("alice"), r#"{"quantity": 2}"#)
-        .await;
-    let one = app.held(slot, "one", None, "").await;
-    app.on_hold(Method::POST, one, "/confirm", None)
-        .await
-        .hold(200);
+    let (slot, two, _) = app.taken(6).await;
     let path = format!("/admin/slots/{slot}/capacity");
 
     let before = app.state().await;
@@ -839,34 +667,25 @@ async fn closed_slot_refuses_holds_and_leaves_availability_until_reopened(app: A
 /// is; then the slot takes no holds (`slot_not_found`) and leaves availability, while the
 /// listing, the slot itself, its roster and its old holds stay readable.
 async fn removal_waits_until_nothing_is_held_or_confirmed(app: App) {
-    let slot = id(&app.create(5, 2, None).await);
-    let held = app
-        .held(slot, "held", Some("alice"), r#"{"quantity": 2}"#)
-        .await;
-    let booked = app.held(slot, "booked", None, "").await;
-    app.on_hold(Method::POST, booked, "/confirm", None)
-        .await
-        .hold(200);
+    let (slot, held, booked) = app.taken(5).await;
     let path = format!("/admin/slots/{slot}");
 
     let before = app.state().await;
-    let detail = app
-        .admin(Method::DELETE, &path, "")
-        .await
-        .problem(409, "slot_in_use")
-        .to_owned();
-    assert_eq!(numbers_in(&detail), [slot, 2, 1], "{detail}");
+    // The detail names the slot, then its units held and confirmed.
+    let in_use = || async {
+        let reply = app.admin(Method::DELETE, &path, "").await;
+        let detail = reply.problem(409, "slot_in_use");
+        (numbers_in(detail), detail.to_owned())
+    };
+    let (numbers, detail) = in_use().await;
+    assert_eq!(numbers, [slot, 2, 1], "{detail}");
     assert_eq!(app.state().await, before);
 
     app.on_hold(Method::DELETE, held, "", Some("alice"))
         .await
         .hold(200);
-    let detail = app
-        .admin(Method::DELETE, &path, "")
-        .await
-        .problem(409, "slot_in_use")
-        .to_owned();
-    assert_eq!(numbers_in(&detail), [slot, 0, 1], "{detail}");
+    let (numbers, detail) = in_use().await;
+    assert_eq!(numbers, [slot, 0, 1], "{detail}");
     app.on_hold(Method::DELETE, booked, "", None)
         .await
         .hold(200);

@@ -1,40 +1,18 @@
 //! End-to-end: the router on a real port, driven by an HTTP client, over SQLite and PostgreSQL.
 //! Every test runs once per backend (modules `sqlite` and `postgres`).
 
+#[macro_use]
 mod common;
 
 use std::collections::HashSet;
 
 use chrono::Duration;
-use common::{read, TestServer};
+use common::{assert_fields, read, TestServer, HOLD_FIELDS};
 use reqwest::Method;
 use slot_booking::HoldId;
 
-macro_rules! on_every_backend {
-    ($($test:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $test() {
-                    let (url, dir) = super::common::sqlite_url().await;
-                    super::$test(super::common::TestServer::start(&url, dir).await).await;
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $test() {
-                    let Some(url) = super::common::postgres_url().await else { return };
-                    super::$test(super::common::TestServer::start(&url, None).await).await;
-                    super::common::drop_postgres(&url).await;
-                }
-            )*
-        }
-    };
-}
-
 on_every_backend!(
+    open: common::TestServer::start, worker_threads: 4;
     availability_lists_slots_with_cache_control,
     hold_confirm_cancel_walkthrough,
     replay_is_201_with_idempotent_replayed,
@@ -46,12 +24,6 @@ on_every_backend!(
     concurrent_holds_with_one_key_make_one_hold,
     cancel_shows_in_availability_at_once,
 );
-
-fn hold_fields(body: &serde_json::Value) -> Vec<String> {
-    let mut keys: Vec<String> = body.as_object().unwrap().keys().cloned().collect();
-    keys.sort();
-    keys
-}
 
 async fn availability_lists_slots_with_cache_control(server: TestServer) {
     let later = server.slot(2, Duration::hours(2)).await;
@@ -111,17 +83,7 @@ async fn hold_confirm_cancel_walkthrough(server: TestServer) {
     let location = response.headers()["location"].to_str().unwrap().to_owned();
     let (status, _, hold) = read(response).await;
     assert_eq!(status, 201);
-    assert_eq!(
-        hold_fields(&hold),
-        [
-            "cancelled_at",
-            "confirmed_at",
-            "expires_at",
-            "hold_id",
-            "slot_id",
-            "status"
-        ]
-    );
+    assert_fields(&hold, &HOLD_FIELDS);
     assert_eq!(location, format!("/holds/{}", hold["hold_id"]));
     assert_eq!(hold["status"], "held");
     assert_eq!(hold["expires_at"], "2030-06-01T08:05:00.000000+00:00");

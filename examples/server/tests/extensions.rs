@@ -7,47 +7,22 @@
 //! with a manual clock and no availability cache, so `GET /slots/availability` shows each
 //! change at once.
 
+#[macro_use]
 mod common;
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
-use axum::body::Body;
-use axum::http::request::Builder;
 use axum::http::{Method, Request};
-use axum::Router;
 use chrono::Duration;
-use http_body_util::BodyExt;
+use common::{
+    assert_fields, numbers_in, owned, wire_at, Oneshot as App, Reply, HOLD_FIELDS, UNKNOWN,
+};
 use serde_json::Value;
-use slot_booking::{BookingEngine, Clock, HoldId, ManualClock, NewSlot, Scope, SlotId, Store};
-use slot_booking_server::Engine;
-use tower::ServiceExt;
-
-macro_rules! on_every_backend {
-    ($($test:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $test() {
-                    let (url, dir) = super::common::sqlite_url().await;
-                    super::$test(super::App::open(&url, dir).await).await;
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $test() {
-                    let Some(url) = super::common::postgres_url().await else { return };
-                    super::$test(super::App::open(&url, None).await).await;
-                    super::common::drop_postgres(&url).await;
-                }
-            )*
-        }
-    };
-}
+use slot_booking::{Clock, HoldId, Scope, SlotId};
+use slot_booking_server::Config;
 
 on_every_backend!(
+    open: open, worker_threads: 2;
     owned_hold_is_hidden_from_other_owners_and_anonymous_clients,
     anonymous_hold_is_hidden_from_owners,
     quantity_takes_that_many_units_and_gives_them_all_back,
@@ -65,16 +40,6 @@ on_every_backend!(
 
 // ---- harness --------------------------------------------------------------------------------
 
-/// The seed's hold body, sorted: nothing more, nothing less.
-const HOLD_FIELDS: [&str; 6] = [
-    "cancelled_at",
-    "confirmed_at",
-    "expires_at",
-    "hold_id",
-    "slot_id",
-    "status",
-];
-
 /// A `GET /holds` entry, sorted: the six fields plus quantity, owner and creation time.
 const LISTED_FIELDS: [&str; 9] = [
     "cancelled_at",
@@ -88,91 +53,28 @@ const LISTED_FIELDS: [&str; 9] = [
     "status",
 ];
 
-/// An id no hold has.
-const UNKNOWN: i64 = 987_654;
-
-/// The router over a fresh database, an engine on a manual clock (starting at
-/// [`common::epoch`]) without an availability cache, and the store for looking underneath.
-struct App {
-    router: Router,
-    engine: Engine,
-    clock: ManualClock,
-    store: Arc<dyn Store>,
-    sqlite_dir: Option<PathBuf>,
-}
-
-impl Drop for App {
-    fn drop(&mut self) {
-        if let Some(dir) = &self.sqlite_dir {
-            let _ = std::fs::remove_dir_all(dir);
-        }
-    }
-}
-
-/// One response: status, problem code (for `application/problem+json`), whether it was an
-/// idempotent replay, and the JSON body.
-#[derive(Debug)]
-struct Reply {
-    status: u16,
-    code: Option<String>,
-    replayed: bool,
-    body: Value,
+/// The router (default configuration) over a fresh database, an engine on a manual clock
+/// (starting at [`common::epoch`]) without an availability cache, and the store for looking
+/// underneath.
+async fn open(url: &str, sqlite_dir: Option<PathBuf>) -> App {
+    App::open(url, sqlite_dir, &Config::default()).await
 }
 
 impl Reply {
-    /// Asserts a success with `status` whose body is a six-field hold, and returns the body.
-    fn hold(&self, status: u16) -> &Value {
-        assert_eq!((self.status, &self.code), (status, &None), "{}", self.body);
-        assert_six_fields(&self.body);
-        &self.body
-    }
-
     /// Asserts a fresh `201 Created` hold (not a replay), and returns the body.
     fn created(&self) -> &Value {
-        assert!(!self.replayed, "a fresh hold, not a replay: {}", self.body);
-        self.hold(201)
-    }
-
-    /// Asserts a problem with `status` and `code`.
-    fn problem(&self, status: u16, code: &str) {
-        assert_eq!(
-            (self.status, self.code.as_deref()),
-            (status, Some(code)),
-            "{}",
+        assert!(
+            !self.replayed(),
+            "a fresh hold, not a replay: {}",
             self.body
         );
+        self.hold(201)
     }
-}
-
-/// Asserts that `body` is a hold with exactly the seed's six fields.
-fn assert_six_fields(body: &Value) {
-    let mut keys: Vec<&str> = body
-        .as_object()
-        .unwrap_or_else(|| panic!("not an object: {body}"))
-        .keys()
-        .map(String::as_str)
-        .collect();
-    keys.sort_unstable();
-    assert_eq!(keys, HOLD_FIELDS, "{body}");
 }
 
 /// The `hold_id` of a hold body.
 fn id(body: &Value) -> i64 {
     body["hold_id"].as_i64().unwrap()
-}
-
-/// `epoch + offset` as the server writes timestamps.
-fn at(offset: Duration) -> String {
-    (common::epoch() + offset)
-        .format("%Y-%m-%dT%H:%M:%S%.6f+00:00")
-        .to_string()
-}
-
-/// Every integer written in `text`.
-fn numbers_in(text: &str) -> Vec<i64> {
-    text.split(|c: char| !c.is_ascii_digit())
-        .filter_map(|digits| digits.parse().ok())
-        .collect()
 }
 
 /// The four routes on one existing hold, each as (method, path).
@@ -186,22 +88,6 @@ fn hold_routes(hold: i64) -> [(Method, String); 4] {
 }
 
 impl App {
-    async fn open(url: &str, sqlite_dir: Option<PathBuf>) -> App {
-        let store = slot_booking_server::open_store(url).await.unwrap();
-        let clock = ManualClock::new(common::epoch());
-        let engine: Engine = BookingEngine::builder(Arc::clone(&store))
-            .clock(clock.clone())
-            .cache_period(std::time::Duration::ZERO)
-            .build();
-        App {
-            router: slot_booking_server::router(engine.clone()),
-            engine,
-            clock,
-            store,
-            sqlite_dir,
-        }
-    }
-
     /// A slot of `capacity` units, from one hour after the epoch for an hour.
     async fn slot(&self, capacity: i32) -> SlotId {
         self.slot_starting(capacity, Duration::hours(1)).await
@@ -209,67 +95,13 @@ impl App {
 
     /// A slot of `capacity` units, from `starts_in` after the epoch for an hour.
     async fn slot_starting(&self, capacity: i32, starts_in: Duration) -> SlotId {
-        let starts_at = common::epoch() + starts_in;
-        self.engine
-            .create_slot(NewSlot::new(
-                starts_at,
-                starts_at + Duration::hours(1),
-                capacity,
-            ))
-            .await
-            .unwrap()
-            .slot_id
-    }
-
-    /// Sends `request` with `body` through the router.
-    async fn send(&self, request: Builder, body: &str) -> Reply {
-        let request = request.body(Body::from(body.to_owned())).unwrap();
-        let response = self.router.clone().oneshot(request).await.unwrap();
-        let status = response.status().as_u16();
-        let headers = response.headers().clone();
-        let bytes = response.into_body().collect().await.unwrap().to_bytes();
-        let text = String::from_utf8_lossy(&bytes).into_owned();
-        let body: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-        let is_problem = headers
-            .get("content-type")
-            .is_some_and(|v| v == "application/problem+json");
-        if is_problem {
-            assert_eq!(body["type"], "about:blank", "{text}");
-            assert_eq!(body["status"], status, "{text}");
-            assert!(
-                body["title"].is_string() && body["detail"].is_string(),
-                "{text}"
-            );
-        } else {
-            assert_eq!(headers["content-type"], "application/json", "{text}");
-        }
-        Reply {
-            status,
-            code: is_problem.then(|| body["code"].as_str().unwrap_or_default().to_owned()),
-            replayed: headers
-                .get("idempotent-replayed")
-                .is_some_and(|v| v == "true"),
-            body,
-        }
+        common::new_slot(&self.engine, capacity, starts_in).await
     }
 
     /// `method path`, with `Owner-Id: owner` when given, and `body`.
     async fn call(&self, method: Method, path: &str, owner: Option<&str>, body: &str) -> Reply {
-        let mut request = Request::builder().method(method).uri(path);
-        if let Some(owner) = owner {
-            request = request.header("owner-id", owner);
-        }
-        self.send(request, body).await
-    }
-
-    /// `POST /slots/{slot}/hold` with `Idempotency-Key: key`, the owner if any, and `body`.
-    async fn hold(&self, slot: SlotId, key: &str, owner: Option<&str>, body: &str) -> Reply {
-        let mut request =
-            Request::post(format!("/slots/{slot}/hold")).header("idempotency-key", key);
-        if let Some(owner) = owner {
-            request = request.header("owner-id", owner);
-        }
-        self.send(request, body).await
+        let request = Request::builder().method(method).uri(path);
+        self.send(owned(request, owner), body).await
     }
 
     /// `GET /holds/{hold}` as `owner`.
@@ -544,21 +376,21 @@ async fn requested_lifetime_sets_expires_at(app: App) {
 
     for (key, body) in [("none", ""), ("empty", "{}"), ("blank", " \r\n\t ")] {
         let reply = app.hold(slot, key, None, body).await;
-        assert_eq!(expiry(reply), at(Duration::minutes(5)), "{body:?}");
+        assert_eq!(expiry(reply), wire_at(Duration::minutes(5)), "{body:?}");
     }
     let quantity_only = app
         .hold(slot, "q", Some("alice"), r#"{"quantity": 2}"#)
         .await;
-    assert_eq!(expiry(quantity_only), at(Duration::minutes(5)));
+    assert_eq!(expiry(quantity_only), wire_at(Duration::minutes(5)));
     let shortest = app
         .hold(slot, "1s", Some("alice"), r#"{"lifetime_seconds": 1}"#)
         .await;
     let shortest = shortest.created().clone();
-    assert_eq!(shortest["expires_at"], at(Duration::seconds(1)));
+    assert_eq!(shortest["expires_at"], wire_at(Duration::seconds(1)));
     let longest = app
         .hold(slot, "1h", None, r#"{"lifetime_seconds": 3600}"#)
         .await;
-    assert_eq!(expiry(longest), at(Duration::hours(1)));
+    assert_eq!(expiry(longest), wire_at(Duration::hours(1)));
     let both = app
         .hold(
             slot,
@@ -568,7 +400,7 @@ async fn requested_lifetime_sets_expires_at(app: App) {
         )
         .await;
     let both = both.created().clone();
-    assert_eq!(both["expires_at"], at(Duration::minutes(10)));
+    assert_eq!(both["expires_at"], wire_at(Duration::minutes(10)));
     assert_eq!(app.remaining(slot).await, 0);
 
     // One second later the shortest hold has expired, and its unit is free again.
@@ -666,29 +498,35 @@ async fn renew_moves_expires_at_forward(app: App) {
     let renewed = app.renew(owned, Some("alice"), "").await;
     let renewed = renewed.hold(200).clone();
     assert_eq!(renewed["status"], "held");
-    assert_eq!(renewed["expires_at"], at(Duration::minutes(9)));
+    assert_eq!(renewed["expires_at"], wire_at(Duration::minutes(9)));
     assert_eq!(app.get(owned, Some("alice")).await.hold(200), &renewed);
     let anon_renewed = app
         .renew(anonymous, None, r#"{"lifetime_seconds": 1200}"#)
         .await;
     assert_eq!(
         anon_renewed.hold(200)["expires_at"],
-        at(Duration::minutes(24))
+        wire_at(Duration::minutes(24))
     );
 
     let longer = app
         .renew(owned, Some("alice"), r#"{"lifetime_seconds": 600}"#)
         .await;
-    assert_eq!(longer.hold(200)["expires_at"], at(Duration::minutes(14)));
+    assert_eq!(
+        longer.hold(200)["expires_at"],
+        wire_at(Duration::minutes(14))
+    );
     // A shorter lifetime does not pull the expiry back.
     let shorter = app
         .renew(owned, Some("alice"), r#"{"lifetime_seconds": 60}"#)
         .await;
-    assert_eq!(shorter.hold(200)["expires_at"], at(Duration::minutes(14)));
+    assert_eq!(
+        shorter.hold(200)["expires_at"],
+        wire_at(Duration::minutes(14))
+    );
     let whitespace = app.renew(owned, Some("alice"), "\n").await;
     assert_eq!(
         whitespace.hold(200)["expires_at"],
-        at(Duration::minutes(14))
+        wire_at(Duration::minutes(14))
     );
     assert_eq!(app.remaining(slot).await, 0, "renewal takes no units");
 
@@ -740,10 +578,13 @@ async fn renewal_stops_at_the_maximum_hold_life(app: App) {
 
     app.clock.advance(Duration::minutes(50));
     let renewed = app.renew(hold_id, Some("alice"), hour).await;
-    assert_eq!(renewed.hold(200)["expires_at"], at(Duration::minutes(110)));
+    assert_eq!(
+        renewed.hold(200)["expires_at"],
+        wire_at(Duration::minutes(110))
+    );
     app.clock.advance(Duration::minutes(50));
     let capped = app.renew(hold_id, Some("alice"), hour).await;
-    assert_eq!(capped.hold(200)["expires_at"], at(Duration::hours(2)));
+    assert_eq!(capped.hold(200)["expires_at"], wire_at(Duration::hours(2)));
     app.clock.advance(Duration::minutes(20));
     assert_eq!(
         app.get(hold_id, Some("alice")).await.hold(200)["status"],
@@ -856,19 +697,16 @@ async fn list_pages_through_the_owners_holds_only(app: App) {
         (a, "expired", 1, 7),
     ];
     for (hold, (slot, status, quantity, second)) in holds.iter().zip(expected) {
-        let mut keys: Vec<&str> = hold
-            .as_object()
-            .unwrap()
-            .keys()
-            .map(String::as_str)
-            .collect();
-        keys.sort_unstable();
-        assert_eq!(keys, LISTED_FIELDS, "{hold}");
+        assert_fields(hold, &LISTED_FIELDS);
         assert_eq!(hold["slot_id"], slot.0, "{hold}");
         assert_eq!(hold["status"], status, "{hold}");
         assert_eq!(hold["quantity"], quantity, "{hold}");
         assert_eq!(hold["owner"], "alice", "{hold}");
-        assert_eq!(hold["created_at"], at(Duration::seconds(second)), "{hold}");
+        assert_eq!(
+            hold["created_at"],
+            wire_at(Duration::seconds(second)),
+            "{hold}"
+        );
         // The six fields agree with GET /holds/{hold}.
         let single = app.get(id(hold), Some("alice")).await;
         let single = single.hold(200);
@@ -1006,11 +844,11 @@ async fn key_reuse_is_a_replay_only_for_the_same_slot_quantity_and_owner(app: Ap
     // Replays: the same request, or the same one asking for another lifetime.
     for body in [body, r#"{"quantity": 2, "lifetime_seconds": 60}"#] {
         let replay = app.hold(slot, "shared", Some("alice"), body).await;
-        assert!(replay.replayed, "{body}");
+        assert!(replay.replayed(), "{body}");
         assert_eq!(replay.hold(201), &hold, "{body}");
     }
     let anon_replay = app.hold(slot, "anon-key", None, r#"{"quantity": 1}"#).await;
-    assert!(anon_replay.replayed);
+    assert!(anon_replay.replayed());
     assert_eq!(id(anon_replay.hold(201)), anon_id);
     assert_eq!(app.state(&[slot, other], &[hold_id, anon_id]).await, before);
 
@@ -1018,7 +856,7 @@ async fn key_reuse_is_a_replay_only_for_the_same_slot_quantity_and_owner(app: Ap
     for (target, body) in [(slot, ""), (slot, r#"{"quantity": 3}"#), (other, body)] {
         let reply = app.hold(target, "shared", Some("alice"), body).await;
         reply.problem(422, "idempotency_key_reused");
-        assert!(!reply.replayed);
+        assert!(!reply.replayed());
         assert!(
             numbers_in(&reply.body.to_string()).contains(&hold_id),
             "{}",
@@ -1038,7 +876,7 @@ async fn key_reuse_is_a_replay_only_for_the_same_slot_quantity_and_owner(app: Ap
     for (key, owner, body) in strangers {
         let reply = app.hold(slot, key, owner, body).await;
         reply.problem(422, "idempotency_key_reused");
-        assert!(!reply.replayed);
+        assert!(!reply.replayed());
         let numbers = numbers_in(&reply.body.to_string());
         assert!(
             !numbers.contains(&hold_id) && !numbers.contains(&anon_id),
@@ -1055,7 +893,7 @@ async fn key_reuse_is_a_replay_only_for_the_same_slot_quantity_and_owner(app: Ap
         .await
         .hold(200);
     let replay = app.hold(slot, "shared", Some("alice"), body).await;
-    assert!(replay.replayed);
+    assert!(replay.replayed());
     assert_eq!(replay.hold(201)["status"], "confirmed");
 }
 
@@ -1072,7 +910,7 @@ async fn every_hold_body_has_exactly_six_fields(app: App) {
         let key = format!("six-{}", owner.is_some());
         let placed = app.hold(slot, &key, owner, body).await;
         let hold_id = id(placed.created());
-        assert!(app.hold(slot, &key, owner, body).await.replayed);
+        assert!(app.hold(slot, &key, owner, body).await.replayed());
         app.hold(slot, &key, owner, body).await.hold(201);
         app.get(hold_id, owner).await.hold(200);
         app.renew(hold_id, owner, "").await.hold(200);

@@ -68,6 +68,15 @@ pub struct SchemaGuard {
     pub schema: String,
 }
 
+impl SchemaGuard {
+    pub fn new(url: &str, schema: &str) -> SchemaGuard {
+        SchemaGuard {
+            url: url.to_owned(),
+            schema: schema.to_owned(),
+        }
+    }
+}
+
 impl Drop for SchemaGuard {
     fn drop(&mut self) {
         let url = self.url.clone();
@@ -118,10 +127,7 @@ impl Ctx {
 pub async fn setup(test: &str) -> Option<Ctx> {
     let url = database_url(test)?;
     let schema = unique_schema("sbtest");
-    let guard = SchemaGuard {
-        url: url.clone(),
-        schema: schema.clone(),
-    };
+    let guard = SchemaGuard::new(&url, &schema);
     let store = PostgresStore::with_schema(pool(&url).await, &schema).unwrap();
     store.migrate().await.unwrap();
     Some(Ctx { url, store, guard })
@@ -164,12 +170,37 @@ pub fn request(slot_id: SlotId, key: &IdempotencyKey, now: Timestamp) -> HoldReq
 }
 
 pub async fn hold(store: &impl Store, slot_id: SlotId, k: &str, now: Timestamp) -> HoldOutcome {
+    hold_units(store, slot_id, k, 1, now).await
+}
+
+/// A hold request for `quantity` units at `now`, expiring five minutes later.
+pub async fn hold_units(
+    store: &impl Store,
+    slot_id: SlotId,
+    k: &str,
+    quantity: i32,
+    now: Timestamp,
+) -> HoldOutcome {
     let k = key(k);
+    let mut request = request(slot_id, &k, now);
+    request.quantity = quantity;
     store
-        .create_hold(request(slot_id, &k, now))
+        .create_hold(request)
         .await
-        .unwrap()
+        .unwrap_or_else(|error| panic!("hold {k:?} failed: {error}"))
         .outcome
+}
+
+/// The names of the tables in `schema`, in order.
+pub async fn tables(pool: &PgPool, schema: &str) -> Vec<String> {
+    sqlx::query_scalar(
+        "SELECT table_name::text FROM information_schema.tables \
+         WHERE table_schema = $1 ORDER BY table_name",
+    )
+    .bind(schema)
+    .fetch_all(pool)
+    .await
+    .unwrap()
 }
 
 /// Counts with SQL: (capacity, remaining, units stored held, units confirmed) of a slot.
@@ -223,6 +254,22 @@ pub async fn one_connection(url: &str) -> PgPool {
         .connect(url)
         .await
         .unwrap()
+}
+
+/// Runs `statements` on a connection of its own, whose statistics [`flush_statistics`] can
+/// send once the caller is done with it.
+pub async fn fixture(url: &str, statements: impl IntoIterator<Item = String>) -> PgPool {
+    let writer = one_connection(url).await;
+    for statement in statements {
+        sqlx::query(&statement).execute(&writer).await.unwrap();
+    }
+    writer
+}
+
+/// A store on `ctx`'s schema with a connection of its own, whose statistics
+/// [`flush_statistics`] can send.
+pub async fn one_connection_store(ctx: &Ctx) -> PostgresStore {
+    PostgresStore::with_schema(one_connection(&ctx.url).await, ctx.schema()).unwrap()
 }
 
 /// Sends the connection's pending statistics: a backend sends them when it goes idle after

@@ -100,6 +100,14 @@ pub async fn hold(store: &impl Store, slot_id: SlotId, k: &str, now: Timestamp) 
         .outcome
 }
 
+/// The hold of a `Created` outcome; any other outcome fails the test.
+pub fn created(outcome: HoldOutcome) -> slot_booking::Hold {
+    match outcome {
+        HoldOutcome::Created(h) => h,
+        other => panic!("expected Created, got {other:?}"),
+    }
+}
+
 /// Counts with SQL: (capacity, remaining, units stored held, units confirmed) of a slot.
 pub async fn counts(pool: &SqlitePool, slot_id: SlotId) -> (i64, i64, i64, i64) {
     sqlx::query_as(
@@ -127,6 +135,12 @@ pub async fn assert_invariant(pool: &SqlitePool, slot_id: SlotId) {
         active: None,
     }
     .assert();
+}
+
+/// Asserts the slot's counts made with SQL (see `counts`) and the capacity invariant on them.
+pub async fn assert_counts(pool: &SqlitePool, slot_id: SlotId, expected: (i64, i64, i64, i64)) {
+    assert_eq!(counts(pool, slot_id).await, expected);
+    assert_invariant(pool, slot_id).await;
 }
 
 /// A store that owns its temporary database file: the file is removed when the store is

@@ -1,14 +1,57 @@
-//! A real server on a real port, over SQLite or PostgreSQL, with a manual clock.
+//! What the server's test binaries share: fresh SQLite and PostgreSQL databases, running each
+//! test once per backend ([`on_every_backend!`]), a real server on a real port
+//! ([`TestServer`]), the router driven with `oneshot` ([`Oneshot`]), and the checks every
+//! response gets (problem bodies, field sets). Each binary uses a part of it.
 
 #![allow(dead_code)]
 
+use std::fmt::Display;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
+use axum::body::Body;
+use axum::http::request::Builder;
+use axum::http::{HeaderMap, Request};
+use axum::Router;
 use chrono::TimeZone;
+use http_body_util::BodyExt;
+use serde_json::Value;
 use slot_booking::{BookingEngine, ManualClock, NewSlot, SlotId, Store, Timestamp};
-use slot_booking_server::Engine;
+use slot_booking_server::{Config, Engine};
 use sqlx::Connection;
+use tower::ServiceExt;
+
+/// Runs each named `async fn(T)` once per backend, in modules `sqlite` and `postgres`, each on
+/// a fresh database that `open` (an `async fn(&str, Option<PathBuf>) -> T` named as from the
+/// calling module, given the database URL and the SQLite directory to remove afterwards) turns
+/// into the test's `T`. A PostgreSQL database is dropped after a passing test.
+#[allow(unused_macros)]
+macro_rules! on_every_backend {
+    (open: $open:path, worker_threads: $threads:tt; $($test:ident),* $(,)?) => {
+        mod sqlite {
+            use super::*;
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = $threads)]
+                async fn $test() {
+                    let (url, dir) = super::common::sqlite_url().await;
+                    super::$test($open(&url, dir).await).await;
+                }
+            )*
+        }
+        mod postgres {
+            use super::*;
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = $threads)]
+                async fn $test() {
+                    let Some(url) = super::common::postgres_url().await else { return };
+                    super::$test($open(&url, None).await).await;
+                    super::common::drop_postgres(&url).await;
+                }
+            )*
+        }
+    };
+}
 
 pub fn epoch() -> Timestamp {
     chrono::Utc
@@ -23,19 +66,16 @@ pub struct TestServer {
     pub clock: ManualClock,
     pub http: reqwest::Client,
     pub store: Arc<dyn Store>,
-    _cleanup: Option<Cleanup>,
+    _cleanup: Cleanup,
 }
 
-enum Cleanup {
-    SqliteDir(std::path::PathBuf),
-}
+/// Removes a SQLite database's directory (if any) when dropped.
+struct Cleanup(Option<PathBuf>);
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
-        match self {
-            Cleanup::SqliteDir(dir) => {
-                let _ = std::fs::remove_dir_all(dir);
-            }
+        if let Some(dir) = &self.0 {
+            let _ = std::fs::remove_dir_all(dir);
         }
     }
 }
@@ -109,7 +149,7 @@ impl TestServer {
             clock,
             http: reqwest::Client::new(),
             store,
-            _cleanup: cleanup_dir.map(Cleanup::SqliteDir),
+            _cleanup: Cleanup(cleanup_dir),
         }
     }
 
@@ -118,16 +158,7 @@ impl TestServer {
     }
 
     pub async fn slot(&self, capacity: i32, starts_in: chrono::Duration) -> SlotId {
-        let starts_at = epoch() + starts_in;
-        self.engine
-            .create_slot(NewSlot::new(
-                starts_at,
-                starts_at + chrono::Duration::hours(1),
-                capacity,
-            ))
-            .await
-            .unwrap()
-            .slot_id
+        new_slot(&self.engine, capacity, starts_in).await
     }
 
     pub async fn hold(&self, slot: SlotId, key: &str) -> reqwest::Response {
@@ -144,16 +175,24 @@ impl TestServer {
     }
 }
 
-/// Status, problem code (if any) and JSON body of a response.
-pub async fn read(response: reqwest::Response) -> (u16, Option<String>, serde_json::Value) {
-    let status = response.status().as_u16();
-    let is_problem = response
-        .headers()
+/// A slot of `capacity` units, from `starts_in` after the epoch for an hour.
+pub async fn new_slot(engine: &Engine, capacity: i32, starts_in: chrono::Duration) -> SlotId {
+    let starts_at = epoch() + starts_in;
+    let slot = NewSlot::new(starts_at, starts_at + chrono::Duration::hours(1), capacity);
+    engine.create_slot(slot).await.unwrap().slot_id
+}
+
+/// Whether `headers` say `application/problem+json`.
+fn is_problem(headers: &HeaderMap) -> bool {
+    headers
         .get("content-type")
-        .is_some_and(|v| v == "application/problem+json");
-    let text = response.text().await.unwrap();
-    let body: serde_json::Value = serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
-    let code = is_problem.then(|| body["code"].as_str().unwrap_or_default().to_owned());
+        .is_some_and(|v| v == "application/problem+json")
+}
+
+/// The JSON body in `text` (`null` when it is none) and, for a problem, its code, having
+/// checked that a problem body has `type`, the response's `status`, `title` and `detail`.
+fn parse_body(status: u16, is_problem: bool, text: &str) -> (Option<String>, Value) {
+    let body: Value = serde_json::from_str(text).unwrap_or(Value::Null);
     if is_problem {
         assert_eq!(body["type"], "about:blank", "{text}");
         assert_eq!(body["status"], status, "{text}");
@@ -162,7 +201,180 @@ pub async fn read(response: reqwest::Response) -> (u16, Option<String>, serde_js
             "{text}"
         );
     }
+    let code = is_problem.then(|| body["code"].as_str().unwrap_or_default().to_owned());
+    (code, body)
+}
+
+/// Status, problem code (if any) and JSON body of a response.
+pub async fn read(response: reqwest::Response) -> (u16, Option<String>, Value) {
+    let status = response.status().as_u16();
+    let is_problem = is_problem(response.headers());
+    let text = response.text().await.unwrap();
+    let (code, body) = parse_body(status, is_problem, &text);
     (status, code, body)
+}
+
+/// The seed's hold body, sorted: nothing more, nothing less.
+pub const HOLD_FIELDS: [&str; 6] = [
+    "cancelled_at",
+    "confirmed_at",
+    "expires_at",
+    "hold_id",
+    "slot_id",
+    "status",
+];
+
+/// An id no slot or hold has.
+pub const UNKNOWN: i64 = 987_654;
+
+/// Asserts that `body` is an object with exactly `fields` (sorted).
+pub fn assert_fields(body: &Value, fields: &[&str]) {
+    let mut keys: Vec<&str> = body
+        .as_object()
+        .unwrap_or_else(|| panic!("not an object: {body}"))
+        .keys()
+        .map(String::as_str)
+        .collect();
+    keys.sort_unstable();
+    assert_eq!(keys, fields, "{body}");
+}
+
+/// `epoch + offset` as the server writes timestamps.
+pub fn wire_at(offset: chrono::Duration) -> String {
+    (epoch() + offset)
+        .format("%Y-%m-%dT%H:%M:%S%.6f+00:00")
+        .to_string()
+}
+
+/// Every integer written in `text`.
+pub fn numbers_in(text: &str) -> Vec<i64> {
+    text.split(|c: char| !c.is_ascii_digit())
+        .filter_map(|digits| digits.parse().ok())
+        .collect()
+}
+
+/// `request` with `Owner-Id: owner` when given.
+pub fn owned(request: Builder, owner: Option<&str>) -> Builder {
+    match owner {
+        Some(owner) => request.header("owner-id", owner),
+        None => request,
+    }
+}
+
+/// One response: status, problem code (for `application/problem+json`), headers, JSON body.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub code: Option<String>,
+    pub headers: HeaderMap,
+    pub body: Value,
+}
+
+impl Reply {
+    /// Asserts a success with `status`, and returns the body.
+    pub fn ok(&self, status: u16) -> &Value {
+        assert_eq!((self.status, &self.code), (status, &None), "{}", self.body);
+        &self.body
+    }
+
+    /// Asserts a success with `status` whose body is a hold with exactly the seed's six
+    /// fields, and returns the body.
+    pub fn hold(&self, status: u16) -> &Value {
+        assert_fields(self.ok(status), &HOLD_FIELDS);
+        &self.body
+    }
+
+    /// Asserts a problem with `status` and `code`, and returns its detail.
+    pub fn problem(&self, status: u16, code: &str) -> &str {
+        assert_eq!(
+            (self.status, self.code.as_deref()),
+            (status, Some(code)),
+            "{}",
+            self.body
+        );
+        self.body["detail"].as_str().unwrap_or_default()
+    }
+
+    /// Whether it was an idempotent replay (`Idempotent-Replayed: true`).
+    pub fn replayed(&self) -> bool {
+        self.headers
+            .get("idempotent-replayed")
+            .is_some_and(|v| v == "true")
+    }
+}
+
+/// Sends `request` with `body` through `router` (no socket), and checks the response: a
+/// problem body is a complete problem, any other is `application/json`, and every 4xx or 5xx
+/// is a problem.
+pub async fn send(router: &Router, request: Builder, body: &str) -> Reply {
+    let request = request.body(Body::from(body.to_owned())).unwrap();
+    let response = router.clone().oneshot(request).await.unwrap();
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    let is_problem = is_problem(&headers);
+    let (code, body) = parse_body(status, is_problem, &text);
+    if !is_problem {
+        assert_eq!(headers["content-type"], "application/json", "{text}");
+    }
+    if status >= 400 {
+        assert!(is_problem, "{status} without a problem body: {text}");
+    }
+    Reply {
+        status,
+        code,
+        headers,
+        body,
+    }
+}
+
+/// The router (with a configuration of the test's) over a fresh database, driven with
+/// `oneshot`; the engine behind it on a manual clock (starting at [`epoch`]) without an
+/// availability cache; and the store, for looking underneath.
+pub struct Oneshot {
+    pub router: Router,
+    pub engine: Engine,
+    pub clock: ManualClock,
+    pub store: Arc<dyn Store>,
+    _cleanup: Cleanup,
+}
+
+impl Oneshot {
+    /// Opens the database at `url` (removing `sqlite_dir` when dropped) and routes with
+    /// `config`.
+    pub async fn open(url: &str, sqlite_dir: Option<PathBuf>, config: &Config) -> Oneshot {
+        let store = slot_booking_server::open_store(url).await.unwrap();
+        let clock = ManualClock::new(epoch());
+        let engine: Engine = BookingEngine::builder(Arc::clone(&store))
+            .clock(clock.clone())
+            .cache_period(std::time::Duration::ZERO)
+            .build();
+        Oneshot {
+            router: slot_booking_server::router_with_config(engine.clone(), config),
+            engine,
+            clock,
+            store,
+            _cleanup: Cleanup(sqlite_dir),
+        }
+    }
+
+    /// Sends `request` with `body` through the app's router (see [`send`]).
+    pub async fn send(&self, request: Builder, body: &str) -> Reply {
+        send(&self.router, request, body).await
+    }
+
+    /// `POST /slots/{slot}/hold` with `Idempotency-Key: key`, the owner if any, and `body`.
+    pub async fn hold(
+        &self,
+        slot: impl Display,
+        key: &str,
+        owner: Option<&str>,
+        body: &str,
+    ) -> Reply {
+        let request = Request::post(format!("/slots/{slot}/hold")).header("idempotency-key", key);
+        self.send(owned(request, owner), body).await
+    }
 }
 
 /// Drops a database made by [`postgres_url`] (after a passing test; a failing one leaves it
