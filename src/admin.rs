@@ -246,10 +246,47 @@ pub struct SlotPage {
 }
 
 /// A capacity as the engine accepts it: `1..=i32::MAX`.
-fn checked_capacity(capacity: i64) -> Result<i32, BookingError> {
+pub(crate) fn checked_capacity(capacity: i64) -> Result<i32, BookingError> {
     match i32::try_from(capacity) {
         Ok(c) if c >= 1 => Ok(c),
         _ => Err(BookingError::InvalidSlot(InvalidSlot::Capacity(capacity))),
+    }
+}
+
+/// An administrative change of a slot, for turning what the store did into the caller's
+/// answer.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum SlotOperation {
+    /// A new capacity (already checked).
+    Capacity(i32),
+    /// Closing or reopening sales.
+    Sales,
+    /// Removal.
+    Remove,
+}
+
+impl SlotOperation {
+    /// The caller's answer to what the store did with this operation on `slot_id`.
+    pub(crate) fn answer(self, change: SlotChange, slot_id: SlotId) -> Result<Slot, BookingError> {
+        match (change, self) {
+            (SlotChange::Applied(slot), _) => Ok(slot),
+            (SlotChange::InUse(usage), SlotOperation::Capacity(requested)) => {
+                Err(BookingError::CapacityTaken {
+                    slot_id,
+                    requested,
+                    taken: usage.taken(),
+                })
+            }
+            (SlotChange::InUse(usage), SlotOperation::Remove) => Err(BookingError::SlotInUse {
+                slot_id,
+                held: usage.held,
+                confirmed: usage.confirmed(),
+            }),
+            // Closing and reopening take no unit: "in use" cannot be their answer.
+            (SlotChange::NotFound | SlotChange::InUse(_), _) => {
+                Err(BookingError::SlotNotFound { slot_id })
+            }
+        }
     }
 }
 
@@ -273,15 +310,7 @@ impl<S: Store> BookingEngine<S> {
                 move |store| async move { store.change_capacity(slot_id, capacity, now).await },
             )
             .await?;
-        match change.outcome {
-            SlotChange::Applied(slot) => Ok(slot),
-            SlotChange::NotFound => Err(BookingError::SlotNotFound { slot_id }),
-            SlotChange::InUse(usage) => Err(BookingError::CapacityTaken {
-                slot_id,
-                requested: capacity,
-                taken: usage.taken(),
-            }),
-        }
+        SlotOperation::Capacity(capacity).answer(change.outcome, slot_id)
     }
 
     /// Closes the slot's sales: new holds are refused (`slot_closed`) and the slot leaves the
@@ -301,12 +330,7 @@ impl<S: Store> BookingEngine<S> {
         let change = self
             .admin_write(move |store| async move { store.set_closed(slot_id, closed, now).await })
             .await?;
-        match change.outcome {
-            SlotChange::Applied(slot) => Ok(slot),
-            SlotChange::NotFound | SlotChange::InUse(_) => {
-                Err(BookingError::SlotNotFound { slot_id })
-            }
-        }
+        SlotOperation::Sales.answer(change.outcome, slot_id)
     }
 
     /// Removes a slot that has no active held and no confirmed units (expired holds are
@@ -322,15 +346,7 @@ impl<S: Store> BookingEngine<S> {
         let change = self
             .admin_write(move |store| async move { store.remove_slot(slot_id, now).await })
             .await?;
-        match change.outcome {
-            SlotChange::Applied(slot) => Ok(slot),
-            SlotChange::NotFound => Err(BookingError::SlotNotFound { slot_id }),
-            SlotChange::InUse(usage) => Err(BookingError::SlotInUse {
-                slot_id,
-                held: usage.held,
-                confirmed: usage.confirmed(),
-            }),
-        }
+        SlotOperation::Remove.answer(change.outcome, slot_id)
     }
 
     /// The slot as stored, removed ones included (`removed_at` set); `slot_not_found` when no

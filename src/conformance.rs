@@ -38,6 +38,7 @@ pub mod faults;
 pub mod kit;
 pub mod model;
 mod slots;
+pub mod transactions;
 
 use kit::SlotTally;
 
@@ -47,6 +48,10 @@ pub const CASE_TIMEOUT: Duration = Duration::from_secs(120);
 /// Random sequences [`conformance_tests!`](crate::conformance_tests) runs against the model
 /// per store (`PROPTEST_CASES` overrides it).
 pub const MODEL_CASES: u32 = 256;
+
+/// Random transaction sequences [`transaction_conformance_tests!`](crate::transaction_conformance_tests)
+/// runs against the model per store (`PROPTEST_CASES` overrides it).
+pub const TRANSACTION_MODEL_CASES: u32 = 64;
 
 /// Random concurrent runs [`conformance_tests!`](crate::conformance_tests) makes per store.
 pub const CONCURRENT_CASES: u32 = 48;

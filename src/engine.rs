@@ -12,6 +12,7 @@ use futures::FutureExt;
 use serde::ser::{Serialize, Serializer};
 
 use crate::cache::{CacheConfig, CacheError, SingleFlightCache};
+use crate::changes::Invalidator;
 use crate::clock::{Clock, SystemClock};
 use crate::error::BookingError;
 use crate::model::{
@@ -70,6 +71,8 @@ pub struct BookingEngine<S> {
 struct Inner<S> {
     store: Arc<S>,
     cache: SingleFlightCache<AvailabilitySnapshot, StoreError>,
+    /// Dropped with the engine: tells [`Invalidator`]s that it is gone.
+    alive: tokio::sync::watch::Sender<()>,
     clock: Arc<dyn Clock>,
     lifetimes: Lifetimes,
 }
@@ -209,6 +212,7 @@ impl<S: Store> EngineBuilder<S> {
             inner: Arc::new(Inner {
                 store: Arc::new(self.store),
                 cache: SingleFlightCache::new(cache),
+                alive: tokio::sync::watch::Sender::new(()),
                 clock: self.clock,
                 lifetimes,
             }),
@@ -405,11 +409,79 @@ impl<S: Store> Inner<S> {
     }
 }
 
+/// A checked hold request: what [`BookingEngine::place_hold`] hands the store.
+pub(crate) struct PreparedHold {
+    pub(crate) slot_id: SlotId,
+    key: IdempotencyKey,
+    owner: Option<OwnerId>,
+    pub(crate) quantity: i32,
+    now: Timestamp,
+    expires_at: Timestamp,
+}
+
+impl PreparedHold {
+    /// The request as the store takes it.
+    pub(crate) fn request(&self) -> HoldRequest<'_> {
+        HoldRequest {
+            slot_id: self.slot_id,
+            key: &self.key,
+            owner: self.owner.as_ref(),
+            quantity: self.quantity,
+            now: self.now,
+            expires_at: self.expires_at,
+        }
+    }
+}
+
+/// Turns what the store did with a hold request into the caller's answer, statuses resolved
+/// at the instant the store decided at.
+pub(crate) fn hold_placed(
+    outcome: Decided<HoldOutcome>,
+    slot_id: SlotId,
+    quantity: i32,
+) -> Result<HoldPlaced, BookingError> {
+    let now = outcome.at;
+    match outcome.outcome {
+        HoldOutcome::Created(hold) => Ok(HoldPlaced {
+            hold: hold.at(now),
+            replayed: false,
+        }),
+        HoldOutcome::Replayed(hold) => Ok(HoldPlaced {
+            hold: hold.at(now),
+            replayed: true,
+        }),
+        HoldOutcome::KeyReused(hold) => Err(BookingError::IdempotencyKeyReused {
+            slot_id,
+            existing_hold_id: hold.as_ref().map(|h| h.hold_id),
+            existing_slot_id: hold.as_ref().map(|h| h.slot_id),
+        }),
+        HoldOutcome::SoldOut => Err(BookingError::SoldOut { slot_id }),
+        HoldOutcome::ExceedsCapacity { capacity } => Err(BookingError::QuantityExceedsCapacity {
+            slot_id,
+            quantity,
+            capacity,
+        }),
+        HoldOutcome::SlotNotFound => Err(BookingError::SlotNotFound { slot_id }),
+        HoldOutcome::SlotClosed => Err(BookingError::SlotClosed { slot_id }),
+    }
+}
+
+/// A new slot as stored: timestamps truncated to microseconds, then validated.
+pub(crate) fn prepare_slot(slot: NewSlot) -> Result<NewSlot, BookingError> {
+    let slot = NewSlot {
+        starts_at: truncate_to_micros(slot.starts_at),
+        ends_at: truncate_to_micros(slot.ends_at),
+        ..slot
+    };
+    slot.validate()?;
+    Ok(slot)
+}
+
 /// Turns a store transition into the caller's answer, resolving statuses at the instant the
 /// store decided at. A hold the operation did not change is returned as it is when its status
 /// is `unchanged_ok` (confirming a confirmed hold, cancelling a cancelled one, renewing a
 /// confirmed one), and is an error otherwise.
-fn settle(
+pub(crate) fn settle(
     transition: Decided<Transition>,
     hold_id: HoldId,
     operation: &str,
@@ -569,6 +641,14 @@ impl<S: Store> BookingEngine<S> {
         self.inner.cache.invalidate();
     }
 
+    /// A handle that invalidates this engine's cached availability from elsewhere: for a
+    /// [`ChangeFeed`](crate::changes::ChangeFeed) follower (see
+    /// [`follow_changes`](crate::changes::follow_changes)), which it also tells when the
+    /// engine has been dropped.
+    pub fn invalidator(&self) -> Invalidator {
+        Invalidator::new(self.inner.cache.clone(), self.inner.alive.subscribe())
+    }
+
     /// Slots that have not started, with the units a new hold could take, narrowed by
     /// `query`. Served from the single-flight cache: fresh for the cache period, then stale
     /// while one refresh runs. Any number of distinct queries share one store read.
@@ -651,6 +731,17 @@ impl<S: Store> BookingEngine<S> {
     /// with anything else is `idempotency_key_reused`; when the key's hold belongs to another
     /// owner the error says nothing about it.
     pub async fn place_hold(&self, request: NewHold) -> Result<HoldPlaced, BookingError> {
+        let prepared = self.prepare_hold(request)?;
+        let inner = Arc::clone(&self.inner);
+        let (slot_id, quantity) = (prepared.slot_id, prepared.quantity);
+        let outcome =
+            detached(async move { inner.store.create_hold(prepared.request()).await }).await?;
+        hold_placed(outcome, slot_id, quantity)
+    }
+
+    /// Checks a hold request and fixes its instant and expiry: everything the store is
+    /// handed, before any store sees it.
+    pub(crate) fn prepare_hold(&self, request: NewHold) -> Result<PreparedHold, BookingError> {
         let key = IdempotencyKey::new(request.key)?;
         let quantity = match i32::try_from(request.quantity) {
             Ok(q) if (1..=MAX_QUANTITY).contains(&q) => q,
@@ -661,51 +752,28 @@ impl<S: Store> BookingEngine<S> {
             }
         };
         let lifetime = self.inner.lifetimes.pick(request.lifetime)?;
-        let slot_id = request.slot_id;
-        let owner = request.owner;
         let now = self.inner.clock.now();
         let expires_at = now
             .checked_add_signed(lifetime)
             .ok_or_else(|| StoreError::failed("the hold's expiry is past the end of time"))?;
-        let inner = Arc::clone(&self.inner);
-        let outcome = detached(async move {
-            let request = HoldRequest {
-                slot_id,
-                key: &key,
-                owner: owner.as_ref(),
-                quantity,
-                now,
-                expires_at,
-            };
-            inner.store.create_hold(request).await
+        Ok(PreparedHold {
+            slot_id: request.slot_id,
+            key,
+            owner: request.owner,
+            quantity,
+            now,
+            expires_at,
         })
-        .await?;
-        let now = outcome.at;
-        match outcome.outcome {
-            HoldOutcome::Created(hold) => Ok(HoldPlaced {
-                hold: hold.at(now),
-                replayed: false,
-            }),
-            HoldOutcome::Replayed(hold) => Ok(HoldPlaced {
-                hold: hold.at(now),
-                replayed: true,
-            }),
-            HoldOutcome::KeyReused(hold) => Err(BookingError::IdempotencyKeyReused {
-                slot_id,
-                existing_hold_id: hold.as_ref().map(|h| h.hold_id),
-                existing_slot_id: hold.as_ref().map(|h| h.slot_id),
-            }),
-            HoldOutcome::SoldOut => Err(BookingError::SoldOut { slot_id }),
-            HoldOutcome::ExceedsCapacity { capacity } => {
-                Err(BookingError::QuantityExceedsCapacity {
-                    slot_id,
-                    quantity,
-                    capacity,
-                })
-            }
-            HoldOutcome::SlotNotFound => Err(BookingError::SlotNotFound { slot_id }),
-            HoldOutcome::SlotClosed => Err(BookingError::SlotClosed { slot_id }),
-        }
+    }
+
+    /// The lifetime, maximum life and instant of a renewal asking for `lifetime`.
+    pub(crate) fn prepare_renew(
+        &self,
+        lifetime: Option<Duration>,
+    ) -> Result<(chrono::Duration, chrono::Duration, Timestamp), BookingError> {
+        let lifetime = self.inner.lifetimes.pick(lifetime)?;
+        let max_life = chrono_duration(self.inner.lifetimes.max_life);
+        Ok((lifetime, max_life, self.inner.clock.now()))
     }
 
     /// Confirms an active anonymous hold ([`Scope::Anonymous`]). Confirming a confirmed hold
@@ -766,9 +834,7 @@ impl<S: Store> BookingEngine<S> {
         hold_id: HoldId,
         lifetime: Option<Duration>,
     ) -> Result<Hold, BookingError> {
-        let lifetime = self.inner.lifetimes.pick(lifetime)?;
-        let max_life = chrono_duration(self.inner.lifetimes.max_life);
-        let now = self.inner.clock.now();
+        let (lifetime, max_life, now) = self.prepare_renew(lifetime)?;
         let inner = Arc::clone(&self.inner);
         let scope = scope.clone();
         let transition = detached(async move {
@@ -829,12 +895,7 @@ impl<S: Store> BookingEngine<S> {
 
     /// Validates and stores a new slot with all its capacity free, selling at once.
     pub async fn create_slot(&self, slot: NewSlot) -> Result<Slot, BookingError> {
-        let slot = NewSlot {
-            starts_at: truncate_to_micros(slot.starts_at),
-            ends_at: truncate_to_micros(slot.ends_at),
-            ..slot
-        };
-        slot.validate()?;
+        let slot = prepare_slot(slot)?;
         let inner = Arc::clone(&self.inner);
         let created = detached(async move {
             let created = inner.store.create_slot(&slot).await?;

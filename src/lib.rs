@@ -68,7 +68,7 @@
 //! | [`create_slot`](BookingEngine::create_slot) | `ends_at <= starts_at` or capacity < 1 | error | `invalid_slot` |
 //! | [`hold`](BookingEngine::hold) | the slot's sales are closed | error | `slot_closed` |
 //! | | the slot was removed | error | `slot_not_found` |
-//! | [`change_capacity`](BookingEngine::change_capacity) | raised, or lowered within the free units (expired holds reclaimed if that makes it fit) | the slot, `remaining` moved by the same amount | — |
+//! | [`change_capacity`](BookingEngine::change_capacity) | raised, or lowered within the free units (expired holds reclaimed if that makes it fit) | the slot, `remaining` moved by the same amount (plus any units reclaimed) | — |
 //! | | lowered below the units held or confirmed | error with the units taken; nothing changes | `capacity_taken` |
 //! | | capacity outside `1..=i32::MAX` | error; the store is not called | `invalid_slot` |
 //! | [`close_sales`](BookingEngine::close_sales), [`reopen_sales`](BookingEngine::reopen_sales) | any slot not removed | the slot (idempotent); a closed slot leaves availability | — |
@@ -151,6 +151,21 @@
 //! # }).unwrap();
 //! ```
 //!
+//! # Inside your own transaction
+//!
+//! [`BookingEngine::within`] runs every write on a connection or transaction the application
+//! owns (the SQL stores' `on(&mut connection)`), with the same validation, rules and errors,
+//! so a confirm and the application's own order row commit or roll back together. See
+//! [`transaction`].
+//!
+//! # Every instance sees every commit
+//!
+//! Each engine caches availability in its own process. A store that can report commits made
+//! elsewhere (PostgreSQL through `LISTEN`/`NOTIFY`, SQLite through `PRAGMA data_version`)
+//! offers a [`ChangeFeed`](changes::ChangeFeed); [`changes::follow_changes`] turns its
+//! notices into invalidations of an engine's cache, coalesced, and treats any doubt (a lost
+//! connection) as "everything changed". See [`changes`].
+//!
 //! # Stores
 //!
 //! A [`Store`] is a translation of each operation into one atomic step of its storage. The
@@ -161,6 +176,7 @@
 
 pub mod admin;
 pub mod cache;
+pub mod changes;
 pub mod clock;
 #[cfg(feature = "conformance")]
 pub mod conformance;
@@ -170,6 +186,7 @@ pub mod memory;
 pub mod model;
 pub mod scope;
 pub mod store;
+pub mod transaction;
 
 pub use admin::{SlotCursor, SlotFilter, SlotPage, SlotPageRequest, SlotSummary, SlotUsage};
 pub use clock::{Clock, ManualClock, SystemClock};
@@ -187,6 +204,7 @@ pub use store::{
     Decided, HoldOutcome, HoldRequest, RenewRequest, SlotChange, SlotLimits, Store, StoreError,
     StoreErrorKind, Transition,
 };
+pub use transaction::{TransactionWrites, TransactionalStore, Within};
 
 /// The README's code blocks, compiled and run as doc tests so the README stays true.
 #[cfg(doctest)]

@@ -330,7 +330,10 @@ pub trait Store: Send + Sync + 'static {
     ///    where the new `remaining` is `>= 0`;
     /// 2. if no row was affected and the slot's held holds with `expires_at <= now` hold
     ///    enough units to make it fit, mark them expired, give their units back and update
-    ///    once more; a refused change reclaims nothing.
+    ///    once more; a refused change reclaims nothing it could tell would not help (a store
+    ///    that estimates before taking its lock may reclaim holds that had expired anyway
+    ///    when a concurrent confirm makes the estimate wrong: they were free already, so
+    ///    availability and the invariant are the same either way).
     ///
     /// [`SlotChange::InUse`] carries the slot's units as read after the refusal.
     async fn change_capacity(

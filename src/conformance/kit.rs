@@ -3,7 +3,8 @@
 
 use crate::engine::{BookingEngine, NewHold};
 use crate::model::{AvailabilityQuery, Hold, HoldId, HoldStatus, OwnerId, Slot, SlotId, Timestamp};
-use crate::store::Store;
+use crate::store::{Store, StoreError};
+use crate::transaction::TransactionalStore;
 
 /// A slot's units, counted one way or another (from its holds through the [`Store`], or with
 /// SQL straight from the tables), to check the capacity invariant on.
@@ -134,6 +135,31 @@ crate::store::forward_store!(
     impl[S: Store, G: Send + Sync + 'static] for Owned<S, G>,
     |this| &this.store
 );
+
+#[async_trait::async_trait]
+impl<S: TransactionalStore, G: Send + Sync + 'static> TransactionalStore for Owned<S, G> {
+    type Transaction = S::Transaction;
+    type Writes<'t>
+        = S::Writes<'t>
+    where
+        Self: 't;
+
+    async fn begin(&self) -> Result<Self::Transaction, StoreError> {
+        self.store.begin().await
+    }
+
+    fn writes<'t>(&'t self, transaction: &'t mut Self::Transaction) -> Self::Writes<'t> {
+        self.store.writes(transaction)
+    }
+
+    async fn commit(&self, transaction: Self::Transaction) -> Result<(), StoreError> {
+        self.store.commit(transaction).await
+    }
+
+    async fn rollback(&self, transaction: Self::Transaction) -> Result<(), StoreError> {
+        self.store.rollback(transaction).await
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -24,6 +24,7 @@ use crate::model::{
 };
 use crate::scope::Scope;
 use crate::store::Store;
+use crate::transaction::{TransactionWrites, TransactionalStore, Within};
 use crate::Clock;
 
 /// The owners a sequence draws from: 0 is anonymous.
@@ -262,7 +263,7 @@ impl ModelSlot {
 }
 
 /// The sequential model of the booking rules (the outcome table of the crate docs).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct Model {
     slots: Vec<ModelSlot>,
     holds: Vec<Hold>,
@@ -810,56 +811,211 @@ macro_rules! ensure {
 }
 
 /// Runs one sequence against a fresh store; `Err` describes the first difference.
+/// The writes a sequence makes: through the engine, or inside a caller's transaction
+/// ([`Within`]).
+trait Writer {
+    async fn place_hold(&mut self, request: NewHold) -> Result<crate::HoldPlaced, BookingError>;
+    async fn confirm_as(&mut self, scope: &Scope, hold: HoldId) -> Result<Hold, BookingError>;
+    async fn cancel_as(&mut self, scope: &Scope, hold: HoldId) -> Result<Hold, BookingError>;
+    async fn renew_as(
+        &mut self,
+        scope: &Scope,
+        hold: HoldId,
+        lifetime: Option<std::time::Duration>,
+    ) -> Result<Hold, BookingError>;
+    async fn get_hold_as(&mut self, scope: &Scope, hold: HoldId) -> Result<Hold, BookingError>;
+    async fn create_slot(&mut self, slot: NewSlot) -> Result<Slot, BookingError>;
+    async fn change_capacity(&mut self, slot: SlotId, capacity: i64) -> Result<Slot, BookingError>;
+    async fn close_sales(&mut self, slot: SlotId) -> Result<Slot, BookingError>;
+    async fn reopen_sales(&mut self, slot: SlotId) -> Result<Slot, BookingError>;
+    async fn remove_slot(&mut self, slot: SlotId) -> Result<Slot, BookingError>;
+}
+
+/// Forwards every [`Writer`] method to the type's own method of the same name.
+macro_rules! writer {
+    (impl[$($generics:tt)*] for $ty:ty) => {
+        impl<$($generics)*> Writer for $ty {
+            async fn place_hold(&mut self, request: NewHold) -> Result<crate::HoldPlaced, BookingError> {
+                (*self).place_hold(request).await
+            }
+            async fn confirm_as(&mut self, scope: &Scope, hold: HoldId) -> Result<Hold, BookingError> {
+                (*self).confirm_as(scope, hold).await
+            }
+            async fn cancel_as(&mut self, scope: &Scope, hold: HoldId) -> Result<Hold, BookingError> {
+                (*self).cancel_as(scope, hold).await
+            }
+            async fn renew_as(&mut self, scope: &Scope, hold: HoldId, lifetime: Option<std::time::Duration>) -> Result<Hold, BookingError> {
+                (*self).renew_as(scope, hold, lifetime).await
+            }
+            async fn get_hold_as(&mut self, scope: &Scope, hold: HoldId) -> Result<Hold, BookingError> {
+                (*self).get_hold_as(scope, hold).await
+            }
+            async fn create_slot(&mut self, slot: NewSlot) -> Result<Slot, BookingError> {
+                (*self).create_slot(slot).await
+            }
+            async fn change_capacity(&mut self, slot: SlotId, capacity: i64) -> Result<Slot, BookingError> {
+                (*self).change_capacity(slot, capacity).await
+            }
+            async fn close_sales(&mut self, slot: SlotId) -> Result<Slot, BookingError> {
+                (*self).close_sales(slot).await
+            }
+            async fn reopen_sales(&mut self, slot: SlotId) -> Result<Slot, BookingError> {
+                (*self).reopen_sales(slot).await
+            }
+            async fn remove_slot(&mut self, slot: SlotId) -> Result<Slot, BookingError> {
+                (*self).remove_slot(slot).await
+            }
+        }
+    };
+}
+
+writer!(impl[S: Store] for &BookingEngine<S>);
+writer!(impl[S: Store, W: TransactionWrites] for Within<'_, S, W>);
+
+/// Whether `op` writes (or reads one hold): what a transaction may run.
+fn is_write(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::CreateSlot { .. }
+            | Op::SetCapacity { .. }
+            | Op::SetClosed { .. }
+            | Op::Remove { .. }
+            | Op::Hold { .. }
+            | Op::Confirm { .. }
+            | Op::Cancel { .. }
+            | Op::Renew { .. }
+            | Op::Get { .. }
+    )
+}
+
+/// Runs the write `op` through `writer` and the model: the model's expectation and what the
+/// writer gave.
+async fn write_step(
+    writer: &mut impl Writer,
+    model: &mut Model,
+    op: &Op,
+    now: Timestamp,
+) -> (Seen, Seen) {
+    match *op {
+        Op::CreateSlot {
+            capacity,
+            starts_in,
+            resource: resource_number,
+        } => {
+            let starts_at = now + Duration::seconds(starts_in);
+            let ends_at = starts_at + Duration::hours(1);
+            let mut new = NewSlot::new(starts_at, ends_at, capacity);
+            new.resource = resource(resource_number);
+            match writer.create_slot(new).await {
+                Ok(slot) => {
+                    let expected = ModelSlot {
+                        id: slot.slot_id,
+                        starts_at,
+                        ends_at,
+                        capacity,
+                        remaining: capacity,
+                        resource: resource(resource_number),
+                        closed: false,
+                        removed_at: None,
+                    };
+                    let seen = (Seen::Slot(expected.as_slot()), Seen::Slot(slot));
+                    model.slots.push(expected);
+                    seen
+                }
+                Err(error) => (Seen::Done, Seen::Error(error.code())),
+            }
+        }
+        Op::SetCapacity { slot, capacity } => {
+            let actual = seen_slot(writer.change_capacity(model.slot_id(slot), capacity).await);
+            (model.set_capacity(slot, capacity, now), actual)
+        }
+        Op::SetClosed { slot, closed } => {
+            let slot_id = model.slot_id(slot);
+            let result = if closed {
+                writer.close_sales(slot_id).await
+            } else {
+                writer.reopen_sales(slot_id).await
+            };
+            (model.set_closed(slot, closed), seen_slot(result))
+        }
+        Op::Remove { slot } => {
+            let actual = seen_slot(writer.remove_slot(model.slot_id(slot)).await);
+            (model.remove(slot, now), actual)
+        }
+        Op::Hold {
+            slot,
+            key,
+            quantity,
+            owner: owner_number,
+            lifetime,
+        } => {
+            let mut request =
+                NewHold::new(model.slot_id(slot), format!("key-{key}")).quantity(quantity);
+            if let Some(owner) = owner(owner_number) {
+                request = request.owner(owner);
+            }
+            if let Some(lifetime) = duration_of(lifetime) {
+                request = request.lifetime(lifetime);
+            }
+            let actual = seen_hold(writer.place_hold(request).await);
+            let new_id = match &actual {
+                Seen::Hold {
+                    hold,
+                    replayed: false,
+                } => Some(hold.hold_id),
+                _ => None,
+            };
+            (model.hold(op, now, new_id), actual)
+        }
+        Op::Confirm { hold, scope } => {
+            let scope = model.scope(scope, hold);
+            let actual = seen_transition(writer.confirm_as(&scope, model.hold_id(hold)).await);
+            (model.confirm(hold, &scope, now), actual)
+        }
+        Op::Cancel { hold, scope } => {
+            let scope = model.scope(scope, hold);
+            let actual = seen_transition(writer.cancel_as(&scope, model.hold_id(hold)).await);
+            (model.cancel(hold, &scope, now), actual)
+        }
+        Op::Renew {
+            hold,
+            scope,
+            lifetime,
+        } => {
+            let scope = model.scope(scope, hold);
+            let actual = seen_transition(
+                writer
+                    .renew_as(&scope, model.hold_id(hold), duration_of(lifetime))
+                    .await,
+            );
+            (model.renew(hold, &scope, lifetime, now), actual)
+        }
+        Op::Get { hold, scope } => {
+            let scope = model.scope(scope, hold);
+            let actual = seen_transition(writer.get_hold_as(&scope, model.hold_id(hold)).await);
+            (model.get(hold, &scope, now), actual)
+        }
+        _ => (Seen::Done, Seen::Error("(not a write)")),
+    }
+}
+
 async fn run_sequence<S: Store>(store: S, ops: &[Op]) -> Result<(), Mismatch> {
     let Fixture { engine, clock } = Fixture::new(store);
     let mut model = Model::default();
     for (step, op) in ops.iter().enumerate() {
         let now = clock.now();
         let (expected, actual) = match *op {
-            Op::CreateSlot {
-                capacity,
-                starts_in,
-                resource: resource_number,
-            } => {
-                let starts_at = now + Duration::seconds(starts_in);
-                let ends_at = starts_at + Duration::hours(1);
-                let mut new = NewSlot::new(starts_at, ends_at, capacity);
-                new.resource = resource(resource_number);
-                match engine.create_slot(new).await {
-                    Ok(slot) => {
-                        let expected = ModelSlot {
-                            id: slot.slot_id,
-                            starts_at,
-                            ends_at,
-                            capacity,
-                            remaining: capacity,
-                            resource: resource(resource_number),
-                            closed: false,
-                            removed_at: None,
-                        };
-                        let seen = (Seen::Slot(expected.as_slot()), Seen::Slot(slot));
-                        model.slots.push(expected);
-                        seen
-                    }
-                    Err(error) => (Seen::Done, Seen::Error(error.code())),
-                }
-            }
-            Op::SetCapacity { slot, capacity } => {
-                let actual = seen_slot(engine.change_capacity(model.slot_id(slot), capacity).await);
-                (model.set_capacity(slot, capacity, now), actual)
-            }
-            Op::SetClosed { slot, closed } => {
-                let slot_id = model.slot_id(slot);
-                let result = if closed {
-                    engine.close_sales(slot_id).await
-                } else {
-                    engine.reopen_sales(slot_id).await
-                };
-                (model.set_closed(slot, closed), seen_slot(result))
-            }
-            Op::Remove { slot } => {
-                let actual = seen_slot(engine.remove_slot(model.slot_id(slot)).await);
-                (model.remove(slot, now), actual)
+            Op::CreateSlot { .. }
+            | Op::SetCapacity { .. }
+            | Op::SetClosed { .. }
+            | Op::Remove { .. }
+            | Op::Hold { .. }
+            | Op::Confirm { .. }
+            | Op::Cancel { .. }
+            | Op::Renew { .. }
+            | Op::Get { .. } => {
+                let mut writer = &engine;
+                write_step(&mut writer, &mut model, op, now).await
             }
             Op::ListSlots {
                 limit,
@@ -870,59 +1026,6 @@ async fn run_sequence<S: Store>(store: S, ops: &[Op]) -> Result<(), Mismatch> {
                 filter.resource = only.clone();
                 let actual = walk_slots(&engine, &filter, limit).await;
                 (model.list_slots(limit, only.as_ref(), now), actual)
-            }
-            Op::Hold {
-                slot,
-                key,
-                quantity,
-                owner: owner_number,
-                lifetime,
-            } => {
-                let mut request =
-                    NewHold::new(model.slot_id(slot), format!("key-{key}")).quantity(quantity);
-                if let Some(owner) = owner(owner_number) {
-                    request = request.owner(owner);
-                }
-                if let Some(lifetime) = duration_of(lifetime) {
-                    request = request.lifetime(lifetime);
-                }
-                let actual = seen_hold(engine.place_hold(request).await);
-                let new_id = match &actual {
-                    Seen::Hold {
-                        hold,
-                        replayed: false,
-                    } => Some(hold.hold_id),
-                    _ => None,
-                };
-                (model.hold(op, now, new_id), actual)
-            }
-            Op::Confirm { hold, scope } => {
-                let scope = model.scope(scope, hold);
-                let actual = seen_transition(engine.confirm_as(&scope, model.hold_id(hold)).await);
-                (model.confirm(hold, &scope, now), actual)
-            }
-            Op::Cancel { hold, scope } => {
-                let scope = model.scope(scope, hold);
-                let actual = seen_transition(engine.cancel_as(&scope, model.hold_id(hold)).await);
-                (model.cancel(hold, &scope, now), actual)
-            }
-            Op::Renew {
-                hold,
-                scope,
-                lifetime,
-            } => {
-                let scope = model.scope(scope, hold);
-                let actual = seen_transition(
-                    engine
-                        .renew_as(&scope, model.hold_id(hold), duration_of(lifetime))
-                        .await,
-                );
-                (model.renew(hold, &scope, lifetime, now), actual)
-            }
-            Op::Get { hold, scope } => {
-                let scope = model.scope(scope, hold);
-                let actual = seen_transition(engine.get_hold_as(&scope, model.hold_id(hold)).await);
-                (model.get(hold, &scope, now), actual)
             }
             Op::OwnerHolds {
                 owner: owner_number,
@@ -1316,5 +1419,125 @@ where
     eprintln!("concurrent check: {cases} cases of up to 6 batches of up to 16 operations");
     if let Err(error) = result {
         panic!("concurrent check failed: {error}");
+    }
+}
+
+/// One transaction of a transactional sequence: writes run together in a caller's
+/// transaction, which then commits or rolls back; then the clock moves.
+#[derive(Clone, Debug)]
+pub struct TransactionStep {
+    /// The writes, in order (only the operations [`Within`] offers).
+    pub ops: Vec<Op>,
+    /// Commit (else roll back).
+    pub commit: bool,
+    /// Microseconds the clock moves afterwards.
+    pub advance: i64,
+}
+
+fn transaction_step() -> impl Strategy<Value = TransactionStep> {
+    let ttl = HOLD_TTL.as_micros() as i64;
+    (
+        proptest::collection::vec(op().prop_filter("a write", is_write), 1..=5),
+        proptest::bool::weighted(0.6),
+        prop_oneof![Just(0i64), Just(1_000_000), Just(ttl)],
+    )
+        .prop_map(|(ops, commit, advance)| TransactionStep {
+            ops,
+            commit,
+            advance,
+        })
+}
+
+/// Runs transactions against a fresh store; each step's writes are checked against a draft
+/// of the model that becomes the model on commit and is dropped on rollback, and after each
+/// transaction the store's rows (read outside it) must equal the model's.
+async fn run_transactions<S: TransactionalStore>(
+    store: S,
+    steps: &[TransactionStep],
+) -> Result<(), Mismatch> {
+    let Fixture { engine, clock } = Fixture::new(store);
+    let mut model = Model::default();
+    for (capacity, starts_in) in [(4, 3600), (1, 600)] {
+        let op = Op::CreateSlot {
+            capacity,
+            starts_in,
+            resource: 0,
+        };
+        let (expected, actual) = write_step(&mut &engine, &mut model, &op, clock.now()).await;
+        ensure!(
+            expected == actual,
+            "setup {op:?}: {expected:?} != {actual:?}"
+        );
+    }
+    let store = engine.store();
+    for (number, step) in steps.iter().enumerate() {
+        let now = clock.now();
+        let mut transaction = store
+            .begin()
+            .await
+            .map_err(|e| Mismatch(format!("begin: {e}")))?;
+        let mut draft = model.clone();
+        {
+            let mut within = engine.within(store.writes(&mut transaction));
+            for op in &step.ops {
+                let (expected, actual) = write_step(&mut within, &mut draft, op, now).await;
+                ensure!(
+                    expected == actual,
+                    "transaction {number} {op:?}: model says {expected:?}, store gave {actual:?}"
+                );
+            }
+        }
+        if step.commit {
+            store
+                .commit(transaction)
+                .await
+                .map_err(|e| Mismatch(format!("commit: {e}")))?;
+            model = draft;
+        } else {
+            store
+                .rollback(transaction)
+                .await
+                .map_err(|e| Mismatch(format!("rollback: {e}")))?;
+        }
+        check_state(&engine, &model, now)
+            .await
+            .map_err(|Mismatch(m)| {
+                let ended = if step.commit { "commit" } else { "rollback" };
+                Mismatch(format!("after transaction {number} ({ended}): {m}"))
+            })?;
+        clock.advance(Duration::microseconds(step.advance));
+    }
+    Ok(())
+}
+
+/// Runs `cases` random sequences of transactions (more with `PROPTEST_CASES`), each against a
+/// fresh store from `factory`, and panics with the shrunk failing sequence.
+///
+/// # Panics
+///
+/// When a transaction's outcomes, or the state after it commits or rolls back, differ from
+/// the model's.
+pub fn check_transactional<S, F, Fut>(factory: F, cases: u32)
+where
+    S: TransactionalStore,
+    F: Fn() -> Fut,
+    Fut: Future<Output = S>,
+{
+    let (cases, runtime, mut runner) = harness(cases, 2);
+    let result = runner.run(
+        &proptest::collection::vec(transaction_step(), 1..=8),
+        |steps| {
+            runtime.block_on(async {
+                let store = factory().await;
+                tokio::time::timeout(super::CASE_TIMEOUT, run_transactions(store, &steps))
+                    .await
+                    .map_err(|_| TestCaseError::fail("transactions timed out"))?
+                    .map_err(|Mismatch(m)| TestCaseError::fail(m))
+            })
+        },
+    );
+    eprintln!("transaction model check: {cases} cases of up to 8 transactions");
+    if let Err(error) = result {
+        panic!("transaction model check failed: {error}");
     }
 }

@@ -1,0 +1,318 @@
+//! Conformance cases for writes inside a caller's transaction, for any
+//! [`TransactionalStore`]: they commit together, roll back without a trace, leave the
+//! transaction usable after a refusal, and never oversell under concurrency.
+//! [`transaction_conformance_tests!`](crate::transaction_conformance_tests) runs them.
+
+use std::sync::Arc;
+
+use chrono::Duration;
+
+use super::Fixture;
+use crate::engine::NewHold;
+use crate::error::BookingError;
+use crate::model::{HoldId, HoldStatus, NewSlot, SlotId};
+use crate::scope::Scope;
+use crate::transaction::TransactionalStore;
+use crate::{SlotFilter, SlotPageRequest};
+
+fn hours(n: i64) -> Duration {
+    Duration::hours(n)
+}
+
+impl<S: TransactionalStore> Fixture<S> {
+    /// The hold as stored now, seen from outside any transaction.
+    async fn stored_hold(&self, hold_id: HoldId) -> Option<crate::model::Hold> {
+        self.engine
+            .store()
+            .get_hold(hold_id, &Scope::BackOffice, self.now())
+            .await
+            .expect("get_hold")
+            .outcome
+    }
+}
+
+/// Holds, replays, confirms, cancels, renewals, slot creation and slot changes made in one
+/// transaction are invisible outside it until it commits, and then all there.
+pub async fn transactional_writes_commit_together<S: TransactionalStore>(store: S) {
+    let f = Fixture::new(store);
+    let slot = f.slot(3, hours(1)).await;
+    let store = f.engine.store();
+    let mut tx = store.begin().await.expect("begin");
+    let mut w = f.engine.within(store.writes(&mut tx));
+    let start = f.now() + hours(2);
+    let second = w
+        .create_slot(NewSlot::new(start, start + hours(1), 2))
+        .await
+        .unwrap()
+        .slot_id;
+    let a = w.hold(slot, "a").await.unwrap().hold;
+    assert!(w.hold(slot, "a").await.unwrap().replayed, "a replay inside");
+    assert_eq!(
+        w.confirm(a.hold_id).await.unwrap().status,
+        HoldStatus::Confirmed
+    );
+    let b = w
+        .place_hold(NewHold::new(second, "b").quantity(2))
+        .await
+        .unwrap()
+        .hold;
+    assert_eq!(
+        w.cancel(b.hold_id).await.unwrap().status,
+        HoldStatus::Cancelled
+    );
+    let c = w.hold(second, "c").await.unwrap().hold;
+    let renewed = w
+        .renew_as(&Scope::Anonymous, c.hold_id, Some(super::MAX_REQUESTED_TTL))
+        .await
+        .unwrap();
+    assert!(renewed.expires_at > c.expires_at);
+    let resized = w.change_capacity(slot, 5).await.unwrap();
+    assert_eq!((resized.capacity, resized.remaining), (5, 4));
+    assert!(w.close_sales(second).await.unwrap().closed);
+    let seen = w.get_hold_as(&Scope::BackOffice, c.hold_id).await.unwrap();
+    assert_eq!(seen, renewed, "the transaction sees its own writes");
+    drop(w);
+    // Outside the transaction nothing has happened yet.
+    assert_eq!(f.stored_hold(a.hold_id).await, None);
+    assert_eq!(f.stored_slot(slot).await.capacity, 3);
+    store.commit(tx).await.expect("commit");
+    assert_eq!(
+        f.stored_hold(a.hold_id).await.map(|h| h.status),
+        Some(HoldStatus::Confirmed)
+    );
+    assert_eq!(
+        f.stored_hold(b.hold_id).await.map(|h| h.status),
+        Some(HoldStatus::Cancelled)
+    );
+    assert_eq!(f.stored_hold(c.hold_id).await, Some(renewed.clone()));
+    let stored = f.stored_slot(slot).await;
+    assert_eq!((stored.capacity, stored.remaining), (5, 4));
+    let stored_second = f.stored_slot(second).await;
+    assert!(stored_second.closed);
+    assert_eq!(stored_second.remaining, 1);
+    f.assert_invariant(slot, &[a.hold_id]).await;
+    f.assert_invariant(second, &[b.hold_id, c.hold_id]).await;
+}
+
+/// Everything a rolled-back transaction wrote is gone: holds, cancels, capacity changes,
+/// closes, new slots, removals; its keys are free again.
+pub async fn a_rolled_back_transaction_leaves_nothing<S: TransactionalStore>(store: S) {
+    let f = Fixture::new(store);
+    let slot = f.slot(3, hours(1)).await;
+    let spare = f.slot(1, hours(1)).await;
+    let booked = f.engine.hold(slot, "booked").await.unwrap().hold;
+    f.engine.confirm(booked.hold_id).await.unwrap();
+    let before = (
+        f.stored_slot(slot).await,
+        f.stored_slot(spare).await,
+        f.stored_hold(booked.hold_id).await,
+    );
+    let store = f.engine.store();
+    let mut tx = store.begin().await.expect("begin");
+    let mut w = f.engine.within(store.writes(&mut tx));
+    let placed = w
+        .place_hold(NewHold::new(slot, "rolled-back").quantity(2))
+        .await
+        .unwrap()
+        .hold;
+    w.cancel(booked.hold_id).await.unwrap();
+    w.change_capacity(slot, 10).await.unwrap();
+    w.close_sales(slot).await.unwrap();
+    let start = f.now() + hours(3);
+    w.create_slot(NewSlot::new(start, start + hours(1), 4))
+        .await
+        .unwrap();
+    w.remove_slot(spare).await.unwrap();
+    drop(w);
+    store.rollback(tx).await.expect("rollback");
+    let after = (
+        f.stored_slot(slot).await,
+        f.stored_slot(spare).await,
+        f.stored_hold(booked.hold_id).await,
+    );
+    assert_eq!(after, before);
+    assert_eq!(f.stored_hold(placed.hold_id).await, None);
+    let listed = f
+        .engine
+        .list_slots(&SlotFilter::all(), SlotPageRequest::first(10))
+        .await
+        .unwrap();
+    assert_eq!(listed.slots.len(), 2, "the slot made inside is gone");
+    let again = f
+        .engine
+        .place_hold(NewHold::new(slot, "rolled-back").quantity(2))
+        .await
+        .unwrap();
+    assert!(!again.replayed, "the key is free: a new hold");
+    f.assert_invariant(slot, &[booked.hold_id, again.hold.hold_id])
+        .await;
+}
+
+/// Refusals inside a transaction (a key of another request, sold out, no such slot, an
+/// expired hold, a slot in use) change nothing and leave the transaction usable: a later
+/// write in it succeeds and commits.
+pub async fn a_refusal_inside_a_transaction_leaves_it_usable<S: TransactionalStore>(store: S) {
+    let f = Fixture::new(store);
+    let full = f.slot(1, hours(1)).await;
+    let other = f.slot(1, hours(1)).await;
+    let taken = f.engine.hold(full, "taken").await.unwrap().hold;
+    let short = f
+        .engine
+        .place_hold(NewHold::new(other, "short").lifetime(std::time::Duration::from_secs(60)))
+        .await
+        .unwrap()
+        .hold;
+    f.advance(Duration::seconds(61));
+    let store = f.engine.store();
+    let mut tx = store.begin().await.expect("begin");
+    let mut w = f.engine.within(store.writes(&mut tx));
+    assert!(matches!(
+        w.hold(other, "taken").await,
+        Err(BookingError::IdempotencyKeyReused { .. })
+    ));
+    assert!(matches!(
+        w.hold(full, "x").await,
+        Err(BookingError::SoldOut { .. })
+    ));
+    assert!(matches!(
+        w.hold(SlotId(full.0 + 1000), "y").await,
+        Err(BookingError::SlotNotFound { .. })
+    ));
+    assert!(matches!(
+        w.confirm(short.hold_id).await,
+        Err(BookingError::HoldExpired { .. })
+    ));
+    assert!(matches!(
+        w.remove_slot(full).await,
+        Err(BookingError::SlotInUse { held: 1, .. })
+    ));
+    assert!(matches!(
+        w.change_capacity(full, 0).await,
+        Err(BookingError::InvalidSlot(_))
+    ));
+    let fine = w.hold(other, "fine").await.unwrap().hold;
+    drop(w);
+    store.commit(tx).await.expect("commit after refusals");
+    assert_eq!(
+        f.stored_hold(fine.hold_id).await.map(|h| h.status),
+        Some(HoldStatus::Held)
+    );
+    assert_eq!(
+        f.stored_hold(short.hold_id).await.map(|h| h.status),
+        Some(HoldStatus::Expired),
+        "reclaimed to make room for the later hold"
+    );
+    f.assert_invariant(full, &[taken.hold_id]).await;
+    f.assert_invariant(other, &[short.hold_id, fine.hold_id])
+        .await;
+}
+
+/// Forty transactions race for one slot of five units, each placing and confirming a hold;
+/// every third rolls back. Never more than five units are sold, a rolled-back hold leaves
+/// nothing, and the invariant holds.
+pub async fn race_transactions_never_oversell<S: TransactionalStore>(store: S) {
+    let f = Arc::new(Fixture::new(store));
+    let slot = f.slot(5, hours(1)).await;
+    let tasks: Vec<_> = (0..40)
+        .map(|i| {
+            let f = Arc::clone(&f);
+            tokio::spawn(async move {
+                let store = f.engine.store();
+                let mut tx = store.begin().await.expect("begin");
+                let mut w = f.engine.within(store.writes(&mut tx));
+                let placed = match w.hold(slot, &format!("tx-{i}")).await {
+                    Ok(placed) => placed.hold,
+                    Err(BookingError::SoldOut { .. }) => {
+                        drop(w);
+                        store.rollback(tx).await.expect("rollback");
+                        return None;
+                    }
+                    Err(other) => panic!("unexpected {other:?}"),
+                };
+                w.confirm(placed.hold_id).await.expect("confirm inside");
+                drop(w);
+                if i % 3 == 0 {
+                    store.rollback(tx).await.expect("rollback");
+                    Some((placed.hold_id, false))
+                } else {
+                    store.commit(tx).await.expect("commit");
+                    Some((placed.hold_id, true))
+                }
+            })
+        })
+        .collect();
+    let mut committed = Vec::new();
+    for task in tasks {
+        if let Some((id, true)) = task.await.expect("task") {
+            committed.push(id);
+        }
+    }
+    // The slot's holds are exactly the committed ones: a rolled-back hold left nothing. (Its
+    // id may have been given again to a later hold: SQLite reuses a rolled-back row id.)
+    let roster = f
+        .engine
+        .slot_holds(slot, crate::PageRequest::first(100))
+        .await
+        .expect("roster");
+    let mut stored: Vec<HoldId> = roster.holds.iter().map(|h| h.hold_id).collect();
+    stored.sort();
+    committed.sort();
+    assert_eq!(stored, committed, "only committed holds are stored");
+    assert!(
+        (1..=5).contains(&committed.len()),
+        "{} committed",
+        committed.len()
+    );
+    for &id in &committed {
+        assert_eq!(
+            f.stored_hold(id).await.map(|h| h.status),
+            Some(HoldStatus::Confirmed)
+        );
+    }
+    f.assert_invariant(slot, &committed).await;
+}
+
+/// Expands to one `#[test]` per transaction case, each on a fresh
+/// [`TransactionalStore`](crate::TransactionalStore) from `$factory`, like
+/// [`conformance_tests!`](crate::conformance_tests) (including the `optional:` form).
+#[macro_export]
+macro_rules! transaction_conformance_tests {
+    (@cases $factory:expr; $($case:ident)*) => {
+        $(
+            #[test]
+            fn $case() {
+                $crate::conformance::run_optional(
+                    stringify!($case),
+                    $factory,
+                    $crate::conformance::transactions::$case,
+                );
+            }
+        )*
+    };
+    (optional: $factory:expr) => {
+        /// Random transactions against the sequential model: each commits all its writes or,
+        /// rolled back, none.
+        #[test]
+        fn model_based_transactions() {
+            if $crate::conformance::__configured($factory) {
+                $crate::conformance::model::check_transactional(
+                    || async { ($factory)().await.expect("the store was configured a moment ago") },
+                    $crate::conformance::TRANSACTION_MODEL_CASES,
+                );
+            }
+        }
+
+        $crate::transaction_conformance_tests!(@cases $factory;
+            transactional_writes_commit_together
+            a_rolled_back_transaction_leaves_nothing
+            a_refusal_inside_a_transaction_leaves_it_usable
+            race_transactions_never_oversell
+        );
+    };
+    ($factory:expr) => {
+        $crate::transaction_conformance_tests!(optional: || {
+            let store = ($factory)();
+            async move { Some(store.await) }
+        });
+    };
+}

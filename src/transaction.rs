@@ -1,0 +1,301 @@
+//! Writes inside the application's own database transaction.
+//!
+//! A team confirming a hold usually has a row of its own to write in the same breath (an order,
+//! a payment intent). [`BookingEngine::within`] runs the engine's writes — holds, confirms,
+//! cancels, renewals, slot administration — on a connection or transaction the caller owns,
+//! through the store's [`TransactionWrites`]: the same validation, the same rules decided by
+//! rows affected and unique keys, the same [`BookingError`]s, and everything commits or rolls
+//! back with the caller's own rows.
+//!
+//! ```no_run
+//! # async fn demo(
+//! #     engine: slot_booking::BookingEngine<slot_booking_postgres::PostgresStore>,
+//! #     hold_id: slot_booking::HoldId,
+//! # ) -> Result<(), Box<dyn std::error::Error>> {
+//! let store = engine.store();
+//! let mut tx = store.pool().begin().await?;
+//! let booked = engine.within(store.on(&mut tx)).confirm(hold_id).await?;
+//! slot_booking_postgres::sqlx::query("INSERT INTO orders (hold_id) VALUES ($1)")
+//!     .bind(booked.hold_id.get())
+//!     .execute(&mut *tx)
+//!     .await?;
+//! tx.commit().await?; // both, or neither
+//! # Ok(()) }
+//! ```
+//!
+//! What changes inside a caller's transaction:
+//!
+//! - **The caller commits.** The engine cannot know when (or whether) that happens, so it does
+//!   not invalidate its availability cache itself. The PostgreSQL store notifies every engine
+//!   that follows its changes when the transaction commits, and never when it rolls back; with
+//!   any other store call [`BookingEngine::invalidate_availability`] after the commit.
+//! - **The caller's locks last until the commit.** A cancel or a slot change locks its slot's
+//!   row until then. Two transactions that each touch several slots should touch them in the
+//!   same order (by slot id, say), as with any rows; a hold or confirm of one hold in a
+//!   transaction of its own needs no such care.
+//! - **A dropped call is the caller's to clean up.** Outside a transaction the engine finishes
+//!   a write whose caller went away; here the write belongs to the caller's transaction, which
+//!   the caller rolls back (sqlx does so when a transaction is dropped uncommitted).
+
+use async_trait::async_trait;
+
+use crate::admin::{checked_capacity, SlotOperation};
+use crate::engine::{
+    guarded, hold_placed, prepare_slot, settle, BookingEngine, HoldPlaced, NewHold,
+};
+use crate::error::BookingError;
+use crate::model::{Hold, HoldId, HoldStatus, NewSlot, Slot, SlotId, Timestamp};
+use crate::scope::Scope;
+use crate::store::{
+    Decided, HoldOutcome, HoldRequest, RenewRequest, SlotChange, Store, StoreError, Transition,
+};
+
+/// A store's writes on a connection or transaction the caller owns: the write operations of
+/// [`Store`], each with the same contract, run on the caller's connection.
+///
+/// A statement that fails inside a PostgreSQL transaction aborts the whole transaction, so an
+/// implementation runs each step that may fail (a hold's unique key, say) under a savepoint:
+/// a refused request leaves the caller's transaction usable.
+#[async_trait]
+pub trait TransactionWrites: Send {
+    /// As [`Store::create_hold`].
+    async fn create_hold(
+        &mut self,
+        request: HoldRequest<'_>,
+    ) -> Result<Decided<HoldOutcome>, StoreError>;
+
+    /// As [`Store::confirm_hold`].
+    async fn confirm_hold(
+        &mut self,
+        hold_id: HoldId,
+        scope: &Scope,
+        now: Timestamp,
+    ) -> Result<Decided<Transition>, StoreError>;
+
+    /// As [`Store::cancel_hold`].
+    async fn cancel_hold(
+        &mut self,
+        hold_id: HoldId,
+        scope: &Scope,
+        now: Timestamp,
+    ) -> Result<Decided<Transition>, StoreError>;
+
+    /// As [`Store::renew_hold`].
+    async fn renew_hold(
+        &mut self,
+        request: RenewRequest<'_>,
+    ) -> Result<Decided<Transition>, StoreError>;
+
+    /// As [`Store::get_hold`], seeing the transaction's own writes.
+    async fn get_hold(
+        &mut self,
+        hold_id: HoldId,
+        scope: &Scope,
+        now: Timestamp,
+    ) -> Result<Decided<Option<Hold>>, StoreError>;
+
+    /// As [`Store::create_slot`].
+    async fn create_slot(&mut self, slot: &NewSlot) -> Result<Slot, StoreError>;
+
+    /// As [`Store::change_capacity`].
+    async fn change_capacity(
+        &mut self,
+        slot_id: SlotId,
+        capacity: i32,
+        now: Timestamp,
+    ) -> Result<Decided<SlotChange>, StoreError>;
+
+    /// As [`Store::set_closed`].
+    async fn set_closed(
+        &mut self,
+        slot_id: SlotId,
+        closed: bool,
+        now: Timestamp,
+    ) -> Result<Decided<SlotChange>, StoreError>;
+
+    /// As [`Store::remove_slot`].
+    async fn remove_slot(
+        &mut self,
+        slot_id: SlotId,
+        now: Timestamp,
+    ) -> Result<Decided<SlotChange>, StoreError>;
+}
+
+/// A store that can open a transaction of its own for the engine's writes, hand out its
+/// [`TransactionWrites`], and commit or roll it back. What the conformance suite drives; an
+/// application may use it too, or the backend's own way of wrapping a connection it holds.
+#[async_trait]
+pub trait TransactionalStore: Store {
+    /// An open transaction.
+    type Transaction: Send;
+
+    /// The store's writes on an open transaction.
+    type Writes<'t>: TransactionWrites
+    where
+        Self: 't;
+
+    /// Opens a transaction.
+    async fn begin(&self) -> Result<Self::Transaction, StoreError>;
+
+    /// The store's writes on `transaction`.
+    fn writes<'t>(&'t self, transaction: &'t mut Self::Transaction) -> Self::Writes<'t>;
+
+    /// Commits `transaction`.
+    async fn commit(&self, transaction: Self::Transaction) -> Result<(), StoreError>;
+
+    /// Rolls `transaction` back: nothing written through it stays.
+    async fn rollback(&self, transaction: Self::Transaction) -> Result<(), StoreError>;
+}
+
+/// The engine's writes on the caller's transaction; made by [`BookingEngine::within`].
+///
+/// Every method validates its input as the engine's own method of the same name does, runs
+/// the store's write on the caller's connection, and answers with the same values and the
+/// same [`BookingError`]s. Nothing is invalidated: see the [module docs](self).
+#[derive(Debug)]
+pub struct Within<'e, S, W> {
+    engine: &'e BookingEngine<S>,
+    writes: W,
+}
+
+impl<S: Store> BookingEngine<S> {
+    /// The engine's writes on a connection or transaction the caller owns, through `writes`
+    /// (for example `PostgresStore::on(&mut tx)` or `SqliteStore::on(&mut tx)`). They commit
+    /// or roll back with the caller's transaction.
+    pub fn within<W: TransactionWrites>(&self, writes: W) -> Within<'_, S, W> {
+        Within {
+            engine: self,
+            writes,
+        }
+    }
+}
+
+impl<S: Store, W: TransactionWrites> Within<'_, S, W> {
+    /// The store's writes this runs on (to reach the caller's connection through them).
+    pub fn writes(&mut self) -> &mut W {
+        &mut self.writes
+    }
+
+    /// Gives the store's writes back.
+    pub fn into_writes(self) -> W {
+        self.writes
+    }
+
+    /// As [`BookingEngine::hold`].
+    pub async fn hold(&mut self, slot_id: SlotId, key: &str) -> Result<HoldPlaced, BookingError> {
+        self.place_hold(NewHold::new(slot_id, key)).await
+    }
+
+    /// As [`BookingEngine::place_hold`].
+    pub async fn place_hold(&mut self, request: NewHold) -> Result<HoldPlaced, BookingError> {
+        let prepared = self.engine.prepare_hold(request)?;
+        let outcome = guarded(self.writes.create_hold(prepared.request())).await?;
+        hold_placed(outcome, prepared.slot_id, prepared.quantity)
+    }
+
+    /// As [`BookingEngine::confirm`].
+    pub async fn confirm(&mut self, hold_id: HoldId) -> Result<Hold, BookingError> {
+        self.confirm_as(&Scope::Anonymous, hold_id).await
+    }
+
+    /// As [`BookingEngine::confirm_as`].
+    pub async fn confirm_as(
+        &mut self,
+        scope: &Scope,
+        hold_id: HoldId,
+    ) -> Result<Hold, BookingError> {
+        let now = self.engine.clock().now();
+        let transition = guarded(self.writes.confirm_hold(hold_id, scope, now)).await?;
+        settle(transition, hold_id, "confirm", HoldStatus::Confirmed)
+    }
+
+    /// As [`BookingEngine::cancel`].
+    pub async fn cancel(&mut self, hold_id: HoldId) -> Result<Hold, BookingError> {
+        self.cancel_as(&Scope::Anonymous, hold_id).await
+    }
+
+    /// As [`BookingEngine::cancel_as`].
+    pub async fn cancel_as(
+        &mut self,
+        scope: &Scope,
+        hold_id: HoldId,
+    ) -> Result<Hold, BookingError> {
+        let now = self.engine.clock().now();
+        let transition = guarded(self.writes.cancel_hold(hold_id, scope, now)).await?;
+        settle(transition, hold_id, "cancel", HoldStatus::Cancelled)
+    }
+
+    /// As [`BookingEngine::renew_as`].
+    pub async fn renew_as(
+        &mut self,
+        scope: &Scope,
+        hold_id: HoldId,
+        lifetime: Option<std::time::Duration>,
+    ) -> Result<Hold, BookingError> {
+        let (lifetime, max_life, now) = self.engine.prepare_renew(lifetime)?;
+        let request = RenewRequest {
+            hold_id,
+            scope,
+            now,
+            lifetime,
+            max_life,
+        };
+        let transition = guarded(self.writes.renew_hold(request)).await?;
+        settle(transition, hold_id, "renew", HoldStatus::Confirmed)
+    }
+
+    /// As [`BookingEngine::get_hold_as`], seeing the transaction's own writes.
+    pub async fn get_hold_as(
+        &mut self,
+        scope: &Scope,
+        hold_id: HoldId,
+    ) -> Result<Hold, BookingError> {
+        let now = self.engine.clock().now();
+        let read = guarded(self.writes.get_hold(hold_id, scope, now)).await?;
+        match read.outcome {
+            Some(hold) => Ok(hold.at(read.at)),
+            None => Err(BookingError::HoldNotFound { hold_id }),
+        }
+    }
+
+    /// As [`BookingEngine::create_slot`].
+    pub async fn create_slot(&mut self, slot: NewSlot) -> Result<Slot, BookingError> {
+        let slot = prepare_slot(slot)?;
+        Ok(guarded(self.writes.create_slot(&slot)).await?)
+    }
+
+    /// As [`BookingEngine::change_capacity`].
+    pub async fn change_capacity(
+        &mut self,
+        slot_id: SlotId,
+        capacity: i64,
+    ) -> Result<Slot, BookingError> {
+        let capacity = checked_capacity(capacity)?;
+        let now = self.engine.clock().now();
+        let change = guarded(self.writes.change_capacity(slot_id, capacity, now)).await?;
+        SlotOperation::Capacity(capacity).answer(change.outcome, slot_id)
+    }
+
+    /// As [`BookingEngine::close_sales`].
+    pub async fn close_sales(&mut self, slot_id: SlotId) -> Result<Slot, BookingError> {
+        self.set_closed(slot_id, true).await
+    }
+
+    /// As [`BookingEngine::reopen_sales`].
+    pub async fn reopen_sales(&mut self, slot_id: SlotId) -> Result<Slot, BookingError> {
+        self.set_closed(slot_id, false).await
+    }
+
+    async fn set_closed(&mut self, slot_id: SlotId, closed: bool) -> Result<Slot, BookingError> {
+        let now = self.engine.clock().now();
+        let change = guarded(self.writes.set_closed(slot_id, closed, now)).await?;
+        SlotOperation::Sales.answer(change.outcome, slot_id)
+    }
+
+    /// As [`BookingEngine::remove_slot`].
+    pub async fn remove_slot(&mut self, slot_id: SlotId) -> Result<Slot, BookingError> {
+        let now = self.engine.clock().now();
+        let change = guarded(self.writes.remove_slot(slot_id, now)).await?;
+        SlotOperation::Remove.answer(change.outcome, slot_id)
+    }
+}
