@@ -60,6 +60,34 @@
 //! a refused change reclaims nothing, and the slot's units are read in the same transaction
 //! to say why. Closing and reopening is one conditional update. The operator's listing is a
 //! read: one keyset range of a slots index, each slot's held units summed at `now`.
+//!
+//! # Writes in the caller's transaction
+//!
+//! Every write runs as statements on one connection, inside a unit of work it is handed, and
+//! says whether its writes stay; the store's own methods and the caller's connection share that
+//! one implementation and differ only in the unit:
+//!
+//! * through the store (its [`Store`] methods): a place in the in-process write queue, then a
+//!   `BEGIN IMMEDIATE` transaction, committed or rolled back (a hold that finds a unit stays
+//!   one autocommit `INSERT`, as above);
+//! * on the caller's connection ([`SqliteStore::on`], for
+//!   [`BookingEngine::within`](slot_booking::BookingEngine::within)): a savepoint inside the
+//!   caller's transaction, released when the writes stay and rolled back when the request is
+//!   refused or fails — a hold's trigger abort or unique violation, a reclaim that turns out
+//!   not to fit — so the caller's transaction stays usable and unchanged by a refusal. The
+//!   caller begins its transaction with `BEGIN IMMEDIATE`
+//!   (`pool.begin_with("BEGIN IMMEDIATE")`) and holds SQLite's write lock until it ends; the
+//!   store's write queue is not taken;
+//! * [`SqliteStore`]'s [`TransactionalStore`](slot_booking::TransactionalStore): a
+//!   [`SqliteTransaction`] that holds the write queue and a `BEGIN IMMEDIATE` transaction for
+//!   its whole life, written through [`SqliteWrites`] as above.
+//!
+//! # Several processes on one file
+//!
+//! An engine's availability cache learns of commits made elsewhere — other processes, a
+//! caller's transaction, plain SQL — through [`SqliteStore::follow_changes`], which polls
+//! `PRAGMA data_version` on a connection of its own (a [`DataVersionFeed`]): one cheap pragma
+//! per interval ([`DEFAULT_POLL_INTERVAL`]) per engine, a change seen within an interval.
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -70,22 +98,26 @@ use chrono::DateTime;
 use slot_booking::{
     AvailabilityEntry, Decided, Hold, HoldId, HoldOutcome, HoldRequest, HoldStatus, NewSlot,
     OwnerId, PageRequest, RenewRequest, ResourceId, Scope, Slot, SlotChange, SlotFilter, SlotId,
-    SlotLimits, SlotPageRequest, SlotUsage, Store, StoreError, Timestamp, Transition,
+    SlotPageRequest, SlotUsage, Store, StoreError, Timestamp, Transition,
 };
 use sqlx::sqlite::{
-    SqliteArguments, SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool,
-    SqlitePoolOptions, SqliteRow, SqliteSynchronous,
+    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
+    SqliteRow, SqliteSynchronous,
 };
-use sqlx::{Acquire, Row, Sqlite, Transaction};
-use tokio::sync::{Mutex, MutexGuard};
+use sqlx::{Row, Sqlite};
+use tokio::sync::Mutex;
 
+mod changes;
 mod migrate;
 mod sql;
+mod writes;
 
+pub use changes::{DataVersionFeed, DEFAULT_POLL_INTERVAL};
 pub use sql::{InvalidTablePrefix, DEFAULT_TABLE_PREFIX};
 /// The sqlx this crate is built on (0.8). Build pools and connection options through this
 /// re-export: a pool from another sqlx major version is a different type.
 pub use sqlx;
+pub use writes::{SqliteTransaction, SqliteWrites};
 
 use sql::{Statements, TablePrefix};
 
@@ -105,13 +137,6 @@ pub struct SqliteStore {
     write_gate: Arc<Mutex<()>>,
     prefix: TablePrefix,
     sql: Arc<Statements>,
-}
-
-/// A write transaction together with this store's write-queue slot. Fields drop in order: the
-/// transaction (rolled back if not committed) before the queue slot.
-struct WriteTx<'a> {
-    tx: Transaction<'static, Sqlite>,
-    _gate: MutexGuard<'a, ()>,
 }
 
 impl SqliteStore {
@@ -233,14 +258,15 @@ impl SqliteStore {
         migrate::run(&self.pool, &self.prefix).await
     }
 
-    async fn begin_write(&self) -> Result<WriteTx<'_>, StoreError> {
-        let gate = self.write_gate.lock().await;
+    /// A write transaction: a place in this store's write queue, then `BEGIN IMMEDIATE`.
+    async fn begin_write(&self) -> Result<SqliteTransaction, StoreError> {
+        let gate = Arc::clone(&self.write_gate).lock_owned().await;
         let tx = self
             .pool
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(map_err)?;
-        Ok(WriteTx { tx, _gate: gate })
+        Ok(SqliteTransaction::new(tx, gate))
     }
 }
 
@@ -480,7 +506,9 @@ where
 #[async_trait]
 impl Store for SqliteStore {
     async fn create_slot(&self, slot: &NewSlot) -> Result<Slot, StoreError> {
-        self.insert_slot(slot).await
+        let mut w = self.begin_write().await?;
+        let step = writes::create_slot(&self.sql, w.connection(), slot).await;
+        w.finish(step).await
     }
 
     async fn availability(
@@ -503,7 +531,9 @@ impl Store for SqliteStore {
         scope: &Scope,
         now: Timestamp,
     ) -> Result<Decided<Transition>, StoreError> {
-        Ok(Decided::new(now, self.confirm(hold_id, scope, now).await?))
+        let mut w = self.begin_write().await?;
+        let step = writes::confirm(&self.sql, w.connection(), hold_id, scope, now).await;
+        Ok(Decided::new(now, w.finish(step).await?))
     }
 
     async fn cancel_hold(
@@ -512,14 +542,18 @@ impl Store for SqliteStore {
         scope: &Scope,
         now: Timestamp,
     ) -> Result<Decided<Transition>, StoreError> {
-        Ok(Decided::new(now, self.cancel(hold_id, scope, now).await?))
+        let mut w = self.begin_write().await?;
+        let step = writes::cancel(&self.sql, w.connection(), hold_id, scope, now).await;
+        Ok(Decided::new(now, w.finish(step).await?))
     }
 
     async fn renew_hold(
         &self,
         request: RenewRequest<'_>,
     ) -> Result<Decided<Transition>, StoreError> {
-        Ok(Decided::new(request.now, self.renew(&request).await?))
+        let mut w = self.begin_write().await?;
+        let step = writes::renew(&self.sql, w.connection(), &request).await;
+        Ok(Decided::new(request.now, w.finish(step).await?))
     }
 
     async fn get_hold(
@@ -571,12 +605,9 @@ impl Store for SqliteStore {
         capacity: i32,
         now: Timestamp,
     ) -> Result<Decided<SlotChange>, StoreError> {
-        self.change_taking_free_units(slot_id, now, || {
-            sqlx::query(&self.sql.change_capacity)
-                .bind(slot_id.get())
-                .bind(capacity)
-        })
-        .await
+        let mut w = self.begin_write().await?;
+        let step = writes::change_capacity(&self.sql, w.connection(), slot_id, capacity, now).await;
+        Ok(Decided::new(now, w.finish(step).await?))
     }
 
     async fn set_closed(
@@ -586,18 +617,8 @@ impl Store for SqliteStore {
         now: Timestamp,
     ) -> Result<Decided<SlotChange>, StoreError> {
         let mut w = self.begin_write().await?;
-        let updated = sqlx::query(&self.sql.set_closed)
-            .bind(slot_id.get())
-            .bind(closed)
-            .fetch_optional(&mut *w.tx)
-            .await
-            .map_err(map_err)?;
-        let change = match updated {
-            Some(row) => SlotChange::Applied(slot_from_row(&row)?),
-            None => SlotChange::NotFound,
-        };
-        w.tx.commit().await.map_err(map_err)?;
-        Ok(Decided::new(now, change))
+        let step = writes::set_closed(&self.sql, w.connection(), slot_id, closed).await;
+        Ok(Decided::new(now, w.finish(step).await?))
     }
 
     async fn remove_slot(
@@ -605,13 +626,9 @@ impl Store for SqliteStore {
         slot_id: SlotId,
         now: Timestamp,
     ) -> Result<Decided<SlotChange>, StoreError> {
-        let micros = to_micros(now);
-        self.change_taking_free_units(slot_id, now, || {
-            sqlx::query(&self.sql.remove_slot)
-                .bind(slot_id.get())
-                .bind(micros)
-        })
-        .await
+        let mut w = self.begin_write().await?;
+        let step = writes::remove_slot(&self.sql, w.connection(), slot_id, now).await;
+        Ok(Decided::new(now, w.finish(step).await?))
     }
 
     async fn list_slots(
@@ -647,21 +664,6 @@ impl Store for SqliteStore {
 }
 
 impl SqliteStore {
-    async fn insert_slot(&self, slot: &NewSlot) -> Result<Slot, StoreError> {
-        let mut w = self.begin_write().await?;
-        let row = sqlx::query(&self.sql.create_slot)
-            .bind(to_micros(slot.starts_at))
-            .bind(to_micros(slot.ends_at))
-            .bind(slot.capacity)
-            .bind(slot.resource.as_ref().map(ResourceId::as_str))
-            .fetch_one(&mut *w.tx)
-            .await
-            .map_err(map_err)?;
-        let created = slot_from_row(&row)?;
-        w.tx.commit().await.map_err(map_err)?;
-        Ok(created)
-    }
-
     async fn read_availability(
         &self,
         now: Timestamp,
@@ -686,140 +688,22 @@ impl SqliteStore {
             .collect()
     }
 
+    /// A hold through the pool. The fast path is one autocommit statement, with no
+    /// transaction to open or commit; only a hold that finds no unit opens a write transaction
+    /// to reclaim expired holds and try again.
     async fn place_hold(&self, request: &HoldRequest<'_>) -> Result<HoldOutcome, StoreError> {
-        let taken = "a unique violation on the idempotency key, but no hold has it";
-        // The fast path: one statement, no transaction to open or commit.
         let fast = {
             let _gate = self.write_gate.lock().await;
             insert_hold(&self.sql, &self.pool, request).await?
         };
         match fast {
             Insert::Created(hold) => return Ok(HoldOutcome::Created(hold)),
-            Insert::KeyTaken => {
-                return hold_by_key(&self.sql, &self.pool, request.key.as_str())
-                    .await?
-                    .map(|holder| HoldOutcome::refused(request, Some(holder), None))
-                    .ok_or_else(|| StoreError::failed(taken))
-            }
+            Insert::KeyTaken => return writes::key_taken(&self.sql, &self.pool, request).await,
             Insert::NoUnit => {}
         }
-
-        // No unit: reclaim the slot's expired holds and try once more, in one transaction.
-        // Try even if this call reclaimed nothing: a racing hold may have reclaimed units since.
-        let slot_id = request.slot_id.get();
-        let now = to_micros(request.now);
         let mut w = self.begin_write().await?;
-        reclaim(&self.sql, &self.sql.reclaim, &mut w.tx, slot_id, now).await?;
-        let insert = insert_hold(&self.sql, &mut *w.tx, request).await?;
-        if let Insert::Created(hold) = insert {
-            w.tx.commit().await.map_err(map_err)?;
-            return Ok(HoldOutcome::Created(hold));
-        }
-        // Nothing was stored: say why.
-        let key_holder = hold_by_key(&self.sql, &mut *w.tx, request.key.as_str()).await?;
-        if key_holder.is_none() && matches!(insert, Insert::KeyTaken) {
-            return Err(StoreError::failed(taken));
-        }
-        let limits: Option<(i64, i32, bool, Option<i64>)> = sqlx::query_as(&self.sql.slot_limits)
-            .bind(slot_id)
-            .fetch_optional(&mut *w.tx)
-            .await
-            .map_err(map_err)?;
-        let limits = match limits {
-            Some((starts_at, capacity, closed, removed_at)) => Some(SlotLimits {
-                starts_at: from_micros(starts_at)?,
-                capacity,
-                closed,
-                removed: removed_at.is_some(),
-            }),
-            None => None,
-        };
-        let outcome = HoldOutcome::refused(request, key_holder, limits);
-        // Undo the reclaim, if any: the next hold that needs the units redoes it.
-        w.tx.rollback().await.map_err(map_err)?;
-        Ok(outcome)
-    }
-
-    /// Applies an administrative change of a slot row that may only take free units
-    /// (`change_capacity`, `remove_slot`: `update` builds the conditional update, which
-    /// returns the slot it changed), in one write transaction:
-    ///
-    /// 1. the update as the slot is stored;
-    /// 2. if that changed no row, the slot's expired holds are reclaimed under a savepoint and
-    ///    the update runs again; if it still changes no row the savepoint is rolled back, so a
-    ///    refused change reclaims nothing;
-    /// 3. refused: the slot's units, read in the same transaction, say whether it is in use or
-    ///    not there (no such slot, or removed).
-    async fn change_taking_free_units<'q>(
-        &self,
-        slot_id: SlotId,
-        now: Timestamp,
-        update: impl Fn() -> sqlx::query::Query<'q, Sqlite, SqliteArguments<'q>>,
-    ) -> Result<Decided<SlotChange>, StoreError> {
-        let mut w = self.begin_write().await?;
-        let mut changed = update().fetch_optional(&mut *w.tx).await.map_err(map_err)?;
-        if changed.is_none() {
-            let mut savepoint = Acquire::begin(&mut w.tx).await.map_err(map_err)?;
-            let reclaimed = reclaim(
-                &self.sql,
-                &self.sql.reclaim_expired,
-                &mut savepoint,
-                slot_id.get(),
-                to_micros(now),
-            )
-            .await?;
-            // Nothing reclaimed: the slot is as it was, and the update would change nothing
-            // again.
-            if reclaimed > 0 {
-                changed = update()
-                    .fetch_optional(&mut *savepoint)
-                    .await
-                    .map_err(map_err)?;
-            }
-            if changed.is_some() {
-                savepoint.commit().await.map_err(map_err)?;
-            } else {
-                savepoint.rollback().await.map_err(map_err)?;
-            }
-        }
-        if let Some(row) = changed {
-            let slot = slot_from_row(&row)?;
-            w.tx.commit().await.map_err(map_err)?;
-            return Ok(Decided::new(now, SlotChange::Applied(slot)));
-        }
-        let usage = sqlx::query(&self.sql.slot_usage)
-            .bind(to_micros(now))
-            .bind(slot_id.get())
-            .fetch_optional(&mut *w.tx)
-            .await
-            .map_err(map_err)?
-            .as_ref()
-            .map(usage_from_row)
-            .transpose()?;
-        w.tx.rollback().await.map_err(map_err)?;
-        let change = match usage {
-            Some(usage) if usage.slot.removed_at.is_none() => SlotChange::InUse(usage),
-            _ => SlotChange::NotFound,
-        };
-        Ok(Decided::new(now, change))
-    }
-
-    /// Runs one of the conditional updates on a hold (confirm, renew) in a write transaction;
-    /// when it changes nothing, reads the hold in the same scope to say why.
-    async fn transition<'q>(
-        &self,
-        update: sqlx::query::Query<'q, Sqlite, sqlx::sqlite::SqliteArguments<'q>>,
-        hold_id: HoldId,
-        scope: &Scope,
-    ) -> Result<Transition, StoreError> {
-        let mut w = self.begin_write().await?;
-        let updated = update.fetch_optional(&mut *w.tx).await.map_err(map_err)?;
-        let transition = match updated {
-            Some(row) => Transition::Applied(hold_from_row(&row)?),
-            None => not_applied(hold_by_id(&self.sql, &mut *w.tx, hold_id, scope).await?),
-        };
-        w.tx.commit().await.map_err(map_err)?;
-        Ok(transition)
+        let step = writes::hold_after_reclaim(&self.sql, w.connection(), request).await;
+        w.finish(step).await
     }
 
     /// One keyset page: `query` (the owner's or the slot's statement, its first parameter
@@ -836,72 +720,6 @@ impl SqliteStore {
             .await
             .map_err(map_err)?;
         rows.iter().map(hold_from_row).collect()
-    }
-
-    async fn confirm(
-        &self,
-        hold_id: HoldId,
-        scope: &Scope,
-        now: Timestamp,
-    ) -> Result<Transition, StoreError> {
-        let (any, owner) = scope.as_filter();
-        let update = sqlx::query(&self.sql.confirm)
-            .bind(to_micros(now))
-            .bind(hold_id.get())
-            .bind(any)
-            .bind(owner);
-        self.transition(update, hold_id, scope).await
-    }
-
-    async fn renew(&self, request: &RenewRequest<'_>) -> Result<Transition, StoreError> {
-        let micros = |d: chrono::Duration| {
-            d.num_microseconds()
-                .ok_or_else(|| StoreError::failed("a hold lifetime overflows microseconds"))
-        };
-        let (any, owner) = request.scope.as_filter();
-        let update = sqlx::query(&self.sql.renew)
-            .bind(to_micros(request.now))
-            .bind(request.hold_id.get())
-            .bind(micros(request.lifetime)?)
-            .bind(micros(request.max_life)?)
-            .bind(any)
-            .bind(owner);
-        self.transition(update, request.hold_id, request.scope)
-            .await
-    }
-
-    async fn cancel(
-        &self,
-        hold_id: HoldId,
-        scope: &Scope,
-        now: Timestamp,
-    ) -> Result<Transition, StoreError> {
-        let (any, owner) = scope.as_filter();
-        let mut w = self.begin_write().await?;
-        let updated = sqlx::query(&self.sql.cancel)
-            .bind(to_micros(now))
-            .bind(hold_id.get())
-            .bind(any)
-            .bind(owner)
-            .fetch_optional(&mut *w.tx)
-            .await
-            .map_err(map_err)?;
-        let transition = match updated {
-            Some(row) => {
-                let hold = hold_from_row(&row)?;
-                give_back(
-                    &self.sql,
-                    &mut w.tx,
-                    i64::from(hold.quantity),
-                    hold.slot_id.get(),
-                )
-                .await?;
-                Transition::Applied(hold)
-            }
-            None => not_applied(hold_by_id(&self.sql, &mut *w.tx, hold_id, scope).await?),
-        };
-        w.tx.commit().await.map_err(map_err)?;
-        Ok(transition)
     }
 }
 
