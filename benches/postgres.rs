@@ -9,6 +9,10 @@
 //! 3. Availability over 9 future slots, with and without 300,000 abandoned holds (held, long
 //!    expired, never reclaimed) on 1,000 slots that have started: two databases alike but for
 //!    that history, timed in alternation, and the ratio of the medians.
+//! 4. What the change notification (migration 6's trigger) costs the cancel that sends it:
+//!    hold-then-cancel with 8 tasks on two schemas alike but for the triggers (dropped on
+//!    the baseline), each followed by 3 listening engines, in alternating 2 s rounds; cancels
+//!    per second and the median cancel, and their ratios.
 
 // criterion_group!/criterion_main! generate undocumented items.
 #![allow(missing_docs)]
@@ -356,6 +360,110 @@ async fn abandoned_history(url: &str) {
     );
 }
 
+/// Hold-then-cancel pairs on `engine` with 8 tasks for `run`: (cancels done, cancel latencies).
+async fn cancels(
+    engine: &Arc<BookingEngine<Arc<PostgresStore>>>,
+    slots: &Arc<Vec<SlotId>>,
+    run: Duration,
+    tag: &str,
+) -> (u64, Vec<f64>) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let tasks: Vec<_> = (0..CONNECTIONS)
+        .map(|t| {
+            let (engine, slots, stop) = (Arc::clone(engine), Arc::clone(slots), Arc::clone(&stop));
+            let tag = format!(
+                "{tag}-{t}-{}",
+                Utc::now().timestamp_nanos_opt().unwrap_or(0)
+            );
+            tokio::spawn(async move {
+                let mut latencies = Vec::new();
+                let mut i = 0_usize;
+                while !stop.load(Ordering::Relaxed) {
+                    let slot = slots[(i * CONNECTIONS as usize + t as usize) % slots.len()];
+                    let placed = engine.hold(slot, &format!("{tag}-{i}")).await.unwrap();
+                    let started = Instant::now();
+                    engine.cancel(placed.hold.hold_id).await.unwrap();
+                    latencies.push(started.elapsed().as_secs_f64());
+                    i += 1;
+                }
+                latencies
+            })
+        })
+        .collect();
+    tokio::time::sleep(run).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(task.await.unwrap());
+    }
+    (all.len() as u64, all)
+}
+
+async fn notify_cost(url: &str) {
+    const ROUNDS: usize = 4;
+    const ROUND: Duration = Duration::from_secs(2);
+    let mut setups = Vec::new();
+    for (schema, notify) in [("sb_bench_notify_on", true), ("sb_bench_notify_off", false)] {
+        let store = fresh_store(url, schema).await;
+        let engine = Arc::new(BookingEngine::new(Arc::new(store.clone())));
+        let slot_ids = Arc::new(slots(&engine, 100, 1_000_000).await);
+        // Three listening instances, as in a small deployment.
+        let mut followers = Vec::new();
+        for _ in 0..3 {
+            let listener = BookingEngine::new(store.clone());
+            followers.push((
+                store.follow_changes(listener.invalidator()).await.unwrap(),
+                listener,
+            ));
+        }
+        // The baseline loses its triggers after its listeners started (following refuses a
+        // schema without them): the same listeners, nothing sent.
+        if !notify {
+            for trigger in [
+                "slots_notify_insert_delete",
+                "slots_notify_update",
+                "slots_notify_truncate",
+            ] {
+                sqlx::query(&format!("DROP TRIGGER {trigger} ON {schema}.slots"))
+                    .execute(store.pool())
+                    .await
+                    .unwrap();
+            }
+        }
+        setups.push((engine, slot_ids, followers));
+    }
+    // Warm both, then alternate rounds.
+    for (engine, slot_ids, _) in &setups {
+        cancels(engine, slot_ids, Duration::from_millis(500), "warm").await;
+    }
+    let mut totals = [(0_u64, Vec::new()), (0_u64, Vec::new())];
+    for round in 0..ROUNDS {
+        for (i, (engine, slot_ids, _)) in setups.iter().enumerate() {
+            let (n, latencies) = cancels(engine, slot_ids, ROUND, &format!("r{round}")).await;
+            totals[i].0 += n;
+            totals[i].1.extend(latencies);
+        }
+    }
+    let seconds = (ROUNDS as f64) * ROUND.as_secs_f64();
+    let mut summary = Vec::new();
+    for (n, latencies) in &mut totals {
+        latencies.sort_by(f64::total_cmp);
+        summary.push((*n as f64 / seconds, latencies[latencies.len() / 2]));
+    }
+    let notices: u64 = setups[0].2.iter().map(|(f, _)| f.stats().notices).sum();
+    println!(
+        "postgres cancel with NOTIFY (8 tasks, hold then cancel, 3 listeners): {:.0} cancels/s, \
+         median cancel {:.3} ms; without the trigger: {:.0} cancels/s, median {:.3} ms; \
+         throughput ratio {:.3}, median latency ratio {:.3} ({notices} notices received)",
+        summary[0].0,
+        summary[0].1 * 1e3,
+        summary[1].0,
+        summary[1].1 * 1e3,
+        summary[0].0 / summary[1].0,
+        summary[0].1 / summary[1].1,
+    );
+}
+
 fn main() {
     let Ok(url) = std::env::var("DATABASE_URL") else {
         println!("SKIPPED: the PostgreSQL benchmarks need DATABASE_URL");
@@ -376,6 +484,9 @@ fn main() {
     }
     if filter.as_deref().is_none_or(|f| "history".contains(f)) {
         rt.block_on(abandoned_history(&url));
+    }
+    if filter.as_deref().is_none_or(|f| "notify".contains(f)) {
+        rt.block_on(notify_cost(&url));
     }
     if filter
         .as_deref()

@@ -13,6 +13,40 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Inside your own transaction
+//!
+//! [`PostgresStore::on`] runs the store's writes on a connection you own, usually inside your
+//! own transaction, and [`BookingEngine::within`](slot_booking::BookingEngine::within) runs
+//! the engine's on them: a hold confirmed and an order row written commit together, or roll
+//! back together.
+//!
+//! ```no_run
+//! # async fn demo(
+//! #     engine: slot_booking::BookingEngine<slot_booking_postgres::PostgresStore>,
+//! #     slot_id: slot_booking::SlotId,
+//! # ) -> Result<(), Box<dyn std::error::Error>> {
+//! let store = engine.store();
+//! let mut tx = store.pool().begin().await?; // READ COMMITTED, as usual
+//! let mut within = engine.within(store.on(&mut tx));
+//! let placed = within.hold(slot_id, "checkout-7f3a").await?;
+//! let confirmed = within.confirm(placed.hold.hold_id).await?;
+//! drop(within);
+//! slot_booking_postgres::sqlx::query("INSERT INTO orders (hold_id) VALUES ($1)")
+//!     .bind(confirmed.hold_id.get())
+//!     .execute(&mut *tx)
+//!     .await?;
+//! tx.commit().await?; // the hold, its confirmation and the order, or none of them
+//! # Ok(()) }
+//! ```
+//!
+//! A refused request (a reused key, a sold-out slot, an expired hold) leaves the transaction
+//! usable and unchanged: a hold's statements run under a savepoint, and every other write
+//! refuses by changing nothing. Locks the writes take (a slot's row, for a hold, a cancel or a
+//! slot change) last until you commit, so keep the transaction short, and touch several slots
+//! in one transaction in a consistent order (by ascending slot id, say).
+//! [`PostgresStore::on`] says more. The store also implements
+//! [`TransactionalStore`], whose transactions are sqlx transactions on its pool.
+//!
 //! # Storage
 //!
 //! * Tables `slots`, `holds` and `hold_keys` live in a schema of their own,
@@ -73,7 +107,8 @@
 //!
 //! # Lock paths
 //!
-//! Every statement runs in a transaction of its own and takes at most one slot row, first;
+//! On the pool, every statement runs in a transaction of its own and takes at most one slot
+//! row, first;
 //! hold rows only of that slot (a confirm: only its hold, and nothing else); and, last, the
 //! key it inserts into `hold_keys`, a table that is only ever inserted into. A statement
 //! waiting on a key therefore waits for one that has nothing left to wait for, and no two
@@ -81,7 +116,12 @@
 //! the same order: a capacity change, closing or a removal locks its one slot row first, then
 //! (when reclaiming) expired holds of that slot only, and inserts no key; so a change racing
 //! a hold on the same slot waits for the hold's statement or makes it wait, and the second
-//! decides on the slot row as the first left it. (Keys used to be unique
+//! decides on the slot row as the first left it. Inside a caller's transaction
+//! ([`PostgresStore::on`]) the locks of its writes last until it ends, so a transaction that
+//! touches several slots holds one while it waits for the next: transactions touching slots
+//! in one order (by ascending slot id, say) cannot wait for each other in a cycle, and a
+//! deadlock among others is detected by PostgreSQL and fails one write with
+//! [`StoreError::unavailable`]. (Keys used to be unique
 //! on the holds themselves; a reclaim then rewrote the index entries of other requests' keys,
 //! and two reclaims on two slots could deadlock. Migration 3 moved them.)
 //!
@@ -113,15 +153,19 @@ use async_trait::async_trait;
 use slot_booking::{
     AvailabilityEntry, Decided, Hold, HoldId, HoldOutcome, HoldRequest, HoldStatus, NewSlot,
     OwnerId, PageRequest, RenewRequest, ResourceId, Scope, Slot, SlotChange, SlotFilter, SlotId,
-    SlotLimits, SlotPageRequest, SlotUsage, Store, StoreError, Timestamp, Transition,
+    SlotLimits, SlotPageRequest, SlotUsage, Store, StoreError, Timestamp, TransactionWrites,
+    TransactionalStore, Transition,
 };
+use sqlx::pool::PoolConnection;
 use sqlx::postgres::types::PgInterval;
-use sqlx::postgres::{PgPool, PgPoolOptions, PgRow};
-use sqlx::{Postgres, Row};
+use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions, PgRow};
+use sqlx::{Executor, Postgres, Row};
 
+mod changes;
 mod migrate;
 mod sql;
 
+pub use changes::{PostgresChangeFeed, CHANGE_CHANNEL_PREFIX};
 /// The sqlx this crate is built on (0.8). Build pools and connection options through this
 /// re-export: a pool from another sqlx major version is a different type.
 pub use sqlx;
@@ -247,6 +291,59 @@ impl PostgresStore {
             .await
             .map_err(map_err)?;
         Ok(PostgresStore::new(pool))
+    }
+
+    /// The store's writes on `conn`, a connection the caller owns, usually inside a transaction
+    /// the caller began (pass `&mut tx` for a sqlx [`Transaction`](sqlx::Transaction)): hand
+    /// them to [`BookingEngine::within`](slot_booking::BookingEngine::within), and everything
+    /// they write commits or rolls back with the caller's own rows.
+    ///
+    /// ```no_run
+    /// # async fn demo(
+    /// #     engine: slot_booking::BookingEngine<slot_booking_postgres::PostgresStore>,
+    /// #     hold_id: slot_booking::HoldId,
+    /// # ) -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = engine.store();
+    /// let mut tx = store.pool().begin().await?;
+    /// let confirmed = engine.within(store.on(&mut tx)).confirm(hold_id).await?;
+    /// slot_booking_postgres::sqlx::query("INSERT INTO orders (hold_id) VALUES ($1)")
+    ///     .bind(confirmed.hold_id.get())
+    ///     .execute(&mut *tx)
+    ///     .await?;
+    /// tx.commit().await?; // the confirmation and the order, or neither
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// * **Begin the transaction as usual**, in READ COMMITTED (PostgreSQL's default). Every
+    ///   decision is a condition on a row the statement locks, re-read at its latest version
+    ///   once the lock is granted, which READ COMMITTED does; under REPEATABLE READ or
+    ///   SERIALIZABLE a write that meets a row changed by a concurrent transaction fails with
+    ///   [`StoreError::unavailable`] (a serialization failure) instead, and the whole
+    ///   transaction has to be retried.
+    /// * **A refused request leaves the transaction usable and unchanged.** A failing statement
+    ///   aborts the whole transaction in PostgreSQL, so a hold's statements, whose key may be
+    ///   taken by design, run under a savepoint that a refused hold rolls back (replay, reused
+    ///   key, sold out, closed, started or missing slot), releasing what they locked. That
+    ///   makes a hold three round trips here (`SAVEPOINT`, the statement, `RELEASE`) where the
+    ///   pool's is one. Every other write is a conditional statement that refuses by changing
+    ///   nothing. On a connection outside a transaction block each statement commits by
+    ///   itself, as on the pool. An error
+    ///   ([`StoreError`]: a lost connection, a deadlock, a timeout) from any write but a hold
+    ///   may leave the transaction aborted: roll it back.
+    /// * **Locks last until the caller commits or rolls back.** A hold, a cancel and every slot
+    ///   change lock their slot's row (a confirm or a renewal only its hold's row), and a
+    ///   hold's key is reserved: every other hold, cancel or change of that slot, and every
+    ///   request with that key, waits until then, so keep such transactions short. A transaction that touches several slots should touch
+    ///   them in a consistent order (by ascending slot id, say), as with any rows: two
+    ///   transactions taking the same two slots in opposite orders deadlock, and PostgreSQL
+    ///   then fails one of them with [`StoreError::unavailable`].
+    /// * **The caller commits.** The engine does not invalidate its availability cache for
+    ///   these writes: see [`slot_booking::Within`].
+    pub fn on<'c>(&self, conn: &'c mut PgConnection) -> PostgresWrites<'c> {
+        PostgresWrites {
+            store: self.clone(),
+            conn,
+        }
     }
 
     /// The pool this store uses.
@@ -389,14 +486,162 @@ enum Insert {
     KeyTaken,
 }
 
+/// How a write's statements stand to the transaction they run in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// A connection of the pool, outside any transaction: each statement commits by itself, and
+    /// one that fails undoes itself and nothing else. No savepoint is needed, nor its round
+    /// trips.
+    Pooled,
+    /// The caller's connection, usually inside the caller's transaction, where a failing
+    /// statement would abort the whole transaction: the hold's statements, whose key may be
+    /// taken by design, run under a savepoint.
+    Caller,
+}
+
+/// The store's statements on one connection: the one implementation of every operation, run
+/// by the pool path ([`Store`], on a connection acquired for the call) and by [`PostgresWrites`] (on
+/// the caller's connection).
+struct Run<'a> {
+    store: &'a PostgresStore,
+    conn: &'a mut PgConnection,
+    mode: Mode,
+}
+
 impl PostgresStore {
     fn sql(&self) -> &Statements {
         &self.inner.sql
     }
 
+    /// A connection of the pool for one call. Not a round trip: with
+    /// `test_before_acquire(false)` (as [`PostgresStore::connect`] builds its pool) the pool
+    /// hands out an idle connection as it is, exactly as running a statement on the pool did.
+    async fn acquire(&self) -> Result<PoolConnection<Postgres>, StoreError> {
+        self.pool.acquire().await.map_err(map_err)
+    }
+
+    /// The operations on a connection of the pool.
+    fn pooled<'a>(&'a self, conn: &'a mut PgConnection) -> Run<'a> {
+        Run {
+            store: self,
+            conn,
+            mode: Mode::Pooled,
+        }
+    }
+}
+
+impl Run<'_> {
+    fn now_param(&self, now: Timestamp) -> Option<Timestamp> {
+        self.store.now_param(now)
+    }
+
+    async fn create_slot(&mut self, slot: &NewSlot) -> Result<Slot, StoreError> {
+        let row = sqlx::query(&self.store.sql().create_slot)
+            .bind(slot.starts_at)
+            .bind(slot.ends_at)
+            .bind(slot.capacity)
+            .bind(slot.resource.as_ref().map(ResourceId::as_str))
+            .fetch_one(&mut *self.conn)
+            .await
+            .map_err(map_err)?;
+        slot_from_row(&row)
+    }
+
+    async fn availability(
+        &mut self,
+        now: Timestamp,
+    ) -> Result<Decided<Vec<AvailabilityEntry>>, StoreError> {
+        let rows = sqlx::query(&self.store.sql().availability)
+            .bind(self.now_param(now))
+            .fetch_all(&mut *self.conn)
+            .await
+            .map_err(map_err)?;
+        listed(&rows, "availability", |row| {
+            // The one row of an empty listing has no slot.
+            let Some(slot_id) = row_id(row)? else {
+                return Ok(None);
+            };
+            Ok(Some(AvailabilityEntry {
+                slot_id: SlotId(slot_id),
+                starts_at: row.try_get("starts_at").map_err(map_err)?,
+                ends_at: row.try_get("ends_at").map_err(map_err)?,
+                capacity: row.try_get("capacity").map_err(map_err)?,
+                remaining: row.try_get("available").map_err(map_err)?,
+                resource: resource_from_row(row)?,
+            }))
+        })
+    }
+
+    /// Places a hold: the hold's statements (under a savepoint on the caller's connection),
+    /// then, when they stored nothing, one read to say why.
+    async fn create_hold(
+        &mut self,
+        request: &HoldRequest<'_>,
+    ) -> Result<Decided<HoldOutcome>, StoreError> {
+        // On the pool path each statement is its own transaction: a unique violation undoes
+        // that statement alone, and the fast path stays one round trip.
+        let savepoint = self.mode == Mode::Caller && self.open_savepoint().await?;
+        let inserted = self.insert_hold(request).await;
+        let inserted = if savepoint {
+            // Keep a stored hold. Undo anything else: a refused attempt (a unique violation
+            // that aborted the savepoint, or a reclaim that gave expired units back without
+            // taking one, whose slot row lock goes with it) or a failure, which would leave the
+            // caller's transaction aborted.
+            let end = match inserted {
+                Ok(Some(_)) => sql::RELEASE_HOLD_SAVEPOINT,
+                _ => sql::UNDO_HOLD_SAVEPOINT,
+            };
+            let ended = self.conn.execute(end).await.map_err(map_err);
+            // A failed statement's own error says more than its undo's.
+            let inserted = inserted?;
+            ended?;
+            inserted
+        } else {
+            inserted?
+        };
+        match inserted {
+            Some(hold) => Ok(created(hold)),
+            None => self.explain(request).await,
+        }
+    }
+
+    /// Opens the savepoint of a hold's statements on the caller's connection: `true` when
+    /// opened, `false` when the connection is not in a transaction block (PostgreSQL refuses a
+    /// savepoint there with SQLSTATE `25P01`). Outside a transaction block every statement
+    /// commits by itself and one that fails undoes only itself, as on the pool path, so there
+    /// is nothing for a savepoint to protect.
+    async fn open_savepoint(&mut self) -> Result<bool, StoreError> {
+        match self.conn.execute(sql::HOLD_SAVEPOINT).await {
+            Ok(_) => Ok(true),
+            Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("25P01") => Ok(false),
+            Err(error) => Err(map_err(error)),
+        }
+    }
+
+    /// The hold's statements: the fast one, then, only when it found no unit, the one that
+    /// reclaims expired holds. The hold stored, or `None` when neither stored one.
+    async fn insert_hold(
+        &mut self,
+        request: &HoldRequest<'_>,
+    ) -> Result<Option<Decided<Hold>>, StoreError> {
+        let sql = self.store.sql();
+        // Fast path, one round trip: decrement and insert in one statement.
+        match self.try_insert_hold(&sql.hold_fast, request).await? {
+            Insert::Created(hold) => return Ok(Some(hold)),
+            Insert::KeyTaken => return Ok(None),
+            Insert::NoUnit => {}
+        }
+        // No unit: lock the slot, reclaim its expired holds, decrement once more and insert,
+        // all in one statement (atomic; a unique violation undoes the reclaim as well).
+        match self.try_insert_hold(&sql.hold_reclaim, request).await? {
+            Insert::Created(hold) => Ok(Some(hold)),
+            Insert::NoUnit | Insert::KeyTaken => Ok(None),
+        }
+    }
+
     /// Runs one of the two hold-inserting statements.
     async fn try_insert_hold(
-        &self,
+        &mut self,
         sql: &str,
         request: &HoldRequest<'_>,
     ) -> Result<Insert, StoreError> {
@@ -408,7 +653,7 @@ impl PostgresStore {
             .bind(interval(lifetime)?)
             .bind(request.quantity)
             .bind(request.owner.map(OwnerId::as_str))
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut *self.conn)
             .await;
         match inserted {
             Ok(Some(row)) => Ok(Insert::Created(decided(&row, hold_from_row(&row)?)?)),
@@ -420,12 +665,15 @@ impl PostgresStore {
 
     /// Says why no hold was created: the key's hold if there is one (it takes precedence),
     /// else whether the slot is missing, started or full. One read, after the write.
-    async fn explain(&self, request: &HoldRequest<'_>) -> Result<Decided<HoldOutcome>, StoreError> {
-        let row = sqlx::query(&self.sql().explain_hold)
+    async fn explain(
+        &mut self,
+        request: &HoldRequest<'_>,
+    ) -> Result<Decided<HoldOutcome>, StoreError> {
+        let row = sqlx::query(&self.store.sql().explain_hold)
             .bind(request.slot_id.get())
             .bind(request.key.as_str())
             .bind(self.now_param(request.now))
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *self.conn)
             .await
             .map_err(map_err)?;
         let key_holder = optional_hold(&row)?;
@@ -457,18 +705,18 @@ impl PostgresStore {
     }
 
     async fn hold_by_id(
-        &self,
+        &mut self,
         hold_id: HoldId,
         scope: &Scope,
         now: Timestamp,
     ) -> Result<Decided<Option<Hold>>, StoreError> {
         let (any, owner) = scope.as_filter();
-        let row = sqlx::query(&self.sql().hold_by_id)
+        let row = sqlx::query(&self.store.sql().hold_by_id)
             .bind(hold_id.get())
             .bind(self.now_param(now))
             .bind(any)
             .bind(owner)
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *self.conn)
             .await
             .map_err(map_err)?;
         decided(&row, optional_hold(&row)?)
@@ -478,7 +726,7 @@ impl PostgresStore {
     /// parameters are the hold id, now and the scope, then `extra` intervals; when it changes
     /// nothing, reads the hold in the same scope to say why.
     async fn transition(
-        &self,
+        &mut self,
         sql: &str,
         hold_id: HoldId,
         scope: &Scope,
@@ -494,7 +742,10 @@ impl PostgresStore {
         for &duration in extra {
             query = query.bind(interval(duration)?);
         }
-        let updated = query.fetch_optional(&self.pool).await.map_err(map_err)?;
+        let updated = query
+            .fetch_optional(&mut *self.conn)
+            .await
+            .map_err(map_err)?;
         if let Some(row) = updated {
             return decided(&row, Transition::Applied(hold_from_row(&row)?));
         }
@@ -509,13 +760,49 @@ impl PostgresStore {
         ))
     }
 
+    async fn confirm_hold(
+        &mut self,
+        hold_id: HoldId,
+        scope: &Scope,
+        now: Timestamp,
+    ) -> Result<Decided<Transition>, StoreError> {
+        let sql = self.store.sql();
+        self.transition(&sql.confirm, hold_id, scope, now, &[])
+            .await
+    }
+
+    async fn cancel_hold(
+        &mut self,
+        hold_id: HoldId,
+        scope: &Scope,
+        now: Timestamp,
+    ) -> Result<Decided<Transition>, StoreError> {
+        let sql = self.store.sql();
+        self.transition(&sql.cancel, hold_id, scope, now, &[]).await
+    }
+
+    async fn renew_hold(
+        &mut self,
+        request: RenewRequest<'_>,
+    ) -> Result<Decided<Transition>, StoreError> {
+        let sql = self.store.sql();
+        self.transition(
+            &sql.renew,
+            request.hold_id,
+            request.scope,
+            request.now,
+            &[request.lifetime, request.max_life],
+        )
+        .await
+    }
+
     /// Runs a slot change's conditional update (`fast`, returning the slot and `decided_at` if
     /// it changed it), then, if it changed nothing and there is one, the statement that
     /// reclaims expired holds first (`reclaim`, returning the slot, `applied` and
     /// `decided_at`), each with `$1` the slot, `$2` now and `$3` the `value` when given; when
     /// neither applied, reads the slot's usage to say why.
     async fn change_slot(
-        &self,
+        &mut self,
         slot_id: SlotId,
         now: Timestamp,
         value: Option<i32>,
@@ -529,7 +816,11 @@ impl PostgresStore {
             if let Some(value) = value {
                 query = query.bind(value);
             }
-            let Some(row) = query.fetch_optional(&self.pool).await.map_err(map_err)? else {
+            let Some(row) = query
+                .fetch_optional(&mut *self.conn)
+                .await
+                .map_err(map_err)?
+            else {
                 continue;
             };
             // The fast statement returns a row only when it applied the change; the reclaiming
@@ -546,14 +837,14 @@ impl PostgresStore {
     /// or units are in use (the slot and its held units as read now). One read, after the
     /// writes.
     async fn refused_change(
-        &self,
+        &mut self,
         slot_id: SlotId,
         now: Timestamp,
     ) -> Result<Decided<SlotChange>, StoreError> {
-        let row = sqlx::query(&self.sql().slot_usage)
+        let row = sqlx::query(&self.store.sql().slot_usage)
             .bind(slot_id.get())
             .bind(self.now_param(now))
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *self.conn)
             .await
             .map_err(map_err)?;
         let change = match usage_from_row(&row)? {
@@ -563,9 +854,56 @@ impl PostgresStore {
         decided(&row, change)
     }
 
+    async fn change_capacity(
+        &mut self,
+        slot_id: SlotId,
+        capacity: i32,
+        now: Timestamp,
+    ) -> Result<Decided<SlotChange>, StoreError> {
+        let sql = self.store.sql();
+        self.change_slot(
+            slot_id,
+            now,
+            Some(capacity),
+            &sql.capacity_fast,
+            &sql.capacity_reclaim,
+        )
+        .await
+    }
+
+    async fn set_closed(
+        &mut self,
+        slot_id: SlotId,
+        closed: bool,
+        now: Timestamp,
+    ) -> Result<Decided<SlotChange>, StoreError> {
+        let row = sqlx::query(&self.store.sql().set_closed)
+            .bind(slot_id.get())
+            .bind(self.now_param(now))
+            .bind(closed)
+            .fetch_one(&mut *self.conn)
+            .await
+            .map_err(map_err)?;
+        let change = match optional_slot(&row)? {
+            Some(slot) => SlotChange::Applied(slot),
+            None => SlotChange::NotFound,
+        };
+        decided(&row, change)
+    }
+
+    async fn remove_slot(
+        &mut self,
+        slot_id: SlotId,
+        now: Timestamp,
+    ) -> Result<Decided<SlotChange>, StoreError> {
+        let sql = self.store.sql();
+        self.change_slot(slot_id, now, None, &sql.remove_fast, &sql.remove_reclaim)
+            .await
+    }
+
     /// One keyset page of holds (`sql` is the owner's or the slot's query).
     async fn page<'q>(
-        &self,
+        &mut self,
         sql: &'q str,
         bind: impl FnOnce(
             sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>,
@@ -577,10 +915,65 @@ impl PostgresStore {
             .bind(page.after.map_or(i64::MIN, HoldId::get))
             .bind(i64::from(page.limit))
             .bind(self.now_param(now))
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *self.conn)
             .await
             .map_err(map_err)?;
         listed(&rows, "a page query", optional_hold)
+    }
+
+    async fn get_slot(&mut self, slot_id: SlotId) -> Result<Option<Slot>, StoreError> {
+        sqlx::query(&self.store.sql().slot_by_id)
+            .bind(slot_id.get())
+            .fetch_optional(&mut *self.conn)
+            .await
+            .map_err(map_err)?
+            .as_ref()
+            .map(slot_from_row)
+            .transpose()
+    }
+
+    async fn list_slots(
+        &mut self,
+        filter: &SlotFilter,
+        page: SlotPageRequest,
+        now: Timestamp,
+    ) -> Result<Decided<Vec<SlotUsage>>, StoreError> {
+        // One exclusive lower bound on `(starts_at, id)`: the cursor or `from` (as
+        // `(from, i64::MIN)`: ids are positive), whichever is later. NULL: from the start.
+        let lower = match (page.after, filter.from) {
+            (Some(after), Some(from)) if from > after.starts_at => (Some(from), i64::MIN),
+            (Some(after), _) => (Some(after.starts_at), after.slot_id.get()),
+            (None, from) => (from, i64::MIN),
+        };
+        // A cursor or bound from before PostgreSQL's earliest instant (a cursor is the
+        // caller's text) would fail the statement: no slot starts that early, so it means
+        // "from the start", and as an upper bound "nothing".
+        let lower = match lower {
+            (Some(start), _) if !representable(start) => (None, i64::MIN),
+            other => other,
+        };
+        let to = match filter.to {
+            Some(to) if !representable(to) => Some(
+                chrono::DateTime::from_timestamp_micros(EARLIEST_MICROS)
+                    .ok_or_else(|| StoreError::failed("PostgreSQL's earliest instant"))?,
+            ),
+            to => to,
+        };
+        let sql = match filter.resource {
+            Some(_) => &self.store.sql().list_resource_slots,
+            None => &self.store.sql().list_slots,
+        };
+        let mut query = sqlx::query(sql)
+            .bind(lower.0)
+            .bind(lower.1)
+            .bind(to)
+            .bind(i64::from(page.limit))
+            .bind(self.now_param(now));
+        if let Some(resource) = &filter.resource {
+            query = query.bind(resource.as_str());
+        }
+        let rows = query.fetch_all(&mut *self.conn).await.map_err(map_err)?;
+        listed(&rows, "the slot listing", usage_from_row)
     }
 }
 
@@ -628,64 +1021,24 @@ fn interval(duration: chrono::Duration) -> Result<PgInterval, StoreError> {
 #[async_trait]
 impl Store for PostgresStore {
     async fn create_slot(&self, slot: &NewSlot) -> Result<Slot, StoreError> {
-        let row = sqlx::query(&self.sql().create_slot)
-            .bind(slot.starts_at)
-            .bind(slot.ends_at)
-            .bind(slot.capacity)
-            .bind(slot.resource.as_ref().map(ResourceId::as_str))
-            .fetch_one(&self.pool)
-            .await
-            .map_err(map_err)?;
-        slot_from_row(&row)
+        let mut conn = self.acquire().await?;
+        self.pooled(&mut conn).create_slot(slot).await
     }
 
     async fn availability(
         &self,
         now: Timestamp,
     ) -> Result<Decided<Vec<AvailabilityEntry>>, StoreError> {
-        let rows = sqlx::query(&self.sql().availability)
-            .bind(self.now_param(now))
-            .fetch_all(&self.pool)
-            .await
-            .map_err(map_err)?;
-        listed(&rows, "availability", |row| {
-            // The one row of an empty listing has no slot.
-            let Some(slot_id) = row_id(row)? else {
-                return Ok(None);
-            };
-            Ok(Some(AvailabilityEntry {
-                slot_id: SlotId(slot_id),
-                starts_at: row.try_get("starts_at").map_err(map_err)?,
-                ends_at: row.try_get("ends_at").map_err(map_err)?,
-                capacity: row.try_get("capacity").map_err(map_err)?,
-                remaining: row.try_get("available").map_err(map_err)?,
-                resource: resource_from_row(row)?,
-            }))
-        })
+        let mut conn = self.acquire().await?;
+        self.pooled(&mut conn).availability(now).await
     }
 
     async fn create_hold(
         &self,
         request: HoldRequest<'_>,
     ) -> Result<Decided<HoldOutcome>, StoreError> {
-        // Fast path, one round trip: decrement and insert in one statement.
-        match self
-            .try_insert_hold(&self.sql().hold_fast, &request)
-            .await?
-        {
-            Insert::Created(hold) => return Ok(created(hold)),
-            Insert::KeyTaken => return self.explain(&request).await,
-            Insert::NoUnit => {}
-        }
-        // No unit: lock the slot, reclaim its expired holds, decrement once more and insert,
-        // all in one statement (atomic; a unique violation undoes the reclaim as well).
-        match self
-            .try_insert_hold(&self.sql().hold_reclaim, &request)
-            .await?
-        {
-            Insert::Created(hold) => Ok(created(hold)),
-            Insert::NoUnit | Insert::KeyTaken => self.explain(&request).await,
-        }
+        let mut conn = self.acquire().await?;
+        self.pooled(&mut conn).create_hold(&request).await
     }
 
     async fn confirm_hold(
@@ -694,7 +1047,9 @@ impl Store for PostgresStore {
         scope: &Scope,
         now: Timestamp,
     ) -> Result<Decided<Transition>, StoreError> {
-        self.transition(&self.sql().confirm, hold_id, scope, now, &[])
+        let mut conn = self.acquire().await?;
+        self.pooled(&mut conn)
+            .confirm_hold(hold_id, scope, now)
             .await
     }
 
@@ -704,7 +1059,9 @@ impl Store for PostgresStore {
         scope: &Scope,
         now: Timestamp,
     ) -> Result<Decided<Transition>, StoreError> {
-        self.transition(&self.sql().cancel, hold_id, scope, now, &[])
+        let mut conn = self.acquire().await?;
+        self.pooled(&mut conn)
+            .cancel_hold(hold_id, scope, now)
             .await
     }
 
@@ -712,14 +1069,8 @@ impl Store for PostgresStore {
         &self,
         request: RenewRequest<'_>,
     ) -> Result<Decided<Transition>, StoreError> {
-        self.transition(
-            &self.sql().renew,
-            request.hold_id,
-            request.scope,
-            request.now,
-            &[request.lifetime, request.max_life],
-        )
-        .await
+        let mut conn = self.acquire().await?;
+        self.pooled(&mut conn).renew_hold(request).await
     }
 
     async fn get_hold(
@@ -728,7 +1079,8 @@ impl Store for PostgresStore {
         scope: &Scope,
         now: Timestamp,
     ) -> Result<Decided<Option<Hold>>, StoreError> {
-        self.hold_by_id(hold_id, scope, now).await
+        let mut conn = self.acquire().await?;
+        self.pooled(&mut conn).hold_by_id(hold_id, scope, now).await
     }
 
     async fn owner_holds(
@@ -738,7 +1090,9 @@ impl Store for PostgresStore {
         now: Timestamp,
     ) -> Result<Decided<Vec<Hold>>, StoreError> {
         let owner = owner.as_str().to_owned();
-        self.page(&self.sql().owner_holds, |q| q.bind(owner), page, now)
+        let mut conn = self.acquire().await?;
+        self.pooled(&mut conn)
+            .page(&self.sql().owner_holds, |q| q.bind(owner), page, now)
             .await
     }
 
@@ -748,19 +1102,15 @@ impl Store for PostgresStore {
         page: PageRequest,
         now: Timestamp,
     ) -> Result<Decided<Vec<Hold>>, StoreError> {
-        self.page(&self.sql().slot_holds, |q| q.bind(slot_id.get()), page, now)
+        let mut conn = self.acquire().await?;
+        self.pooled(&mut conn)
+            .page(&self.sql().slot_holds, |q| q.bind(slot_id.get()), page, now)
             .await
     }
 
     async fn get_slot(&self, slot_id: SlotId) -> Result<Option<Slot>, StoreError> {
-        sqlx::query(&self.sql().slot_by_id)
-            .bind(slot_id.get())
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(map_err)?
-            .as_ref()
-            .map(slot_from_row)
-            .transpose()
+        let mut conn = self.acquire().await?;
+        self.pooled(&mut conn).get_slot(slot_id).await
     }
 
     async fn change_capacity(
@@ -769,15 +1119,10 @@ impl Store for PostgresStore {
         capacity: i32,
         now: Timestamp,
     ) -> Result<Decided<SlotChange>, StoreError> {
-        let sql = self.sql();
-        self.change_slot(
-            slot_id,
-            now,
-            Some(capacity),
-            &sql.capacity_fast,
-            &sql.capacity_reclaim,
-        )
-        .await
+        let mut conn = self.acquire().await?;
+        self.pooled(&mut conn)
+            .change_capacity(slot_id, capacity, now)
+            .await
     }
 
     async fn set_closed(
@@ -786,18 +1131,10 @@ impl Store for PostgresStore {
         closed: bool,
         now: Timestamp,
     ) -> Result<Decided<SlotChange>, StoreError> {
-        let row = sqlx::query(&self.sql().set_closed)
-            .bind(slot_id.get())
-            .bind(self.now_param(now))
-            .bind(closed)
-            .fetch_one(&self.pool)
+        let mut conn = self.acquire().await?;
+        self.pooled(&mut conn)
+            .set_closed(slot_id, closed, now)
             .await
-            .map_err(map_err)?;
-        let change = match optional_slot(&row)? {
-            Some(slot) => SlotChange::Applied(slot),
-            None => SlotChange::NotFound,
-        };
-        decided(&row, change)
     }
 
     async fn remove_slot(
@@ -805,9 +1142,8 @@ impl Store for PostgresStore {
         slot_id: SlotId,
         now: Timestamp,
     ) -> Result<Decided<SlotChange>, StoreError> {
-        let sql = self.sql();
-        self.change_slot(slot_id, now, None, &sql.remove_fast, &sql.remove_reclaim)
-            .await
+        let mut conn = self.acquire().await?;
+        self.pooled(&mut conn).remove_slot(slot_id, now).await
     }
 
     async fn list_slots(
@@ -816,42 +1152,139 @@ impl Store for PostgresStore {
         page: SlotPageRequest,
         now: Timestamp,
     ) -> Result<Decided<Vec<SlotUsage>>, StoreError> {
-        // One exclusive lower bound on `(starts_at, id)`: the cursor or `from` (as
-        // `(from, i64::MIN)`: ids are positive), whichever is later. NULL: from the start.
-        let lower = match (page.after, filter.from) {
-            (Some(after), Some(from)) if from > after.starts_at => (Some(from), i64::MIN),
-            (Some(after), _) => (Some(after.starts_at), after.slot_id.get()),
-            (None, from) => (from, i64::MIN),
-        };
-        // A cursor or bound from before PostgreSQL's earliest instant (a cursor is the
-        // caller's text) would fail the statement: no slot starts that early, so it means
-        // "from the start", and as an upper bound "nothing".
-        let lower = match lower {
-            (Some(start), _) if !representable(start) => (None, i64::MIN),
-            other => other,
-        };
-        let to = match filter.to {
-            Some(to) if !representable(to) => Some(
-                chrono::DateTime::from_timestamp_micros(EARLIEST_MICROS)
-                    .ok_or_else(|| StoreError::failed("PostgreSQL's earliest instant"))?,
-            ),
-            to => to,
-        };
-        let sql = match filter.resource {
-            Some(_) => &self.sql().list_resource_slots,
-            None => &self.sql().list_slots,
-        };
-        let mut query = sqlx::query(sql)
-            .bind(lower.0)
-            .bind(lower.1)
-            .bind(to)
-            .bind(i64::from(page.limit))
-            .bind(self.now_param(now));
-        if let Some(resource) = &filter.resource {
-            query = query.bind(resource.as_str());
+        let mut conn = self.acquire().await?;
+        self.pooled(&mut conn).list_slots(filter, page, now).await
+    }
+}
+
+/// The store's writes on a connection the caller owns, usually inside the caller's own
+/// transaction: made by [`PostgresStore::on`], and run through
+/// [`BookingEngine::within`](slot_booking::BookingEngine::within), which validates each
+/// request and answers as the engine does. Each write runs the same statements as the
+/// [`Store`] method of the same name; see [`PostgresStore::on`] for what changes inside a
+/// transaction.
+#[derive(Debug)]
+pub struct PostgresWrites<'c> {
+    store: PostgresStore,
+    conn: &'c mut PgConnection,
+}
+
+impl PostgresWrites<'_> {
+    /// The caller's connection, to run statements of its own between the store's writes
+    /// (reach it through [`Within::writes`](slot_booking::Within::writes) once the writes are
+    /// handed to the engine).
+    pub fn connection(&mut self) -> &mut PgConnection {
+        self.conn
+    }
+
+    /// The operations on the caller's connection.
+    fn run(&mut self) -> Run<'_> {
+        Run {
+            store: &self.store,
+            conn: self.conn,
+            mode: Mode::Caller,
         }
-        let rows = query.fetch_all(&self.pool).await.map_err(map_err)?;
-        listed(&rows, "the slot listing", usage_from_row)
+    }
+}
+
+#[async_trait]
+impl TransactionWrites for PostgresWrites<'_> {
+    async fn create_hold(
+        &mut self,
+        request: HoldRequest<'_>,
+    ) -> Result<Decided<HoldOutcome>, StoreError> {
+        self.run().create_hold(&request).await
+    }
+
+    async fn confirm_hold(
+        &mut self,
+        hold_id: HoldId,
+        scope: &Scope,
+        now: Timestamp,
+    ) -> Result<Decided<Transition>, StoreError> {
+        self.run().confirm_hold(hold_id, scope, now).await
+    }
+
+    async fn cancel_hold(
+        &mut self,
+        hold_id: HoldId,
+        scope: &Scope,
+        now: Timestamp,
+    ) -> Result<Decided<Transition>, StoreError> {
+        self.run().cancel_hold(hold_id, scope, now).await
+    }
+
+    async fn renew_hold(
+        &mut self,
+        request: RenewRequest<'_>,
+    ) -> Result<Decided<Transition>, StoreError> {
+        self.run().renew_hold(request).await
+    }
+
+    async fn get_hold(
+        &mut self,
+        hold_id: HoldId,
+        scope: &Scope,
+        now: Timestamp,
+    ) -> Result<Decided<Option<Hold>>, StoreError> {
+        self.run().hold_by_id(hold_id, scope, now).await
+    }
+
+    async fn create_slot(&mut self, slot: &NewSlot) -> Result<Slot, StoreError> {
+        self.run().create_slot(slot).await
+    }
+
+    async fn change_capacity(
+        &mut self,
+        slot_id: SlotId,
+        capacity: i32,
+        now: Timestamp,
+    ) -> Result<Decided<SlotChange>, StoreError> {
+        self.run().change_capacity(slot_id, capacity, now).await
+    }
+
+    async fn set_closed(
+        &mut self,
+        slot_id: SlotId,
+        closed: bool,
+        now: Timestamp,
+    ) -> Result<Decided<SlotChange>, StoreError> {
+        self.run().set_closed(slot_id, closed, now).await
+    }
+
+    async fn remove_slot(
+        &mut self,
+        slot_id: SlotId,
+        now: Timestamp,
+    ) -> Result<Decided<SlotChange>, StoreError> {
+        self.run().remove_slot(slot_id, now).await
+    }
+}
+
+/// Transactions on the store's pool, for the conformance suite or an application that lets the
+/// store open them: [`begin`](TransactionalStore::begin) is the pool's `begin` (READ
+/// COMMITTED, the server's default), and [`writes`](TransactionalStore::writes) is
+/// [`PostgresStore::on`] on the transaction's connection.
+#[async_trait]
+impl TransactionalStore for PostgresStore {
+    type Transaction = sqlx::Transaction<'static, Postgres>;
+
+    type Writes<'t> = PostgresWrites<'t>;
+
+    async fn begin(&self) -> Result<Self::Transaction, StoreError> {
+        self.pool.begin().await.map_err(map_err)
+    }
+
+    fn writes<'t>(&'t self, transaction: &'t mut Self::Transaction) -> PostgresWrites<'t> {
+        self.on(transaction)
+    }
+
+    async fn commit(&self, transaction: Self::Transaction) -> Result<(), StoreError> {
+        transaction.commit().await.map_err(map_err)
+    }
+
+    async fn rollback(&self, transaction: Self::Transaction) -> Result<(), StoreError> {
+        transaction.rollback().await.map_err(map_err)
     }
 }
 

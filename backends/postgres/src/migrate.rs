@@ -48,6 +48,11 @@ const MIGRATIONS: &[Migration] = &[
         description: "slot administration",
         sql: include_str!("../migrations/0005_slot_administration.sql"),
     },
+    Migration {
+        version: 6,
+        description: "change notifications",
+        sql: include_str!("../migrations/0006_change_notifications.sql"),
+    },
 ];
 
 /// The advisory lock key of a schema's migrations: FNV-1a (64 bit) of a fixed prefix and the

@@ -47,10 +47,16 @@
 //!    expired, and two reclaims on two slots, each about to insert the key the other had
 //!    rewritten, waited for each other: `tests/lock_paths.rs` replays that interleaving.)
 //!
+//! Inside a caller's transaction ([`PostgresStore::on`](crate::PostgresStore::on)) the locks
+//! a statement takes last until the caller ends the transaction, and the caller's own
+//! statements take locks of their own: the order above holds within each statement, and the
+//! caller keeps its transactions' slots in one order (see `on`). A refused hold's statements
+//! run under a savepoint ([`HOLD_SAVEPOINT`]) whose rollback releases what they locked.
+//!
 //! Reads (availability, the pages, the operator's listing, the explaining reads) take no row
-//! lock. Every wait is for a statement that holds at most one slot row and waits only for locks
-//! further down this list, so the waits-for graph has no cycle: a deadlock is a bug here, never
-//! an expected retry.
+//! lock. On the pool, every wait is for a statement that holds at most one slot row and waits
+//! only for locks further down this list, so the waits-for graph has no cycle: a deadlock is a
+//! bug here, never an expected retry.
 //!
 //! # Deciding on the locked row
 //!
@@ -70,6 +76,21 @@
 //! decremented `remaining` (and locked the row) before it inserts, so the removal either waits
 //! and then sees it, or commits first and the hold's re-evaluated `removed_at IS NULL` refuses
 //! it.
+
+/// Opens the savepoint a hold's statements run under on the caller's connection, inside the
+/// caller's transaction: a hold whose key is taken fails its statement by design, and a failed
+/// statement would otherwise abort the caller's whole transaction. Not used on the pool's
+/// connections, where each statement is a transaction of its own.
+pub(crate) const HOLD_SAVEPOINT: &str = "SAVEPOINT slot_booking_hold";
+
+/// Keeps what the hold's statements stored and drops the savepoint.
+pub(crate) const RELEASE_HOLD_SAVEPOINT: &str = "RELEASE SAVEPOINT slot_booking_hold";
+
+/// Undoes everything since the savepoint (a refused hold's statements, and the locks they
+/// took), making an aborted transaction usable again, and drops the savepoint: one round trip
+/// (two statements in one simple query).
+pub(crate) const UNDO_HOLD_SAVEPOINT: &str =
+    "ROLLBACK TO SAVEPOINT slot_booking_hold; RELEASE SAVEPOINT slot_booking_hold";
 
 /// The columns [`slot_from_row`](crate::slot_from_row) reads.
 const SLOT_COLUMNS: &str =

@@ -104,6 +104,7 @@ async fn migrations_coexist_with_host_sqlx_migrations() {
             (3, "hold keys".to_owned()),
             (4, "owners and quantities".to_owned()),
             (5, "slot administration".to_owned()),
+            (6, "change notifications".to_owned()),
         ]
     );
     let theirs: Vec<i64> = sqlx::query_scalar(&format!(
@@ -174,7 +175,7 @@ async fn concurrent_migrations_apply_once() {
     .fetch_one(&admin)
     .await
     .unwrap();
-    assert_eq!(n, 5, "each of the five migrations applied once");
+    assert_eq!(n, 6, "each of the six migrations applied once");
     admin.close().await;
 }
 
@@ -531,7 +532,7 @@ async fn a_schema_from_before_slot_administration_upgrades_in_place() {
     let versions: Vec<(i64,)> = old
         .rows("SELECT version FROM {s}.slot_booking_migrations ORDER BY version")
         .await;
-    assert_eq!(versions, [(1,), (2,), (3,), (4,), (5,)]);
+    assert_eq!(versions, [(1,), (2,), (3,), (4,), (5,), (6,)]);
     let slots_after: Vec<SlotRow> = old.rows(slot_rows).await;
     let holds_after: Vec<HoldRow> = old.rows(hold_rows).await;
     let keys_after: Vec<(String, i64)> = old.rows(key_rows).await;

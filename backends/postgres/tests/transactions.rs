@@ -1,0 +1,522 @@
+//! The store's writes inside the caller's own transaction (`PostgresStore::on`): they commit
+//! and roll back with the caller's rows, a refused request leaves the transaction usable, and
+//! racing transactions never oversell.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration as StdDuration;
+
+use chrono::Duration;
+use common::*;
+use slot_booking::{
+    BookingEngine, BookingError, HoldId, HoldStatus, ManualClock, NewHold, NewSlot, SlotId,
+};
+use slot_booking_postgres::PostgresStore;
+use sqlx::{Connection, PgPool};
+
+/// An engine on `store` whose clock reads `t0()` until a test moves it.
+fn engine(store: &PostgresStore) -> (BookingEngine<PostgresStore>, ManualClock) {
+    let clock = ManualClock::new(t0());
+    let engine = BookingEngine::builder(store.clone())
+        .clock(clock.clone())
+        .cache_period(StdDuration::ZERO)
+        .build();
+    (engine, clock)
+}
+
+/// Creates the caller's own table, `"<schema>".orders`, one row per confirmed hold.
+async fn orders_table(ctx: &Ctx) {
+    sqlx::query(&format!(
+        "CREATE TABLE \"{}\".orders (hold_id int8 PRIMARY KEY, note text NOT NULL)",
+        ctx.schema()
+    ))
+    .execute(ctx.pool())
+    .await
+    .unwrap();
+}
+
+fn insert_order(schema: &str) -> String {
+    format!("INSERT INTO \"{schema}\".orders (hold_id, note) VALUES ($1, $2)")
+}
+
+/// The caller's orders, as committed.
+async fn orders(ctx: &Ctx) -> Vec<(i64, String)> {
+    sqlx::query_as(&format!(
+        "SELECT hold_id, note FROM \"{}\".orders ORDER BY hold_id",
+        ctx.schema()
+    ))
+    .fetch_all(ctx.pool())
+    .await
+    .unwrap()
+}
+
+/// A hold's stored status, read with SQL outside any transaction; `None` when there is no
+/// such hold.
+async fn stored_status(ctx: &Ctx, hold_id: HoldId) -> Option<String> {
+    sqlx::query_scalar(&format!(
+        "SELECT status FROM \"{}\".holds WHERE id = $1",
+        ctx.schema()
+    ))
+    .bind(hold_id.get())
+    .fetch_optional(ctx.pool())
+    .await
+    .unwrap()
+}
+
+/// Every row of the store's tables, as JSON text in key order: what "exactly as before"
+/// compares.
+async fn snapshot(pool: &PgPool, schema: &str) -> Vec<String> {
+    let mut rows = Vec::new();
+    for (table, order) in [
+        ("slots", "id"),
+        ("holds", "id"),
+        ("hold_keys", "idempotency_key"),
+    ] {
+        let mut table_rows: Vec<String> = sqlx::query_scalar(&format!(
+            "SELECT '{table} ' || row_to_json(t)::text FROM \"{schema}\".{table} t \
+             ORDER BY {order}"
+        ))
+        .fetch_all(pool)
+        .await
+        .unwrap();
+        rows.append(&mut table_rows);
+    }
+    rows
+}
+
+/// A slot of `capacity` starting an hour after `t0()`, through the engine.
+async fn engine_slot(engine: &BookingEngine<PostgresStore>, capacity: i64) -> SlotId {
+    let capacity = i32::try_from(capacity).unwrap();
+    engine
+        .create_slot(NewSlot::new(at(3600), at(7200), capacity))
+        .await
+        .unwrap()
+        .slot_id
+}
+
+#[tokio::test]
+async fn a_confirm_and_the_callers_order_commit_together() {
+    let Some(ctx) = setup("a_confirm_and_the_callers_order_commit_together").await else {
+        return;
+    };
+    orders_table(&ctx).await;
+    let (engine, _clock) = engine(&ctx.store);
+    let slot_id = engine_slot(&engine, 2).await;
+    let placed = engine.hold(slot_id, "order-1").await.unwrap().hold;
+
+    let mut tx = ctx.pool().begin().await.unwrap();
+    let mut within = engine.within(ctx.store.on(&mut tx));
+    let confirmed = within.confirm(placed.hold_id).await.unwrap();
+    assert_eq!(confirmed.status, HoldStatus::Confirmed);
+    // The caller's row, on the same connection, between the store's writes.
+    sqlx::query(&insert_order(ctx.schema()))
+        .bind(confirmed.hold_id.get())
+        .bind("paid")
+        .execute(within.writes().connection())
+        .await
+        .unwrap();
+    // A second hold and its order in the same transaction.
+    let second = within.hold(slot_id, "order-2").await.unwrap().hold;
+    within.confirm(second.hold_id).await.unwrap();
+    drop(within);
+    sqlx::query(&insert_order(ctx.schema()))
+        .bind(second.hold_id.get())
+        .bind("paid too")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+
+    // Nothing is visible outside before the commit.
+    assert_eq!(
+        stored_status(&ctx, placed.hold_id).await.as_deref(),
+        Some("held")
+    );
+    assert_eq!(stored_status(&ctx, second.hold_id).await, None);
+    assert!(orders(&ctx).await.is_empty());
+
+    tx.commit().await.unwrap();
+    assert_eq!(
+        stored_status(&ctx, placed.hold_id).await.as_deref(),
+        Some("confirmed")
+    );
+    assert_eq!(
+        stored_status(&ctx, second.hold_id).await.as_deref(),
+        Some("confirmed")
+    );
+    assert_eq!(
+        orders(&ctx).await,
+        vec![
+            (placed.hold_id.get(), "paid".to_owned()),
+            (second.hold_id.get(), "paid too".to_owned()),
+        ]
+    );
+    assert_eq!(counts(&ctx.store, slot_id).await, (2, 0, 0, 2));
+    assert_invariant(&ctx.store, slot_id).await;
+}
+
+#[tokio::test]
+async fn a_confirm_and_the_callers_order_roll_back_together() {
+    let Some(ctx) = setup("a_confirm_and_the_callers_order_roll_back_together").await else {
+        return;
+    };
+    orders_table(&ctx).await;
+    let (engine, _clock) = engine(&ctx.store);
+    let slot_id = engine_slot(&engine, 2).await;
+    let placed = engine.hold(slot_id, "order-1").await.unwrap().hold;
+
+    let mut tx = ctx.pool().begin().await.unwrap();
+    let confirmed = engine
+        .within(ctx.store.on(&mut tx))
+        .confirm(placed.hold_id)
+        .await
+        .unwrap();
+    assert_eq!(confirmed.status, HoldStatus::Confirmed);
+    sqlx::query(&insert_order(ctx.schema()))
+        .bind(confirmed.hold_id.get())
+        .bind("paid")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.rollback().await.unwrap();
+
+    assert_eq!(
+        stored_status(&ctx, placed.hold_id).await.as_deref(),
+        Some("held")
+    );
+    assert!(orders(&ctx).await.is_empty());
+    assert_eq!(counts(&ctx.store, slot_id).await, (2, 1, 1, 0));
+    assert_invariant(&ctx.store, slot_id).await;
+    // Still confirmable afterwards, outside any transaction.
+    assert_eq!(
+        engine.confirm(placed.hold_id).await.unwrap().status,
+        HoldStatus::Confirmed
+    );
+}
+
+#[tokio::test]
+async fn a_rolled_back_transaction_leaves_the_tables_as_they_were() {
+    let Some(ctx) = setup("a_rolled_back_transaction_leaves_the_tables_as_they_were").await else {
+        return;
+    };
+    let (engine, _clock) = engine(&ctx.store);
+    let slot_id = engine_slot(&engine, 3).await;
+    let spare = engine_slot(&engine, 1).await;
+    let booked = engine.hold(slot_id, "booked").await.unwrap().hold;
+    engine.confirm(booked.hold_id).await.unwrap();
+    let before = snapshot(ctx.pool(), ctx.schema()).await;
+
+    let mut tx = ctx.pool().begin().await.unwrap();
+    let mut within = engine.within(ctx.store.on(&mut tx));
+    let placed = within
+        .place_hold(NewHold::new(slot_id, "rolled-back").quantity(2))
+        .await
+        .unwrap()
+        .hold;
+    let made = within
+        .create_slot(NewSlot::new(at(7200), at(9000), 4))
+        .await
+        .unwrap();
+    within.hold(made.slot_id, "on-the-new-slot").await.unwrap();
+    assert_eq!(
+        within.change_capacity(slot_id, 10).await.unwrap().capacity,
+        10
+    );
+    assert!(within.close_sales(slot_id).await.unwrap().closed);
+    assert!(within
+        .remove_slot(spare)
+        .await
+        .unwrap()
+        .removed_at
+        .is_some());
+    assert_eq!(
+        within.cancel(booked.hold_id).await.unwrap().status,
+        HoldStatus::Cancelled
+    );
+    drop(within);
+    tx.rollback().await.unwrap();
+
+    assert_eq!(snapshot(ctx.pool(), ctx.schema()).await, before);
+    // The key is free again: a new hold, not a replay of the rolled-back one.
+    let again = engine
+        .place_hold(NewHold::new(slot_id, "rolled-back").quantity(2))
+        .await
+        .unwrap();
+    assert!(!again.replayed);
+    assert_ne!(again.hold.hold_id, placed.hold_id);
+    assert_eq!(stored_status(&ctx, placed.hold_id).await, None);
+    assert_eq!(counts(&ctx.store, slot_id).await, (3, 0, 2, 1));
+    assert_invariant(&ctx.store, slot_id).await;
+    assert_invariant(&ctx.store, spare).await;
+}
+
+#[tokio::test]
+async fn a_refused_request_leaves_the_transaction_usable() {
+    let Some(ctx) = setup("a_refused_request_leaves_the_transaction_usable").await else {
+        return;
+    };
+    let (engine, clock) = engine(&ctx.store);
+    let full = engine_slot(&engine, 1).await;
+    let other = engine_slot(&engine, 1).await;
+    let spare = engine_slot(&engine, 2).await;
+    let taken = engine.hold(full, "taken").await.unwrap().hold;
+    let short = engine
+        .place_hold(NewHold::new(other, "short").lifetime(StdDuration::from_secs(60)))
+        .await
+        .unwrap()
+        .hold;
+    clock.advance(Duration::seconds(61));
+
+    let mut tx = ctx.pool().begin().await.unwrap();
+    let mut within = engine.within(ctx.store.on(&mut tx));
+    // A hold of the transaction's own, then refusals of every kind.
+    let mine = within.hold(spare, "mine").await.unwrap().hold;
+    let replay = within.hold(spare, "mine").await.unwrap();
+    assert!(replay.replayed, "a replay inside the transaction");
+    assert_eq!(replay.hold.hold_id, mine.hold_id);
+    assert!(matches!(
+        within.hold(other, "taken").await,
+        Err(BookingError::IdempotencyKeyReused { .. })
+    ));
+    assert!(matches!(
+        within.hold(other, "mine").await,
+        Err(BookingError::IdempotencyKeyReused { .. })
+    ));
+    assert!(matches!(
+        within.hold(full, "x").await,
+        Err(BookingError::SoldOut { .. })
+    ));
+    assert!(matches!(
+        within.hold(SlotId(full.get() + 1000), "y").await,
+        Err(BookingError::SlotNotFound { .. })
+    ));
+    assert!(matches!(
+        within.confirm(short.hold_id).await,
+        Err(BookingError::HoldExpired { .. })
+    ));
+    assert!(matches!(
+        within.remove_slot(full).await,
+        Err(BookingError::SlotInUse { held: 1, .. })
+    ));
+    // Still usable: a later write succeeds, and the transaction commits.
+    let fine = within.hold(other, "fine").await.unwrap().hold;
+    within.confirm(fine.hold_id).await.unwrap();
+    drop(within);
+    tx.commit().await.unwrap();
+
+    assert_eq!(
+        stored_status(&ctx, mine.hold_id).await.as_deref(),
+        Some("held")
+    );
+    assert_eq!(
+        stored_status(&ctx, fine.hold_id).await.as_deref(),
+        Some("confirmed")
+    );
+    assert_eq!(
+        stored_status(&ctx, short.hold_id).await.as_deref(),
+        Some("expired"),
+        "reclaimed by the later hold, not by the refused one"
+    );
+    assert_eq!(
+        stored_status(&ctx, taken.hold_id).await.as_deref(),
+        Some("held")
+    );
+    assert_eq!(counts(&ctx.store, full).await, (1, 0, 1, 0));
+    assert_eq!(counts(&ctx.store, other).await, (1, 0, 0, 1));
+    assert_eq!(counts(&ctx.store, spare).await, (2, 1, 1, 0));
+    for slot_id in [full, other, spare] {
+        assert_invariant(&ctx.store, slot_id).await;
+    }
+}
+
+/// A refused hold undoes its savepoint, and the slot row lock its reclaiming statement took
+/// goes with it: another request for the slot does not wait for the caller's commit.
+#[tokio::test]
+async fn a_refused_hold_keeps_no_lock_on_its_slot() {
+    let Some(ctx) = setup("a_refused_hold_keeps_no_lock_on_its_slot").await else {
+        return;
+    };
+    let (engine, _clock) = engine(&ctx.store);
+    let full = engine_slot(&engine, 1).await;
+    engine.hold(full, "taken").await.unwrap();
+
+    let mut tx = ctx.pool().begin().await.unwrap();
+    assert!(matches!(
+        engine.within(ctx.store.on(&mut tx)).hold(full, "x").await,
+        Err(BookingError::SoldOut { .. })
+    ));
+    // The transaction is still open: a change of the slot outside it goes through at once.
+    let raised = tokio::time::timeout(StdDuration::from_secs(10), engine.change_capacity(full, 2))
+        .await
+        .expect("the refused hold left the slot row locked")
+        .unwrap();
+    assert_eq!((raised.capacity, raised.remaining), (2, 1));
+    tx.commit().await.unwrap();
+    assert_invariant(&ctx.store, full).await;
+}
+
+/// On a connection outside any transaction block each write commits by itself (there is no
+/// savepoint to open), and a refused hold is refused as on the pool.
+#[tokio::test]
+async fn writes_on_a_connection_outside_a_transaction_commit_by_themselves() {
+    let Some(ctx) =
+        setup("writes_on_a_connection_outside_a_transaction_commit_by_themselves").await
+    else {
+        return;
+    };
+    let (engine, _clock) = engine(&ctx.store);
+    let slot_id = engine_slot(&engine, 2).await;
+    let mut conn = ctx.pool().acquire().await.unwrap();
+    let mut within = engine.within(ctx.store.on(&mut conn));
+    let placed = within.hold(slot_id, "plain").await.unwrap();
+    assert!(!placed.replayed);
+    // A unit is free, so the replay's statement meets the key's unique violation.
+    assert!(within.hold(slot_id, "plain").await.unwrap().replayed);
+    within.hold(slot_id, "second").await.unwrap();
+    assert!(matches!(
+        within.hold(slot_id, "other").await,
+        Err(BookingError::SoldOut { .. })
+    ));
+    drop(within);
+    // Already committed, seen from another connection while this one is still held.
+    assert_eq!(
+        stored_status(&ctx, placed.hold.hold_id).await.as_deref(),
+        Some("held")
+    );
+    assert_eq!(counts(&ctx.store, slot_id).await, (2, 0, 2, 0));
+}
+
+/// A transaction opened with a plain `BEGIN`, which sqlx does not track, gets the same
+/// savepoint: a refusal leaves it usable, and its `ROLLBACK` undoes everything.
+#[tokio::test]
+async fn a_transaction_opened_with_a_plain_begin_is_protected_too() {
+    let Some(ctx) = setup("a_transaction_opened_with_a_plain_begin_is_protected_too").await else {
+        return;
+    };
+    let (engine, _clock) = engine(&ctx.store);
+    let slot_id = engine_slot(&engine, 2).await;
+    let free = engine_slot(&engine, 1).await;
+    engine.hold(slot_id, "outside").await.unwrap();
+    let before = snapshot(ctx.pool(), ctx.schema()).await;
+
+    let mut conn = sqlx::PgConnection::connect(&ctx.url).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut conn).await.unwrap();
+    let mut within = engine.within(ctx.store.on(&mut conn));
+    let inside = within.hold(slot_id, "inside").await.unwrap().hold;
+    assert!(matches!(
+        // A unit is free there: the statement meets the key's unique violation.
+        within.hold(free, "outside").await,
+        Err(BookingError::IdempotencyKeyReused { .. })
+    ));
+    within.confirm(inside.hold_id).await.unwrap();
+    drop(within);
+    // Still in the caller's transaction: nothing visible outside, and a rollback undoes all.
+    assert_eq!(stored_status(&ctx, inside.hold_id).await, None);
+    sqlx::query("ROLLBACK").execute(&mut conn).await.unwrap();
+    assert_eq!(snapshot(ctx.pool(), ctx.schema()).await, before);
+    conn.close().await.unwrap();
+}
+
+/// Transactions racing for one slot of five units, each placing a hold and confirming it (and
+/// writing an order of its own); every fourth rolls back. Never more than five units are
+/// taken, a rolled-back transaction leaves nothing behind, and the invariant holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_transactions_never_oversell() {
+    let Some(ctx) = setup("racing_transactions_never_oversell").await else {
+        return;
+    };
+    orders_table(&ctx).await;
+    let stores = [ctx.store.clone(), ctx.second_store().await];
+    let (engine, _clock) = engine(&ctx.store);
+    let slot_id = engine_slot(&engine, 5).await;
+    let engine = Arc::new(engine);
+    let schema = ctx.schema().to_owned();
+
+    let tasks: Vec<_> = (0..48)
+        .map(|i| {
+            let engine = Arc::clone(&engine);
+            let store = stores[i % 2].clone();
+            let insert = insert_order(&schema);
+            tokio::spawn(async move {
+                let key = format!("tx-{i}");
+                let mut tx = store.pool().begin().await.unwrap();
+                let mut within = engine.within(store.on(&mut tx));
+                let placed = match within.hold(slot_id, &key).await {
+                    Ok(placed) => placed.hold,
+                    Err(BookingError::SoldOut { .. }) => {
+                        drop(within);
+                        tx.rollback().await.unwrap();
+                        return (key, None);
+                    }
+                    Err(other) => panic!("unexpected {other:?}"),
+                };
+                within.confirm(placed.hold_id).await.unwrap();
+                drop(within);
+                sqlx::query(&insert)
+                    .bind(placed.hold_id.get())
+                    .bind(&key)
+                    .execute(&mut *tx)
+                    .await
+                    .unwrap();
+                // Give the others time to queue on the slot row.
+                tokio::time::sleep(StdDuration::from_millis(5)).await;
+                let commit = i % 4 != 0;
+                if commit {
+                    tx.commit().await.unwrap();
+                } else {
+                    tx.rollback().await.unwrap();
+                }
+                (key, Some((placed.hold_id, commit)))
+            })
+        })
+        .collect();
+
+    let (mut committed, mut rolled_back) = (Vec::new(), Vec::new());
+    for task in tasks {
+        match task.await.unwrap() {
+            (_, Some((hold_id, true))) => committed.push(hold_id),
+            (key, Some((hold_id, false))) => rolled_back.push((key, hold_id)),
+            (_, None) => {}
+        }
+    }
+    assert!(
+        (1..=5).contains(&committed.len()),
+        "{} committed",
+        committed.len()
+    );
+    for &hold_id in &committed {
+        assert_eq!(
+            stored_status(&ctx, hold_id).await.as_deref(),
+            Some("confirmed")
+        );
+    }
+    let keys: i64 = sqlx::query_scalar(&format!(
+        "SELECT count(*) FROM \"{schema}\".hold_keys WHERE idempotency_key = ANY($1)"
+    ))
+    .bind(
+        rolled_back
+            .iter()
+            .map(|(k, _)| k.clone())
+            .collect::<Vec<_>>(),
+    )
+    .fetch_one(ctx.pool())
+    .await
+    .unwrap();
+    assert_eq!(keys, 0, "a rolled-back transaction's key stays free");
+    for (_, hold_id) in &rolled_back {
+        assert_eq!(stored_status(&ctx, *hold_id).await, None);
+    }
+    let mut ordered: Vec<i64> = orders(&ctx).await.into_iter().map(|(id, _)| id).collect();
+    let mut expected: Vec<i64> = committed.iter().map(|id| id.get()).collect();
+    ordered.sort_unstable();
+    expected.sort_unstable();
+    assert_eq!(
+        ordered, expected,
+        "an order exactly for each committed hold"
+    );
+    let (capacity, remaining, held, confirmed) = counts(&ctx.store, slot_id).await;
+    assert_eq!((capacity, held), (5, 0));
+    assert_eq!(confirmed, i64::try_from(committed.len()).unwrap());
+    assert_eq!(remaining, 5 - confirmed);
+    assert_invariant(&ctx.store, slot_id).await;
+}
