@@ -34,8 +34,14 @@ use crate::{
     SlotPath,
 };
 
-/// The administration routes, each requiring `token`.
-pub(crate) fn routes(token: AdminToken) -> Router<Engine> {
+/// The administration routes, each requiring `token`, answering a method a route lacks with
+/// `method_not_allowed` — also only with the token, so that nobody learns without it that
+/// the routes exist.
+pub(crate) fn routes<H, T>(token: AdminToken, method_not_allowed: H) -> Router<Engine>
+where
+    H: axum::handler::Handler<T, Engine>,
+    T: 'static,
+{
     Router::new()
         .route("/admin/slots", get(list_slots).post(create_slot))
         .route("/admin/slots/{slot}", get(get_slot).delete(remove_slot))
@@ -43,7 +49,9 @@ pub(crate) fn routes(token: AdminToken) -> Router<Engine> {
         .route("/admin/slots/{slot}/close", post(close_sales))
         .route("/admin/slots/{slot}/reopen", post(reopen_sales))
         .route("/admin/slots/{slot}/holds", get(roster))
-        .route_layer(middleware::from_fn_with_state(token, require_token))
+        .method_not_allowed_fallback(method_not_allowed)
+        // `layer`, not `route_layer`: the token is checked before the 405 fallback too.
+        .layer(middleware::from_fn_with_state(token, require_token))
 }
 
 /// Lets a request through only with `Authorization: Bearer <token>` (scheme in any case);

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use chrono::{Duration, DurationRound};
+use slot_booking::changes::{Follower, Invalidator};
 use slot_booking::{NewSlot, Store, StoreError, Timestamp};
 use slot_booking_postgres::PostgresStore;
 use slot_booking_sqlite::SqliteStore;
@@ -54,6 +55,19 @@ impl Database {
         match self {
             Database::Sqlite(store) => Arc::new(store.clone()),
             Database::Postgres(store) => Arc::new(store.clone()),
+        }
+    }
+
+    /// Invalidates `invalidator`'s engine after every commit that changes this database's
+    /// availability, whoever made it (another server process, an operator's SQL): PostgreSQL
+    /// by `LISTEN`/`NOTIFY` on a connection of its own, SQLite by polling `PRAGMA
+    /// data_version` on a connection of its own. Following stops when the [`Follower`] or the
+    /// engine is dropped. Fails when the connection cannot be opened (or, on PostgreSQL, when
+    /// the schema lacks the notifying triggers).
+    pub async fn follow_changes(&self, invalidator: Invalidator) -> Result<Follower, StoreError> {
+        match self {
+            Database::Postgres(store) => store.follow_changes(invalidator).await,
+            Database::Sqlite(store) => store.follow_changes(invalidator).await,
         }
     }
 

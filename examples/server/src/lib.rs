@@ -53,8 +53,10 @@
 //! while its holds stay readable and the listing still shows it.
 //!
 //! [`run`] is the whole server: [`Config`] from the environment (checked before anything is
-//! opened), the [`Database`] (migrated, demo slots added once), the engine, and [`serve()`]
-//! with its connection bounds. Limits a client meets:
+//! opened), the [`Database`] (migrated, demo slots added once), the engine following the
+//! database's changes ([`Database::follow_changes`], so a commit by another server process
+//! on the same database soon invalidates this one's cached listing), and [`serve()`] with
+//! its connection bounds. Limits a client meets:
 //!
 //! | limit | answer |
 //! |---|---|
@@ -123,6 +125,15 @@ pub fn router(engine: Engine) -> Router {
     router_with_config(engine, &Config::default())
 }
 
+/// 405 for a route that exists without the request's method.
+async fn method_not_allowed() -> Problem {
+    Problem::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "this method is not allowed on this resource",
+    )
+}
+
 /// Where the routes are mounted, for the `Location` of a new hold or slot.
 #[derive(Debug, Clone)]
 struct PathPrefix(Arc<str>);
@@ -140,16 +151,10 @@ pub fn router_with_config(engine: Engine, config: &Config) -> Router {
         .route("/holds/{hold}/renew", post(renew))
         .route("/holds", get(list_holds));
     if let Some(token) = &config.admin_token {
-        routes = routes.merge(admin::routes(token.clone()));
+        routes = routes.merge(admin::routes(token.clone(), method_not_allowed));
     }
     let routes = routes
-        .method_not_allowed_fallback(|| async {
-            Problem::new(
-                StatusCode::METHOD_NOT_ALLOWED,
-                "method_not_allowed",
-                "this method is not allowed on this resource",
-            )
-        })
+        .method_not_allowed_fallback(method_not_allowed)
         .with_state(engine);
     let app = if prefix.is_empty() {
         routes
@@ -185,8 +190,11 @@ pub async fn main_from_env() -> ExitCode {
     }
 }
 
-/// Opens the database, adds the demo slots (once, across processes), and serves until
-/// `shutdown` completes. Logs `serving on http://<address>` when it accepts connections.
+/// Opens the database, adds the demo slots (once, across processes), follows the database's
+/// changes (from every process on it) for as long as it serves, and serves until `shutdown`
+/// completes. Logs `following changes in the … database` once following, then
+/// `serving on http://<address>` when it accepts connections. Failing to follow is a startup
+/// error, like an unreachable database.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), String> {
     let scheme = config.database_url.split(':').next().unwrap_or_default();
     let database = Database::open(&config.database_url)
@@ -206,6 +214,19 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         .hold_ttl(config.hold_ttl)
         .cache_period(config.cache_period)
         .build();
+    // Other processes on this database commit too: their changes invalidate this engine's
+    // listing soon after, instead of when its cache period ends. Kept for the server's life.
+    let follower = database
+        .follow_changes(engine.invalidator())
+        .await
+        .map_err(|e| format!("cannot follow changes in the {scheme} database: {e}"))?;
+    tracing::info!(
+        "following changes in the {scheme} database ({})",
+        match &database {
+            Database::Postgres(_) => "LISTEN/NOTIFY",
+            Database::Sqlite(_) => "data_version polling",
+        }
+    );
     let listener = tokio::net::TcpListener::bind(&config.bind)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", config.bind))?;
@@ -216,6 +237,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     );
     let app = router_with_config(engine, &config);
     let left_open = serve(listener, app, &config, shutdown).await;
+    follower.stop().await;
     tracing::info!(left_open, "shut down");
     Ok(())
 }

@@ -334,6 +334,15 @@ async fn admin_routes_refuse_a_missing_or_wrong_token(app: App) {
         "/admin/slots/99999999999999999999".into(),
         String::new(),
     ));
+    // A method a route lacks is 401 too, not 405: without the token nothing says the routes
+    // exist.
+    for (method, path) in [
+        (Method::PUT, "/admin/slots".to_owned()),
+        (Method::GET, format!("/admin/slots/{slot}/capacity")),
+        (Method::PATCH, format!("/admin/slots/{slot}")),
+    ] {
+        routes.push((method, path, String::new()));
+    }
     for (method, path, body) in &routes {
         for headers in &bad_headers {
             let mut request = Request::builder().method(method.clone()).uri(path);
