@@ -360,13 +360,34 @@ async fn abandoned_history(url: &str) {
     );
 }
 
-/// Hold-then-cancel pairs on `engine` with 8 tasks for `run`: (cancels done, cancel latencies).
-async fn cancels(
+/// What one configuration measured: hold-then-cancel pairs done, hold and cancel latencies.
+#[derive(Default)]
+struct Pairs {
+    done: u64,
+    holds: Vec<f64>,
+    cancels: Vec<f64>,
+}
+
+impl Pairs {
+    fn add(&mut self, other: Pairs) {
+        self.done += other.done;
+        self.holds.extend(other.holds);
+        self.cancels.extend(other.cancels);
+    }
+
+    fn median(times: &mut [f64]) -> f64 {
+        times.sort_by(f64::total_cmp);
+        times[times.len() / 2]
+    }
+}
+
+/// Hold-then-cancel pairs on `engine` with 8 tasks for `run`, each step timed.
+async fn pairs(
     engine: &Arc<BookingEngine<Arc<PostgresStore>>>,
     slots: &Arc<Vec<SlotId>>,
     run: Duration,
     tag: &str,
-) -> (u64, Vec<f64>) {
+) -> Pairs {
     let stop = Arc::new(AtomicBool::new(false));
     let tasks: Vec<_> = (0..CONNECTIONS)
         .map(|t| {
@@ -376,48 +397,56 @@ async fn cancels(
                 Utc::now().timestamp_nanos_opt().unwrap_or(0)
             );
             tokio::spawn(async move {
-                let mut latencies = Vec::new();
+                let mut done = Pairs::default();
                 let mut i = 0_usize;
                 while !stop.load(Ordering::Relaxed) {
                     let slot = slots[(i * CONNECTIONS as usize + t as usize) % slots.len()];
-                    let placed = engine.hold(slot, &format!("{tag}-{i}")).await.unwrap();
                     let started = Instant::now();
+                    let placed = engine.hold(slot, &format!("{tag}-{i}")).await.unwrap();
+                    let held = Instant::now();
                     engine.cancel(placed.hold.hold_id).await.unwrap();
-                    latencies.push(started.elapsed().as_secs_f64());
+                    done.holds.push((held - started).as_secs_f64());
+                    done.cancels.push(held.elapsed().as_secs_f64());
+                    done.done += 1;
                     i += 1;
                 }
-                latencies
+                done
             })
         })
         .collect();
     tokio::time::sleep(run).await;
     stop.store(true, Ordering::Relaxed);
-    let mut all = Vec::new();
+    let mut all = Pairs::default();
     for task in tasks {
-        all.extend(task.await.unwrap());
+        all.add(task.await.unwrap());
     }
-    (all.len() as u64, all)
+    all
 }
 
+/// What migration 6's notifications cost the writes: the same hold-then-cancel pairs on three
+/// schemas, alternating rounds: without the triggers (the baseline), with them and nobody
+/// listening, and with them and three listening engines.
 async fn notify_cost(url: &str) {
     const ROUNDS: usize = 4;
     const ROUND: Duration = Duration::from_secs(2);
+    let configurations = [
+        ("sb_bench_notify_off", false, 0),
+        ("sb_bench_notify_unheard", true, 0),
+        ("sb_bench_notify_on", true, 3),
+    ];
     let mut setups = Vec::new();
-    for (schema, notify) in [("sb_bench_notify_on", true), ("sb_bench_notify_off", false)] {
+    for (schema, notify, listeners) in configurations {
         let store = fresh_store(url, schema).await;
         let engine = Arc::new(BookingEngine::new(Arc::new(store.clone())));
         let slot_ids = Arc::new(slots(&engine, 100, 1_000_000).await);
-        // Three listening instances, as in a small deployment.
         let mut followers = Vec::new();
-        for _ in 0..3 {
+        for _ in 0..listeners {
             let listener = BookingEngine::new(store.clone());
             followers.push((
                 store.follow_changes(listener.invalidator()).await.unwrap(),
                 listener,
             ));
         }
-        // The baseline loses its triggers after its listeners started (following refuses a
-        // schema without them): the same listeners, nothing sent.
         if !notify {
             for trigger in [
                 "slots_notify_insert_delete",
@@ -432,36 +461,48 @@ async fn notify_cost(url: &str) {
         }
         setups.push((engine, slot_ids, followers));
     }
-    // Warm both, then alternate rounds.
     for (engine, slot_ids, _) in &setups {
-        cancels(engine, slot_ids, Duration::from_millis(500), "warm").await;
+        pairs(engine, slot_ids, Duration::from_millis(500), "warm").await;
     }
-    let mut totals = [(0_u64, Vec::new()), (0_u64, Vec::new())];
+    let mut totals: Vec<Pairs> = setups.iter().map(|_| Pairs::default()).collect();
     for round in 0..ROUNDS {
         for (i, (engine, slot_ids, _)) in setups.iter().enumerate() {
-            let (n, latencies) = cancels(engine, slot_ids, ROUND, &format!("r{round}")).await;
-            totals[i].0 += n;
-            totals[i].1.extend(latencies);
+            totals[i].add(pairs(engine, slot_ids, ROUND, &format!("r{round}")).await);
         }
     }
     let seconds = (ROUNDS as f64) * ROUND.as_secs_f64();
-    let mut summary = Vec::new();
-    for (n, latencies) in &mut totals {
-        latencies.sort_by(f64::total_cmp);
-        summary.push((*n as f64 / seconds, latencies[latencies.len() / 2]));
-    }
-    let notices: u64 = setups[0].2.iter().map(|(f, _)| f.stats().notices).sum();
+    let figures: Vec<(f64, f64, f64)> = totals
+        .iter_mut()
+        .map(|p| {
+            (
+                p.done as f64 / seconds,
+                Pairs::median(&mut p.holds),
+                Pairs::median(&mut p.cancels),
+            )
+        })
+        .collect();
+    let notices: u64 = setups[2].2.iter().map(|(f, _)| f.stats().notices).sum();
+    let (base_rate, base_hold, base_cancel) = figures[0];
     println!(
-        "postgres cancel with NOTIFY (8 tasks, hold then cancel, 3 listeners): {:.0} cancels/s, \
-         median cancel {:.3} ms; without the trigger: {:.0} cancels/s, median {:.3} ms; \
-         throughput ratio {:.3}, median latency ratio {:.3} ({notices} notices received)",
-        summary[0].0,
-        summary[0].1 * 1e3,
-        summary[1].0,
-        summary[1].1 * 1e3,
-        summary[0].0 / summary[1].0,
-        summary[0].1 / summary[1].1,
+        "postgres hold-then-cancel pairs, 8 tasks, 100 slots; without the triggers: {base_rate:.0} \
+         pairs/s, median hold {:.3} ms, median cancel {:.3} ms",
+        base_hold * 1e3,
+        base_cancel * 1e3
     );
+    for ((schema, _, listeners), (rate, hold, cancel)) in
+        configurations.iter().zip(&figures).skip(1)
+    {
+        println!(
+            "  {schema} (triggers, {listeners} listeners): {rate:.0} pairs/s ({:.3}x), median hold \
+             {:.3} ms ({:.3}x), median cancel {:.3} ms ({:.3}x)",
+            rate / base_rate,
+            hold * 1e3,
+            hold / base_hold,
+            cancel * 1e3,
+            cancel / base_cancel
+        );
+    }
+    println!("  ({notices} notices received by the three listeners)");
 }
 
 fn main() {

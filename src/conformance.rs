@@ -270,9 +270,8 @@ impl<S: Store> Fixture<S> {
             .availability(crate::AvailabilityQuery::all())
             .await
             .expect("availability")
-            .iter()
-            .find(|e| e.slot_id == slot_id)
-            .map(|e| e.remaining)
+            .entry(slot_id)
+            .map(|entry| entry.remaining)
     }
 
     /// Checks the capacity invariant of `slot_id`, given every hold ever placed on it.

@@ -350,6 +350,12 @@ impl Availability {
         &self.snapshot.list(self.group)[self.range.clone()]
     }
 
+    /// The entry of `slot_id` in this listing, if it is listed (a linear search: entries are
+    /// ordered by start, not by id).
+    pub fn entry(&self, slot_id: SlotId) -> Option<&AvailabilityEntry> {
+        self.entries().iter().find(|entry| entry.slot_id == slot_id)
+    }
+
     /// How much longer the underlying snapshot is fresh (for `Cache-Control: max-age`).
     pub fn fresh_for(&self) -> Duration {
         self.fresh_for

@@ -111,6 +111,14 @@ async fn pause(duration: Duration) {
 /// With 500 cancels/s it is still `min(500, 50) = 50` per instance, 5,000 in all: the bound
 /// follows the number of instances and the window, not the commit rate. A wider window (see
 /// [`PostgresStore::follow_changes_within`]) trades freshness for fewer reloads.
+///
+/// What the notification costs the write that sends it: PostgreSQL serializes the commits of
+/// notifying transactions (a database-wide lock from queueing the notification until the
+/// commit record is flushed), so notifying cancels stop sharing WAL flushes. Measured on a
+/// 2-core machine, 8 tasks placing and cancelling holds: the median cancel took 2.3x as long
+/// as without the triggers (2.81 ms against 1.23 ms) and pairs/s fell to 0.65x; three
+/// listening engines changed that by about 1 %. Holds that take units do not notify and were
+/// not slowed.
 #[derive(Debug)]
 pub struct PostgresChangeFeed {
     options: PgConnectOptions,

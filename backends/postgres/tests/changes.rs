@@ -48,9 +48,7 @@ async fn listed(engine: &BookingEngine<PostgresStore>, slot_id: SlotId) -> Optio
         .availability(AvailabilityQuery::all())
         .await
         .unwrap()
-        .entries()
-        .iter()
-        .find(|entry| entry.slot_id == slot_id)
+        .entry(slot_id)
         .map(|entry| entry.remaining)
 }
 

@@ -39,9 +39,7 @@ async fn listed(engine: &BookingEngine<SqliteStore>, slot_id: SlotId) -> Option<
         .availability(AvailabilityQuery::all())
         .await
         .unwrap()
-        .entries()
-        .iter()
-        .find(|entry| entry.slot_id == slot_id)
+        .entry(slot_id)
         .map(|entry| entry.remaining)
 }
 
