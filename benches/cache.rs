@@ -5,6 +5,13 @@
 //! - a filtered query (`from`/`to`) on the same warm snapshot;
 //! - 10,000 concurrent cold reads (after `invalidate()`) vs one bare store read, counting the
 //!   store reads they cause (target: exactly 1).
+//!
+//! `CACHE_HIT_LOOP=N` runs none of that: N warm hits in a plain loop, then the time per hit,
+//! so that two builds can be compared by timing the whole process (the observability check:
+//! with nothing installed the hit must cost what it cost before spans and metrics). Add
+//! `CACHE_HIT_RECORDER=prometheus` to install a Prometheus recorder first, and
+//! `CACHE_HIT_TRACING=info` or `=debug` for a `fmt` subscriber at that level (the engine's
+//! spans are `DEBUG`), writing to nowhere.
 
 // criterion_group!/criterion_main! generate undocumented items.
 #![allow(missing_docs)]
@@ -15,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use chrono::Utc;
-use criterion::{black_box, criterion_group, criterion_main, Criterion};
+use criterion::{black_box, criterion_group, Criterion};
 use slot_booking::store::{
     Decided, HoldOutcome, HoldRequest, RenewRequest, SlotChange, Transition,
 };
@@ -263,5 +270,51 @@ fn cold_reads(c: &mut Criterion) {
     );
 }
 
+/// `CACHE_HIT_LOOP=N`: instead of the criterion groups, N warm hits of `availability()` over
+/// 1,000 slots in a plain loop, then the time per hit on stdout. A fixed amount of work, so two
+/// builds can be compared by timing the whole process.
+fn hit_loop(iterations: u64) {
+    if std::env::var("CACHE_HIT_RECORDER").is_ok_and(|r| r == "prometheus") {
+        metrics_exporter_prometheus::PrometheusBuilder::new()
+            .install_recorder()
+            .unwrap();
+        slot_booking::observe::describe();
+    }
+    let level = match std::env::var("CACHE_HIT_TRACING").as_deref() {
+        Ok("debug") => Some(tracing::Level::DEBUG),
+        Ok("info") => Some(tracing::Level::INFO),
+        _ => None,
+    };
+    if let Some(level) = level {
+        tracing_subscriber::fmt()
+            .with_max_level(level)
+            .with_writer(std::io::sink)
+            .init();
+    }
+    let rt = runtime();
+    let engine = rt.block_on(engine_with_slots(1_000));
+    rt.block_on(async {
+        engine.availability(AvailabilityQuery::all()).await.unwrap();
+        let started = Instant::now();
+        for _ in 0..iterations {
+            let listing = engine.availability(AvailabilityQuery::all()).await.unwrap();
+            black_box(listing.len());
+        }
+        let per_hit = started.elapsed().as_nanos() as f64 / iterations.max(1) as f64;
+        println!("{iterations} warm hits: {per_hit:.1} ns per hit");
+    });
+}
+
 criterion_group!(benches, warm_hit, cold_reads);
-criterion_main!(benches);
+
+fn main() {
+    if let Some(iterations) = std::env::var("CACHE_HIT_LOOP")
+        .ok()
+        .and_then(|n| n.parse().ok())
+    {
+        hit_loop(iterations);
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

@@ -56,6 +56,7 @@ use crate::error::BookingError;
 use crate::model::{
     rfc3339, AvailabilityQuery, InvalidSlot, ResourceId, Slot, SlotId, Timestamp, MAX_PAGE_SIZE,
 };
+use crate::observe::{Op, Operation};
 use crate::store::{Decided, SlotChange, Store};
 
 /// Which slots the operator's listing ([`BookingEngine::list_slots`]) shows: the narrowing of
@@ -303,14 +304,18 @@ impl<S: Store> BookingEngine<S> {
         slot_id: SlotId,
         capacity: i64,
     ) -> Result<Slot, BookingError> {
-        let capacity = checked_capacity(capacity)?;
-        let now = self.clock().now();
-        let change = self
-            .admin_write(
-                move |store| async move { store.change_capacity(slot_id, capacity, now).await },
-            )
-            .await?;
-        SlotOperation::Capacity(capacity).answer(change.outcome, slot_id)
+        let op = Op::new(Operation::ChangeCapacity).slot(slot_id);
+        op.run(async {
+            let capacity = checked_capacity(capacity)?;
+            let now = self.clock().now();
+            let change = self
+                .admin_write(&op, move |store| async move {
+                    store.change_capacity(slot_id, capacity, now).await
+                })
+                .await?;
+            SlotOperation::Capacity(capacity).answer(change.outcome, slot_id)
+        })
+        .await
     }
 
     /// Closes the slot's sales: new holds are refused (`slot_closed`) and the slot leaves the
@@ -326,11 +331,17 @@ impl<S: Store> BookingEngine<S> {
     }
 
     async fn set_closed(&self, slot_id: SlotId, closed: bool) -> Result<Slot, BookingError> {
-        let now = self.clock().now();
-        let change = self
-            .admin_write(move |store| async move { store.set_closed(slot_id, closed, now).await })
-            .await?;
-        SlotOperation::Sales.answer(change.outcome, slot_id)
+        let op = Op::new(sales_operation(closed)).slot(slot_id);
+        op.run(async {
+            let now = self.clock().now();
+            let change = self
+                .admin_write(&op, move |store| async move {
+                    store.set_closed(slot_id, closed, now).await
+                })
+                .await?;
+            SlotOperation::Sales.answer(change.outcome, slot_id)
+        })
+        .await
     }
 
     /// Removes a slot that has no active held and no confirmed units (expired holds are
@@ -342,20 +353,30 @@ impl<S: Store> BookingEngine<S> {
     /// stored, so hold reads and idempotency-key replays keep answering and the operator's
     /// listing still shows it. No booking is ever lost by a removal.
     pub async fn remove_slot(&self, slot_id: SlotId) -> Result<Slot, BookingError> {
-        let now = self.clock().now();
-        let change = self
-            .admin_write(move |store| async move { store.remove_slot(slot_id, now).await })
-            .await?;
-        SlotOperation::Remove.answer(change.outcome, slot_id)
+        let op = Op::new(Operation::RemoveSlot).slot(slot_id);
+        op.run(async {
+            let now = self.clock().now();
+            let change = self
+                .admin_write(&op, move |store| async move {
+                    store.remove_slot(slot_id, now).await
+                })
+                .await?;
+            SlotOperation::Remove.answer(change.outcome, slot_id)
+        })
+        .await
     }
 
     /// The slot as stored, removed ones included (`removed_at` set); `slot_not_found` when no
     /// slot has this id. `remaining` counts expired holds not yet reclaimed as taken; the
     /// operator's listing counts them as free.
     pub async fn get_slot(&self, slot_id: SlotId) -> Result<Slot, BookingError> {
-        guarded(self.store().get_slot(slot_id))
-            .await?
-            .ok_or(BookingError::SlotNotFound { slot_id })
+        let op = Op::new(Operation::GetSlot).slot(slot_id);
+        op.run(async {
+            op.store(guarded(self.store().get_slot(slot_id)))
+                .await?
+                .ok_or(BookingError::SlotNotFound { slot_id })
+        })
+        .await
     }
 
     /// A page of every slot the filter admits — past, closed and removed ones included — by
@@ -366,27 +387,37 @@ impl<S: Store> BookingEngine<S> {
         filter: &SlotFilter,
         page: SlotPageRequest,
     ) -> Result<SlotPage, BookingError> {
-        if !(1..=MAX_PAGE_SIZE).contains(&page.limit) {
-            return Err(BookingError::InvalidPage { limit: page.limit });
-        }
-        filter.check()?;
-        let now = self.clock().now();
-        let read = guarded(self.store().list_slots(filter, page, now)).await?;
-        let full = read.outcome.len() >= page.limit as usize;
-        let next_after = read
-            .outcome
-            .last()
-            .filter(|_| full)
-            .map(|usage| SlotCursor::after(&usage.slot));
-        Ok(SlotPage {
-            slots: read.outcome.into_iter().map(SlotSummary::from).collect(),
-            next_after,
+        let op = Op::new(Operation::ListSlots);
+        op.run(async {
+            if !(1..=MAX_PAGE_SIZE).contains(&page.limit) {
+                return Err(BookingError::InvalidPage { limit: page.limit });
+            }
+            filter.check()?;
+            let now = self.clock().now();
+            let read = op
+                .store(guarded(self.store().list_slots(filter, page, now)))
+                .await?;
+            let full = read.outcome.len() >= page.limit as usize;
+            let next_after = read
+                .outcome
+                .last()
+                .filter(|_| full)
+                .map(|usage| SlotCursor::after(&usage.slot));
+            Ok(SlotPage {
+                slots: read.outcome.into_iter().map(SlotSummary::from).collect(),
+                next_after,
+            })
         })
+        .await
     }
 
     /// Runs an administrative write to its end whatever happens to the caller, and
     /// invalidates the cached availability once it has committed a change (R3).
-    async fn admin_write<F, Fut>(&self, write: F) -> Result<Decided<SlotChange>, BookingError>
+    async fn admin_write<F, Fut>(
+        &self,
+        op: &Op,
+        write: F,
+    ) -> Result<Decided<SlotChange>, BookingError>
     where
         F: FnOnce(Arc<S>) -> Fut + Send + 'static,
         Fut: std::future::Future<Output = Result<Decided<SlotChange>, crate::StoreError>>
@@ -395,14 +426,24 @@ impl<S: Store> BookingEngine<S> {
     {
         let store = self.store_handle();
         let engine = self.clone();
-        Ok(detached(async move {
-            let change = write(store).await?;
-            if matches!(change.outcome, SlotChange::Applied(_)) {
-                engine.invalidate_availability();
-            }
-            Ok(change)
-        })
-        .await?)
+        Ok(op
+            .store(detached(async move {
+                let change = write(store).await?;
+                if matches!(change.outcome, SlotChange::Applied(_)) {
+                    engine.invalidate_availability();
+                }
+                Ok(change)
+            }))
+            .await?)
+    }
+}
+
+/// The operation of closing (`true`) or reopening (`false`) a slot's sales.
+pub(crate) fn sales_operation(closed: bool) -> Operation {
+    if closed {
+        Operation::CloseSales
+    } else {
+        Operation::ReopenSales
     }
 }
 

@@ -67,6 +67,29 @@ pub enum CacheError<E> {
     LoadAborted,
 }
 
+/// How a read was served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Served {
+    /// A fresh value, without any load (a hit).
+    Fresh,
+    /// The previous value, past its freshness, while a refresh runs or after one failed.
+    Stale,
+    /// The value of a load the read waited for: nothing was cached, or it was too old or
+    /// invalidated (a miss).
+    Loaded,
+}
+
+impl Served {
+    /// `fresh`, `stale` or `loaded`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Served::Fresh => "fresh",
+            Served::Stale => "stale",
+            Served::Loaded => "loaded",
+        }
+    }
+}
+
 /// A value read from the cache: a shared pointer to it, plus how old it is.
 #[derive(Debug)]
 pub struct Snapshot<T> {
@@ -75,6 +98,8 @@ pub struct Snapshot<T> {
     age: Duration,
     /// The cache's freshness period.
     period: Duration,
+    /// How the read was served.
+    served: Served,
 }
 
 impl<T> Snapshot<T> {
@@ -97,6 +122,11 @@ impl<T> Snapshot<T> {
     pub fn age(&self) -> Duration {
         self.age
     }
+
+    /// How the read was served: a fresh hit, a stale copy, or a load it waited for.
+    pub fn served(&self) -> Served {
+        self.served
+    }
 }
 
 impl<T> Clone for Snapshot<T> {
@@ -105,6 +135,7 @@ impl<T> Clone for Snapshot<T> {
             value: Arc::clone(&self.value),
             age: self.age,
             period: self.period,
+            served: self.served,
         }
     }
 }
@@ -243,6 +274,7 @@ where
                         value,
                         age: Instant::now().saturating_duration_since(loaded_at),
                         period: self.inner.config.fresh_for,
+                        served: Served::Loaded,
                     }),
                     Some(Err(error)) => Err(error),
                     None => Err(CacheError::LoadAborted),
@@ -280,16 +312,21 @@ where
         let mut stale = None;
         if let Some(cached) = state.value.as_ref().filter(|c| c.generation == generation) {
             let age = now.saturating_duration_since(cached.loaded_at);
-            let snapshot = Snapshot {
-                value: Arc::clone(&cached.value),
-                age,
-                period: config.fresh_for,
-            };
             if age < config.fresh_for {
-                return Plan::Serve(snapshot);
+                return Plan::Serve(Snapshot {
+                    value: Arc::clone(&cached.value),
+                    age,
+                    period: config.fresh_for,
+                    served: Served::Fresh,
+                });
             }
             if age < config.fresh_for.saturating_add(config.serve_stale_for) {
-                stale = Some(snapshot);
+                stale = Some(Snapshot {
+                    value: Arc::clone(&cached.value),
+                    age,
+                    period: config.fresh_for,
+                    served: Served::Stale,
+                });
             }
         }
 
@@ -497,6 +534,10 @@ mod tests {
         tokio::time::advance(FRESH - Duration::from_millis(1)).await;
         let second = cache.get(loader.ok()).await.unwrap();
         assert_eq!(loader.calls(), 1);
+        assert_eq!(
+            (first.served(), second.served()),
+            (Served::Loaded, Served::Fresh)
+        );
         assert!(
             Arc::ptr_eq(first.value(), second.value()),
             "a hit copies nothing"
@@ -512,6 +553,7 @@ mod tests {
         tokio::time::advance(FRESH).await;
         let stale = cache.get(loader.ok()).await.unwrap();
         assert_eq!(*stale, 1, "served stale");
+        assert_eq!(stale.served(), Served::Stale);
         assert_eq!(stale.fresh_for(), Duration::ZERO);
         settle().await;
         assert_eq!(loader.calls(), 2, "a refresh started at the period's end");

@@ -20,6 +20,7 @@ use crate::model::{
     IdempotencyKey, NewSlot, OwnerId, PageRequest, ResourceId, Slot, SlotId, Timestamp,
     MAX_PAGE_SIZE, MAX_QUANTITY,
 };
+use crate::observe::{Op, Operation};
 use crate::scope::Scope;
 use crate::store::{
     Decided, HoldOutcome, HoldRequest, RenewRequest, Store, StoreError, Transition,
@@ -442,20 +443,23 @@ impl PreparedHold {
 /// Turns what the store did with a hold request into the caller's answer, statuses resolved
 /// at the instant the store decided at.
 pub(crate) fn hold_placed(
+    op: &Op,
     outcome: Decided<HoldOutcome>,
     slot_id: SlotId,
     quantity: i32,
 ) -> Result<HoldPlaced, BookingError> {
     let now = outcome.at;
+    let placed = |hold: Hold, replayed| {
+        op.record_hold(hold.hold_id);
+        op.record_replayed(replayed);
+        Ok(HoldPlaced {
+            hold: hold.at(now),
+            replayed,
+        })
+    };
     match outcome.outcome {
-        HoldOutcome::Created(hold) => Ok(HoldPlaced {
-            hold: hold.at(now),
-            replayed: false,
-        }),
-        HoldOutcome::Replayed(hold) => Ok(HoldPlaced {
-            hold: hold.at(now),
-            replayed: true,
-        }),
+        HoldOutcome::Created(hold) => placed(hold, false),
+        HoldOutcome::Replayed(hold) => placed(hold, true),
         HoldOutcome::KeyReused(hold) => Err(BookingError::IdempotencyKeyReused {
             slot_id,
             existing_hold_id: hold.as_ref().map(|h| h.hold_id),
@@ -488,23 +492,30 @@ pub(crate) fn prepare_slot(slot: NewSlot) -> Result<NewSlot, BookingError> {
 /// is `unchanged_ok` (confirming a confirmed hold, cancelling a cancelled one, renewing a
 /// confirmed one), and is an error otherwise.
 pub(crate) fn settle(
+    op: &Op,
     transition: Decided<Transition>,
     hold_id: HoldId,
-    operation: &str,
     unchanged_ok: HoldStatus,
 ) -> Result<Hold, BookingError> {
     let now = transition.at;
     match transition.outcome {
-        Transition::Applied(hold) => Ok(hold.at(now)),
+        Transition::Applied(hold) => {
+            op.record_slot(hold.slot_id);
+            Ok(hold.at(now))
+        }
         Transition::NotFound => Err(BookingError::HoldNotFound { hold_id }),
-        Transition::NotApplied(hold) => match hold.status_at(now) {
-            status if status == unchanged_ok => Ok(hold.at(now)),
-            HoldStatus::Cancelled => Err(BookingError::HoldCancelled { hold_id }),
-            HoldStatus::Expired => Err(BookingError::HoldExpired { hold_id }),
-            status => Err(BookingError::Store(StoreError::failed(format!(
-                "store refused to {operation} hold {hold_id}, which is {status}"
-            )))),
-        },
+        Transition::NotApplied(hold) => {
+            op.record_slot(hold.slot_id);
+            match hold.status_at(now) {
+                status if status == unchanged_ok => Ok(hold.at(now)),
+                HoldStatus::Cancelled => Err(BookingError::HoldCancelled { hold_id }),
+                HoldStatus::Expired => Err(BookingError::HoldExpired { hold_id }),
+                status => Err(BookingError::Store(StoreError::failed(format!(
+                    "store refused to {} hold {hold_id}, which is {status}",
+                    op.operation().name()
+                )))),
+            }
+        }
     }
 }
 
@@ -544,6 +555,9 @@ pub(crate) async fn detached<T: Send + 'static>(
         Ok(Poll::Pending) => {}
         Err(_) => return Err(StoreError::failed("the store panicked")),
     }
+    // On a task of its own the write keeps the caller's span (the operation's), so a store's
+    // own spans and events nest under it.
+    let write = tracing::Instrument::in_current_span(write);
     runtime.spawn(write).await.unwrap_or_else(|error| {
         Err(if error.is_panic() {
             StoreError::failed("the store panicked")
@@ -667,29 +681,44 @@ impl<S: Store> BookingEngine<S> {
         &self,
         query: AvailabilityQuery,
     ) -> Result<Availability, BookingError> {
-        query.check()?;
+        // Not `Op::run`: a hit awaits nothing to nest spans under, and the cheapest hit is
+        // one future without a wrapper; the load's span names this read as its parent.
+        let op = Op::new(Operation::Availability);
+        if let Err(error) = query.check() {
+            let refused = Err(error);
+            op.finish(&refused, None);
+            return refused;
+        }
         // The loader takes its handles only when a load really starts: a hit clones nothing.
         // It reads the clock when the cache starts the load (after the cache noted the load's
         // start), so `read_at + age` never runs behind the clock.
         let load = || {
             let store = Arc::clone(&self.inner.store);
             let read_at = self.inner.clock.now();
+            let load = Op::cache_load(&op);
             async move {
-                let read = guarded(store.availability(read_at)).await?;
-                Ok(AvailabilitySnapshot::new(read.at, read.outcome))
+                load.run(async {
+                    let read = load.store(guarded(store.availability(read_at))).await?;
+                    Ok(AvailabilitySnapshot::new(read.at, read.outcome))
+                })
+                .await
             }
         };
-        let snapshot = self
-            .inner
-            .cache
-            .get(load)
-            .await
-            .map_err(|error| match error {
-                CacheError::Load(error) => BookingError::Store(error),
-                CacheError::LoadAborted => BookingError::Store(StoreError::failed(
-                    "the availability load panicked or was cancelled",
-                )),
-            })?;
+        let snapshot = match self.inner.cache.get(load).await {
+            Ok(snapshot) => snapshot,
+            Err(error) => {
+                let error = match error {
+                    CacheError::Load(error) => BookingError::Store(error),
+                    CacheError::LoadAborted => BookingError::Store(StoreError::failed(
+                        "the availability load panicked or was cancelled",
+                    )),
+                };
+                let failed = Err(error);
+                op.finish(&failed, None);
+                return failed;
+            }
+        };
+        let served = snapshot.served();
         // A wall clock can answer from the snapshot's read time and age without a second
         // clock read; a manual clock is read.
         let now = self
@@ -710,13 +739,15 @@ impl<S: Store> BookingEngine<S> {
                 Err(_) => (None, 0..0),
             },
         };
-        Ok(Availability {
+        let read = Ok(Availability {
             group,
             range,
             snapshot,
             fresh_for,
             age,
-        })
+        });
+        op.finish(&read, Some(served));
+        read
     }
 
     /// Places an anonymous hold on one unit of `slot_id` for the engine's hold lifetime: the
@@ -737,12 +768,19 @@ impl<S: Store> BookingEngine<S> {
     /// with anything else is `idempotency_key_reused`; when the key's hold belongs to another
     /// owner the error says nothing about it.
     pub async fn place_hold(&self, request: NewHold) -> Result<HoldPlaced, BookingError> {
-        let prepared = self.prepare_hold(request)?;
-        let inner = Arc::clone(&self.inner);
-        let (slot_id, quantity) = (prepared.slot_id, prepared.quantity);
-        let outcome =
-            detached(async move { inner.store.create_hold(prepared.request()).await }).await?;
-        hold_placed(outcome, slot_id, quantity)
+        let op = Op::new(Operation::Hold).slot(request.slot_id);
+        op.run(async {
+            let prepared = self.prepare_hold(request)?;
+            let inner = Arc::clone(&self.inner);
+            let (slot_id, quantity) = (prepared.slot_id, prepared.quantity);
+            let outcome = op
+                .store(detached(async move {
+                    inner.store.create_hold(prepared.request()).await
+                }))
+                .await?;
+            hold_placed(&op, outcome, slot_id, quantity)
+        })
+        .await
     }
 
     /// Checks a hold request and fixes its instant and expiry: everything the store is
@@ -791,14 +829,20 @@ impl<S: Store> BookingEngine<S> {
     /// Confirms an active hold in `scope`. Confirming a confirmed hold returns it unchanged;
     /// a hold outside `scope` is `hold_not_found`.
     pub async fn confirm_as(&self, scope: &Scope, hold_id: HoldId) -> Result<Hold, BookingError> {
-        let now = self.inner.clock.now();
-        let inner = Arc::clone(&self.inner);
-        let scope = scope.clone();
-        let transition = detached(async move {
-            inner.invalidate_if_applied(inner.store.confirm_hold(hold_id, &scope, now).await)
+        let op = Op::new(Operation::Confirm).hold(hold_id);
+        op.run(async {
+            let now = self.inner.clock.now();
+            let inner = Arc::clone(&self.inner);
+            let scope = scope.clone();
+            let transition = op
+                .store(detached(async move {
+                    inner
+                        .invalidate_if_applied(inner.store.confirm_hold(hold_id, &scope, now).await)
+                }))
+                .await?;
+            settle(&op, transition, hold_id, HoldStatus::Confirmed)
         })
-        .await?;
-        settle(transition, hold_id, "confirm", HoldStatus::Confirmed)
+        .await
     }
 
     /// Cancels an active or confirmed anonymous hold ([`Scope::Anonymous`]), giving its units
@@ -810,14 +854,19 @@ impl<S: Store> BookingEngine<S> {
     /// Cancels an active or confirmed hold in `scope`, giving its units back. Cancelling a
     /// cancelled hold returns it unchanged; a hold outside `scope` is `hold_not_found`.
     pub async fn cancel_as(&self, scope: &Scope, hold_id: HoldId) -> Result<Hold, BookingError> {
-        let now = self.inner.clock.now();
-        let inner = Arc::clone(&self.inner);
-        let scope = scope.clone();
-        let transition = detached(async move {
-            inner.invalidate_if_applied(inner.store.cancel_hold(hold_id, &scope, now).await)
+        let op = Op::new(Operation::Cancel).hold(hold_id);
+        op.run(async {
+            let now = self.inner.clock.now();
+            let inner = Arc::clone(&self.inner);
+            let scope = scope.clone();
+            let transition = op
+                .store(detached(async move {
+                    inner.invalidate_if_applied(inner.store.cancel_hold(hold_id, &scope, now).await)
+                }))
+                .await?;
+            settle(&op, transition, hold_id, HoldStatus::Cancelled)
         })
-        .await?;
-        settle(transition, hold_id, "cancel", HoldStatus::Cancelled)
+        .await
     }
 
     /// Renews an active anonymous hold for the engine's hold lifetime (see
@@ -840,22 +889,27 @@ impl<S: Store> BookingEngine<S> {
         hold_id: HoldId,
         lifetime: Option<Duration>,
     ) -> Result<Hold, BookingError> {
-        let (lifetime, max_life, now) = self.prepare_renew(lifetime)?;
-        let inner = Arc::clone(&self.inner);
-        let scope = scope.clone();
-        let transition = detached(async move {
-            let request = RenewRequest {
-                hold_id,
-                scope: &scope,
-                now,
-                lifetime,
-                max_life,
-            };
-            inner.store.renew_hold(request).await
+        let op = Op::new(Operation::Renew).hold(hold_id);
+        op.run(async {
+            let (lifetime, max_life, now) = self.prepare_renew(lifetime)?;
+            let inner = Arc::clone(&self.inner);
+            let scope = scope.clone();
+            let transition = op
+                .store(detached(async move {
+                    let request = RenewRequest {
+                        hold_id,
+                        scope: &scope,
+                        now,
+                        lifetime,
+                        max_life,
+                    };
+                    inner.store.renew_hold(request).await
+                }))
+                .await?;
+            // A confirmed hold has nothing to renew: it is returned unchanged.
+            settle(&op, transition, hold_id, HoldStatus::Confirmed)
         })
-        .await?;
-        // A confirmed hold has nothing to renew: it is returned unchanged.
-        settle(transition, hold_id, "renew", HoldStatus::Confirmed)
+        .await
     }
 
     /// Reads an anonymous hold ([`Scope::Anonymous`]), its status resolved at the current time.
@@ -866,12 +920,18 @@ impl<S: Store> BookingEngine<S> {
     /// Reads a hold in `scope`, its status resolved at the current time; a hold outside
     /// `scope` is `hold_not_found`.
     pub async fn get_hold_as(&self, scope: &Scope, hold_id: HoldId) -> Result<Hold, BookingError> {
-        let now = self.inner.clock.now();
-        let read = guarded(self.inner.store.get_hold(hold_id, scope, now)).await?;
-        match read.outcome {
-            Some(hold) => Ok(hold.at(read.at)),
-            None => Err(BookingError::HoldNotFound { hold_id }),
-        }
+        let op = Op::new(Operation::GetHold).hold(hold_id);
+        op.run(async {
+            let now = self.inner.clock.now();
+            let read = op
+                .store(guarded(self.inner.store.get_hold(hold_id, scope, now)))
+                .await?;
+            match read.outcome {
+                Some(hold) => Ok(hold.at(read.at)),
+                None => Err(BookingError::HoldNotFound { hold_id }),
+            }
+        })
+        .await
     }
 
     /// A page of `owner`'s holds by id, every status, resolved at the current time.
@@ -880,10 +940,16 @@ impl<S: Store> BookingEngine<S> {
         owner: &OwnerId,
         page: PageRequest,
     ) -> Result<HoldPage, BookingError> {
-        check_page(page)?;
-        let now = self.inner.clock.now();
-        let read = guarded(self.inner.store.owner_holds(owner, page, now)).await?;
-        Ok(into_page(read, page))
+        let op = Op::new(Operation::OwnerHolds);
+        op.run(async {
+            check_page(page)?;
+            let now = self.inner.clock.now();
+            let read = op
+                .store(guarded(self.inner.store.owner_holds(owner, page, now)))
+                .await?;
+            Ok(into_page(read, page))
+        })
+        .await
     }
 
     /// A page of the holds of `slot_id` (the roster: every owner's, every status) by id,
@@ -893,22 +959,34 @@ impl<S: Store> BookingEngine<S> {
         slot_id: SlotId,
         page: PageRequest,
     ) -> Result<HoldPage, BookingError> {
-        check_page(page)?;
-        let now = self.inner.clock.now();
-        let read = guarded(self.inner.store.slot_holds(slot_id, page, now)).await?;
-        Ok(into_page(read, page))
+        let op = Op::new(Operation::SlotHolds).slot(slot_id);
+        op.run(async {
+            check_page(page)?;
+            let now = self.inner.clock.now();
+            let read = op
+                .store(guarded(self.inner.store.slot_holds(slot_id, page, now)))
+                .await?;
+            Ok(into_page(read, page))
+        })
+        .await
     }
 
     /// Validates and stores a new slot with all its capacity free, selling at once.
     pub async fn create_slot(&self, slot: NewSlot) -> Result<Slot, BookingError> {
-        let slot = prepare_slot(slot)?;
-        let inner = Arc::clone(&self.inner);
-        let created = detached(async move {
-            let created = inner.store.create_slot(&slot).await?;
-            inner.cache.invalidate();
+        let op = Op::new(Operation::CreateSlot);
+        op.run(async {
+            let slot = prepare_slot(slot)?;
+            let inner = Arc::clone(&self.inner);
+            let created = op
+                .store(detached(async move {
+                    let created = inner.store.create_slot(&slot).await?;
+                    inner.cache.invalidate();
+                    Ok(created)
+                }))
+                .await?;
+            op.record_slot(created.slot_id);
             Ok(created)
         })
-        .await?;
-        Ok(created)
+        .await
     }
 }

@@ -166,6 +166,15 @@
 //! notices into invalidations of an engine's cache, coalesced, and treats any doubt (a lost
 //! connection) as "everything changed". See [`changes`].
 //!
+//! # Observability
+//!
+//! Every operation runs in a [`tracing`] span (`DEBUG`, target `slot_booking`: slot and hold
+//! ids, outcome code, time awaiting the store) and is counted through the [`metrics`] facade
+//! by operation and outcome, with store latency histograms and the availability cache's hits,
+//! misses, loads and stale serves. The engine installs nothing: with no subscriber and no
+//! recorder, nothing is recorded and the cost is a few atomic loads. Names and labels are in
+//! [`observe`].
+//!
 //! # Stores
 //!
 //! A [`Store`] is a translation of each operation into one atomic step of its storage. The
@@ -184,6 +193,7 @@ pub mod engine;
 pub mod error;
 pub mod memory;
 pub mod model;
+pub mod observe;
 pub mod scope;
 pub mod store;
 pub mod transaction;

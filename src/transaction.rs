@@ -39,12 +39,13 @@
 
 use async_trait::async_trait;
 
-use crate::admin::{checked_capacity, SlotOperation};
+use crate::admin::{checked_capacity, sales_operation, SlotOperation};
 use crate::engine::{
     guarded, hold_placed, prepare_slot, settle, BookingEngine, HoldPlaced, NewHold,
 };
 use crate::error::BookingError;
 use crate::model::{Hold, HoldId, HoldStatus, NewSlot, Slot, SlotId, Timestamp};
+use crate::observe::{Op, Operation};
 use crate::scope::Scope;
 use crate::store::{
     Decided, HoldOutcome, HoldRequest, RenewRequest, SlotChange, Store, StoreError, Transition,
@@ -188,9 +189,17 @@ impl<S: Store, W: TransactionWrites> Within<'_, S, W> {
 
     /// As [`BookingEngine::place_hold`].
     pub async fn place_hold(&mut self, request: NewHold) -> Result<HoldPlaced, BookingError> {
-        let prepared = self.engine.prepare_hold(request)?;
-        let outcome = guarded(self.writes.create_hold(prepared.request())).await?;
-        hold_placed(outcome, prepared.slot_id, prepared.quantity)
+        let op = Op::new(Operation::Hold)
+            .slot(request.slot_id)
+            .in_transaction();
+        op.run(async {
+            let prepared = self.engine.prepare_hold(request)?;
+            let outcome = op
+                .store(guarded(self.writes.create_hold(prepared.request())))
+                .await?;
+            hold_placed(&op, outcome, prepared.slot_id, prepared.quantity)
+        })
+        .await
     }
 
     /// As [`BookingEngine::confirm`].
@@ -204,9 +213,15 @@ impl<S: Store, W: TransactionWrites> Within<'_, S, W> {
         scope: &Scope,
         hold_id: HoldId,
     ) -> Result<Hold, BookingError> {
-        let now = self.engine.clock().now();
-        let transition = guarded(self.writes.confirm_hold(hold_id, scope, now)).await?;
-        settle(transition, hold_id, "confirm", HoldStatus::Confirmed)
+        let op = Op::new(Operation::Confirm).hold(hold_id).in_transaction();
+        op.run(async {
+            let now = self.engine.clock().now();
+            let transition = op
+                .store(guarded(self.writes.confirm_hold(hold_id, scope, now)))
+                .await?;
+            settle(&op, transition, hold_id, HoldStatus::Confirmed)
+        })
+        .await
     }
 
     /// As [`BookingEngine::cancel`].
@@ -220,9 +235,15 @@ impl<S: Store, W: TransactionWrites> Within<'_, S, W> {
         scope: &Scope,
         hold_id: HoldId,
     ) -> Result<Hold, BookingError> {
-        let now = self.engine.clock().now();
-        let transition = guarded(self.writes.cancel_hold(hold_id, scope, now)).await?;
-        settle(transition, hold_id, "cancel", HoldStatus::Cancelled)
+        let op = Op::new(Operation::Cancel).hold(hold_id).in_transaction();
+        op.run(async {
+            let now = self.engine.clock().now();
+            let transition = op
+                .store(guarded(self.writes.cancel_hold(hold_id, scope, now)))
+                .await?;
+            settle(&op, transition, hold_id, HoldStatus::Cancelled)
+        })
+        .await
     }
 
     /// As [`BookingEngine::renew_as`].
@@ -232,16 +253,20 @@ impl<S: Store, W: TransactionWrites> Within<'_, S, W> {
         hold_id: HoldId,
         lifetime: Option<std::time::Duration>,
     ) -> Result<Hold, BookingError> {
-        let (lifetime, max_life, now) = self.engine.prepare_renew(lifetime)?;
-        let request = RenewRequest {
-            hold_id,
-            scope,
-            now,
-            lifetime,
-            max_life,
-        };
-        let transition = guarded(self.writes.renew_hold(request)).await?;
-        settle(transition, hold_id, "renew", HoldStatus::Confirmed)
+        let op = Op::new(Operation::Renew).hold(hold_id).in_transaction();
+        op.run(async {
+            let (lifetime, max_life, now) = self.engine.prepare_renew(lifetime)?;
+            let request = RenewRequest {
+                hold_id,
+                scope,
+                now,
+                lifetime,
+                max_life,
+            };
+            let transition = op.store(guarded(self.writes.renew_hold(request))).await?;
+            settle(&op, transition, hold_id, HoldStatus::Confirmed)
+        })
+        .await
     }
 
     /// As [`BookingEngine::get_hold_as`], seeing the transaction's own writes.
@@ -250,18 +275,30 @@ impl<S: Store, W: TransactionWrites> Within<'_, S, W> {
         scope: &Scope,
         hold_id: HoldId,
     ) -> Result<Hold, BookingError> {
-        let now = self.engine.clock().now();
-        let read = guarded(self.writes.get_hold(hold_id, scope, now)).await?;
-        match read.outcome {
-            Some(hold) => Ok(hold.at(read.at)),
-            None => Err(BookingError::HoldNotFound { hold_id }),
-        }
+        let op = Op::new(Operation::GetHold).hold(hold_id).in_transaction();
+        op.run(async {
+            let now = self.engine.clock().now();
+            let read = op
+                .store(guarded(self.writes.get_hold(hold_id, scope, now)))
+                .await?;
+            match read.outcome {
+                Some(hold) => Ok(hold.at(read.at)),
+                None => Err(BookingError::HoldNotFound { hold_id }),
+            }
+        })
+        .await
     }
 
     /// As [`BookingEngine::create_slot`].
     pub async fn create_slot(&mut self, slot: NewSlot) -> Result<Slot, BookingError> {
-        let slot = prepare_slot(slot)?;
-        Ok(guarded(self.writes.create_slot(&slot)).await?)
+        let op = Op::new(Operation::CreateSlot).in_transaction();
+        op.run(async {
+            let slot = prepare_slot(slot)?;
+            let created = op.store(guarded(self.writes.create_slot(&slot))).await?;
+            op.record_slot(created.slot_id);
+            Ok(created)
+        })
+        .await
     }
 
     /// As [`BookingEngine::change_capacity`].
@@ -270,10 +307,18 @@ impl<S: Store, W: TransactionWrites> Within<'_, S, W> {
         slot_id: SlotId,
         capacity: i64,
     ) -> Result<Slot, BookingError> {
-        let capacity = checked_capacity(capacity)?;
-        let now = self.engine.clock().now();
-        let change = guarded(self.writes.change_capacity(slot_id, capacity, now)).await?;
-        SlotOperation::Capacity(capacity).answer(change.outcome, slot_id)
+        let op = Op::new(Operation::ChangeCapacity)
+            .slot(slot_id)
+            .in_transaction();
+        op.run(async {
+            let capacity = checked_capacity(capacity)?;
+            let now = self.engine.clock().now();
+            let change = op
+                .store(guarded(self.writes.change_capacity(slot_id, capacity, now)))
+                .await?;
+            SlotOperation::Capacity(capacity).answer(change.outcome, slot_id)
+        })
+        .await
     }
 
     /// As [`BookingEngine::close_sales`].
@@ -287,15 +332,31 @@ impl<S: Store, W: TransactionWrites> Within<'_, S, W> {
     }
 
     async fn set_closed(&mut self, slot_id: SlotId, closed: bool) -> Result<Slot, BookingError> {
-        let now = self.engine.clock().now();
-        let change = guarded(self.writes.set_closed(slot_id, closed, now)).await?;
-        SlotOperation::Sales.answer(change.outcome, slot_id)
+        let op = Op::new(sales_operation(closed))
+            .slot(slot_id)
+            .in_transaction();
+        op.run(async {
+            let now = self.engine.clock().now();
+            let change = op
+                .store(guarded(self.writes.set_closed(slot_id, closed, now)))
+                .await?;
+            SlotOperation::Sales.answer(change.outcome, slot_id)
+        })
+        .await
     }
 
     /// As [`BookingEngine::remove_slot`].
     pub async fn remove_slot(&mut self, slot_id: SlotId) -> Result<Slot, BookingError> {
-        let now = self.engine.clock().now();
-        let change = guarded(self.writes.remove_slot(slot_id, now)).await?;
-        SlotOperation::Remove.answer(change.outcome, slot_id)
+        let op = Op::new(Operation::RemoveSlot)
+            .slot(slot_id)
+            .in_transaction();
+        op.run(async {
+            let now = self.engine.clock().now();
+            let change = op
+                .store(guarded(self.writes.remove_slot(slot_id, now)))
+                .await?;
+            SlotOperation::Remove.answer(change.outcome, slot_id)
+        })
+        .await
     }
 }

@@ -21,6 +21,7 @@
 //! | POST | /admin/slots/{slot}/reopen | 200, the slot (administration) |
 //! | DELETE | /admin/slots/{slot} | 200, the slot with `removed_at` (administration) |
 //! | GET | /admin/slots/{slot}/holds?after=&limit= | 200 `{"holds":[...],"next_after":id}`: the slot's roster (administration) |
+//! | GET | /metrics | 200, Prometheus text (`text/plain; version=0.0.4`): the engine's metrics (observability) |
 //!
 //! A hold body is always the same six fields: `hold_id`, `slot_id`, `status`, `expires_at`,
 //! `confirmed_at`, `cancelled_at`. Errors are `application/problem+json` with a machine `code`.
@@ -51,6 +52,13 @@
 //! `invalid_resource`, `invalid_body`, `invalid_query` and `invalid_page` (400) for bad input.
 //! Removal archives: the slot takes no more holds (`slot_not_found`) and leaves availability,
 //! while its holds stay readable and the listing still shows it.
+//!
+//! `/metrics` (under the same `PATH_PREFIX`) serves what `slot_booking` records through the
+//! `metrics` facade ([`slot_booking::observe`]): operations by outcome, store latency
+//! histograms, availability cache hits, misses, loads and stale serves. The first router
+//! built installs the process's Prometheus recorder ([`install_metrics`]). The server logs
+//! one line per request through its `tracing` subscriber (`INFO`); the engine's spans are at
+//! `DEBUG`.
 //!
 //! [`run`] is the whole server: [`Config`] from the environment (checked before anything is
 //! opened), the [`Database`] (migrated, demo slots added once), the engine following the
@@ -99,10 +107,12 @@ use std::future::Future;
 mod admin;
 pub mod config;
 pub mod database;
+pub mod observe;
 pub mod serve;
 
 pub use config::{AdminToken, Config, ConfigError};
 pub use database::{demo_slots, Database};
+pub use observe::install_metrics;
 pub use serve::serve;
 
 /// The engine the router serves: any store behind a trait object.
@@ -140,8 +150,10 @@ struct PathPrefix(Arc<str>);
 
 /// The routes under `config.path_prefix` (validated by [`Config`]), with its body timeout, and
 /// the administration routes when `config.admin_token` is set (without it they do not exist:
-/// `/admin/...` is `not_found` like any unknown path).
+/// `/admin/...` is `not_found` like any unknown path), and `/metrics` (installing the
+/// process's Prometheus recorder if no router has yet: [`install_metrics`]).
 pub fn router_with_config(engine: Engine, config: &Config) -> Router {
+    install_metrics();
     let prefix = config.path_prefix.trim_end_matches('/');
     let mut routes = Router::new()
         .route("/slots/availability", get(availability))
@@ -149,7 +161,8 @@ pub fn router_with_config(engine: Engine, config: &Config) -> Router {
         .route("/holds/{hold}/confirm", post(confirm))
         .route("/holds/{hold}", get(get_hold).delete(cancel))
         .route("/holds/{hold}/renew", post(renew))
-        .route("/holds", get(list_holds));
+        .route("/holds", get(list_holds))
+        .route("/metrics", get(observe::metrics));
     if let Some(token) = &config.admin_token {
         routes = routes.merge(admin::routes(token.clone(), method_not_allowed));
     }
@@ -196,6 +209,8 @@ pub async fn main_from_env() -> ExitCode {
 /// `serving on http://<address>` when it accepts connections. Failing to follow is a startup
 /// error, like an unreachable database.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), String> {
+    // Before the database is opened, so that the demo slots are counted too.
+    install_metrics();
     let scheme = config.database_url.split(':').next().unwrap_or_default();
     let database = Database::open(&config.database_url)
         .await
