@@ -41,8 +41,8 @@ struct Counting {
 
 #[async_trait]
 impl Store for Counting {
-    async fn create_slot(&self, slot: &NewSlot) -> Result<Slot, StoreError> {
-        self.inner.create_slot(slot).await
+    async fn create_slot(&self, slot: &NewSlot, now: Timestamp) -> Result<Slot, StoreError> {
+        self.inner.create_slot(slot, now).await
     }
     async fn availability(
         &self,

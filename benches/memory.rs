@@ -60,11 +60,10 @@ async fn store_with_slots() -> (MemoryStore, Vec<SlotId>) {
     for i in 0..SLOTS as i64 {
         let starts_at = start + chrono::Duration::minutes(i);
         let slot = store
-            .create_slot(&NewSlot::new(
-                starts_at,
-                starts_at + chrono::Duration::hours(1),
-                i32::MAX,
-            ))
+            .create_slot(
+                &NewSlot::new(starts_at, starts_at + chrono::Duration::hours(1), i32::MAX),
+                chrono::Utc::now(),
+            )
             .await
             .unwrap();
         slots.push(slot.slot_id);

@@ -34,6 +34,7 @@ macro_rules! assert_err {
     };
 }
 
+pub mod events;
 pub mod faults;
 pub mod kit;
 pub mod model;
@@ -52,6 +53,10 @@ pub const MODEL_CASES: u32 = 256;
 /// Random transaction sequences [`transaction_conformance_tests!`](crate::transaction_conformance_tests)
 /// runs against the model per store (`PROPTEST_CASES` overrides it).
 pub const TRANSACTION_MODEL_CASES: u32 = 64;
+
+/// Random sequences [`event_conformance_tests!`](crate::event_conformance_tests) runs against
+/// the model, event log included, per store (`PROPTEST_CASES` overrides it).
+pub const EVENT_MODEL_CASES: u32 = 128;
 
 /// Random concurrent runs [`conformance_tests!`](crate::conformance_tests) makes per store.
 pub const CONCURRENT_CASES: u32 = 48;

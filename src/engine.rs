@@ -976,10 +976,11 @@ impl<S: Store> BookingEngine<S> {
         let op = Op::new(Operation::CreateSlot);
         op.run(async {
             let slot = prepare_slot(slot)?;
+            let now = self.clock().now();
             let inner = Arc::clone(&self.inner);
             let created = op
                 .store(detached(async move {
-                    let created = inner.store.create_slot(&slot).await?;
+                    let created = inner.store.create_slot(&slot, now).await?;
                     inner.cache.invalidate();
                     Ok(created)
                 }))

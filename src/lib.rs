@@ -191,6 +191,7 @@ pub mod clock;
 pub mod conformance;
 pub mod engine;
 pub mod error;
+pub mod events;
 pub mod memory;
 pub mod model;
 pub mod observe;
@@ -204,10 +205,11 @@ pub use engine::{
     Availability, AvailabilitySnapshot, BookingEngine, EngineBuilder, HoldPlaced, NewHold,
 };
 pub use error::BookingError;
+pub use events::{Event, EventKind, EventPosition, EventStore, Purged};
 pub use memory::MemoryStore;
 pub use model::{
-    AvailabilityEntry, AvailabilityQuery, Hold, HoldId, HoldPage, HoldStatus, IdempotencyKey,
-    NewSlot, OwnerId, PageRequest, ResourceId, Slot, SlotId, Timestamp,
+    AvailabilityEntry, AvailabilityQuery, ConsumerId, Hold, HoldId, HoldPage, HoldStatus,
+    IdempotencyKey, NewSlot, OwnerId, PageRequest, ResourceId, Slot, SlotId, Timestamp,
 };
 pub use scope::Scope;
 pub use store::{

@@ -4,11 +4,15 @@
 //! Each slot and its holds sit behind a mutex of their own, so holds on different slots run in
 //! parallel. The unique constraint on idempotency keys is a sharded map: inserting into it
 //! under its shard lock is what decides "created" versus "replayed", the way a unique index
-//! does in SQL. Locks are always taken in the order key shard → slot → hold index shard →
-//! owner index, so no two operations can deadlock.
+//! does in SQL. Locks are always taken in the order key shard → slot table → slot → hold index
+//! shard → owner index → event log, so no two operations can deadlock.
+//!
+//! Each change appends its [`Event`]s while it still holds the lock of the slot it changed, so
+//! an event is in the log exactly when its change is visible, and a slot's events are in the
+//! order of its changes.
 
 use std::collections::hash_map::{Entry, RandomState};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::hash::BuildHasher;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -17,9 +21,10 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use async_trait::async_trait;
 
 use crate::admin::{SlotFilter, SlotPageRequest, SlotUsage};
+use crate::events::{Event, EventKind, EventPosition, EventStore, NewEvent, Purged};
 use crate::model::{
-    AvailabilityEntry, Hold, HoldId, HoldStatus, IdempotencyKey, NewSlot, OwnerId, PageRequest,
-    Slot, SlotId, Timestamp,
+    AvailabilityEntry, ConsumerId, Hold, HoldId, HoldStatus, IdempotencyKey, NewSlot, OwnerId,
+    PageRequest, Slot, SlotId, Timestamp,
 };
 use crate::scope::Scope;
 use crate::store::{
@@ -48,6 +53,29 @@ pub struct MemoryStore {
     owners: Mutex<BTreeSet<(OwnerId, HoldId)>>,
     last_hold_id: AtomicI64,
     hasher: RandomState,
+    /// The event log and its consumers' cursors.
+    log: Mutex<EventLog>,
+}
+
+#[derive(Debug, Default)]
+struct EventLog {
+    /// Events not purged, in ascending position.
+    events: VecDeque<Event>,
+    last_sequence: i64,
+    consumers: HashMap<ConsumerId, EventPosition>,
+}
+
+impl EventLog {
+    fn append(&mut self, event: NewEvent) {
+        self.last_sequence += 1;
+        let position = EventPosition::new(0, self.last_sequence);
+        self.events.push_back(event.at_position(position));
+    }
+
+    /// Where the unread events of a consumer at `after` begin.
+    fn first_after(&self, after: EventPosition) -> usize {
+        self.events.partition_point(|event| event.position <= after)
+    }
 }
 
 #[derive(Debug, Default)]
@@ -65,6 +93,8 @@ struct SlotRow {
     holds: BTreeMap<HoldId, Hold>,
     /// Holds stored as held, by expiry: the in-memory twin of the SQL partial index.
     held_by_expiry: BTreeSet<(Timestamp, HoldId)>,
+    /// Each hold's idempotency key, to free it when the hold is purged.
+    keys: HashMap<HoldId, IdempotencyKey>,
 }
 
 impl SlotRow {
@@ -102,8 +132,9 @@ impl SlotRow {
     fn change_taking_free_units(
         &mut self,
         now: Timestamp,
+        log: &Mutex<EventLog>,
         fits: impl Fn(&Slot, i32) -> bool,
-        change: impl FnOnce(&mut Slot),
+        change: impl FnOnce(&mut Slot) -> EventKind,
     ) -> SlotChange {
         if self.slot.removed_at.is_some() {
             return SlotChange::NotFound;
@@ -112,22 +143,43 @@ impl SlotRow {
             if !fits(&self.slot, self.expired_units(now)) {
                 return SlotChange::InUse(self.usage(now));
             }
-            self.reclaim(now);
+            self.reclaim(now, usize::MAX, log);
         }
-        change(&mut self.slot);
+        let before = self.slot.clone();
+        let kind = change(&mut self.slot);
+        if self.slot != before {
+            self.log_slot(kind, now, log);
+        }
         SlotChange::Applied(self.slot.clone())
     }
 
-    /// Marks held holds with `expires_at <= now` as expired and gives their units back.
-    fn reclaim(&mut self, now: Timestamp) {
-        let expired: Vec<(Timestamp, HoldId)> = self.expired_held(now).copied().collect();
+    /// Marks up to `limit` held holds with `expires_at <= now` as expired, gives their units
+    /// back and logs one `hold_expired` event each; returns them.
+    fn reclaim(&mut self, now: Timestamp, limit: usize, log: &Mutex<EventLog>) -> Vec<Hold> {
+        let expired: Vec<(Timestamp, HoldId)> =
+            self.expired_held(now).take(limit).copied().collect();
+        let mut reclaimed = Vec::with_capacity(expired.len());
         for entry in expired {
             self.held_by_expiry.remove(&entry);
             if let Some(hold) = self.holds.get_mut(&entry.1) {
                 hold.status = HoldStatus::Expired;
                 self.slot.remaining += hold.quantity;
+                reclaimed.push(hold.clone());
             }
         }
+        if !reclaimed.is_empty() {
+            let mut log = lock(log);
+            for hold in &reclaimed {
+                log.append(NewEvent::of_hold(EventKind::HoldExpired, hold, now));
+            }
+        }
+        reclaimed
+    }
+
+    /// Logs `kind` about this slot as it is now.
+    fn log_slot(&self, kind: EventKind, now: Timestamp, log: &Mutex<EventLog>) {
+        let event = NewEvent::of_slot(kind, self.slot.slot_id, self.slot.capacity, now);
+        lock(log).append(event);
     }
 
     fn limits(&self) -> SlotLimits {
@@ -166,13 +218,15 @@ impl MemoryStore {
         self.slot_row(slot_id)
     }
 
-    /// Applies `change` to the hold if it is in `scope` and `change` allows it; the closure
-    /// returns whether it changed anything.
+    /// Applies `change` to the hold if it is in `scope` and `change` allows it (it names the
+    /// event of the change, `None` when refused), and logs that event at `now` if the hold
+    /// really changed (a renewal already at its maximum life moves nothing and logs nothing).
     fn transition(
         &self,
         hold_id: HoldId,
         scope: &Scope,
-        change: impl FnOnce(&mut SlotRow, HoldId) -> bool,
+        now: Timestamp,
+        change: impl FnOnce(&mut SlotRow, HoldId) -> Option<EventKind>,
     ) -> Transition {
         let Some(row) = self.slot_of_hold(hold_id) else {
             return Transition::NotFound;
@@ -181,11 +235,17 @@ impl MemoryStore {
         if !row.holds.get(&hold_id).is_some_and(|h| scope.admits(h)) {
             return Transition::NotFound;
         }
+        let before = row.holds.get(&hold_id).cloned();
         let applied = change(&mut row, hold_id);
-        match row.holds.get(&hold_id) {
-            Some(hold) if applied => Transition::Applied(hold.clone()),
-            Some(hold) => Transition::NotApplied(hold.clone()),
-            None => Transition::NotFound,
+        match (row.holds.get(&hold_id), applied) {
+            (Some(hold), Some(kind)) => {
+                if before.as_ref() != Some(hold) {
+                    lock(&self.log).append(NewEvent::of_hold(kind, hold, now));
+                }
+                Transition::Applied(hold.clone())
+            }
+            (Some(hold), None) => Transition::NotApplied(hold.clone()),
+            (None, _) => Transition::NotFound,
         }
     }
 
@@ -198,7 +258,7 @@ impl MemoryStore {
 
 #[async_trait]
 impl Store for MemoryStore {
-    async fn create_slot(&self, new: &NewSlot) -> Result<Slot, StoreError> {
+    async fn create_slot(&self, new: &NewSlot, now: Timestamp) -> Result<Slot, StoreError> {
         let mut table = self.slots.write().unwrap_or_else(PoisonError::into_inner);
         table.last_id += 1;
         let slot = Slot {
@@ -211,15 +271,15 @@ impl Store for MemoryStore {
             closed: false,
             removed_at: None,
         };
+        let row = SlotRow {
+            slot: slot.clone(),
+            holds: BTreeMap::new(),
+            held_by_expiry: BTreeSet::new(),
+            keys: HashMap::new(),
+        };
+        row.log_slot(EventKind::SlotCreated, now, &self.log);
         table.by_start.insert((slot.starts_at, slot.slot_id));
-        table.by_id.insert(
-            slot.slot_id,
-            Arc::new(Mutex::new(SlotRow {
-                slot: slot.clone(),
-                holds: BTreeMap::new(),
-                held_by_expiry: BTreeSet::new(),
-            })),
-        );
+        table.by_id.insert(slot.slot_id, Arc::new(Mutex::new(row)));
         Ok(slot)
     }
 
@@ -266,18 +326,16 @@ impl Store for MemoryStore {
         scope: &Scope,
         now: Timestamp,
     ) -> Result<Decided<Transition>, StoreError> {
-        let transition = self.transition(hold_id, scope, |row, hold_id| {
-            let Some(hold) = row.holds.get_mut(&hold_id) else {
-                return false;
-            };
+        let transition = self.transition(hold_id, scope, now, |row, hold_id| {
+            let hold = row.holds.get_mut(&hold_id)?;
             if hold.status != HoldStatus::Held || hold.expires_at <= now {
-                return false;
+                return None;
             }
             hold.status = HoldStatus::Confirmed;
             hold.confirmed_at = Some(now);
             let expiry = (hold.expires_at, hold_id);
             row.held_by_expiry.remove(&expiry);
-            true
+            Some(EventKind::HoldConfirmed)
         });
         Ok(Decided::new(now, transition))
     }
@@ -288,14 +346,12 @@ impl Store for MemoryStore {
         scope: &Scope,
         now: Timestamp,
     ) -> Result<Decided<Transition>, StoreError> {
-        let transition = self.transition(hold_id, scope, |row, hold_id| {
-            let Some(hold) = row.holds.get_mut(&hold_id) else {
-                return false;
-            };
+        let transition = self.transition(hold_id, scope, now, |row, hold_id| {
+            let hold = row.holds.get_mut(&hold_id)?;
             let was_held = match hold.status {
                 HoldStatus::Held if hold.expires_at > now => true,
                 HoldStatus::Confirmed => false,
-                _ => return false,
+                _ => return None,
             };
             hold.status = HoldStatus::Cancelled;
             hold.cancelled_at = Some(now);
@@ -304,7 +360,7 @@ impl Store for MemoryStore {
                 row.held_by_expiry.remove(&expiry);
             }
             row.slot.remaining += quantity;
-            true
+            Some(EventKind::HoldCancelled)
         });
         Ok(Decided::new(now, transition))
     }
@@ -314,19 +370,17 @@ impl Store for MemoryStore {
         request: RenewRequest<'_>,
     ) -> Result<Decided<Transition>, StoreError> {
         let now = request.now;
-        let transition = self.transition(request.hold_id, request.scope, |row, hold_id| {
-            let Some(hold) = row.holds.get_mut(&hold_id) else {
-                return false;
-            };
+        let transition = self.transition(request.hold_id, request.scope, now, |row, hold_id| {
+            let hold = row.holds.get_mut(&hold_id)?;
             if hold.status != HoldStatus::Held || hold.expires_at <= now {
-                return false;
+                return None;
             }
             let old = (hold.expires_at, hold_id);
             hold.expires_at = request.renewed_expiry(hold);
             let new = (hold.expires_at, hold_id);
             row.held_by_expiry.remove(&old);
             row.held_by_expiry.insert(new);
-            true
+            Some(EventKind::HoldRenewed)
         });
         Ok(Decided::new(now, transition))
     }
@@ -357,8 +411,7 @@ impl Store for MemoryStore {
                 .map(|(_, id)| *id)
                 .collect()
         };
-        // An owner's holds are never removed and never change owner: each id still has its
-        // hold, read under its slot's lock.
+        // Holds never change owner; one purged since the index was read is left out.
         let holds = ids
             .into_iter()
             .filter_map(|id| self.read_hold(id))
@@ -408,10 +461,12 @@ impl Store for MemoryStore {
         };
         let change = row.change_taking_free_units(
             now,
+            &self.log,
             |slot, extra| remaining_after(slot, extra) >= 0,
             |slot| {
                 slot.remaining += capacity - slot.capacity;
                 slot.capacity = capacity;
+                EventKind::SlotCapacityChanged
             },
         );
         Ok(Decided::new(now, change))
@@ -429,7 +484,17 @@ impl Store for MemoryStore {
                 if row.slot.removed_at.is_some() {
                     SlotChange::NotFound
                 } else {
-                    row.slot.closed = closed;
+                    // Closing a closed slot (or reopening an open one) changes nothing and
+                    // logs nothing.
+                    if row.slot.closed != closed {
+                        row.slot.closed = closed;
+                        let kind = if closed {
+                            EventKind::SlotClosed
+                        } else {
+                            EventKind::SlotReopened
+                        };
+                        row.log_slot(kind, now, &self.log);
+                    }
                     SlotChange::Applied(row.slot.clone())
                 }
             }
@@ -450,8 +515,12 @@ impl Store for MemoryStore {
         // No unit held or confirmed is the slot row's own `remaining == capacity`.
         let change = row.change_taking_free_units(
             now,
+            &self.log,
             |slot, extra| slot.remaining + extra == slot.capacity,
-            |slot| slot.removed_at = Some(now),
+            |slot| {
+                slot.removed_at = Some(now);
+                EventKind::SlotRemoved
+            },
         );
         Ok(Decided::new(now, change))
     }
@@ -510,7 +579,7 @@ impl MemoryStore {
             && row.slot.remaining < request.quantity
             && row.slot.remaining + row.expired_units(request.now) >= request.quantity
         {
-            row.reclaim(request.now);
+            row.reclaim(request.now, usize::MAX, &self.log);
         }
         if !open || row.slot.remaining < request.quantity {
             return Ok(HoldOutcome::refused(request, None, Some(row.limits())));
@@ -531,11 +600,143 @@ impl MemoryStore {
         };
         row.holds.insert(hold_id, hold.clone());
         row.held_by_expiry.insert((hold.expires_at, hold_id));
+        row.keys.insert(hold_id, request.key.clone());
         vacant.insert((hold_id, request.slot_id));
         lock(self.hold_shard(hold_id)).insert(hold_id, request.slot_id);
         if let Some(owner) = request.owner {
             lock(&self.owners).insert((owner.clone(), hold_id));
         }
+        lock(&self.log).append(NewEvent::of_hold(EventKind::HoldPlaced, &hold, request.now));
         Ok(HoldOutcome::Created(hold))
+    }
+}
+
+/// Whether `hold` ended (cancelled, or expired and reclaimed) before `before`: history a purge
+/// may delete. Confirmed holds are bookings and holds stored as held still count.
+fn ended_before(hold: &Hold, before: Timestamp) -> bool {
+    match hold.status {
+        HoldStatus::Cancelled => hold.cancelled_at.is_some_and(|at| at < before),
+        HoldStatus::Expired => hold.expires_at < before,
+        HoldStatus::Held | HoldStatus::Confirmed => false,
+    }
+}
+
+#[async_trait]
+impl EventStore for MemoryStore {
+    async fn read_events(
+        &self,
+        consumer: &ConsumerId,
+        limit: u32,
+    ) -> Result<Vec<Event>, StoreError> {
+        let log = lock(&self.log);
+        let after = log
+            .consumers
+            .get(consumer)
+            .copied()
+            .unwrap_or(EventPosition::START);
+        let first = log.first_after(after);
+        Ok(log
+            .events
+            .range(first..)
+            .take(limit as usize)
+            .cloned()
+            .collect())
+    }
+
+    async fn acknowledge(
+        &self,
+        consumer: &ConsumerId,
+        through: EventPosition,
+    ) -> Result<(), StoreError> {
+        let mut log = lock(&self.log);
+        let cursor = log
+            .consumers
+            .entry(consumer.clone())
+            .or_insert(EventPosition::START);
+        *cursor = (*cursor).max(through);
+        Ok(())
+    }
+
+    async fn consumer_position(
+        &self,
+        consumer: &ConsumerId,
+    ) -> Result<Option<EventPosition>, StoreError> {
+        Ok(lock(&self.log).consumers.get(consumer).copied())
+    }
+
+    async fn reclaim_expired(&self, now: Timestamp, limit: u32) -> Result<Vec<Hold>, StoreError> {
+        let rows: Vec<Arc<Mutex<SlotRow>>> = {
+            let table = self.slots.read().unwrap_or_else(PoisonError::into_inner);
+            table.by_id.values().cloned().collect()
+        };
+        let mut reclaimed = Vec::new();
+        for row in rows {
+            let left = limit as usize - reclaimed.len();
+            if left == 0 {
+                break;
+            }
+            reclaimed.extend(lock(&row).reclaim(now, left, &self.log));
+        }
+        Ok(reclaimed)
+    }
+
+    async fn purge(&self, before: Timestamp, limit: u32) -> Result<Purged, StoreError> {
+        // Ended holds never change again, so candidates picked under each slot's lock are
+        // deleted afterwards in lock order: key shard, then slot, then the indexes.
+        let rows: Vec<Arc<Mutex<SlotRow>>> = {
+            let table = self.slots.read().unwrap_or_else(PoisonError::into_inner);
+            table.by_id.values().cloned().collect()
+        };
+        let mut candidates = Vec::new();
+        for row in &rows {
+            let left = limit as usize - candidates.len();
+            if left == 0 {
+                break;
+            }
+            let row_guard = lock(row);
+            candidates.extend(
+                row_guard
+                    .holds
+                    .values()
+                    .filter(|hold| ended_before(hold, before))
+                    .take(left)
+                    .filter_map(|hold| {
+                        let key = row_guard.keys.get(&hold.hold_id)?.clone();
+                        Some((Arc::clone(row), hold.hold_id, key))
+                    }),
+            );
+        }
+        let mut purged = Purged::default();
+        for (row, hold_id, key) in candidates {
+            let mut keys = lock(self.key_shard(&key));
+            let mut row = lock(&row);
+            let Some(hold) = row.holds.remove(&hold_id) else {
+                continue;
+            };
+            row.keys.remove(&hold_id);
+            if keys.get(&key).is_some_and(|(id, _)| *id == hold_id) {
+                keys.remove(&key);
+            }
+            lock(self.hold_shard(hold_id)).remove(&hold_id);
+            if let Some(owner) = hold.owner {
+                lock(&self.owners).remove(&(owner, hold_id));
+            }
+            purged.holds += 1;
+        }
+
+        let mut log = lock(&self.log);
+        let delivered = log.consumers.values().min().copied();
+        while purged.events < u64::from(limit) {
+            let Some(first) = log.events.front() else {
+                break;
+            };
+            let acknowledged = delivered.is_none_or(|through| first.position <= through);
+            if !acknowledged || first.at >= before {
+                break;
+            }
+            log.events.pop_front();
+            purged.events += 1;
+        }
+        Ok(purged)
     }
 }

@@ -568,6 +568,17 @@ token_type!(
     "resource id"
 );
 
+token_type!(
+    /// The name of an event consumer (an email sender, a payment releaser): its cursor in the
+    /// event log is stored under this name. The rules of an [`IdempotencyKey`]: 1 to 255
+    /// visible ASCII characters.
+    ConsumerId,
+    /// Why a consumer name was refused: the same rules as an idempotency key, broken the same
+    /// way.
+    InvalidConsumerId,
+    "consumer id"
+);
+
 fn token_reason(reason: &InvalidIdempotencyKey) -> String {
     match reason {
         InvalidIdempotencyKey::Empty => "it is empty".to_owned(),

@@ -1024,8 +1024,12 @@ mod tests {
         ) -> Result<crate::Decided<Option<crate::Hold>>, StoreError> {
             self.0.get_hold(hold_id, scope, now).await
         }
-        async fn create_slot(&mut self, slot: &NewSlot) -> Result<crate::Slot, StoreError> {
-            self.0.create_slot(slot).await
+        async fn create_slot(
+            &mut self,
+            slot: &NewSlot,
+            now: crate::Timestamp,
+        ) -> Result<crate::Slot, StoreError> {
+            self.0.create_slot(slot, now).await
         }
         async fn change_capacity(
             &mut self,

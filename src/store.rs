@@ -238,8 +238,9 @@ pub enum SlotChange {
 /// [`conformance`](crate::conformance) suite (feature `conformance`) checks an implementation.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
-    /// Stores a validated slot with `remaining = capacity` and returns it with its new id.
-    async fn create_slot(&self, slot: &NewSlot) -> Result<Slot, StoreError>;
+    /// Stores a validated slot with `remaining = capacity` and returns it with its new id;
+    /// `now` is when (for the store's event log, if it keeps one).
+    async fn create_slot(&self, slot: &NewSlot, now: Timestamp) -> Result<Slot, StoreError>;
 
     /// Every slot with `starts_at > now`, ordered by `starts_at` then `slot_id`, sold-out
     /// slots included. `remaining` counts the units of holds stored as held whose
@@ -383,9 +384,9 @@ macro_rules! forward_store {
     (impl[$($generics:tt)*] for $ty:ty, |$this:ident| $get:expr, |$call:ident| $wrap:expr) => {
         #[async_trait::async_trait]
         impl<$($generics)*> $crate::Store for $ty {
-            async fn create_slot(&self, slot: &$crate::NewSlot) -> Result<$crate::Slot, $crate::StoreError> {
+            async fn create_slot(&self, slot: &$crate::NewSlot, now: $crate::Timestamp) -> Result<$crate::Slot, $crate::StoreError> {
                 let $this = self;
-                let $call = ($get).create_slot(slot);
+                let $call = ($get).create_slot(slot, now);
                 $wrap
             }
             async fn availability(&self, now: $crate::Timestamp) -> Result<$crate::Decided<Vec<$crate::AvailabilityEntry>>, $crate::StoreError> {

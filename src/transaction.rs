@@ -96,7 +96,7 @@ pub trait TransactionWrites: Send {
     ) -> Result<Decided<Option<Hold>>, StoreError>;
 
     /// As [`Store::create_slot`].
-    async fn create_slot(&mut self, slot: &NewSlot) -> Result<Slot, StoreError>;
+    async fn create_slot(&mut self, slot: &NewSlot, now: Timestamp) -> Result<Slot, StoreError>;
 
     /// As [`Store::change_capacity`].
     async fn change_capacity(
@@ -294,7 +294,10 @@ impl<S: Store, W: TransactionWrites> Within<'_, S, W> {
         let op = Op::new(Operation::CreateSlot).in_transaction();
         op.run(async {
             let slot = prepare_slot(slot)?;
-            let created = op.store(guarded(self.writes.create_slot(&slot))).await?;
+            let now = self.engine.clock().now();
+            let created = op
+                .store(guarded(self.writes.create_slot(&slot, now)))
+                .await?;
             op.record_slot(created.slot_id);
             Ok(created)
         })

@@ -81,9 +81,9 @@ impl Probe {
 
 #[async_trait]
 impl Store for Probe {
-    async fn create_slot(&self, slot: &NewSlot) -> Result<Slot, StoreError> {
+    async fn create_slot(&self, slot: &NewSlot, now: Timestamp) -> Result<Slot, StoreError> {
         self.check()?;
-        self.inner.create_slot(slot).await
+        self.inner.create_slot(slot, now).await
     }
     async fn availability(
         &self,
@@ -595,7 +595,12 @@ async fn availability_is_never_older_than_twice_the_cache_period() {
         start() + chrono::Duration::hours(3),
         1,
     );
-    engine.store().inner.create_slot(&hidden).await.unwrap();
+    engine
+        .store()
+        .inner
+        .create_slot(&hidden, chrono::Utc::now())
+        .await
+        .unwrap();
 
     // Inside the bound a reader is served the stale copy at once while one refresh runs.
     tokio::time::advance(Duration::from_secs(15)).await;
@@ -607,7 +612,12 @@ async fn availability_is_never_older_than_twice_the_cache_period() {
 
     // After a quiet spell past the bound, a reader waits for a fresh read instead of being
     // handed the old copy.
-    engine.store().inner.create_slot(&hidden).await.unwrap();
+    engine
+        .store()
+        .inner
+        .create_slot(&hidden, chrono::Utc::now())
+        .await
+        .unwrap();
     tokio::time::advance(Duration::from_secs(21)).await;
     let listing = engine.availability(AvailabilityQuery::all()).await.unwrap();
     assert_eq!(listing.len(), 3, "a fresh read, not a 21 s old copy");
@@ -629,7 +639,12 @@ async fn the_staleness_bound_is_configurable() {
         start() + chrono::Duration::hours(3),
         1,
     );
-    engine.store().inner.create_slot(&hidden).await.unwrap();
+    engine
+        .store()
+        .inner
+        .create_slot(&hidden, chrono::Utc::now())
+        .await
+        .unwrap();
     tokio::time::advance(Duration::from_secs(59)).await;
     let stale = engine.availability(AvailabilityQuery::all()).await.unwrap();
     assert_eq!((stale.len(), stale.age()), (1, Duration::from_secs(59)));

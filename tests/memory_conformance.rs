@@ -1,3 +1,7 @@
 //! The conformance suite against the in-memory store.
 
 slot_booking::conformance_tests!(|| async { slot_booking::MemoryStore::new() });
+
+mod events {
+    slot_booking::event_conformance_tests!(|| async { slot_booking::MemoryStore::new() });
+}

@@ -18,6 +18,7 @@ use super::{Fixture, HOLD_TTL, MAX_HOLD_LIFE, MAX_REQUESTED_TTL, MIN_REQUESTED_T
 use crate::admin::{SlotCursor, SlotFilter, SlotPageRequest, SlotSummary};
 use crate::engine::{BookingEngine, NewHold};
 use crate::error::BookingError;
+use crate::events::{EventKind, EventStore};
 use crate::model::{
     AvailabilityQuery, Hold, HoldId, HoldPage, HoldStatus, NewSlot, OwnerId, PageRequest,
     ResourceId, Slot, SlotId, Timestamp,
@@ -149,6 +150,8 @@ pub enum Op {
         /// -1, 0 or +1 microseconds.
         offset: i64,
     },
+    /// Reclaim every expired hold (an [`EventStore`] sweep; drawn only by [`check_events`]).
+    ReclaimExpired,
 }
 
 /// Scope numbers: 0 anonymous, 1 alice, 2 bob, 3 back office, 4 and up the scope of the hold's
@@ -217,7 +220,12 @@ pub fn op() -> impl Strategy<Value = Op> {
 
 /// A sequence: two slots to start with, then `1..=max_len` random operations.
 pub fn sequence(max_len: usize) -> impl Strategy<Value = Vec<Op>> {
-    proptest::collection::vec(op(), 1..=max_len).prop_map(|ops| {
+    after_opening(proptest::collection::vec(op(), 1..=max_len))
+}
+
+/// Every sequence starts with two slots, so most operations have something to act on.
+fn after_opening(ops: impl Strategy<Value = Vec<Op>>) -> impl Strategy<Value = Vec<Op>> {
+    ops.prop_map(|ops| {
         let mut all = vec![
             Op::CreateSlot {
                 capacity: 4,
@@ -290,6 +298,8 @@ enum Seen {
     CapacityTaken(i32),
     /// `slot_in_use`, with the units held and confirmed.
     InUse(i32, i32),
+    /// The holds a sweep reclaimed, by id.
+    Reclaimed(Vec<HoldId>),
     Error(&'static str),
     Done,
 }
@@ -1000,11 +1010,71 @@ async fn write_step(
 }
 
 async fn run_sequence<S: Store>(store: S, ops: &[Op]) -> Result<(), Mismatch> {
+    run_checked(store, ops, &mut NoEvents).await
+}
+
+/// What a sequence run checks beyond outcomes and state: the event log of an
+/// [`EventStore`], or nothing.
+#[async_trait::async_trait]
+trait StepCheck<S: Store>: Send {
+    /// Runs an operation only this kind of store has (`None`: not one of those).
+    async fn extra_op(
+        &mut self,
+        engine: &BookingEngine<S>,
+        model: &mut Model,
+        op: &Op,
+        now: Timestamp,
+    ) -> Option<(Seen, Seen)>;
+
+    /// Checks what the step that turned `before` into `after` left in the store.
+    async fn after_step(
+        &mut self,
+        engine: &BookingEngine<S>,
+        before: &Model,
+        after: &Model,
+    ) -> Result<(), Mismatch>;
+}
+
+/// The plain run: no event log.
+struct NoEvents;
+
+#[async_trait::async_trait]
+impl<S: Store> StepCheck<S> for NoEvents {
+    async fn extra_op(
+        &mut self,
+        _: &BookingEngine<S>,
+        _: &mut Model,
+        _: &Op,
+        _: Timestamp,
+    ) -> Option<(Seen, Seen)> {
+        None
+    }
+
+    async fn after_step(
+        &mut self,
+        _: &BookingEngine<S>,
+        _: &Model,
+        _: &Model,
+    ) -> Result<(), Mismatch> {
+        Ok(())
+    }
+}
+
+async fn run_checked<S: Store, C: StepCheck<S>>(
+    store: S,
+    ops: &[Op],
+    checks: &mut C,
+) -> Result<(), Mismatch> {
     let Fixture { engine, clock } = Fixture::new(store);
     let mut model = Model::default();
     for (step, op) in ops.iter().enumerate() {
         let now = clock.now();
+        let before = model.clone();
         let (expected, actual) = match *op {
+            Op::ReclaimExpired => match checks.extra_op(&engine, &mut model, op, now).await {
+                Some(seen) => seen,
+                None => continue,
+            },
             Op::CreateSlot { .. }
             | Op::SetCapacity { .. }
             | Op::SetClosed { .. }
@@ -1078,8 +1148,190 @@ async fn run_sequence<S: Store>(store: S, ops: &[Op]) -> Result<(), Mismatch> {
         check_state(&engine, &model, clock.now())
             .await
             .map_err(|Mismatch(m)| Mismatch(format!("after step {step} {op:?}: {m}")))?;
+        checks
+            .after_step(&engine, &before, &model)
+            .await
+            .map_err(|Mismatch(m)| Mismatch(format!("events of step {step} {op:?}: {m}")))?;
     }
     Ok(())
+}
+
+/// An event as the model predicts it: kind, slot, hold, units (or capacity), owner.
+type ExpectedEvent = (EventKind, SlotId, Option<HoldId>, i32, Option<OwnerId>);
+
+/// The events a step that turned `before` into `after` must have appended, derived from the
+/// difference of the two states alone (sorted, as a step's events may come in any order).
+fn expected_events(before: &Model, after: &Model) -> Vec<ExpectedEvent> {
+    let mut expected = Vec::new();
+    for slot in &after.slots {
+        let event = |kind| (kind, slot.id, None, slot.capacity, None);
+        match before.slots.iter().find(|s| s.id == slot.id) {
+            None => expected.push(event(EventKind::SlotCreated)),
+            Some(old) => {
+                if old.capacity != slot.capacity {
+                    expected.push(event(EventKind::SlotCapacityChanged));
+                }
+                if old.closed != slot.closed {
+                    expected.push(event(if slot.closed {
+                        EventKind::SlotClosed
+                    } else {
+                        EventKind::SlotReopened
+                    }));
+                }
+                if old.removed_at.is_none() && slot.removed_at.is_some() {
+                    expected.push(event(EventKind::SlotRemoved));
+                }
+            }
+        }
+    }
+    for hold in &after.holds {
+        let event = |kind| {
+            (
+                kind,
+                hold.slot_id,
+                Some(hold.hold_id),
+                hold.quantity,
+                hold.owner.clone(),
+            )
+        };
+        let Some(old) = before.holds.iter().find(|h| h.hold_id == hold.hold_id) else {
+            expected.push(event(EventKind::HoldPlaced));
+            continue;
+        };
+        match (old.status, hold.status) {
+            (HoldStatus::Held, HoldStatus::Held) if old.expires_at != hold.expires_at => {
+                expected.push(event(EventKind::HoldRenewed));
+            }
+            (HoldStatus::Held, HoldStatus::Confirmed) => {
+                expected.push(event(EventKind::HoldConfirmed));
+            }
+            (HoldStatus::Held | HoldStatus::Confirmed, HoldStatus::Cancelled) => {
+                expected.push(event(EventKind::HoldCancelled));
+            }
+            (HoldStatus::Held, HoldStatus::Expired) => {
+                expected.push(event(EventKind::HoldExpired));
+            }
+            _ => {}
+        }
+    }
+    expected.sort_by_key(|e| (e.0.as_str(), e.1, e.2));
+    expected
+}
+
+/// The event log checked against the model after every step, through one consumer that
+/// acknowledges what it read.
+struct EventsMatchTheModel {
+    consumer: crate::model::ConsumerId,
+    last: Option<crate::events::EventPosition>,
+}
+
+#[async_trait::async_trait]
+impl<S: EventStore> StepCheck<S> for EventsMatchTheModel {
+    async fn extra_op(
+        &mut self,
+        engine: &BookingEngine<S>,
+        model: &mut Model,
+        op: &Op,
+        now: Timestamp,
+    ) -> Option<(Seen, Seen)> {
+        let Op::ReclaimExpired = op else {
+            return None;
+        };
+        let mut expected: Vec<HoldId> = Vec::new();
+        for i in 0..model.holds.len() {
+            let hold = &model.holds[i];
+            if hold.status == HoldStatus::Held && hold.expires_at <= now {
+                let (id, slot_id, quantity) = (hold.hold_id, hold.slot_id, hold.quantity);
+                model.holds[i].status = HoldStatus::Expired;
+                if let Some(slot) = model.slots.iter_mut().find(|s| s.id == slot_id) {
+                    slot.remaining += quantity;
+                }
+                expected.push(id);
+            }
+        }
+        let actual = match engine.reclaim_expired(crate::events::MAX_BATCH).await {
+            Ok(holds) => {
+                let mut ids: Vec<HoldId> = holds.iter().map(|h| h.hold_id).collect();
+                ids.sort();
+                Seen::Reclaimed(ids)
+            }
+            Err(error) => Seen::Error(error.code()),
+        };
+        Some((Seen::Reclaimed(expected), actual))
+    }
+
+    async fn after_step(
+        &mut self,
+        engine: &BookingEngine<S>,
+        before: &Model,
+        after: &Model,
+    ) -> Result<(), Mismatch> {
+        let read = engine
+            .read_events(&self.consumer, crate::events::MAX_BATCH)
+            .await
+            .map_err(|e| Mismatch(format!("read_events: {e}")))?;
+        for event in &read {
+            ensure!(
+                self.last.is_none_or(|last| event.position > last),
+                "event position {} not after {:?}",
+                event.position,
+                self.last
+            );
+            self.last = Some(event.position);
+        }
+        if let Some(last) = self.last {
+            engine
+                .acknowledge_events(&self.consumer, last)
+                .await
+                .map_err(|e| Mismatch(format!("acknowledge_events: {e}")))?;
+        }
+        let mut actual: Vec<ExpectedEvent> = read
+            .iter()
+            .map(|e| (e.kind, e.slot_id, e.hold_id, e.quantity, e.owner.clone()))
+            .collect();
+        actual.sort_by_key(|e| (e.0.as_str(), e.1, e.2));
+        let expected = expected_events(before, after);
+        ensure!(
+            expected == actual,
+            "the model expects events {expected:?}, the store appended {actual:?}"
+        );
+        Ok(())
+    }
+}
+
+/// Runs `cases` random sequences like [`check`], with sweeps of expired holds among the
+/// operations, and after every step compares the events the store appended with those the
+/// model's change of state implies: one per change, none for a refusal.
+///
+/// # Panics
+///
+/// When a sequence's outcomes, state or events differ from the model's.
+pub fn check_events<S, F, Fut>(factory: F, cases: u32, max_len: usize)
+where
+    S: EventStore,
+    F: Fn() -> Fut,
+    Fut: Future<Output = S>,
+{
+    let (cases, runtime, mut runner) = harness(cases, 2);
+    let step = prop_oneof![9 => op(), 1 => Just(Op::ReclaimExpired)];
+    let sequences = after_opening(proptest::collection::vec(step, 1..=max_len));
+    let result = runner.run(&sequences, |ops| {
+        runtime.block_on(async {
+            let store = factory().await;
+            let mut checks = EventsMatchTheModel {
+                consumer: crate::model::ConsumerId::new("model").expect("a valid consumer id"),
+                last: None,
+            };
+            tokio::time::timeout(super::CASE_TIMEOUT, run_checked(store, &ops, &mut checks))
+                .await
+                .map_err(|_| TestCaseError::fail("sequence timed out"))?
+                .map_err(|Mismatch(m)| TestCaseError::fail(m))
+        })
+    });
+    eprintln!("event model check: {cases} cases");
+    if let Err(error) = result {
+        panic!("event model check failed: {error}");
+    }
 }
 
 /// The store's rows equal the model's, and the invariant holds.

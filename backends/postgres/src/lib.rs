@@ -1020,7 +1020,7 @@ fn interval(duration: chrono::Duration) -> Result<PgInterval, StoreError> {
 
 #[async_trait]
 impl Store for PostgresStore {
-    async fn create_slot(&self, slot: &NewSlot) -> Result<Slot, StoreError> {
+    async fn create_slot(&self, slot: &NewSlot, _now: Timestamp) -> Result<Slot, StoreError> {
         let mut conn = self.acquire().await?;
         self.pooled(&mut conn).create_slot(slot).await
     }
@@ -1230,7 +1230,7 @@ impl TransactionWrites for PostgresWrites<'_> {
         self.run().hold_by_id(hold_id, scope, now).await
     }
 
-    async fn create_slot(&mut self, slot: &NewSlot) -> Result<Slot, StoreError> {
+    async fn create_slot(&mut self, slot: &NewSlot, _now: Timestamp) -> Result<Slot, StoreError> {
         self.run().create_slot(slot).await
     }
 

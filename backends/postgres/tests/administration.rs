@@ -241,7 +241,7 @@ async fn listing_bounds_and_resources() {
         if i % 2 == 0 {
             new = new.resource(room.clone());
         }
-        let slot = store.create_slot(&new).await.unwrap();
+        let slot = store.create_slot(&new, chrono::Utc::now()).await.unwrap();
         assert_eq!(slot.resource, new.resource);
         ids.push(slot.slot_id);
     }
@@ -344,7 +344,10 @@ async fn answers_on_the_database_clock_carry_its_instant() {
     let store = ctx.store.clone().with_database_clock();
     let starts = Utc::now() + Duration::hours(1);
     let slot_id = store
-        .create_slot(&NewSlot::new(starts, starts + Duration::hours(1), 2))
+        .create_slot(
+            &NewSlot::new(starts, starts + Duration::hours(1), 2),
+            chrono::Utc::now(),
+        )
         .await
         .unwrap()
         .slot_id;

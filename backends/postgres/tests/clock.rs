@@ -76,7 +76,11 @@ async fn until_database_passes(store: &PostgresStore, instant: Timestamp) {
 async fn slot_from_now(store: &PostgresStore, capacity: i32, starts_in: Duration) -> SlotId {
     let starts_at = database_now(store).await + starts_in;
     let slot = NewSlot::new(starts_at, starts_at + Duration::hours(1), capacity);
-    store.create_slot(&slot).await.unwrap().slot_id
+    store
+        .create_slot(&slot, chrono::Utc::now())
+        .await
+        .unwrap()
+        .slot_id
 }
 
 /// A hold with `2 * SKEW - 2` seconds to live: the fast server takes it back early.

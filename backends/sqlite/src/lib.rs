@@ -505,7 +505,7 @@ where
 /// Every answer is decided at the `now` the engine passed: SQLite keeps no clock of its own.
 #[async_trait]
 impl Store for SqliteStore {
-    async fn create_slot(&self, slot: &NewSlot) -> Result<Slot, StoreError> {
+    async fn create_slot(&self, slot: &NewSlot, _now: Timestamp) -> Result<Slot, StoreError> {
         let mut w = self.begin_write().await?;
         let step = writes::create_slot(&self.sql, w.connection(), slot).await;
         w.finish(step).await

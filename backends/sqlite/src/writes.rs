@@ -563,7 +563,7 @@ impl TransactionWrites for SqliteWrites<'_> {
         Ok(Decided::new(now, hold))
     }
 
-    async fn create_slot(&mut self, slot: &NewSlot) -> Result<Slot, StoreError> {
+    async fn create_slot(&mut self, slot: &NewSlot, _now: Timestamp) -> Result<Slot, StoreError> {
         let mut unit = begin_unit(self.conn).await?;
         let step = create_slot(&self.sql, &mut unit, slot).await;
         finish(unit, step).await

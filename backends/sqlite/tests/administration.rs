@@ -192,8 +192,16 @@ async fn listing_pages_match_the_reference_store() {
         if let Some(r) = resources[(i % 3) as usize] {
             new = new.resource(ResourceId::new(r).unwrap());
         }
-        let a = sqlite.create_slot(&new).await.unwrap().slot_id;
-        let b = memory.create_slot(&new).await.unwrap().slot_id;
+        let a = sqlite
+            .create_slot(&new, chrono::Utc::now())
+            .await
+            .unwrap()
+            .slot_id;
+        let b = memory
+            .create_slot(&new, chrono::Utc::now())
+            .await
+            .unwrap()
+            .slot_id;
         assert_eq!(a, b);
     }
     // The same history on both: holds (one expiring early), a closed and a removed slot.

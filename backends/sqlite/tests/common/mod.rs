@@ -73,7 +73,10 @@ pub fn key(k: &str) -> IdempotencyKey {
 /// A slot starting an hour after `t0()`.
 pub async fn slot(store: &impl Store, capacity: i32) -> SlotId {
     store
-        .create_slot(&NewSlot::new(at(3600), at(7200), capacity))
+        .create_slot(
+            &NewSlot::new(at(3600), at(7200), capacity),
+            chrono::Utc::now(),
+        )
         .await
         .unwrap()
         .slot_id
