@@ -116,6 +116,23 @@ impl<S> Clone for BookingEngine<S> {
     }
 }
 
+/// A handle to an engine that does not keep it alive: for background tasks that should end
+/// with it.
+pub(crate) struct WeakEngine<S>(std::sync::Weak<Inner<S>>);
+
+impl<S> WeakEngine<S> {
+    /// The engine, if some handle still holds it.
+    pub(crate) fn upgrade(&self) -> Option<BookingEngine<S>> {
+        self.0.upgrade().map(|inner| BookingEngine { inner })
+    }
+}
+
+impl<S> BookingEngine<S> {
+    pub(crate) fn downgrade(&self) -> WeakEngine<S> {
+        WeakEngine(Arc::downgrade(&self.inner))
+    }
+}
+
 impl<S> fmt::Debug for BookingEngine<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("BookingEngine")

@@ -30,9 +30,10 @@ use std::str::FromStr;
 use async_trait::async_trait;
 use serde::{Serialize, Serializer};
 
-use crate::engine::BookingEngine;
+use crate::engine::{detached, guarded, BookingEngine};
 use crate::error::BookingError;
 use crate::model::{rfc3339, ConsumerId, Hold, HoldId, OwnerId, SlotId, Timestamp};
+use crate::observe::{Op, Operation};
 use crate::store::{Store, StoreError};
 
 /// The most events one read returns, and the most rows one reclaim or purge touches.
@@ -350,33 +351,56 @@ impl<S: EventStore> BookingEngine<S> {
         consumer: &ConsumerId,
         limit: u32,
     ) -> Result<Vec<Event>, BookingError> {
-        check_batch(limit)?;
-        Ok(self.store().read_events(consumer, limit).await?)
+        let op = Op::new(Operation::ReadEvents);
+        op.run(async {
+            check_batch(limit)?;
+            let read = op.store(guarded(self.store().read_events(consumer, limit)));
+            Ok(read.await?)
+        })
+        .await
     }
 
     /// Records that `consumer` has handled every event up to `through` (a position it read).
-    /// The cursor never moves back.
+    /// The cursor never moves back. Acknowledging [`EventPosition::START`] registers a
+    /// consumer before it has read anything, so [`purge`](Self::purge) keeps events for it.
     pub async fn acknowledge_events(
         &self,
         consumer: &ConsumerId,
         through: EventPosition,
     ) -> Result<(), BookingError> {
-        Ok(self.store().acknowledge(consumer, through).await?)
+        let op = Op::new(Operation::AcknowledgeEvents);
+        op.run(async {
+            let store = self.store_handle();
+            let consumer = consumer.clone();
+            let write = detached(async move { store.acknowledge(&consumer, through).await });
+            Ok(op.store(write).await?)
+        })
+        .await
     }
 
     /// Reclaims up to `limit` (1–1000) expired holds, each yielding one `hold_expired` event,
     /// and invalidates the cached availability when any units came back. Returns the holds
-    /// reclaimed by this call.
+    /// reclaimed by this call (a hold reclaimed concurrently elsewhere is not among them).
     pub async fn reclaim_expired(&self, limit: u32) -> Result<Vec<Hold>, BookingError> {
-        check_batch(limit)?;
-        let now = self.clock().now();
-        let reclaimed = self.store().reclaim_expired(now, limit).await?;
-        if !reclaimed.is_empty() {
-            // The listing already counted them as free; invalidating keeps the reclaim's
-            // exact counts visible at once and is cheap.
-            self.invalidate_availability();
-        }
-        Ok(reclaimed)
+        let op = Op::new(Operation::ReclaimExpired);
+        op.run(async {
+            check_batch(limit)?;
+            let now = self.clock().now();
+            let store = self.store_handle();
+            let invalidator = self.invalidator();
+            let write = detached(async move {
+                let reclaimed = store.reclaim_expired(now, limit).await?;
+                if !reclaimed.is_empty() {
+                    // The listing counted them as free already; its `remaining` is exact
+                    // either way, but a cache that changes only on reads would keep serving
+                    // a snapshot taken before the reclaim for its whole period.
+                    invalidator.invalidate();
+                }
+                Ok(reclaimed)
+            });
+            Ok(op.store(write).await?)
+        })
+        .await
     }
 
     /// Deletes up to `limit` (1–1000) cancelled or expired holds and up to `limit` delivered
@@ -384,21 +408,29 @@ impl<S: EventStore> BookingEngine<S> {
     ///
     /// A purged hold's idempotency key is free again: a retry with it after the purge places
     /// a new hold instead of replaying the old one. Keep `age` longer than any client's retry
-    /// window (Stripe keeps keys for at least 24 hours).
+    /// window (Stripe keeps keys for at least 24 hours). Confirmed holds (bookings) and holds
+    /// still held are never purged. An event is delivered when every consumer with a cursor
+    /// has acknowledged it; with no consumer, every event counts as delivered.
     pub async fn purge(
         &self,
         age: std::time::Duration,
         limit: u32,
     ) -> Result<Purged, BookingError> {
-        check_batch(limit)?;
-        let now = self.clock().now();
-        // An age reaching before the earliest representable time purges nothing.
-        let Some(before) = chrono::Duration::from_std(age)
-            .ok()
-            .and_then(|age| now.checked_sub_signed(age))
-        else {
-            return Ok(Purged::default());
-        };
-        Ok(self.store().purge(before, limit).await?)
+        let op = Op::new(Operation::Purge);
+        op.run(async {
+            check_batch(limit)?;
+            let now = self.clock().now();
+            // An age reaching before the earliest representable time purges nothing.
+            let Some(before) = chrono::Duration::from_std(age)
+                .ok()
+                .and_then(|age| now.checked_sub_signed(age))
+            else {
+                return Ok(Purged::default());
+            };
+            let store = self.store_handle();
+            let write = detached(async move { store.purge(before, limit).await });
+            Ok(op.store(write).await?)
+        })
+        .await
     }
 }

@@ -166,6 +166,15 @@
 //! notices into invalidations of an engine's cache, coalesced, and treats any doubt (a lost
 //! connection) as "everything changed". See [`changes`].
 //!
+//! # Events after commit
+//!
+//! A store that keeps an event log ([`EventStore`]) appends an [`Event`] in
+//! the same atomic step as each change it commits. [`BookingEngine::read_events`] and
+//! [`BookingEngine::acknowledge_events`] give each named consumer at-least-once delivery from
+//! a cursor stored with the data; [`BookingEngine::sweep_expired`] turns expiries into
+//! `hold_expired` events without a job scheduler, and [`BookingEngine::purge`] bounds the
+//! history kept. See [`events`] and [`sweeper`].
+//!
 //! # Observability
 //!
 //! Every operation runs in a [`tracing`] span (`DEBUG`, target `slot_booking`: slot and hold
@@ -197,6 +206,7 @@ pub mod model;
 pub mod observe;
 pub mod scope;
 pub mod store;
+pub mod sweeper;
 pub mod transaction;
 
 pub use admin::{SlotCursor, SlotFilter, SlotPage, SlotPageRequest, SlotSummary, SlotUsage};

@@ -258,6 +258,14 @@ operations! {
     GetSlot => "get_slot",
     /// [`BookingEngine::list_slots`](crate::BookingEngine::list_slots).
     ListSlots => "list_slots",
+    /// [`BookingEngine::read_events`](crate::BookingEngine::read_events).
+    ReadEvents => "read_events",
+    /// [`BookingEngine::acknowledge_events`](crate::BookingEngine::acknowledge_events).
+    AcknowledgeEvents => "acknowledge_events",
+    /// [`BookingEngine::reclaim_expired`](crate::BookingEngine::reclaim_expired).
+    ReclaimExpired => "reclaim_expired",
+    /// [`BookingEngine::purge`](crate::BookingEngine::purge).
+    Purge => "purge",
 }
 
 static CACHE_HIT_KEY: Key = Key::from_static_name(CACHE_HITS);
