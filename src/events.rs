@@ -334,6 +334,41 @@ pub trait EventStore: Store {
     async fn purge(&self, before: Timestamp, limit: u32) -> Result<Purged, StoreError>;
 }
 
+/// An `Arc` of an event store is one (as for [`Store`]): `Arc<dyn EventStore>` included.
+#[async_trait]
+impl<S: EventStore + ?Sized> EventStore for std::sync::Arc<S> {
+    async fn read_events(
+        &self,
+        consumer: &ConsumerId,
+        limit: u32,
+    ) -> Result<Vec<Event>, StoreError> {
+        (**self).read_events(consumer, limit).await
+    }
+
+    async fn acknowledge(
+        &self,
+        consumer: &ConsumerId,
+        through: EventPosition,
+    ) -> Result<(), StoreError> {
+        (**self).acknowledge(consumer, through).await
+    }
+
+    async fn consumer_position(
+        &self,
+        consumer: &ConsumerId,
+    ) -> Result<Option<EventPosition>, StoreError> {
+        (**self).consumer_position(consumer).await
+    }
+
+    async fn reclaim_expired(&self, now: Timestamp, limit: u32) -> Result<Vec<Hold>, StoreError> {
+        (**self).reclaim_expired(now, limit).await
+    }
+
+    async fn purge(&self, before: Timestamp, limit: u32) -> Result<Purged, StoreError> {
+        (**self).purge(before, limit).await
+    }
+}
+
 fn check_batch(limit: u32) -> Result<(), BookingError> {
     if (1..=MAX_BATCH).contains(&limit) {
         Ok(())

@@ -2,7 +2,10 @@
 //! the temporary resource (a database file, a schema) it lives in.
 
 use crate::engine::{BookingEngine, NewHold};
-use crate::model::{AvailabilityQuery, Hold, HoldId, HoldStatus, OwnerId, Slot, SlotId, Timestamp};
+use crate::events::{Event, EventPosition, EventStore, Purged};
+use crate::model::{
+    AvailabilityQuery, ConsumerId, Hold, HoldId, HoldStatus, OwnerId, Slot, SlotId, Timestamp,
+};
 use crate::store::{Store, StoreError};
 use crate::transaction::TransactionalStore;
 
@@ -158,6 +161,40 @@ impl<S: TransactionalStore, G: Send + Sync + 'static> TransactionalStore for Own
 
     async fn rollback(&self, transaction: Self::Transaction) -> Result<(), StoreError> {
         self.store.rollback(transaction).await
+    }
+}
+
+#[async_trait::async_trait]
+impl<S: EventStore, G: Send + Sync + 'static> EventStore for Owned<S, G> {
+    async fn read_events(
+        &self,
+        consumer: &ConsumerId,
+        limit: u32,
+    ) -> Result<Vec<Event>, StoreError> {
+        self.store.read_events(consumer, limit).await
+    }
+
+    async fn acknowledge(
+        &self,
+        consumer: &ConsumerId,
+        through: EventPosition,
+    ) -> Result<(), StoreError> {
+        self.store.acknowledge(consumer, through).await
+    }
+
+    async fn consumer_position(
+        &self,
+        consumer: &ConsumerId,
+    ) -> Result<Option<EventPosition>, StoreError> {
+        self.store.consumer_position(consumer).await
+    }
+
+    async fn reclaim_expired(&self, now: Timestamp, limit: u32) -> Result<Vec<Hold>, StoreError> {
+        self.store.reclaim_expired(now, limit).await
+    }
+
+    async fn purge(&self, before: Timestamp, limit: u32) -> Result<Purged, StoreError> {
+        self.store.purge(before, limit).await
     }
 }
 

@@ -15,7 +15,8 @@
 //!
 //! # Storage
 //!
-//! * Tables `slot_booking_slots` and `slot_booking_holds` (another prefix with
+//! * Tables `slot_booking_slots`, `slot_booking_holds`, `slot_booking_events` and
+//!   `slot_booking_event_consumers` (another prefix with
 //!   [`SqliteStore::with_table_prefix`]), created by the embedded migrations in `migrations/`,
 //!   applied by [`SqliteStore::migrate`]. Applied versions are recorded in a ledger table of
 //!   their own, `slot_booking_migrations`, so the tables and a host application's sqlx
@@ -42,8 +43,9 @@
 //! (`closed = 0`) and that has not been removed (`removed_at IS NULL`) — and SQLite makes the
 //! statement atomic on its own, so closing or removing a slot cannot race a hold past it. A
 //! statement that starts by writing takes the write lock up front and waits for it under
-//! `busy_timeout`. Every other write (the reclaim path of a hold, confirm, cancel, renew, create
-//! slot, the administrative writes, migrations) runs in a transaction begun with
+//! `busy_timeout`. Acknowledging events is one autocommit upsert the same way. Every other
+//! write (the reclaim path of a hold, confirm, cancel, renew, create slot, the administrative
+//! writes, reclaiming expired holds, purging, migrations) runs in a transaction begun with
 //! `BEGIN IMMEDIATE`, so it too takes the write lock up front instead of failing with
 //! `SQLITE_BUSY` when it upgrades a read. Within one [`SqliteStore`] (and its clones) writers
 //! also queue on an in-process FIFO lock before asking SQLite, since SQLite admits one writer
@@ -52,13 +54,17 @@
 //! or locked, and pool or I/O failures, map to [`StoreError::unavailable`].
 //!
 //! The administrative writes are conditional updates of the slot row, decided by whether a
-//! row was changed: a capacity change moves `remaining` by the difference only where the new
-//! `remaining` is not negative, a removal sets `removed_at` only where
-//! `remaining = capacity` (no unit held or confirmed), and neither touches a removed slot.
-//! When the update changes nothing, the slot's expired holds are reclaimed under a savepoint
-//! and the update runs once more; if it still changes nothing the savepoint is rolled back, so
-//! a refused change reclaims nothing, and the slot's units are read in the same transaction
-//! to say why. Closing and reopening is one conditional update. The operator's listing is a
+//! row was changed: a capacity change moves `remaining` by the difference only where the
+//! capacity is another one and the new `remaining` is not negative, a removal sets
+//! `removed_at` only where `remaining = capacity` (no unit held or confirmed), and neither
+//! touches a removed slot. When the update changes nothing, the slot is read in the same
+//! transaction: not there (or removed), or already at that capacity (applied, nothing
+//! written), it stops. Otherwise the slot's expired holds are reclaimed under a savepoint
+//! and the update runs once more; if it still changes nothing the savepoint is rolled back,
+//! so a refused change reclaims nothing, and the slot's units are read in the same
+//! transaction to say why. Closing and reopening is one conditional update of a slot whose
+//! sales are not already so; when it changes nothing the slot read next says whether they
+//! already were (applied) or the slot is not there. The operator's listing is a
 //! read: one keyset range of a slots index, each slot's held units summed at `now`.
 //!
 //! # Writes in the caller's transaction
@@ -82,6 +88,32 @@
 //!   [`SqliteTransaction`] that holds the write queue and a `BEGIN IMMEDIATE` transaction for
 //!   its whole life, written through [`SqliteWrites`] as above.
 //!
+//! # Events
+//!
+//! [`SqliteStore`] is an [`EventStore`]: the event log (migration 5) is kept in the same file.
+//! Every write appends its events in its own unit of work — the store's transaction, the
+//! hold's autocommit `INSERT` (through the `holds_placed_event` trigger, whose time is the
+//! hold's `created_at`), or the savepoint in the caller's transaction — decided by the rows its
+//! statements changed or returned, so a refused, replayed or rolled-back write appends none,
+//! and one that changes nothing (closing a closed slot, setting the capacity a slot has, a
+//! renewal already at the hold's maximum life) appends none either. Every event's time is the
+//! engine's `now`, not SQLite's clock.
+//!
+//! * **Positions** are `0_<id>`, `id` an `INTEGER PRIMARY KEY AUTOINCREMENT`: SQLite admits
+//!   one writer at a time, which holds the write lock from its first event to its commit, so
+//!   ids are handed out in commit order and a reader never sees an id while a lower one may
+//!   still commit. AUTOINCREMENT keeps an id that was committed from ever being handed out
+//!   again, even after a purge emptied the log. Consumers' cursors are rows of
+//!   `<prefix>event_consumers` (name → acknowledged id), moved only forward by an upsert.
+//! * [`reclaim_expired`](EventStore::reclaim_expired) is one write transaction per batch:
+//!   one `UPDATE … RETURNING` of up to `limit` held holds with `expires_at <= now`, their units
+//!   given back and one `hold_expired` event each; a hold taken by a racing sweeper is not
+//!   returned twice.
+//! * [`purge`](EventStore::purge) deletes up to `limit` cancelled and expired holds that
+//!   ended before the cut-off (never confirmed or held ones) and up to `limit` events older
+//!   than it that every consumer has acknowledged. A purged hold's idempotency key is a column
+//!   of the deleted row, so **the key is free again**: a retry with it places a new hold.
+//!
 //! # Several processes on one file
 //!
 //! An engine's availability cache learns of commits made elsewhere — other processes, a
@@ -95,10 +127,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::DateTime;
+use slot_booking::events::NewEvent;
 use slot_booking::{
-    AvailabilityEntry, Decided, Hold, HoldId, HoldOutcome, HoldRequest, HoldStatus, NewSlot,
-    OwnerId, PageRequest, RenewRequest, ResourceId, Scope, Slot, SlotChange, SlotFilter, SlotId,
-    SlotPageRequest, SlotUsage, Store, StoreError, Timestamp, Transition,
+    AvailabilityEntry, ConsumerId, Decided, Event, EventKind, EventPosition, EventStore, Hold,
+    HoldId, HoldOutcome, HoldRequest, HoldStatus, NewSlot, OwnerId, PageRequest, Purged,
+    RenewRequest, ResourceId, Scope, Slot, SlotChange, SlotFilter, SlotId, SlotPageRequest,
+    SlotUsage, Store, StoreError, Timestamp, Transition,
 };
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
@@ -168,10 +202,11 @@ impl SqliteStore {
         }
     }
 
-    /// This store with its tables named `<prefix>slots`, `<prefix>holds` and
-    /// `<prefix>migrations` (indexes and the trigger carry the prefix too), so they sit beside a
-    /// host application's own tables whatever those are called. See [`InvalidTablePrefix`] for
-    /// the prefixes accepted. Stores with different prefixes in one database are independent.
+    /// This store with its tables named `<prefix>slots`, `<prefix>holds`, `<prefix>events`,
+    /// `<prefix>event_consumers` and `<prefix>migrations` (indexes and triggers carry the
+    /// prefix too), so they sit beside a host application's own tables whatever those are
+    /// called. See [`InvalidTablePrefix`] for the prefixes accepted. Stores with different
+    /// prefixes in one database are independent.
     pub fn with_table_prefix(mut self, prefix: &str) -> Result<Self, InvalidTablePrefix> {
         self.prefix = TablePrefix::new(prefix)?;
         self.sql = Arc::new(Statements::new(&self.prefix));
@@ -437,26 +472,79 @@ where
 }
 
 /// Marks the slot's held holds that expired by `now` as expired with `statement` (`reclaim`,
-/// which touches only a selling slot, or `reclaim_expired`, any slot) and gives their units
-/// back; returns how many units it reclaimed.
+/// which touches only a selling slot, or `reclaim_expired`, any slot), gives their units back
+/// and appends one `hold_expired` event each, at `now`; returns the holds it reclaimed (the
+/// rows the update returned), as stored after.
 async fn reclaim(
     sql: &Statements,
     statement: &str,
     conn: &mut SqliteConnection,
     slot_id: i64,
-    now: i64,
-) -> Result<i64, StoreError> {
-    let quantities: Vec<i64> = sqlx::query_scalar(statement)
+    now: Timestamp,
+) -> Result<Vec<Hold>, StoreError> {
+    let rows = sqlx::query(statement)
         .bind(slot_id)
-        .bind(now)
+        .bind(to_micros(now))
         .fetch_all(&mut *conn)
         .await
         .map_err(map_err)?;
-    let units: i64 = quantities.iter().sum();
+    let reclaimed = rows
+        .iter()
+        .map(hold_from_row)
+        .collect::<Result<Vec<_>, _>>()?;
+    let units: i64 = reclaimed.iter().map(|h| i64::from(h.quantity)).sum();
     if units > 0 {
         give_back(sql, conn, units, slot_id).await?;
     }
-    Ok(units)
+    for hold in &reclaimed {
+        append_event(
+            sql,
+            &mut *conn,
+            &NewEvent::of_hold(EventKind::HoldExpired, hold, now),
+        )
+        .await?;
+    }
+    Ok(reclaimed)
+}
+
+/// Appends `event` to the log, in the unit of work `conn` is in: it commits or rolls back with
+/// the change it reports. Its id is handed out now, under the write lock the unit holds until
+/// it ends, so ids follow commit order (see migration 5).
+async fn append_event(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    event: &NewEvent,
+) -> Result<(), StoreError> {
+    sqlx::query(&sql.append_event)
+        .bind(event.kind.as_str())
+        .bind(event.slot_id.get())
+        .bind(event.hold_id.map(HoldId::get))
+        .bind(event.owner.as_ref().map(OwnerId::as_str))
+        .bind(event.quantity)
+        .bind(to_micros(event.at))
+        .execute(conn)
+        .await
+        .map_err(map_err)?;
+    Ok(())
+}
+
+/// A row of the `read_events` statement.
+fn event_from_row(row: &SqliteRow) -> Result<Event, StoreError> {
+    let kind: String = row.try_get("kind").map_err(map_err)?;
+    let owner: Option<String> = row.try_get("owner").map_err(map_err)?;
+    let hold_id: Option<i64> = row.try_get("hold_id").map_err(map_err)?;
+    Ok(Event {
+        position: EventPosition::new(0, row.try_get("id").map_err(map_err)?),
+        kind: EventKind::from_str(&kind).map_err(StoreError::failed)?,
+        slot_id: SlotId(row.try_get("slot_id").map_err(map_err)?),
+        hold_id: hold_id.map(HoldId),
+        owner: owner
+            .map(OwnerId::new)
+            .transpose()
+            .map_err(StoreError::failed)?,
+        quantity: row.try_get("quantity").map_err(map_err)?,
+        at: from_micros(row.try_get("occurred_at").map_err(map_err)?)?,
+    })
 }
 
 /// Adds `units` back to the slot's `remaining`.
@@ -505,9 +593,9 @@ where
 /// Every answer is decided at the `now` the engine passed: SQLite keeps no clock of its own.
 #[async_trait]
 impl Store for SqliteStore {
-    async fn create_slot(&self, slot: &NewSlot, _now: Timestamp) -> Result<Slot, StoreError> {
+    async fn create_slot(&self, slot: &NewSlot, now: Timestamp) -> Result<Slot, StoreError> {
         let mut w = self.begin_write().await?;
-        let step = writes::create_slot(&self.sql, w.connection(), slot).await;
+        let step = writes::create_slot(&self.sql, w.connection(), slot, now).await;
         w.finish(step).await
     }
 
@@ -617,7 +705,7 @@ impl Store for SqliteStore {
         now: Timestamp,
     ) -> Result<Decided<SlotChange>, StoreError> {
         let mut w = self.begin_write().await?;
-        let step = writes::set_closed(&self.sql, w.connection(), slot_id, closed).await;
+        let step = writes::set_closed(&self.sql, w.connection(), slot_id, closed, now).await;
         Ok(Decided::new(now, w.finish(step).await?))
     }
 
@@ -723,6 +811,74 @@ impl SqliteStore {
     }
 }
 
+/// The event log lives in the store's database (migration 5): every write above appends its
+/// events in its own unit of work (see [`SqliteStore`]'s docs), and these read it, keep the
+/// consumers' cursors, sweep expired holds and purge history. Positions are `0_<id>`.
+#[async_trait]
+impl EventStore for SqliteStore {
+    async fn read_events(
+        &self,
+        consumer: &ConsumerId,
+        limit: u32,
+    ) -> Result<Vec<Event>, StoreError> {
+        // One statement, one snapshot: the cursor and the events after it. A writer holds the
+        // write lock from the insert of its events to its commit, so no event with a lower id
+        // than one seen here can commit later.
+        let rows = sqlx::query(&self.sql.read_events)
+            .bind(consumer.as_str())
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_err)?;
+        rows.iter().map(event_from_row).collect()
+    }
+
+    async fn acknowledge(
+        &self,
+        consumer: &ConsumerId,
+        through: EventPosition,
+    ) -> Result<(), StoreError> {
+        if through.epoch() != 0 {
+            return Err(StoreError::failed(format!(
+                "event position {through} is not one of this store's (0_<id>)"
+            )));
+        }
+        // One autocommit upsert, queued with the store's other writers like a hold's insert.
+        let _gate = self.write_gate.lock().await;
+        sqlx::query(&self.sql.acknowledge)
+            .bind(consumer.as_str())
+            .bind(through.sequence())
+            .execute(&self.pool)
+            .await
+            .map_err(map_err)?;
+        Ok(())
+    }
+
+    async fn consumer_position(
+        &self,
+        consumer: &ConsumerId,
+    ) -> Result<Option<EventPosition>, StoreError> {
+        let acknowledged: Option<i64> = sqlx::query_scalar(&self.sql.consumer_position)
+            .bind(consumer.as_str())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(map_err)?;
+        Ok(acknowledged.map(|id| EventPosition::new(0, id)))
+    }
+
+    async fn reclaim_expired(&self, now: Timestamp, limit: u32) -> Result<Vec<Hold>, StoreError> {
+        let mut w = self.begin_write().await?;
+        let step = writes::sweep_expired(&self.sql, w.connection(), now, limit).await;
+        w.finish(step).await
+    }
+
+    async fn purge(&self, before: Timestamp, limit: u32) -> Result<Purged, StoreError> {
+        let mut w = self.begin_write().await?;
+        let step = writes::purge(&self.sql, w.connection(), before, limit).await;
+        w.finish(step).await
+    }
+}
+
 /// A hold an update did not change: as it is now, or not found in the caller's scope.
 fn not_applied(hold: Option<Hold>) -> Transition {
     match hold {
@@ -775,6 +931,62 @@ mod tests {
                 !plan
                     .iter()
                     .any(|step| step.starts_with("SCAN") || step.contains("TEMP B-TREE")),
+                "{sql}: {plan:?}"
+            );
+        }
+    }
+
+    /// The sweeper reads held holds by expiry and the purge ended holds by when they ended,
+    /// each through its own index (migration 5), never a scan of the holds: confirmed history
+    /// is not read. Readers and the event purge read a range of the events' primary key.
+    #[tokio::test]
+    async fn sweeps_and_purges_read_their_index() {
+        let store = SqliteStore::connect("sqlite::memory:").await.unwrap();
+        store.migrate().await.unwrap();
+        sqlx::raw_sql(
+            "INSERT INTO slot_booking_slots (starts_at, ends_at, capacity, remaining) \
+                 VALUES (10, 20, 1000000, 1000000); \
+             WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < 4000) \
+             INSERT INTO slot_booking_holds \
+                 (slot_id, idempotency_key, status, expires_at, created_at, quantity, \
+                  cancelled_at) \
+             SELECT 1, 'k' || n, CASE n % 8 WHEN 0 THEN 'held' WHEN 1 THEN 'cancelled' \
+                                  WHEN 2 THEN 'expired' ELSE 'confirmed' END, \
+                    n, 0, 1, CASE WHEN n % 8 = 1 THEN n END FROM g; \
+             WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < 4000) \
+             INSERT INTO slot_booking_events (kind, slot_id, quantity, occurred_at) \
+             SELECT 'slot_created', 1, 1, n FROM g; \
+             ANALYZE;",
+        )
+        .execute(store.pool())
+        .await
+        .unwrap();
+        for (sql, index) in [
+            (
+                &store.sql.sweep_expired,
+                "slot_booking_holds_held_by_expiry",
+            ),
+            (&store.sql.purge_holds, "slot_booking_holds_ended"),
+            (&store.sql.read_events, "INTEGER PRIMARY KEY"),
+            (&store.sql.purge_events, "INTEGER PRIMARY KEY"),
+        ] {
+            // EXPLAIN QUERY PLAN rows are (id, parent, notused, detail).
+            let rows: Vec<(i64, i64, i64, String)> =
+                sqlx::query_as(&format!("EXPLAIN QUERY PLAN {sql}"))
+                    .bind(100_i64)
+                    .bind(10_i64)
+                    .fetch_all(store.pool())
+                    .await
+                    .unwrap();
+            let plan: Vec<String> = rows.into_iter().map(|row| row.3).collect();
+            assert!(
+                plan.iter().any(|step| step.contains(index)),
+                "{sql}: {plan:?}"
+            );
+            assert!(
+                !plan
+                    .iter()
+                    .any(|step| step.starts_with("SCAN slot_booking_holds")),
                 "{sql}: {plan:?}"
             );
         }

@@ -46,6 +46,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         description: "slot administration",
         sql: include_str!("../migrations/0004_slot_administration.sql"),
     },
+    Migration {
+        version: 5,
+        description: "events",
+        sql: include_str!("../migrations/0005_events.sql"),
+    },
 ];
 
 /// The ledger 0.1 kept for its unprefixed tables.

@@ -21,6 +21,9 @@ const HOLD_COLUMNS: &str =
 const SLOT_COLUMNS: &str =
     "id, starts_at, ends_at, capacity, remaining, resource, closed, removed_at";
 
+/// The columns [`event_from_row`](crate::event_from_row) reads.
+const EVENT_COLUMNS: &str = "id, kind, slot_id, hold_id, owner, quantity, occurred_at";
+
 /// [`SLOT_COLUMNS`] of the slots table aliased `s`.
 const S_SLOT_COLUMNS: &str =
     "s.id, s.starts_at, s.ends_at, s.capacity, s.remaining, s.resource, s.closed, s.removed_at";
@@ -97,12 +100,22 @@ pub(crate) struct Statements {
     pub(crate) slot_usage: String,
     pub(crate) slots_page: String,
     pub(crate) resource_slots_page: String,
+    pub(crate) renew_unmoved: String,
+    pub(crate) append_event: String,
+    pub(crate) read_events: String,
+    pub(crate) acknowledge: String,
+    pub(crate) consumer_position: String,
+    pub(crate) sweep_expired: String,
+    pub(crate) purge_holds: String,
+    pub(crate) purge_events: String,
 }
 
 impl Statements {
     pub(crate) fn new(prefix: &TablePrefix) -> Self {
         let slots = format!("{prefix}slots");
         let holds = format!("{prefix}holds");
+        let events = format!("{prefix}events");
+        let consumers = format!("{prefix}event_consumers");
         // A slot's units still stored as held, split at ?1 (now) into active and expired: two
         // correlated sums, each one range of the partial index `holds_held_by_slot_expiry`
         // (slot_id, expires_at, quantity), which covers them: a `SlotUsage` per row.
@@ -169,7 +182,7 @@ impl Statements {
                  WHERE slot_id = ?1 AND status = 'held' AND expires_at <= ?2 \
                    AND EXISTS (SELECT 1 FROM {slots} WHERE id = ?1 AND starts_at > ?2 \
                                  AND closed = 0 AND removed_at IS NULL) \
-                 RETURNING quantity"
+                 RETURNING {HOLD_COLUMNS}"
             ),
             give_back: format!("UPDATE {slots} SET remaining = remaining + ?1 WHERE id = ?2"),
             confirm: format!(
@@ -186,11 +199,22 @@ impl Statements {
             ),
             // ?1 now, ?2 hold id, ?3 lifetime, ?4 maximum life (microseconds): the new expiry
             // is now + lifetime, capped at created_at + maximum life, never earlier than it was.
+            // The row changes only when that moves its expiry, so a returned row is a renewal
+            // that happened (and appends `hold_renewed`); `renew_unmoved` then tells a renewal
+            // with nothing to move (already at its maximum life) from a refusal.
             renew: format!(
-                "UPDATE {holds} SET expires_at = max(expires_at, min(?1 + ?3, created_at + ?4)) \
+                "UPDATE {holds} SET expires_at = min(?1 + ?3, created_at + ?4) \
                  WHERE id = ?2 AND status = 'held' AND expires_at > ?1 \
-                   AND (?5 OR owner IS ?6) \
+                   AND (?5 OR owner IS ?6) AND min(?1 + ?3, created_at + ?4) > expires_at \
                  RETURNING {HOLD_COLUMNS}"
+            ),
+            // Read after `renew` changed no row, in the same unit of work, with the same
+            // parameters: the hold if it is renewable (active, held, in scope) and the renewal
+            // would not move it. Such a renewal is applied, unchanged, and appends nothing.
+            renew_unmoved: format!(
+                "SELECT {HOLD_COLUMNS} FROM {holds} \
+                 WHERE id = ?2 AND status = 'held' AND expires_at > ?1 \
+                   AND (?5 OR owner IS ?6) AND min(?1 + ?3, created_at + ?4) <= expires_at"
             ),
             // The administrative writes' reclaim: on any slot, started or not (a capacity
             // change or a removal applies to both). Run under a savepoint that is rolled back
@@ -198,20 +222,25 @@ impl Statements {
             reclaim_expired: format!(
                 "UPDATE {holds} SET status = 'expired' \
                  WHERE slot_id = ?1 AND status = 'held' AND expires_at <= ?2 \
-                 RETURNING quantity"
+                 RETURNING {HOLD_COLUMNS}"
             ),
             // ?1 slot id, ?2 the new capacity. `remaining` moves by the difference, taking only
             // free units: the row is changed only if the new `remaining` is not negative. SET
             // reads the row as it was, and SQLite integers are 64-bit, so `?2 - capacity`
             // cannot overflow between two i32 capacities.
+            // Setting the capacity it has changes no row (and appends no event): the writer
+            // then reads the slot to tell that from a refusal.
             change_capacity: format!(
                 "UPDATE {slots} SET capacity = ?2, remaining = remaining + (?2 - capacity) \
-                 WHERE id = ?1 AND removed_at IS NULL AND remaining + (?2 - capacity) >= 0 \
+                 WHERE id = ?1 AND removed_at IS NULL AND capacity <> ?2 \
+                   AND remaining + (?2 - capacity) >= 0 \
                  RETURNING {SLOT_COLUMNS}"
             ),
-            // ?1 slot id, ?2 closed (0 or 1). Setting what already is counts as applied.
+            // ?1 slot id, ?2 closed (0 or 1). Setting what already is changes no row (and
+            // appends no event); the writer then reads the slot and counts it as applied.
             set_closed: format!(
-                "UPDATE {slots} SET closed = ?2 WHERE id = ?1 AND removed_at IS NULL \
+                "UPDATE {slots} SET closed = ?2 \
+                 WHERE id = ?1 AND removed_at IS NULL AND closed <> ?2 \
                  RETURNING {SLOT_COLUMNS}"
             ),
             // ?1 slot id, ?2 now. No unit held or confirmed is the row's own
@@ -229,6 +258,57 @@ impl Statements {
             // the same range and order as `slots_page`.
             resource_slots_page: format!(
                 "SELECT {usage_columns} FROM {slots} s WHERE s.resource = ?7 AND {page_tail}"
+            ),
+            // ?1 kind, ?2 slot id, ?3 hold id, ?4 owner, ?5 quantity, ?6 when (µs). Every write
+            // but a hold's insert (whose event the `holds_placed_event` trigger of migration 5
+            // appends in the same statement) runs this in its own unit of work, after the
+            // statement whose returned row says the change happened.
+            append_event: format!(
+                "INSERT INTO {events} (kind, slot_id, hold_id, owner, quantity, occurred_at) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)"
+            ),
+            // ?1 consumer, ?2 limit: the events after its cursor (0, before every id, for a
+            // consumer never seen), one range of the primary key, in one snapshot.
+            read_events: format!(
+                "SELECT {EVENT_COLUMNS} FROM {events} \
+                 WHERE id > coalesce((SELECT acknowledged FROM {consumers} WHERE name = ?1), 0) \
+                 ORDER BY id LIMIT ?2"
+            ),
+            // ?1 consumer, ?2 event id. Registers a new consumer; never moves a cursor back.
+            acknowledge: format!(
+                "INSERT INTO {consumers} (name, acknowledged) VALUES (?1, ?2) \
+                 ON CONFLICT (name) DO UPDATE \
+                 SET acknowledged = max(acknowledged, excluded.acknowledged)"
+            ),
+            consumer_position: format!("SELECT acknowledged FROM {consumers} WHERE name = ?1"),
+            // ?1 now, ?2 limit: the sweeper's reclaim, up to ?2 held holds that expired by ?1 on
+            // any slot, the earliest first, through `holds_held_by_expiry` (migration 5). A hold
+            // another sweeper or a lazy reclaim took first is no longer 'held' and is not
+            // returned: each expired hold is reported once.
+            sweep_expired: format!(
+                "UPDATE {holds} SET status = 'expired' \
+                 WHERE id IN (SELECT id FROM {holds} WHERE status = 'held' AND expires_at <= ?1 \
+                              ORDER BY expires_at LIMIT ?2) \
+                 RETURNING {HOLD_COLUMNS}"
+            ),
+            // ?1 before, ?2 limit: up to ?2 holds that ended before ?1, cancelled or expired
+            // (reclaimed), through `holds_ended` (migration 5), whose expression this repeats.
+            // Never confirmed or held ones. The idempotency key goes with the row.
+            purge_holds: format!(
+                "DELETE FROM {holds} WHERE id IN ( \
+                     SELECT id FROM {holds} WHERE status IN ('cancelled', 'expired') \
+                       AND (CASE WHEN status = 'cancelled' THEN cancelled_at ELSE expires_at END) \
+                           < ?1 \
+                     LIMIT ?2)"
+            ),
+            // ?1 before, ?2 limit: up to ?2 events older than ?1 that every consumer has
+            // acknowledged (with no consumer, every one), the oldest first.
+            purge_events: format!(
+                "DELETE FROM {events} WHERE id IN ( \
+                     SELECT id FROM {events} WHERE occurred_at < ?1 \
+                       AND id <= (SELECT coalesce(min(acknowledged), 9223372036854775807) \
+                                  FROM {consumers}) \
+                     ORDER BY id LIMIT ?2)"
             ),
         }
     }
@@ -278,10 +358,21 @@ mod tests {
             &sql.slot_usage,
             &sql.slots_page,
             &sql.resource_slots_page,
+            &sql.renew,
+            &sql.renew_unmoved,
+            &sql.append_event,
+            &sql.read_events,
+            &sql.acknowledge,
+            &sql.consumer_position,
+            &sql.sweep_expired,
+            &sql.purge_holds,
+            &sql.purge_events,
         ] {
             assert!(statement.contains("zz_"), "{statement}");
             assert!(!statement.contains(" slots"), "{statement}");
             assert!(!statement.contains(" holds"), "{statement}");
+            assert!(!statement.contains(" events"), "{statement}");
+            assert!(!statement.contains(" event_consumers"), "{statement}");
         }
     }
 }

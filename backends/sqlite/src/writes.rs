@@ -9,20 +9,22 @@
 //! implementation of each rule and differ only in how the unit is opened.
 
 use async_trait::async_trait;
+use slot_booking::events::NewEvent;
 use slot_booking::{
-    Decided, Hold, HoldId, HoldOutcome, HoldRequest, NewSlot, RenewRequest, ResourceId, Scope,
-    Slot, SlotChange, SlotId, SlotLimits, StoreError, Timestamp, TransactionWrites,
-    TransactionalStore, Transition,
+    Decided, EventKind, Hold, HoldId, HoldOutcome, HoldRequest, NewSlot, Purged, RenewRequest,
+    ResourceId, Scope, Slot, SlotChange, SlotId, SlotLimits, StoreError, Timestamp,
+    TransactionWrites, TransactionalStore, Transition,
 };
 use sqlx::sqlite::{SqliteArguments, SqliteConnection};
 use sqlx::{Connection, Sqlite, Transaction};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use tokio::sync::OwnedMutexGuard;
 
 use crate::sql::Statements;
 use crate::{
-    from_micros, give_back, hold_by_id, hold_by_key, hold_from_row, insert_hold, map_err,
-    not_applied, reclaim, slot_from_row, to_micros, usage_from_row, Insert, SqliteStore,
+    append_event, from_micros, give_back, hold_by_id, hold_by_key, hold_from_row, insert_hold,
+    map_err, not_applied, reclaim, slot_from_row, to_micros, usage_from_row, Insert, SqliteStore,
 };
 
 /// A conditional update of one row, returning it when it changed.
@@ -84,25 +86,52 @@ async fn begin_unit(conn: &mut SqliteConnection) -> Result<Transaction<'_, Sqlit
     unit.map_err(map_err)
 }
 
-/// Stores a new slot.
+/// Stores a new slot and appends its `slot_created` event at `now`.
 pub(crate) async fn create_slot(
     sql: &Statements,
     conn: &mut SqliteConnection,
     slot: &NewSlot,
+    now: Timestamp,
 ) -> Result<Step<Slot>, StoreError> {
     let row = sqlx::query(&sql.create_slot)
         .bind(to_micros(slot.starts_at))
         .bind(to_micros(slot.ends_at))
         .bind(slot.capacity)
         .bind(slot.resource.as_ref().map(ResourceId::as_str))
-        .fetch_one(conn)
+        .fetch_one(&mut *conn)
         .await
         .map_err(map_err)?;
-    Ok(Step::keep(slot_from_row(&row)?))
+    let slot = slot_from_row(&row)?;
+    log_slot(sql, conn, EventKind::SlotCreated, &slot, now).await?;
+    Ok(Step::keep(slot))
+}
+
+/// Appends the event `kind` about `slot` as it is after the change, at `now`.
+async fn log_slot(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    kind: EventKind,
+    slot: &Slot,
+    now: Timestamp,
+) -> Result<(), StoreError> {
+    let event = NewEvent::of_slot(kind, slot.slot_id, slot.capacity, now);
+    append_event(sql, conn, &event).await
+}
+
+/// Appends the event `kind` about `hold` as it is after the change, at `now`.
+async fn log_hold(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    kind: EventKind,
+    hold: &Hold,
+    now: Timestamp,
+) -> Result<(), StoreError> {
+    append_event(sql, conn, &NewEvent::of_hold(kind, hold, now)).await
 }
 
 /// A hold in a unit of work: the insert as the slot is stored, then, if it found no unit,
-/// [`hold_after_reclaim`].
+/// [`hold_after_reclaim`]. The insert's `hold_placed` event is appended by the
+/// `holds_placed_event` trigger (migration 5) inside the insert itself.
 pub(crate) async fn hold(
     sql: &Statements,
     conn: &mut SqliteConnection,
@@ -132,16 +161,17 @@ where
 
 const KEY_TAKEN_BY_NONE: &str = "a unique violation on the idempotency key, but no hold has it";
 
-/// A hold that found no unit: reclaims the slot's expired holds and inserts once more. Tried
-/// even if this reclaimed nothing: a racing hold may have reclaimed units since. Refused, it
-/// says why and undoes the reclaim (the next hold that needs the units redoes it).
+/// A hold that found no unit: reclaims the slot's expired holds (one `hold_expired` event each)
+/// and inserts once more. Tried even if this reclaimed nothing: a racing hold may have
+/// reclaimed units since. Refused, it says why and undoes the reclaim and its events (the next
+/// hold that needs the units redoes it).
 pub(crate) async fn hold_after_reclaim(
     sql: &Statements,
     conn: &mut SqliteConnection,
     request: &HoldRequest<'_>,
 ) -> Result<Step<HoldOutcome>, StoreError> {
     let slot_id = request.slot_id.get();
-    reclaim(sql, &sql.reclaim, conn, slot_id, to_micros(request.now)).await?;
+    reclaim(sql, &sql.reclaim, conn, slot_id, request.now).await?;
     let insert = insert_hold(sql, &mut *conn, request).await?;
     if let Insert::Created(hold) = insert {
         return Ok(Step::keep(HoldOutcome::Created(hold)));
@@ -170,18 +200,25 @@ pub(crate) async fn hold_after_reclaim(
     )))
 }
 
-/// Runs one of the conditional updates on a hold (confirm, renew); when it changes nothing,
-/// reads the hold in the same scope to say why.
+/// Runs one of the conditional updates on a hold (confirm, renew); when it changes a row,
+/// appends the event `kind` about it at `now`, and when it changes nothing, reads the hold in
+/// the same scope to say why.
 async fn transition(
     sql: &Statements,
     conn: &mut SqliteConnection,
     update: Query<'_>,
+    kind: EventKind,
+    now: Timestamp,
     hold_id: HoldId,
     scope: &Scope,
 ) -> Result<Step<Transition>, StoreError> {
     let updated = update.fetch_optional(&mut *conn).await.map_err(map_err)?;
     let transition = match updated {
-        Some(row) => Transition::Applied(hold_from_row(&row)?),
+        Some(row) => {
+            let hold = hold_from_row(&row)?;
+            log_hold(sql, conn, kind, &hold, now).await?;
+            Transition::Applied(hold)
+        }
         None => not_applied(hold_by_id(sql, conn, hold_id, scope).await?),
     };
     Ok(Step::keep(transition))
@@ -201,10 +238,22 @@ pub(crate) async fn confirm(
         .bind(hold_id.get())
         .bind(any)
         .bind(owner);
-    transition(sql, conn, update, hold_id, scope).await
+    transition(
+        sql,
+        conn,
+        update,
+        EventKind::HoldConfirmed,
+        now,
+        hold_id,
+        scope,
+    )
+    .await
 }
 
-/// Renews an active held hold.
+/// Renews an active held hold. The update changes the row only when the renewal moves its
+/// expiry (and then appends `hold_renewed`); when it changes nothing, a read with the same
+/// parameters tells a renewal with nothing to move (applied, the hold unchanged, no event)
+/// from a refusal.
 pub(crate) async fn renew(
     sql: &Statements,
     conn: &mut SqliteConnection,
@@ -214,15 +263,35 @@ pub(crate) async fn renew(
         d.num_microseconds()
             .ok_or_else(|| StoreError::failed("a hold lifetime overflows microseconds"))
     };
+    let (lifetime, max_life) = (micros(request.lifetime)?, micros(request.max_life)?);
     let (any, owner) = request.scope.as_filter();
-    let update = sqlx::query(&sql.renew)
-        .bind(to_micros(request.now))
-        .bind(request.hold_id.get())
-        .bind(micros(request.lifetime)?)
-        .bind(micros(request.max_life)?)
-        .bind(any)
-        .bind(owner);
-    transition(sql, conn, update, request.hold_id, request.scope).await
+    let bind = |statement| {
+        sqlx::query(statement)
+            .bind(to_micros(request.now))
+            .bind(request.hold_id.get())
+            .bind(lifetime)
+            .bind(max_life)
+            .bind(any)
+            .bind(owner)
+    };
+    let updated = bind(&sql.renew)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(map_err)?;
+    if let Some(row) = updated {
+        let hold = hold_from_row(&row)?;
+        log_hold(sql, conn, EventKind::HoldRenewed, &hold, request.now).await?;
+        return Ok(Step::keep(Transition::Applied(hold)));
+    }
+    let unmoved = bind(&sql.renew_unmoved)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(map_err)?;
+    let transition = match unmoved {
+        Some(row) => Transition::Applied(hold_from_row(&row)?),
+        None => not_applied(hold_by_id(sql, conn, request.hold_id, request.scope).await?),
+    };
+    Ok(Step::keep(transition))
 }
 
 /// Cancels an active held or a confirmed hold and gives its units back.
@@ -246,6 +315,7 @@ pub(crate) async fn cancel(
         Some(row) => {
             let hold = hold_from_row(&row)?;
             give_back(sql, conn, i64::from(hold.quantity), hold.slot_id.get()).await?;
+            log_hold(sql, conn, EventKind::HoldCancelled, &hold, now).await?;
             Transition::Applied(hold)
         }
         None => not_applied(hold_by_id(sql, conn, hold_id, scope).await?),
@@ -253,23 +323,55 @@ pub(crate) async fn cancel(
     Ok(Step::keep(transition))
 }
 
-/// Closes or reopens a slot's sales: one conditional update.
+/// Closes or reopens a slot's sales: one conditional update, which changes the row (and then
+/// appends `slot_closed` or `slot_reopened`) only if the sales are not already as asked. When
+/// it changes nothing, the slot read in the same unit of work says whether it already was
+/// (applied, no event) or is not there.
 pub(crate) async fn set_closed(
     sql: &Statements,
     conn: &mut SqliteConnection,
     slot_id: SlotId,
     closed: bool,
+    now: Timestamp,
 ) -> Result<Step<SlotChange>, StoreError> {
     let updated = sqlx::query(&sql.set_closed)
         .bind(slot_id.get())
         .bind(closed)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(map_err)?;
+    if let Some(row) = updated {
+        let slot = slot_from_row(&row)?;
+        let kind = if closed {
+            EventKind::SlotClosed
+        } else {
+            EventKind::SlotReopened
+        };
+        log_slot(sql, conn, kind, &slot, now).await?;
+        return Ok(Step::keep(SlotChange::Applied(slot)));
+    }
+    Ok(Step::keep(match live_slot(sql, conn, slot_id).await? {
+        Some(slot) => SlotChange::Applied(slot),
+        None => SlotChange::NotFound,
+    }))
+}
+
+/// The slot as stored, unless there is none or it has been removed.
+async fn live_slot(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    slot_id: SlotId,
+) -> Result<Option<Slot>, StoreError> {
+    let row = sqlx::query(&sql.slot_by_id)
+        .bind(slot_id.get())
         .fetch_optional(conn)
         .await
         .map_err(map_err)?;
-    Ok(Step::keep(match updated {
-        Some(row) => SlotChange::Applied(slot_from_row(&row)?),
-        None => SlotChange::NotFound,
-    }))
+    Ok(row
+        .as_ref()
+        .map(slot_from_row)
+        .transpose()?
+        .filter(|slot| slot.removed_at.is_none()))
 }
 
 /// Changes a slot's capacity, taking free units only.
@@ -285,7 +387,12 @@ pub(crate) async fn change_capacity(
             .bind(slot_id.get())
             .bind(capacity)
     };
-    change_taking_free_units(sql, conn, slot_id, now, update).await
+    let change = AdminChange {
+        kind: EventKind::SlotCapacityChanged,
+        already: |slot: &Slot| slot.capacity == capacity,
+        update,
+    };
+    change_taking_free_units(sql, conn, slot_id, now, change).await
 }
 
 /// Archives a slot no unit of which is held or confirmed.
@@ -301,28 +408,60 @@ pub(crate) async fn remove_slot(
             .bind(slot_id.get())
             .bind(micros)
     };
-    change_taking_free_units(sql, conn, slot_id, now, update).await
+    let change = AdminChange {
+        kind: EventKind::SlotRemoved,
+        // A removed slot is not found: a live one always has something to change.
+        already: |_: &Slot| false,
+        update,
+    };
+    change_taking_free_units(sql, conn, slot_id, now, change).await
+}
+
+/// An administrative change of a slot row that may only take free units.
+struct AdminChange<A, U> {
+    /// The event a change appends.
+    kind: EventKind,
+    /// Whether the slot, as stored, already is as asked (the update then changes no row).
+    already: A,
+    /// Builds the conditional update, which returns the slot it changed.
+    update: U,
 }
 
 /// Applies an administrative change of a slot row that may only take free units
-/// (`change_capacity`, `remove_slot`: `update` builds the conditional update, which returns
-/// the slot it changed):
+/// (`change_capacity`, `remove_slot`):
 ///
-/// 1. the update as the slot is stored;
-/// 2. if that changed no row, the slot's expired holds are reclaimed under a savepoint and the
-///    update runs again; if it still changes no row the savepoint is rolled back, so a refused
-///    change reclaims nothing (and the units read next still count those holds as expired);
-/// 3. refused: the slot's units, read in the same unit of work, say whether it is in use or
-///    not there (no such slot, or removed).
-async fn change_taking_free_units<'q>(
+/// 1. the update as the slot is stored; a row changed appends the change's event;
+/// 2. if that changed no row, the slot read in the same unit of work says whether it is not
+///    there (no such slot, or removed) or already as asked (applied, no event, no reclaim);
+/// 3. otherwise the slot's expired holds are reclaimed under a savepoint (one `hold_expired`
+///    event each) and the update runs again; if it still changes no row the savepoint is
+///    rolled back, events included, so a refused change reclaims nothing (and the units read
+///    next still count those holds as expired);
+/// 4. refused: the slot's units, read in the same unit of work, say whether it is in use or
+///    not there.
+async fn change_taking_free_units<'q, A, U>(
     sql: &Statements,
     conn: &mut SqliteConnection,
     slot_id: SlotId,
     now: Timestamp,
-    update: impl Fn() -> Query<'q>,
-) -> Result<Step<SlotChange>, StoreError> {
+    change: AdminChange<A, U>,
+) -> Result<Step<SlotChange>, StoreError>
+where
+    A: Fn(&Slot) -> bool,
+    U: Fn() -> Query<'q>,
+{
+    let AdminChange {
+        kind,
+        already,
+        update,
+    } = change;
     let mut changed = update().fetch_optional(&mut *conn).await.map_err(map_err)?;
     if changed.is_none() {
+        match live_slot(sql, conn, slot_id).await? {
+            None => return Ok(Step::undo(SlotChange::NotFound)),
+            Some(slot) if already(&slot) => return Ok(Step::keep(SlotChange::Applied(slot))),
+            Some(_) => {}
+        }
         // Always a savepoint: the caller runs this inside a unit of work.
         let mut savepoint = Connection::begin(&mut *conn).await.map_err(map_err)?;
         let retried = update_after_reclaim(sql, &mut savepoint, slot_id, now, &update).await;
@@ -336,7 +475,9 @@ async fn change_taking_free_units<'q>(
         .await?;
     }
     if let Some(row) = changed {
-        return Ok(Step::keep(SlotChange::Applied(slot_from_row(&row)?)));
+        let slot = slot_from_row(&row)?;
+        log_slot(sql, conn, kind, &slot, now).await?;
+        return Ok(Step::keep(SlotChange::Applied(slot)));
     }
     let usage = sqlx::query(&sql.slot_usage)
         .bind(to_micros(now))
@@ -363,19 +504,70 @@ async fn update_after_reclaim<'q>(
     now: Timestamp,
     update: &impl Fn() -> Query<'q>,
 ) -> Result<Option<sqlx::sqlite::SqliteRow>, StoreError> {
-    let reclaimed = reclaim(
-        sql,
-        &sql.reclaim_expired,
-        conn,
-        slot_id.get(),
-        to_micros(now),
-    )
-    .await?;
+    let reclaimed = reclaim(sql, &sql.reclaim_expired, conn, slot_id.get(), now).await?;
     // Nothing reclaimed: the slot is as it was, and the update would change nothing again.
-    if reclaimed == 0 {
+    if reclaimed.is_empty() {
         return Ok(None);
     }
     update().fetch_optional(conn).await.map_err(map_err)
+}
+
+/// The sweeper's reclaim ([`EventStore::reclaim_expired`](slot_booking::EventStore)): marks
+/// up to `limit` held holds that expired by `now` as expired (on any slot, decided by the rows
+/// the update returned, so a hold reclaimed by a racing sweeper or a lazy reclaim is not among
+/// them), gives their units back slot by slot and appends one `hold_expired` event each.
+pub(crate) async fn sweep_expired(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    now: Timestamp,
+    limit: u32,
+) -> Result<Step<Vec<Hold>>, StoreError> {
+    let rows = sqlx::query(&sql.sweep_expired)
+        .bind(to_micros(now))
+        .bind(i64::from(limit))
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(map_err)?;
+    let reclaimed = rows
+        .iter()
+        .map(hold_from_row)
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut units: BTreeMap<i64, i64> = BTreeMap::new();
+    for hold in &reclaimed {
+        *units.entry(hold.slot_id.get()).or_default() += i64::from(hold.quantity);
+    }
+    for (slot_id, units) in units {
+        give_back(sql, conn, units, slot_id).await?;
+    }
+    for hold in &reclaimed {
+        log_hold(sql, conn, EventKind::HoldExpired, hold, now).await?;
+    }
+    Ok(Step::keep(reclaimed))
+}
+
+/// [`EventStore::purge`](slot_booking::EventStore): deletes up to `limit` holds that ended
+/// (cancelled, or expired and reclaimed) before `before`, their idempotency keys with them, and
+/// up to `limit` events older than `before` that every consumer has acknowledged.
+pub(crate) async fn purge(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    before: Timestamp,
+    limit: u32,
+) -> Result<Step<Purged>, StoreError> {
+    let mut purged = Purged::default();
+    for (statement, count) in [
+        (&sql.purge_holds, &mut purged.holds),
+        (&sql.purge_events, &mut purged.events),
+    ] {
+        *count = sqlx::query(statement)
+            .bind(to_micros(before))
+            .bind(i64::from(limit))
+            .execute(&mut *conn)
+            .await
+            .map_err(map_err)?
+            .rows_affected();
+    }
+    Ok(Step::keep(purged))
 }
 
 /// A write transaction of a [`SqliteStore`], its [`TransactionalStore::Transaction`]: begun
@@ -443,7 +635,8 @@ impl SqliteTransaction {
 /// [`TransactionWrites`] of [`SqliteStore::on`], for
 /// [`BookingEngine::within`](slot_booking::BookingEngine::within).
 ///
-/// Each call is all or nothing inside the caller's transaction: it runs under a savepoint,
+/// Each call is all or nothing inside the caller's transaction, its events included (they
+/// commit or roll back with the caller's transaction): it runs under a savepoint,
 /// released when the call's writes stay and rolled back when the request is refused (a hold's
 /// key taken or no unit free, a capacity change or removal that does not fit, the expired
 /// holds it reclaimed to try included) or fails, so the caller's transaction stays usable and
@@ -563,9 +756,9 @@ impl TransactionWrites for SqliteWrites<'_> {
         Ok(Decided::new(now, hold))
     }
 
-    async fn create_slot(&mut self, slot: &NewSlot, _now: Timestamp) -> Result<Slot, StoreError> {
+    async fn create_slot(&mut self, slot: &NewSlot, now: Timestamp) -> Result<Slot, StoreError> {
         let mut unit = begin_unit(self.conn).await?;
-        let step = create_slot(&self.sql, &mut unit, slot).await;
+        let step = create_slot(&self.sql, &mut unit, slot, now).await;
         finish(unit, step).await
     }
 
@@ -587,7 +780,7 @@ impl TransactionWrites for SqliteWrites<'_> {
         now: Timestamp,
     ) -> Result<Decided<SlotChange>, StoreError> {
         let mut unit = begin_unit(self.conn).await?;
-        let step = set_closed(&self.sql, &mut unit, slot_id, closed).await;
+        let step = set_closed(&self.sql, &mut unit, slot_id, closed, now).await;
         Ok(Decided::new(now, finish(unit, step).await?))
     }
 

@@ -7,7 +7,10 @@ use std::path::Path;
 
 use common::*;
 use slot_booking::conformance::kit::check_previous_release_sells_on;
-use slot_booking::{HoldOutcome, SlotChange, SlotFilter, SlotId, SlotPageRequest, Store};
+use slot_booking::{
+    ConsumerId, EventKind, EventStore, HoldId, HoldOutcome, Purged, SlotChange, SlotFilter, SlotId,
+    SlotPageRequest, Store,
+};
 use slot_booking_sqlite::SqliteStore;
 use sqlx::migrate::Migrator;
 use sqlx::sqlite::SqliteRow;
@@ -109,6 +112,7 @@ async fn migrations_coexist_with_host_sqlx_migrations() {
             (2, "holds take a unit".to_owned()),
             (3, "owners and quantities".to_owned()),
             (4, "slot administration".to_owned()),
+            (5, "events".to_owned()),
         ]
     );
     let theirs: Vec<i64> = column(
@@ -149,7 +153,7 @@ async fn concurrent_migrations_apply_once() {
         .fetch_one(store.pool())
         .await
         .unwrap();
-    assert_eq!(n, 4, "each of the four migrations applied once");
+    assert_eq!(n, 5, "each of the five migrations applied once");
 }
 
 #[tokio::test]
@@ -204,6 +208,7 @@ async fn create_recorded_schema(pool: &SqlitePool, dir: &str, up_to: i64) {
         ),
         (2, "0002_holds_take_a_unit.sql", "holds take a unit"),
         (3, "0003_owners_quantities.sql", "owners and quantities"),
+        (4, "0004_slot_administration.sql", "slot administration"),
     ]
     .into_iter()
     .filter(|(version, _, _)| *version <= up_to)
@@ -481,7 +486,7 @@ async fn a_database_made_by_migrations_1_to_3_upgrades_in_place() {
         "SELECT version FROM slot_booking_migrations ORDER BY version",
     )
     .await;
-    assert_eq!(versions, vec![1, 2, 3, 4]);
+    assert_eq!(versions, vec![1, 2, 3, 4, 5]);
     for id in 1..=3 {
         let slot = store.get_slot(SlotId(id)).await.unwrap().unwrap();
         assert_eq!(
@@ -524,4 +529,100 @@ async fn a_database_made_by_migrations_1_to_3_upgrades_in_place() {
     assert_invariant(&pool, SlotId(2)).await;
 
     assert_previous_release_sells_on(&store).await;
+}
+
+/// The event log arrives by an additive migration: a database made by migrations 1 to 4 keeps
+/// every slot and hold as it was, starts with an empty log (old rows have no events), and from
+/// then on every change appends its event, the lazy reclaim of an old expired hold included;
+/// a purge deletes old ended holds and frees their keys.
+#[tokio::test]
+async fn a_database_made_by_migrations_1_to_4_upgrades_in_place() {
+    let db = TempDb::new("before_events");
+    let pool = previous_release_database(&db, 4).await;
+    execute(
+        &pool,
+        "UPDATE slot_booking_slots SET resource = 'room-1' WHERE id = 1",
+    )
+    .await;
+    let slot_rows = "SELECT id, starts_at, ends_at, capacity, remaining, resource, closed, \
+                     removed_at FROM slot_booking_slots ORDER BY id";
+    let hold_rows = "SELECT id, slot_id, idempotency_key, status, expires_at, confirmed_at, \
+                     cancelled_at, created_at, quantity, owner FROM slot_booking_holds ORDER BY id";
+    type SlotRow = (i64, i64, i64, i64, i64, Option<String>, i64, Option<i64>);
+    type HoldRow = (
+        i64,
+        i64,
+        String,
+        String,
+        i64,
+        Option<i64>,
+        Option<i64>,
+        i64,
+        i64,
+        Option<String>,
+    );
+    let slots_before: Vec<SlotRow> = rows(&pool, slot_rows).await;
+    let holds_before: Vec<HoldRow> = rows(&pool, hold_rows).await;
+    assert_eq!((slots_before.len(), holds_before.len()), (1, 4));
+
+    let store = SqliteStore::new(pool.clone());
+    store.migrate().await.unwrap();
+    store.migrate().await.unwrap();
+
+    assert_eq!(rows::<SlotRow>(&pool, slot_rows).await, slots_before);
+    assert_eq!(rows::<HoldRow>(&pool, hold_rows).await, holds_before);
+    assert_tables(
+        &pool,
+        &["slot_booking_events", "slot_booking_event_consumers"],
+    )
+    .await;
+    let versions: Vec<i64> = column(
+        &pool,
+        "SELECT version FROM slot_booking_migrations ORDER BY version",
+    )
+    .await;
+    assert_eq!(versions, vec![1, 2, 3, 4, 5]);
+    let reader = ConsumerId::new("reader").unwrap();
+    assert!(store.read_events(&reader, 100).await.unwrap().is_empty());
+
+    // The old rows sell on: the three units include the old expired hold 4, reclaimed lazily.
+    assert_previous_release_sells_on(&store).await;
+    let events = store.read_events(&reader, 100).await.unwrap();
+    let seen: Vec<(EventKind, Option<HoldId>, i32)> = events
+        .iter()
+        .map(|e| (e.kind, e.hold_id, e.quantity))
+        .collect();
+    assert_eq!(
+        seen,
+        vec![
+            (EventKind::HoldExpired, Some(HoldId(4)), 1),
+            (EventKind::HoldPlaced, Some(HoldId(5)), 3)
+        ]
+    );
+    assert!(events.iter().all(|e| e.at == at(1)));
+
+    // The old cancelled hold (3) and the reclaimed one (4) are history a purge deletes; their
+    // keys are free again (the slot is full now, so the old key no longer replays).
+    assert!(matches!(
+        hold(&store, SlotId(1), "cancelled-key", at(2)).await,
+        HoldOutcome::Replayed(h) if h.hold_id == HoldId(3)
+    ));
+    store
+        .acknowledge(&reader, events[1].position)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.purge(at(10), 100).await.unwrap(),
+        Purged {
+            holds: 2,
+            events: 2
+        }
+    );
+    assert!(matches!(
+        hold(&store, SlotId(1), "cancelled-key", at(2)).await,
+        HoldOutcome::SoldOut
+    ));
+    let left: Vec<i64> = column(&pool, "SELECT id FROM slot_booking_holds ORDER BY id").await;
+    assert_eq!(left, vec![1, 2, 5]);
+    assert_counts(&pool, SlotId(1), (5, 0, 4, 1)).await;
 }

@@ -374,7 +374,7 @@ async fn writes_on_a_bare_connection_commit_each_call() {
 }
 
 /// 48 tasks race for one slot of five units, each in its own transaction placing and
-/// confirming a hold; every third rolls back. Half use the store's own transactions, half a
+/// confirming a hold; every third hold placed (the first included) rolls back. Half use the store's own transactions, half a
 /// transaction of their own on a second store's pool (another process, as far as SQLite can
 /// tell). Exactly five units are sold, rolled-back holds leave nothing, every call succeeds
 /// or is refused as sold out (no `SQLITE_BUSY`), and the invariant holds.
@@ -392,11 +392,20 @@ async fn racing_transactions_never_oversell() {
         .unwrap()
         .slot_id;
 
+    // Counted in the order holds are placed (under SQLite's write lock, one transaction at a
+    // time), not the order tasks are spawned: which tasks get the lock first is up to the
+    // scheduler, and the first hold placed must roll back for the test to see a rollback.
+    let placed_count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..48 {
         let (engine_a, engine_b) = (Arc::clone(&engine_a), Arc::clone(&engine_b));
         let (a, b) = (a.clone(), b.clone());
-        let commit = i % 3 != 0;
+        let placed_count = Arc::clone(&placed_count);
+        let commit = move || {
+            !placed_count
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+                .is_multiple_of(3)
+        };
         tasks.spawn(async move {
             let key = format!("tx-{i}");
             if i % 2 == 0 {
@@ -407,6 +416,7 @@ async fn racing_transactions_never_oversell() {
                     Err(BookingError::SoldOut { .. }) => return None,
                     Err(other) => panic!("task {i}: {other:?}"),
                 };
+                let commit = commit();
                 w.confirm(placed.hold_id).await.unwrap();
                 drop(w);
                 if commit {
@@ -423,6 +433,7 @@ async fn racing_transactions_never_oversell() {
                     Err(BookingError::SoldOut { .. }) => return None,
                     Err(other) => panic!("task {i}: {other:?}"),
                 };
+                let commit = commit();
                 w.confirm(placed.hold_id).await.unwrap();
                 drop(w);
                 if commit {
