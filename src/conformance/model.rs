@@ -1312,26 +1312,18 @@ where
     F: Fn() -> Fut,
     Fut: Future<Output = S>,
 {
-    let (cases, runtime, mut runner) = harness(cases, 2);
     let step = prop_oneof![9 => op(), 1 => Just(Op::ReclaimExpired)];
     let sequences = after_opening(proptest::collection::vec(step, 1..=max_len));
-    let result = runner.run(&sequences, |ops| {
-        runtime.block_on(async {
-            let store = factory().await;
+    run_property("event model check", cases, 2, &sequences, |ops| {
+        let store = factory();
+        async move {
             let mut checks = EventsMatchTheModel {
                 consumer: crate::model::ConsumerId::new("model").expect("a valid consumer id"),
                 last: None,
             };
-            tokio::time::timeout(super::CASE_TIMEOUT, run_checked(store, &ops, &mut checks))
-                .await
-                .map_err(|_| TestCaseError::fail("sequence timed out"))?
-                .map_err(|Mismatch(m)| TestCaseError::fail(m))
-        })
+            run_checked(store.await, &ops, &mut checks).await
+        }
     });
-    eprintln!("event model check: {cases} cases");
-    if let Err(error) = result {
-        panic!("event model check failed: {error}");
-    }
 }
 
 /// The store's rows equal the model's, and the invariant holds.
@@ -1401,6 +1393,30 @@ fn harness(cases: u32, workers: usize) -> (u32, tokio::runtime::Runtime, TestRun
     (cases, runtime, runner)
 }
 
+/// Runs the property `name`: `cases` values of `strategy` (more with `PROPTEST_CASES`), each
+/// checked by `check` on a runtime of `workers` threads under the case timeout; panics with
+/// the shrunk failing value.
+fn run_property<St, F, Fut>(name: &str, cases: u32, workers: usize, strategy: &St, check: F)
+where
+    St: Strategy,
+    F: Fn(St::Value) -> Fut,
+    Fut: Future<Output = Result<(), Mismatch>>,
+{
+    let (cases, runtime, mut runner) = harness(cases, workers);
+    let result = runner.run(strategy, |value| {
+        runtime.block_on(async {
+            tokio::time::timeout(super::CASE_TIMEOUT, check(value))
+                .await
+                .map_err(|_| TestCaseError::fail(format!("{name}: a case timed out")))?
+                .map_err(|Mismatch(m)| TestCaseError::fail(m))
+        })
+    });
+    eprintln!("{name}: {cases} cases");
+    if let Err(error) = result {
+        panic!("{name} failed: {error}");
+    }
+}
+
 /// Runs `cases` random sequences of up to `max_len` operations (more with `PROPTEST_CASES`),
 /// each against a fresh store from `factory`, and panics with the shrunk failing sequence.
 ///
@@ -1413,25 +1429,10 @@ where
     F: Fn() -> Fut,
     Fut: Future<Output = S>,
 {
-    let (cases, runtime, mut runner) = harness(cases, 2);
-    let longest = std::sync::atomic::AtomicUsize::new(0);
-    let result = runner.run(&sequence(max_len), |ops| {
-        longest.fetch_max(ops.len(), std::sync::atomic::Ordering::Relaxed);
-        runtime.block_on(async {
-            let store = factory().await;
-            tokio::time::timeout(super::CASE_TIMEOUT, run_sequence(store, &ops))
-                .await
-                .map_err(|_| TestCaseError::fail("sequence timed out"))?
-                .map_err(|Mismatch(m)| TestCaseError::fail(m))
-        })
+    run_property("model check", cases, 2, &sequence(max_len), |ops| {
+        let store = factory();
+        async move { run_sequence(store.await, &ops).await }
     });
-    eprintln!(
-        "model check: {cases} cases, longest sequence {} operations",
-        longest.into_inner()
-    );
-    if let Err(error) = result {
-        panic!("model check failed: {error}");
-    }
 }
 
 /// One batch of a concurrent run: operations started together, then a clock step.
@@ -1658,20 +1659,11 @@ where
     F: Fn() -> Fut,
     Fut: Future<Output = S>,
 {
-    let (cases, runtime, mut runner) = harness(cases, 4);
-    let result = runner.run(&proptest::collection::vec(batch(), 1..=6), |batches| {
-        runtime.block_on(async {
-            let store = factory().await;
-            tokio::time::timeout(super::CASE_TIMEOUT, run_batches(store, &batches))
-                .await
-                .map_err(|_| TestCaseError::fail("batches timed out"))?
-                .map_err(|Mismatch(m)| TestCaseError::fail(m))
-        })
+    let batches = proptest::collection::vec(batch(), 1..=6);
+    run_property("concurrent check", cases, 4, &batches, |batches| {
+        let store = factory();
+        async move { run_batches(store.await, &batches).await }
     });
-    eprintln!("concurrent check: {cases} cases of up to 6 batches of up to 16 operations");
-    if let Err(error) = result {
-        panic!("concurrent check failed: {error}");
-    }
 }
 
 /// One transaction of a transactional sequence: writes run together in a caller's
@@ -1775,21 +1767,15 @@ where
     F: Fn() -> Fut,
     Fut: Future<Output = S>,
 {
-    let (cases, runtime, mut runner) = harness(cases, 2);
-    let result = runner.run(
-        &proptest::collection::vec(transaction_step(), 1..=8),
+    let transactions = proptest::collection::vec(transaction_step(), 1..=8);
+    run_property(
+        "transaction model check",
+        cases,
+        2,
+        &transactions,
         |steps| {
-            runtime.block_on(async {
-                let store = factory().await;
-                tokio::time::timeout(super::CASE_TIMEOUT, run_transactions(store, &steps))
-                    .await
-                    .map_err(|_| TestCaseError::fail("transactions timed out"))?
-                    .map_err(|Mismatch(m)| TestCaseError::fail(m))
-            })
+            let store = factory();
+            async move { run_transactions(store.await, &steps).await }
         },
     );
-    eprintln!("transaction model check: {cases} cases of up to 8 transactions");
-    if let Err(error) = result {
-        panic!("transaction model check failed: {error}");
-    }
 }

@@ -891,6 +891,27 @@ fn not_applied(hold: Option<Hold>) -> Transition {
 mod tests {
     use super::*;
 
+    /// A parameter of a statement whose plan is asked for.
+    enum Param {
+        Int(i64),
+        Text(&'static str),
+    }
+
+    /// The steps of SQLite's plan for `sql` with `params` bound.
+    async fn query_plan(store: &SqliteStore, sql: &str, params: &[Param]) -> Vec<String> {
+        let explain = format!("EXPLAIN QUERY PLAN {sql}");
+        // The rows are (id, parent, notused, detail).
+        let mut query = sqlx::query_as::<_, (i64, i64, i64, String)>(&explain);
+        for param in params {
+            query = match param {
+                Param::Int(value) => query.bind(*value),
+                Param::Text(value) => query.bind(*value),
+            };
+        }
+        let rows = query.fetch_all(store.pool()).await.unwrap();
+        rows.into_iter().map(|row| row.3).collect()
+    }
+
     /// An owner's page and a slot's roster read one range of their own index, with the
     /// statistics of a table where the rowid would also do: never a scan of the holds.
     #[tokio::test]
@@ -913,16 +934,12 @@ mod tests {
             (&store.sql.owner_holds, "slot_booking_holds_by_owner"),
             (&store.sql.slot_holds, "slot_booking_holds_by_slot"),
         ] {
-            // EXPLAIN QUERY PLAN rows are (id, parent, notused, detail).
-            let rows: Vec<(i64, i64, i64, String)> =
-                sqlx::query_as(&format!("EXPLAIN QUERY PLAN {sql}"))
-                    .bind("o7")
-                    .bind(5_i64)
-                    .bind(25_i64)
-                    .fetch_all(store.pool())
-                    .await
-                    .unwrap();
-            let plan: Vec<String> = rows.into_iter().map(|row| row.3).collect();
+            let plan = query_plan(
+                &store,
+                sql,
+                &[Param::Text("o7"), Param::Int(5_i64), Param::Int(25_i64)],
+            )
+            .await;
             assert!(
                 plan.iter().any(|step| step.contains(index)),
                 "{sql}: {plan:?}"
@@ -970,15 +987,7 @@ mod tests {
             (&store.sql.read_events, "INTEGER PRIMARY KEY"),
             (&store.sql.purge_events, "INTEGER PRIMARY KEY"),
         ] {
-            // EXPLAIN QUERY PLAN rows are (id, parent, notused, detail).
-            let rows: Vec<(i64, i64, i64, String)> =
-                sqlx::query_as(&format!("EXPLAIN QUERY PLAN {sql}"))
-                    .bind(100_i64)
-                    .bind(10_i64)
-                    .fetch_all(store.pool())
-                    .await
-                    .unwrap();
-            let plan: Vec<String> = rows.into_iter().map(|row| row.3).collect();
+            let plan = query_plan(&store, sql, &[Param::Int(100_i64), Param::Int(10_i64)]).await;
             assert!(
                 plan.iter().any(|step| step.contains(index)),
                 "{sql}: {plan:?}"
@@ -1022,20 +1031,20 @@ mod tests {
             ),
             (&store.sql.availability, "slot_booking_slots_starts_at_id"),
         ] {
-            // EXPLAIN QUERY PLAN rows are (id, parent, notused, detail).
-            let rows: Vec<(i64, i64, i64, String)> =
-                sqlx::query_as(&format!("EXPLAIN QUERY PLAN {sql}"))
-                    .bind(5_000_i64)
-                    .bind(100_i64)
-                    .bind(15_000_i64)
-                    .bind(1_000_i64)
-                    .bind(100_i64)
-                    .bind(50_i64)
-                    .bind("r1")
-                    .fetch_all(store.pool())
-                    .await
-                    .unwrap();
-            let plan: Vec<String> = rows.into_iter().map(|row| row.3).collect();
+            let plan = query_plan(
+                &store,
+                sql,
+                &[
+                    Param::Int(5_000_i64),
+                    Param::Int(100_i64),
+                    Param::Int(15_000_i64),
+                    Param::Int(1_000_i64),
+                    Param::Int(100_i64),
+                    Param::Int(50_i64),
+                    Param::Text("r1"),
+                ],
+            )
+            .await;
             assert!(
                 plan.iter().any(|step| step.contains(index)),
                 "{sql}: {plan:?}"
