@@ -47,9 +47,52 @@
 //! [`PostgresStore::on`] says more. The store also implements
 //! [`TransactionalStore`], whose transactions are sqlx transactions on its pool.
 //!
+//! # Events
+//!
+//! The store implements [`EventStore`](slot_booking::EventStore): every write appends its
+//! [`Event`](slot_booking::Event)s in the same statement as its change (a data-modifying CTE
+//! `INSERT INTO events ... SELECT ... FROM` the rows the change returned), so rows affected
+//! decide whether there is an event, a refused or no-op write appends none, and the hold path
+//! stays one round trip. Writes in a caller's transaction ([`PostgresStore::on`]) append in
+//! that transaction: its events commit with it, or vanish with its rollback.
+//!
+//! * **Kept** in `events` until [`purge`](slot_booking::EventStore::purge)d; consumers'
+//!   cursors in `event_consumers` (name → the last position acknowledged, only ever moved
+//!   forward), so a consumer on a new pool, after a crash, resumes where it acknowledged.
+//! * **Positions are `(tx, id)`**: `tx` is the id of the transaction that wrote the event
+//!   (`xid8`, `pg_current_xact_id()`), `id` a sequence number; an
+//!   [`EventPosition`](slot_booking::EventPosition) is `<tx>_<id>`. Sequence numbers are drawn
+//!   when rows are written, not when they commit: a transaction that appended first can commit
+//!   after one that appended later, so a reader paging by `id` alone would acknowledge the
+//!   later event and never see the earlier one. A read therefore returns only events whose `tx`
+//!   is below the `xmin` of its snapshot (`pg_snapshot_xmin(pg_current_snapshot())`): every
+//!   transaction below it has ended, and one that appends later gets a `tx` at or above it.
+//!   Ordered by `(tx, id)` (the primary key), a consumer acknowledging what it read skips
+//!   nothing.
+//! * **A long transaction holds delivery back.** That `xmin` is cluster-wide: a transaction
+//!   that has written anything (and so has an id) in any database of the cluster, and is
+//!   still open, holds back every event written after it began, until it ends (a read-only
+//!   transaction does not, nor does an idle session). A read that finds committed events held
+//!   back waits for the horizon to pass them, up to
+//!   [`PostgresStore::with_event_read_wait`] (2 s by default), and then returns what it may;
+//!   nothing is lost, only delayed. Keep transactions short, and watch
+//!   `pg_stat_activity.backend_xid` for ones that are not.
+//! * **Expired holds** are reclaimed lazily, as before, by a hold on a full slot or a slot
+//!   change (each with its `hold_expired` events), and in bounded batches by
+//!   [`reclaim_expired`](slot_booking::EventStore::reclaim_expired), which several instances
+//!   may run at once: each hold is reported, and has its event, exactly once.
+//! * **Purge** deletes up to `limit` cancelled and expired holds that ended before the
+//!   cut-off, with their idempotency keys: a request retried with a purged hold's key places a
+//!   new hold instead of replaying the old one, so keep the cut-off longer than any client's
+//!   retry window. It also deletes up to `limit` events older than the cut-off that every
+//!   registered consumer has acknowledged (all of them when no consumer is registered).
+//!   Events name slots and holds by id without a foreign key: an event outlives a purged
+//!   hold.
+//!
 //! # Storage
 //!
-//! * Tables `slots`, `holds` and `hold_keys` live in a schema of their own,
+//! * Tables `slots`, `holds`, `hold_keys`, `events` and `event_consumers` live in a schema of
+//!   their own,
 //!   [`DEFAULT_SCHEMA`] unless [`PostgresStore::with_schema`] names another. Every statement
 //!   names its tables with the schema, so the pool can be shared with the host application
 //!   whatever its `search_path`.
@@ -107,8 +150,8 @@
 //!
 //! # Lock paths
 //!
-//! On the pool, every statement runs in a transaction of its own and takes at most one slot
-//! row, first;
+//! On the pool, every statement but the sweep runs in a transaction of its own and takes at
+//! most one slot row, first;
 //! hold rows only of that slot (a confirm: only its hold, and nothing else); and, last, the
 //! key it inserts into `hold_keys`, a table that is only ever inserted into. A statement
 //! waiting on a key therefore waits for one that has nothing left to wait for, and no two
@@ -121,7 +164,14 @@
 //! touches several slots holds one while it waits for the next: transactions touching slots
 //! in one order (by ascending slot id, say) cannot wait for each other in a cycle, and a
 //! deadlock among others is detected by PostgreSQL and fails one write with
-//! [`StoreError::unavailable`]. (Keys used to be unique
+//! [`StoreError::unavailable`]. The sweep
+//! ([`reclaim_expired`](slot_booking::EventStore::reclaim_expired)) locks several slot rows,
+//! in ascending id order, and only then hold rows of those slots, skipping hold rows another
+//! statement has locked: it waits for slot rows only, in one order, and holds no hold row
+//! while it waits, so it cannot close a cycle with a hold, a cancel, a slot change or another
+//! sweep. A purge locks only ended holds (which nothing else locks), skipping rows another
+//! purge has locked, then their keys. Appending an event takes no lock anyone waits for
+//! (the primary key `(tx, id)` is unique per transaction). (Keys used to be unique
 //! on the holds themselves; a reclaim then rewrote the index entries of other requests' keys,
 //! and two reclaims on two slots could deadlock. Migration 3 moved them.)
 //!
@@ -162,6 +212,7 @@ use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Executor, Postgres, Row};
 
 mod changes;
+mod events;
 mod migrate;
 mod sql;
 
@@ -174,6 +225,10 @@ use sql::Statements;
 
 /// The schema [`PostgresStore::new`] and [`PostgresStore::connect`] keep their tables in.
 pub const DEFAULT_SCHEMA: &str = "slot_booking";
+
+/// How long [`EventStore::read_events`] waits, by default, for transactions that may still
+/// append events below ones already committed: see [`PostgresStore::with_event_read_wait`].
+pub const DEFAULT_EVENT_READ_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Connections in the pool [`PostgresStore::connect`] opens.
 pub const DEFAULT_MAX_CONNECTIONS: u32 = 10;
@@ -195,6 +250,8 @@ pub struct PostgresStore {
     inner: Arc<Inner>,
     /// Statements take their time from the database server, not from the engine.
     database_clock: bool,
+    /// The longest [`EventStore::read_events`] waits for the horizon to pass events held back.
+    event_read_wait: std::time::Duration,
 }
 
 #[derive(Debug)]
@@ -240,6 +297,7 @@ impl PostgresStore {
             pool,
             inner: Arc::new(Inner { schema, sql }),
             database_clock: false,
+            event_read_wait: DEFAULT_EVENT_READ_WAIT,
         }
     }
 
@@ -535,12 +593,13 @@ impl Run<'_> {
         self.store.now_param(now)
     }
 
-    async fn create_slot(&mut self, slot: &NewSlot) -> Result<Slot, StoreError> {
+    async fn create_slot(&mut self, slot: &NewSlot, now: Timestamp) -> Result<Slot, StoreError> {
         let row = sqlx::query(&self.store.sql().create_slot)
             .bind(slot.starts_at)
             .bind(slot.ends_at)
             .bind(slot.capacity)
             .bind(slot.resource.as_ref().map(ResourceId::as_str))
+            .bind(self.now_param(now))
             .fetch_one(&mut *self.conn)
             .await
             .map_err(map_err)?;
@@ -1020,9 +1079,9 @@ fn interval(duration: chrono::Duration) -> Result<PgInterval, StoreError> {
 
 #[async_trait]
 impl Store for PostgresStore {
-    async fn create_slot(&self, slot: &NewSlot, _now: Timestamp) -> Result<Slot, StoreError> {
+    async fn create_slot(&self, slot: &NewSlot, now: Timestamp) -> Result<Slot, StoreError> {
         let mut conn = self.acquire().await?;
-        self.pooled(&mut conn).create_slot(slot).await
+        self.pooled(&mut conn).create_slot(slot, now).await
     }
 
     async fn availability(
@@ -1230,8 +1289,8 @@ impl TransactionWrites for PostgresWrites<'_> {
         self.run().hold_by_id(hold_id, scope, now).await
     }
 
-    async fn create_slot(&mut self, slot: &NewSlot, _now: Timestamp) -> Result<Slot, StoreError> {
-        self.run().create_slot(slot).await
+    async fn create_slot(&mut self, slot: &NewSlot, now: Timestamp) -> Result<Slot, StoreError> {
+        self.run().create_slot(slot, now).await
     }
 
     async fn change_capacity(

@@ -53,6 +53,11 @@ const MIGRATIONS: &[Migration] = &[
         description: "change notifications",
         sql: include_str!("../migrations/0006_change_notifications.sql"),
     },
+    Migration {
+        version: 7,
+        description: "events",
+        sql: include_str!("../migrations/0007_events.sql"),
+    },
 ];
 
 /// The advisory lock key of a schema's migrations: FNV-1a (64 bit) of a fixed prefix and the

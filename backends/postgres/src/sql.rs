@@ -47,6 +47,19 @@
 //!    expired, and two reclaims on two slots, each about to insert the key the other had
 //!    rewritten, waited for each other: `tests/lock_paths.rs` replays that interleaving.)
 //!
+//! The sweep (`reclaim_expired`) is the one statement that locks several slot rows: in
+//! ascending id order (its `ORDER BY` runs below the row locks), and before any hold row; it
+//! then locks held holds of those slots with `SKIP LOCKED`, so it waits only for slot rows, in
+//! one order, holding no hold row. A statement above that holds one slot row and waits for a
+//! hold row of that slot never waits for the sweep (which does not wait on hold rows), and two
+//! sweeps lock slots in the same order. Had it locked holds first and then their slots, a hold
+//! statement holding a slot row and reclaiming that slot's expired holds would wait for the
+//! sweep's hold rows while the sweep waited for its slot row: `tests/events.rs` replays that
+//! interleaving. The purge locks ended holds only (cancelled or expired: no other statement
+//! updates or locks those), with `SKIP LOCKED`, then deletes their keys: a hold inserting the
+//! same key waits for the purge, which waits for nothing. Appending an event inserts a new
+//! primary key `(tx, id)` unique to the transaction: no statement waits on it.
+//!
 //! Inside a caller's transaction ([`PostgresStore::on`](crate::PostgresStore::on)) the locks
 //! a statement takes last until the caller ends the transaction, and the caller's own
 //! statements take locks of their own: the order above holds within each statement, and the
@@ -146,6 +159,7 @@ fn reclaim_then_change(
     fits: impl Fn(&str, &str) -> String,
     set: &str,
     applied: &str,
+    event: (&str, &str),
 ) -> String {
     let fits_estimate = fits("s.remaining + e.units", "s.capacity");
     // On the values the lock returned (`s`), equal to the row's latest version while the
@@ -166,6 +180,21 @@ fn reclaim_then_change(
     // (`tests/lock_paths.rs`, `a_change_waiting_behind_a_give_back_sees_the_units_returned`).
     let fits_locked = fits("s.remaining + u.units", "s.capacity");
     let set = set.replace("{fits}", &fits_locked).replace("{now}", now);
+    // One `hold_expired` per reclaimed hold, then the slot's event if the change applied and
+    // changed it (`event.1`, on `ch`, which also carries the locked row's capacity), in that
+    // order (one insert, sorted before the sequence numbers are drawn).
+    let (kind, changed) = event;
+    let expired = hold_event_rows(1, "hold_expired", "r");
+    let events = append_events(
+        s,
+        &format!(
+            "SELECT kind, slot_id, hold_id, owner, quantity, {now} FROM ( \
+                 {expired} \
+                 UNION ALL \
+                 SELECT 2, '{kind}', ch.id, NULL, NULL, ch.capacity FROM ch WHERE {changed}) x \
+             ORDER BY ord, hold_id"
+        ),
+    );
     format!(
         "WITH s AS ( \
              SELECT id, remaining, capacity FROM {s}.slots \
@@ -178,12 +207,13 @@ fn reclaim_then_change(
              UPDATE {s}.holds h SET status = 'expired' FROM s, e \
              WHERE h.slot_id = s.id AND h.status = 'held' AND h.expires_at <= {now} \
                AND {fits_estimate} \
-             RETURNING h.quantity), \
+             RETURNING h.id, h.slot_id, h.owner, h.quantity), \
          u AS (SELECT coalesce(sum(quantity), 0) AS units FROM r), \
          ch AS ( \
              UPDATE {s}.slots sl SET {set} \
              FROM s, u WHERE sl.id = s.id AND (u.units > 0 OR {fits_locked}) \
-             RETURNING {SL_COLUMNS}) \
+             RETURNING {SL_COLUMNS}, s.capacity AS old_capacity), \
+         ev AS ({events}) \
          SELECT {SLOT_COLUMNS}, {applied} AS applied, {now} AS decided_at FROM ch"
     )
 }
@@ -192,6 +222,25 @@ fn reclaim_then_change(
 fn now(param: u8) -> String {
     format!("coalesce(${param}::timestamptz, statement_timestamp())")
 }
+
+/// `INSERT INTO events` of what `select` returns: kind, slot id, hold id, owner, units (or
+/// capacity), instant; the transaction id and the sequence number come from the defaults.
+fn append_events(s: &str, select: &str) -> String {
+    format!(
+        "INSERT INTO {s}.events (kind, slot_id, hold_id, owner, quantity, occurred_at) {select}"
+    )
+}
+
+/// The events of holds returned by the CTE `from` (with `id`, `slot_id`, `owner`,
+/// `quantity`), of `kind`, as rows of [`append_events`]'s select with an `ord` column first.
+fn hold_event_rows(ord: u8, kind: &str, from: &str) -> String {
+    format!(
+        "SELECT {ord} AS ord, '{kind}'::text AS kind, slot_id, id AS hold_id, owner, quantity          FROM {from}"
+    )
+}
+
+/// The columns [`event_from_row`](crate::event_from_row) reads, of the events aliased `e`.
+const E_COLUMNS: &str = "e.tx::text::int8 AS epoch, e.id AS sequence, e.kind, e.slot_id,                          e.hold_id, e.owner, e.quantity, e.occurred_at";
 
 /// Every statement the store runs, with table names qualified by the schema.
 #[derive(Debug)]
@@ -216,6 +265,11 @@ pub(crate) struct Statements {
     pub(crate) slot_usage: String,
     pub(crate) list_slots: String,
     pub(crate) list_resource_slots: String,
+    pub(crate) read_events: String,
+    pub(crate) acknowledge: String,
+    pub(crate) consumer_position: String,
+    pub(crate) reclaim_expired: String,
+    pub(crate) purge: String,
 }
 
 /// `"schema"`: the name is validated as `[a-z_][a-z0-9_]*`, quoting only guards reserved words.
@@ -250,21 +304,51 @@ impl Statements {
         // The new hold and its key, from the slot row `dec` returned if it took the units;
         // the key last, so a statement that waits on another's key holds no lock that one
         // could need.
-        let insert_hold = format!(
-            "ins AS ( \
-                 INSERT INTO {s}.holds \
-                     (slot_id, idempotency_key, status, expires_at, created_at, quantity, owner) \
-                 SELECT id, $2, 'held', {now3} + $4, {now3}, $5, $6 FROM dec WHERE dec.took \
-                 RETURNING {HOLD_COLUMNS}), \
-             k AS ( \
-                 INSERT INTO {s}.hold_keys (idempotency_key, hold_id) SELECT $2, id FROM ins) \
-             SELECT {HOLD_COLUMNS}, {now3} AS decided_at FROM ins"
-        );
+        //
+        // Its event (`hold_placed`), and before it one `hold_expired` per hold the statement
+        // reclaimed (`r`, when `reclaimed`), in one insert sorted before the sequence numbers
+        // are drawn, so a reader sees the units come back before they are taken again.
+        let insert_hold = |reclaimed: bool| {
+            let select = if reclaimed {
+                let (expired, placed) = (
+                    hold_event_rows(1, "hold_expired", "r"),
+                    hold_event_rows(2, "hold_placed", "ins"),
+                );
+                format!(
+                    "SELECT kind, slot_id, hold_id, owner, quantity, {now3} \
+                     FROM ({expired} UNION ALL {placed}) x ORDER BY ord, hold_id"
+                )
+            } else {
+                format!("SELECT 'hold_placed', slot_id, id, owner, quantity, {now3} FROM ins")
+            };
+            let events = append_events(&s, &select);
+            format!(
+                "ins AS ( \
+                     INSERT INTO {s}.holds \
+                         (slot_id, idempotency_key, status, expires_at, created_at, quantity, \
+                          owner) \
+                     SELECT id, $2, 'held', {now3} + $4, {now3}, $5, $6 FROM dec WHERE dec.took \
+                     RETURNING {HOLD_COLUMNS}), \
+                 ev AS ({events}), \
+                 k AS ( \
+                     INSERT INTO {s}.hold_keys (idempotency_key, hold_id) SELECT $2, id FROM ins) \
+                 SELECT {HOLD_COLUMNS}, {now3} AS decided_at FROM ins"
+            )
+        };
+        let (insert_fast, insert_reclaiming) = (insert_hold(false), insert_hold(true));
         Statements {
+            // The slot and its `slot_created` event; `$5` is now.
             create_slot: format!(
-                "INSERT INTO {s}.slots (starts_at, ends_at, capacity, remaining, resource) \
-                 VALUES ($1, $2, $3, $3, $4) \
-                 RETURNING {SLOT_COLUMNS}"
+                "WITH ins AS ( \
+                     INSERT INTO {s}.slots (starts_at, ends_at, capacity, remaining, resource) \
+                     VALUES ($1, $2, $3, $3, $4) \
+                     RETURNING {SLOT_COLUMNS}), \
+                 ev AS ({}) \
+                 SELECT {SLOT_COLUMNS} FROM ins",
+                append_events(
+                    &s,
+                    &format!("SELECT 'slot_created', id, NULL, NULL, capacity, {now5} FROM ins")
+                )
             ),
             slot_by_id: format!("SELECT {SLOT_COLUMNS} FROM {s}.slots WHERE id = $1"),
             // Always one row: the instant even when there is no such hold.
@@ -324,7 +408,7 @@ impl Statements {
                      WHERE id = $1 AND remaining >= $5 AND starts_at > {now3} \
                        AND NOT closed AND removed_at IS NULL \
                      RETURNING id, true AS took), \
-                 {insert_hold}"
+                 {insert_fast}"
             ),
             // The slow path, also one statement: lock the selling slot's row first (a row lock
             // returns the slot's latest `remaining`), then, only if the slot's expired units
@@ -356,7 +440,7 @@ impl Statements {
                      UPDATE {s}.holds h SET status = 'expired' FROM s, e \
                      WHERE h.slot_id = s.id AND h.status = 'held' AND h.expires_at <= {now3} \
                        AND s.remaining + e.units >= $5 \
-                     RETURNING h.quantity), \
+                     RETURNING h.id, h.slot_id, h.owner, h.quantity), \
                  u AS (SELECT coalesce(sum(quantity), 0)::int4 AS units FROM r), \
                  dec AS ( \
                      UPDATE {s}.slots sl \
@@ -365,7 +449,7 @@ impl Statements {
                          capacity = s.capacity \
                      FROM s, u WHERE sl.id = s.id AND (u.units > 0 OR s.remaining >= $5) \
                      RETURNING sl.id, s.remaining + u.units >= $5 AS took), \
-                 {insert_hold}"
+                 {insert_reclaiming}"
             ),
             // After a hold statement changed nothing: the key's hold, if any, and the slot's
             // limits, in one read, with the instant it was read at.
@@ -378,18 +462,50 @@ impl Statements {
                  LEFT JOIN {s}.holds h ON h.id = k.hold_id \
                  LEFT JOIN {s}.slots sl ON sl.id = $1"
             ),
+            // The update and its `hold_confirmed` event.
             confirm: format!(
-                "UPDATE {s}.holds h SET status = 'confirmed', confirmed_at = {now2} \
-                 WHERE id = $1 AND status = 'held' AND expires_at > {now2} AND {IN_SCOPE} \
-                 RETURNING {H_COLUMNS}, {now2} AS decided_at"
+                "WITH c AS ( \
+                     UPDATE {s}.holds h SET status = 'confirmed', confirmed_at = {now2} \
+                     WHERE id = $1 AND status = 'held' AND expires_at > {now2} AND {IN_SCOPE} \
+                     RETURNING {H_COLUMNS}), \
+                 ev AS ({}) \
+                 SELECT {HOLD_COLUMNS}, {now2} AS decided_at FROM c",
+                append_events(
+                    &s,
+                    &format!(
+                        "SELECT 'hold_confirmed', slot_id, id, owner, quantity, {now2} FROM c"
+                    )
+                )
             ),
             // A conditional update of the hold alone: now + lifetime, capped at creation plus
             // the maximum life, never earlier than it was.
+            //
+            // The hold row is locked first (`o`), so the expiry it had is known exactly (the
+            // latest version, which nobody changes while the lock is held): a `hold_renewed`
+            // event only when the expiry moved (a hold at its maximum life is renewed
+            // without a change, and without an event). The new expiry is computed from that
+            // same locked version.
             renew: format!(
-                "UPDATE {s}.holds h \
-                 SET expires_at = greatest(expires_at, least({now2} + $5, created_at + $6)) \
-                 WHERE id = $1 AND status = 'held' AND expires_at > {now2} AND {IN_SCOPE} \
-                 RETURNING {H_COLUMNS}, {now2} AS decided_at"
+                "WITH o AS ( \
+                     SELECT h.id, h.expires_at, h.created_at FROM {s}.holds h \
+                     WHERE h.id = $1 AND h.status = 'held' AND h.expires_at > {now2} \
+                       AND {IN_SCOPE} \
+                     FOR NO KEY UPDATE), \
+                 c AS ( \
+                     UPDATE {s}.holds h \
+                     SET expires_at = \
+                         greatest(o.expires_at, least({now2} + $5, o.created_at + $6)) \
+                     FROM o WHERE h.id = o.id \
+                     RETURNING {H_COLUMNS}, o.expires_at AS old_expires_at), \
+                 ev AS ({}) \
+                 SELECT {HOLD_COLUMNS}, {now2} AS decided_at FROM c",
+                append_events(
+                    &s,
+                    &format!(
+                        "SELECT 'hold_renewed', slot_id, id, owner, quantity, {now2} FROM c \
+                         WHERE expires_at <> old_expires_at"
+                    )
+                )
             ),
             // One statement: lock the hold's slot row (slot before hold, as everywhere), flip
             // a confirmed or still active held hold to cancelled, and give its unit back.
@@ -407,19 +523,46 @@ impl Statements {
                  inc AS ( \
                      UPDATE {s}.slots sl SET remaining = sl.remaining + c.quantity \
                      FROM c WHERE sl.id = c.slot_id \
-                     RETURNING sl.id) \
-                 SELECT {HOLD_COLUMNS}, {now2} AS decided_at FROM c"
+                     RETURNING sl.id), \
+                 ev AS ({}) \
+                 SELECT {HOLD_COLUMNS}, {now2} AS decided_at FROM c",
+                append_events(
+                    &s,
+                    &format!(
+                        "SELECT 'hold_cancelled', slot_id, id, owner, quantity, {now2} FROM c"
+                    )
+                )
             ),
             // A capacity change in one conditional update of the slot row: `remaining` moves
             // by the same amount and must stay >= 0, decided on the row itself (re-checked on
             // its latest version). In int8: `$3 - capacity` and the sum leave int4 near its
             // maximum. Started and closed slots change too; removed ones do not.
+            //
+            // The row is locked first (`o`) so the capacity it had is known exactly: a
+            // `slot_capacity_changed` event only when it changed (setting the same capacity
+            // is applied without a change and without an event). The decision and the new
+            // values are computed from that locked version, never from a snapshot's (see
+            // `reclaim_then_change` for why the two must not be mixed).
             capacity_fast: format!(
-                "UPDATE {s}.slots \
-                 SET capacity = $3, remaining = (remaining::int8 + ($3::int8 - capacity))::int4 \
-                 WHERE id = $1 AND removed_at IS NULL \
-                   AND remaining::int8 + ($3::int8 - capacity) >= 0 \
-                 RETURNING {SLOT_COLUMNS}, {now2} AS decided_at"
+                "WITH o AS ( \
+                     SELECT id, remaining, capacity FROM {s}.slots \
+                     WHERE id = $1 AND removed_at IS NULL FOR NO KEY UPDATE), \
+                 ch AS ( \
+                     UPDATE {s}.slots sl \
+                     SET capacity = $3, \
+                         remaining = (o.remaining::int8 + ($3::int8 - o.capacity))::int4 \
+                     FROM o WHERE sl.id = o.id \
+                       AND o.remaining::int8 + ($3::int8 - o.capacity) >= 0 \
+                     RETURNING {SL_COLUMNS}, o.capacity AS old_capacity), \
+                 ev AS ({}) \
+                 SELECT {SLOT_COLUMNS}, {now2} AS decided_at FROM ch",
+                append_events(
+                    &s,
+                    &format!(
+                        "SELECT 'slot_capacity_changed', id, NULL, NULL, capacity, {now2} \
+                         FROM ch WHERE capacity <> old_capacity"
+                    )
+                )
             ),
             // When the free units alone are too few: reclaim the slot's expired holds if that
             // makes it fit, and give their units back and change the capacity in one update.
@@ -433,23 +576,45 @@ impl Statements {
                 // Not applied leaves the capacity as it was, which was not `$3`: at `$3` the
                 // change takes no unit and always fits.
                 "capacity = $3",
+                ("slot_capacity_changed", "ch.capacity <> ch.old_capacity"),
             ),
             // One conditional update; the instant comes back even when no row changed.
+            // The row is locked first (`o`) so the flag it had is known exactly: an event only
+            // when it changed (closing a closed slot appends nothing).
             set_closed: format!(
-                "WITH ch AS ( \
-                     UPDATE {s}.slots SET closed = $3 WHERE id = $1 AND removed_at IS NULL \
-                     RETURNING {SLOT_COLUMNS}) \
+                "WITH o AS ( \
+                     SELECT id, closed FROM {s}.slots \
+                     WHERE id = $1 AND removed_at IS NULL FOR NO KEY UPDATE), \
+                 ch AS ( \
+                     UPDATE {s}.slots sl SET closed = $3 FROM o WHERE sl.id = o.id \
+                     RETURNING {SL_COLUMNS}, o.closed AS was_closed), \
+                 ev AS ({}) \
                  SELECT c.now AS decided_at, {SL_COLUMNS} \
-                 FROM (SELECT {now2} AS now) c LEFT JOIN ch sl ON true"
+                 FROM (SELECT {now2} AS now) c LEFT JOIN ch sl ON true",
+                append_events(
+                    &s,
+                    &format!(
+                        "SELECT CASE WHEN $3 THEN 'slot_closed' ELSE 'slot_reopened' END, \
+                                id, NULL, NULL, capacity, {now2} \
+                         FROM ch WHERE was_closed <> $3"
+                    )
+                )
             ),
             // A removal takes no unit: no unit is held or confirmed exactly when the slot
             // row's own `remaining = capacity` (the capacity invariant), so that is the whole
             // condition, re-checked on the row's latest version. Counting holds here instead
             // would read them at the statement's snapshot and miss a hold committed since.
             remove_fast: format!(
-                "UPDATE {s}.slots SET removed_at = {now2} \
-                 WHERE id = $1 AND removed_at IS NULL AND remaining = capacity \
-                 RETURNING {SLOT_COLUMNS}, {now2} AS decided_at"
+                "WITH ch AS ( \
+                     UPDATE {s}.slots SET removed_at = {now2} \
+                     WHERE id = $1 AND removed_at IS NULL AND remaining = capacity \
+                     RETURNING {SLOT_COLUMNS}), \
+                 ev AS ({}) \
+                 SELECT {SLOT_COLUMNS}, {now2} AS decided_at FROM ch",
+                append_events(
+                    &s,
+                    &format!("SELECT 'slot_removed', id, NULL, NULL, capacity, {now2} FROM ch")
+                )
             ),
             // When only expired holds stand in the way: reclaim them if that frees every unit,
             // and give their units back and remove the slot in one update.
@@ -460,6 +625,7 @@ impl Statements {
                 "remaining = (s.remaining + u.units)::int4, capacity = s.capacity, \
                  removed_at = CASE WHEN {fits} THEN {now} ELSE NULL END",
                 "removed_at IS NOT NULL",
+                ("slot_removed", "ch.removed_at IS NOT NULL"),
             ),
             // After a change that changed nothing: the slot and its held units, in one read,
             // with the instant it was read at (`id` NULL: no such slot).
@@ -470,6 +636,133 @@ impl Statements {
             ),
             list_slots: list(""),
             list_resource_slots: list("resource = $6 AND "),
+            // `$1` consumer, `$2` limit. Up to `$2` events after the consumer's cursor (the
+            // start for a consumer never seen), walking the primary key (tx, id), and only of
+            // transactions below the xmin of this statement's snapshot (`horizon`): every
+            // transaction below it has ended, so none of them can still add an event below
+            // one returned here, and a transaction that writes later gets a tx at or above it.
+            // `pg_current_snapshot()` is the statement's own snapshot, the one it reads the
+            // events with. Also the horizon and the newest event's tx this snapshot sees
+            // (one backward step of the same index), so the caller can tell events held back
+            // by a transaction still running from no events at all. At least one row.
+            read_events: format!(
+                "SELECT h.horizon::text::int8 AS horizon, \
+                        (SELECT n.tx::text::int8 FROM {s}.events n \
+                         ORDER BY n.tx DESC, n.id DESC LIMIT 1) AS newest, \
+                        {E_COLUMNS} \
+                 FROM (SELECT pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot()) \
+                           AS horizon) h \
+                 LEFT JOIN LATERAL ( \
+                     SELECT * FROM {s}.events ev \
+                     WHERE (ev.tx, ev.id) > ( \
+                             coalesce((SELECT c.tx FROM {s}.event_consumers c \
+                                       WHERE c.name = $1), '0'::xid8), \
+                             coalesce((SELECT c.id FROM {s}.event_consumers c \
+                                       WHERE c.name = $1), 0)) \
+                       AND ev.tx < h.horizon \
+                     ORDER BY ev.tx, ev.id LIMIT $2) e ON true \
+                 ORDER BY e.tx, e.id"
+            ),
+            // `$1` consumer, `$2` and `$3` the position acknowledged: an upsert that never
+            // moves a cursor back (the update applies only to a later position).
+            acknowledge: format!(
+                "INSERT INTO {s}.event_consumers AS c (name, tx, id, acknowledged_at) \
+                 VALUES ($1, $2::int8::text::xid8, $3, statement_timestamp()) \
+                 ON CONFLICT (name) DO UPDATE \
+                 SET tx = excluded.tx, id = excluded.id, acknowledged_at = excluded.acknowledged_at \
+                 WHERE (c.tx, c.id) < (excluded.tx, excluded.id)"
+            ),
+            consumer_position: format!(
+                "SELECT tx::text::int8 AS epoch, id AS sequence FROM {s}.event_consumers \
+                 WHERE name = $1"
+            ),
+            // `$1` now, `$2` limit. Lock order as everywhere: slot rows first, then hold rows
+            // of those slots. Candidate slots are those of the first `$2` expired held holds
+            // (through the per-slot partial index of held holds, in its order); their rows are
+            // locked in ascending id order (the sort runs below the row locks), so sweepers
+            // lock slots in one order and a hold, a cancel or a slot change (one slot row,
+            // then holds of that slot) never holds a hold row a sweeper waits for while
+            // waiting for a slot the sweeper holds. Then up to `$2` held holds of the locked
+            // slots, re-checked on their latest versions (`status = 'held' AND expires_at <=
+            // now`), skipping hold rows another statement has locked (a confirm or renewal in
+            // flight, which locks nothing else; the hold is left for a later sweep): a sweeper
+            // waits for slot rows only. Marking them expired, giving their units back (the
+            // new `remaining` computed from the locked slot row `s`, as in the reclaiming
+            // statements) and one `hold_expired` event each are one statement: rows affected
+            // decide, so two sweepers never report one hold. Also how many candidates it saw,
+            // so a sweeper that found them all taken by another can look again.
+            reclaim_expired: {
+                let expired = append_events(
+                    &s,
+                    &format!(
+                        "SELECT 'hold_expired', slot_id, id, owner, quantity, {now1} \
+                         FROM r ORDER BY id"
+                    ),
+                );
+                format!(
+                    "WITH cand AS ( \
+                         SELECT DISTINCT x.slot_id FROM ( \
+                             SELECT h.slot_id FROM {s}.holds h \
+                             WHERE h.status = 'held' AND h.expires_at <= {now1} \
+                             ORDER BY h.slot_id, h.expires_at LIMIT $2) x), \
+                     s AS ( \
+                         SELECT sl.id, sl.remaining, sl.capacity FROM {s}.slots sl \
+                         WHERE sl.id IN (SELECT slot_id FROM cand) \
+                         ORDER BY sl.id FOR NO KEY UPDATE OF sl), \
+                     pick AS ( \
+                         SELECT h.id FROM {s}.holds h JOIN s ON h.slot_id = s.id \
+                         WHERE h.status = 'held' AND h.expires_at <= {now1} \
+                         ORDER BY h.slot_id, h.expires_at, h.id LIMIT $2 \
+                         FOR NO KEY UPDATE OF h SKIP LOCKED), \
+                     r AS ( \
+                         UPDATE {s}.holds h SET status = 'expired' FROM pick \
+                         WHERE h.id = pick.id AND h.status = 'held' \
+                           AND h.expires_at <= {now1} \
+                         RETURNING {H_COLUMNS}), \
+                     per AS ( \
+                         SELECT slot_id, sum(quantity)::int4 AS units FROM r GROUP BY slot_id), \
+                     inc AS ( \
+                         UPDATE {s}.slots sl \
+                         SET remaining = s.remaining + per.units, capacity = s.capacity \
+                         FROM s JOIN per ON per.slot_id = s.id WHERE sl.id = s.id \
+                         RETURNING sl.id), \
+                     ev AS ({expired}) \
+                     SELECT (SELECT count(*) FROM cand) AS candidates, \
+                            {now1} AS decided_at, {H_COLUMNS} \
+                     FROM (SELECT 1) AS one LEFT JOIN r h ON true \
+                     ORDER BY h.id"
+                )
+            },
+            // `$1` before, `$2` limit. Up to `$2` ended holds (cancelled, or expired and
+            // reclaimed, before `$1`: through `holds_ended`), with their keys (deleted in the
+            // same statement, before the foreign key is checked at its end), and up to `$2`
+            // events before `$1` at or below every consumer's cursor (all of them with no
+            // consumer). Ended holds never change again and nothing else locks them; rows
+            // locked by a concurrent purge are skipped, so purges never wait for each other.
+            purge: format!(
+                "WITH doomed AS ( \
+                     SELECT id FROM {s}.holds \
+                     WHERE status IN ('cancelled', 'expired') \
+                       AND (CASE WHEN status = 'cancelled' THEN cancelled_at \
+                                 ELSE expires_at END) < $1 \
+                     LIMIT $2 FOR UPDATE SKIP LOCKED), \
+                 dk AS ( \
+                     DELETE FROM {s}.hold_keys k USING doomed d WHERE k.hold_id = d.id), \
+                 dh AS ( \
+                     DELETE FROM {s}.holds h USING doomed d WHERE h.id = d.id RETURNING h.id), \
+                 low AS ( \
+                     SELECT tx, id FROM {s}.event_consumers ORDER BY tx, id LIMIT 1), \
+                 old AS ( \
+                     SELECT e.tx, e.id FROM {s}.events e \
+                     WHERE e.occurred_at < $1 \
+                       AND (NOT EXISTS (SELECT 1 FROM low) \
+                            OR (e.tx, e.id) <= (SELECT tx, id FROM low)) \
+                     ORDER BY e.tx, e.id LIMIT $2 FOR UPDATE SKIP LOCKED), \
+                 de AS ( \
+                     DELETE FROM {s}.events e USING old o WHERE e.tx = o.tx AND e.id = o.id \
+                     RETURNING e.id) \
+                 SELECT (SELECT count(*) FROM dh) AS holds, (SELECT count(*) FROM de) AS events"
+            ),
         }
     }
 }

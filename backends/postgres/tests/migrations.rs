@@ -88,7 +88,14 @@ async fn migrations_coexist_with_host_sqlx_migrations() {
     );
     assert_eq!(
         tables(&admin, ours).await,
-        ["hold_keys", "holds", "slot_booking_migrations", "slots"]
+        [
+            "event_consumers",
+            "events",
+            "hold_keys",
+            "holds",
+            "slot_booking_migrations",
+            "slots"
+        ]
     );
     let applied: Vec<(i64, String)> = sqlx::query_as(&format!(
         "SELECT version, description FROM \"{ours}\".slot_booking_migrations ORDER BY version"
@@ -105,6 +112,7 @@ async fn migrations_coexist_with_host_sqlx_migrations() {
             (4, "owners and quantities".to_owned()),
             (5, "slot administration".to_owned()),
             (6, "change notifications".to_owned()),
+            (7, "events".to_owned()),
         ]
     );
     let theirs: Vec<i64> = sqlx::query_scalar(&format!(
@@ -175,7 +183,7 @@ async fn concurrent_migrations_apply_once() {
     .fetch_one(&admin)
     .await
     .unwrap();
-    assert_eq!(n, 6, "each of the six migrations applied once");
+    assert_eq!(n, 7, "each of the seven migrations applied once");
     admin.close().await;
 }
 
@@ -282,6 +290,14 @@ async fn recorded_schema(
         (
             "owners and quantities",
             include_str!("../migrations/0004_owners_quantities.sql"),
+        ),
+        (
+            "slot administration",
+            include_str!("../migrations/0005_slot_administration.sql"),
+        ),
+        (
+            "change notifications",
+            include_str!("../migrations/0006_change_notifications.sql"),
         ),
     ];
     let mut tx = pool.begin().await.unwrap();
@@ -532,7 +548,7 @@ async fn a_schema_from_before_slot_administration_upgrades_in_place() {
     let versions: Vec<(i64,)> = old
         .rows("SELECT version FROM {s}.slot_booking_migrations ORDER BY version")
         .await;
-    assert_eq!(versions, [(1,), (2,), (3,), (4,), (5,), (6,)]);
+    assert_eq!(versions, [(1,), (2,), (3,), (4,), (5,), (6,), (7,)]);
     let slots_after: Vec<SlotRow> = old.rows(slot_rows).await;
     let holds_after: Vec<HoldRow> = old.rows(hold_rows).await;
     let keys_after: Vec<(String, i64)> = old.rows(key_rows).await;
@@ -623,5 +639,105 @@ async fn a_schema_from_before_slot_administration_upgrades_in_place() {
     for slot_id in [SlotId(1), SlotId(2)] {
         assert_invariant(&store, slot_id).await;
     }
+    old.admin.close().await;
+}
+
+/// The event log arrives by an additive migration: a schema made by migrations 1 to 6, with
+/// slots and holds, upgrades in place with every row and key kept and an empty log; from then
+/// on every write appends its event, the old expired hold is swept with its event, and an old
+/// cancelled hold can be purged with its key, which is free again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_from_before_events_upgrades_in_place() {
+    use slot_booking::{ConsumerId, EventKind, EventStore, Scope};
+    let Some(old) = OldSchema::new(
+        "a_schema_from_before_events_upgrades_in_place",
+        6,
+        "INSERT INTO slots (starts_at, ends_at, capacity, remaining, resource) VALUES \
+           ('2030-03-17 10:00:00+00', '2030-03-17 11:00:00+00', 5, 2, 'room-1'); \
+         INSERT INTO holds (slot_id, idempotency_key, status, expires_at, confirmed_at, \
+                            cancelled_at, created_at, quantity, owner) VALUES \
+           (1, 'held-key', 'held', '2030-03-17 09:05:00+00', NULL, NULL, \
+            '2030-03-17 09:00:00+00', 1, NULL), \
+           (1, 'confirmed-key', 'confirmed', '2030-03-17 09:05:00+00', \
+            '2030-03-17 09:01:00+00', NULL, '2030-03-17 09:00:00+00', 1, NULL), \
+           (1, 'cancelled-key', 'cancelled', '2030-03-17 09:05:00+00', NULL, \
+            '2030-03-17 09:02:00+00', '2030-03-17 09:00:00+00', 2, 'cart-2'), \
+           (1, 'short-key', 'held', '2030-03-17 09:00:01+00', NULL, NULL, \
+            '2030-03-17 09:00:00+00', 1, 'cart-3'); \
+         INSERT INTO hold_keys (idempotency_key, hold_id) \
+           SELECT idempotency_key, id FROM holds;",
+    )
+    .await
+    else {
+        return;
+    };
+    let slot_rows = "SELECT id, capacity, remaining, resource, closed FROM {s}.slots ORDER BY id";
+    let hold_rows = "SELECT id, status, expires_at, quantity, owner FROM {s}.holds ORDER BY id";
+    let key_rows = "SELECT idempotency_key, hold_id FROM {s}.hold_keys ORDER BY hold_id";
+    type SlotRow = (i64, i32, i32, Option<String>, bool);
+    type HoldRow = (i64, String, Timestamp, i32, Option<String>);
+    let slots_before: Vec<SlotRow> = old.rows(slot_rows).await;
+    let holds_before: Vec<HoldRow> = old.rows(hold_rows).await;
+    let keys_before: Vec<(String, i64)> = old.rows(key_rows).await;
+
+    let store = old.upgrade().await;
+
+    let versions: Vec<(i64,)> = old
+        .rows("SELECT version FROM {s}.slot_booking_migrations ORDER BY version")
+        .await;
+    assert_eq!(versions.last(), Some(&(7,)));
+    assert_eq!(old.rows::<SlotRow>(slot_rows).await, slots_before);
+    assert_eq!(old.rows::<HoldRow>(hold_rows).await, holds_before);
+    assert_eq!(old.rows::<(String, i64)>(key_rows).await, keys_before);
+    let log = ConsumerId::new("log").unwrap();
+    assert_eq!(store.read_events(&log, 100).await.unwrap(), []);
+    assert_eq!(store.consumer_position(&log).await.unwrap(), None);
+
+    // The old expired hold is swept, with its event; then a confirm appends its own.
+    let now: Timestamp = "2030-03-17T09:03:00Z".parse().unwrap();
+    let swept = store.reclaim_expired(now, 10).await.unwrap();
+    assert_eq!(
+        swept.iter().map(|h| h.hold_id).collect::<Vec<_>>(),
+        [HoldId(4)]
+    );
+    assert_eq!(counts(&store, SlotId(1)).await, (5, 3, 1, 1));
+    store
+        .confirm_hold(HoldId(1), &Scope::BackOffice, now)
+        .await
+        .unwrap();
+    let events = store.read_events(&log, 100).await.unwrap();
+    let seen: Vec<_> = events
+        .iter()
+        .map(|e| {
+            (
+                e.kind,
+                e.hold_id,
+                e.owner.as_ref().map(|o| o.as_str().to_owned()),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (
+                EventKind::HoldExpired,
+                Some(HoldId(4)),
+                Some("cart-3".to_owned())
+            ),
+            (EventKind::HoldConfirmed, Some(HoldId(1)), None),
+        ]
+    );
+    assert!(events.iter().all(|e| e.at == now && e.slot_id == SlotId(1)));
+
+    // The old cancelled hold and the swept one are purged with their keys; the rest stay.
+    let later: Timestamp = "2030-03-18T00:00:00Z".parse().unwrap();
+    let purged = store.purge(later, 10).await.unwrap();
+    assert_eq!(purged.holds, 2);
+    let keys: Vec<(String, i64)> = old.rows(key_rows).await;
+    assert_eq!(
+        keys,
+        [("held-key".to_owned(), 1), ("confirmed-key".to_owned(), 2)]
+    );
+    assert_invariant(&store, SlotId(1)).await;
     old.admin.close().await;
 }

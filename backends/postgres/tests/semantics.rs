@@ -159,7 +159,14 @@ async fn tables_live_in_the_configured_schema() {
     };
     assert_eq!(
         tables(ctx.pool(), ctx.schema()).await,
-        ["hold_keys", "holds", "slot_booking_migrations", "slots"]
+        [
+            "event_consumers",
+            "events",
+            "hold_keys",
+            "holds",
+            "slot_booking_migrations",
+            "slots"
+        ]
     );
     let ctx = &ctx;
     let index_definitions = |sql: &'static str| async move {

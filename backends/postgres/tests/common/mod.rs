@@ -115,6 +115,11 @@ impl Ctx {
         self.store.pool()
     }
 
+    /// A pool of one connection on the database, for queries outside the store's schema.
+    pub async fn url_pool(&self) -> PgPool {
+        one_connection(&self.url).await
+    }
+
     /// Another store on the same schema with a pool of its own: another process, in effect.
     pub async fn second_store(&self) -> PostgresStore {
         let store = PostgresStore::with_schema(pool(&self.url).await, self.schema()).unwrap();
