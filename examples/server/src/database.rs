@@ -5,7 +5,12 @@ use std::sync::Arc;
 
 use chrono::{Duration, DurationRound};
 use slot_booking::changes::{Follower, Invalidator};
-use slot_booking::{NewSlot, Store, StoreError, Timestamp};
+use slot_booking::events::Event;
+use slot_booking::{
+    BookingEngine, BookingError, NewSlot, Store, StoreError, Timestamp, TransactionWrites,
+};
+
+use crate::events::EventTasks;
 use slot_booking_postgres::PostgresStore;
 use slot_booking_sqlite::SqliteStore;
 
@@ -58,6 +63,20 @@ impl Database {
         }
     }
 
+    /// Starts logging every event committed to this database (with `handle`) and sweeping its
+    /// expired holds; see [`crate::events`]. Stops when the [`EventTasks`] is dropped.
+    pub fn log_events(
+        &self,
+        handle: impl FnMut(&Event) + Send + 'static,
+    ) -> Result<EventTasks, BookingError> {
+        match self {
+            Database::Sqlite(store) => EventTasks::start(BookingEngine::new(store.clone()), handle),
+            Database::Postgres(store) => {
+                EventTasks::start(BookingEngine::new(store.clone()), handle)
+            }
+        }
+    }
+
     /// Invalidates `invalidator`'s engine after every commit that changes this database's
     /// availability, whoever made it (another server process, an operator's SQL): PostgreSQL
     /// by `LISTEN`/`NOTIFY` on a connection of its own, SQLite by polling `PRAGMA
@@ -105,17 +124,9 @@ async fn seed_postgres(
     if upcoming {
         return Ok(0);
     }
-    let insert = format!(
-        "INSERT INTO {s}.slots (starts_at, ends_at, capacity, remaining) VALUES ($1, $2, $3, $3)"
-    );
+    // Through the store's own write, so each slot gets its `slot_created` event.
     for slot in slots {
-        sqlx::query(&insert)
-            .bind(slot.starts_at)
-            .bind(slot.ends_at)
-            .bind(slot.capacity)
-            .execute(&mut *tx)
-            .await
-            .map_err(StoreError::failed)?;
+        store.on(&mut tx).create_slot(slot, now).await?;
     }
     tx.commit().await.map_err(StoreError::unavailable)?;
     Ok(slots.len())
@@ -127,46 +138,29 @@ async fn seed_sqlite(
     now: Timestamp,
 ) -> Result<usize, StoreError> {
     let table = format!("{}slots", store.table_prefix());
-    let mut connection = store
-        .pool()
-        .acquire()
-        .await
-        .map_err(StoreError::unavailable)?;
     // BEGIN IMMEDIATE takes the write lock before the check, so a second seeder waits (up to
     // the pool's busy_timeout) and then sees the first one's slots.
-    sqlx::query("BEGIN IMMEDIATE")
-        .execute(&mut *connection)
+    let mut tx = store
+        .pool()
+        .begin_with("BEGIN IMMEDIATE")
         .await
         .map_err(StoreError::unavailable)?;
-    let seeded = async {
-        let upcoming: bool = sqlx::query_scalar(&format!(
-            "SELECT EXISTS (SELECT 1 FROM {table} WHERE starts_at > ?1)"
-        ))
-        .bind(now.timestamp_micros())
-        .fetch_one(&mut *connection)
-        .await?;
-        if upcoming {
-            return Ok(0);
-        }
-        let insert = format!(
-            "INSERT INTO {table} (starts_at, ends_at, capacity, remaining) VALUES (?1, ?2, ?3, ?3)"
-        );
-        for slot in slots {
-            sqlx::query(&insert)
-                .bind(slot.starts_at.timestamp_micros())
-                .bind(slot.ends_at.timestamp_micros())
-                .bind(slot.capacity)
-                .execute(&mut *connection)
-                .await?;
-        }
-        Ok::<_, sqlx::Error>(slots.len())
+    let upcoming: bool = sqlx::query_scalar(&format!(
+        "SELECT EXISTS (SELECT 1 FROM {table} WHERE starts_at > ?1)"
+    ))
+    .bind(now.timestamp_micros())
+    .fetch_one(&mut *tx)
+    .await
+    .map_err(StoreError::failed)?;
+    if upcoming {
+        return Ok(0);
     }
-    .await;
-    let end = if seeded.is_ok() { "COMMIT" } else { "ROLLBACK" };
-    let ended = sqlx::query(end).execute(&mut *connection).await;
-    let added = seeded.map_err(StoreError::failed)?;
-    ended.map_err(StoreError::unavailable)?;
-    Ok(added)
+    // Through the store's own write, so each slot gets its `slot_created` event.
+    for slot in slots {
+        store.on(&mut tx).create_slot(slot, now).await?;
+    }
+    tx.commit().await.map_err(StoreError::unavailable)?;
+    Ok(slots.len())
 }
 
 /// Eight one-hour demo slots from 09:00 UTC on the day after `now`, capacities 1 to 20.

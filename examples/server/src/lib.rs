@@ -107,6 +107,7 @@ use std::future::Future;
 mod admin;
 pub mod config;
 pub mod database;
+pub mod events;
 pub mod observe;
 pub mod serve;
 
@@ -242,6 +243,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             Database::Sqlite(_) => "data_version polling",
         }
     );
+    // Every committed change is logged from the database's event log, and expired holds are
+    // swept so their `hold_expired` events come soon.
+    let events = database
+        .log_events(events::log)
+        .map_err(|e| format!("cannot start the event log: {e}"))?;
     let listener = tokio::net::TcpListener::bind(&config.bind)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", config.bind))?;
@@ -253,6 +259,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let app = router_with_config(engine, &config);
     let left_open = serve(listener, app, &config, shutdown).await;
     follower.stop().await;
+    events.stop().await;
     tracing::info!(left_open, "shut down");
     Ok(())
 }
