@@ -226,8 +226,9 @@ use sql::Statements;
 /// The schema [`PostgresStore::new`] and [`PostgresStore::connect`] keep their tables in.
 pub const DEFAULT_SCHEMA: &str = "slot_booking";
 
-/// How long [`EventStore::read_events`] waits, by default, for transactions that may still
-/// append events below ones already committed: see [`PostgresStore::with_event_read_wait`].
+/// How long [`EventStore::read_events`](slot_booking::EventStore::read_events) waits, by
+/// default, for transactions that may still append events below ones already committed: see
+/// [`PostgresStore::with_event_read_wait`].
 pub const DEFAULT_EVENT_READ_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Connections in the pool [`PostgresStore::connect`] opens.
