@@ -30,7 +30,8 @@ fn rusqlite_db(path: &Path) -> rusqlite::Connection {
     conn.pragma_update(None, "synchronous", "NORMAL").unwrap();
     conn.pragma_update(None, "foreign_keys", "ON").unwrap();
     conn.busy_timeout(Duration::from_secs(5)).unwrap();
-    conn.execute_batch(SCHEMA).unwrap();
+    // The migration's `{p}` is the store's table prefix; the baseline's tables have none.
+    conn.execute_batch(&SCHEMA.replace("{p}", "")).unwrap();
     let start = (Utc::now() + chrono::Duration::days(1)).timestamp_micros();
     for i in 0..SLOTS {
         let starts_at = start + i * 60_000_000;
