@@ -94,18 +94,6 @@ impl EventKind {
             EventKind::SlotRemoved => "slot_removed",
         }
     }
-
-    /// Whether the event is about a hold (it then names the hold, its owner and units).
-    pub fn is_hold_event(self) -> bool {
-        matches!(
-            self,
-            EventKind::HoldPlaced
-                | EventKind::HoldConfirmed
-                | EventKind::HoldCancelled
-                | EventKind::HoldRenewed
-                | EventKind::HoldExpired
-        )
-    }
 }
 
 impl fmt::Display for EventKind {
@@ -467,5 +455,38 @@ impl<S: EventStore> BookingEngine<S> {
             Ok(op.store(write).await?)
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_round_trip_through_their_names() {
+        for kind in EventKind::ALL {
+            assert_eq!(kind.as_str().parse::<EventKind>(), Ok(kind));
+        }
+        assert!("hold_lost".parse::<EventKind>().is_err());
+    }
+
+    #[test]
+    fn positions_order_by_epoch_then_sequence_and_round_trip() {
+        let (a, b) = (EventPosition::new(7, 900), EventPosition::new(8, 1));
+        assert!(EventPosition::START < a && a < b);
+        assert_eq!(b.to_string(), "8_1");
+        assert_eq!("8_1".parse::<EventPosition>(), Ok(b));
+        for bad in [
+            "",
+            "8",
+            "8_",
+            "_1",
+            "-8_1",
+            "8_1_2",
+            "8_+1",
+            "99999999999999999999_1",
+        ] {
+            assert!(bad.parse::<EventPosition>().is_err(), "{bad:?} accepted");
+        }
     }
 }

@@ -1237,17 +1237,17 @@ impl<S: EventStore> StepCheck<S> for EventsMatchTheModel {
         let Op::ReclaimExpired = op else {
             return None;
         };
-        let mut expected: Vec<HoldId> = Vec::new();
-        for i in 0..model.holds.len() {
-            let hold = &model.holds[i];
-            if hold.status == HoldStatus::Held && hold.expires_at <= now {
-                let (id, slot_id, quantity) = (hold.hold_id, hold.slot_id, hold.quantity);
-                model.holds[i].status = HoldStatus::Expired;
-                if let Some(slot) = model.slots.iter_mut().find(|s| s.id == slot_id) {
-                    slot.remaining += quantity;
-                }
-                expected.push(id);
-            }
+        // Every expired held hold, on every slot: the model's own reclaim, slot by slot.
+        let mut expected: Vec<HoldId> = model
+            .holds
+            .iter()
+            .filter(|h| h.status == HoldStatus::Held && h.expires_at <= now)
+            .map(|h| h.hold_id)
+            .collect();
+        expected.sort();
+        for i in 0..model.slots.len() {
+            let units = model.reclaim(model.slots[i].id, now);
+            model.slots[i].remaining += units;
         }
         let actual = match engine.reclaim_expired(crate::events::MAX_BATCH).await {
             Ok(holds) => {
