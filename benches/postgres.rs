@@ -9,7 +9,9 @@
 //! 3. Availability over 9 future slots, with and without 300,000 abandoned holds (held, long
 //!    expired, never reclaimed) on 1,000 slots that have started: two databases alike but for
 //!    that history, timed in alternation, and the ratio of the medians.
-//! 4. What the change notification (migration 6's trigger) costs the cancel that sends it:
+//! 4. Refused holds on a full slot (sold out, nothing expired) with 8 connections: the engine
+//!    against `pgbench` running the same statement on that slot (`refusals`).
+//! 5. What the change notification (migration 6's trigger) costs the cancel that sends it:
 //!    hold-then-cancel with 8 tasks on two schemas alike but for the triggers (dropped on
 //!    the baseline), each followed by 3 listening engines, in alternating 2 s rounds; cancels
 //!    per second and the median cancel, and their ratios.
@@ -24,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use criterion::{black_box, Criterion};
-use slot_booking::{BookingEngine, NewSlot, SlotId, Store};
+use slot_booking::{BookingEngine, BookingError, HoldPlaced, NewSlot, SlotId, Store};
 use slot_booking_postgres::PostgresStore;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
@@ -77,6 +79,20 @@ async fn engine_holds(
     slots: &[SlotId],
     tag: &str,
 ) -> f64 {
+    engine_requests(engine, slots, tag, |placed| {
+        placed.unwrap();
+    })
+    .await
+}
+
+/// Hold requests per second through the engine, 8 tasks for `RUN`, each answer checked by
+/// `check`.
+async fn engine_requests(
+    engine: &BookingEngine<Arc<PostgresStore>>,
+    slots: &[SlotId],
+    tag: &str,
+    check: fn(Result<HoldPlaced, BookingError>),
+) -> f64 {
     let done = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let slots = Arc::new(slots.to_vec());
@@ -92,7 +108,7 @@ async fn engine_holds(
                     i += 1;
                     let slot =
                         slots[(i as usize * CONNECTIONS as usize + t as usize) % slots.len()];
-                    engine.hold(slot, &format!("{tag}-{t}-{i}")).await.unwrap();
+                    check(engine.hold(slot, &format!("{tag}-{t}-{i}")).await);
                     done.fetch_add(1, Ordering::Relaxed);
                 }
             })
@@ -148,6 +164,36 @@ fn pgbench_holds(url: &str, schema: &str, first: SlotId, last: SlotId) -> Option
         );
     }
     tps
+}
+
+/// Refused holds per second on a full slot with no expired holds (a sale's usual answer): the
+/// engine against `pgbench` running the same statement, which on that slot returns the
+/// refusal's reasons, 8 connections each.
+async fn refusals(url: &str) {
+    let schema = "sb_bench_sold_out";
+    let store = Arc::new(fresh_store(url, schema).await);
+    let engine = BookingEngine::new(Arc::clone(&store));
+    let full = slots(&engine, 1, 1).await;
+    engine.hold(full[0], "the-only-unit").await.unwrap();
+    let ours = engine_requests(&engine, &full, schema, |refused| {
+        assert!(
+            matches!(refused, Err(BookingError::SoldOut { .. })),
+            "{refused:?}"
+        );
+    })
+    .await;
+    match pgbench_holds(url, schema, full[0], full[0]) {
+        Some(baseline) => println!(
+            "postgres refused holds (sold out), 8 connections: engine {ours:.0}/s, pgbench {baseline:.0}/s, ratio {:.2}x",
+            ours / baseline
+        ),
+        None => println!("postgres refused holds, 8 connections: engine {ours:.0}/s (pgbench unavailable)"),
+    }
+    let held: (i64,) = sqlx::query_as(&format!("SELECT count(*) FROM {schema}.holds"))
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    assert_eq!(held.0, 1, "every request after the first was refused");
 }
 
 async fn throughput(url: &str) {
@@ -522,6 +568,9 @@ fn main() {
         .is_none_or(|f| "holds".contains(f) || f.contains("hold"))
     {
         rt.block_on(throughput(&url));
+    }
+    if filter.as_deref().is_none_or(|f| "refusals".contains(f)) {
+        rt.block_on(refusals(&url));
     }
     if filter.as_deref().is_none_or(|f| "history".contains(f)) {
         rt.block_on(abandoned_history(&url));

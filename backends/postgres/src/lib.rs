@@ -539,6 +539,8 @@ fn representable(at: Timestamp) -> bool {
 enum Insert {
     /// Took a unit and stored the hold.
     Created(Decided<Hold>),
+    /// Found no unit, and the statement's own read says why, for good: nothing changed.
+    Refused(Decided<HoldOutcome>),
     /// Found no unit; nothing changed.
     NoUnit,
     /// The key is taken; the statement was rolled back as a whole.
@@ -648,7 +650,7 @@ impl Run<'_> {
             // taking one, whose slot row lock goes with it) or a failure, which would leave the
             // caller's transaction aborted.
             let end = match inserted {
-                Ok(Some(_)) => sql::RELEASE_HOLD_SAVEPOINT,
+                Ok(Insert::Created(_)) => sql::RELEASE_HOLD_SAVEPOINT,
                 _ => sql::UNDO_HOLD_SAVEPOINT,
             };
             let ended = self.conn.execute(end).await.map_err(map_err);
@@ -660,8 +662,9 @@ impl Run<'_> {
             inserted?
         };
         match inserted {
-            Some(hold) => Ok(created(hold)),
-            None => self.explain(request).await,
+            Insert::Created(hold) => Ok(created(hold)),
+            Insert::Refused(outcome) => Ok(outcome),
+            Insert::NoUnit | Insert::KeyTaken => self.explain(request).await,
         }
     }
 
@@ -678,25 +681,19 @@ impl Run<'_> {
         }
     }
 
-    /// The hold's statements: the fast one, then, only when it found no unit, the one that
-    /// reclaims expired holds. The hold stored, or `None` when neither stored one.
-    async fn insert_hold(
-        &mut self,
-        request: &HoldRequest<'_>,
-    ) -> Result<Option<Decided<Hold>>, StoreError> {
+    /// The hold's statements: the fast one, then, only when it found no unit and its refusal
+    /// is not final (expired holds might make room), the one that reclaims expired holds.
+    /// `NoUnit` and `KeyTaken` are left for [`Run::explain`].
+    async fn insert_hold(&mut self, request: &HoldRequest<'_>) -> Result<Insert, StoreError> {
         let sql = self.store.sql();
-        // Fast path, one round trip: decrement and insert in one statement.
+        // Fast path, one round trip: decrement and insert in one statement, or say why not.
         match self.try_insert_hold(&sql.hold_fast, request).await? {
-            Insert::Created(hold) => return Ok(Some(hold)),
-            Insert::KeyTaken => return Ok(None),
             Insert::NoUnit => {}
+            done => return Ok(done),
         }
         // No unit: lock the slot, reclaim its expired holds, decrement once more and insert,
         // all in one statement (atomic; a unique violation undoes the reclaim as well).
-        match self.try_insert_hold(&sql.hold_reclaim, request).await? {
-            Insert::Created(hold) => Ok(Some(hold)),
-            Insert::NoUnit | Insert::KeyTaken => Ok(None),
-        }
+        self.try_insert_hold(&sql.hold_reclaim, request).await
     }
 
     /// Runs one of the two hold-inserting statements.
@@ -716,6 +713,10 @@ impl Run<'_> {
             .fetch_optional(&mut *self.conn)
             .await;
         match inserted {
+            // The fast statement's refusal row (the reclaiming one returns no row instead).
+            Ok(Some(row)) if !took(&row)? => {
+                Ok(final_refusal(&row, request)?.map_or(Insert::NoUnit, Insert::Refused))
+            }
             Ok(Some(row)) => Ok(Insert::Created(decided(&row, hold_from_row(&row)?)?)),
             Ok(None) => Ok(Insert::NoUnit),
             Err(error) if is_unique_violation(&error) => Ok(Insert::KeyTaken),
@@ -736,32 +737,8 @@ impl Run<'_> {
             .fetch_one(&mut *self.conn)
             .await
             .map_err(map_err)?;
-        let key_holder = optional_hold(&row)?;
-        let starts_at: Option<Timestamp> = row.try_get("slot_starts_at").map_err(map_err)?;
-        let capacity: Option<i32> = row.try_get("slot_capacity").map_err(map_err)?;
-        let closed: Option<bool> = row.try_get("slot_closed").map_err(map_err)?;
-        let removed_at: Option<Timestamp> = row.try_get("slot_removed_at").map_err(map_err)?;
-        // The slot's columns are all NULL exactly when there is no such slot (`closed` is
-        // NOT NULL in the table).
-        let limits = match (starts_at, capacity, closed) {
-            (Some(starts_at), Some(capacity), Some(closed)) => Some(SlotLimits {
-                starts_at,
-                capacity,
-                closed,
-                removed: removed_at.is_some(),
-            }),
-            _ => None,
-        };
-        let at: Timestamp = row.try_get("decided_at").map_err(map_err)?;
-        // Started or full is judged at the instant of this read.
-        let request = HoldRequest {
-            now: at,
-            ..*request
-        };
-        Ok(Decided::new(
-            at,
-            HoldOutcome::refused(&request, key_holder, limits),
-        ))
+        let (at, key_holder, limits) = refusal_facts(&row)?;
+        Ok(refused(request, at, key_holder, limits))
     }
 
     async fn hold_by_id(
@@ -1346,6 +1323,72 @@ impl TransactionalStore for PostgresStore {
     async fn rollback(&self, transaction: Self::Transaction) -> Result<(), StoreError> {
         transaction.rollback().await.map_err(map_err)
     }
+}
+
+/// Whether a row of the fast hold statement is the created hold (`took`) or its refusal.
+fn took(row: &PgRow) -> Result<bool, StoreError> {
+    row.try_get("took").map_err(map_err)
+}
+
+/// What a refusal row (the fast hold statement's, or the explaining read's) says: the instant
+/// it was read at, the hold the key belongs to, and the slot's limits. The slot's columns are
+/// all NULL exactly when there is no such slot (`closed` is NOT NULL in the table).
+fn refusal_facts(row: &PgRow) -> Result<(Timestamp, Option<Hold>, Option<SlotLimits>), StoreError> {
+    let key_holder = optional_hold(row)?;
+    let starts_at: Option<Timestamp> = row.try_get("slot_starts_at").map_err(map_err)?;
+    let capacity: Option<i32> = row.try_get("slot_capacity").map_err(map_err)?;
+    let closed: Option<bool> = row.try_get("slot_closed").map_err(map_err)?;
+    let removed_at: Option<Timestamp> = row.try_get("slot_removed_at").map_err(map_err)?;
+    let limits = match (starts_at, capacity, closed) {
+        (Some(starts_at), Some(capacity), Some(closed)) => Some(SlotLimits {
+            starts_at,
+            capacity,
+            closed,
+            removed: removed_at.is_some(),
+        }),
+        _ => None,
+    };
+    let at: Timestamp = row.try_get("decided_at").map_err(map_err)?;
+    Ok((at, key_holder, limits))
+}
+
+/// The refusal's answer, with started or full judged at the instant `at` it was read at.
+fn refused(
+    request: &HoldRequest<'_>,
+    at: Timestamp,
+    key_holder: Option<Hold>,
+    limits: Option<SlotLimits>,
+) -> Decided<HoldOutcome> {
+    let request = HoldRequest {
+        now: at,
+        ..*request
+    };
+    Decided::new(at, HoldOutcome::refused(&request, key_holder, limits))
+}
+
+/// The answer to a hold the fast statement refused, when its own read settles it. Every
+/// answer but `SoldOut` is final (a key in use, a slot missing, not selling or too small: a
+/// reclaim would change none of them). `SoldOut` is final when the slot is full at the
+/// statement's snapshot with no held hold expired by now: a reclaim would find nothing to
+/// give back. `None` when reclaiming might make room, or when the snapshot shows room that the
+/// decrement, deciding on the row's latest version, did not find (the row changed under the
+/// statement): the reclaiming statement and a fresh read decide those.
+///
+/// The decision itself is still the decrement's: it affected no row, so nothing was reserved.
+/// The read only explains it, at the snapshot the statement ran in.
+fn final_refusal(
+    row: &PgRow,
+    request: &HoldRequest<'_>,
+) -> Result<Option<Decided<HoldOutcome>>, StoreError> {
+    let (at, key_holder, limits) = refusal_facts(row)?;
+    let answer = refused(request, at, key_holder, limits);
+    if answer.outcome != HoldOutcome::SoldOut {
+        return Ok(Some(answer));
+    }
+    let remaining: Option<i32> = row.try_get("slot_remaining").map_err(map_err)?;
+    let has_expired: Option<bool> = row.try_get("slot_has_expired").map_err(map_err)?;
+    let full = remaining.is_some_and(|units| units < request.quantity);
+    Ok((full && has_expired == Some(false)).then_some(answer))
 }
 
 fn created(hold: Decided<Hold>) -> Decided<HoldOutcome> {

@@ -308,7 +308,7 @@ impl Statements {
         // Its event (`hold_placed`), and before it one `hold_expired` per hold the statement
         // reclaimed (`r`, when `reclaimed`), in one insert sorted before the sequence numbers
         // are drawn, so a reader sees the units come back before they are taken again.
-        let insert_hold = |reclaimed: bool| {
+        let insert_hold = |reclaimed: bool, answer: &str| {
             let select = if reclaimed {
                 let (expired, placed) = (
                     hold_event_rows(1, "hold_expired", "r"),
@@ -332,10 +332,38 @@ impl Statements {
                  ev AS ({events}), \
                  k AS ( \
                      INSERT INTO {s}.hold_keys (idempotency_key, hold_id) SELECT $2, id FROM ins) \
-                 SELECT {HOLD_COLUMNS}, {now3} AS decided_at FROM ins"
+                 {answer}"
             )
         };
-        let (insert_fast, insert_reclaiming) = (insert_hold(false), insert_hold(true));
+        let created = format!("SELECT true AS took, {HOLD_COLUMNS}, {now3} AS decided_at FROM ins");
+        // The fast path answers a refusal in the same round trip: when `dec` took no unit, one
+        // row with what `HoldOutcome::refused` needs (the key's hold, the slot's limits, read
+        // at the statement's snapshot) and what tells whether the refusal is final without
+        // reclaiming: the slot's `remaining` at the snapshot and whether any of its held holds
+        // has expired by now. A created hold comes back as before, `took` true. Exactly one
+        // row either way: `dec` is empty exactly when `ins` is.
+        let created_or_refusal = format!(
+            "SELECT true AS took, {HOLD_COLUMNS}, {now3} AS decided_at, \
+                    NULL::timestamptz AS slot_starts_at, NULL::int4 AS slot_capacity, \
+                    NULL::bool AS slot_closed, NULL::timestamptz AS slot_removed_at, \
+                    NULL::int4 AS slot_remaining, NULL::bool AS slot_has_expired \
+             FROM ins \
+             UNION ALL \
+             SELECT false, {H_COLUMNS}, {now3}, sl.starts_at, sl.capacity, sl.closed, \
+                    sl.removed_at, sl.remaining, \
+                    EXISTS (SELECT 1 FROM {s}.holds x \
+                            WHERE x.slot_id = $1 AND x.status = 'held' \
+                              AND x.expires_at <= {now3}) \
+             FROM (SELECT 1) AS one \
+             LEFT JOIN {s}.hold_keys hk ON hk.idempotency_key = $2 \
+             LEFT JOIN {s}.holds h ON h.id = hk.hold_id \
+             LEFT JOIN {s}.slots sl ON sl.id = $1 \
+             WHERE NOT EXISTS (SELECT 1 FROM dec)"
+        );
+        let (insert_fast, insert_reclaiming) = (
+            insert_hold(false, &created_or_refusal),
+            insert_hold(true, &created),
+        );
         Statements {
             // The slot and its `slot_created` event; `$5` is now.
             create_slot: format!(
@@ -400,8 +428,9 @@ impl Statements {
             // One statement: the conditional decrement (a unit is taken only if the update
             // affected the row, which must still be selling: not started, not closed, not
             // removed, all re-checked on the row's latest version), the hold and its key. No
-            // unit: no row from `dec`, nothing inserted, nothing changed. Key taken: the unique
-            // violation aborts the statement, decrement included.
+            // unit: no row from `dec`, nothing inserted, nothing changed, and the row returned
+            // is the refusal's (see `created_or_refusal`). Key taken: the unique violation
+            // aborts the statement, decrement included.
             hold_fast: format!(
                 "WITH dec AS ( \
                      UPDATE {s}.slots SET remaining = remaining - $5 \

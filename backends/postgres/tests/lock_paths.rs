@@ -172,13 +172,15 @@ async fn crossing_holds(
 }
 
 /// Request A takes slot X with key `a`, request B slot Y with key `b`; both slots are full with
-/// an expired hold whose key is the *other* request's (`b` on X, `a` on Y). Both run the
-/// reclaim statement, so each rewrites the expired hold of its own slot, whose key the other
-/// request is about to insert. With the keys' uniqueness enforced by an index on the holds
-/// themselves, each reclaim wrote a new index entry for the other's key, and each insert then
-/// waited for the other transaction: a cycle, `deadlock detected`. Keys live in a table that
-/// is only ever inserted into, so a reclaim writes no key and the two requests never wait for
-/// each other: both are told their key is in use.
+/// an expired hold whose key is the *other* request's (`b` on X, `a` on Y). With the keys'
+/// uniqueness enforced by an index on the holds themselves, each request's reclaim rewrote the
+/// expired hold of its own slot, writing a new index entry for the key the other request was
+/// about to insert, and each insert then waited for the other transaction: a cycle,
+/// `deadlock detected`. Keys now live in a table that is only ever inserted into, and the fast
+/// statement, finding no unit, reads the key's hold in the same round trip: both requests are
+/// told their key is in use without reclaiming or inserting anything. The gate on hold inserts
+/// stays closed throughout: a request that reached an insert would park there, and the
+/// outcomes below would never arrive.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reclaims_on_two_slots_with_crossed_keys_do_not_deadlock() {
     let Some(ctx) = setup("crossed_reclaims").await else {
@@ -196,7 +198,14 @@ async fn reclaims_on_two_slots_with_crossed_keys_do_not_deadlock() {
         HoldOutcome::Created(_)
     ));
 
-    let (a, b) = crossing_holds(&ctx, (x, "a"), (y, "b")).await;
+    let gate = InsertGate::close(&ctx).await;
+    let a = tokio::spawn(hold_at(ctx.store.clone(), x, "a"));
+    let b = tokio::spawn(hold_at(ctx.store.clone(), y, "b"));
+    let answers = async { (a.await.unwrap(), b.await.unwrap()) };
+    let (a, b) = tokio::time::timeout(StdDuration::from_secs(60), answers)
+        .await
+        .expect("a request reached an insert and is parked at the closed gate");
+    gate.open().await;
     assert!(
         matches!(&a, HoldOutcome::KeyReused(Some(hold)) if hold.slot_id == y),
         "A: {a:?}"
@@ -205,8 +214,7 @@ async fn reclaims_on_two_slots_with_crossed_keys_do_not_deadlock() {
         matches!(&b, HoldOutcome::KeyReused(Some(hold)) if hold.slot_id == x),
         "B: {b:?}"
     );
-    // The refused reclaims were rolled back with their inserts: both expired holds are still
-    // there, still taking their unit.
+    // Nothing was reclaimed: both expired holds are still there, still taking their unit.
     for slot in [x, y] {
         assert_eq!(counts(store, slot).await, (1, 0, 1, 0));
     }
