@@ -38,13 +38,18 @@
 //! # Concurrency
 //!
 //! A hold that finds a unit is one autocommit `INSERT`: the `holds_take_a_unit` trigger
-//! (migration 2, last recreated by migration 4) performs the conditional decrement inside it —
+//! (migration 2, last recreated by migration 6) performs the conditional decrement inside it —
 //! `remaining >= quantity` on a slot that has not started, whose sales are open
 //! (`closed = 0`) and that has not been removed (`removed_at IS NULL`) — and SQLite makes the
 //! statement atomic on its own, so closing or removing a slot cannot race a hold past it. A
-//! statement that starts by writing takes the write lock up front and waits for it under
-//! `busy_timeout`. Acknowledging events is one autocommit upsert the same way. Every other
-//! write (the reclaim path of a hold, confirm, cancel, renew, create slot, the administrative
+//! hold refused on a sold-out slot is that one statement too: when the decrement changes no
+//! row, the trigger (as migration 6 recreated it) checks in the same statement that the key is
+//! free, the slot is selling, the quantity fits its capacity and none of its held holds has
+//! expired, and then aborts with a message of its own, which the store answers with
+//! [`HoldOutcome::SoldOut`] at once; any other refusal aborts with the old message and takes
+//! the reclaim path below. A statement that starts by writing takes the write lock up front
+//! and waits for it under `busy_timeout`. Acknowledging events is one autocommit upsert the
+//! same way. Every other write (the reclaim path of a hold, confirm, cancel, renew, create slot, the administrative
 //! writes, reclaiming expired holds, purging, migrations) runs in a transaction begun with
 //! `BEGIN IMMEDIATE`, so it too takes the write lock up front instead of failing with
 //! `SQLITE_BUSY` when it upgrades a read. Within one [`SqliteStore`] (and its clones) writers
@@ -52,6 +57,21 @@
 //! at a time anyway: this keeps writers from polling the busy handler. Several stores or
 //! processes on one file still work, relying on `busy_timeout`. Errors SQLite reports as busy
 //! or locked, and pool or I/O failures, map to [`StoreError::unavailable`].
+//!
+//! **Group commit.** Concurrent holds through one store share transactions: a hold leaves its
+//! request in the store's queue and waits for its answer or the write queue, and whoever gets
+//! the write queue takes every request waiting. Alone, its `INSERT` runs as the autocommit
+//! statement above; several run in one `BEGIN IMMEDIATE` transaction (their statements sent to
+//! SQLite in one call), and each caller is answered with its own statement's outcome, only
+//! once the commit succeeded. SQLite undoes a statement aborted by the unique key or the
+//! trigger and nothing else, so a refused hold in a batch refuses only itself; an error that
+//! may have ended the transaction, or a failed commit, fails every caller of the batch. A
+//! caller that goes away before its request is taken places no hold.
+//! [`SqliteStore::group_commits`] counts the batches. On a pool of several connections, the
+//! holds' `INSERT`s run on a connection the store keeps for them, taken from the pool once and
+//! detached from it: it skips the pool's checkout, whose return costs a ping of the
+//! connection in a task of its own (a pool of one connection, such as an in-memory
+//! database's, is used as it is).
 //!
 //! The administrative writes are conditional updates of the slot row, decided by whether a
 //! row was changed: a capacity change moves `remaining` by the difference only where the
@@ -74,13 +94,16 @@
 //! one implementation and differ only in the unit:
 //!
 //! * through the store (its [`Store`] methods): a place in the in-process write queue, then a
-//!   `BEGIN IMMEDIATE` transaction, committed or rolled back (a hold that finds a unit stays
-//!   one autocommit `INSERT`, as above);
+//!   `BEGIN IMMEDIATE` transaction, committed or rolled back (a hold's `INSERT` runs alone
+//!   as one autocommit statement, or in a group commit, as above);
 //! * on the caller's connection ([`SqliteStore::on`], for
 //!   [`BookingEngine::within`](slot_booking::BookingEngine::within)): a savepoint inside the
 //!   caller's transaction, released when the writes stay and rolled back when the request is
-//!   refused or fails — a hold's trigger abort or unique violation, a reclaim that turns out
-//!   not to fit — so the caller's transaction stays usable and unchanged by a refusal. The
+//!   refused or fails — a hold's reclaim that turns out not to fit, an administrative change
+//!   that does not fit — so the caller's transaction stays usable and unchanged by a refusal.
+//!   A hold's `INSERT` runs first without a savepoint: a statement aborted by the trigger or
+//!   the unique key undoes only itself, so a hold created, replayed or sold out costs no
+//!   savepoint, and only the reclaim path opens one. The
 //!   caller begins its transaction with `BEGIN IMMEDIATE`
 //!   (`pool.begin_with("BEGIN IMMEDIATE")`) and holds SQLite's write lock until it ends; the
 //!   store's write queue is not taken;
@@ -142,11 +165,13 @@ use sqlx::{Row, Sqlite};
 use tokio::sync::Mutex;
 
 mod changes;
+mod group;
 mod migrate;
 mod sql;
 mod writes;
 
 pub use changes::{DataVersionFeed, DEFAULT_POLL_INTERVAL};
+pub use group::GroupCommits;
 pub use sql::{InvalidTablePrefix, DEFAULT_TABLE_PREFIX};
 /// The sqlx this crate is built on (0.8). Build pools and connection options through this
 /// re-export: a pool from another sqlx major version is a different type.
@@ -168,7 +193,9 @@ pub const DEFAULT_MAX_CONNECTIONS: u32 = 8;
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
     pool: SqlitePool,
-    write_gate: Arc<Mutex<()>>,
+    write_gate: Arc<Mutex<group::Held>>,
+    /// Holds waiting for the next group commit (see `group.rs`).
+    holds: Arc<group::HoldQueue>,
     prefix: TablePrefix,
     sql: Arc<Statements>,
 }
@@ -196,7 +223,8 @@ impl SqliteStore {
         let prefix = TablePrefix::default_prefix();
         SqliteStore {
             pool,
-            write_gate: Arc::new(Mutex::new(())),
+            write_gate: Arc::default(),
+            holds: Arc::default(),
             sql: Arc::new(Statements::new(&prefix)),
             prefix,
         }
@@ -210,6 +238,9 @@ impl SqliteStore {
     pub fn with_table_prefix(mut self, prefix: &str) -> Result<Self, InvalidTablePrefix> {
         self.prefix = TablePrefix::new(prefix)?;
         self.sql = Arc::new(Statements::new(&self.prefix));
+        // A queue of its own: whoever takes the waiting holds runs them with its own statements,
+        // so clones with another prefix must not share one.
+        self.holds = Arc::default();
         Ok(self)
     }
 
@@ -273,6 +304,29 @@ impl SqliteStore {
                 }
             }
         }
+    }
+
+    /// The SQL text of a hold's `INSERT`, with this store's table names: the statement a hold
+    /// runs first, and the only one when it takes its units or is refused as sold out.
+    /// Parameters: `?1` slot id, `?2` idempotency key, `?3` now and `?4` expiry (microseconds
+    /// since the Unix epoch), `?5` quantity, `?6` owner (or `NULL`); it returns the stored
+    /// hold. For benchmarks that drive SQLite directly with the same work as the store: writes
+    /// belong to the store's methods, which answer from the statement's outcome.
+    pub fn hold_statement(&self) -> &str {
+        &self.sql.insert_hold
+    }
+
+    /// Holds waiting now in this store's queue for the next writer, which commits them
+    /// together (see the crate's docs on group commit). For monitoring, and for tests that
+    /// need several holds waiting at once.
+    pub fn waiting_holds(&self) -> usize {
+        self.holds.len()
+    }
+
+    /// How many holds this store (and its clones) has committed together so far: the
+    /// transactions that ran the `INSERT`s of several concurrent holds, and how many.
+    pub fn group_commits(&self) -> GroupCommits {
+        self.holds.stats()
     }
 
     /// The pool this store uses.
@@ -401,19 +455,26 @@ fn usage_from_row(row: &SqliteRow) -> Result<SlotUsage, StoreError> {
 }
 
 /// What [`insert_hold`] did.
+#[derive(Debug)]
 enum Insert {
     /// Took a unit and stored the hold.
     Created(Hold),
-    /// No unit to take (sold out, started, closed, removed, or no such slot); nothing changed.
+    /// No unit to take (sold out, started, closed, removed, or no such slot), for a reason the
+    /// statement could not settle on its own (see [`Insert::SoldOut`]); nothing changed.
     NoUnit,
+    /// No unit to take, and the trigger (migration 6) found inside the same statement that the
+    /// key is free, the slot is selling at the request's `now`, the request fits the slot's
+    /// capacity and no held hold of the slot has expired: nothing changed, and reclaiming and
+    /// retrying would change nothing either.
+    SoldOut,
     /// The key is taken; nothing changed.
     KeyTaken,
 }
 
 /// Stores a held hold: one statement, atomic on its own. The `holds_take_a_unit` trigger
-/// (migration 4) runs the conditional decrement (`remaining >= quantity` on a slot that is
-/// selling) inside it and aborts it when that changes no row; a unique violation aborts it
-/// too, decrement included.
+/// (migration 6) runs the conditional decrement (`remaining >= quantity` on a slot that is
+/// selling) inside it and aborts it when that changes no row, with a message of its own when
+/// the refusal is settled as sold out; a unique violation aborts it too, decrement included.
 async fn insert_hold<'e, E>(
     sql: &Statements,
     executor: E,
@@ -422,34 +483,107 @@ async fn insert_hold<'e, E>(
 where
     E: sqlx::Executor<'e, Database = Sqlite>,
 {
-    let inserted = sqlx::query(&sql.insert_hold)
-        .bind(request.slot_id.get())
-        .bind(request.key.as_str())
-        .bind(to_micros(request.now))
-        .bind(to_micros(request.expires_at))
-        .bind(request.quantity)
-        .bind(request.owner.map(OwnerId::as_str))
+    let params = HoldParams::of(request);
+    insert_outcome(run_insert(sql, executor, &params).await).map_err(map_err)
+}
+
+/// A hold request's parameters, owned: what a group commit carries from the caller that asked
+/// to the caller that writes.
+#[derive(Debug)]
+struct HoldParams {
+    slot_id: i64,
+    key: String,
+    now: i64,
+    expires_at: i64,
+    quantity: i32,
+    owner: Option<String>,
+}
+
+impl HoldParams {
+    fn of(request: &HoldRequest<'_>) -> Self {
+        HoldParams {
+            slot_id: request.slot_id.get(),
+            key: request.key.as_str().to_owned(),
+            now: to_micros(request.now),
+            expires_at: to_micros(request.expires_at),
+            quantity: request.quantity,
+            owner: request.owner.map(|o| o.as_str().to_owned()),
+        }
+    }
+}
+
+/// Runs a hold's `INSERT` (see [`insert_hold`]) and returns the rows it returned (the hold,
+/// when it was stored) or its error as sqlx reported it.
+async fn run_insert<'e, E>(
+    sql: &Statements,
+    executor: E,
+    params: &HoldParams,
+) -> Result<Vec<SqliteRow>, sqlx::Error>
+where
+    E: sqlx::Executor<'e, Database = Sqlite>,
+{
+    sqlx::query(&sql.insert_hold)
+        .bind(params.slot_id)
+        .bind(params.key.as_str())
+        .bind(params.now)
+        .bind(params.expires_at)
+        .bind(params.quantity)
+        .bind(params.owner.as_deref())
         // `fetch_all`, not `fetch_one`: the statement must be stepped to its end. Reset after its
         // first row, an autocommit write still commits, but SQLite then skips its WAL hook, so the
         // automatic checkpoint never runs and the WAL grows without bound.
         .fetch_all(executor)
-        .await;
+        .await
+}
+
+/// What a hold's `INSERT` did, from its rows or its error. An error that is none of the
+/// answers is handed back as sqlx reported it, for the caller to tell (a group commit keeps its
+/// transaction after a constraint error, which undoes only its statement, and not otherwise).
+fn insert_outcome(inserted: Result<Vec<SqliteRow>, sqlx::Error>) -> Result<Insert, sqlx::Error> {
     match inserted {
         Ok(rows) => match rows.first() {
-            Some(row) => Ok(Insert::Created(hold_from_row(row)?)),
-            None => Err(StoreError::failed("INSERT ... RETURNING returned no row")),
+            Some(row) => hold_from_row(row)
+                .map(Insert::Created)
+                .map_err(|e| sqlx::Error::Decode(e.into())),
+            None => Err(sqlx::Error::Protocol(
+                "INSERT ... RETURNING returned no row".to_owned(),
+            )),
         },
         Err(error) if is_unique_violation(&error) => Ok(Insert::KeyTaken),
+        Err(error) if is_sold_out(&error) => Ok(Insert::SoldOut),
         Err(error) if is_no_unit(&error) => Ok(Insert::NoUnit),
-        Err(error) => Err(map_err(error)),
+        Err(error) => Err(error),
     }
 }
 
-/// The `holds_take_a_unit` trigger's abort: `SQLITE_CONSTRAINT_TRIGGER`, which only that
-/// trigger raises in this schema.
+/// `SQLITE_CONSTRAINT_TRIGGER`: a trigger's `RAISE(ABORT, ...)`, which only
+/// `holds_take_a_unit` raises in this schema.
+const SQLITE_CONSTRAINT_TRIGGER: &str = "1811";
+
+/// The message of `holds_take_a_unit`'s abort when the refusal is settled inside the statement
+/// (migration 6). Both of its aborts carry the same code, so the message tells them apart.
+const SOLD_OUT_MESSAGE: &str = "slot_booking: sold out";
+
+/// The `holds_take_a_unit` trigger's abort, either message.
 fn is_no_unit(error: &sqlx::Error) -> bool {
-    const SQLITE_CONSTRAINT_TRIGGER: &str = "1811";
     matches!(error, sqlx::Error::Database(db) if db.code().as_deref() == Some(SQLITE_CONSTRAINT_TRIGGER))
+}
+
+/// The `holds_take_a_unit` trigger's abort for a refusal it settled: sold out (migration 6).
+fn is_sold_out(error: &sqlx::Error) -> bool {
+    matches!(error, sqlx::Error::Database(db)
+        if db.code().as_deref() == Some(SQLITE_CONSTRAINT_TRIGGER)
+            && db.message() == SOLD_OUT_MESSAGE)
+}
+
+/// The answer to an insert the trigger aborted as sold out ([`Insert::SoldOut`]). The facts it
+/// checked inside the statement — no hold has the key, the slot exists, is not removed, not
+/// closed and not started at `now`, the quantity fits the capacity — are those for which
+/// [`HoldOutcome::refused`] answers [`HoldOutcome::SoldOut`] (with no key holder and those slot
+/// limits), and with no expired held hold the reclaim-and-retry of the slow path would change
+/// nothing: so this is the answer the slow path would give, without its statements.
+fn sold_out() -> HoldOutcome {
+    HoldOutcome::SoldOut
 }
 
 /// The hold an idempotency key belongs to, if any.
@@ -776,17 +910,24 @@ impl SqliteStore {
             .collect()
     }
 
-    /// A hold through the pool. The fast path is one autocommit statement, with no
-    /// transaction to open or commit; only a hold that finds no unit opens a write transaction
-    /// to reclaim expired holds and try again.
+    /// A hold through the store. The fast path is the hold's `INSERT`: one autocommit
+    /// statement when it runs alone, or one statement of a group commit shared with the holds
+    /// waiting with it (`group.rs`); its outcome is its own either way. A key in use is then
+    /// read to answer; only a hold that found no unit for a reason the statement could not
+    /// settle opens a write transaction to reclaim expired holds and try again.
     async fn place_hold(&self, request: &HoldRequest<'_>) -> Result<HoldOutcome, StoreError> {
-        let fast = {
-            let _gate = self.write_gate.lock().await;
-            insert_hold(&self.sql, &self.pool, request).await?
+        let writer = group::Writer {
+            pool: &self.pool,
+            sql: &self.sql,
+            gate: &self.write_gate,
+            queue: &self.holds,
         };
+        let fast = group::insert(writer, HoldParams::of(request)).await?;
         match fast {
             Insert::Created(hold) => return Ok(HoldOutcome::Created(hold)),
             Insert::KeyTaken => return writes::key_taken(&self.sql, &self.pool, request).await,
+            // Settled by the statement itself: no further statement, no transaction.
+            Insert::SoldOut => return Ok(sold_out()),
             Insert::NoUnit => {}
         }
         let mut w = self.begin_write().await?;

@@ -51,6 +51,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         description: "events",
         sql: include_str!("../migrations/0005_events.sql"),
     },
+    Migration {
+        version: 6,
+        description: "sold out in one statement",
+        sql: include_str!("../migrations/0006_sold_out_in_one_statement.sql"),
+    },
 ];
 
 /// The ledger 0.1 kept for its unprefixed tables.

@@ -7,11 +7,16 @@
 //! only holds without an owner.
 
 use std::fmt;
+use std::sync::OnceLock;
 
 /// The prefix [`SqliteStore::new`](crate::SqliteStore::new) and
 /// [`SqliteStore::connect`](crate::SqliteStore::connect) give their tables:
 /// `slot_booking_slots`, `slot_booking_holds`, `slot_booking_migrations`.
 pub const DEFAULT_TABLE_PREFIX: &str = "slot_booking_";
+
+/// Most holds' `INSERT`s [`Statements::insert_holds`] puts in one text. Each text is one entry
+/// of a connection's statement cache (sqlx keeps 100 by default), so they are few.
+pub(crate) const MAX_INSERTS_AT_ONCE: usize = 32;
 
 /// The columns [`hold_from_row`](crate::hold_from_row) reads.
 const HOLD_COLUMNS: &str =
@@ -108,6 +113,11 @@ pub(crate) struct Statements {
     pub(crate) sweep_expired: String,
     pub(crate) purge_holds: String,
     pub(crate) purge_events: String,
+    /// The holds table's name, for [`Statements::insert_holds`].
+    holds: String,
+    /// [`Statements::insert_holds`]'s texts, made on first use: `insert_holds_texts[k - 1]`
+    /// holds `k` inserts.
+    insert_holds_texts: Vec<OnceLock<String>>,
 }
 
 impl Statements {
@@ -167,9 +177,9 @@ impl Statements {
                  WHERE s.starts_at > ?1 AND s.closed = 0 AND s.removed_at IS NULL \
                  ORDER BY s.starts_at, s.id"
             ),
-            // The `take_a_unit` trigger (migration 2, last recreated by migration 4) runs the
+            // The `take_a_unit` trigger (migration 2, last recreated by migration 6) runs the
             // conditional decrement inside this statement and aborts it when that changes no
-            // row.
+            // row (settling a sold-out refusal itself when it can).
             insert_hold: format!(
                 "INSERT INTO {holds} \
                      (slot_id, idempotency_key, status, expires_at, created_at, quantity, owner) \
@@ -310,7 +320,28 @@ impl Statements {
                                   FROM {consumers}) \
                      ORDER BY id LIMIT ?2)"
             ),
+            holds,
+            insert_holds_texts: (0..MAX_INSERTS_AT_ONCE).map(|_| OnceLock::new()).collect(),
         }
+    }
+
+    /// `k` holds' `INSERT`s (as `insert_hold`) in one text, run in order by one call. Their
+    /// parameters are anonymous (`?`), six per statement, bound in the order they appear:
+    /// slot id, key, expiry, now, quantity, owner. Numbered parameters would not do: sqlx
+    /// counts every unused number below a statement's highest as one of its arguments, and
+    /// stops binding once that count passes the arguments given. `None` beyond
+    /// [`MAX_INSERTS_AT_ONCE`].
+    pub(crate) fn insert_holds(&self, k: usize) -> Option<&str> {
+        let text = self.insert_holds_texts.get(k.checked_sub(1)?)?;
+        Some(text.get_or_init(|| {
+            let holds = &self.holds;
+            let one = format!(
+                "INSERT INTO {holds} \
+                     (slot_id, idempotency_key, status, expires_at, created_at, quantity, owner) \
+                 VALUES (?, ?, 'held', ?, ?, ?, ?) RETURNING {HOLD_COLUMNS};"
+            );
+            vec![one; k].join("\n")
+        }))
     }
 }
 
@@ -367,6 +398,7 @@ mod tests {
             &sql.sweep_expired,
             &sql.purge_holds,
             &sql.purge_events,
+            &sql.insert_holds(3).unwrap().to_owned(),
         ] {
             assert!(statement.contains("zz_"), "{statement}");
             assert!(!statement.contains(" slots"), "{statement}");
@@ -374,5 +406,19 @@ mod tests {
             assert!(!statement.contains(" events"), "{statement}");
             assert!(!statement.contains(" event_consumers"), "{statement}");
         }
+    }
+
+    /// A batch text holds `k` inserts with six anonymous parameters each, and there is none
+    /// for an empty batch or beyond the most a call takes.
+    #[test]
+    fn batch_texts_hold_k_inserts() {
+        let sql = Statements::new(&TablePrefix::default_prefix());
+        for k in [1, 2, MAX_INSERTS_AT_ONCE] {
+            let text = sql.insert_holds(k).unwrap();
+            assert_eq!(text.matches("INSERT INTO slot_booking_holds").count(), k);
+            assert_eq!(text.matches('?').count(), 6 * k);
+        }
+        assert!(sql.insert_holds(0).is_none());
+        assert!(sql.insert_holds(MAX_INSERTS_AT_ONCE + 1).is_none());
     }
 }

@@ -21,10 +21,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use tokio::sync::OwnedMutexGuard;
 
+use crate::group::Held;
 use crate::sql::Statements;
 use crate::{
     append_event, from_micros, give_back, hold_by_id, hold_by_key, hold_from_row, insert_hold,
-    map_err, not_applied, reclaim, slot_from_row, to_micros, usage_from_row, Insert, SqliteStore,
+    map_err, not_applied, reclaim, slot_from_row, sold_out, to_micros, usage_from_row, Insert,
+    SqliteStore,
 };
 
 /// A conditional update of one row, returning it when it changed.
@@ -129,18 +131,29 @@ async fn log_hold(
     append_event(sql, conn, &NewEvent::of_hold(kind, hold, now)).await
 }
 
-/// A hold in a unit of work: the insert as the slot is stored, then, if it found no unit,
-/// [`hold_after_reclaim`]. The insert's `hold_placed` event is appended by the
-/// `holds_placed_event` trigger (migration 5) inside the insert itself.
+/// A hold on the caller's connection: the insert as the slot is stored, outside any unit of
+/// work, then, only if it found no unit for a reason the statement could not settle,
+/// [`hold_after_reclaim`] in a unit of work of its own. The insert needs no savepoint: a
+/// statement aborted by the trigger or by the unique key undoes only itself, so a refusal
+/// leaves the caller's transaction as it was (and usable), and a hold it stored stays in that
+/// transaction as it would under a released savepoint. So a hold that is created, replayed or
+/// sold out costs the insert (and, for a key in use, the key's read) and nothing else. The
+/// insert's `hold_placed` event is appended by the `holds_placed_event` trigger (migration 5)
+/// inside the insert itself.
 pub(crate) async fn hold(
     sql: &Statements,
     conn: &mut SqliteConnection,
     request: &HoldRequest<'_>,
-) -> Result<Step<HoldOutcome>, StoreError> {
+) -> Result<HoldOutcome, StoreError> {
     match insert_hold(sql, &mut *conn, request).await? {
-        Insert::Created(hold) => Ok(Step::keep(HoldOutcome::Created(hold))),
-        Insert::KeyTaken => key_taken(sql, conn, request).await.map(Step::undo),
-        Insert::NoUnit => hold_after_reclaim(sql, conn, request).await,
+        Insert::Created(hold) => Ok(HoldOutcome::Created(hold)),
+        Insert::KeyTaken => key_taken(sql, conn, request).await,
+        Insert::SoldOut => Ok(sold_out()),
+        Insert::NoUnit => {
+            let mut unit = begin_unit(conn).await?;
+            let step = hold_after_reclaim(sql, &mut unit, request).await;
+            finish(unit, step).await
+        }
     }
 }
 
@@ -173,8 +186,11 @@ pub(crate) async fn hold_after_reclaim(
     let slot_id = request.slot_id.get();
     reclaim(sql, &sql.reclaim, conn, slot_id, request.now).await?;
     let insert = insert_hold(sql, &mut *conn, request).await?;
-    if let Insert::Created(hold) = insert {
-        return Ok(Step::keep(HoldOutcome::Created(hold)));
+    match insert {
+        Insert::Created(hold) => return Ok(Step::keep(HoldOutcome::Created(hold))),
+        // Settled by the trigger after the reclaim: nothing left to read.
+        Insert::SoldOut => return Ok(Step::undo(sold_out())),
+        Insert::KeyTaken | Insert::NoUnit => {}
     }
     // Nothing was stored: say why.
     let key_holder = hold_by_key(sql, &mut *conn, request.key.as_str()).await?;
@@ -584,7 +600,7 @@ pub struct SqliteTransaction {
     // Fields drop in order: the transaction (rolled back if not committed) before the queue
     // slot, so that the next writer does not find SQLite's lock still taken.
     tx: Transaction<'static, Sqlite>,
-    gate: OwnedMutexGuard<()>,
+    gate: OwnedMutexGuard<Held>,
 }
 
 impl std::fmt::Debug for SqliteTransaction {
@@ -594,7 +610,7 @@ impl std::fmt::Debug for SqliteTransaction {
 }
 
 impl SqliteTransaction {
-    pub(crate) fn new(tx: Transaction<'static, Sqlite>, gate: OwnedMutexGuard<()>) -> Self {
+    pub(crate) fn new(tx: Transaction<'static, Sqlite>, gate: OwnedMutexGuard<Held>) -> Self {
         SqliteTransaction { tx, gate }
     }
 
@@ -637,11 +653,15 @@ impl SqliteTransaction {
 ///
 /// Each call is all or nothing inside the caller's transaction, its events included (they
 /// commit or roll back with the caller's transaction): it runs under a savepoint,
-/// released when the call's writes stay and rolled back when the request is refused (a hold's
-/// key taken or no unit free, a capacity change or removal that does not fit, the expired
-/// holds it reclaimed to try included) or fails, so the caller's transaction stays usable and
-/// unchanged by it. On a connection outside any transaction, each call runs in a transaction of
-/// its own, begun `BEGIN IMMEDIATE` and committed before it returns.
+/// released when the call's writes stay and rolled back when the request is refused (a hold
+/// that found no unit, a capacity change or removal that does not fit, the expired holds it
+/// reclaimed to try included) or fails, so the caller's transaction stays usable and
+/// unchanged by it. A hold's first `INSERT` needs none: a statement aborted by the trigger or
+/// the unique key undoes only itself, so a hold created, replayed or refused as sold out by
+/// that one statement opens no savepoint. On a connection outside any transaction, each call
+/// runs in a transaction of its own, begun `BEGIN IMMEDIATE` and committed before it returns
+/// (a hold's first `INSERT` autocommits on its own: it writes first, so it takes the write lock
+/// up front all the same).
 pub struct SqliteWrites<'c> {
     conn: &'c mut SqliteConnection,
     sql: Arc<Statements>,
@@ -709,9 +729,8 @@ impl TransactionWrites for SqliteWrites<'_> {
         &mut self,
         request: HoldRequest<'_>,
     ) -> Result<Decided<HoldOutcome>, StoreError> {
-        let mut unit = begin_unit(self.conn).await?;
-        let step = hold(&self.sql, &mut unit, &request).await;
-        Ok(Decided::new(request.now, finish(unit, step).await?))
+        let outcome = hold(&self.sql, self.conn, &request).await?;
+        Ok(Decided::new(request.now, outcome))
     }
 
     async fn confirm_hold(

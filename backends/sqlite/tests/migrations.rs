@@ -113,6 +113,7 @@ async fn migrations_coexist_with_host_sqlx_migrations() {
             (3, "owners and quantities".to_owned()),
             (4, "slot administration".to_owned()),
             (5, "events".to_owned()),
+            (6, "sold out in one statement".to_owned()),
         ]
     );
     let theirs: Vec<i64> = column(
@@ -153,7 +154,7 @@ async fn concurrent_migrations_apply_once() {
         .fetch_one(store.pool())
         .await
         .unwrap();
-    assert_eq!(n, 5, "each of the five migrations applied once");
+    assert_eq!(n, 6, "each of the six migrations applied once");
 }
 
 #[tokio::test]
@@ -209,6 +210,7 @@ async fn create_recorded_schema(pool: &SqlitePool, dir: &str, up_to: i64) {
         (2, "0002_holds_take_a_unit.sql", "holds take a unit"),
         (3, "0003_owners_quantities.sql", "owners and quantities"),
         (4, "0004_slot_administration.sql", "slot administration"),
+        (5, "0005_events.sql", "events"),
     ]
     .into_iter()
     .filter(|(version, _, _)| *version <= up_to)
@@ -486,7 +488,7 @@ async fn a_database_made_by_migrations_1_to_3_upgrades_in_place() {
         "SELECT version FROM slot_booking_migrations ORDER BY version",
     )
     .await;
-    assert_eq!(versions, vec![1, 2, 3, 4, 5]);
+    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6]);
     for id in 1..=3 {
         let slot = store.get_slot(SlotId(id)).await.unwrap().unwrap();
         assert_eq!(
@@ -581,7 +583,7 @@ async fn a_database_made_by_migrations_1_to_4_upgrades_in_place() {
         "SELECT version FROM slot_booking_migrations ORDER BY version",
     )
     .await;
-    assert_eq!(versions, vec![1, 2, 3, 4, 5]);
+    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6]);
     let reader = ConsumerId::new("reader").unwrap();
     assert!(store.read_events(&reader, 100).await.unwrap().is_empty());
 
@@ -624,5 +626,83 @@ async fn a_database_made_by_migrations_1_to_4_upgrades_in_place() {
     ));
     let left: Vec<i64> = column(&pool, "SELECT id FROM slot_booking_holds ORDER BY id").await;
     assert_eq!(left, vec![1, 2, 5]);
+    assert_counts(&pool, SlotId(1), (5, 0, 4, 1)).await;
+}
+
+/// The sold-out abort arrives by a migration that only recreates the trigger: a database made
+/// by migrations 1 to 5 keeps every slot, hold and event as it was, sells on, and from then on
+/// a hold on its full slot is refused by the insert's own abort (migration 6's message), while
+/// a replay of an old key on that full slot still answers with the old hold.
+#[tokio::test]
+async fn a_database_made_by_migrations_1_to_5_upgrades_in_place() {
+    let db = TempDb::new("before_sold_out");
+    let pool = previous_release_database(&db, 5).await;
+    let slot_rows = "SELECT id, starts_at, ends_at, capacity, remaining, resource, closed, \
+                     removed_at FROM slot_booking_slots ORDER BY id";
+    let hold_rows = "SELECT id, slot_id, idempotency_key, status, expires_at, confirmed_at, \
+                     cancelled_at, created_at, quantity, owner FROM slot_booking_holds ORDER BY id";
+    let event_rows = "SELECT id, kind, slot_id, hold_id, quantity, occurred_at \
+                      FROM slot_booking_events ORDER BY id";
+    type SlotRow = (i64, i64, i64, i64, i64, Option<String>, i64, Option<i64>);
+    type HoldRow = (
+        i64,
+        i64,
+        String,
+        String,
+        i64,
+        Option<i64>,
+        Option<i64>,
+        i64,
+        i64,
+        Option<String>,
+    );
+    type EventRow = (i64, String, i64, Option<i64>, i64, i64);
+    let slots_before: Vec<SlotRow> = rows(&pool, slot_rows).await;
+    let holds_before: Vec<HoldRow> = rows(&pool, hold_rows).await;
+    let events_before: Vec<EventRow> = rows(&pool, event_rows).await;
+    // Migration 5's trigger appended one `hold_placed` per hold inserted.
+    assert_eq!(
+        (slots_before.len(), holds_before.len(), events_before.len()),
+        (1, 4, 4)
+    );
+
+    let store = SqliteStore::new(pool.clone());
+    store.migrate().await.unwrap();
+    store.migrate().await.unwrap();
+
+    assert_eq!(rows::<SlotRow>(&pool, slot_rows).await, slots_before);
+    assert_eq!(rows::<HoldRow>(&pool, hold_rows).await, holds_before);
+    assert_eq!(rows::<EventRow>(&pool, event_rows).await, events_before);
+    let versions: Vec<i64> = column(
+        &pool,
+        "SELECT version FROM slot_booking_migrations ORDER BY version",
+    )
+    .await;
+    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6]);
+
+    // The old rows sell on (the old expired hold reclaimed lazily), filling slot 1.
+    assert_previous_release_sells_on(&store).await;
+    // Full, nothing expired at `at(2)`: the insert itself says sold out.
+    let refused = sqlx::query(
+        "INSERT INTO slot_booking_holds \
+             (slot_id, idempotency_key, status, expires_at, created_at, quantity) \
+         VALUES (1, 'raw-key', 'held', ?1, ?2, 1)",
+    )
+    .bind(at(300).timestamp_micros())
+    .bind(at(2).timestamp_micros())
+    .execute(&pool)
+    .await
+    .unwrap_err();
+    let message = refused.as_database_error().map(|e| e.message().to_owned());
+    assert_eq!(message.as_deref(), Some("slot_booking: sold out"));
+    assert!(matches!(
+        hold(&store, SlotId(1), "after-upgrade", at(2)).await,
+        HoldOutcome::SoldOut
+    ));
+    // An old key on the full slot is answered by its hold, not by the sold-out abort.
+    assert!(matches!(
+        hold(&store, SlotId(1), "held-key", at(2)).await,
+        HoldOutcome::Replayed(h) if h.hold_id == HoldId(1)
+    ));
     assert_counts(&pool, SlotId(1), (5, 0, 4, 1)).await;
 }

@@ -1,0 +1,385 @@
+//! Group commit of the holds' fast path: the `INSERT`s of concurrent holds committed together.
+//!
+//! A hold that finds a unit is one autocommit `INSERT`, and with one writer at a time most of
+//! its cost is the commit (appending the pages it changed to the WAL). So a caller does not
+//! queue for the write lock with its statement alone: it leaves its request in the store's
+//! [`HoldQueue`] and then waits for either its answer or the store's write queue
+//! (`write_gate`). Whoever gets the write queue takes every request waiting:
+//!
+//! * one (its own): its `INSERT` runs alone as an autocommit statement, exactly as without
+//!   grouping, so a single writer pays nothing for it;
+//! * several: one `BEGIN IMMEDIATE` transaction runs each request's `INSERT` in turn (sent to
+//!   SQLite together, see [`run_batch`]) and commits, and only then is each caller answered,
+//!   with its own statement's outcome. SQLite
+//!   undoes a statement aborted by a constraint (the unique key) or by the trigger's
+//!   `RAISE(ABORT)` and nothing else, so each `INSERT` is decided by its own rows-affected and
+//!   key as it would be alone, and the others' stay. A failed `BEGIN`, `COMMIT` or any other
+//!   error that may have ended the transaction fails every caller of the batch: no caller is
+//!   answered `Created` before the commit succeeded. The batch runs in a task of its own that
+//!   holds the write queue until every caller has its answer, so a caller that goes away
+//!   (its future dropped) abandons no other caller.
+//!
+//! A caller whose answer is not `Created` (the key taken, no unit) goes on as without grouping:
+//! it reads the key's hold, or reclaims in a write transaction of its own. A caller that went
+//! away before its request was taken is skipped: its hold is not placed.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use futures::StreamExt;
+use slot_booking::StoreError;
+use sqlx::sqlite::SqlitePool;
+use sqlx::{Connection, SqliteConnection};
+use tokio::sync::{oneshot, OwnedMutexGuard};
+
+use crate::sql::{Statements, MAX_INSERTS_AT_ONCE};
+use crate::{insert_outcome, map_err, run_insert, HoldParams, Insert};
+
+/// Most requests one transaction takes; the rest wait for the next one. Bounds how long the
+/// write lock is held at once (readers of the WAL are never blocked, other writers are).
+const MAX_BATCH: usize = 256;
+
+/// The answer a caller waits for.
+type Answer = Result<Insert, StoreError>;
+
+/// A hold request waiting for a writer, with where to answer it.
+#[derive(Debug)]
+struct Pending {
+    /// Tells a caller's own request from the others'.
+    id: u64,
+    params: HoldParams,
+    reply: oneshot::Sender<Answer>,
+}
+
+/// The hold requests waiting for the next group commit of a store (and its clones).
+#[derive(Debug, Default)]
+pub(crate) struct HoldQueue {
+    waiting: Mutex<Vec<Pending>>,
+    next_id: AtomicU64,
+    /// Transactions committed with more than one hold in them, and the holds they took: for
+    /// [`SqliteStore::group_commits`](crate::SqliteStore::group_commits).
+    stats: Mutex<GroupCommits>,
+}
+
+/// How many holds the store has committed together.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct GroupCommits {
+    /// Transactions that committed the `INSERT`s of more than one waiting hold.
+    pub transactions: u64,
+    /// The holds' `INSERT`s those transactions ran (whatever each one's outcome).
+    pub holds: u64,
+    /// The most `INSERT`s one of them ran.
+    pub largest: u64,
+}
+
+impl HoldQueue {
+    /// Whether no request is waiting.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The requests waiting now.
+    pub(crate) fn len(&self) -> usize {
+        self.waiting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
+    pub(crate) fn stats(&self) -> GroupCommits {
+        *self.stats.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Leaves a request to be taken by the next writer; its id.
+    fn push(&self, params: HoldParams, reply: oneshot::Sender<Answer>) -> u64 {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        // A poisoned lock only means another caller panicked while pushing or taking; the
+        // vector itself is whole, so go on with it.
+        self.waiting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Pending { id, params, reply });
+        id
+    }
+
+    /// Takes up to [`MAX_BATCH`] requests, the oldest first.
+    fn take(&self) -> Vec<Pending> {
+        let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+        let n = waiting.len().min(MAX_BATCH);
+        waiting.drain(..n).collect()
+    }
+
+    fn count(&self, holds: usize) {
+        let mut stats = self.stats.lock().unwrap_or_else(PoisonError::into_inner);
+        let holds = holds as u64;
+        stats.transactions += 1;
+        stats.holds += holds;
+        stats.largest = stats.largest.max(holds);
+    }
+}
+
+/// What the store's write queue guards: the connection its holds' `INSERT`s run on, kept
+/// between them.
+///
+/// A call through the pool costs more than the statement's own round trip to the connection's
+/// worker thread: sqlx hands the connection back to the pool in a task of its own, which pings
+/// it first. Holds written one after another on one connection of their own skip both. The
+/// connection is taken from the pool on first use and detached from it (so `SqlitePool::close`
+/// does not wait for it, and the pool may open another for readers in its place), and dropped
+/// after any error that is not a hold's own answer (the next hold takes a new one). A pool of
+/// a single connection (an in-memory database, whose data lives in that one connection) is
+/// used as it is, and so is a closed pool (which then refuses, as before).
+#[derive(Debug, Default)]
+pub(crate) struct Held(Option<SqliteConnection>);
+
+impl Held {
+    /// The writer's own connection, opened if needed; `None` where the pool is to be used.
+    async fn connection(
+        &mut self,
+        pool: &SqlitePool,
+    ) -> Result<Option<&mut SqliteConnection>, StoreError> {
+        if pool.is_closed() || pool.options().get_max_connections() <= 1 {
+            self.0 = None;
+            return Ok(None);
+        }
+        if self.0.is_none() {
+            // Taken from the pool, so that it is made as the pool makes every connection
+            // (its options and its `after_connect`), then detached: the pool no longer counts
+            // it, may open another in its place, and does not wait for it when it closes.
+            let conn = pool.acquire().await.map_err(map_err)?;
+            self.0 = Some(conn.detach());
+        }
+        Ok(self.0.as_mut())
+    }
+
+    /// Drops the connection (after an error that may have left it unusable).
+    fn forget(&mut self) {
+        self.0 = None;
+    }
+}
+
+/// What the store needs to run a batch.
+pub(crate) struct Writer<'a> {
+    pub(crate) pool: &'a SqlitePool,
+    pub(crate) sql: &'a Arc<Statements>,
+    pub(crate) gate: &'a Arc<tokio::sync::Mutex<Held>>,
+    pub(crate) queue: &'a Arc<HoldQueue>,
+}
+
+/// A hold's `INSERT`, committed alone or together with the holds waiting with it (see the
+/// module's docs); its outcome, once committed.
+pub(crate) async fn insert(writer: Writer<'_>, params: HoldParams) -> Answer {
+    // Nobody writing or waiting (a waiter would have been handed the write queue first): the
+    // statement alone, without the queue.
+    if let Ok(gate) = Arc::clone(writer.gate).try_lock_owned() {
+        if writer.queue.is_empty() {
+            return alone(&writer, gate, &params).await;
+        }
+        drop(gate);
+    }
+    let (reply, mut answer) = oneshot::channel();
+    let id = writer.queue.push(params, reply);
+    loop {
+        let gate = tokio::select! {
+            // The answer first: a writer that took this request answers it before it lets the
+            // write queue go, so a caller that finds both ready has been answered.
+            biased;
+            answered = &mut answer => return answered.unwrap_or_else(|_| Err(abandoned())),
+            gate = Arc::clone(writer.gate).lock_owned() => gate,
+        };
+        if let Ok(answered) = answer.try_recv() {
+            return answered;
+        }
+        let mut batch = writer.queue.take();
+        batch.retain(|pending| !pending.reply.is_closed());
+        match batch.as_slice() {
+            // Alone after all: as above.
+            [only] if only.id == id => return alone(&writer, gate, &only.params).await,
+            [] => drop(gate),
+            // This request among them, or (with more than `MAX_BATCH` waiting) still waiting
+            // behind them: either way the batch answers or lets the write queue go, and this
+            // caller waits for whichever comes first again.
+            _ => {
+                tokio::spawn(commit_batch(
+                    writer.pool.clone(),
+                    Arc::clone(writer.sql),
+                    Arc::clone(writer.queue),
+                    gate,
+                    batch,
+                ));
+            }
+        }
+    }
+}
+
+/// A hold's `INSERT` alone, as an autocommit statement on this caller's own future, exactly as
+/// without grouping: a single writer pays nothing for the queue.
+async fn alone(
+    writer: &Writer<'_>,
+    mut gate: OwnedMutexGuard<Held>,
+    params: &HoldParams,
+) -> Answer {
+    let outcome = match gate.connection(writer.pool).await? {
+        Some(conn) => insert_outcome(run_insert(writer.sql, conn, params).await),
+        None => insert_outcome(run_insert(writer.sql, writer.pool, params).await),
+    };
+    if outcome.is_err() {
+        // Not one of the hold's answers: the connection may be what failed.
+        gate.forget();
+    }
+    drop(gate);
+    outcome.map_err(map_err)
+}
+
+/// Runs `batch` in one transaction, answers every caller, then lets the write queue go.
+async fn commit_batch(
+    pool: SqlitePool,
+    sql: Arc<Statements>,
+    queue: Arc<HoldQueue>,
+    gate: OwnedMutexGuard<Held>,
+    batch: Vec<Pending>,
+) {
+    let mut gate = gate;
+    let outcomes = match gate.connection(&pool).await {
+        Ok(Some(conn)) => match conn.begin_with("BEGIN IMMEDIATE").await {
+            Ok(tx) => run_batch(tx, &sql, &batch).await,
+            Err(error) => Err(map_err(error)),
+        },
+        Ok(None) => match pool.begin_with("BEGIN IMMEDIATE").await {
+            Ok(tx) => run_batch(tx, &sql, &batch).await,
+            Err(error) => Err(map_err(error)),
+        },
+        Err(error) => Err(error),
+    };
+    if outcomes.is_err() {
+        gate.forget();
+    }
+    // A batch of one is another caller's request taken behind a full batch: not a group.
+    if outcomes.is_ok() && batch.len() > 1 {
+        queue.count(batch.len());
+    }
+    match outcomes {
+        Ok(outcomes) => {
+            for (pending, outcome) in batch.into_iter().zip(outcomes) {
+                // A caller that went away meanwhile needs no answer.
+                let _ = pending.reply.send(outcome);
+            }
+        }
+        Err(error) => {
+            for pending in batch {
+                let _ = pending.reply.send(Err(copy(&error)));
+            }
+        }
+    }
+    drop(gate);
+}
+
+/// Each request's `INSERT` in `tx` (begun `BEGIN IMMEDIATE`), then the commit: every
+/// request's outcome, or the error that failed them all (the transaction rolled back).
+///
+/// The `INSERT`s go to SQLite in one call, as one text of several statements
+/// ([`Statements::insert_holds`]), which sqlx runs in order on the connection's worker thread:
+/// one round trip between threads for the batch instead of one per hold. Each statement that
+/// stores its hold returns exactly one row, and the first statement that fails ends the call
+/// with its error, so the rows are the outcomes of the first statements in order, and the
+/// error is the next one's. The statements after it are sent again in another call.
+///
+/// sqlx runs several statements in one query text for SQLite only, and calls that behaviour
+/// deprecated (launchbadge/sqlx#3108, "use `raw_sql`", which takes no arguments). Should a
+/// later sqlx refuse it, send each `INSERT` as its own call in the same transaction
+/// (`run_insert` on `&mut *tx`): the outcomes are the same, at one round trip to the worker
+/// thread per hold instead of one per batch. The tests in `tests/group_commit.rs` check every
+/// caller gets the outcome of its own statement (its own key's row) either way.
+async fn run_batch(
+    mut tx: sqlx::Transaction<'_, sqlx::Sqlite>,
+    sql: &Statements,
+    batch: &[Pending],
+) -> Result<Vec<Answer>, StoreError> {
+    let mut outcomes: Vec<Answer> = Vec::with_capacity(batch.len());
+    while outcomes.len() < batch.len() {
+        let rest = &batch[outcomes.len()..];
+        let rest = &rest[..rest.len().min(MAX_INSERTS_AT_ONCE)];
+        let Some(text) = sql.insert_holds(rest.len()) else {
+            return Err(StoreError::failed("no statement text for a batch of holds"));
+        };
+        let done = outcomes.len();
+        let mut query = sqlx::query(text);
+        for pending in rest {
+            let p = &pending.params;
+            // In the order of the text's anonymous parameters (see `insert_holds`).
+            query = query
+                .bind(p.slot_id)
+                .bind(p.key.as_str())
+                .bind(p.expires_at)
+                .bind(p.now)
+                .bind(p.quantity)
+                .bind(p.owner.as_deref());
+        }
+        let mut rows = query.fetch(&mut *tx);
+        let mut failed = None;
+        // Stepped to the end of the last statement, as a single insert is (see `run_insert`).
+        while let Some(row) = rows.next().await {
+            match row {
+                Ok(row) => outcomes.push(insert_outcome(Ok(vec![row])).map_err(map_err)),
+                Err(error) => {
+                    failed = Some(error);
+                    break;
+                }
+            }
+        }
+        drop(rows);
+        if outcomes.len() > done + rest.len()
+            || (failed.is_none() && outcomes.len() < done + rest.len())
+        {
+            // Every statement returns its one row or fails: anything else is a driver this
+            // code does not understand, and no outcome of this transaction is trusted.
+            return Err(StoreError::failed(
+                "a batch of hold inserts returned another number of rows than statements",
+            ));
+        }
+        let Some(error) = failed else {
+            continue;
+        };
+        match insert_outcome(Err(error)) {
+            Ok(insert) => outcomes.push(Ok(insert)),
+            // Undone by itself, the transaction intact: this caller's answer alone.
+            Err(error) if undoes_only_itself(&error) => outcomes.push(Err(map_err(error))),
+            // Anything else may have ended the transaction (SQLite rolls back on I/O errors,
+            // a full disk, ...): dropping it rolls back what is left, and every caller fails.
+            Err(error) => return Err(map_err(error)),
+        }
+    }
+    tx.commit().await.map_err(map_err)?;
+    Ok(outcomes)
+}
+
+/// Whether `error` leaves the transaction as it was before the statement: a constraint
+/// violation (`SQLITE_CONSTRAINT` and its extended codes), which aborts only the statement, or
+/// a row the store could not read back after a statement that succeeded.
+fn undoes_only_itself(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::Database(db) => db
+            .code()
+            .and_then(|code| code.parse::<i32>().ok())
+            .is_some_and(|code| code & 0xff == 19),
+        sqlx::Error::Decode(_) | sqlx::Error::Protocol(_) => true,
+        _ => false,
+    }
+}
+
+/// The batch's error for one of its callers (a [`StoreError`] is not `Clone`): the same kind,
+/// the same message.
+fn copy(error: &StoreError) -> StoreError {
+    if error.is_transient() {
+        StoreError::unavailable(error.to_string())
+    } else {
+        StoreError::failed(error.to_string())
+    }
+}
+
+/// The batch that took a request ended without answering it: its task was stopped (the
+/// runtime shutting down). Whether the hold was committed is unknown; a retry with the same key
+/// finds out.
+fn abandoned() -> StoreError {
+    StoreError::unavailable("the group commit that took this hold stopped before answering it")
+}
