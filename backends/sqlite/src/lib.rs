@@ -895,19 +895,21 @@ impl SqliteStore {
             .fetch_all(&self.pool)
             .await
             .map_err(map_err)?;
-        rows.iter()
-            .map(|row| {
-                let available: i64 = row.try_get("available").map_err(map_err)?;
-                Ok(AvailabilityEntry {
-                    slot_id: SlotId(row.try_get("id").map_err(map_err)?),
-                    starts_at: from_micros(row.try_get("starts_at").map_err(map_err)?)?,
-                    ends_at: from_micros(row.try_get("ends_at").map_err(map_err)?)?,
-                    capacity: row.try_get("capacity").map_err(map_err)?,
-                    remaining: i32::try_from(available).map_err(StoreError::failed)?,
-                    resource: resource_from_row(row)?,
-                })
-            })
-            .collect()
+        // Sized up front: the engine keeps the listing while it caches it, and collecting
+        // `Result`s grows the vector by doubling (up to twice the entries carried).
+        let mut entries = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let available: i64 = row.try_get("available").map_err(map_err)?;
+            entries.push(AvailabilityEntry {
+                slot_id: SlotId(row.try_get("id").map_err(map_err)?),
+                starts_at: from_micros(row.try_get("starts_at").map_err(map_err)?)?,
+                ends_at: from_micros(row.try_get("ends_at").map_err(map_err)?)?,
+                capacity: row.try_get("capacity").map_err(map_err)?,
+                remaining: i32::try_from(available).map_err(StoreError::failed)?,
+                resource: resource_from_row(row)?,
+            });
+        }
+        Ok(entries)
     }
 
     /// A hold through the store. The fast path is the hold's `INSERT`: one autocommit

@@ -167,12 +167,14 @@ impl Statements {
             hold_by_key: format!("SELECT {HOLD_COLUMNS} FROM {holds} WHERE idempotency_key = ?1"),
             // The correlated count walks the partial index over held holds of one slot, for
             // selling slots only (not started, sales open, not removed): abandoned holds on
-            // past slots are never read.
+            // past slots are never read. A slot with every unit free has no held hold to
+            // count, and is not looked up.
             availability: format!(
                 "SELECT s.id, s.starts_at, s.ends_at, s.capacity, s.resource, \
-                        s.remaining + (SELECT coalesce(SUM(h.quantity), 0) FROM {holds} h \
-                                       WHERE h.slot_id = s.id AND h.status = 'held' \
-                                         AND h.expires_at <= ?1) AS available \
+                        s.remaining + CASE WHEN s.remaining = s.capacity THEN 0 ELSE \
+                            (SELECT coalesce(SUM(h.quantity), 0) FROM {holds} h \
+                             WHERE h.slot_id = s.id AND h.status = 'held' \
+                               AND h.expires_at <= ?1) END AS available \
                  FROM {slots} s \
                  WHERE s.starts_at > ?1 AND s.closed = 0 AND s.removed_at IS NULL \
                  ORDER BY s.starts_at, s.id"
