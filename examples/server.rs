@@ -20,6 +20,8 @@
 //! | `BODY_TIMEOUT_SECONDS` | `10` | a request body must arrive within this (else 408) |
 //! | `MAX_CONNECTIONS` | `512` | connections served at once (fitted to the open-file limit) |
 //! | `SHUTDOWN_GRACE_SECONDS` | `10` | after SIGTERM/SIGINT, time for requests in flight |
+//! | `AVAILABILITY_PAGE_LIMIT` | `1000` | most availability entries in one response (1–100,000); more are paged (`Link: rel="next"`) |
+//! | `REQUEST_LOG` | `1` | `0` turns off the one `INFO` line per request |
 //! | `ADMIN_TOKEN` | none | enables the `/admin/...` routes, each needing `Authorization: Bearer <token>` (16+ visible ASCII characters) |
 //!
 //! The server itself lives in the `slot_booking_server` crate (examples/server).

@@ -37,7 +37,17 @@ pub struct Config {
     /// [`AdminToken::MIN_LEN`] visible ASCII characters (default: unset, and the routes are not
     /// mounted at all).
     pub admin_token: Option<AdminToken>,
+    /// `AVAILABILITY_PAGE_LIMIT`: the most entries one `GET /slots/availability` response
+    /// lists, and the largest `limit` it accepts (default 1000, at most
+    /// [`MAX_AVAILABILITY_PAGE_LIMIT`]); more entries are in the next pages.
+    pub availability_page_limit: u32,
+    /// `REQUEST_LOG`: `0` turns off the one `INFO` line per request (default `1`). The line
+    /// costs about a quarter of a cached availability request's CPU (`benches/http.sh`).
+    pub request_log: bool,
 }
+
+/// The largest `AVAILABILITY_PAGE_LIMIT` accepted.
+pub const MAX_AVAILABILITY_PAGE_LIMIT: u32 = 100_000;
 
 /// The secret the administration routes require as `Authorization: Bearer <token>`.
 ///
@@ -114,6 +124,8 @@ impl Default for Config {
             max_connections: 512,
             shutdown_grace: Duration::from_secs(10),
             admin_token: None,
+            availability_page_limit: 1000,
+            request_log: true,
         }
     }
 }
@@ -156,6 +168,13 @@ impl Config {
                 Some("0") => false,
                 Some(other) => return Err(error("DEMO_SLOTS", format!("{other:?} is not 0 or 1"))),
             },
+            request_log: match var("REQUEST_LOG").as_deref() {
+                None | Some("1") => true,
+                Some("0") => false,
+                Some(other) => {
+                    return Err(error("REQUEST_LOG", format!("{other:?} is not 0 or 1")))
+                }
+            },
             hold_ttl: seconds("HOLD_TTL_SECONDS", defaults.hold_ttl, false)?,
             cache_period: seconds("CACHE_PERIOD_SECONDS", defaults.cache_period, true)?,
             header_timeout: seconds("HEADER_TIMEOUT_SECONDS", defaults.header_timeout, false)?,
@@ -176,6 +195,21 @@ impl Config {
             admin_token: var("ADMIN_TOKEN")
                 .map(|raw| AdminToken::new(raw).map_err(|problem| error("ADMIN_TOKEN", problem)))
                 .transpose()?,
+            availability_page_limit: match var("AVAILABILITY_PAGE_LIMIT") {
+                None => defaults.availability_page_limit,
+                Some(raw) => match raw.parse::<u32>() {
+                    Ok(n) if (1..=MAX_AVAILABILITY_PAGE_LIMIT).contains(&n) => n,
+                    _ => {
+                        return Err(error(
+                            "AVAILABILITY_PAGE_LIMIT",
+                            format!(
+                                "{raw:?} is not a whole number between 1 and \
+                                 {MAX_AVAILABILITY_PAGE_LIMIT}"
+                            ),
+                        ))
+                    }
+                },
+            },
         };
         validate_prefix(&config.path_prefix)?;
         validate_database_url(&config.database_url)?;
@@ -311,6 +345,8 @@ mod tests {
             ("MAX_CONNECTIONS", "7"),
             ("SHUTDOWN_GRACE_SECONDS", "2"),
             ("ADMIN_TOKEN", "s3cret-admin-token-0123"),
+            ("AVAILABILITY_PAGE_LIMIT", "50"),
+            ("REQUEST_LOG", "0"),
         ])
         .unwrap();
         assert_eq!(
@@ -327,6 +363,8 @@ mod tests {
                 max_connections: 7,
                 shutdown_grace: Duration::from_secs(2),
                 admin_token: Some(AdminToken::new("s3cret-admin-token-0123").unwrap()),
+                availability_page_limit: 50,
+                request_log: false,
             }
         );
     }
@@ -349,6 +387,10 @@ mod tests {
             ("BODY_TIMEOUT_SECONDS", "99999999999"),
             ("MAX_CONNECTIONS", "0"),
             ("SHUTDOWN_GRACE_SECONDS", "x"),
+            ("AVAILABILITY_PAGE_LIMIT", "0"),
+            ("AVAILABILITY_PAGE_LIMIT", "100001"),
+            ("AVAILABILITY_PAGE_LIMIT", "ten"),
+            ("REQUEST_LOG", "yes"),
             ("ADMIN_TOKEN", ""),
             ("ADMIN_TOKEN", "fifteen-chars15"),
             ("ADMIN_TOKEN", "sixteen chars 16"),

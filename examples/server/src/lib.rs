@@ -6,7 +6,7 @@
 //!
 //! | method | path | success |
 //! |---|---|---|
-//! | GET | /slots/availability?from=&to=&resource= | 200 `{"slots":[...]}` with `Cache-Control: max-age=N` |
+//! | GET | /slots/availability?from=&to=&resource=&limit=&after= | 200 `{"slots":[...]}` with `Cache-Control: max-age=N`; at most `AVAILABILITY_PAGE_LIMIT` entries, `Link: <…>; rel="next"` when more remain; with `limit`/`after`, `{"slots":[...],"next_after":cursor}` (extension) |
 //! | POST | /slots/{slot}/hold | 201, `Location`, the hold (`Idempotency-Key` header required) |
 //! | POST | /holds/{hold}/confirm | 200, the hold |
 //! | DELETE | /holds/{hold} | 200, the hold |
@@ -40,7 +40,16 @@
 //!   page);
 //! * a `resource` query parameter on `GET /slots/availability`: only that resource's slots.
 //!   An entry shows `"resource"` only for a slot that has one, so a slot without keeps the
-//!   seed's five fields (`slot_id`, `starts_at`, `ends_at`, `capacity`, `remaining`).
+//!   seed's five fields (`slot_id`, `starts_at`, `ends_at`, `capacity`, `remaining`);
+//! * pages of `GET /slots/availability` ([`availability`]): no response lists more than
+//!   `AVAILABILITY_PAGE_LIMIT` entries (default 1000); when more remain, a
+//!   `Link: <…>; rel="next"` header (RFC 8288) gives the next page's URL (with the same
+//!   `from`, `to`, `resource` and `limit`). `limit` (1 to that maximum) and `after` (the
+//!   previous page's `next_after`, the last entry's `<microseconds>_<slot id>`) ask for a
+//!   page, and then the body adds `"next_after"` (`null` on the last page). A bad `limit` is
+//!   400 `invalid_page` (out of range) or `invalid_query` (not a number), a bad `after` 400
+//!   `invalid_query`. A client that sends neither, over no more slots than the maximum, gets
+//!   the seed's body and headers byte for byte.
 //!
 //! Administration exists only when `ADMIN_TOKEN` is set (without it every `/admin/...` path is
 //! `not_found`, like any unknown path), under the same `PATH_PREFIX`, and every route needs
@@ -57,8 +66,8 @@
 //! `metrics` facade ([`slot_booking::observe`]): operations by outcome, store latency
 //! histograms, availability cache hits, misses, loads and stale serves. The first router
 //! built installs the process's Prometheus recorder ([`install_metrics`]). The server logs
-//! one line per request through its `tracing` subscriber (`INFO`); the engine's spans are at
-//! `DEBUG`.
+//! one line per request through its `tracing` subscriber (`INFO`; `REQUEST_LOG=0` turns it
+//! off, see [`Config::request_log`]); the engine's spans are at `DEBUG`.
 //!
 //! [`run`] is the whole server: [`Config`] from the environment (checked before anything is
 //! opened), the [`Database`] (migrated, demo slots added once), the engine following the
@@ -82,12 +91,10 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::body::{Body, Bytes};
+use axum::body::{Body, Bytes, HttpBody as _};
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{FromRequestParts, Path, Query, Request, State};
-use axum::http::header::{
-    CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, LOCATION, RETRY_AFTER, WWW_AUTHENTICATE,
-};
+use axum::http::header::{CONTENT_LENGTH, CONTENT_TYPE, LOCATION, RETRY_AFTER, WWW_AUTHENTICATE};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
@@ -99,12 +106,13 @@ use http_body_util::BodyExt;
 use serde::{Deserialize, Serialize};
 use slot_booking::model::{rfc3339, ParseIdError};
 use slot_booking::{
-    Availability, AvailabilityQuery, BookingEngine, BookingError, Hold, HoldId, HoldPage,
-    HoldStatus, NewHold, OwnerId, PageRequest, ResourceId, Scope, SlotId, Store, StoreError,
+    BookingEngine, BookingError, Hold, HoldId, HoldPage, HoldStatus, NewHold, OwnerId, PageRequest,
+    ResourceId, Scope, SlotId, Store, StoreError,
 };
 use std::future::Future;
 
 mod admin;
+pub mod availability;
 pub mod config;
 pub mod database;
 pub mod events;
@@ -156,8 +164,17 @@ struct PathPrefix(Arc<str>);
 pub fn router_with_config(engine: Engine, config: &Config) -> Router {
     install_metrics();
     let prefix = config.path_prefix.trim_end_matches('/');
+    let pages = Arc::new(availability::Pages::new(
+        config.availability_page_limit,
+        prefix,
+    ));
     let mut routes = Router::new()
-        .route("/slots/availability", get(availability))
+        .route(
+            "/slots/availability",
+            get(move |engine, params| {
+                availability::availability(engine, Arc::clone(&pages), params)
+            }),
+        )
         .route("/slots/{slot}/hold", post(hold))
         .route("/holds/{hold}/confirm", post(confirm))
         .route("/holds/{hold}", get(get_hold).delete(cancel))
@@ -175,14 +192,14 @@ pub fn router_with_config(engine: Engine, config: &Config) -> Router {
     } else {
         Router::new().nest(prefix, routes)
     };
-    let body_timeout = config.body_timeout;
+    let (body_timeout, request_log) = (config.body_timeout, config.request_log);
+    // One middleware for the log line, the head limits and the body: each `from_fn` layer
+    // costs a boxed future and a clone of the service behind it on every request.
     app.fallback(|| async { Problem::not_found() })
         .layer(middleware::from_fn(move |request, next| {
-            read_body(request, next, body_timeout)
+            front(request, next, body_timeout, request_log)
         }))
-        .layer(middleware::from_fn(limit_head))
         .layer(Extension(PathPrefix(Arc::from(prefix))))
-        .layer(middleware::from_fn(log_request))
 }
 
 /// The server, configured from the environment: exit code 1 with one line on stderr when the
@@ -291,33 +308,6 @@ pub async fn open_store(database_url: &str) -> Result<Arc<dyn Store>, StoreError
 }
 
 // ---- handlers -------------------------------------------------------------------------------
-
-#[derive(Deserialize)]
-struct AvailabilityParams {
-    from: Option<String>,
-    to: Option<String>,
-    resource: Option<String>,
-}
-
-#[derive(Serialize)]
-struct Listing {
-    slots: Availability,
-}
-
-async fn availability(
-    State(engine): State<Engine>,
-    params: Result<Query<AvailabilityParams>, QueryRejection>,
-) -> Result<Response, Problem> {
-    let Query(params) = params.map_err(|e| Problem::invalid_query(e.body_text()))?;
-    let query = AvailabilityQuery {
-        from: parse_time("from", params.from.as_deref())?,
-        to: parse_time("to", params.to.as_deref())?,
-        resource: params.resource.as_deref().map(parse_resource).transpose()?,
-    };
-    let listing = engine.availability(query).await?;
-    let max_age = format!("max-age={}", listing.fresh_for().as_secs());
-    Ok(([(CACHE_CONTROL, max_age)], Json(Listing { slots: listing })).into_response())
-}
 
 fn parse_resource(raw: &str) -> Result<ResourceId, Problem> {
     ResourceId::new(raw)
@@ -765,20 +755,51 @@ impl IntoResponse for Problem {
 
 // ---- middleware -----------------------------------------------------------------------------
 
+/// What every request goes through before its route, and the one log line after it: the
+/// head limits ([`limit_head`]), then the body ([`read_body`]), then the route; the line
+/// (`INFO`, `request`, with method, path, status and microseconds) is written for every
+/// answer, refusals included, unless `log` is off ([`Config::request_log`]).
+async fn front(request: Request, next: Next, body_timeout: Duration, log: bool) -> Response {
+    // A clone of the URI shares its bytes: the path is read from it for the log line.
+    let logged = log.then(|| {
+        (
+            Instant::now(),
+            request.method().clone(),
+            request.uri().clone(),
+        )
+    });
+    let response = match limit_head(&request) {
+        Some(refusal) => refusal,
+        None => read_body(request, next, body_timeout).await,
+    };
+    if let Some((started, method, uri)) = logged {
+        tracing::info!(
+            %method,
+            path = %uri.path(),
+            status = response.status().as_u16(),
+            micros = started.elapsed().as_micros() as u64,
+            "request"
+        );
+    }
+    response
+}
+
 /// Refuses a URI over [`MAX_URI_BYTES`] (414) and headers over [`MAX_HEADER_BYTES`] (431)
 /// with a problem body; hyper's own, larger limits answer without one.
-async fn limit_head(request: Request, next: Next) -> Response {
+fn limit_head(request: &Request) -> Option<Response> {
     let uri_bytes = request
         .uri()
         .path_and_query()
         .map_or(0, |p| p.as_str().len());
     if uri_bytes > MAX_URI_BYTES {
-        return Problem::new(
-            StatusCode::URI_TOO_LONG,
-            "uri_too_long",
-            format!("request URIs are limited to {MAX_URI_BYTES} bytes"),
-        )
-        .into_response();
+        return Some(
+            Problem::new(
+                StatusCode::URI_TOO_LONG,
+                "uri_too_long",
+                format!("request URIs are limited to {MAX_URI_BYTES} bytes"),
+            )
+            .into_response(),
+        );
     }
     let header_bytes: usize = request
         .headers()
@@ -786,21 +807,27 @@ async fn limit_head(request: Request, next: Next) -> Response {
         .map(|(name, value)| name.as_str().len() + value.len())
         .sum();
     if header_bytes > MAX_HEADER_BYTES {
-        return Problem::new(
-            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-            "headers_too_large",
-            format!("request headers are limited to {MAX_HEADER_BYTES} bytes in all"),
-        )
-        .into_response();
+        return Some(
+            Problem::new(
+                StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                "headers_too_large",
+                format!("request headers are limited to {MAX_HEADER_BYTES} bytes in all"),
+            )
+            .into_response(),
+        );
     }
-    next.run(request).await
+    None
 }
 
 /// Reads the body before routing, within `timeout` and [`MAX_BODY_BYTES`]: too large is 413
 /// (announced by `Content-Length` or found while streaming), too slow 408, malformed (a
 /// broken chunked encoding) 400. The small accepted body is passed on as is, for the routes
-/// that take one.
+/// that take one. A request that has no body (most: no `Content-Length`, or 0, and not
+/// chunked) goes on at once, without a timer.
 async fn read_body(request: Request, next: Next, timeout: Duration) -> Response {
+    if request.body().is_end_stream() {
+        return next.run(request).await;
+    }
     let too_large = || {
         Problem::new(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -843,22 +870,6 @@ async fn read_body(request: Request, next: Next, timeout: Duration) -> Response 
     };
     next.run(Request::from_parts(parts, Body::from(bytes)))
         .await
-}
-
-/// One log line per request.
-async fn log_request(request: Request, next: Next) -> Response {
-    let started = Instant::now();
-    let method = request.method().clone();
-    let path = request.uri().path().to_owned();
-    let response = next.run(request).await;
-    tracing::info!(
-        %method,
-        %path,
-        status = response.status().as_u16(),
-        micros = started.elapsed().as_micros() as u64,
-        "request"
-    );
-    response
 }
 
 #[cfg(test)]
