@@ -37,6 +37,7 @@ macro_rules! assert_err {
 pub mod events;
 pub mod faults;
 pub mod kit;
+pub mod leases;
 pub mod model;
 mod slots;
 pub mod transactions;

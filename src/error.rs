@@ -1,6 +1,8 @@
 //! The engine's error type.
 
-use crate::model::{HoldId, InvalidIdempotencyKey, InvalidOwnerId, InvalidSlot, SlotId};
+use crate::model::{
+    ConsumerId, HoldId, InvalidIdempotencyKey, InvalidOwnerId, InvalidSlot, SlotId,
+};
 use crate::store::StoreError;
 
 /// Everything a [`BookingEngine`](crate::BookingEngine) call can fail with.
@@ -123,6 +125,14 @@ pub enum BookingError {
         /// The hold asked for.
         hold_id: HoldId,
     },
+    /// The consumer's lease is held by another holder (it took the lease over after this
+    /// holder's lapsed): nothing was acknowledged. Stop handling the consumer's events and
+    /// roll back what was done for the unacknowledged ones; the new holder delivers them.
+    #[error("the lease of event consumer `{consumer}` is held by another reader")]
+    LeaseLost {
+        /// The consumer.
+        consumer: ConsumerId,
+    },
     /// The store failed or could not be reached; nothing was half done. Its
     /// [`code`](BookingError::code) says whether retrying may help.
     #[error(transparent)]
@@ -154,6 +164,7 @@ impl BookingError {
             BookingError::HoldNotFound { .. } => "hold_not_found",
             BookingError::HoldCancelled { .. } => "hold_cancelled",
             BookingError::HoldExpired { .. } => "hold_expired",
+            BookingError::LeaseLost { .. } => "lease_lost",
             BookingError::Store(error) if error.is_transient() => "store_unavailable",
             BookingError::Store(_) => "store_failed",
         }

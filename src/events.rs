@@ -13,10 +13,15 @@
 //! reads the same events again (delivery is at least once: handle them idempotently, keyed
 //! by [`Event::position`]) and one that acknowledged never sees them again.
 //!
-//! Events come in the order their changes committed as far as a consumer can tell: a reader
-//! never returns an event while an earlier one might still commit, so no event is ever
-//! skipped. (On PostgreSQL, where sequence values become visible out of commit order, the
-//! store holds back events of transactions that may still be running; see its docs.)
+//! Events come in the order their changes committed as far as a consumer can tell: every
+//! event a reader returns is above every one it returned before, and an event that commits
+//! later comes later, so a consumer that acknowledges what it read never skips one. (On
+//! PostgreSQL, where sequence values become visible out of commit order, an event is placed
+//! by the first snapshot that saw its transaction committed; nothing waits for a transaction
+//! still running, see its docs.)
+//!
+//! Several instances sharing one consumer take turns through a lease, and an acknowledgement
+//! can commit in the application's own transaction: see [`consumers`](crate::consumers).
 //!
 //! `expired` events need a write: a hold's expiry is decided by its `expires_at` alone, and
 //! its units come back lazily when a slot looks full. [`BookingEngine::reclaim_expired`]
@@ -32,7 +37,7 @@ use serde::{Serialize, Serializer};
 
 use crate::engine::{detached, guarded, BookingEngine};
 use crate::error::BookingError;
-use crate::model::{rfc3339, ConsumerId, Hold, HoldId, OwnerId, SlotId, Timestamp};
+use crate::model::{rfc3339, ConsumerId, Hold, HoldId, LeaseHolder, OwnerId, SlotId, Timestamp};
 use crate::observe::{Op, Operation};
 use crate::store::{Store, StoreError};
 
@@ -126,9 +131,9 @@ impl Serialize for EventKind {
 
 /// Where an event sits in its store's log: events are read in ascending position.
 ///
-/// Two numbers, compared in order: an `epoch` (PostgreSQL: the id of the transaction that
-/// wrote the event; 0 in stores whose writes commit in sequence order) and a `sequence`
-/// within it. Written as `<epoch>_<sequence>`.
+/// Two numbers, compared in order: an `epoch` (PostgreSQL: the number of the first reader's
+/// snapshot that saw the event committed; 0 in stores whose writes commit in sequence order)
+/// and a `sequence` within it. Written as `<epoch>_<sequence>`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct EventPosition {
     epoch: i64,
@@ -286,9 +291,9 @@ pub struct Purged {
 #[async_trait]
 pub trait EventStore: Store {
     /// Up to `limit` events after `consumer`'s acknowledged position (the start, for a
-    /// consumer never seen), in ascending position. Never returns an event while one with a
-    /// lower position might still commit: a reader that acknowledges what it read skips
-    /// nothing.
+    /// consumer never seen), in ascending position. An event committed later is never given a
+    /// position at or below one already returned: a reader that acknowledges what it read
+    /// skips nothing.
     async fn read_events(
         &self,
         consumer: &ConsumerId,
@@ -308,6 +313,37 @@ pub trait EventStore: Store {
         &self,
         consumer: &ConsumerId,
     ) -> Result<Option<EventPosition>, StoreError>;
+
+    /// Gives `consumer`'s lease to `holder` until `until` when nobody holds it, when its
+    /// holder's lease ended at or before `now`, or when `holder` holds it already (the lease is
+    /// then extended), registering a consumer never seen at the start. Returns whether
+    /// `holder` holds the lease afterwards. One atomic step: of several holders racing for a
+    /// free lease, exactly one gets it.
+    async fn lease_consumer(
+        &self,
+        consumer: &ConsumerId,
+        holder: &LeaseHolder,
+        now: Timestamp,
+        until: Timestamp,
+    ) -> Result<bool, StoreError>;
+
+    /// Ends `holder`'s lease of `consumer`, so another holder may take it at once; nothing
+    /// when another holder (or nobody) holds it.
+    async fn release_consumer(
+        &self,
+        consumer: &ConsumerId,
+        holder: &LeaseHolder,
+    ) -> Result<(), StoreError>;
+
+    /// As [`acknowledge`](EventStore::acknowledge), but only while `holder` is the holder of
+    /// `consumer`'s lease (even one past its end, as long as nobody took it over): returns
+    /// `false` and moves nothing otherwise. Decided in the same atomic step as the move.
+    async fn acknowledge_leased(
+        &self,
+        consumer: &ConsumerId,
+        holder: &LeaseHolder,
+        through: EventPosition,
+    ) -> Result<bool, StoreError>;
 
     /// Reclaims up to `limit` holds stored as held whose `expires_at <= now`: each is marked
     /// expired, its units given back to its slot and a [`EventKind::HoldExpired`] appended,
@@ -348,6 +384,33 @@ impl<S: EventStore + ?Sized> EventStore for std::sync::Arc<S> {
         (**self).consumer_position(consumer).await
     }
 
+    async fn lease_consumer(
+        &self,
+        consumer: &ConsumerId,
+        holder: &LeaseHolder,
+        now: Timestamp,
+        until: Timestamp,
+    ) -> Result<bool, StoreError> {
+        (**self).lease_consumer(consumer, holder, now, until).await
+    }
+
+    async fn release_consumer(
+        &self,
+        consumer: &ConsumerId,
+        holder: &LeaseHolder,
+    ) -> Result<(), StoreError> {
+        (**self).release_consumer(consumer, holder).await
+    }
+
+    async fn acknowledge_leased(
+        &self,
+        consumer: &ConsumerId,
+        holder: &LeaseHolder,
+        through: EventPosition,
+    ) -> Result<bool, StoreError> {
+        (**self).acknowledge_leased(consumer, holder, through).await
+    }
+
     async fn reclaim_expired(&self, now: Timestamp, limit: u32) -> Result<Vec<Hold>, StoreError> {
         (**self).reclaim_expired(now, limit).await
     }
@@ -357,7 +420,7 @@ impl<S: EventStore + ?Sized> EventStore for std::sync::Arc<S> {
     }
 }
 
-fn check_batch(limit: u32) -> Result<(), BookingError> {
+pub(crate) fn check_batch(limit: u32) -> Result<(), BookingError> {
     if (1..=MAX_BATCH).contains(&limit) {
         Ok(())
     } else {

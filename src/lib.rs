@@ -198,6 +198,7 @@ pub mod changes;
 pub mod clock;
 #[cfg(feature = "conformance")]
 pub mod conformance;
+pub mod consumers;
 pub mod engine;
 pub mod error;
 pub mod events;
@@ -219,7 +220,8 @@ pub use events::{Event, EventKind, EventPosition, EventStore, Purged};
 pub use memory::MemoryStore;
 pub use model::{
     AvailabilityEntry, AvailabilityQuery, ConsumerId, Hold, HoldId, HoldPage, HoldStatus,
-    IdempotencyKey, NewSlot, OwnerId, PageRequest, ResourceId, Slot, SlotId, Timestamp,
+    IdempotencyKey, LeaseHolder, NewSlot, OwnerId, PageRequest, ResourceId, Slot, SlotId,
+    Timestamp,
 };
 pub use scope::Scope;
 pub use store::{

@@ -23,8 +23,8 @@ use async_trait::async_trait;
 use crate::admin::{SlotFilter, SlotPageRequest, SlotUsage};
 use crate::events::{Event, EventKind, EventPosition, EventStore, NewEvent, Purged};
 use crate::model::{
-    AvailabilityEntry, ConsumerId, Hold, HoldId, HoldStatus, IdempotencyKey, NewSlot, OwnerId,
-    PageRequest, Slot, SlotId, Timestamp,
+    AvailabilityEntry, ConsumerId, Hold, HoldId, HoldStatus, IdempotencyKey, LeaseHolder, NewSlot,
+    OwnerId, PageRequest, Slot, SlotId, Timestamp,
 };
 use crate::scope::Scope;
 use crate::store::{
@@ -62,7 +62,20 @@ struct EventLog {
     /// Events not purged, in ascending position.
     events: VecDeque<Event>,
     last_sequence: i64,
-    consumers: HashMap<ConsumerId, EventPosition>,
+    consumers: HashMap<ConsumerId, Cursor>,
+}
+
+/// A consumer's acknowledged position and its lease: the holder and when the lease ends.
+#[derive(Debug, Default)]
+struct Cursor {
+    position: EventPosition,
+    lease: Option<(LeaseHolder, Timestamp)>,
+}
+
+impl Cursor {
+    fn held_by(&self, holder: &LeaseHolder) -> bool {
+        self.lease.as_ref().is_some_and(|(held, _)| held == holder)
+    }
 }
 
 impl EventLog {
@@ -632,8 +645,7 @@ impl EventStore for MemoryStore {
         let after = log
             .consumers
             .get(consumer)
-            .copied()
-            .unwrap_or(EventPosition::START);
+            .map_or(EventPosition::START, |cursor| cursor.position);
         let first = log.first_after(after);
         Ok(log
             .events
@@ -649,11 +661,8 @@ impl EventStore for MemoryStore {
         through: EventPosition,
     ) -> Result<(), StoreError> {
         let mut log = lock(&self.log);
-        let cursor = log
-            .consumers
-            .entry(consumer.clone())
-            .or_insert(EventPosition::START);
-        *cursor = (*cursor).max(through);
+        let cursor = log.consumers.entry(consumer.clone()).or_default();
+        cursor.position = cursor.position.max(through);
         Ok(())
     }
 
@@ -661,7 +670,59 @@ impl EventStore for MemoryStore {
         &self,
         consumer: &ConsumerId,
     ) -> Result<Option<EventPosition>, StoreError> {
-        Ok(lock(&self.log).consumers.get(consumer).copied())
+        Ok(lock(&self.log)
+            .consumers
+            .get(consumer)
+            .map(|cursor| cursor.position))
+    }
+
+    async fn lease_consumer(
+        &self,
+        consumer: &ConsumerId,
+        holder: &LeaseHolder,
+        now: Timestamp,
+        until: Timestamp,
+    ) -> Result<bool, StoreError> {
+        let mut log = lock(&self.log);
+        let cursor = log.consumers.entry(consumer.clone()).or_default();
+        let free = match &cursor.lease {
+            None => true,
+            Some((held, ends)) => held == holder || *ends <= now,
+        };
+        if free {
+            cursor.lease = Some((holder.clone(), until));
+        }
+        Ok(free)
+    }
+
+    async fn release_consumer(
+        &self,
+        consumer: &ConsumerId,
+        holder: &LeaseHolder,
+    ) -> Result<(), StoreError> {
+        let mut log = lock(&self.log);
+        if let Some(cursor) = log.consumers.get_mut(consumer) {
+            if cursor.held_by(holder) {
+                cursor.lease = None;
+            }
+        }
+        Ok(())
+    }
+
+    async fn acknowledge_leased(
+        &self,
+        consumer: &ConsumerId,
+        holder: &LeaseHolder,
+        through: EventPosition,
+    ) -> Result<bool, StoreError> {
+        let mut log = lock(&self.log);
+        match log.consumers.get_mut(consumer) {
+            Some(cursor) if cursor.held_by(holder) => {
+                cursor.position = cursor.position.max(through);
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
     }
 
     async fn reclaim_expired(&self, now: Timestamp, limit: u32) -> Result<Vec<Hold>, StoreError> {
@@ -725,7 +786,7 @@ impl EventStore for MemoryStore {
         }
 
         let mut log = lock(&self.log);
-        let delivered = log.consumers.values().min().copied();
+        let delivered = log.consumers.values().map(|cursor| cursor.position).min();
         while purged.events < u64::from(limit) {
             let Some(first) = log.events.front() else {
                 break;

@@ -579,6 +579,18 @@ token_type!(
     "consumer id"
 );
 
+token_type!(
+    /// Who holds a consumer's lease: one reader (an instance, a process) that alone reads and
+    /// acknowledges for the consumer while its lease lasts. The rules of an
+    /// [`IdempotencyKey`]: 1 to 255 visible ASCII characters;
+    /// [`LeaseHolder::unique`] makes one no other process is using.
+    LeaseHolder,
+    /// Why a lease holder's name was refused: the same rules as an idempotency key, broken the
+    /// same way.
+    InvalidLeaseHolder,
+    "lease holder"
+);
+
 fn token_reason(reason: &InvalidIdempotencyKey) -> String {
     match reason {
         InvalidIdempotencyKey::Empty => "it is empty".to_owned(),
@@ -638,6 +650,30 @@ pub mod rfc3339 {
             raw.map(|r| parse(&r).map_err(serde::de::Error::custom))
                 .transpose()
         }
+    }
+}
+
+impl LeaseHolder {
+    /// A holder name no other process (and no other call in this one) uses:
+    /// `holder-<process id>-<time>-<count>-<random>`, from the process id, the system clock,
+    /// a per-process counter and the standard library's per-process random hash keys.
+    pub fn unique() -> Self {
+        use std::hash::{BuildHasher, Hasher};
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static COUNT: AtomicU64 = AtomicU64::new(0);
+        let count = COUNT.fetch_add(1, Ordering::Relaxed);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.as_nanos());
+        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+        hasher.write_u64(count);
+        hasher.write_u128(nanos);
+        // Visible ASCII and at most 83 characters: within the rules by construction.
+        LeaseHolder(format!(
+            "holder-{}-{nanos:x}-{count}-{:016x}",
+            std::process::id(),
+            hasher.finish()
+        ))
     }
 }
 

@@ -225,6 +225,7 @@ operations! {
         "hold_not_found",
         "hold_cancelled",
         "hold_expired",
+        "lease_lost",
         "store_unavailable",
         "store_failed"
     ];
@@ -262,6 +263,10 @@ operations! {
     ReadEvents => "read_events",
     /// [`BookingEngine::acknowledge_events`](crate::BookingEngine::acknowledge_events).
     AcknowledgeEvents => "acknowledge_events",
+    /// [`BookingEngine::lease_consumer`](crate::BookingEngine::lease_consumer).
+    LeaseConsumer => "lease_consumer",
+    /// [`BookingEngine::release_consumer`](crate::BookingEngine::release_consumer).
+    ReleaseConsumer => "release_consumer",
     /// [`BookingEngine::reclaim_expired`](crate::BookingEngine::reclaim_expired).
     ReclaimExpired => "reclaim_expired",
     /// [`BookingEngine::purge`](crate::BookingEngine::purge).
@@ -1061,6 +1066,18 @@ mod tests {
             now: crate::Timestamp,
         ) -> Result<crate::Decided<crate::SlotChange>, StoreError> {
             self.0.remove_slot(slot_id, now).await
+        }
+        async fn acknowledge(
+            &mut self,
+            consumer: &crate::ConsumerId,
+            holder: Option<&crate::LeaseHolder>,
+            through: crate::EventPosition,
+        ) -> Result<bool, StoreError> {
+            use crate::EventStore;
+            match holder {
+                Some(holder) => self.0.acknowledge_leased(consumer, holder, through).await,
+                None => self.0.acknowledge(consumer, through).await.map(|()| true),
+            }
         }
     }
 

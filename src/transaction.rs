@@ -44,7 +44,10 @@ use crate::engine::{
     guarded, hold_placed, prepare_slot, settle, BookingEngine, HoldPlaced, NewHold,
 };
 use crate::error::BookingError;
-use crate::model::{Hold, HoldId, HoldStatus, NewSlot, Slot, SlotId, Timestamp};
+use crate::events::EventPosition;
+use crate::model::{
+    ConsumerId, Hold, HoldId, HoldStatus, LeaseHolder, NewSlot, Slot, SlotId, Timestamp,
+};
 use crate::observe::{Op, Operation};
 use crate::scope::Scope;
 use crate::store::{
@@ -120,6 +123,18 @@ pub trait TransactionWrites: Send {
         slot_id: SlotId,
         now: Timestamp,
     ) -> Result<Decided<SlotChange>, StoreError>;
+
+    /// As [`EventStore::acknowledge`](crate::EventStore::acknowledge) (`holder` `None`,
+    /// always `true`) or [`EventStore::acknowledge_leased`](crate::EventStore::acknowledge_leased)
+    /// (`false`, nothing moved, when another holder has the lease): the cursor moves with the
+    /// caller's transaction. On PostgreSQL it keeps the consumer's row locked until the
+    /// transaction ends, so a lease taken over meanwhile waits for it.
+    async fn acknowledge(
+        &mut self,
+        consumer: &ConsumerId,
+        holder: Option<&LeaseHolder>,
+        through: EventPosition,
+    ) -> Result<bool, StoreError>;
 }
 
 /// A store that can open a transaction of its own for the engine's writes, hand out its

@@ -527,6 +527,18 @@ macro_rules! event_conformance_tests {
             }
         )*
     };
+    (@leases $factory:expr; $($case:ident)*) => {
+        $(
+            #[test]
+            fn $case() {
+                $crate::conformance::run_optional(
+                    stringify!($case),
+                    $factory,
+                    $crate::conformance::leases::$case,
+                );
+            }
+        )*
+    };
     (optional: $factory:expr) => {
         $crate::event_conformance_tests!(@cases $factory;
             every_change_appends_one_event
@@ -536,6 +548,10 @@ macro_rules! event_conformance_tests {
             race_sweepers_expire_each_hold_once
             purge_deletes_old_history_in_bounded_batches
             race_a_consumer_never_skips_an_event
+        );
+        $crate::event_conformance_tests!(@leases $factory;
+            a_lease_has_one_holder_at_a_time
+            race_three_instances_handle_each_event_once
         );
 
         /// Random sequences with sweeps, the event log checked against the model's changes.

@@ -4,7 +4,8 @@
 use crate::engine::{BookingEngine, NewHold};
 use crate::events::{Event, EventPosition, EventStore, Purged};
 use crate::model::{
-    AvailabilityQuery, ConsumerId, Hold, HoldId, HoldStatus, OwnerId, Slot, SlotId, Timestamp,
+    AvailabilityQuery, ConsumerId, Hold, HoldId, HoldStatus, LeaseHolder, OwnerId, Slot, SlotId,
+    Timestamp,
 };
 use crate::store::{Store, StoreError};
 use crate::transaction::TransactionalStore;
@@ -187,6 +188,37 @@ impl<S: EventStore, G: Send + Sync + 'static> EventStore for Owned<S, G> {
         consumer: &ConsumerId,
     ) -> Result<Option<EventPosition>, StoreError> {
         self.store.consumer_position(consumer).await
+    }
+
+    async fn lease_consumer(
+        &self,
+        consumer: &ConsumerId,
+        holder: &LeaseHolder,
+        now: Timestamp,
+        until: Timestamp,
+    ) -> Result<bool, StoreError> {
+        self.store
+            .lease_consumer(consumer, holder, now, until)
+            .await
+    }
+
+    async fn release_consumer(
+        &self,
+        consumer: &ConsumerId,
+        holder: &LeaseHolder,
+    ) -> Result<(), StoreError> {
+        self.store.release_consumer(consumer, holder).await
+    }
+
+    async fn acknowledge_leased(
+        &self,
+        consumer: &ConsumerId,
+        holder: &LeaseHolder,
+        through: EventPosition,
+    ) -> Result<bool, StoreError> {
+        self.store
+            .acknowledge_leased(consumer, holder, through)
+            .await
     }
 
     async fn reclaim_expired(&self, now: Timestamp, limit: u32) -> Result<Vec<Hold>, StoreError> {

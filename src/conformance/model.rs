@@ -152,7 +152,27 @@ pub enum Op {
     },
     /// Reclaim every expired hold (an [`EventStore`] sweep; drawn only by [`check_events`]).
     ReclaimExpired,
+    /// Take or extend the lease of the consumer `leased` for [`LEASE`] as holder number
+    /// `holder` (drawn only by [`check_events`]).
+    Lease {
+        /// Holder number, 1 or 2.
+        holder: u8,
+    },
+    /// Release that lease as holder number `holder`.
+    Release {
+        /// Holder number, 1 or 2.
+        holder: u8,
+    },
+    /// Acknowledge, for the consumer `leased` as holder number `holder`, every event the
+    /// model's reader has seen so far (fenced by the lease).
+    AcknowledgeLeased {
+        /// Holder number, 1 or 2.
+        holder: u8,
+    },
 }
+
+/// The lease [`Op::Lease`] takes.
+pub const LEASE: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Scope numbers: 0 anonymous, 1 alice, 2 bob, 3 back office, 4 and up the scope of the hold's
 /// own owner (so most calls land in scope).
@@ -300,6 +320,13 @@ enum Seen {
     InUse(i32, i32),
     /// The holds a sweep reclaimed, by id.
     Reclaimed(Vec<HoldId>),
+    /// Whether a lease was granted.
+    Leased(bool),
+    /// An acknowledgement's answer (`Ok`, or its error code) and the cursor after it.
+    Cursor(
+        Result<(), &'static str>,
+        Option<crate::events::EventPosition>,
+    ),
     Error(&'static str),
     Done,
 }
@@ -1071,10 +1098,15 @@ async fn run_checked<S: Store, C: StepCheck<S>>(
         let now = clock.now();
         let before = model.clone();
         let (expected, actual) = match *op {
-            Op::ReclaimExpired => match checks.extra_op(&engine, &mut model, op, now).await {
-                Some(seen) => seen,
-                None => continue,
-            },
+            Op::ReclaimExpired
+            | Op::Lease { .. }
+            | Op::Release { .. }
+            | Op::AcknowledgeLeased { .. } => {
+                match checks.extra_op(&engine, &mut model, op, now).await {
+                    Some(seen) => seen,
+                    None => continue,
+                }
+            }
             Op::CreateSlot { .. }
             | Op::SetCapacity { .. }
             | Op::SetClosed { .. }
@@ -1223,6 +1255,85 @@ fn expected_events(before: &Model, after: &Model) -> Vec<ExpectedEvent> {
 struct EventsMatchTheModel {
     consumer: crate::model::ConsumerId,
     last: Option<crate::events::EventPosition>,
+    /// The model of the consumer `leased`: its lease (holder number, end) and its cursor.
+    lease: Option<(u8, Timestamp)>,
+    leased_cursor: Option<crate::events::EventPosition>,
+}
+
+impl EventsMatchTheModel {
+    fn new() -> Self {
+        EventsMatchTheModel {
+            consumer: crate::model::ConsumerId::new("model").expect("a valid consumer id"),
+            last: None,
+            lease: None,
+            leased_cursor: None,
+        }
+    }
+
+    /// The lease operations against the model of the consumer `leased`: a lease is granted
+    /// when free, lapsed or already the holder's; a release by its holder frees it; a fenced
+    /// acknowledgement moves the cursor (never back) only for the holder.
+    async fn lease_op<S: EventStore>(
+        &mut self,
+        engine: &BookingEngine<S>,
+        op: &Op,
+        now: Timestamp,
+    ) -> Option<(Seen, Seen)> {
+        let leased = crate::model::ConsumerId::new("leased").expect("a valid consumer id");
+        let holder = |number: u8| {
+            crate::model::LeaseHolder::new(format!("holder-{number}")).expect("a valid holder")
+        };
+        match *op {
+            Op::Lease { holder: number } => {
+                let granted = match self.lease {
+                    None => true,
+                    Some((held, until)) => held == number || until <= now,
+                };
+                if granted {
+                    let until = now + Duration::from_std(LEASE).expect("fits");
+                    self.lease = Some((number, until));
+                    self.leased_cursor = self
+                        .leased_cursor
+                        .or(Some(crate::events::EventPosition::START));
+                }
+                let actual = match engine.lease_consumer(&leased, &holder(number), LEASE).await {
+                    Ok(granted) => Seen::Leased(granted),
+                    Err(error) => Seen::Error(error.code()),
+                };
+                Some((Seen::Leased(granted), actual))
+            }
+            Op::Release { holder: number } => {
+                if self.lease.is_some_and(|(held, _)| held == number) {
+                    self.lease = None;
+                }
+                let actual = match engine.release_consumer(&leased, &holder(number)).await {
+                    Ok(()) => Seen::Done,
+                    Err(error) => Seen::Error(error.code()),
+                };
+                Some((Seen::Done, actual))
+            }
+            Op::AcknowledgeLeased { holder: number } => {
+                let through = self.last.unwrap_or(crate::events::EventPosition::START);
+                let answer = if self.lease.is_some_and(|(held, _)| held == number) {
+                    self.leased_cursor = self.leased_cursor.max(Some(through));
+                    Ok(())
+                } else {
+                    Err("lease_lost")
+                };
+                let acknowledged = engine
+                    .acknowledge_leased(&leased, &holder(number), through)
+                    .await
+                    .map_err(|error| error.code());
+                let cursor = engine.store().consumer_position(&leased).await;
+                let actual = match cursor {
+                    Ok(cursor) => Seen::Cursor(acknowledged, cursor),
+                    Err(error) => Seen::Error(BookingError::Store(error).code()),
+                };
+                Some((Seen::Cursor(answer, self.leased_cursor), actual))
+            }
+            _ => None,
+        }
+    }
 }
 
 #[async_trait::async_trait]
@@ -1235,7 +1346,7 @@ impl<S: EventStore> StepCheck<S> for EventsMatchTheModel {
         now: Timestamp,
     ) -> Option<(Seen, Seen)> {
         let Op::ReclaimExpired = op else {
-            return None;
+            return self.lease_op(engine, op, now).await;
         };
         // Every expired held hold, on every slot: the model's own reclaim, slot by slot.
         let mut expected: Vec<HoldId> = model
@@ -1312,15 +1423,18 @@ where
     F: Fn() -> Fut,
     Fut: Future<Output = S>,
 {
-    let step = prop_oneof![9 => op(), 1 => Just(Op::ReclaimExpired)];
+    let step = prop_oneof![
+        18 => op(),
+        2 => Just(Op::ReclaimExpired),
+        1 => (1..=2u8).prop_map(|holder| Op::Lease { holder }),
+        1 => (1..=2u8).prop_map(|holder| Op::AcknowledgeLeased { holder }),
+        1 => (1..=2u8).prop_map(|holder| Op::Release { holder }),
+    ];
     let sequences = after_opening(proptest::collection::vec(step, 1..=max_len));
     run_property("event model check", cases, 2, &sequences, |ops| {
         let store = factory();
         async move {
-            let mut checks = EventsMatchTheModel {
-                consumer: crate::model::ConsumerId::new("model").expect("a valid consumer id"),
-                last: None,
-            };
+            let mut checks = EventsMatchTheModel::new();
             run_checked(store.await, &ops, &mut checks).await
         }
     });

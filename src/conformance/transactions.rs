@@ -308,6 +308,16 @@ macro_rules! transaction_conformance_tests {
             a_refusal_inside_a_transaction_leaves_it_usable
             race_transactions_never_oversell
         );
+
+        /// An acknowledgement commits with the caller's transaction, or not at all.
+        #[test]
+        fn acknowledgements_commit_with_the_callers_transaction() {
+            $crate::conformance::run_optional(
+                "acknowledgements_commit_with_the_callers_transaction",
+                $factory,
+                $crate::conformance::leases::acknowledgements_commit_with_the_callers_transaction,
+            );
+        }
     };
     ($factory:expr) => {
         $crate::transaction_conformance_tests!(optional: || {

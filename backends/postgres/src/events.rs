@@ -3,38 +3,28 @@
 //! write statements in `sql.rs`, each in the statement that makes its change.
 
 use std::str::FromStr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use slot_booking::{
-    ConsumerId, Event, EventKind, EventPosition, EventStore, Hold, HoldId, OwnerId, Purged, SlotId,
-    StoreError, Timestamp,
+    ConsumerId, Event, EventKind, EventPosition, EventStore, Hold, HoldId, LeaseHolder, OwnerId,
+    Purged, SlotId, StoreError, Timestamp,
 };
-use sqlx::postgres::PgRow;
-use sqlx::Row;
+use sqlx::postgres::{PgConnection, PgRow};
+use sqlx::{Executor, Row};
 
-use crate::{map_err, optional_hold, PostgresStore};
+use crate::sql::Statements;
+use crate::{interval, map_err, optional_hold, PostgresStore};
 
 /// How many times [`EventStore::reclaim_expired`] looks again when it saw expired holds but
 /// every one was reclaimed by a concurrent sweeper (or hold) first.
 const RECLAIM_ATTEMPTS: u32 = 8;
 
-/// The longest pause between two looks of a read waiting for the horizon.
-const MAX_READ_PAUSE: Duration = Duration::from_millis(16);
-
-/// One look at the log: the events after the cursor below the horizon, the horizon, and the
-/// newest event's transaction id visible at that moment.
+/// One look at the log: the events after the cursor in the horizons taken so far, and whether
+/// committed events exist that the newest horizon does not see.
 struct Look {
     events: Vec<Event>,
-    horizon: i64,
-    newest: Option<i64>,
-}
-
-impl Look {
-    /// Whether committed events exist that the horizon still holds back.
-    fn held_back(&self) -> Option<i64> {
-        self.newest.filter(|&newest| newest >= self.horizon)
-    }
+    fresh: bool,
 }
 
 fn event_from_row(row: &PgRow) -> Result<Option<Event>, StoreError> {
@@ -59,18 +49,14 @@ fn event_from_row(row: &PgRow) -> Result<Option<Event>, StoreError> {
 }
 
 impl PostgresStore {
-    /// This store, with [`EventStore::read_events`] waiting up to `wait` (default
-    /// [`DEFAULT_EVENT_READ_WAIT`](crate::DEFAULT_EVENT_READ_WAIT)) for the transactions that
-    /// hold back events already committed; `Duration::ZERO` never waits.
-    ///
-    /// A read returns only events of transactions below the oldest transaction still running
-    /// anywhere in the cluster (see the crate docs, "Events"). When it finds committed events
-    /// held back that way and its batch is not full, it looks again, with pauses of 1 to
-    /// 16 ms, until the horizon passes the newest of them or `wait` runs out, and then returns
-    /// what it may. A consumer never misses an event either way: the wait only makes events
-    /// delivered sooner after a burst of short transactions.
-    pub fn with_event_read_wait(mut self, wait: Duration) -> Self {
-        self.event_read_wait = wait;
+    /// This store, unchanged: reads no longer wait for anything (since migration 8 a read
+    /// delivers every committed event at once, whatever else is running), so there is no
+    /// wait to set.
+    #[deprecated(
+        since = "0.2.0",
+        note = "event reads no longer wait; this does nothing"
+    )]
+    pub fn with_event_read_wait(self, _wait: Duration) -> Self {
         self
     }
 
@@ -85,14 +71,55 @@ impl PostgresStore {
             return Err(StoreError::failed("the event read returned no row"));
         };
         Ok(Look {
-            horizon: first.try_get("horizon").map_err(map_err)?,
-            newest: first.try_get("newest").map_err(map_err)?,
+            fresh: first.try_get("fresh").map_err(map_err)?,
             events: rows
                 .iter()
                 .filter_map(|row| event_from_row(row).transpose())
                 .collect::<Result<_, _>>()?,
         })
     }
+
+    /// Takes a new horizon when events exist that the newest one does not see (see migration
+    /// 8): the lock, then the snapshot, in one short transaction.
+    async fn take_horizon(&self) -> Result<(), StoreError> {
+        let mut tx = self.pool().begin().await.map_err(map_err)?;
+        (&mut *tx)
+            .execute(self.sql().lock_horizons.as_str())
+            .await
+            .map_err(map_err)?;
+        sqlx::query(&self.sql().take_horizon)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        tx.commit().await.map_err(map_err)
+    }
+}
+
+/// The acknowledgement of `consumer` through `through` on `conn` (a pool connection or the
+/// caller's): an upsert for anyone (`holder` `None`, always `true`), or the fenced update for
+/// the lease's holder (`false` when another holder has the lease).
+pub(crate) async fn acknowledge_on(
+    conn: &mut PgConnection,
+    sql: &Statements,
+    consumer: &ConsumerId,
+    holder: Option<&LeaseHolder>,
+    through: EventPosition,
+) -> Result<bool, StoreError> {
+    // A position before the start (a negative number) is the start: every cursor starts there.
+    let through = through.max(EventPosition::START);
+    let query = match holder {
+        None => sqlx::query(&sql.acknowledge),
+        Some(_) => sqlx::query(&sql.acknowledge_leased),
+    }
+    .bind(consumer.as_str())
+    .bind(through.epoch())
+    .bind(through.sequence());
+    let query = match holder {
+        None => query,
+        Some(holder) => query.bind(holder.as_str()),
+    };
+    let done = query.execute(conn).await.map_err(map_err)?;
+    Ok(holder.is_none() || done.rows_affected() == 1)
 }
 
 #[async_trait]
@@ -102,23 +129,13 @@ impl EventStore for PostgresStore {
         consumer: &ConsumerId,
         limit: u32,
     ) -> Result<Vec<Event>, StoreError> {
-        let deadline = Instant::now() + self.event_read_wait;
-        let mut look = self.look(consumer, limit).await?;
-        // Wait for the events committed before the first look, not for ones that keep coming.
-        let Some(wanted) = look.held_back() else {
+        let look = self.look(consumer, limit).await?;
+        if look.events.len() >= limit as usize || !look.fresh {
             return Ok(look.events);
-        };
-        let mut pause = Duration::from_millis(1);
-        while look.events.len() < limit as usize && look.horizon <= wanted {
-            let now = Instant::now();
-            if now >= deadline {
-                break;
-            }
-            tokio::time::sleep(pause.min(deadline - now)).await;
-            pause = (pause * 2).min(MAX_READ_PAUSE);
-            look = self.look(consumer, limit).await?;
         }
-        Ok(look.events)
+        // Events committed since the newest horizon: take one that sees them and look again.
+        self.take_horizon().await?;
+        Ok(self.look(consumer, limit).await?.events)
     }
 
     async fn acknowledge(
@@ -126,13 +143,47 @@ impl EventStore for PostgresStore {
         consumer: &ConsumerId,
         through: EventPosition,
     ) -> Result<(), StoreError> {
-        // A position before the start (a negative number) is the start: transaction ids are
-        // unsigned, and every cursor starts there.
-        let through = through.max(EventPosition::START);
-        sqlx::query(&self.sql().acknowledge)
+        let mut conn = self.acquire().await?;
+        acknowledge_on(&mut conn, self.sql(), consumer, None, through).await?;
+        Ok(())
+    }
+
+    async fn acknowledge_leased(
+        &self,
+        consumer: &ConsumerId,
+        holder: &LeaseHolder,
+        through: EventPosition,
+    ) -> Result<bool, StoreError> {
+        let mut conn = self.acquire().await?;
+        acknowledge_on(&mut conn, self.sql(), consumer, Some(holder), through).await
+    }
+
+    async fn lease_consumer(
+        &self,
+        consumer: &ConsumerId,
+        holder: &LeaseHolder,
+        now: Timestamp,
+        until: Timestamp,
+    ) -> Result<bool, StoreError> {
+        let row = sqlx::query(&self.sql().lease_consumer)
             .bind(consumer.as_str())
-            .bind(through.epoch())
-            .bind(through.sequence())
+            .bind(holder.as_str())
+            .bind(self.now_param(now))
+            .bind(interval(until - now)?)
+            .fetch_optional(self.pool())
+            .await
+            .map_err(map_err)?;
+        Ok(row.is_some())
+    }
+
+    async fn release_consumer(
+        &self,
+        consumer: &ConsumerId,
+        holder: &LeaseHolder,
+    ) -> Result<(), StoreError> {
+        sqlx::query(&self.sql().release_consumer)
+            .bind(consumer.as_str())
+            .bind(holder.as_str())
             .execute(self.pool())
             .await
             .map_err(map_err)?;

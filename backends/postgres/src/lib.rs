@@ -59,24 +59,33 @@
 //! * **Kept** in `events` until [`purge`](slot_booking::EventStore::purge)d; consumers'
 //!   cursors in `event_consumers` (name → the last position acknowledged, only ever moved
 //!   forward), so a consumer on a new pool, after a crash, resumes where it acknowledged.
-//! * **Positions are `(tx, id)`**: `tx` is the id of the transaction that wrote the event
-//!   (`xid8`, `pg_current_xact_id()`), `id` a sequence number; an
-//!   [`EventPosition`](slot_booking::EventPosition) is `<tx>_<id>`. Sequence numbers are drawn
-//!   when rows are written, not when they commit: a transaction that appended first can commit
-//!   after one that appended later, so a reader paging by `id` alone would acknowledge the
-//!   later event and never see the earlier one. A read therefore returns only events whose `tx`
-//!   is below the `xmin` of its snapshot (`pg_snapshot_xmin(pg_current_snapshot())`): every
-//!   transaction below it has ended, and one that appends later gets a `tx` at or above it.
-//!   Ordered by `(tx, id)` (the primary key), a consumer acknowledging what it read skips
+//! * **Order without waiting.** Sequence numbers are drawn when rows are written, not when
+//!   they commit: a transaction that appended first can commit after one that appended later,
+//!   so a reader paging by `id` alone would acknowledge the later event and never see the
+//!   earlier one. Readers therefore compare snapshots: a *horizon* is a snapshot a reader took
+//!   (`pg_current_snapshot()`, one at a time, numbered in the order taken, table
+//!   `event_horizons`), and an event belongs to the first horizon whose snapshot sees its
+//!   transaction (each row carries its writer's `tx`, `pg_current_xact_id()`). Its
+//!   [`EventPosition`](slot_booking::EventPosition) is `<horizon>_<id>`; a consumer reads the
+//!   horizons after its cursor in order, each horizon's events by id. An event whose
+//!   transaction is still running belongs to no horizon yet: it comes with the first horizon
+//!   taken after it commits, above every position delivered so far, so a consumer
+//!   acknowledging as it goes skips nothing — and nothing waits for it either: later events of
+//!   other transactions are delivered meanwhile. A read takes a new horizon only when it came
+//!   up short and events exist that the newest horizon does not see (two statements under the
+//!   horizon table's lock; readers are not blocked).
+//! * **Nothing else holds delivery back.** A transaction that wrote no event here — in another
+//!   database of the server, on other tables of this one, a `pg_dump`, a session left idle in
+//!   a transaction — delays no consumer. A caller's transaction that appended events and stays
+//!   open delays only its own events, which come with the first read after it commits.
+//!   (Events written before migration 8 keep the positions `<tx>_<id>` they had, below every
+//!   later one.)
+//! * **Leases and acknowledgements in the caller's transaction.** A consumer's lease
+//!   ([`lease_consumer`](slot_booking::EventStore::lease_consumer)) lives on its cursor's row;
+//!   an acknowledgement through [`PostgresStore::on`] locks that row until the caller's
+//!   transaction ends, so a lease taken over meanwhile waits for the commit and the new holder
+//!   reads after what it acknowledged, or the acknowledgement finds the new holder and moves
 //!   nothing.
-//! * **A long transaction holds delivery back.** That `xmin` is cluster-wide: a transaction
-//!   that has written anything (and so has an id) in any database of the cluster, and is
-//!   still open, holds back every event written after it began, until it ends (a read-only
-//!   transaction does not, nor does an idle session). A read that finds committed events held
-//!   back waits for the horizon to pass them, up to
-//!   [`PostgresStore::with_event_read_wait`] (2 s by default), and then returns what it may;
-//!   nothing is lost, only delayed. Keep transactions short, and watch
-//!   `pg_stat_activity.backend_xid` for ones that are not.
 //! * **Expired holds** are reclaimed lazily, as before, by a hold on a full slot or a slot
 //!   change (each with its `hold_expired` events), and in bounded batches by
 //!   [`reclaim_expired`](slot_booking::EventStore::reclaim_expired), which several instances
@@ -201,10 +210,10 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use slot_booking::{
-    AvailabilityEntry, Decided, Hold, HoldId, HoldOutcome, HoldRequest, HoldStatus, NewSlot,
-    OwnerId, PageRequest, RenewRequest, ResourceId, Scope, Slot, SlotChange, SlotFilter, SlotId,
-    SlotLimits, SlotPageRequest, SlotUsage, Store, StoreError, Timestamp, TransactionWrites,
-    TransactionalStore, Transition,
+    AvailabilityEntry, ConsumerId, Decided, EventPosition, Hold, HoldId, HoldOutcome, HoldRequest,
+    HoldStatus, LeaseHolder, NewSlot, OwnerId, PageRequest, RenewRequest, ResourceId, Scope, Slot,
+    SlotChange, SlotFilter, SlotId, SlotLimits, SlotPageRequest, SlotUsage, Store, StoreError,
+    Timestamp, TransactionWrites, TransactionalStore, Transition,
 };
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::types::PgInterval;
@@ -226,9 +235,8 @@ use sql::Statements;
 /// The schema [`PostgresStore::new`] and [`PostgresStore::connect`] keep their tables in.
 pub const DEFAULT_SCHEMA: &str = "slot_booking";
 
-/// How long [`EventStore::read_events`](slot_booking::EventStore::read_events) waits, by
-/// default, for transactions that may still append events below ones already committed: see
-/// [`PostgresStore::with_event_read_wait`].
+/// What event reads waited for before migration 8; they no longer wait.
+#[deprecated(since = "0.2.0", note = "event reads no longer wait")]
 pub const DEFAULT_EVENT_READ_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Connections in the pool [`PostgresStore::connect`] opens.
@@ -251,8 +259,6 @@ pub struct PostgresStore {
     inner: Arc<Inner>,
     /// Statements take their time from the database server, not from the engine.
     database_clock: bool,
-    /// The longest [`EventStore::read_events`] waits for the horizon to pass events held back.
-    event_read_wait: std::time::Duration,
 }
 
 #[derive(Debug)]
@@ -298,7 +304,6 @@ impl PostgresStore {
             pool,
             inner: Arc::new(Inner { schema, sql }),
             database_clock: false,
-            event_read_wait: DEFAULT_EVENT_READ_WAIT,
         }
     }
 
@@ -1299,6 +1304,15 @@ impl TransactionWrites for PostgresWrites<'_> {
         now: Timestamp,
     ) -> Result<Decided<SlotChange>, StoreError> {
         self.run().remove_slot(slot_id, now).await
+    }
+
+    async fn acknowledge(
+        &mut self,
+        consumer: &ConsumerId,
+        holder: Option<&LeaseHolder>,
+        through: EventPosition,
+    ) -> Result<bool, StoreError> {
+        events::acknowledge_on(self.conn, self.store.sql(), consumer, holder, through).await
     }
 }
 

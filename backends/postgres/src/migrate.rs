@@ -58,6 +58,11 @@ const MIGRATIONS: &[Migration] = &[
         description: "events",
         sql: include_str!("../migrations/0007_events.sql"),
     },
+    Migration {
+        version: 8,
+        description: "event horizons and consumer leases",
+        sql: include_str!("../migrations/0008_event_horizons.sql"),
+    },
 ];
 
 /// The advisory lock key of a schema's migrations: FNV-1a (64 bit) of a fixed prefix and the

@@ -239,8 +239,10 @@ fn hold_event_rows(ord: u8, kind: &str, from: &str) -> String {
     )
 }
 
-/// The columns [`event_from_row`](crate::event_from_row) reads, of the events aliased `e`.
-const E_COLUMNS: &str = "e.tx::text::int8 AS epoch, e.id AS sequence, e.kind, e.slot_id,                          e.hold_id, e.owner, e.quantity, e.occurred_at";
+/// The columns [`event_from_row`](crate::events) reads besides `epoch`, of the events
+/// aliased `ev`.
+const EV_COLUMNS: &str = "ev.id AS sequence, ev.kind, ev.slot_id, ev.hold_id, ev.owner, \
+                          ev.quantity, ev.occurred_at";
 
 /// Every statement the store runs, with table names qualified by the schema.
 #[derive(Debug)]
@@ -266,8 +268,13 @@ pub(crate) struct Statements {
     pub(crate) list_slots: String,
     pub(crate) list_resource_slots: String,
     pub(crate) read_events: String,
+    pub(crate) lock_horizons: String,
+    pub(crate) take_horizon: String,
     pub(crate) acknowledge: String,
+    pub(crate) acknowledge_leased: String,
     pub(crate) consumer_position: String,
+    pub(crate) lease_consumer: String,
+    pub(crate) release_consumer: String,
     pub(crate) reclaim_expired: String,
     pub(crate) purge: String,
 }
@@ -666,31 +673,75 @@ impl Statements {
             list_slots: list(""),
             list_resource_slots: list("resource = $6 AND "),
             // `$1` consumer, `$2` limit. Up to `$2` events after the consumer's cursor (the
-            // start for a consumer never seen), walking the primary key (tx, id), and only of
-            // transactions below the xmin of this statement's snapshot (`horizon`): every
-            // transaction below it has ended, so none of them can still add an event below
-            // one returned here, and a transaction that writes later gets a tx at or above it.
-            // `pg_current_snapshot()` is the statement's own snapshot, the one it reads the
-            // events with. Also the horizon and the newest event's tx this snapshot sees
-            // (one backward step of the same index), so the caller can tell events held back
-            // by a transaction still running from no events at all. At least one row.
+            // start for a consumer never seen) in position order, from the horizons taken so
+            // far (migration 8): first the events visible in the legacy horizon, by `(tx,
+            // id)`, for a cursor still below it; then each later horizon's events (of
+            // transactions at or above its `lo` and below its snapshot's xmax, or among its
+            // `pending`, and visible in its snapshot), by id, horizon after horizon, stopping
+            // once `$2` are found. Also `fresh`: whether events exist that the newest horizon
+            // does not see (committed since it was taken), so that the caller takes a new one
+            // when this read comes up short. At least one row.
             read_events: format!(
-                "SELECT h.horizon::text::int8 AS horizon, \
-                        (SELECT n.tx::text::int8 FROM {s}.events n \
-                         ORDER BY n.tx DESC, n.id DESC LIMIT 1) AS newest, \
-                        {E_COLUMNS} \
-                 FROM (SELECT pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot()) \
-                           AS horizon) h \
-                 LEFT JOIN LATERAL ( \
-                     SELECT * FROM {s}.events ev \
-                     WHERE (ev.tx, ev.id) > ( \
-                             coalesce((SELECT c.tx FROM {s}.event_consumers c \
-                                       WHERE c.name = $1), '0'::xid8), \
-                             coalesce((SELECT c.id FROM {s}.event_consumers c \
-                                       WHERE c.name = $1), 0)) \
-                       AND ev.tx < h.horizon \
-                     ORDER BY ev.tx, ev.id LIMIT $2) e ON true \
-                 ORDER BY e.tx, e.id"
+                "WITH cur AS ( \
+                     SELECT coalesce(max(c.tx::text::int8), 0) AS e, \
+                            coalesce(max(c.id), 0) AS q \
+                     FROM {s}.event_consumers c WHERE c.name = $1), \
+                 newest AS ( \
+                     SELECT pg_catalog.pg_snapshot_xmax(z.snap) AS xmax, \
+                            ARRAY(SELECT pg_catalog.pg_snapshot_xip(z.snap)) AS running \
+                     FROM {s}.event_horizons z ORDER BY z.n DESC LIMIT 1), \
+                 fresh AS ( \
+                     SELECT EXISTS (SELECT 1 FROM {s}.events e \
+                                    WHERE e.tx >= (SELECT xmax FROM newest)) \
+                         OR EXISTS (SELECT 1 FROM {s}.events e \
+                                    WHERE e.tx = ANY ((SELECT running FROM newest)::xid8[])) \
+                         AS fresh), \
+                 legacy AS ( \
+                     SELECT ev.tx::text::int8 AS epoch, {EV_COLUMNS} \
+                     FROM cur, {s}.event_horizons z CROSS JOIN LATERAL ( \
+                         SELECT * FROM {s}.events e \
+                         WHERE (e.tx, e.id) > (cur.e::text::xid8, cur.q) \
+                           AND e.tx < pg_catalog.pg_snapshot_xmax(z.snap) \
+                           AND pg_catalog.pg_visible_in_snapshot(e.tx, z.snap) \
+                         ORDER BY e.tx, e.id LIMIT $2) ev \
+                     WHERE z.legacy AND cur.e < z.n), \
+                 later AS ( \
+                     SELECT z.n AS epoch, {EV_COLUMNS} \
+                     FROM cur, {s}.event_horizons z CROSS JOIN LATERAL ( \
+                         SELECT * FROM ( \
+                             SELECT * FROM {s}.events e \
+                             WHERE e.tx >= z.lo AND e.tx < pg_catalog.pg_snapshot_xmax(z.snap) \
+                             UNION ALL \
+                             SELECT * FROM {s}.events e WHERE e.tx = ANY (z.pending)) e \
+                         WHERE pg_catalog.pg_visible_in_snapshot(e.tx, z.snap) \
+                           AND (z.n > cur.e OR e.id > cur.q) \
+                         ORDER BY e.id LIMIT $2) ev \
+                     WHERE NOT z.legacy AND z.n >= cur.e \
+                     ORDER BY z.n, ev.id LIMIT $2), \
+                 found AS ( \
+                     SELECT * FROM legacy UNION ALL SELECT * FROM later \
+                     ORDER BY epoch, sequence LIMIT $2) \
+                 SELECT f.fresh, x.* FROM fresh f LEFT JOIN found x ON true \
+                 ORDER BY x.epoch, x.sequence"
+            ),
+            // Taking a horizon is two statements in one transaction: this lock, which makes
+            // horizons taken one at a time (readers are not blocked), then `take_horizon`,
+            // whose snapshot is taken after the lock was granted, so it sees everything the
+            // newest horizon saw.
+            lock_horizons: format!("LOCK TABLE {s}.event_horizons IN SHARE ROW EXCLUSIVE MODE"),
+            // A new horizon after the newest `p`, when events exist that `p` does not see:
+            // this statement's snapshot, with `p`'s xmax as `lo` and the transactions `p` saw
+            // running as `pending`. Numbered above `p` and at least its own xmax.
+            take_horizon: format!(
+                "INSERT INTO {s}.event_horizons (n, snap, lo, pending) \
+                 SELECT greatest(p.n + 1, pg_catalog.pg_snapshot_xmax(c.snap)::text::int8), \
+                        c.snap, p.xmax, p.running \
+                 FROM (SELECT pg_catalog.pg_current_snapshot() AS snap) c, ( \
+                     SELECT z.n, pg_catalog.pg_snapshot_xmax(z.snap) AS xmax, \
+                            ARRAY(SELECT pg_catalog.pg_snapshot_xip(z.snap)) AS running \
+                     FROM {s}.event_horizons z ORDER BY z.n DESC LIMIT 1) p \
+                 WHERE EXISTS (SELECT 1 FROM {s}.events e WHERE e.tx >= p.xmax) \
+                    OR EXISTS (SELECT 1 FROM {s}.events e WHERE e.tx = ANY (p.running))"
             ),
             // `$1` consumer, `$2` and `$3` the position acknowledged: an upsert that never
             // moves a cursor back (the update applies only to a later position).
@@ -700,6 +751,37 @@ impl Statements {
                  ON CONFLICT (name) DO UPDATE \
                  SET tx = excluded.tx, id = excluded.id, acknowledged_at = excluded.acknowledged_at \
                  WHERE (c.tx, c.id) < (excluded.tx, excluded.id)"
+            ),
+            // `$1` consumer, `$2` and `$3` the position, `$4` the holder: decided on the
+            // locked row, one row affected while `$4` holds the lease (the cursor moved
+            // forward, or already there), none otherwise.
+            acknowledge_leased: format!(
+                "UPDATE {s}.event_consumers c \
+                 SET tx = CASE WHEN (c.tx, c.id) < ($2::int8::text::xid8, $3) \
+                               THEN $2::int8::text::xid8 ELSE c.tx END, \
+                     id = CASE WHEN (c.tx, c.id) < ($2::int8::text::xid8, $3) \
+                               THEN $3 ELSE c.id END, \
+                     acknowledged_at = statement_timestamp() \
+                 WHERE c.name = $1 AND c.holder = $4"
+            ),
+            // `$1` consumer, `$2` holder, `$3` now, `$4` the lease's length (an interval).
+            // Registers a consumer never seen (at the start) with the lease; takes it when free
+            // or lapsed, extends it for its holder, decided on the locked row: one row
+            // returned when `$2` holds the lease afterwards, none otherwise.
+            lease_consumer: format!(
+                "INSERT INTO {s}.event_consumers AS c \
+                     (name, tx, id, acknowledged_at, holder, lease_until) \
+                 VALUES ($1, '0'::xid8, 0, statement_timestamp(), $2, {now3} + $4) \
+                 ON CONFLICT (name) DO UPDATE \
+                 SET holder = excluded.holder, lease_until = excluded.lease_until \
+                 WHERE c.holder IS NULL OR c.holder = excluded.holder \
+                    OR c.lease_until <= {now3} \
+                 RETURNING c.name"
+            ),
+            // `$1` consumer, `$2` holder.
+            release_consumer: format!(
+                "UPDATE {s}.event_consumers SET holder = NULL, lease_until = NULL \
+                 WHERE name = $1 AND holder = $2"
             ),
             consumer_position: format!(
                 "SELECT tx::text::int8 AS epoch, id AS sequence FROM {s}.event_consumers \
@@ -766,8 +848,16 @@ impl Statements {
             // reclaimed, before `$1`: through `holds_ended`), with their keys (deleted in the
             // same statement, before the foreign key is checked at its end), and up to `$2`
             // events before `$1` at or below every consumer's cursor (all of them with no
-            // consumer). Ended holds never change again and nothing else locks them; rows
-            // locked by a concurrent purge are skipped, so purges never wait for each other.
+            // consumer). An event is acknowledged by every consumer when the newest horizon
+            // below the lowest cursor's epoch sees it (every horizon before the cursor's is
+            // consumed whole), when it is of the cursor's own horizon with an id at or below
+            // the cursor's, or, for a cursor still in the legacy horizon, when the legacy
+            // horizon sees it and it is at or below the cursor by `(tx, id)`. Ended holds never change again and
+            // nothing else locks them; rows locked by a concurrent purge are skipped, so
+            // purges never wait for each other over holds or events. Also the horizons no
+            // remaining event needs (all but the newest whose snapshot's xmax is at or below
+            // every remaining event's tx, so none of their events is left), which waits only
+            // for a reader taking a horizon.
             purge: format!(
                 "WITH doomed AS ( \
                      SELECT id FROM {s}.holds \
@@ -781,15 +871,36 @@ impl Statements {
                      DELETE FROM {s}.holds h USING doomed d WHERE h.id = d.id RETURNING h.id), \
                  low AS ( \
                      SELECT tx, id FROM {s}.event_consumers ORDER BY tx, id LIMIT 1), \
+                 done AS ( \
+                     SELECT z.snap FROM {s}.event_horizons z \
+                     WHERE z.n < (SELECT tx::text::int8 FROM low) ORDER BY z.n DESC LIMIT 1), \
+                 cz AS ( \
+                     SELECT z.snap, z.lo, z.pending FROM {s}.event_horizons z \
+                     WHERE z.n = (SELECT tx::text::int8 FROM low) AND NOT z.legacy), \
+                 leg AS (SELECT z.snap FROM {s}.event_horizons z WHERE z.legacy), \
                  old AS ( \
                      SELECT e.tx, e.id FROM {s}.events e \
                      WHERE e.occurred_at < $1 \
                        AND (NOT EXISTS (SELECT 1 FROM low) \
-                            OR (e.tx, e.id) <= (SELECT tx, id FROM low)) \
+                            OR pg_catalog.pg_visible_in_snapshot(e.tx, (SELECT snap FROM done)) \
+                            OR (e.id <= (SELECT id FROM low) \
+                                AND pg_catalog.pg_visible_in_snapshot( \
+                                        e.tx, (SELECT snap FROM cz)) \
+                                AND (e.tx >= (SELECT lo FROM cz) \
+                                     OR e.tx = ANY ((SELECT pending FROM cz)::xid8[]))) \
+                            OR ((e.tx, e.id) <= (SELECT tx, id FROM low) \
+                                AND pg_catalog.pg_visible_in_snapshot( \
+                                        e.tx, (SELECT snap FROM leg)))) \
                      ORDER BY e.tx, e.id LIMIT $2 FOR UPDATE SKIP LOCKED), \
                  de AS ( \
                      DELETE FROM {s}.events e USING old o WHERE e.tx = o.tx AND e.id = o.id \
-                     RETURNING e.id) \
+                     RETURNING e.id), \
+                 dz AS ( \
+                     DELETE FROM {s}.event_horizons z \
+                     WHERE z.n < (SELECT max(n) FROM {s}.event_horizons) \
+                       AND pg_catalog.pg_snapshot_xmax(z.snap) \
+                           <= coalesce((SELECT min(tx) FROM {s}.events), \
+                                       pg_catalog.pg_snapshot_xmax(z.snap))) \
                  SELECT (SELECT count(*) FROM dh) AS holds, (SELECT count(*) FROM de) AS events"
             ),
         }

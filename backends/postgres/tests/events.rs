@@ -160,10 +160,9 @@ async fn writes_in_a_caller_transaction_append_with_it_or_not_at_all() {
     assert_eq!(drain(store, &log).await, []);
     assert_eq!(counts(store, slot).await, (2, 2, 0, 0));
 
-    // Committed: the events come with the transaction, all with its id as their epoch, in
-    // the order of the writes; a refused hold inside it (its key taken) appends nothing.
+    // Committed: the events come with the transaction, all in one horizon, in the order of
+    // the writes; a refused hold inside it (its key taken) appends nothing.
     let mut tx = store.pool().begin().await.unwrap();
-    let epoch = xact_id(&mut tx).await;
     let placed = {
         let mut writes = store.on(&mut tx);
         let k = key("committed");
@@ -191,12 +190,7 @@ async fn writes_in_a_caller_transaction_append_with_it_or_not_at_all() {
         hold.hold_id
     };
     // Not visible to a reader before the commit.
-    let early = store
-        .clone()
-        .with_event_read_wait(StdDuration::from_millis(20))
-        .read_events(&log, 10)
-        .await
-        .unwrap();
+    let early = store.read_events(&log, 10).await.unwrap();
     assert_eq!(early, []);
     tx.commit().await.unwrap();
     let events = drain(store, &log).await;
@@ -208,6 +202,7 @@ async fn writes_in_a_caller_transaction_append_with_it_or_not_at_all() {
             (EventKind::SlotClosed, None),
         ]
     );
+    let epoch = events[0].position.epoch();
     assert!(events.iter().all(|e| e.position.epoch() == epoch));
     assert_eq!(
         events.iter().map(|e| e.at).collect::<Vec<_>>(),
@@ -228,8 +223,9 @@ async fn running_transaction(pool: &PgPool) -> (sqlx::Transaction<'static, sqlx:
 /// commits last; B appends and commits in between. A reader that paged by `id` alone would
 /// read B's event, acknowledge it and never see A's. Also the other way round: A's
 /// transaction started first (the lower tx) but appends after B committed (the higher `id`).
-/// Either way the store's reader holds B back until A ends and then delivers both, in
-/// (tx, id) order, and a consumer acknowledging as it goes skips neither.
+/// Either way the store's reader delivers B's event at once, without waiting for A, and A's
+/// with the first read after A commits, at a higher position: a consumer acknowledging as it
+/// goes skips neither. A rolled-back A delivers nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_never_skips_an_event_that_commits_after_a_later_one() {
     let Some(ctx) = setup("a_reader_never_skips_an_event_that_commits_after_a_later_one").await
@@ -238,14 +234,12 @@ async fn a_reader_never_skips_an_event_that_commits_after_a_later_one() {
     };
     let s = format!("\"{}\"", ctx.schema());
     let store = &ctx.store;
-    // A reader that does not wait: it answers at once with what it may deliver.
-    let impatient = store.clone().with_event_read_wait(StdDuration::ZERO);
     let follower = consumer("follower");
     let (one, two) = (slot(store, 5).await, slot(store, 5).await);
     assert_eq!(drain(store, &follower).await.len(), 2);
 
     // 1. A appends first and commits last.
-    let (mut a, a_tx) = running_transaction(store.pool()).await;
+    let (mut a, _) = running_transaction(store.pool()).await;
     let k = key("a-1");
     let a_hold = match store
         .on(&mut a)
@@ -265,50 +259,30 @@ async fn a_reader_never_skips_an_event_that_commits_after_a_later_one() {
     .await
     .unwrap();
     assert_eq!(by_id[0].1, Some(b_hold.get()), "B's event is visible by id");
-    // The trap, shown: A's event has the lower id but is not visible yet; a reader by id
-    // would acknowledge B's id and never come back for A's.
+    // The trap, shown: A's event has the lower id but is not visible yet.
     let a_id: i64 = sqlx::query_scalar(&format!("SELECT id FROM {s}.events WHERE hold_id = $1"))
         .bind(a_hold.get())
         .fetch_one(&mut *a)
         .await
         .unwrap();
     assert!(a_id < by_id[0].0);
-    // The store's reader returns nothing while A runs: B's event waits behind it.
-    for _ in 0..3 {
-        assert_eq!(impatient.read_events(&follower, 10).await.unwrap(), []);
-        tokio::time::sleep(StdDuration::from_millis(20)).await;
-    }
-    // A patient reader, started now, returns both once A commits.
-    let patient = {
-        let store = store
-            .clone()
-            .with_event_read_wait(StdDuration::from_secs(30));
-        let follower = follower.clone();
-        tokio::spawn(async move { store.read_events(&follower, 10).await.unwrap() })
-    };
-    tokio::time::sleep(StdDuration::from_millis(100)).await;
-    assert!(!patient.is_finished(), "the reader waits for A");
+    // B's event is delivered while A runs, and acknowledged.
+    let read = drain(store, &follower).await;
+    assert_eq!(kinds(&read), [(EventKind::HoldPlaced, Some(b_hold))]);
+    let b_position = read[0].position;
     a.commit().await.unwrap();
-    let read = patient.await.unwrap();
-    assert_eq!(
-        kinds(&read),
-        [
-            (EventKind::HoldPlaced, Some(a_hold)),
-            (EventKind::HoldPlaced, Some(b_hold)),
-        ]
-    );
-    assert_eq!(read[0].position.epoch(), a_tx);
-    assert!(read[0].position < read[1].position);
-    store
-        .acknowledge(&follower, read[1].position)
-        .await
-        .unwrap();
+    // A's event comes with the next read, above B's: not skipped.
+    let read = drain(store, &follower).await;
+    assert_eq!(kinds(&read), [(EventKind::HoldPlaced, Some(a_hold))]);
+    assert!(read[0].position > b_position);
+    assert!(read[0].position.sequence() < b_position.sequence());
 
     // 2. A starts first (the lower tx) and appends after B committed (the higher id).
     let (mut a, a_tx) = running_transaction(store.pool()).await;
     let b_hold = hold_for(store, two, "b-2", at(0), 300).await;
-    let read = impatient.read_events(&follower, 10).await.unwrap();
-    assert_eq!(read, [], "B is held back while A may still append below it");
+    let read = drain(store, &follower).await;
+    assert_eq!(kinds(&read), [(EventKind::HoldPlaced, Some(b_hold))]);
+    let b_position = read[0].position;
     let k = key("a-2");
     let a_hold = match store
         .on(&mut a)
@@ -320,23 +294,21 @@ async fn a_reader_never_skips_an_event_that_commits_after_a_later_one() {
         HoldOutcome::Created(hold) => hold.hold_id,
         other => panic!("{other:?}"),
     };
-    assert_eq!(impatient.read_events(&follower, 10).await.unwrap(), []);
+    let b_tx: i64 = sqlx::query_scalar(&format!(
+        "SELECT tx::text::int8 FROM {s}.events WHERE hold_id = $1"
+    ))
+    .bind(b_hold.get())
+    .fetch_one(store.pool())
+    .await
+    .unwrap();
+    assert!(a_tx < b_tx, "A's transaction id is the lower one");
+    assert_eq!(store.read_events(&follower, 10).await.unwrap(), []);
     a.commit().await.unwrap();
     let read = drain(store, &follower).await;
-    assert_eq!(
-        kinds(&read),
-        [
-            (EventKind::HoldPlaced, Some(a_hold)),
-            (EventKind::HoldPlaced, Some(b_hold)),
-        ]
-    );
-    assert_eq!(read[0].position.epoch(), a_tx);
-    assert!(
-        read[0].position.sequence() > read[1].position.sequence(),
-        "A's id is the higher one, yet it comes first"
-    );
+    assert_eq!(kinds(&read), [(EventKind::HoldPlaced, Some(a_hold))]);
+    assert!(read[0].position > b_position);
 
-    // 3. A rolled back: B's event is delivered once A is gone, A's never.
+    // 3. A rolled back: B's event is delivered at once, A's never.
     let (mut a, _) = running_transaction(store.pool()).await;
     let k = key("a-3");
     store
@@ -345,12 +317,151 @@ async fn a_reader_never_skips_an_event_that_commits_after_a_later_one() {
         .await
         .unwrap();
     let b_hold = hold_for(store, two, "b-3", at(0), 300).await;
-    assert_eq!(impatient.read_events(&follower, 10).await.unwrap(), []);
-    a.rollback().await.unwrap();
     assert_eq!(
         kinds(&drain(store, &follower).await),
         [(EventKind::HoldPlaced, Some(b_hold))]
     );
+    a.rollback().await.unwrap();
+    assert_eq!(drain(store, &follower).await, []);
+    // A fresh consumer reads the same events in the same positions.
+    let fresh = drain(store, &consumer("fresh")).await;
+    assert_eq!(fresh.len(), 2 + 5);
+}
+
+/// The database `slot_booking_elsewhere` on the same server (created when missing): a place
+/// for transactions that touch nothing of the store's.
+async fn elsewhere(url: &str) -> PgPool {
+    let admin = one_connection(url).await;
+    let exists: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = 'slot_booking_elsewhere')",
+    )
+    .fetch_one(&admin)
+    .await
+    .unwrap();
+    if !exists {
+        match sqlx::query("CREATE DATABASE slot_booking_elsewhere")
+            .execute(&admin)
+            .await
+        {
+            Ok(_) => {}
+            // Created by a concurrent test meanwhile.
+            Err(sqlx::Error::Database(e))
+                if matches!(e.code().as_deref(), Some("42P04") | Some("23505")) => {}
+            Err(other) => panic!("CREATE DATABASE slot_booking_elsewhere: {other}"),
+        }
+    }
+    let options: sqlx::postgres::PgConnectOptions = url.parse().unwrap();
+    sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect_with(options.database("slot_booking_elsewhere"))
+        .await
+        .unwrap()
+}
+
+/// The defect of the cluster-wide horizon: a transaction that wrote nothing of the store's and
+/// stays open — in another database of the server, or on another table of this one — held
+/// every consumer back until it ended (19 s in the report, for a `pg_sleep(20)`). Each such
+/// transaction is opened, given an id, and kept open while holds, a cancel and a slot change
+/// commit; the consumer's next read delivers every one of them while it is still open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactions_that_write_no_event_here_hold_no_consumer_back() {
+    let Some(ctx) = setup("transactions_that_write_no_event_here_hold_no_consumer_back").await
+    else {
+        return;
+    };
+    let store = &ctx.store;
+    let mailer = consumer("mailer");
+    let slot_id = slot(store, 5).await;
+    drain(store, &mailer).await;
+    let other_db = elsewhere(&ctx.url).await;
+    let other_table = format!("\"{}\".orders", ctx.schema());
+    sqlx::query(&format!("CREATE TABLE {other_table} (id BIGINT)"))
+        .execute(store.pool())
+        .await
+        .unwrap();
+    for place in ["another database", "another table of this one"] {
+        let mut open = match place {
+            "another database" => {
+                let mut tx = other_db.begin().await.unwrap();
+                xact_id(&mut tx).await;
+                tx
+            }
+            _ => {
+                let mut tx = store.pool().begin().await.unwrap();
+                sqlx::query(&format!("INSERT INTO {other_table} VALUES (1)"))
+                    .execute(&mut *tx)
+                    .await
+                    .unwrap();
+                tx
+            }
+        };
+        let held: i64 = sqlx::query_scalar("SELECT pg_current_xact_id()::text::int8")
+            .fetch_one(&mut *open)
+            .await
+            .unwrap();
+        let tag = place.replace(' ', "-");
+        let hold = hold_for(store, slot_id, &format!("{tag}-1"), at(0), 300).await;
+        hold_for(store, slot_id, &format!("{tag}-2"), at(0), 300).await;
+        store
+            .cancel_hold(hold, &Scope::BackOffice, at(1))
+            .await
+            .unwrap();
+        let read = drain(store, &mailer).await;
+        assert_eq!(read.len(), 3, "{place}: every committed event, at once");
+        // The open transaction was there all along: it is the oldest one running.
+        let oldest: Option<i64> = sqlx::query_scalar(
+            "SELECT min(backend_xid::text::int8) FROM pg_stat_activity \
+             WHERE backend_xid IS NOT NULL",
+        )
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+        assert!(
+            oldest.is_some_and(|oldest| oldest <= held),
+            "{place}: still open"
+        );
+        open.rollback().await.unwrap();
+    }
+}
+
+/// A caller's transaction that appended events and stays open holds back its own events only:
+/// events other transactions commit meanwhile are delivered at once, and its own come with the
+/// consumer's first read after it commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_callers_transaction_holds_back_only_its_own_events() {
+    let Some(ctx) = setup("an_open_callers_transaction_holds_back_only_its_own_events").await
+    else {
+        return;
+    };
+    let store = &ctx.store;
+    let mailer = consumer("mailer");
+    let (one, two) = (slot(store, 5).await, slot(store, 5).await);
+    drain(store, &mailer).await;
+    let mut tx = store.pool().begin().await.unwrap();
+    let k = key("in-the-transaction");
+    let mine = match store
+        .on(&mut tx)
+        .create_hold(request(one, &k, at(0)))
+        .await
+        .unwrap()
+        .outcome
+    {
+        HoldOutcome::Created(hold) => hold.hold_id,
+        other => panic!("{other:?}"),
+    };
+    let mut others = Vec::new();
+    for i in 0..3 {
+        others.push(hold_for(store, two, &format!("other-{i}"), at(0), 300).await);
+        let read = drain(store, &mailer).await;
+        assert_eq!(
+            kinds(&read),
+            [(EventKind::HoldPlaced, Some(others[i]))],
+            "delivered while the caller's transaction is open"
+        );
+    }
+    tx.commit().await.unwrap();
+    let read = store.read_events(&mailer, 10).await.unwrap();
+    assert_eq!(kinds(&read), [(EventKind::HoldPlaced, Some(mine))]);
 }
 
 /// Where a sweeper waits: for a slot row a caller's transaction holds, while it holds the
@@ -578,4 +689,175 @@ async fn sweepers_race_holds_and_each_other_without_deadlock_or_double_report() 
         "every expired hold has its event"
     );
     assert!(!lazily.is_empty());
+}
+
+/// Exactly once across instances: three instances (each a pool of its own, an engine on a
+/// shared manual clock) share the consumer `mailer` while writers place and cancel holds.
+/// Each takes the lease before every read, then records the batch in the application's own
+/// table `handled` and acknowledges it through `within(store.on(&mut tx))` in one transaction,
+/// committed only when the acknowledgement succeeded. Now and then an instance crashes (its
+/// transaction dropped uncommitted, its lease left to lapse) or stalls past its lease before
+/// acknowledging, so another takes over. Every event lands in `handled` exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_instances_handle_every_event_once_with_the_acknowledgement_in_their_transaction() {
+    use slot_booking::{BookingEngine, BookingError, LeaseHolder, ManualClock};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let Some(ctx) = setup(
+        "three_instances_handle_every_event_once_with_the_acknowledgement_in_their_transaction",
+    )
+    .await
+    else {
+        return;
+    };
+    let handled_table = format!("\"{}\".handled", ctx.schema());
+    sqlx::query(&format!(
+        "CREATE TABLE {handled_table} (epoch BIGINT NOT NULL, sequence BIGINT NOT NULL, \
+         holder TEXT NOT NULL)"
+    ))
+    .execute(ctx.pool())
+    .await
+    .unwrap();
+    let clock = ManualClock::new(t0());
+    let lease = StdDuration::from_secs(10);
+    let lapse = Duration::seconds(11);
+    let mailer = consumer("mailer");
+    let writer = BookingEngine::builder(ctx.store.clone())
+        .clock(clock.clone())
+        .build();
+    let mut slots = Vec::new();
+    for _ in 0..3 {
+        let starts = t0() + Duration::days(30);
+        slots.push(
+            writer
+                .create_slot(slot_booking::NewSlot::new(
+                    starts,
+                    starts + Duration::hours(1),
+                    1000,
+                ))
+                .await
+                .unwrap()
+                .slot_id,
+        );
+    }
+    let goal = Arc::new(AtomicUsize::new(usize::MAX));
+    let mut instances = Vec::new();
+    for i in 0..3 {
+        let store = ctx.second_store().await;
+        let engine = BookingEngine::builder(store.clone())
+            .clock(clock.clone())
+            .build();
+        let (clock, mailer, goal) = (clock.clone(), mailer.clone(), Arc::clone(&goal));
+        let handled_table = handled_table.clone();
+        instances.push(tokio::spawn(async move {
+            let mut me = LeaseHolder::unique();
+            let mut turns = 0_u32;
+            loop {
+                let done: i64 =
+                    sqlx::query_scalar(&format!("SELECT count(*) FROM {handled_table}"))
+                        .fetch_one(store.pool())
+                        .await
+                        .unwrap();
+                if usize::try_from(done).unwrap() >= goal.load(Ordering::SeqCst) {
+                    return;
+                }
+                turns += 1;
+                assert!(turns < 50_000, "instance {i} made no progress");
+                if !engine.lease_consumer(&mailer, &me, lease).await.unwrap() {
+                    tokio::task::yield_now().await;
+                    continue;
+                }
+                let batch = engine.read_events(&mailer, 4).await.unwrap();
+                let Some(last) = batch.last().map(|e| e.position) else {
+                    tokio::task::yield_now().await;
+                    continue;
+                };
+                let mut tx = store.pool().begin().await.unwrap();
+                for event in &batch {
+                    sqlx::query(&format!("INSERT INTO {handled_table} VALUES ($1, $2, $3)"))
+                        .bind(event.position.epoch())
+                        .bind(event.position.sequence())
+                        .bind(me.as_str())
+                        .execute(&mut *tx)
+                        .await
+                        .unwrap();
+                }
+                match turns % 5 {
+                    // A crash: the transaction is dropped (rolled back), the lease never
+                    // released; the clock moves on past it.
+                    2 => {
+                        drop(tx);
+                        clock.advance(lapse);
+                        me = LeaseHolder::unique();
+                        continue;
+                    }
+                    // A stall past the lease before acknowledging.
+                    4 => {
+                        clock.advance(lapse);
+                        tokio::task::yield_now().await;
+                    }
+                    _ => {}
+                }
+                match engine
+                    .within(store.on(&mut tx))
+                    .acknowledge_leased(&mailer, &me, last)
+                    .await
+                {
+                    Ok(()) => tx.commit().await.unwrap(),
+                    Err(BookingError::LeaseLost { .. }) => tx.rollback().await.unwrap(),
+                    Err(other) => panic!("acknowledge: {other}"),
+                }
+            }
+        }));
+    }
+    let mut writers = Vec::new();
+    for w in 0..3 {
+        let engine = writer.clone();
+        let slots = slots.clone();
+        writers.push(tokio::spawn(async move {
+            for i in 0..30 {
+                let hold = engine
+                    .hold(slots[(w + i) % slots.len()], &format!("w{w}-{i}"))
+                    .await
+                    .unwrap()
+                    .hold;
+                if i % 3 == 0 {
+                    engine.cancel(hold.hold_id).await.unwrap();
+                }
+            }
+        }));
+    }
+    for w in writers {
+        w.await.unwrap();
+    }
+    let all = drain(&ctx.store, &consumer("auditor")).await;
+    assert_eq!(all.len(), 3 + 90 + 30);
+    goal.store(all.len(), Ordering::SeqCst);
+    for instance in instances {
+        instance.await.unwrap();
+    }
+    let rows: Vec<(i64, i64, i64)> = sqlx::query_as(&format!(
+        "SELECT epoch, sequence, count(*) FROM {handled_table} GROUP BY epoch, sequence \
+         ORDER BY epoch, sequence"
+    ))
+    .fetch_all(ctx.pool())
+    .await
+    .unwrap();
+    assert!(
+        rows.iter().all(|&(_, _, n)| n == 1),
+        "an event was handled twice"
+    );
+    let handled: Vec<EventPosition> = rows
+        .iter()
+        .map(|&(epoch, sequence, _)| EventPosition::new(epoch, sequence))
+        .collect();
+    let expected: Vec<EventPosition> = all.iter().map(|e| e.position).collect();
+    assert_eq!(handled, expected);
+    let holders: i64 = sqlx::query_scalar(&format!(
+        "SELECT count(DISTINCT holder) FROM {handled_table}"
+    ))
+    .fetch_one(ctx.pool())
+    .await
+    .unwrap();
+    assert!(holders >= 2, "the lease passed from holder to holder");
 }

@@ -90,6 +90,7 @@ async fn migrations_coexist_with_host_sqlx_migrations() {
         tables(&admin, ours).await,
         [
             "event_consumers",
+            "event_horizons",
             "events",
             "hold_keys",
             "holds",
@@ -113,6 +114,7 @@ async fn migrations_coexist_with_host_sqlx_migrations() {
             (5, "slot administration".to_owned()),
             (6, "change notifications".to_owned()),
             (7, "events".to_owned()),
+            (8, "event horizons and consumer leases".to_owned()),
         ]
     );
     let theirs: Vec<i64> = sqlx::query_scalar(&format!(
@@ -183,7 +185,7 @@ async fn concurrent_migrations_apply_once() {
     .fetch_one(&admin)
     .await
     .unwrap();
-    assert_eq!(n, 7, "each of the seven migrations applied once");
+    assert_eq!(n, 8, "each of the eight migrations applied once");
     admin.close().await;
 }
 
@@ -299,6 +301,7 @@ async fn recorded_schema(
             "change notifications",
             include_str!("../migrations/0006_change_notifications.sql"),
         ),
+        ("events", include_str!("../migrations/0007_events.sql")),
     ];
     let mut tx = pool.begin().await.unwrap();
     tx.execute(&*format!(
@@ -548,7 +551,7 @@ async fn a_schema_from_before_slot_administration_upgrades_in_place() {
     let versions: Vec<(i64,)> = old
         .rows("SELECT version FROM {s}.slot_booking_migrations ORDER BY version")
         .await;
-    assert_eq!(versions, [(1,), (2,), (3,), (4,), (5,), (6,), (7,)]);
+    assert_eq!(versions, [(1,), (2,), (3,), (4,), (5,), (6,), (7,), (8,)]);
     let slots_after: Vec<SlotRow> = old.rows(slot_rows).await;
     let holds_after: Vec<HoldRow> = old.rows(hold_rows).await;
     let keys_after: Vec<(String, i64)> = old.rows(key_rows).await;
@@ -685,7 +688,7 @@ async fn a_schema_from_before_events_upgrades_in_place() {
     let versions: Vec<(i64,)> = old
         .rows("SELECT version FROM {s}.slot_booking_migrations ORDER BY version")
         .await;
-    assert_eq!(versions.last(), Some(&(7,)));
+    assert_eq!(versions.last(), Some(&(8,)));
     assert_eq!(old.rows::<SlotRow>(slot_rows).await, slots_before);
     assert_eq!(old.rows::<HoldRow>(hold_rows).await, holds_before);
     assert_eq!(old.rows::<(String, i64)>(key_rows).await, keys_before);
@@ -739,5 +742,77 @@ async fn a_schema_from_before_events_upgrades_in_place() {
         [("held-key".to_owned(), 1), ("confirmed-key".to_owned(), 2)]
     );
     assert_invariant(&store, SlotId(1)).await;
+    old.admin.close().await;
+}
+
+/// Events read without waiting arrive by an additive migration (8): a schema made by
+/// migrations 1 to 7, with events and a consumer halfway through them, upgrades in place. The
+/// consumer resumes after its cursor: the old events it had not acknowledged come with the
+/// positions they had (`<tx>_<id>`), then the new ones above them, none skipped or repeated;
+/// a new consumer reads all of them in the same positions; purging the acknowledged old events
+/// works across the upgrade.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_from_before_event_horizons_upgrades_in_place() {
+    use slot_booking::{ConsumerId, EventKind, EventStore};
+    let Some(old) = OldSchema::new(
+        "a_schema_from_before_event_horizons_upgrades_in_place",
+        7,
+        "INSERT INTO slots (starts_at, ends_at, capacity, remaining) VALUES \
+           ('2030-03-17 10:00:00+00', '2030-03-17 11:00:00+00', 5, 5); \
+         INSERT INTO events (kind, slot_id, hold_id, owner, quantity, occurred_at) VALUES \
+           ('slot_created', 1, NULL, NULL, 5, '2030-03-17 08:00:00+00'), \
+           ('slot_closed', 1, NULL, NULL, 5, '2030-03-17 08:01:00+00'), \
+           ('slot_reopened', 1, NULL, NULL, 5, '2030-03-17 08:02:00+00'), \
+           ('slot_capacity_changed', 1, NULL, NULL, 5, '2030-03-17 08:03:00+00'); \
+         INSERT INTO event_consumers (name, tx, id) \
+           SELECT 'mailer', tx, id FROM events ORDER BY id LIMIT 1 OFFSET 1;",
+    )
+    .await
+    else {
+        return;
+    };
+    let before: Vec<(i64, i64)> = old
+        .rows("SELECT tx::text::int8, id FROM {s}.events ORDER BY tx, id")
+        .await;
+    let store = old.upgrade().await;
+    let mailer = ConsumerId::new("mailer").unwrap();
+    assert_eq!(
+        store.consumer_position(&mailer).await.unwrap(),
+        Some(slot_booking::EventPosition::new(before[1].0, before[1].1)),
+        "the cursor is kept"
+    );
+    let now: Timestamp = "2030-03-17T09:00:00Z".parse().unwrap();
+    store.set_closed(SlotId(1), true, now).await.unwrap();
+    let read = store.read_events(&mailer, 100).await.unwrap();
+    let seen: Vec<_> = read
+        .iter()
+        .map(|e| (e.kind, e.position.epoch(), e.position.sequence()))
+        .collect();
+    assert_eq!(
+        seen[..2],
+        [
+            (EventKind::SlotReopened, before[2].0, before[2].1),
+            (EventKind::SlotCapacityChanged, before[3].0, before[3].1),
+        ],
+        "the old events keep their positions"
+    );
+    assert_eq!(seen.len(), 3);
+    assert_eq!(seen[2].0, EventKind::SlotClosed);
+    assert!(read[2].position > read[1].position);
+    store.acknowledge(&mailer, read[2].position).await.unwrap();
+    assert_eq!(store.read_events(&mailer, 100).await.unwrap(), []);
+    let fresh = store
+        .read_events(&ConsumerId::new("fresh").unwrap(), 100)
+        .await
+        .unwrap();
+    assert_eq!(fresh.len(), 5);
+    assert_eq!(&fresh[2..], &read[..]);
+    // Every event acknowledged by both consumers is purged, old and new alike.
+    store
+        .acknowledge(&ConsumerId::new("fresh").unwrap(), fresh[4].position)
+        .await
+        .unwrap();
+    let later: Timestamp = "2030-03-18T00:00:00Z".parse().unwrap();
+    assert_eq!(store.purge(later, 100).await.unwrap().events, 5);
     old.admin.close().await;
 }

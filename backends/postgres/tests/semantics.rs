@@ -161,6 +161,7 @@ async fn tables_live_in_the_configured_schema() {
         tables(ctx.pool(), ctx.schema()).await,
         [
             "event_consumers",
+            "event_horizons",
             "events",
             "hold_keys",
             "holds",

@@ -153,8 +153,8 @@ use chrono::DateTime;
 use slot_booking::events::NewEvent;
 use slot_booking::{
     AvailabilityEntry, ConsumerId, Decided, Event, EventKind, EventPosition, EventStore, Hold,
-    HoldId, HoldOutcome, HoldRequest, HoldStatus, NewSlot, OwnerId, PageRequest, Purged,
-    RenewRequest, ResourceId, Scope, Slot, SlotChange, SlotFilter, SlotId, SlotPageRequest,
+    HoldId, HoldOutcome, HoldRequest, HoldStatus, LeaseHolder, NewSlot, OwnerId, PageRequest,
+    Purged, RenewRequest, ResourceId, Scope, Slot, SlotChange, SlotFilter, SlotId, SlotPageRequest,
     SlotUsage, Store, StoreError, Timestamp, Transition,
 };
 use sqlx::sqlite::{
@@ -981,16 +981,52 @@ impl EventStore for SqliteStore {
         consumer: &ConsumerId,
         through: EventPosition,
     ) -> Result<(), StoreError> {
-        if through.epoch() != 0 {
-            return Err(StoreError::failed(format!(
-                "event position {through} is not one of this store's (0_<id>)"
-            )));
-        }
         // One autocommit upsert, queued with the store's other writers like a hold's insert.
         let _gate = self.write_gate.lock().await;
-        sqlx::query(&self.sql.acknowledge)
+        let mut conn = self.pool.acquire().await.map_err(map_err)?;
+        writes::acknowledge(&self.sql, &mut conn, consumer, None, through).await?;
+        Ok(())
+    }
+
+    async fn acknowledge_leased(
+        &self,
+        consumer: &ConsumerId,
+        holder: &LeaseHolder,
+        through: EventPosition,
+    ) -> Result<bool, StoreError> {
+        let _gate = self.write_gate.lock().await;
+        let mut conn = self.pool.acquire().await.map_err(map_err)?;
+        writes::acknowledge(&self.sql, &mut conn, consumer, Some(holder), through).await
+    }
+
+    async fn lease_consumer(
+        &self,
+        consumer: &ConsumerId,
+        holder: &LeaseHolder,
+        now: Timestamp,
+        until: Timestamp,
+    ) -> Result<bool, StoreError> {
+        let _gate = self.write_gate.lock().await;
+        let row = sqlx::query(&self.sql.lease_consumer)
             .bind(consumer.as_str())
-            .bind(through.sequence())
+            .bind(holder.as_str())
+            .bind(to_micros(now))
+            .bind(to_micros(until))
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(map_err)?;
+        Ok(row.is_some())
+    }
+
+    async fn release_consumer(
+        &self,
+        consumer: &ConsumerId,
+        holder: &LeaseHolder,
+    ) -> Result<(), StoreError> {
+        let _gate = self.write_gate.lock().await;
+        sqlx::query(&self.sql.release_consumer)
+            .bind(consumer.as_str())
+            .bind(holder.as_str())
             .execute(&self.pool)
             .await
             .map_err(map_err)?;

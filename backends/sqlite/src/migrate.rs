@@ -56,6 +56,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         description: "sold out in one statement",
         sql: include_str!("../migrations/0006_sold_out_in_one_statement.sql"),
     },
+    Migration {
+        version: 7,
+        description: "consumer leases",
+        sql: include_str!("../migrations/0007_consumer_leases.sql"),
+    },
 ];
 
 /// The ledger 0.1 kept for its unprefixed tables.

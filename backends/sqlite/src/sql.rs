@@ -109,7 +109,10 @@ pub(crate) struct Statements {
     pub(crate) append_event: String,
     pub(crate) read_events: String,
     pub(crate) acknowledge: String,
+    pub(crate) acknowledge_leased: String,
     pub(crate) consumer_position: String,
+    pub(crate) lease_consumer: String,
+    pub(crate) release_consumer: String,
     pub(crate) sweep_expired: String,
     pub(crate) purge_holds: String,
     pub(crate) purge_events: String,
@@ -292,7 +295,29 @@ impl Statements {
                  ON CONFLICT (name) DO UPDATE \
                  SET acknowledged = max(acknowledged, excluded.acknowledged)"
             ),
+            // ?1 consumer, ?2 event id, ?3 holder: moves the cursor (never back) only while ?3
+            // holds the consumer's lease; one row changed then, none otherwise.
+            acknowledge_leased: format!(
+                "UPDATE {consumers} SET acknowledged = max(acknowledged, ?2) \
+                 WHERE name = ?1 AND holder = ?3"
+            ),
             consumer_position: format!("SELECT acknowledged FROM {consumers} WHERE name = ?1"),
+            // ?1 consumer, ?2 holder, ?3 now, ?4 the lease's end (µs). Registers a consumer
+            // never seen (at the start) with the lease; takes it when free or lapsed, extends it
+            // for its holder. A row is returned when ?2 holds the lease afterwards.
+            lease_consumer: format!(
+                "INSERT INTO {consumers} (name, acknowledged, holder, lease_until) \
+                 VALUES (?1, 0, ?2, ?4) \
+                 ON CONFLICT (name) DO UPDATE \
+                 SET holder = excluded.holder, lease_until = excluded.lease_until \
+                 WHERE holder IS NULL OR holder = excluded.holder OR lease_until <= ?3 \
+                 RETURNING name"
+            ),
+            // ?1 consumer, ?2 holder.
+            release_consumer: format!(
+                "UPDATE {consumers} SET holder = NULL, lease_until = NULL \
+                 WHERE name = ?1 AND holder = ?2"
+            ),
             // ?1 now, ?2 limit: the sweeper's reclaim, up to ?2 held holds that expired by ?1 on
             // any slot, the earliest first, through `holds_held_by_expiry` (migration 5). A hold
             // another sweeper or a lazy reclaim took first is no longer 'held' and is not

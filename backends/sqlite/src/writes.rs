@@ -11,9 +11,9 @@
 use async_trait::async_trait;
 use slot_booking::events::NewEvent;
 use slot_booking::{
-    Decided, EventKind, Hold, HoldId, HoldOutcome, HoldRequest, NewSlot, Purged, RenewRequest,
-    ResourceId, Scope, Slot, SlotChange, SlotId, SlotLimits, StoreError, Timestamp,
-    TransactionWrites, TransactionalStore, Transition,
+    ConsumerId, Decided, EventKind, EventPosition, Hold, HoldId, HoldOutcome, HoldRequest,
+    LeaseHolder, NewSlot, Purged, RenewRequest, ResourceId, Scope, Slot, SlotChange, SlotId,
+    SlotLimits, StoreError, Timestamp, TransactionWrites, TransactionalStore, Transition,
 };
 use sqlx::sqlite::{SqliteArguments, SqliteConnection};
 use sqlx::{Connection, Sqlite, Transaction};
@@ -586,6 +586,35 @@ pub(crate) async fn purge(
     Ok(Step::keep(purged))
 }
 
+/// [`EventStore::acknowledge`](slot_booking::EventStore::acknowledge) (`holder` `None`:
+/// always `true`) or [`acknowledge_leased`](slot_booking::EventStore::acknowledge_leased)
+/// (`false`, nothing moved, when `holder` does not hold the lease): one statement.
+pub(crate) async fn acknowledge(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    consumer: &ConsumerId,
+    holder: Option<&LeaseHolder>,
+    through: EventPosition,
+) -> Result<bool, StoreError> {
+    if through.epoch() != 0 {
+        return Err(StoreError::failed(format!(
+            "event position {through} is not one of this store's (0_<id>)"
+        )));
+    }
+    let query = match holder {
+        None => sqlx::query(&sql.acknowledge),
+        Some(_) => sqlx::query(&sql.acknowledge_leased),
+    }
+    .bind(consumer.as_str())
+    .bind(through.sequence());
+    let query = match holder {
+        None => query,
+        Some(holder) => query.bind(holder.as_str()),
+    };
+    let done = query.execute(conn).await.map_err(map_err)?;
+    Ok(holder.is_none() || done.rows_affected() == 1)
+}
+
 /// A write transaction of a [`SqliteStore`], its [`TransactionalStore::Transaction`]: begun
 /// with `BEGIN IMMEDIATE`, so it holds SQLite's write lock from its first statement to its
 /// end, and holding the store's in-process write queue as long, so that the store's other
@@ -811,6 +840,15 @@ impl TransactionWrites for SqliteWrites<'_> {
         let mut unit = begin_unit(self.conn).await?;
         let step = remove_slot(&self.sql, &mut unit, slot_id, now).await;
         Ok(Decided::new(now, finish(unit, step).await?))
+    }
+
+    async fn acknowledge(
+        &mut self,
+        consumer: &ConsumerId,
+        holder: Option<&LeaseHolder>,
+        through: EventPosition,
+    ) -> Result<bool, StoreError> {
+        acknowledge(&self.sql, self.conn, consumer, holder, through).await
     }
 }
 

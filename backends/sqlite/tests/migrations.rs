@@ -114,6 +114,7 @@ async fn migrations_coexist_with_host_sqlx_migrations() {
             (4, "slot administration".to_owned()),
             (5, "events".to_owned()),
             (6, "sold out in one statement".to_owned()),
+            (7, "consumer leases".to_owned()),
         ]
     );
     let theirs: Vec<i64> = column(
@@ -154,7 +155,7 @@ async fn concurrent_migrations_apply_once() {
         .fetch_one(store.pool())
         .await
         .unwrap();
-    assert_eq!(n, 6, "each of the six migrations applied once");
+    assert_eq!(n, 7, "each of the seven migrations applied once");
 }
 
 #[tokio::test]
@@ -488,7 +489,7 @@ async fn a_database_made_by_migrations_1_to_3_upgrades_in_place() {
         "SELECT version FROM slot_booking_migrations ORDER BY version",
     )
     .await;
-    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6]);
+    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7]);
     for id in 1..=3 {
         let slot = store.get_slot(SlotId(id)).await.unwrap().unwrap();
         assert_eq!(
@@ -583,7 +584,7 @@ async fn a_database_made_by_migrations_1_to_4_upgrades_in_place() {
         "SELECT version FROM slot_booking_migrations ORDER BY version",
     )
     .await;
-    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6]);
+    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7]);
     let reader = ConsumerId::new("reader").unwrap();
     assert!(store.read_events(&reader, 100).await.unwrap().is_empty());
 
@@ -678,7 +679,7 @@ async fn a_database_made_by_migrations_1_to_5_upgrades_in_place() {
         "SELECT version FROM slot_booking_migrations ORDER BY version",
     )
     .await;
-    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6]);
+    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7]);
 
     // The old rows sell on (the old expired hold reclaimed lazily), filling slot 1.
     assert_previous_release_sells_on(&store).await;
