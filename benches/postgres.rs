@@ -11,7 +11,9 @@
 //!    that history, timed in alternation, and the ratio of the medians.
 //! 4. Refused holds on a full slot (sold out, nothing expired) with 8 connections: the engine
 //!    against `pgbench` running the same statement on that slot (`refusals`).
-//! 5. What the change notification (migration 6's trigger) costs the cancel that sends it:
+//! 5. Holds on 1,000 slots with 8 connections, without and with a consumer reading and
+//!    acknowledging the event log meanwhile, alternating rounds (`consumer`).
+//! 6. What the change notification (migration 6's trigger) costs the cancel that sends it:
 //!    hold-then-cancel with 8 tasks on two schemas alike but for the triggers (dropped on
 //!    the baseline), each followed by 3 listening engines, in alternating 2 s rounds; cancels
 //!    per second and the median cancel, and their ratios.
@@ -225,6 +227,67 @@ async fn throughput(url: &str) {
         .unwrap();
         assert_eq!(invariant.0, 0, "the invariant held under load");
     }
+}
+
+/// Holds per second on 1,000 slots, 8 connections, without and with a consumer reading and
+/// acknowledging the event log as fast as it can (each read taking a new horizon when events
+/// committed since the last one), alternating rounds of `RUN` on one schema: what readers
+/// cost the writers. Also how many events the consumer delivered per second.
+async fn consumer_cost(url: &str) {
+    use slot_booking::ConsumerId;
+    let schema = "sb_bench_consumer";
+    let store = Arc::new(fresh_store(url, schema).await);
+    let engine = BookingEngine::new(Arc::clone(&store));
+    let ids = slots(&engine, 1_000, i32::MAX).await;
+    let consumer = ConsumerId::new("bench").unwrap();
+    let (mut without, mut with, mut delivered) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..3 {
+        without.push(engine_holds(&engine, &ids, &format!("plain{round}")).await);
+        // Start the consumer at the log's end.
+        loop {
+            let batch = engine.read_events(&consumer, 1000).await.unwrap();
+            let Some(last) = batch.last() else { break };
+            engine
+                .acknowledge_events(&consumer, last.position)
+                .await
+                .unwrap();
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let reader = {
+            let (engine, stop, consumer) = (engine.clone(), stop.clone(), consumer.clone());
+            tokio::spawn(async move {
+                let (started, mut events) = (Instant::now(), 0_usize);
+                while !stop.load(Ordering::Relaxed) {
+                    let batch = engine.read_events(&consumer, 1000).await.unwrap();
+                    if let Some(last) = batch.last() {
+                        engine
+                            .acknowledge_events(&consumer, last.position)
+                            .await
+                            .unwrap();
+                    }
+                    events += batch.len();
+                }
+                events as f64 / started.elapsed().as_secs_f64()
+            })
+        };
+        with.push(engine_holds(&engine, &ids, &format!("read{round}")).await);
+        stop.store(true, Ordering::Relaxed);
+        delivered.push(reader.await.unwrap());
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (a, b, d) = (
+        median(&mut without),
+        median(&mut with),
+        median(&mut delivered),
+    );
+    println!(
+        "postgres holds, 8 connections, 1,000 slots: {a:.0}/s without a consumer, {b:.0}/s with \
+         one reading and acknowledging ({d:.0} events/s delivered), ratio {:.2}x",
+        b / a
+    );
 }
 
 /// 1,000 future slots and 1,000,000 holds spread evenly over them: 90% history (confirmed,
@@ -574,6 +637,9 @@ fn main() {
     }
     if filter.as_deref().is_none_or(|f| "history".contains(f)) {
         rt.block_on(abandoned_history(&url));
+    }
+    if filter.as_deref().is_none_or(|f| "consumer".contains(f)) {
+        rt.block_on(consumer_cost(&url));
     }
     if filter.as_deref().is_none_or(|f| "notify".contains(f)) {
         rt.block_on(notify_cost(&url));
