@@ -107,8 +107,11 @@ pub struct FollowerStats {
     pub invalidations: u64,
 }
 
-/// A running [`follow_changes`] task. Dropping it stops the task.
+/// A running [`follow_changes`] task. Dropping it stops the task: keep it for as long as the
+/// engine should follow other instances' commits (in the struct that holds the engine, say),
+/// and [`stop`](Follower::stop) it, or drop it, to end following.
 #[derive(Debug)]
+#[must_use = "dropping a Follower stops it at once: keep it for as long as the engine should follow changes"]
 pub struct Follower {
     task: tokio::task::JoinHandle<()>,
     counters: Arc<Counters>,

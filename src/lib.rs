@@ -191,6 +191,9 @@
 //! `slot_booking::conformance_tests!` — so a third-party store can prove the same behaviour,
 //! races included.
 #![cfg_attr(docsrs, feature(doc_cfg))]
+// Doc tests (the README's included) may not drop a value whose drop stops work, such as a
+// `Follower` or a `Sweeper`, nor an unused `Result`.
+#![doc(test(attr(deny(unused_must_use))))]
 
 pub mod admin;
 pub mod cache;
@@ -230,7 +233,9 @@ pub use store::{
 };
 pub use transaction::{TransactionWrites, TransactionalStore, Within};
 
-/// The README's code blocks, compiled and run as doc tests so the README stays true.
+/// The README's code blocks, compiled and run as doc tests so the README stays true (those
+/// marked `no_run`, which need a PostgreSQL server, are compiled only). `tests/readme.rs`
+/// fails if a Rust block is fenced so that it would not be compiled.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;

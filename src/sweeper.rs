@@ -34,8 +34,25 @@ pub struct SweepStats {
 }
 
 /// A running sweeper from [`BookingEngine::sweep_expired`]. Dropping it stops the task; so
-/// does dropping the engine (at the next period).
+/// does dropping the engine (at the next period). Keep it for as long as expired holds should
+/// be swept, and [`stop`](Sweeper::stop) it, or drop it, to end sweeping.
+///
+/// A sweeper dropped where it is made would stop at once; the compiler says so (doc tests
+/// deny the warning, so this one fails to compile, unlike the example of
+/// [`sweep_expired`](BookingEngine::sweep_expired) that keeps it):
+///
+/// ```compile_fail
+/// # tokio_test::block_on(async {
+/// use std::time::Duration;
+/// use slot_booking::{BookingEngine, MemoryStore};
+///
+/// let engine = BookingEngine::new(MemoryStore::new());
+/// engine.sweep_expired(Duration::from_secs(30), 500)?; // error: unused `Sweeper`
+/// # Ok::<(), slot_booking::BookingError>(())
+/// # }).unwrap();
+/// ```
 #[derive(Debug)]
+#[must_use = "dropping a Sweeper stops it at once: keep it for as long as expired holds should be swept"]
 pub struct Sweeper {
     task: tokio::task::JoinHandle<()>,
     stats: watch::Receiver<SweepStats>,

@@ -15,6 +15,11 @@ use slot_booking::conformance::kit::SlotTally;
 use slot_booking::{BookingEngine, BookingError, HoldId, HoldStatus, NewSlot, SlotId};
 use sqlx::Connection;
 
+/// Whether the PostgreSQL tests run, and where: shared with the PostgreSQL store's tests.
+#[path = "../backends/postgres/tests/common/gate.rs"]
+#[allow(dead_code)]
+mod gate;
+
 /// The example binary `cargo test` builds next to this test's own binary.
 fn server_binary() -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
@@ -303,12 +308,7 @@ async fn sqlite_server_survives_sigkill() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn postgres_server_survives_sigkill() {
-    let Ok(admin) = std::env::var("DATABASE_URL") else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI must run the PostgreSQL tests: set DATABASE_URL"
-        );
-        eprintln!("SKIPPED: DATABASE_URL is not set; PostgreSQL restart test not run");
+    let Some(admin) = gate::server_url("postgres_server_survives_sigkill") else {
         return;
     };
     let name = unique("sb_restart");
@@ -316,7 +316,9 @@ async fn postgres_server_survives_sigkill() {
     sqlx::query(&format!("CREATE DATABASE {name}"))
         .execute(&mut conn)
         .await
-        .unwrap();
+        .unwrap_or_else(|error| {
+            panic!("{error}: these tests make a database each; DATABASE_URL's role needs CREATEDB")
+        });
     let base = admin.rsplit_once('/').map_or(admin.as_str(), |(b, _)| b);
     kill_mid_load_and_check(&format!("{base}/{name}")).await;
     let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))

@@ -1,12 +1,14 @@
 //! Shared setup for the PostgreSQL store's tests: a fresh schema per test (dropped when the
 //! test's guard goes away, pass or fail), timestamps, keys and an invariant check in SQL.
 //!
-//! Tests read `DATABASE_URL`. Without it they print that they were SKIPPED and pass, unless
-//! `CI` is set: then they panic, so CI never skips them.
+//! Tests use the server `DATABASE_URL` names or, without it, PostgreSQL's default local
+//! address. When none answers they print that they were SKIPPED, and the binary says at exit
+//! how many were, unless `CI` is set: then they panic, so CI never skips them ([`gate`]).
 
 #![allow(dead_code)]
 
-use std::io::Write;
+pub mod gate;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration as StdDuration, SystemTime, UNIX_EPOCH};
 
@@ -19,23 +21,10 @@ use sqlx::postgres::{PgPool, PgPoolOptions};
 /// Connections per test pool.
 pub const POOL_SIZE: u32 = 12;
 
-/// `DATABASE_URL`, or `None` after printing that `test` is skipped. Panics without it on CI.
+/// The server's URL ([`gate::server_url`]), or `None` after printing that `test` is skipped.
+/// Panics without a server on CI.
 pub fn database_url(test: &str) -> Option<String> {
-    match std::env::var("DATABASE_URL") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            if std::env::var_os("CI").is_some() {
-                panic!("{test}: DATABASE_URL is not set and CI is: PostgreSQL tests must not be skipped on CI");
-            }
-            // Straight to the process's stderr: `eprintln!` would be captured by the harness
-            // and never shown for a passing test.
-            let _ = writeln!(
-                std::io::stderr(),
-                "*** SKIPPED {test}: DATABASE_URL is not set; this PostgreSQL test did NOT run ***"
-            );
-            None
-        }
-    }
+    gate::server_url(test)
 }
 
 pub async fn pool(url: &str) -> PgPool {
@@ -128,7 +117,7 @@ impl Ctx {
     }
 }
 
-/// A fresh, migrated schema for `test`, or `None` (skipped) without `DATABASE_URL`.
+/// A fresh, migrated schema for `test`, or `None` (skipped) without a server.
 pub async fn setup(test: &str) -> Option<Ctx> {
     let url = database_url(test)?;
     let schema = unique_schema("sbtest");
@@ -245,8 +234,8 @@ pub async fn assert_invariant(store: &PostgresStore, slot_id: SlotId) {
 /// pool), so a conformance case cleans up after itself.
 pub type OwnedStore = Owned<PostgresStore, SchemaGuard>;
 
-/// A migrated store on a fresh schema, or `None` without `DATABASE_URL` (after the SKIPPED
-/// notice; a panic on CI).
+/// A migrated store on a fresh schema, or `None` without a server (after the SKIPPED notice;
+/// a panic on CI).
 pub async fn owned_store(test: &str) -> Option<OwnedStore> {
     let ctx = setup(test).await?;
     Some(Owned {

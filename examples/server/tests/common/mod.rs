@@ -104,23 +104,22 @@ pub async fn sqlite_url() -> (String, Option<std::path::PathBuf>) {
     )
 }
 
-/// A fresh PostgreSQL database on the server `DATABASE_URL` names, or `None` (loudly) when it
-/// is not set outside CI.
+/// Whether the PostgreSQL tests run, and where: shared with the PostgreSQL store's tests.
+#[path = "../../../../backends/postgres/tests/common/gate.rs"]
+pub mod gate;
+
+/// A fresh PostgreSQL database on the server `DATABASE_URL` names (PostgreSQL's default local
+/// address without it), or `None` (loudly, and counted at exit) when none answers outside CI.
 pub async fn postgres_url() -> Option<String> {
-    let Ok(admin) = std::env::var("DATABASE_URL") else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI must run the PostgreSQL tests: set DATABASE_URL"
-        );
-        eprintln!("SKIPPED: DATABASE_URL is not set; PostgreSQL e2e test not run");
-        return None;
-    };
+    let admin = gate::server_url("PostgreSQL e2e test")?;
     let name = unique("sb_e2e");
     let mut conn = sqlx::PgConnection::connect(&admin).await.unwrap();
     sqlx::query(&format!("CREATE DATABASE {name}"))
         .execute(&mut conn)
         .await
-        .unwrap();
+        .unwrap_or_else(|error| {
+            panic!("{error}: these tests make a database each; DATABASE_URL's role needs CREATEDB")
+        });
     let base = admin.rsplit_once('/').map_or(admin.as_str(), |(b, _)| b);
     Some(format!("{base}/{name}"))
 }
@@ -380,7 +379,7 @@ impl Oneshot {
 /// Drops a database made by [`postgres_url`] (after a passing test; a failing one leaves it
 /// behind for a look).
 pub async fn drop_postgres(url: &str) {
-    let Ok(admin) = std::env::var("DATABASE_URL") else {
+    let Some(admin) = gate::known_url() else {
         return;
     };
     let Some((_, name)) = url.rsplit_once('/') else {
