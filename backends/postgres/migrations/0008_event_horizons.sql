@@ -1,8 +1,8 @@
 -- slot_booking (PostgreSQL), migration 8: events delivered without waiting for transactions
 -- that wrote no event here, and consumers leased to one reader at a time.
 --
--- Additive: one new table, two new nullable columns; no row is rewritten and every row is
--- kept, cursors included.
+-- Additive: one new table, one function, two new nullable columns; no row is rewritten and
+-- every row is kept, cursors included.
 --
 -- Until now a reader returned only events of transactions below the xmin of its snapshot,
 -- which is cluster-wide: any transaction left open anywhere on the server held every consumer
@@ -21,16 +21,41 @@
 -- xmax, which is above every one of their `tx`; every later horizon's number is above it.
 
 CREATE TABLE event_horizons (
-    n       BIGINT PRIMARY KEY,
-    snap    pg_catalog.pg_snapshot NOT NULL,
-    lo      XID8 NOT NULL,
-    pending XID8[] NOT NULL,
-    legacy  BOOLEAN NOT NULL DEFAULT false
+    n        BIGINT PRIMARY KEY,
+    snap     pg_catalog.pg_snapshot NOT NULL,
+    lo       XID8 NOT NULL,
+    pending  XID8[] NOT NULL,
+    legacy   BOOLEAN NOT NULL DEFAULT false,
+    taken_at TIMESTAMPTZ NOT NULL DEFAULT pg_catalog.clock_timestamp()
 );
 
 INSERT INTO event_horizons (n, snap, lo, pending, legacy)
 SELECT pg_catalog.pg_snapshot_xmax(c.snap)::text::int8, c.snap, '0'::xid8, '{}', true
 FROM (SELECT pg_catalog.pg_current_snapshot() AS snap) c;
+
+-- Takes a horizon after the newest `p` when events exist that `p` does not see: the table's
+-- lock first (horizons are taken one at a time; readers are not blocked), then the snapshot,
+-- taken by the INSERT after the lock was granted (each statement of a volatile PL/pgSQL
+-- function runs on a fresh snapshot), so it sees everything `p` saw. `lo` is `p`'s xmax and
+-- `pending` the transactions `p` saw running. Numbered above `p` and at least its own xmax.
+-- One round trip for the reader; its tables are found through the schema it was created in.
+CREATE FUNCTION take_event_horizon() RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    LOCK TABLE event_horizons IN SHARE ROW EXCLUSIVE MODE;
+    INSERT INTO event_horizons (n, snap, lo, pending)
+    SELECT greatest(p.n + 1, pg_catalog.pg_snapshot_xmax(c.snap)::text::int8),
+           c.snap, p.xmax, p.running
+    FROM (SELECT pg_catalog.pg_current_snapshot() AS snap) c,
+         (SELECT z.n, pg_catalog.pg_snapshot_xmax(z.snap) AS xmax,
+                 ARRAY(SELECT pg_catalog.pg_snapshot_xip(z.snap)) AS running
+          FROM event_horizons z ORDER BY z.n DESC LIMIT 1) p
+    WHERE EXISTS (SELECT 1 FROM events e WHERE e.tx >= p.xmax)
+       OR EXISTS (SELECT 1 FROM events e WHERE e.tx = ANY (p.running));
+END
+$$;
 
 -- A consumer's lease: the one reader (`holder`) that may acknowledge for it until
 -- `lease_until`, or NULL when nobody holds it.

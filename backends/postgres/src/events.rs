@@ -11,7 +11,7 @@ use slot_booking::{
     Purged, SlotId, StoreError, Timestamp,
 };
 use sqlx::postgres::{PgConnection, PgRow};
-use sqlx::{Executor, Row};
+use sqlx::Row;
 
 use crate::sql::Statements;
 use crate::{interval, map_err, optional_hold, PostgresStore};
@@ -20,11 +20,13 @@ use crate::{interval, map_err, optional_hold, PostgresStore};
 /// every one was reclaimed by a concurrent sweeper (or hold) first.
 const RECLAIM_ATTEMPTS: u32 = 8;
 
-/// One look at the log: the events after the cursor in the horizons taken so far, and whether
-/// committed events exist that the newest horizon does not see.
+/// One look at the log: the events after the cursor in the horizons taken so far, whether
+/// committed events exist that the newest horizon does not see, and how long ago the newest
+/// horizon was taken.
 struct Look {
     events: Vec<Event>,
     fresh: bool,
+    newest_age: Duration,
 }
 
 fn event_from_row(row: &PgRow) -> Result<Option<Event>, StoreError> {
@@ -70,8 +72,11 @@ impl PostgresStore {
         let Some(first) = rows.first() else {
             return Err(StoreError::failed("the event read returned no row"));
         };
+        let age: Option<i64> = first.try_get("newest_age_us").map_err(map_err)?;
         Ok(Look {
             fresh: first.try_get("fresh").map_err(map_err)?,
+            // A clock stepped back reads as a horizon taken just now.
+            newest_age: Duration::from_micros(age.map_or(0, |us| u64::try_from(us).unwrap_or(0))),
             events: rows
                 .iter()
                 .filter_map(|row| event_from_row(row).transpose())
@@ -79,19 +84,25 @@ impl PostgresStore {
         })
     }
 
-    /// Takes a new horizon when events exist that the newest one does not see (see migration
-    /// 8): the lock, then the snapshot, in one short transaction.
+    /// Takes a new horizon when events exist that the newest one does not see (migration 8's
+    /// function: the lock, then the snapshot), one round trip.
     async fn take_horizon(&self) -> Result<(), StoreError> {
-        let mut tx = self.pool().begin().await.map_err(map_err)?;
-        (&mut *tx)
-            .execute(self.sql().lock_horizons.as_str())
-            .await
-            .map_err(map_err)?;
         sqlx::query(&self.sql().take_horizon)
-            .execute(&mut *tx)
+            .execute(self.pool())
             .await
             .map_err(map_err)?;
-        tx.commit().await.map_err(map_err)
+        Ok(())
+    }
+
+    /// This store with horizons taken at most once per `interval` (default
+    /// [`DEFAULT_HORIZON_INTERVAL`](crate::DEFAULT_HORIZON_INTERVAL)) by its readers: a read that comes up short while events
+    /// committed since the newest horizon waits out the rest of the interval before taking the
+    /// next one, so that readers polling without pause cost the writers a bounded number of
+    /// horizons (each a small committed write) however many events there are. The longest an
+    /// event waits for a horizon; `Duration::ZERO` takes one at every short read.
+    pub fn with_horizon_interval(mut self, interval: Duration) -> Self {
+        self.horizon_interval = interval;
+        self
     }
 }
 
@@ -133,7 +144,11 @@ impl EventStore for PostgresStore {
         if look.events.len() >= limit as usize || !look.fresh {
             return Ok(look.events);
         }
-        // Events committed since the newest horizon: take one that sees them and look again.
+        // Events committed since the newest horizon: take one that sees them (not sooner than
+        // the interval after the newest) and look again.
+        if let Some(rest) = self.horizon_interval.checked_sub(look.newest_age) {
+            tokio::time::sleep(rest).await;
+        }
         self.take_horizon().await?;
         Ok(self.look(consumer, limit).await?.events)
     }

@@ -268,7 +268,6 @@ pub(crate) struct Statements {
     pub(crate) list_slots: String,
     pub(crate) list_resource_slots: String,
     pub(crate) read_events: String,
-    pub(crate) lock_horizons: String,
     pub(crate) take_horizon: String,
     pub(crate) acknowledge: String,
     pub(crate) acknowledge_leased: String,
@@ -680,7 +679,8 @@ impl Statements {
             // `pending`, and visible in its snapshot), by id, horizon after horizon, stopping
             // once `$2` are found. Also `fresh`: whether events exist that the newest horizon
             // does not see (committed since it was taken), so that the caller takes a new one
-            // when this read comes up short. At least one row.
+            // when this read comes up short, and how long ago (µs) the newest was taken. At
+            // least one row.
             read_events: format!(
                 "WITH cur AS ( \
                      SELECT coalesce(max(c.tx::text::int8), 0) AS e, \
@@ -688,14 +688,18 @@ impl Statements {
                      FROM {s}.event_consumers c WHERE c.name = $1), \
                  newest AS ( \
                      SELECT pg_catalog.pg_snapshot_xmax(z.snap) AS xmax, \
-                            ARRAY(SELECT pg_catalog.pg_snapshot_xip(z.snap)) AS running \
+                            ARRAY(SELECT pg_catalog.pg_snapshot_xip(z.snap)) AS running, \
+                            z.taken_at \
                      FROM {s}.event_horizons z ORDER BY z.n DESC LIMIT 1), \
                  fresh AS ( \
                      SELECT EXISTS (SELECT 1 FROM {s}.events e \
                                     WHERE e.tx >= (SELECT xmax FROM newest)) \
                          OR EXISTS (SELECT 1 FROM {s}.events e \
                                     WHERE e.tx = ANY ((SELECT running FROM newest)::xid8[])) \
-                         AS fresh), \
+                         AS fresh, \
+                         (extract(epoch FROM pg_catalog.clock_timestamp() \
+                                  - (SELECT taken_at FROM newest)) * 1000000)::int8 \
+                         AS newest_age_us), \
                  legacy AS ( \
                      SELECT ev.tx::text::int8 AS epoch, {EV_COLUMNS} \
                      FROM cur, {s}.event_horizons z CROSS JOIN LATERAL ( \
@@ -721,28 +725,12 @@ impl Statements {
                  found AS ( \
                      SELECT * FROM legacy UNION ALL SELECT * FROM later \
                      ORDER BY epoch, sequence LIMIT $2) \
-                 SELECT f.fresh, x.* FROM fresh f LEFT JOIN found x ON true \
+                 SELECT f.fresh, f.newest_age_us, x.* FROM fresh f LEFT JOIN found x ON true \
                  ORDER BY x.epoch, x.sequence"
             ),
-            // Taking a horizon is two statements in one transaction: this lock, which makes
-            // horizons taken one at a time (readers are not blocked), then `take_horizon`,
-            // whose snapshot is taken after the lock was granted, so it sees everything the
-            // newest horizon saw.
-            lock_horizons: format!("LOCK TABLE {s}.event_horizons IN SHARE ROW EXCLUSIVE MODE"),
-            // A new horizon after the newest `p`, when events exist that `p` does not see:
-            // this statement's snapshot, with `p`'s xmax as `lo` and the transactions `p` saw
-            // running as `pending`. Numbered above `p` and at least its own xmax.
-            take_horizon: format!(
-                "INSERT INTO {s}.event_horizons (n, snap, lo, pending) \
-                 SELECT greatest(p.n + 1, pg_catalog.pg_snapshot_xmax(c.snap)::text::int8), \
-                        c.snap, p.xmax, p.running \
-                 FROM (SELECT pg_catalog.pg_current_snapshot() AS snap) c, ( \
-                     SELECT z.n, pg_catalog.pg_snapshot_xmax(z.snap) AS xmax, \
-                            ARRAY(SELECT pg_catalog.pg_snapshot_xip(z.snap)) AS running \
-                     FROM {s}.event_horizons z ORDER BY z.n DESC LIMIT 1) p \
-                 WHERE EXISTS (SELECT 1 FROM {s}.events e WHERE e.tx >= p.xmax) \
-                    OR EXISTS (SELECT 1 FROM {s}.events e WHERE e.tx = ANY (p.running))"
-            ),
+            // A new horizon when events exist that the newest one does not see: migration 8's
+            // function (the table's lock, then a fresh snapshot), one round trip.
+            take_horizon: format!("SELECT {s}.take_event_horizon()"),
             // `$1` consumer, `$2` and `$3` the position acknowledged: an upsert that never
             // moves a cursor back (the update applies only to a later position).
             acknowledge: format!(
