@@ -222,6 +222,44 @@ pub async fn race_three_instances_handle_each_event_once<S: EventStore>(store: S
     assert_eq!(distinct, expected, "handled events differ from the log");
 }
 
+/// Whether `consumer`'s cursor is at `position` (`None`: no cursor).
+async fn cursor_at<S: EventStore>(
+    f: &Fixture<S>,
+    consumer: &ConsumerId,
+    position: EventPosition,
+) -> Option<bool> {
+    let cursor = f.engine.store().consumer_position(consumer).await;
+    cursor.expect("consumer_position").map(|at| at == position)
+}
+
+/// Acknowledges `through` for `consumer` inside a transaction of the store's (fenced by
+/// `holder`'s lease when given), then commits or rolls back: the acknowledgement's answer.
+async fn acknowledge_in_transaction<S>(
+    f: &Fixture<S>,
+    consumer: &ConsumerId,
+    holder: Option<&LeaseHolder>,
+    through: EventPosition,
+    commit: bool,
+) -> Result<(), BookingError>
+where
+    S: TransactionalStore + EventStore,
+{
+    let store = f.engine.store();
+    let mut tx = store.begin().await.expect("begin");
+    let mut within = f.engine.within(store.writes(&mut tx));
+    let answer = match holder {
+        Some(holder) => within.acknowledge_leased(consumer, holder, through).await,
+        None => within.acknowledge_events(consumer, through).await,
+    };
+    drop(within);
+    if commit {
+        store.commit(tx).await.expect("commit");
+    } else {
+        store.rollback(tx).await.expect("rollback");
+    }
+    answer
+}
+
 /// An acknowledgement through [`Within`](crate::Within) moves the cursor when the caller's
 /// transaction commits and never when it rolls back; a fenced one by a holder whose lease was
 /// taken over answers `lease_lost` inside the transaction and moves nothing.
@@ -233,70 +271,44 @@ where
     let mailer = consumer("mailer");
     let slot = f.slot(5, Duration::hours(2)).await;
     f.engine.hold(slot, "k1").await.expect("hold");
-    let store = f.engine.store();
     let read = f.engine.read_events(&mailer, 10).await.unwrap();
     assert_eq!(read.len(), 2);
-
-    let mut tx = store.begin().await.expect("begin");
-    f.engine
-        .within(store.writes(&mut tx))
-        .acknowledge_events(&mailer, read[0].position)
-        .await
-        .unwrap();
-    store.rollback(tx).await.expect("rollback");
-    assert_eq!(store.consumer_position(&mailer).await.unwrap(), None);
-
-    let mut tx = store.begin().await.expect("begin");
-    f.engine
-        .within(store.writes(&mut tx))
-        .acknowledge_events(&mailer, read[0].position)
-        .await
-        .unwrap();
-    store.commit(tx).await.expect("commit");
-    assert_eq!(
-        store.consumer_position(&mailer).await.unwrap(),
-        Some(read[0].position)
-    );
-
-    // Leased: the holder's acknowledgement commits with the transaction.
+    let (first, second) = (read[0].position, read[1].position);
     let (a, b) = (holder("instance-a"), holder("instance-b"));
-    assert!(f.engine.lease_consumer(&mailer, &a, LEASE).await.unwrap());
-    let mut tx = store.begin().await.expect("begin");
-    f.engine
-        .within(store.writes(&mut tx))
-        .acknowledge_leased(&mailer, &a, read[1].position)
+
+    // Unfenced: rolled back, nothing; committed, the cursor moves.
+    assert!(acknowledge_in_transaction(&f, &mailer, None, first, false)
         .await
-        .unwrap();
-    store.rollback(tx).await.expect("rollback");
+        .is_ok());
     assert_eq!(
-        store.consumer_position(&mailer).await.unwrap(),
-        Some(read[0].position)
+        cursor_at(&f, &mailer, first).await,
+        None,
+        "rolled back: no cursor"
     );
-    // B takes over after A's lease lapsed: A's acknowledgement in its transaction is refused.
+    assert!(acknowledge_in_transaction(&f, &mailer, None, first, true)
+        .await
+        .is_ok());
+    assert_eq!(cursor_at(&f, &mailer, first).await, Some(true));
+
+    // Leased: the holder's acknowledgement moves nothing when rolled back.
+    assert!(f.engine.lease_consumer(&mailer, &a, LEASE).await.unwrap());
+    assert!(
+        acknowledge_in_transaction(&f, &mailer, Some(&a), second, false)
+            .await
+            .is_ok()
+    );
+    assert_eq!(cursor_at(&f, &mailer, first).await, Some(true));
+    // B takes over after A's lease lapsed: A's acknowledgement in its transaction is refused
+    // (and moves nothing even if the transaction commits); B's commits.
     f.advance(lapse());
     assert!(f.engine.lease_consumer(&mailer, &b, LEASE).await.unwrap());
-    let mut tx = store.begin().await.expect("begin");
-    let err = f
-        .engine
-        .within(store.writes(&mut tx))
-        .acknowledge_leased(&mailer, &a, read[1].position)
-        .await
-        .unwrap_err();
-    assert_eq!(err.code(), "lease_lost");
-    store.commit(tx).await.expect("commit");
-    assert_eq!(
-        store.consumer_position(&mailer).await.unwrap(),
-        Some(read[0].position)
+    let refused = acknowledge_in_transaction(&f, &mailer, Some(&a), second, true).await;
+    assert_eq!(refused.map_err(|e| e.code()), Err("lease_lost"));
+    assert_eq!(cursor_at(&f, &mailer, first).await, Some(true));
+    assert!(
+        acknowledge_in_transaction(&f, &mailer, Some(&b), second, true)
+            .await
+            .is_ok()
     );
-    let mut tx = store.begin().await.expect("begin");
-    f.engine
-        .within(store.writes(&mut tx))
-        .acknowledge_leased(&mailer, &b, read[1].position)
-        .await
-        .unwrap();
-    store.commit(tx).await.expect("commit");
-    assert_eq!(
-        store.consumer_position(&mailer).await.unwrap(),
-        Some(read[1].position)
-    );
+    assert_eq!(cursor_at(&f, &mailer, second).await, Some(true));
 }

@@ -54,6 +54,26 @@ async fn drain(store: &PostgresStore, name: &ConsumerId) -> Vec<Event> {
     }
 }
 
+/// A hold of one unit at `at(0)` placed on the caller's connection `conn` (its transaction).
+async fn hold_in(
+    store: &PostgresStore,
+    conn: &mut sqlx::PgConnection,
+    slot: SlotId,
+    k: &str,
+) -> HoldId {
+    let k = key(k);
+    match store
+        .on(conn)
+        .create_hold(request(slot, &k, at(0)))
+        .await
+        .unwrap()
+        .outcome
+    {
+        HoldOutcome::Created(hold) => hold.hold_id,
+        other => panic!("{other:?}"),
+    }
+}
+
 fn kinds(events: &[Event]) -> Vec<(EventKind, Option<HoldId>)> {
     events.iter().map(|e| (e.kind, e.hold_id)).collect()
 }
@@ -240,17 +260,7 @@ async fn a_reader_never_skips_an_event_that_commits_after_a_later_one() {
 
     // 1. A appends first and commits last.
     let (mut a, _) = running_transaction(store.pool()).await;
-    let k = key("a-1");
-    let a_hold = match store
-        .on(&mut a)
-        .create_hold(request(one, &k, at(0)))
-        .await
-        .unwrap()
-        .outcome
-    {
-        HoldOutcome::Created(hold) => hold.hold_id,
-        other => panic!("{other:?}"),
-    };
+    let a_hold = hold_in(store, &mut a, one, "a-1").await;
     let b_hold = hold_for(store, two, "b-1", at(0), 300).await; // B commits here.
     let by_id: Vec<(i64, Option<i64>)> = sqlx::query_as(&format!(
         "SELECT id, hold_id FROM {s}.events ORDER BY id DESC LIMIT 1"
@@ -283,17 +293,7 @@ async fn a_reader_never_skips_an_event_that_commits_after_a_later_one() {
     let read = drain(store, &follower).await;
     assert_eq!(kinds(&read), [(EventKind::HoldPlaced, Some(b_hold))]);
     let b_position = read[0].position;
-    let k = key("a-2");
-    let a_hold = match store
-        .on(&mut a)
-        .create_hold(request(one, &k, at(0)))
-        .await
-        .unwrap()
-        .outcome
-    {
-        HoldOutcome::Created(hold) => hold.hold_id,
-        other => panic!("{other:?}"),
-    };
+    let a_hold = hold_in(store, &mut a, one, "a-2").await;
     let b_tx: i64 = sqlx::query_scalar(&format!(
         "SELECT tx::text::int8 FROM {s}.events WHERE hold_id = $1"
     ))
@@ -438,17 +438,7 @@ async fn an_open_callers_transaction_holds_back_only_its_own_events() {
     let (one, two) = (slot(store, 5).await, slot(store, 5).await);
     drain(store, &mailer).await;
     let mut tx = store.pool().begin().await.unwrap();
-    let k = key("in-the-transaction");
-    let mine = match store
-        .on(&mut tx)
-        .create_hold(request(one, &k, at(0)))
-        .await
-        .unwrap()
-        .outcome
-    {
-        HoldOutcome::Created(hold) => hold.hold_id,
-        other => panic!("{other:?}"),
-    };
+    let mine = hold_in(store, &mut tx, one, "in-the-transaction").await;
     let mut others = Vec::new();
     for i in 0..3 {
         others.push(hold_for(store, two, &format!("other-{i}"), at(0), 300).await);
