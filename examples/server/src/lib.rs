@@ -122,7 +122,7 @@ pub mod serve;
 pub use config::{AdminToken, Config, ConfigError};
 pub use database::{demo_slots, Database};
 pub use observe::install_metrics;
-pub use serve::serve;
+pub use serve::{listen, serve};
 
 /// The engine the router serves: any store behind a trait object.
 pub type Engine = BookingEngine<Arc<dyn Store>>;
@@ -265,8 +265,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let events = database
         .log_events(events::log)
         .map_err(|e| format!("cannot start the event log: {e}"))?;
-    let listener = tokio::net::TcpListener::bind(&config.bind)
-        .await
+    let listener = serve::listen(&config.bind)
         .map_err(|e| format!("cannot listen on {}: {e}", config.bind))?;
     let address = listener.local_addr().map_err(|e| e.to_string())?;
     tracing::info!(

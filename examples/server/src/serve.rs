@@ -47,6 +47,32 @@ use crate::config::Config;
 /// The pause after a failed accept (out of file descriptors, say) before the next one.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
+/// Connections the kernel queues for `accept` (capped by the system, `net.core.somaxconn` on
+/// Linux): room for a crowd of clients arriving at once, so that a newcomer's connection is
+/// queued rather than dropped and retried a second later.
+pub const LISTEN_BACKLOG: u32 = 4096;
+
+/// A listener on `address` (`ip:port`) with a backlog of [`LISTEN_BACKLOG`] (tokio's `bind`
+/// uses 1024).
+pub fn listen(address: &str) -> io::Result<TcpListener> {
+    let address: std::net::SocketAddr = address.parse().map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not an address like 127.0.0.1:3000",
+        )
+    })?;
+    let socket = if address.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    // As tokio's `bind` does: a restarted server can listen at once on its port.
+    #[cfg(unix)]
+    socket.set_reuseaddr(true)?;
+    socket.bind(address)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
 /// Serves `app` on `listener` until `shutdown` completes, then drains within the grace period.
 /// Returns how many connections were still open when the grace period ran out.
 pub async fn serve(
