@@ -31,7 +31,11 @@
 //! * an `Owner-Id` header (1–255 visible ASCII characters) on any hold route: a hold placed
 //!   with it belongs to that owner, and every later call on it must present the same header
 //!   (without it, or with another, the hold is `hold_not_found`); without the header a client
-//!   sees only holds placed without one, as before;
+//!   sees only holds placed without one, as before. **`Owner-Id` is trusted as sent**: put the
+//!   server behind the application's authentication, which sets it from the authenticated
+//!   user and drops any value a client sent, or use unguessable owner ids, or set
+//!   `OWNER_SECRET` ([`Config::owner_secret`]) and `Owner-Id` must be `<owner>.<signature>`
+//!   signed by the application ([`owner`]; anything else is 400 `invalid_owner`);
 //! * a JSON body on `POST /slots/{slot}/hold`: `{"quantity": 3, "lifetime_seconds": 600}`,
 //!   both optional (one unit and the server's hold lifetime by default);
 //! * `POST /holds/{hold}/renew`, optionally with `{"lifetime_seconds": 600}`;
@@ -69,11 +73,13 @@
 //! one line per request through its `tracing` subscriber (`INFO`; `REQUEST_LOG=0` turns it
 //! off, see [`Config::request_log`]); the engine's spans are at `DEBUG`.
 //!
-//! [`run`] is the whole server: [`Config`] from the environment (checked before anything is
-//! opened), the [`Database`] (migrated, demo slots added once), the engine following the
+//! [`run`] is the whole server: [`Config`] from flags and the environment (checked before
+//! anything is opened; [`main_from_env`] answers `--help` and `--version` first), the [`Database`] (migrated, demo slots added once), the engine following the
 //! database's changes ([`Database::follow_changes`], so a commit by another server process
 //! on the same database soon invalidates this one's cached listing), and [`serve()`] with
-//! its connection bounds. Limits a client meets:
+//! its connection bounds (at `MAX_CONNECTIONS`, the longest-idle keep-alive connection is
+//! closed to admit a newcomer; never one in the middle of a request or response). Limits a
+//! client meets:
 //!
 //! | limit | answer |
 //! |---|---|
@@ -117,12 +123,14 @@ pub mod config;
 pub mod database;
 pub mod events;
 pub mod observe;
+pub mod owner;
 pub mod serve;
 
-pub use config::{AdminToken, Config, ConfigError};
+pub use config::{AdminToken, CommandLineExit, Config, ConfigError};
 pub use database::{demo_slots, Database};
 pub use observe::install_metrics;
-pub use serve::serve;
+pub use owner::OwnerSecret;
+pub use serve::{listen, serve};
 
 /// The engine the router serves: any store behind a trait object.
 pub type Engine = BookingEngine<Arc<dyn Store>>;
@@ -200,14 +208,27 @@ pub fn router_with_config(engine: Engine, config: &Config) -> Router {
             front(request, next, body_timeout, request_log)
         }))
         .layer(Extension(PathPrefix(Arc::from(prefix))))
+        .layer(Extension(OwnerSigning(
+            config.owner_secret.clone().map(Arc::new),
+        )))
 }
 
-/// The server, configured from the environment: exit code 1 with one line on stderr when the
-/// configuration is invalid (before anything is opened) or the server cannot start.
+/// The server, configured from the command line and the environment
+/// ([`Config::from_command_line`]): `--help` and `--version` print and exit 0; an argument it
+/// does not take exits 2 with one line on stderr; an invalid setting (before anything is
+/// opened) or a failure to start exits 1 with one line on stderr.
 pub async fn main_from_env() -> ExitCode {
-    let config = match Config::from_env() {
+    let config = match Config::from_command_line(std::env::args_os()) {
         Ok(config) => config,
-        Err(error) => {
+        Err(CommandLineExit::Print(text)) => {
+            print!("{text}");
+            return ExitCode::SUCCESS;
+        }
+        Err(CommandLineExit::Usage(line)) => {
+            eprintln!("{line}");
+            return ExitCode::from(2);
+        }
+        Err(CommandLineExit::Invalid(error)) => {
             eprintln!("error: {error}");
             return ExitCode::FAILURE;
         }
@@ -265,8 +286,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let events = database
         .log_events(events::log)
         .map_err(|e| format!("cannot start the event log: {e}"))?;
-    let listener = tokio::net::TcpListener::bind(&config.bind)
-        .await
+    let listener = serve::listen(&config.bind)
         .map_err(|e| format!("cannot listen on {}: {e}", config.bind))?;
     let address = listener.local_addr().map_err(|e| e.to_string())?;
     tracing::info!(
@@ -353,7 +373,12 @@ impl From<Hold> for HoldBody {
     }
 }
 
-/// Who is calling: the owner named by the `Owner-Id` header, or an anonymous client.
+/// The secret `Owner-Id` values must be signed with, if any ([`Config::owner_secret`]).
+#[derive(Clone)]
+struct OwnerSigning(Option<Arc<OwnerSecret>>);
+
+/// Who is calling: the owner named by the `Owner-Id` header (signed, when the server has an
+/// [`OwnerSecret`]), or an anonymous client.
 struct Caller(Option<OwnerId>);
 
 impl Caller {
@@ -377,9 +402,13 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
         let raw = value
             .to_str()
             .map_err(|_| Problem::bad_owner("the Owner-Id header must be visible ASCII"))?;
-        OwnerId::new(raw)
-            .map(|owner| Caller(Some(owner)))
-            .map_err(|error| Problem::bad_owner(&error.to_string()))
+        let owner = match parts.extensions.get::<OwnerSigning>() {
+            Some(OwnerSigning(Some(secret))) => secret
+                .verify(raw)
+                .map_err(|error| Problem::bad_owner(&error.to_string()))?,
+            _ => OwnerId::new(raw).map_err(|error| Problem::bad_owner(&error.to_string()))?,
+        };
+        Ok(Caller(Some(owner)))
     }
 }
 

@@ -1,6 +1,6 @@
 //! The slot_booking example server as a binary of this crate (the root package's
-//! `cargo run --example server` runs the same): configured from the environment, see
-//! [`slot_booking_server::Config`].
+//! `cargo run --example server` runs the same): configured from flags and the environment
+//! (`server --help`), see [`slot_booking_server::Config`].
 
 use std::io::IsTerminal;
 use std::process::ExitCode;

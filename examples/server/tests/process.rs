@@ -1,5 +1,6 @@
-//! The server binary as an operator runs it: bad configuration stops it before it touches the
-//! database, and SIGTERM ends it within its grace period even while a client stalls.
+//! The server binary as an operator runs it: `--help` and `--version` answer, an unknown
+//! argument is refused, and bad configuration stops it, each before it touches the database;
+//! SIGTERM ends it within its grace period even while a client stalls.
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -60,6 +61,77 @@ async fn bad_configuration_exits_1_with_one_line_before_opening_the_database() {
         assert!(!db.exists(), "{variable}={value} opened the database");
     }
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Runs the binary with `args` in an empty directory and the defaults (no variable set), and
+/// returns its output, the directory left as it was checked: nothing created in it. Fails
+/// rather than hangs when the binary serves instead of answering.
+async fn answer(args: &[&str]) -> std::process::Output {
+    let dir = temp_dir(&format!("args_{}", args.join("_").replace(['-', '/'], "")));
+    let output = tokio::time::timeout(
+        Duration::from_secs(60),
+        server(&[]).args(args).current_dir(&dir).output(),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("server {args:?} did not exit: it is serving"))
+    .unwrap();
+    let created: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name())
+        .collect();
+    assert!(created.is_empty(), "server {args:?} created {created:?}");
+    let _ = std::fs::remove_dir_all(dir);
+    output
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn help_and_version_answer_and_exit_0_without_opening_anything() {
+    for args in [&["--help"][..], &["-h"]] {
+        let output = answer(args).await;
+        assert_eq!(output.status.code(), Some(0), "{args:?}");
+        let help = String::from_utf8_lossy(&output.stdout);
+        for setting in slot_booking_server::config::SETTINGS {
+            assert!(help.contains(&format!("--{} <", setting.flag)), "{help}");
+            assert!(
+                help.contains(&format!("[env: {}]", setting.variable)),
+                "{help}"
+            );
+            let default = setting.default.unwrap_or("none");
+            assert!(help.contains(&format!("[default: {default}]")), "{help}");
+        }
+        assert!(output.stderr.is_empty(), "{output:?}");
+    }
+    for args in [&["--version"][..], &["-V"]] {
+        let output = answer(args).await;
+        assert_eq!(output.status.code(), Some(0), "{args:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&output.stdout).trim(),
+            format!("server {}", env!("CARGO_PKG_VERSION"))
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_argument_exits_2_with_one_line_without_opening_anything() {
+    for args in [
+        &["--bogus"][..],
+        &["serve"],
+        &["--database-url"],
+        &["--bind", "127.0.0.1:0", "extra"],
+    ] {
+        let output = answer(args).await;
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(stderr.starts_with("error: "), "{stderr}");
+        assert!(output.stdout.is_empty(), "{output:?}");
+    }
+    // A bad value given as a flag is the configuration error its variable would be.
+    let output = answer(&["--hold-ttl-seconds", "0"]).await;
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&output.stderr).starts_with("error: invalid HOLD_TTL_SECONDS: ")
+    );
 }
 
 /// Starts the binary and returns it with the address it serves on (from its log).
