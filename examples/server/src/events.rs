@@ -4,15 +4,19 @@
 //! acknowledged (the cursor is stored in the database under [`CONSUMER`]). Expired holds are
 //! swept every [`SWEEP_PERIOD`], so their `hold_expired` events come soon after the expiry.
 //!
-//! Each process consumes under the same name: several servers on one database share one
-//! cursor, and an event may be logged by more than one of them (at least once, never lost).
-//! An application would give each consumer (mailer, payments, analytics) its own name.
+//! Each process consumes under the same name, through its lease: of several servers on one
+//! database one logs at a time (the holder of the lease, renewed before every read), and
+//! another takes over when it stops (it releases the lease) or dies (its lease lapses after
+//! [`LEASE`]). An event is logged again only when a holder died between logging a batch and
+//! acknowledging it. An application would give each consumer (mailer, payments, analytics)
+//! its own name.
 
 use std::time::Duration;
 
 use slot_booking::events::{Event, EventStore};
 use slot_booking::sweeper::{SweepStats, Sweeper};
-use slot_booking::{BookingEngine, BookingError, ConsumerId};
+use slot_booking::{BookingEngine, BookingError, ConsumerId, LeaseHolder};
+use tokio::sync::watch;
 
 /// The name the server's log consumer keeps its cursor under.
 pub const CONSUMER: &str = "server-log";
@@ -26,35 +30,70 @@ pub const SWEEP_PERIOD: Duration = Duration::from_secs(5);
 /// Events read, and expired holds reclaimed, per store call.
 pub const BATCH: u32 = 500;
 
-/// Reads `engine`'s events as `consumer`, hands each to `handle` in order and acknowledges
-/// each batch after handling it; waits `poll` when nothing new came or the store failed.
-/// Runs until the future is dropped.
+/// How long a server's lease of the log consumer lasts unless renewed: how long the other
+/// servers wait before taking over from one that died.
+pub const LEASE: Duration = Duration::from_secs(15);
+
+/// Reads `engine`'s events as `consumer` while `holder` holds its lease (taken or renewed
+/// before every read), hands each to `handle` in order and acknowledges each batch after
+/// handling it (fenced by the lease); waits `poll` when nothing new came, another holder has
+/// the lease, or the store failed. Returns, releasing the lease, once `stop` turns true.
 pub async fn consume<S: EventStore>(
     engine: BookingEngine<S>,
     consumer: ConsumerId,
+    holder: LeaseHolder,
     poll: Duration,
+    mut stop: watch::Receiver<bool>,
     mut handle: impl FnMut(&Event) + Send,
 ) {
-    loop {
-        let batch = match engine.read_events(&consumer, BATCH).await {
-            Ok(batch) => batch,
-            Err(error) => {
-                tracing::warn!(%error, "cannot read events; retrying");
-                tokio::time::sleep(poll).await;
-                continue;
+    while !*stop.borrow() {
+        if let Some(batch) = next_batch(&engine, &consumer, &holder).await {
+            let last = batch.last().map(|event| event.position);
+            for event in &batch {
+                handle(event);
             }
-        };
-        let Some(last) = batch.last().map(|event| event.position) else {
-            tokio::time::sleep(poll).await;
-            continue;
-        };
-        for event in &batch {
-            handle(event);
+            match last {
+                Some(last) => match engine.acknowledge_leased(&consumer, &holder, last).await {
+                    Ok(()) => continue,
+                    Err(BookingError::LeaseLost { .. }) => {
+                        tracing::info!("another server took the event log over");
+                    }
+                    // The batch comes again: at least once.
+                    Err(error) => {
+                        tracing::warn!(%error, "cannot acknowledge events; they will be logged again");
+                    }
+                },
+                None => {}
+            }
         }
-        if let Err(error) = engine.acknowledge_events(&consumer, last).await {
-            // The batch comes again: at least once.
-            tracing::warn!(%error, "cannot acknowledge events; they will be logged again");
-            tokio::time::sleep(poll).await;
+        // Nothing new, not ours, or a failure: wait for the next poll or the stop.
+        let _ = tokio::time::timeout(poll, stop.changed()).await;
+    }
+    if let Err(error) = engine.release_consumer(&consumer, &holder).await {
+        tracing::warn!(%error, "cannot release the event log's lease; it lapses by itself");
+    }
+}
+
+/// The next batch while `holder` holds the lease: `None` when another holder has it or the
+/// store failed (logged).
+async fn next_batch<S: EventStore>(
+    engine: &BookingEngine<S>,
+    consumer: &ConsumerId,
+    holder: &LeaseHolder,
+) -> Option<Vec<Event>> {
+    match engine.lease_consumer(consumer, holder, LEASE).await {
+        Ok(true) => {}
+        Ok(false) => return None,
+        Err(error) => {
+            tracing::warn!(%error, "cannot take the event log's lease; retrying");
+            return None;
+        }
+    }
+    match engine.read_events(consumer, BATCH).await {
+        Ok(batch) => Some(batch),
+        Err(error) => {
+            tracing::warn!(%error, "cannot read events; retrying");
+            None
         }
     }
 }
@@ -74,15 +113,19 @@ pub fn log(event: &Event) {
     );
 }
 
-/// The running consumer and sweeper; dropping it stops both.
+/// The running consumer and sweeper; dropping it stops both (without releasing the lease,
+/// which then lapses): call [`stop`](Self::stop) to hand the log over at once.
 #[derive(Debug)]
+#[must_use = "dropping EventTasks stops the event log and the sweeper"]
 pub struct EventTasks {
     consumer: tokio::task::JoinHandle<()>,
+    stop: watch::Sender<bool>,
     sweeper: Sweeper,
 }
 
 impl EventTasks {
-    /// Starts logging `engine`'s events with `handle` and sweeping its expired holds.
+    /// Starts logging `engine`'s events with `handle` (under a lease of its own, see the
+    /// module docs) and sweeping its expired holds.
     pub fn start<S: EventStore>(
         engine: BookingEngine<S>,
         handle: impl FnMut(&Event) + Send + 'static,
@@ -90,8 +133,21 @@ impl EventTasks {
         let sweeper = engine.sweep_expired(SWEEP_PERIOD, BATCH)?;
         // A constant: never fails (a unit test checks it).
         let consumer = ConsumerId::new(CONSUMER).expect("CONSUMER is a valid consumer id");
-        let consumer = tokio::spawn(consume(engine, consumer, POLL_PERIOD, handle));
-        Ok(EventTasks { consumer, sweeper })
+        let (stop, stopped) = watch::channel(false);
+        let holder = LeaseHolder::unique();
+        let consumer = tokio::spawn(consume(
+            engine,
+            consumer,
+            holder,
+            POLL_PERIOD,
+            stopped,
+            handle,
+        ));
+        Ok(EventTasks {
+            consumer,
+            stop,
+            sweeper,
+        })
     }
 
     /// What the sweeper has done so far.
@@ -99,11 +155,17 @@ impl EventTasks {
         self.sweeper.stats()
     }
 
-    /// Stops the consumer and waits for it to end (the sweeper stops with it: a reclaim in
-    /// flight finishes on its own task), logging the sweeper's counts.
+    /// Stops the consumer after the batch in hand (releasing its lease, so another server
+    /// takes the log over at once; given up after [`STOP_WAIT`]) and the sweeper, logging
+    /// the sweeper's counts.
     pub async fn stop(mut self) {
-        self.consumer.abort();
-        let _ = (&mut self.consumer).await;
+        let _ = self.stop.send(true);
+        if tokio::time::timeout(STOP_WAIT, &mut self.consumer)
+            .await
+            .is_err()
+        {
+            self.consumer.abort();
+        }
         let SweepStats {
             sweeps,
             reclaimed,
@@ -113,18 +175,11 @@ impl EventTasks {
     }
 }
 
+/// How long [`EventTasks::stop`] waits for the consumer to release its lease.
+pub const STOP_WAIT: Duration = Duration::from_secs(2);
+
 impl Drop for EventTasks {
     fn drop(&mut self) {
         self.consumer.abort();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_consumer_name_is_valid() {
-        assert!(ConsumerId::new(CONSUMER).is_ok());
     }
 }

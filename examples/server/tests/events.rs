@@ -11,7 +11,7 @@ use std::time::Duration;
 use slot_booking::events::{Event, EventKind, EventPosition};
 use slot_booking::{ConsumerId, EventStore};
 use slot_booking_server::database::Database;
-use slot_booking_server::events::CONSUMER;
+use slot_booking_server::events::{EventTasks, CONSUMER};
 use slot_booking_server::Config;
 use tokio::sync::mpsc;
 
@@ -34,10 +34,11 @@ async fn open(url: &str, dir: Option<PathBuf>) -> App {
 
 on_every_backend!(open: open, worker_threads: 2;
     changes_through_the_api_reach_the_log_and_a_restart_resumes,
+    two_servers_log_each_event_once_and_hand_over_on_stop,
 );
 
 /// The events the consumer hands over, and the tasks behind it.
-async fn start_log(url: &str) -> (Database, mpsc::UnboundedReceiver<Event>, impl Sized) {
+async fn start_log(url: &str) -> (Database, mpsc::UnboundedReceiver<Event>, EventTasks) {
     let database = Database::open(url).await.unwrap();
     let (sink, events) = mpsc::unbounded_channel();
     let tasks = database
@@ -103,7 +104,8 @@ async fn changes_through_the_api_reach_the_log_and_a_restart_resumes(app: App) {
         (EventKind::HoldConfirmed, Some(hold_id))
     );
     acknowledged(&database, confirmed.position).await;
-    drop(tasks);
+    // A server that stops releases the log's lease: the next one takes over at once.
+    tasks.stop().await;
     drop(events);
 
     // While no consumer runs, a cancel commits; a new consumer (a restarted server) starts
@@ -117,4 +119,53 @@ async fn changes_through_the_api_reach_the_log_and_a_restart_resumes(app: App) {
         (EventKind::HoldCancelled, Some(hold_id))
     );
     assert!(first.position > confirmed.position);
+}
+
+/// Two servers on one database run the log consumer under one name: one logs while it holds
+/// the lease, every event exactly once between them; when it stops, the other takes over at
+/// once and logs what comes next, from where the first acknowledged.
+async fn two_servers_log_each_event_once_and_hand_over_on_stop(app: App) {
+    let (database, mut one, one_tasks) = start_log(&app.url).await;
+    let (_other, mut two, two_tasks) = start_log(&app.url).await;
+    let slot = new_slot(&app.api.engine, 10, chrono::Duration::hours(2)).await;
+    for i in 0..5 {
+        app.api
+            .hold(slot, &format!("order-{i}"), None, "")
+            .await
+            .hold(201);
+    }
+    // Six events: the slot and five holds, all from whichever server holds the lease.
+    let first = tokio::select! {
+        event = next(&mut one) => (event, true),
+        event = next(&mut two) => (event, false),
+    };
+    let (holder, other) = if first.1 {
+        (&mut one, &mut two)
+    } else {
+        (&mut two, &mut one)
+    };
+    let mut seen = vec![first.0];
+    while seen.len() < 6 {
+        seen.push(next(holder).await);
+    }
+    assert!(seen
+        .windows(2)
+        .all(|pair| pair[0].position < pair[1].position));
+    assert_eq!(seen[0].kind, EventKind::SlotCreated);
+    acknowledged(&database, seen[5].position).await;
+    assert!(other.try_recv().is_err(), "the other server logged nothing");
+    // The holder stops; the other takes the log over and logs the next change, only it.
+    let (stopping, staying_events) = if first.1 {
+        (one_tasks, &mut two)
+    } else {
+        (two_tasks, &mut one)
+    };
+    stopping.stop().await;
+    app.api
+        .hold(slot, "after-the-handover", None, "")
+        .await
+        .hold(201);
+    let next_event = next(staying_events).await;
+    assert_eq!(next_event.kind, EventKind::HoldPlaced);
+    assert!(next_event.position > seen[5].position);
 }
