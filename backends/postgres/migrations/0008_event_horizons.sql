@@ -52,8 +52,11 @@ BEGIN
          (SELECT z.n, pg_catalog.pg_snapshot_xmax(z.snap) AS xmax,
                  ARRAY(SELECT pg_catalog.pg_snapshot_xip(z.snap)) AS running
           FROM event_horizons z ORDER BY z.n DESC LIMIT 1) p
-    WHERE EXISTS (SELECT 1 FROM events e WHERE e.tx >= p.xmax)
-       OR EXISTS (SELECT 1 FROM events e WHERE e.tx = ANY (p.running));
+    -- The newest event's tx (one step of the primary key from its end), and one probe per
+    -- transaction `p` saw running: never a scan of the log.
+    WHERE coalesce((SELECT e.tx FROM events e ORDER BY e.tx DESC LIMIT 1) >= p.xmax, false)
+       OR EXISTS (SELECT 1 FROM unnest(p.running) r(x)
+                  CROSS JOIN LATERAL (SELECT 1 FROM events e WHERE e.tx = r.x LIMIT 1) hit);
 END
 $$;
 

@@ -673,14 +673,16 @@ impl Statements {
             list_resource_slots: list("resource = $6 AND "),
             // `$1` consumer, `$2` limit. Up to `$2` events after the consumer's cursor (the
             // start for a consumer never seen) in position order, from the horizons taken so
-            // far (migration 8): first the events visible in the legacy horizon, by `(tx,
-            // id)`, for a cursor still below it; then each later horizon's events (of
+            // far (migration 8): first the events visible in the legacy horizon (the oldest,
+            // while no purge dropped it), by `(tx, id)`, for a cursor still below it; then each later horizon's events (of
             // transactions at or above its `lo` and below its snapshot's xmax, or among its
             // `pending`, and visible in its snapshot), by id, horizon after horizon, stopping
             // once `$2` are found. Also `fresh`: whether events exist that the newest horizon
             // does not see (committed since it was taken), so that the caller takes a new one
-            // when this read comes up short, and how long ago (µs) the newest was taken. At
-            // least one row.
+            // when this read comes up short, and how long ago (µs) the newest was taken. Every
+            // part walks an index (the newest event's tx, one probe per running transaction,
+            // the horizons from the cursor's on), so its estimated cost stays far below
+            // `jit_above_cost`: a read never pays for JIT compilation. At least one row.
             read_events: format!(
                 "WITH cur AS ( \
                      SELECT coalesce(max(c.tx::text::int8), 0) AS e, \
@@ -692,23 +694,28 @@ impl Statements {
                             z.taken_at \
                      FROM {s}.event_horizons z ORDER BY z.n DESC LIMIT 1), \
                  fresh AS ( \
-                     SELECT EXISTS (SELECT 1 FROM {s}.events e \
-                                    WHERE e.tx >= (SELECT xmax FROM newest)) \
-                         OR EXISTS (SELECT 1 FROM {s}.events e \
-                                    WHERE e.tx = ANY ((SELECT running FROM newest)::xid8[])) \
+                     SELECT coalesce((SELECT e.tx FROM {s}.events e \
+                                      ORDER BY e.tx DESC LIMIT 1) \
+                                     >= (SELECT xmax FROM newest), false) \
+                         OR EXISTS ( \
+                             SELECT 1 FROM unnest((SELECT running FROM newest)) r(x) \
+                             CROSS JOIN LATERAL ( \
+                                 SELECT 1 FROM {s}.events e WHERE e.tx = r.x LIMIT 1) hit) \
                          AS fresh, \
                          (extract(epoch FROM pg_catalog.clock_timestamp() \
                                   - (SELECT taken_at FROM newest)) * 1000000)::int8 \
                          AS newest_age_us), \
                  legacy AS ( \
                      SELECT ev.tx::text::int8 AS epoch, {EV_COLUMNS} \
-                     FROM cur, {s}.event_horizons z CROSS JOIN LATERAL ( \
+                     FROM cur, ( \
+                         SELECT z.n, z.snap, z.legacy FROM {s}.event_horizons z \
+                         ORDER BY z.n LIMIT 1) z CROSS JOIN LATERAL ( \
                          SELECT * FROM {s}.events e \
                          WHERE (e.tx, e.id) > (cur.e::text::xid8, cur.q) \
                            AND e.tx < pg_catalog.pg_snapshot_xmax(z.snap) \
                            AND pg_catalog.pg_visible_in_snapshot(e.tx, z.snap) \
                          ORDER BY e.tx, e.id LIMIT $2) ev \
-                     WHERE z.legacy AND cur.e < z.n), \
+                     WHERE z.legacy AND z.n > cur.e), \
                  later AS ( \
                      SELECT z.n AS epoch, {EV_COLUMNS} \
                      FROM cur, {s}.event_horizons z CROSS JOIN LATERAL ( \
@@ -720,7 +727,7 @@ impl Statements {
                          WHERE pg_catalog.pg_visible_in_snapshot(e.tx, z.snap) \
                            AND (z.n > cur.e OR e.id > cur.q) \
                          ORDER BY e.id LIMIT $2) ev \
-                     WHERE NOT z.legacy AND z.n >= cur.e \
+                     WHERE NOT z.legacy AND z.n >= (SELECT e FROM cur) \
                      ORDER BY z.n, ev.id LIMIT $2), \
                  found AS ( \
                      SELECT * FROM legacy UNION ALL SELECT * FROM later \
