@@ -173,7 +173,10 @@
 //! [`BookingEngine::acknowledge_events`] give each named consumer at-least-once delivery from
 //! a cursor stored with the data; [`BookingEngine::sweep_expired`] turns expiries into
 //! `hold_expired` events without a job scheduler, and [`BookingEngine::purge`] bounds the
-//! history kept. See [`events`] and [`sweeper`].
+//! history kept. Several instances share a consumer through its lease
+//! ([`BookingEngine::lease_consumer`]), and an acknowledgement can commit inside the
+//! application's own transaction ([`Within::acknowledge_leased`]), so each event is handled
+//! once. See [`events`], [`consumers`] and [`sweeper`].
 //!
 //! # Observability
 //!

@@ -1,6 +1,7 @@
-//! The core crate's conformance suite, each case on a fresh PostgreSQL schema (dropped when
-//! the case ends). Without `DATABASE_URL` every case prints that it was SKIPPED (on CI, where
-//! `CI` is set, it panics instead).
+//! The core crate's conformance suite, each case on a fresh PostgreSQL schema (dropped when the
+//! case ends). Without a usable server (`DATABASE_URL`, or PostgreSQL's default local address)
+//! every case prints that it was SKIPPED and the binary says at exit how many were (on CI,
+//! where `CI` is set, it panics instead).
 
 mod common;
 

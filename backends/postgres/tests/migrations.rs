@@ -234,7 +234,7 @@ struct OldSchema {
 impl OldSchema {
     /// A new schema with this crate's first `through` migrations applied and recorded, as the
     /// release that shipped them left it, and `rows` written by that release's statements;
-    /// `None` (skipped) without `DATABASE_URL`.
+    /// `None` (skipped) without a usable server.
     async fn new(test: &str, through: usize, rows: &str) -> Option<OldSchema> {
         let url = database_url(test)?;
         let name = unique_schema("sbtest");

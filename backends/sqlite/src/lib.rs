@@ -128,6 +128,11 @@
 //!   still commit. AUTOINCREMENT keeps an id that was committed from ever being handed out
 //!   again, even after a purge emptied the log. Consumers' cursors are rows of
 //!   `<prefix>event_consumers` (name → acknowledged id), moved only forward by an upsert.
+//! * **Leases** (migration 7) live on the cursor's row (`holder`, `lease_until` in
+//!   microseconds): taken, extended, released and checked by one statement each, queued with
+//!   the store's writers. A fenced acknowledgement is one `UPDATE … WHERE holder = ?`, on the
+//!   pool or in the caller's transaction ([`SqliteStore::on`]), where it commits with the
+//!   caller's own rows.
 //! * [`reclaim_expired`](EventStore::reclaim_expired) is one write transaction per batch:
 //!   one `UPDATE … RETURNING` of up to `limit` held holds with `expires_at <= now`, their units
 //!   given back and one `hold_expired` event each; a hold taken by a racing sweeper is not
