@@ -52,8 +52,8 @@ pub async fn consume<S: EventStore>(
             for event in &batch {
                 handle(event);
             }
-            match last {
-                Some(last) => match engine.acknowledge_leased(&consumer, &holder, last).await {
+            if let Some(last) = last {
+                match engine.acknowledge_leased(&consumer, &holder, last).await {
                     Ok(()) => continue,
                     Err(BookingError::LeaseLost { .. }) => {
                         tracing::info!("another server took the event log over");
@@ -62,8 +62,7 @@ pub async fn consume<S: EventStore>(
                     Err(error) => {
                         tracing::warn!(%error, "cannot acknowledge events; they will be logged again");
                     }
-                },
-                None => {}
+                }
             }
         }
         // Nothing new, not ours, or a failure: wait for the next poll or the stop.
