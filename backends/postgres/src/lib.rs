@@ -66,7 +66,7 @@
 //!   (`pg_current_snapshot()`, one at a time, numbered in the order taken, table
 //!   `event_horizons`), and an event belongs to the first horizon whose snapshot sees its
 //!   transaction (each row carries its writer's `tx`, `pg_current_xact_id()`). Its
-//!   [`EventPosition`](slot_booking::EventPosition) is `<horizon>_<id>`; a consumer reads the
+//!   [`EventPosition`] is `<horizon>_<id>`; a consumer reads the
 //!   horizons after its cursor in order, each horizon's events by id. An event whose
 //!   transaction is still running belongs to no horizon yet: it comes with the first horizon
 //!   taken after it commits, above every position delivered so far, so a consumer
