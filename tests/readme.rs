@@ -8,7 +8,7 @@ use std::path::Path;
 
 /// Languages of fences that are not Rust: rustdoc leaves them alone.
 const NOT_RUST: &[&str] = &[
-    "sh", "bash", "console", "text", "toml", "json", "sql", "http", "yaml",
+    "sh", "bash", "console", "text", "toml", "json", "sql", "http", "yaml", "python",
 ];
 
 /// Attributes a compiled Rust fence may carry (`ignore` is not one: it skips compilation).
