@@ -143,15 +143,7 @@ impl<S: Store, W: TransactionWrites> Within<'_, S, W> {
         consumer: &ConsumerId,
         through: EventPosition,
     ) -> Result<(), BookingError> {
-        let op = Op::new(Operation::AcknowledgeEvents).in_transaction();
-        op.run(async {
-            let writes = self.writes();
-            let moved = op
-                .store(guarded(writes.acknowledge(consumer, None, through)))
-                .await?;
-            acknowledged(moved, consumer)
-        })
-        .await
+        self.acknowledge(consumer, None, through).await
     }
 
     /// As [`BookingEngine::acknowledge_leased`], in the caller's transaction: commit it only
@@ -163,11 +155,20 @@ impl<S: Store, W: TransactionWrites> Within<'_, S, W> {
         holder: &LeaseHolder,
         through: EventPosition,
     ) -> Result<(), BookingError> {
+        self.acknowledge(consumer, Some(holder), through).await
+    }
+
+    async fn acknowledge(
+        &mut self,
+        consumer: &ConsumerId,
+        holder: Option<&LeaseHolder>,
+        through: EventPosition,
+    ) -> Result<(), BookingError> {
         let op = Op::new(Operation::AcknowledgeEvents).in_transaction();
         op.run(async {
             let writes = self.writes();
             let moved = op
-                .store(guarded(writes.acknowledge(consumer, Some(holder), through)))
+                .store(guarded(writes.acknowledge(consumer, holder, through)))
                 .await?;
             acknowledged(moved, consumer)
         })
