@@ -10,7 +10,7 @@
 //! ```
 //! use chrono::{Duration, Utc};
 //! use slot_booking::{
-//!     BookingEngine, BookingError, MemoryStore, NewSlot, ResourceId, SlotFilter, SlotPageRequest,
+//!     AvailabilityQuery, BookingEngine, BookingError, MemoryStore, NewSlot, PageRequest, ResourceId,
 //! };
 //!
 //! # tokio_test::block_on(async {
@@ -36,215 +36,28 @@
 //! ));
 //!
 //! let page = engine
-//!     .list_slots(&SlotFilter::all().resource(room), SlotPageRequest::first(50))
+//!     .list_slots(&AvailabilityQuery::all().resource(room), PageRequest::first(50))
 //!     .await?;
-//! let row = &page.slots[0];
+//! let row = &page.items[0];
 //! assert_eq!((row.capacity, row.remaining, row.held, row.confirmed), (4, 3, 0, 1));
 //! assert!(row.closed && page.next_after.is_none());
 //! # Ok::<(), BookingError>(())
 //! # }).unwrap();
 //! ```
 
-use std::fmt;
-use std::str::FromStr;
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
-
-use crate::engine::{detached, guarded, BookingEngine};
+use crate::engine::{check_limit, detached, guarded, BookingEngine};
 use crate::error::BookingError;
-use crate::model::{
-    rfc3339, AvailabilityQuery, InvalidSlot, ResourceId, Slot, SlotId, Timestamp, MAX_PAGE_SIZE,
-};
+use crate::model::{AvailabilityQuery, InvalidSlot, Page, PageRequest, Slot, SlotId};
 use crate::observe::{Op, Operation};
-use crate::store::{Decided, SlotChange, Store};
+use crate::store::{Decided, HoldStore, SlotAdmin, SlotChange};
 
-/// Which slots the operator's listing ([`BookingEngine::list_slots`]) shows: the narrowing of
-/// an availability query (a resource, `starts_at` in `[from, to)`), applied to every slot,
-/// past, closed and removed ones included.
-pub type SlotFilter = AvailabilityQuery;
-
-/// Where a page of the operator's listing starts: after the slot with this `starts_at` and id
-/// (the listing's order). Written `<microseconds since the epoch>_<slot id>` as text, for URLs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct SlotCursor {
-    /// The last listed slot's start.
-    pub starts_at: Timestamp,
-    /// The last listed slot's id.
-    pub slot_id: SlotId,
-}
-
-impl SlotCursor {
-    /// The cursor just after `slot`.
-    pub fn after(slot: &Slot) -> Self {
-        SlotCursor {
-            starts_at: slot.starts_at,
-            slot_id: slot.slot_id,
-        }
-    }
-}
-
-impl fmt::Display for SlotCursor {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}_{}", self.starts_at.timestamp_micros(), self.slot_id)
-    }
-}
-
-/// A string that is not a [`SlotCursor`].
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("a slot cursor is `<microseconds>_<slot id>`, got {0:?}")]
-pub struct InvalidSlotCursor(pub String);
-
-impl FromStr for SlotCursor {
-    type Err = InvalidSlotCursor;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let invalid = || InvalidSlotCursor(s.to_owned());
-        let (micros, id) = s.split_once('_').ok_or_else(invalid)?;
-        let signed = micros.strip_prefix('-').unwrap_or(micros);
-        if signed.is_empty() || !signed.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(invalid());
-        }
-        let micros: i64 = micros.parse().map_err(|_| invalid())?;
-        let starts_at = chrono::DateTime::from_timestamp_micros(micros).ok_or_else(invalid)?;
-        let slot_id = id.parse::<SlotId>().map_err(|_| invalid())?;
-        Ok(SlotCursor { starts_at, slot_id })
-    }
-}
-
-impl Serialize for SlotCursor {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
-
-impl<'de> Deserialize<'de> for SlotCursor {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let raw = <std::borrow::Cow<'de, str>>::deserialize(d)?;
-        raw.parse().map_err(serde::de::Error::custom)
-    }
-}
-
-/// One page of the operator's listing: slots after `after` in `(starts_at, slot_id)` order, at
-/// most `limit` of them (`1..=`[`MAX_PAGE_SIZE`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SlotPageRequest {
-    /// Only slots after this one; `None` starts at the first.
-    pub after: Option<SlotCursor>,
-    /// At most this many slots.
-    pub limit: u32,
-}
-
-impl SlotPageRequest {
-    /// The first page of up to `limit` slots.
-    pub fn first(limit: u32) -> Self {
-        SlotPageRequest { after: None, limit }
-    }
-
-    /// The page of up to `limit` slots after `after`.
-    pub fn after(after: SlotCursor, limit: u32) -> Self {
-        SlotPageRequest {
-            after: Some(after),
-            limit,
-        }
-    }
-}
-
-impl Default for SlotPageRequest {
-    /// The first page of 100 slots.
-    fn default() -> Self {
-        SlotPageRequest::first(100)
-    }
-}
-
-/// A slot as stored with the units of its holds still stored as held, split at the instant of
-/// the read: what a store reports for the operator's listing and for a refused change.
-///
-/// Confirmed units follow from the capacity invariant
-/// (`remaining + held + expired + confirmed == capacity`), so a store need not count them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SlotUsage {
-    /// The slot as stored.
-    pub slot: Slot,
-    /// Units of holds stored as held that are still active.
-    pub held: i32,
-    /// Units of holds stored as held that have expired but were not yet reclaimed: free.
-    pub expired: i32,
-}
-
-impl SlotUsage {
-    /// Units a new hold could take (if the slot is selling): free plus expired.
-    pub fn available(&self) -> i32 {
-        self.slot.remaining + self.expired
-    }
-
-    /// Units of confirmed holds.
-    pub fn confirmed(&self) -> i32 {
-        self.slot.capacity - self.slot.remaining - self.held - self.expired
-    }
-
-    /// Units held (active) or confirmed: what no capacity change or removal may take.
-    pub fn taken(&self) -> i32 {
-        self.held + self.confirmed()
-    }
-}
-
-/// One slot of the operator's listing: the slot and where each of its units is.
-/// `capacity == remaining + held + confirmed`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SlotSummary {
-    /// The slot's id.
-    pub slot_id: SlotId,
-    /// When it begins.
-    #[serde(with = "rfc3339")]
-    pub starts_at: Timestamp,
-    /// When it ends.
-    #[serde(with = "rfc3339")]
-    pub ends_at: Timestamp,
-    /// Total units.
-    pub capacity: i32,
-    /// Units a new hold could take (free, expired holds included), were it selling.
-    pub remaining: i32,
-    /// Units of active holds.
-    pub held: i32,
-    /// Units of confirmed holds.
-    pub confirmed: i32,
-    /// Its resource, if any.
-    pub resource: Option<ResourceId>,
-    /// Whether its sales are closed.
-    pub closed: bool,
-    /// When it was removed, if it was.
-    #[serde(with = "rfc3339::option")]
-    pub removed_at: Option<Timestamp>,
-}
-
-impl From<SlotUsage> for SlotSummary {
-    fn from(usage: SlotUsage) -> Self {
-        let (remaining, confirmed) = (usage.available(), usage.confirmed());
-        let SlotUsage { slot, held, .. } = usage;
-        SlotSummary {
-            slot_id: slot.slot_id,
-            starts_at: slot.starts_at,
-            ends_at: slot.ends_at,
-            capacity: slot.capacity,
-            remaining,
-            held,
-            confirmed,
-            resource: slot.resource,
-            closed: slot.closed,
-            removed_at: slot.removed_at,
-        }
-    }
-}
-
-/// A page of the operator's listing.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SlotPage {
-    /// The slots, by `starts_at` then id.
-    pub slots: Vec<SlotSummary>,
-    /// Where the next page starts when this one was full; `None` when nothing follows.
-    pub next_after: Option<SlotCursor>,
-}
+pub use crate::model::{InvalidSlotCursor, SlotCursor, SlotPage, SlotSummary, SlotUsage};
+#[allow(deprecated)]
+pub use crate::model::SlotPageRequest;
+#[allow(deprecated)]
+pub use crate::SlotFilter;
 
 /// A capacity as the engine accepts it: `1..=i32::MAX`.
 pub(crate) fn checked_capacity(capacity: i64) -> Result<i32, BookingError> {
@@ -291,7 +104,7 @@ impl SlotOperation {
     }
 }
 
-impl<S: Store> BookingEngine<S> {
+impl<S: HoldStore + SlotAdmin> BookingEngine<S> {
     /// Sets the slot's capacity to `capacity` (`1..=i32::MAX`).
     ///
     /// Raising it adds free units. Lowering it takes free units only, in one conditional
@@ -384,29 +197,19 @@ impl<S: Store> BookingEngine<S> {
     /// For operators: it reads the store, never the availability cache.
     pub async fn list_slots(
         &self,
-        filter: &SlotFilter,
-        page: SlotPageRequest,
+        filter: &AvailabilityQuery,
+        page: PageRequest<SlotCursor>,
     ) -> Result<SlotPage, BookingError> {
         let op = Op::new(Operation::ListSlots);
         op.run(async {
-            if !(1..=MAX_PAGE_SIZE).contains(&page.limit) {
-                return Err(BookingError::InvalidPage { limit: page.limit });
-            }
+            check_limit(page.limit)?;
             filter.check()?;
             let now = self.clock().now();
             let read = op
                 .store(guarded(self.store().list_slots(filter, page, now)))
                 .await?;
-            let full = read.outcome.len() >= page.limit as usize;
-            let next_after = read
-                .outcome
-                .last()
-                .filter(|_| full)
-                .map(|usage| SlotCursor::after(&usage.slot));
-            Ok(SlotPage {
-                slots: read.outcome.into_iter().map(SlotSummary::from).collect(),
-                next_after,
-            })
+            let slots = read.outcome.into_iter().map(SlotSummary::from).collect();
+            Ok(Page::of(slots, page.limit))
         })
         .await
     }

@@ -29,7 +29,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use crate::cache::SingleFlightCache;
-use crate::engine::AvailabilitySnapshot;
+use crate::availability::AvailabilitySnapshot;
 use crate::store::StoreError;
 
 /// The default coalescing window of [`follow_changes`]: well inside the 100 ms in which a

@@ -42,7 +42,7 @@ use crate::error::BookingError;
 use crate::events::{EventPosition, EventStore};
 use crate::model::{ConsumerId, LeaseHolder, Timestamp};
 use crate::observe::{Op, Operation};
-use crate::store::Store;
+use crate::store::HoldStore;
 use crate::transaction::{TransactionWrites, Within};
 
 /// The longest lease [`BookingEngine::lease_consumer`] grants: a day.
@@ -135,7 +135,7 @@ fn acknowledged(moved: bool, consumer: &ConsumerId) -> Result<(), BookingError> 
     }
 }
 
-impl<S: Store, W: TransactionWrites> Within<'_, S, W> {
+impl<S: HoldStore, W: TransactionWrites> Within<'_, S, W> {
     /// As [`BookingEngine::acknowledge_events`], in the caller's transaction: the cursor moves
     /// when, and only if, the transaction commits.
     pub async fn acknowledge_events(

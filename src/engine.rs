@@ -1,30 +1,27 @@
-//! [`BookingEngine`]: the booking rules on top of any [`Store`].
+//! [`BookingEngine`]: the booking rules on top of any store, its configuration, and what its
+//! operations share (validation, running a write to its end, mapping outcomes to errors).
+//! The operations themselves: the hold lifecycle in [`holds`](crate::holds), slot
+//! administration in [`admin`](crate::admin), events in [`events`](crate::events).
 
 use std::fmt;
 use std::future::Future;
-use std::ops::{Deref, Range};
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures::FutureExt;
-use serde::ser::{Serialize, Serializer};
-
+use crate::availability::{window, Availability, AvailabilitySnapshot};
 use crate::cache::{CacheConfig, CacheError, SingleFlightCache};
 use crate::changes::Invalidator;
 use crate::clock::{Clock, SystemClock};
 use crate::error::BookingError;
 use crate::model::{
-    truncate_to_micros, AvailabilityEntry, AvailabilityQuery, Hold, HoldId, HoldPage, HoldStatus,
-    IdempotencyKey, NewSlot, OwnerId, PageRequest, ResourceId, Slot, SlotId, Timestamp,
-    MAX_PAGE_SIZE, MAX_QUANTITY,
+    truncate_to_micros, AvailabilityQuery, Hold, HoldId, HoldStatus, IdempotencyKey, NewSlot,
+    OwnerId, SlotId, Timestamp, MAX_PAGE_SIZE,
 };
 use crate::observe::{Op, Operation};
-use crate::scope::Scope;
-use crate::store::{
-    Decided, HoldOutcome, HoldRequest, RenewRequest, Store, StoreError, Transition,
-};
+use crate::store::{Decided, HoldOutcome, HoldRequest, HoldStore, StoreError, Transition};
 
 /// Default time a fresh availability snapshot is served from the cache.
 pub const DEFAULT_CACHE_PERIOD: Duration = Duration::from_secs(10);
@@ -66,36 +63,36 @@ pub const DEFAULT_MAX_HOLD_LIFE: Duration = Duration::from_secs(2 * 60 * 60);
 /// # }).unwrap();
 /// ```
 pub struct BookingEngine<S> {
-    inner: Arc<Inner<S>>,
+    pub(crate) inner: Arc<Inner<S>>,
 }
 
-struct Inner<S> {
-    store: Arc<S>,
-    cache: SingleFlightCache<AvailabilitySnapshot, StoreError>,
+pub(crate) struct Inner<S> {
+    pub(crate) store: Arc<S>,
+    pub(crate) cache: SingleFlightCache<AvailabilitySnapshot, StoreError>,
     /// Dropped with the engine: tells [`Invalidator`]s that it is gone.
     alive: tokio::sync::watch::Sender<()>,
-    clock: Arc<dyn Clock>,
-    lifetimes: Lifetimes,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) lifetimes: Lifetimes,
 }
 
 /// The engine's hold lifetimes: the default, the bounds a request may ask within, and the
 /// longest total life. Always `min <= default <= max <= max_life`.
 #[derive(Debug, Clone, Copy)]
-struct Lifetimes {
-    default: Duration,
+pub(crate) struct Lifetimes {
+    pub(crate) default: Duration,
     min: Duration,
     max: Duration,
-    max_life: Duration,
+    pub(crate) max_life: Duration,
 }
 
 /// A lifetime the builder has clamped to `1 µs..=MAX_HOLD_TTL` as a chrono duration.
-fn chrono_duration(d: Duration) -> chrono::Duration {
+pub(crate) fn chrono_duration(d: Duration) -> chrono::Duration {
     chrono::Duration::microseconds(i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
 }
 
 impl Lifetimes {
     /// `requested`, if within bounds, else the default.
-    fn pick(&self, requested: Option<Duration>) -> Result<chrono::Duration, BookingError> {
+    pub(crate) fn pick(&self, requested: Option<Duration>) -> Result<chrono::Duration, BookingError> {
         let lifetime = requested.unwrap_or(self.default);
         if lifetime < self.min || lifetime > self.max {
             return Err(BookingError::InvalidLifetime {
@@ -155,7 +152,7 @@ pub struct EngineBuilder<S> {
     clock: Arc<dyn Clock>,
 }
 
-impl<S: Store> EngineBuilder<S> {
+impl<S: HoldStore> EngineBuilder<S> {
     /// How long an availability snapshot is fresh (default 10 s): served with no store read.
     /// Zero disables caching of fresh values; reads still share one load in flight.
     pub fn cache_period(mut self, period: Duration) -> Self {
@@ -305,120 +302,10 @@ impl NewHold {
     }
 }
 
-/// One store read of availability, as the cache shares it between readers.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AvailabilitySnapshot {
-    /// The engine's clock when the read was made: the `now` the store was asked about.
-    pub read_at: Timestamp,
-    /// Every slot that had not started at `read_at` and is selling, by `starts_at` then
-    /// `slot_id`.
-    pub entries: Vec<AvailabilityEntry>,
-    /// The same entries grouped by resource (sorted by resource id), each group in the order
-    /// of `entries`: a query for one resource is a window onto its group, so it costs no store
-    /// read and copies nothing.
-    pub by_resource: Vec<(ResourceId, Vec<AvailabilityEntry>)>,
-}
-
-impl AvailabilitySnapshot {
-    /// A snapshot of `entries` (in listing order) read at `read_at`, grouped by resource.
-    pub fn new(read_at: Timestamp, entries: Vec<AvailabilityEntry>) -> Self {
-        let mut groups: std::collections::BTreeMap<&ResourceId, Vec<AvailabilityEntry>> =
-            std::collections::BTreeMap::new();
-        for entry in &entries {
-            if let Some(resource) = &entry.resource {
-                groups.entry(resource).or_default().push(entry.clone());
-            }
-        }
-        let by_resource = groups
-            .into_iter()
-            .map(|(resource, group)| (resource.clone(), group))
-            .collect();
-        AvailabilitySnapshot {
-            read_at,
-            entries,
-            by_resource,
-        }
-    }
-
-    /// The entries a query of `resource` (or of every resource) looks through.
-    fn list(&self, group: Option<usize>) -> &[AvailabilityEntry] {
-        match group.and_then(|i| self.by_resource.get(i)) {
-            Some((_, entries)) => entries,
-            None => &self.entries,
-        }
-    }
-}
-
-/// An availability listing: a window onto the shared cached snapshot (no entries are copied).
-///
-/// Dereferences to `[AvailabilityEntry]` and serializes as a JSON array.
-#[derive(Clone)]
-pub struct Availability {
-    snapshot: Arc<AvailabilitySnapshot>,
-    /// The resource group the window is over; `None` for every slot.
-    group: Option<usize>,
-    range: Range<usize>,
-    fresh_for: Duration,
-    age: Duration,
-}
-
-impl Availability {
-    /// The entries, ordered by `starts_at` then `slot_id`.
-    pub fn entries(&self) -> &[AvailabilityEntry] {
-        &self.snapshot.list(self.group)[self.range.clone()]
-    }
-
-    /// The entry of `slot_id` in this listing, if it is listed (a linear search: entries are
-    /// ordered by start, not by id).
-    pub fn entry(&self, slot_id: SlotId) -> Option<&AvailabilityEntry> {
-        self.entries().iter().find(|entry| entry.slot_id == slot_id)
-    }
-
-    /// How much longer the underlying snapshot is fresh (for `Cache-Control: max-age`).
-    pub fn fresh_for(&self) -> Duration {
-        self.fresh_for
-    }
-
-    /// How long before this read the store read behind it began: never more than the engine's
-    /// [`max_age`](EngineBuilder::max_age).
-    pub fn age(&self) -> Duration {
-        self.age
-    }
-
-    /// The whole snapshot this listing is a window of.
-    pub fn snapshot(&self) -> &Arc<AvailabilitySnapshot> {
-        &self.snapshot
-    }
-}
-
-impl Deref for Availability {
-    type Target = [AvailabilityEntry];
-
-    fn deref(&self) -> &[AvailabilityEntry] {
-        self.entries()
-    }
-}
-
-impl fmt::Debug for Availability {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Availability")
-            .field("entries", &self.entries())
-            .field("fresh_for", &self.fresh_for)
-            .field("age", &self.age)
-            .finish()
-    }
-}
-
-impl Serialize for Availability {
-    fn serialize<Ser: Serializer>(&self, serializer: Ser) -> Result<Ser::Ok, Ser::Error> {
-        serializer.collect_seq(self.entries())
-    }
-}
-
-impl<S: Store> Inner<S> {
+impl<S: HoldStore> Inner<S> {
     /// Invalidates the cached availability once a transition has committed (R3): after the
     /// store call returned, never before.
-    fn invalidate_if_applied(
+    pub(crate) fn invalidate_if_applied(
         &self,
         transition: Result<Decided<Transition>, StoreError>,
     ) -> Result<Decided<Transition>, StoreError> {
@@ -436,11 +323,11 @@ impl<S: Store> Inner<S> {
 /// A checked hold request: what [`BookingEngine::place_hold`] hands the store.
 pub(crate) struct PreparedHold {
     pub(crate) slot_id: SlotId,
-    key: IdempotencyKey,
-    owner: Option<OwnerId>,
+    pub(crate) key: IdempotencyKey,
+    pub(crate) owner: Option<OwnerId>,
     pub(crate) quantity: i32,
-    now: Timestamp,
-    expires_at: Timestamp,
+    pub(crate) now: Timestamp,
+    pub(crate) expires_at: Timestamp,
 }
 
 impl PreparedHold {
@@ -586,48 +473,16 @@ pub(crate) async fn detached<T: Send + 'static>(
     })
 }
 
-/// The part of a snapshot (sorted by `starts_at`) a reader at `now` asking `query` may see.
-fn window(
-    entries: &[AvailabilityEntry],
-    now: Timestamp,
-    query: &AvailabilityQuery,
-) -> Range<usize> {
-    // The snapshot was taken up to one cache period ago: drop slots that have started since.
-    // Usually none has, and the first entry says so without a search.
-    let mut start = match entries.first() {
-        Some(first) if first.starts_at <= now => entries.partition_point(|e| e.starts_at <= now),
-        _ => 0,
-    };
-    if let Some(from) = query.from {
-        start = start.max(entries.partition_point(|e| e.starts_at < from));
-    }
-    let end = match query.to {
-        Some(to) => entries.partition_point(|e| e.starts_at < to),
-        None => entries.len(),
-    };
-    start..end.max(start)
-}
-
-fn check_page(page: PageRequest) -> Result<(), BookingError> {
-    if (1..=MAX_PAGE_SIZE).contains(&page.limit) {
+/// The one bound on every page and batch a caller asks for: `1..=`[`MAX_PAGE_SIZE`].
+pub(crate) fn check_limit(limit: u32) -> Result<(), BookingError> {
+    if (1..=MAX_PAGE_SIZE).contains(&limit) {
         Ok(())
     } else {
-        Err(BookingError::InvalidPage { limit: page.limit })
+        Err(BookingError::InvalidPage { limit })
     }
 }
 
-/// A store's page, resolved at the instant it was read, with where the next page starts.
-fn into_page(read: Decided<Vec<Hold>>, page: PageRequest) -> HoldPage {
-    let at = read.at;
-    let holds: Vec<Hold> = read.outcome.into_iter().map(|h| h.at(at)).collect();
-    let full = holds.len() >= page.limit as usize;
-    HoldPage {
-        next_after: holds.last().filter(|_| full).map(|h| h.hold_id),
-        holds,
-    }
-}
-
-impl<S: Store> BookingEngine<S> {
+impl<S: HoldStore> BookingEngine<S> {
     /// An engine with the default configuration (10 s cache, 5 minute holds, system clock).
     pub fn new(store: S) -> Self {
         Self::builder(store).build()
@@ -765,246 +620,5 @@ impl<S: Store> BookingEngine<S> {
         });
         op.finish(&read, Some(served));
         read
-    }
-
-    /// Places an anonymous hold on one unit of `slot_id` for the engine's hold lifetime: the
-    /// seed's hold. [`place_hold`](BookingEngine::place_hold) takes quantity, owner and
-    /// lifetime.
-    ///
-    /// Idempotent by `key`: calling again with the same key and slot returns the same hold in
-    /// its current state with `replayed: true`, reserving nothing more.
-    pub async fn hold(&self, slot_id: SlotId, key: &str) -> Result<HoldPlaced, BookingError> {
-        self.place_hold(NewHold::new(slot_id, key)).await
-    }
-
-    /// Places a hold on `request.quantity` units of a slot, all or none, for the requested
-    /// lifetime (or the engine's), owned by `request.owner` (or anonymous).
-    ///
-    /// Idempotent by key: the same key with the same slot, quantity and owner returns the same
-    /// hold in its current state with `replayed: true`, reserving nothing more. The same key
-    /// with anything else is `idempotency_key_reused`; when the key's hold belongs to another
-    /// owner the error says nothing about it.
-    pub async fn place_hold(&self, request: NewHold) -> Result<HoldPlaced, BookingError> {
-        let op = Op::new(Operation::Hold).slot(request.slot_id);
-        op.run(async {
-            let prepared = self.prepare_hold(request)?;
-            let inner = Arc::clone(&self.inner);
-            let (slot_id, quantity) = (prepared.slot_id, prepared.quantity);
-            let outcome = op
-                .store(detached(async move {
-                    inner.store.create_hold(prepared.request()).await
-                }))
-                .await?;
-            hold_placed(&op, outcome, slot_id, quantity)
-        })
-        .await
-    }
-
-    /// Checks a hold request and fixes its instant and expiry: everything the store is
-    /// handed, before any store sees it.
-    pub(crate) fn prepare_hold(&self, request: NewHold) -> Result<PreparedHold, BookingError> {
-        let key = IdempotencyKey::new(request.key)?;
-        let quantity = match i32::try_from(request.quantity) {
-            Ok(q) if (1..=MAX_QUANTITY).contains(&q) => q,
-            _ => {
-                return Err(BookingError::InvalidQuantity {
-                    quantity: request.quantity,
-                })
-            }
-        };
-        let lifetime = self.inner.lifetimes.pick(request.lifetime)?;
-        let now = self.inner.clock.now();
-        let expires_at = now
-            .checked_add_signed(lifetime)
-            .ok_or_else(|| StoreError::failed("the hold's expiry is past the end of time"))?;
-        Ok(PreparedHold {
-            slot_id: request.slot_id,
-            key,
-            owner: request.owner,
-            quantity,
-            now,
-            expires_at,
-        })
-    }
-
-    /// The lifetime, maximum life and instant of a renewal asking for `lifetime`.
-    pub(crate) fn prepare_renew(
-        &self,
-        lifetime: Option<Duration>,
-    ) -> Result<(chrono::Duration, chrono::Duration, Timestamp), BookingError> {
-        let lifetime = self.inner.lifetimes.pick(lifetime)?;
-        let max_life = chrono_duration(self.inner.lifetimes.max_life);
-        Ok((lifetime, max_life, self.inner.clock.now()))
-    }
-
-    /// Confirms an active anonymous hold ([`Scope::Anonymous`]). Confirming a confirmed hold
-    /// returns it unchanged.
-    pub async fn confirm(&self, hold_id: HoldId) -> Result<Hold, BookingError> {
-        self.confirm_as(&Scope::Anonymous, hold_id).await
-    }
-
-    /// Confirms an active hold in `scope`. Confirming a confirmed hold returns it unchanged;
-    /// a hold outside `scope` is `hold_not_found`.
-    pub async fn confirm_as(&self, scope: &Scope, hold_id: HoldId) -> Result<Hold, BookingError> {
-        let op = Op::new(Operation::Confirm).hold(hold_id);
-        op.run(async {
-            let now = self.inner.clock.now();
-            let inner = Arc::clone(&self.inner);
-            let scope = scope.clone();
-            let transition = op
-                .store(detached(async move {
-                    inner
-                        .invalidate_if_applied(inner.store.confirm_hold(hold_id, &scope, now).await)
-                }))
-                .await?;
-            settle(&op, transition, hold_id, HoldStatus::Confirmed)
-        })
-        .await
-    }
-
-    /// Cancels an active or confirmed anonymous hold ([`Scope::Anonymous`]), giving its units
-    /// back. Cancelling a cancelled hold returns it unchanged.
-    pub async fn cancel(&self, hold_id: HoldId) -> Result<Hold, BookingError> {
-        self.cancel_as(&Scope::Anonymous, hold_id).await
-    }
-
-    /// Cancels an active or confirmed hold in `scope`, giving its units back. Cancelling a
-    /// cancelled hold returns it unchanged; a hold outside `scope` is `hold_not_found`.
-    pub async fn cancel_as(&self, scope: &Scope, hold_id: HoldId) -> Result<Hold, BookingError> {
-        let op = Op::new(Operation::Cancel).hold(hold_id);
-        op.run(async {
-            let now = self.inner.clock.now();
-            let inner = Arc::clone(&self.inner);
-            let scope = scope.clone();
-            let transition = op
-                .store(detached(async move {
-                    inner.invalidate_if_applied(inner.store.cancel_hold(hold_id, &scope, now).await)
-                }))
-                .await?;
-            settle(&op, transition, hold_id, HoldStatus::Cancelled)
-        })
-        .await
-    }
-
-    /// Renews an active anonymous hold for the engine's hold lifetime (see
-    /// [`renew_as`](BookingEngine::renew_as)).
-    pub async fn renew(&self, hold_id: HoldId) -> Result<Hold, BookingError> {
-        self.renew_as(&Scope::Anonymous, hold_id, None).await
-    }
-
-    /// Renews an active hold in `scope`: `expires_at` moves to now plus `lifetime` (the
-    /// engine's hold lifetime if `None`, else within its
-    /// [`requested_ttl_bounds`](EngineBuilder::requested_ttl_bounds)), but never past the
-    /// hold's creation plus the [`max_hold_life`](EngineBuilder::max_hold_life), and never
-    /// earlier than it was. Capacity does not change.
-    ///
-    /// An expired hold cannot be renewed (`hold_expired`), nor a cancelled one
-    /// (`hold_cancelled`); a confirmed hold has nothing to renew and is returned unchanged.
-    pub async fn renew_as(
-        &self,
-        scope: &Scope,
-        hold_id: HoldId,
-        lifetime: Option<Duration>,
-    ) -> Result<Hold, BookingError> {
-        let op = Op::new(Operation::Renew).hold(hold_id);
-        op.run(async {
-            let (lifetime, max_life, now) = self.prepare_renew(lifetime)?;
-            let inner = Arc::clone(&self.inner);
-            let scope = scope.clone();
-            let transition = op
-                .store(detached(async move {
-                    let request = RenewRequest {
-                        hold_id,
-                        scope: &scope,
-                        now,
-                        lifetime,
-                        max_life,
-                    };
-                    inner.store.renew_hold(request).await
-                }))
-                .await?;
-            // A confirmed hold has nothing to renew: it is returned unchanged.
-            settle(&op, transition, hold_id, HoldStatus::Confirmed)
-        })
-        .await
-    }
-
-    /// Reads an anonymous hold ([`Scope::Anonymous`]), its status resolved at the current time.
-    pub async fn get_hold(&self, hold_id: HoldId) -> Result<Hold, BookingError> {
-        self.get_hold_as(&Scope::Anonymous, hold_id).await
-    }
-
-    /// Reads a hold in `scope`, its status resolved at the current time; a hold outside
-    /// `scope` is `hold_not_found`.
-    pub async fn get_hold_as(&self, scope: &Scope, hold_id: HoldId) -> Result<Hold, BookingError> {
-        let op = Op::new(Operation::GetHold).hold(hold_id);
-        op.run(async {
-            let now = self.inner.clock.now();
-            let read = op
-                .store(guarded(self.inner.store.get_hold(hold_id, scope, now)))
-                .await?;
-            match read.outcome {
-                Some(hold) => Ok(hold.at(read.at)),
-                None => Err(BookingError::HoldNotFound { hold_id }),
-            }
-        })
-        .await
-    }
-
-    /// A page of `owner`'s holds by id, every status, resolved at the current time.
-    pub async fn owner_holds(
-        &self,
-        owner: &OwnerId,
-        page: PageRequest,
-    ) -> Result<HoldPage, BookingError> {
-        let op = Op::new(Operation::OwnerHolds);
-        op.run(async {
-            check_page(page)?;
-            let now = self.inner.clock.now();
-            let read = op
-                .store(guarded(self.inner.store.owner_holds(owner, page, now)))
-                .await?;
-            Ok(into_page(read, page))
-        })
-        .await
-    }
-
-    /// A page of the holds of `slot_id` (the roster: every owner's, every status) by id,
-    /// resolved at the current time. Back-office code only: it shows other owners' holds.
-    pub async fn slot_holds(
-        &self,
-        slot_id: SlotId,
-        page: PageRequest,
-    ) -> Result<HoldPage, BookingError> {
-        let op = Op::new(Operation::SlotHolds).slot(slot_id);
-        op.run(async {
-            check_page(page)?;
-            let now = self.inner.clock.now();
-            let read = op
-                .store(guarded(self.inner.store.slot_holds(slot_id, page, now)))
-                .await?;
-            Ok(into_page(read, page))
-        })
-        .await
-    }
-
-    /// Validates and stores a new slot with all its capacity free, selling at once.
-    pub async fn create_slot(&self, slot: NewSlot) -> Result<Slot, BookingError> {
-        let op = Op::new(Operation::CreateSlot);
-        op.run(async {
-            let slot = prepare_slot(slot)?;
-            let now = self.clock().now();
-            let inner = Arc::clone(&self.inner);
-            let created = op
-                .store(detached(async move {
-                    let created = inner.store.create_slot(&slot, now).await?;
-                    inner.cache.invalidate();
-                    Ok(created)
-                }))
-                .await?;
-            op.record_slot(created.slot_id);
-            Ok(created)
-        })
-        .await
     }
 }

@@ -199,6 +199,7 @@
 #![doc(test(attr(deny(unused_must_use))))]
 
 pub mod admin;
+pub mod availability;
 pub mod cache;
 pub mod changes;
 pub mod clock;
@@ -208,6 +209,7 @@ pub mod consumers;
 pub mod engine;
 pub mod error;
 pub mod events;
+pub mod holds;
 pub mod memory;
 pub mod model;
 pub mod observe;
@@ -216,25 +218,36 @@ pub mod store;
 pub mod sweeper;
 pub mod transaction;
 
-pub use admin::{SlotCursor, SlotFilter, SlotPage, SlotPageRequest, SlotSummary, SlotUsage};
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use engine::{
-    Availability, AvailabilitySnapshot, BookingEngine, EngineBuilder, HoldPlaced, NewHold,
-};
+pub use availability::{Availability, AvailabilitySnapshot};
+pub use engine::{BookingEngine, EngineBuilder, HoldPlaced, NewHold};
 pub use error::BookingError;
-pub use events::{Event, EventKind, EventPosition, EventStore, Purged};
 pub use memory::MemoryStore;
+#[allow(deprecated)]
+pub use model::SlotPageRequest;
 pub use model::{
-    AvailabilityEntry, AvailabilityQuery, ConsumerId, Hold, HoldId, HoldPage, HoldStatus,
-    IdempotencyKey, LeaseHolder, NewSlot, OwnerId, PageRequest, ResourceId, Slot, SlotId,
+    AvailabilityEntry, AvailabilityQuery, ConsumerId, Event, EventKind, EventPosition, Hold,
+    HoldId, HoldPage, HoldStatus, IdempotencyKey, LeaseHolder, NewSlot, OwnerId, Page, PageItem,
+    PageRequest, Purged, ResourceId, Slot, SlotCursor, SlotId, SlotPage, SlotSummary, SlotUsage,
     Timestamp,
 };
 pub use scope::Scope;
 pub use store::{
-    Decided, HoldOutcome, HoldRequest, RenewRequest, SlotChange, SlotLimits, Store, StoreError,
-    StoreErrorKind, Transition,
+    Decided, EventStore, HoldOutcome, HoldQueries, HoldRequest, HoldStore, RenewRequest,
+    SlotAdmin, SlotChange, SlotLimits, Store, StoreError, StoreErrorKind, TransactionWrites,
+    TransactionalStore, Transition,
 };
-pub use transaction::{TransactionWrites, TransactionalStore, Within};
+pub use transaction::Within;
+
+/// The operator's listing filter.
+#[deprecated(note = "the listing takes an `AvailabilityQuery`: the same narrowing, applied to every slot")]
+pub type SlotFilter = AvailabilityQuery;
+
+/// What [`forward_store!`] expands to needs; not part of the API.
+#[doc(hidden)]
+pub mod __private {
+    pub use async_trait::async_trait;
+}
 
 /// The README's code blocks, compiled and run as doc tests so the README stays true (those
 /// marked `no_run`, which need a PostgreSQL server, are compiled only). `tests/readme.rs`

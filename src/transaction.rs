@@ -37,131 +37,20 @@
 //!   a write whose caller went away; here the write belongs to the caller's transaction, which
 //!   the caller rolls back (sqlx does so when a transaction is dropped uncommitted).
 
-use async_trait::async_trait;
 
 use crate::admin::{checked_capacity, sales_operation, SlotOperation};
 use crate::engine::{
     guarded, hold_placed, prepare_slot, settle, BookingEngine, HoldPlaced, NewHold,
 };
 use crate::error::BookingError;
-use crate::events::EventPosition;
 use crate::model::{
-    ConsumerId, Hold, HoldId, HoldStatus, LeaseHolder, NewSlot, Slot, SlotId, Timestamp,
+    Hold, HoldId, HoldStatus, NewSlot, Slot, SlotId,
 };
 use crate::observe::{Op, Operation};
 use crate::scope::Scope;
-use crate::store::{
-    Decided, HoldOutcome, HoldRequest, RenewRequest, SlotChange, Store, StoreError, Transition,
-};
 
-/// A store's writes on a connection or transaction the caller owns: the write operations of
-/// [`Store`], each with the same contract, run on the caller's connection.
-///
-/// A statement that fails inside a PostgreSQL transaction aborts the whole transaction, so an
-/// implementation runs each step that may fail (a hold's unique key, say) under a savepoint:
-/// a refused request leaves the caller's transaction usable.
-#[async_trait]
-pub trait TransactionWrites: Send {
-    /// As [`Store::create_hold`].
-    async fn create_hold(
-        &mut self,
-        request: HoldRequest<'_>,
-    ) -> Result<Decided<HoldOutcome>, StoreError>;
-
-    /// As [`Store::confirm_hold`].
-    async fn confirm_hold(
-        &mut self,
-        hold_id: HoldId,
-        scope: &Scope,
-        now: Timestamp,
-    ) -> Result<Decided<Transition>, StoreError>;
-
-    /// As [`Store::cancel_hold`].
-    async fn cancel_hold(
-        &mut self,
-        hold_id: HoldId,
-        scope: &Scope,
-        now: Timestamp,
-    ) -> Result<Decided<Transition>, StoreError>;
-
-    /// As [`Store::renew_hold`].
-    async fn renew_hold(
-        &mut self,
-        request: RenewRequest<'_>,
-    ) -> Result<Decided<Transition>, StoreError>;
-
-    /// As [`Store::get_hold`], seeing the transaction's own writes.
-    async fn get_hold(
-        &mut self,
-        hold_id: HoldId,
-        scope: &Scope,
-        now: Timestamp,
-    ) -> Result<Decided<Option<Hold>>, StoreError>;
-
-    /// As [`Store::create_slot`].
-    async fn create_slot(&mut self, slot: &NewSlot, now: Timestamp) -> Result<Slot, StoreError>;
-
-    /// As [`Store::change_capacity`].
-    async fn change_capacity(
-        &mut self,
-        slot_id: SlotId,
-        capacity: i32,
-        now: Timestamp,
-    ) -> Result<Decided<SlotChange>, StoreError>;
-
-    /// As [`Store::set_closed`].
-    async fn set_closed(
-        &mut self,
-        slot_id: SlotId,
-        closed: bool,
-        now: Timestamp,
-    ) -> Result<Decided<SlotChange>, StoreError>;
-
-    /// As [`Store::remove_slot`].
-    async fn remove_slot(
-        &mut self,
-        slot_id: SlotId,
-        now: Timestamp,
-    ) -> Result<Decided<SlotChange>, StoreError>;
-
-    /// As [`EventStore::acknowledge`](crate::EventStore::acknowledge) (`holder` `None`,
-    /// always `true`) or [`EventStore::acknowledge_leased`](crate::EventStore::acknowledge_leased)
-    /// (`false`, nothing moved, when another holder has the lease): the cursor moves with the
-    /// caller's transaction. On PostgreSQL it keeps the consumer's row locked until the
-    /// transaction ends, so a lease taken over meanwhile waits for it.
-    async fn acknowledge(
-        &mut self,
-        consumer: &ConsumerId,
-        holder: Option<&LeaseHolder>,
-        through: EventPosition,
-    ) -> Result<bool, StoreError>;
-}
-
-/// A store that can open a transaction of its own for the engine's writes, hand out its
-/// [`TransactionWrites`], and commit or roll it back. What the conformance suite drives; an
-/// application may use it too, or the backend's own way of wrapping a connection it holds.
-#[async_trait]
-pub trait TransactionalStore: Store {
-    /// An open transaction.
-    type Transaction: Send;
-
-    /// The store's writes on an open transaction.
-    type Writes<'t>: TransactionWrites
-    where
-        Self: 't;
-
-    /// Opens a transaction.
-    async fn begin(&self) -> Result<Self::Transaction, StoreError>;
-
-    /// The store's writes on `transaction`.
-    fn writes<'t>(&'t self, transaction: &'t mut Self::Transaction) -> Self::Writes<'t>;
-
-    /// Commits `transaction`.
-    async fn commit(&self, transaction: Self::Transaction) -> Result<(), StoreError>;
-
-    /// Rolls `transaction` back: nothing written through it stays.
-    async fn rollback(&self, transaction: Self::Transaction) -> Result<(), StoreError>;
-}
+pub use crate::store::{TransactionWrites, TransactionalStore};
+use crate::store::{HoldStore, RenewRequest};
 
 /// The engine's writes on the caller's transaction; made by [`BookingEngine::within`].
 ///
@@ -174,7 +63,7 @@ pub struct Within<'e, S, W> {
     writes: W,
 }
 
-impl<S: Store> BookingEngine<S> {
+impl<S: HoldStore> BookingEngine<S> {
     /// The engine's writes on a connection or transaction the caller owns, through `writes`
     /// (for example `PostgresStore::on(&mut tx)` or `SqliteStore::on(&mut tx)`). They commit
     /// or roll back with the caller's transaction.
@@ -186,7 +75,7 @@ impl<S: Store> BookingEngine<S> {
     }
 }
 
-impl<S: Store, W: TransactionWrites> Within<'_, S, W> {
+impl<S: HoldStore, W: TransactionWrites> Within<'_, S, W> {
     /// The store's writes this runs on (to reach the caller's connection through them).
     pub fn writes(&mut self) -> &mut W {
         &mut self.writes

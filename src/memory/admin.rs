@@ -1,0 +1,120 @@
+//! Slot administration of [`MemoryStore`].
+
+use async_trait::async_trait;
+
+use super::*;
+
+#[async_trait]
+impl SlotAdmin for MemoryStore {
+    async fn get_slot(&self, slot_id: SlotId) -> Result<Option<Slot>, StoreError> {
+        Ok(self.slot_row(slot_id).map(|row| lock(&row).slot.clone()))
+    }
+
+    async fn change_capacity(
+        &self,
+        slot_id: SlotId,
+        capacity: i32,
+        now: Timestamp,
+    ) -> Result<Decided<SlotChange>, StoreError> {
+        let Some(row) = self.slot_row(slot_id) else {
+            return Ok(Decided::new(now, SlotChange::NotFound));
+        };
+        let mut row = lock(&row);
+        // Widened: `capacity - slot.capacity` can leave i32 when one is near its maximum.
+        let remaining_after = |slot: &Slot, extra: i32| {
+            i64::from(slot.remaining) + i64::from(extra) + i64::from(capacity)
+                - i64::from(slot.capacity)
+        };
+        let change = row.change_taking_free_units(
+            now,
+            &self.log,
+            |slot, extra| remaining_after(slot, extra) >= 0,
+            |slot| {
+                slot.remaining += capacity - slot.capacity;
+                slot.capacity = capacity;
+                EventKind::SlotCapacityChanged
+            },
+        );
+        Ok(Decided::new(now, change))
+    }
+
+    async fn set_closed(
+        &self,
+        slot_id: SlotId,
+        closed: bool,
+        now: Timestamp,
+    ) -> Result<Decided<SlotChange>, StoreError> {
+        let change = match self.slot_row(slot_id) {
+            Some(row) => {
+                let mut row = lock(&row);
+                if row.slot.removed_at.is_some() {
+                    SlotChange::NotFound
+                } else {
+                    // Closing a closed slot (or reopening an open one) changes nothing and
+                    // logs nothing.
+                    if row.slot.closed != closed {
+                        row.slot.closed = closed;
+                        let kind = if closed {
+                            EventKind::SlotClosed
+                        } else {
+                            EventKind::SlotReopened
+                        };
+                        row.log_slot(kind, now, &self.log);
+                    }
+                    SlotChange::Applied(row.slot.clone())
+                }
+            }
+            None => SlotChange::NotFound,
+        };
+        Ok(Decided::new(now, change))
+    }
+
+    async fn remove_slot(
+        &self,
+        slot_id: SlotId,
+        now: Timestamp,
+    ) -> Result<Decided<SlotChange>, StoreError> {
+        let Some(row) = self.slot_row(slot_id) else {
+            return Ok(Decided::new(now, SlotChange::NotFound));
+        };
+        let mut row = lock(&row);
+        // No unit held or confirmed is the slot row's own `remaining == capacity`.
+        let change = row.change_taking_free_units(
+            now,
+            &self.log,
+            |slot, extra| slot.remaining + extra == slot.capacity,
+            |slot| {
+                slot.removed_at = Some(now);
+                EventKind::SlotRemoved
+            },
+        );
+        Ok(Decided::new(now, change))
+    }
+
+    async fn list_slots(
+        &self,
+        filter: &AvailabilityQuery,
+        page: PageRequest<SlotCursor>,
+        now: Timestamp,
+    ) -> Result<Decided<Vec<SlotUsage>>, StoreError> {
+        let table = self.slots.read().unwrap_or_else(PoisonError::into_inner);
+        let start = match page.after {
+            Some(after) => Bound::Excluded((after.starts_at, after.slot_id)),
+            None => Bound::Unbounded,
+        };
+        let mut listed = Vec::new();
+        for (_, slot_id) in table.by_start.range((start, Bound::Unbounded)) {
+            if listed.len() >= page.limit as usize {
+                break;
+            }
+            let Some(row) = table.by_id.get(slot_id) else {
+                continue;
+            };
+            let row = lock(row);
+            if filter.admits(&row.slot) {
+                listed.push(row.usage(now));
+            }
+        }
+        Ok(Decided::new(now, listed))
+    }
+}

@@ -1,0 +1,173 @@
+//! The event log of [`MemoryStore`].
+
+use async_trait::async_trait;
+
+use super::*;
+
+#[async_trait]
+impl EventStore for MemoryStore {
+    async fn read_events(
+        &self,
+        consumer: &ConsumerId,
+        limit: u32,
+    ) -> Result<Vec<Event>, StoreError> {
+        let log = lock(&self.log);
+        let after = log
+            .consumers
+            .get(consumer)
+            .map_or(EventPosition::START, |cursor| cursor.position);
+        let first = log.first_after(after);
+        Ok(log
+            .events
+            .range(first..)
+            .take(limit as usize)
+            .cloned()
+            .collect())
+    }
+
+    async fn acknowledge(
+        &self,
+        consumer: &ConsumerId,
+        through: EventPosition,
+    ) -> Result<(), StoreError> {
+        let mut log = lock(&self.log);
+        let cursor = log.consumers.entry(consumer.clone()).or_default();
+        cursor.position = cursor.position.max(through);
+        Ok(())
+    }
+
+    async fn consumer_position(
+        &self,
+        consumer: &ConsumerId,
+    ) -> Result<Option<EventPosition>, StoreError> {
+        Ok(lock(&self.log)
+            .consumers
+            .get(consumer)
+            .map(|cursor| cursor.position))
+    }
+
+    async fn lease_consumer(
+        &self,
+        consumer: &ConsumerId,
+        holder: &LeaseHolder,
+        now: Timestamp,
+        until: Timestamp,
+    ) -> Result<bool, StoreError> {
+        let mut log = lock(&self.log);
+        let cursor = log.consumers.entry(consumer.clone()).or_default();
+        let free = match &cursor.lease {
+            None => true,
+            Some((held, ends)) => held == holder || *ends <= now,
+        };
+        if free {
+            cursor.lease = Some((holder.clone(), until));
+        }
+        Ok(free)
+    }
+
+    async fn release_consumer(
+        &self,
+        consumer: &ConsumerId,
+        holder: &LeaseHolder,
+    ) -> Result<(), StoreError> {
+        let mut log = lock(&self.log);
+        if let Some(cursor) = log.consumers.get_mut(consumer) {
+            if cursor.held_by(holder) {
+                cursor.lease = None;
+            }
+        }
+        Ok(())
+    }
+
+    async fn acknowledge_leased(
+        &self,
+        consumer: &ConsumerId,
+        holder: &LeaseHolder,
+        through: EventPosition,
+    ) -> Result<bool, StoreError> {
+        let mut log = lock(&self.log);
+        match log.consumers.get_mut(consumer) {
+            Some(cursor) if cursor.held_by(holder) => {
+                cursor.position = cursor.position.max(through);
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    async fn reclaim_expired(&self, now: Timestamp, limit: u32) -> Result<Vec<Hold>, StoreError> {
+        let rows: Vec<Arc<Mutex<SlotRow>>> = {
+            let table = self.slots.read().unwrap_or_else(PoisonError::into_inner);
+            table.by_id.values().cloned().collect()
+        };
+        let mut reclaimed = Vec::new();
+        for row in rows {
+            let left = limit as usize - reclaimed.len();
+            if left == 0 {
+                break;
+            }
+            reclaimed.extend(lock(&row).reclaim(now, left, &self.log));
+        }
+        Ok(reclaimed)
+    }
+
+    async fn purge(&self, before: Timestamp, limit: u32) -> Result<Purged, StoreError> {
+        // Ended holds never change again, so candidates picked under each slot's lock are
+        // deleted afterwards in lock order: key shard, then slot, then the indexes.
+        let rows: Vec<Arc<Mutex<SlotRow>>> = {
+            let table = self.slots.read().unwrap_or_else(PoisonError::into_inner);
+            table.by_id.values().cloned().collect()
+        };
+        let mut candidates = Vec::new();
+        for row in &rows {
+            let left = limit as usize - candidates.len();
+            if left == 0 {
+                break;
+            }
+            let row_guard = lock(row);
+            candidates.extend(
+                row_guard
+                    .holds
+                    .values()
+                    .filter(|hold| ended_before(hold, before))
+                    .take(left)
+                    .filter_map(|hold| {
+                        let key = row_guard.keys.get(&hold.hold_id)?.clone();
+                        Some((Arc::clone(row), hold.hold_id, key))
+                    }),
+            );
+        }
+        let mut purged = Purged::default();
+        for (row, hold_id, key) in candidates {
+            let mut keys = lock(self.key_shard(&key));
+            let mut row = lock(&row);
+            let Some(hold) = row.holds.remove(&hold_id) else {
+                continue;
+            };
+            row.keys.remove(&hold_id);
+            if keys.get(&key).is_some_and(|(id, _)| *id == hold_id) {
+                keys.remove(&key);
+            }
+            lock(self.hold_shard(hold_id)).remove(&hold_id);
+            if let Some(owner) = hold.owner {
+                lock(&self.owners).remove(&(owner, hold_id));
+            }
+            purged.holds += 1;
+        }
+
+        let mut log = lock(&self.log);
+        let delivered = log.consumers.values().map(|cursor| cursor.position).min();
+        while purged.events < u64::from(limit) {
+            let Some(first) = log.events.front() else {
+                break;
+            };
+            let acknowledged = delivered.is_none_or(|through| first.position <= through);
+            if !acknowledged || first.at >= before {
+                break;
+            }
+            log.events.pop_front();
+            purged.events += 1;
+        }
+        Ok(purged)
+    }
+}

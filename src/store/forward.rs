@@ -1,0 +1,183 @@
+//! [`forward_store!`](crate::forward_store): a store's traits implemented by handing every
+//! call to another implementation, the one place each forwarding signature is written.
+
+/// Implements store traits for a type by handing every call to another implementation.
+///
+/// `forward_store!(impl[GENERICS] TRAIT, TRAIT… for TYPE, |this| TARGET)` implements each
+/// named trait for `TYPE`; every method evaluates `TARGET` (an expression of `this`, which is
+/// `self`) and calls the method of the same name on it. An optional last argument,
+/// `|call| WRAP`, wraps each call: `call` is the target's future and `WRAP` an expression
+/// that awaits it (the default is `call.await`). `TARGET` may itself await and use `?`
+/// (`StoreError`), so it can acquire a connection for the call.
+///
+/// The traits: [`HoldStore`](crate::HoldStore), [`SlotAdmin`](crate::SlotAdmin),
+/// [`HoldQueries`](crate::HoldQueries), [`EventStore`](crate::EventStore) (methods on
+/// `&self`) and [`TransactionWrites`](crate::TransactionWrites) (on `&mut self`).
+///
+/// A wrapper store that counts every call, in a few lines:
+///
+/// ```
+/// use std::sync::atomic::{AtomicU64, Ordering};
+/// use slot_booking::{forward_store, BookingEngine, MemoryStore};
+///
+/// struct Counting<S> {
+///     inner: S,
+///     calls: AtomicU64,
+/// }
+///
+/// forward_store!(
+///     impl[S: slot_booking::Store] HoldStore, SlotAdmin, HoldQueries for Counting<S>,
+///     |this| { this.calls.fetch_add(1, Ordering::Relaxed); &this.inner }
+/// );
+///
+/// # tokio_test::block_on(async {
+/// let engine = BookingEngine::new(Counting { inner: MemoryStore::new(), calls: AtomicU64::new(0) });
+/// let start = chrono::Utc::now() + chrono::Duration::days(1);
+/// let slot = engine
+///     .create_slot(slot_booking::NewSlot::new(start, start + chrono::Duration::hours(1), 2))
+///     .await?;
+/// engine.hold(slot.slot_id, "k").await?;
+/// assert_eq!(engine.store().calls.load(Ordering::Relaxed), 2);
+/// # Ok::<(), slot_booking::BookingError>(())
+/// # }).unwrap();
+/// ```
+#[macro_export]
+macro_rules! forward_store {
+    (impl $generics:tt $($trait:ident),+ for $ty:ty, |$this:ident| $get:expr) => {
+        $crate::forward_store!(impl $generics $($trait),+ for $ty, |$this| $get, |call| call.await);
+    };
+    (impl $generics:tt $($trait:ident),+ for $ty:ty, |$this:ident| $get:expr, |$call:ident| $wrap:expr) => {
+        $(
+            $crate::forward_store!(@$trait $generics $ty; $this; $get; $call; $wrap);
+        )+
+    };
+    // One method: `self` named `$this`, the target evaluated, the call made and wrapped.
+    (@call $self_:ident; $this:ident; $get:expr; $call:ident; $wrap:expr; $method:ident($($arg:ident),*)) => {{
+        let $this = $self_;
+        #[allow(unused_mut)]
+        let mut target = $get;
+        let $call = target.$method($($arg),*);
+        $wrap
+    }};
+    (@HoldStore [$($generics:tt)*] $ty:ty; $this:ident; $get:expr; $call:ident; $wrap:expr) => {
+        #[$crate::__private::async_trait]
+        impl<$($generics)*> $crate::HoldStore for $ty {
+            async fn create_slot(&self, slot: &$crate::NewSlot, now: $crate::Timestamp) -> Result<$crate::Slot, $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; create_slot(slot, now))
+            }
+            async fn availability(&self, now: $crate::Timestamp) -> Result<$crate::Decided<Vec<$crate::AvailabilityEntry>>, $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; availability(now))
+            }
+            async fn create_hold(&self, request: $crate::HoldRequest<'_>) -> Result<$crate::Decided<$crate::HoldOutcome>, $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; create_hold(request))
+            }
+            async fn confirm_hold(&self, hold_id: $crate::HoldId, scope: &$crate::Scope, now: $crate::Timestamp) -> Result<$crate::Decided<$crate::Transition>, $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; confirm_hold(hold_id, scope, now))
+            }
+            async fn cancel_hold(&self, hold_id: $crate::HoldId, scope: &$crate::Scope, now: $crate::Timestamp) -> Result<$crate::Decided<$crate::Transition>, $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; cancel_hold(hold_id, scope, now))
+            }
+            async fn renew_hold(&self, request: $crate::RenewRequest<'_>) -> Result<$crate::Decided<$crate::Transition>, $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; renew_hold(request))
+            }
+            async fn get_hold(&self, hold_id: $crate::HoldId, scope: &$crate::Scope, now: $crate::Timestamp) -> Result<$crate::Decided<Option<$crate::Hold>>, $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; get_hold(hold_id, scope, now))
+            }
+        }
+    };
+    (@SlotAdmin [$($generics:tt)*] $ty:ty; $this:ident; $get:expr; $call:ident; $wrap:expr) => {
+        #[$crate::__private::async_trait]
+        impl<$($generics)*> $crate::SlotAdmin for $ty {
+            async fn get_slot(&self, slot_id: $crate::SlotId) -> Result<Option<$crate::Slot>, $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; get_slot(slot_id))
+            }
+            async fn change_capacity(&self, slot_id: $crate::SlotId, capacity: i32, now: $crate::Timestamp) -> Result<$crate::Decided<$crate::SlotChange>, $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; change_capacity(slot_id, capacity, now))
+            }
+            async fn set_closed(&self, slot_id: $crate::SlotId, closed: bool, now: $crate::Timestamp) -> Result<$crate::Decided<$crate::SlotChange>, $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; set_closed(slot_id, closed, now))
+            }
+            async fn remove_slot(&self, slot_id: $crate::SlotId, now: $crate::Timestamp) -> Result<$crate::Decided<$crate::SlotChange>, $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; remove_slot(slot_id, now))
+            }
+            async fn list_slots(&self, filter: &$crate::AvailabilityQuery, page: $crate::PageRequest<$crate::SlotCursor>, now: $crate::Timestamp) -> Result<$crate::Decided<Vec<$crate::SlotUsage>>, $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; list_slots(filter, page, now))
+            }
+        }
+    };
+    (@HoldQueries [$($generics:tt)*] $ty:ty; $this:ident; $get:expr; $call:ident; $wrap:expr) => {
+        #[$crate::__private::async_trait]
+        impl<$($generics)*> $crate::HoldQueries for $ty {
+            async fn owner_holds(&self, owner: &$crate::OwnerId, page: $crate::PageRequest, now: $crate::Timestamp) -> Result<$crate::Decided<Vec<$crate::Hold>>, $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; owner_holds(owner, page, now))
+            }
+            async fn slot_holds(&self, slot_id: $crate::SlotId, page: $crate::PageRequest, now: $crate::Timestamp) -> Result<$crate::Decided<Vec<$crate::Hold>>, $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; slot_holds(slot_id, page, now))
+            }
+        }
+    };
+    (@EventStore [$($generics:tt)*] $ty:ty; $this:ident; $get:expr; $call:ident; $wrap:expr) => {
+        #[$crate::__private::async_trait]
+        impl<$($generics)*> $crate::EventStore for $ty {
+            async fn read_events(&self, consumer: &$crate::ConsumerId, limit: u32) -> Result<Vec<$crate::Event>, $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; read_events(consumer, limit))
+            }
+            async fn acknowledge(&self, consumer: &$crate::ConsumerId, through: $crate::EventPosition) -> Result<(), $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; acknowledge(consumer, through))
+            }
+            async fn consumer_position(&self, consumer: &$crate::ConsumerId) -> Result<Option<$crate::EventPosition>, $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; consumer_position(consumer))
+            }
+            async fn lease_consumer(&self, consumer: &$crate::ConsumerId, holder: &$crate::LeaseHolder, now: $crate::Timestamp, until: $crate::Timestamp) -> Result<bool, $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; lease_consumer(consumer, holder, now, until))
+            }
+            async fn release_consumer(&self, consumer: &$crate::ConsumerId, holder: &$crate::LeaseHolder) -> Result<(), $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; release_consumer(consumer, holder))
+            }
+            async fn acknowledge_leased(&self, consumer: &$crate::ConsumerId, holder: &$crate::LeaseHolder, through: $crate::EventPosition) -> Result<bool, $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; acknowledge_leased(consumer, holder, through))
+            }
+            async fn reclaim_expired(&self, now: $crate::Timestamp, limit: u32) -> Result<Vec<$crate::Hold>, $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; reclaim_expired(now, limit))
+            }
+            async fn purge(&self, before: $crate::Timestamp, limit: u32) -> Result<$crate::Purged, $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; purge(before, limit))
+            }
+        }
+    };
+    (@TransactionWrites [$($generics:tt)*] $ty:ty; $this:ident; $get:expr; $call:ident; $wrap:expr) => {
+        #[$crate::__private::async_trait]
+        impl<$($generics)*> $crate::TransactionWrites for $ty {
+            async fn create_hold(&mut self, request: $crate::HoldRequest<'_>) -> Result<$crate::Decided<$crate::HoldOutcome>, $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; create_hold(request))
+            }
+            async fn confirm_hold(&mut self, hold_id: $crate::HoldId, scope: &$crate::Scope, now: $crate::Timestamp) -> Result<$crate::Decided<$crate::Transition>, $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; confirm_hold(hold_id, scope, now))
+            }
+            async fn cancel_hold(&mut self, hold_id: $crate::HoldId, scope: &$crate::Scope, now: $crate::Timestamp) -> Result<$crate::Decided<$crate::Transition>, $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; cancel_hold(hold_id, scope, now))
+            }
+            async fn renew_hold(&mut self, request: $crate::RenewRequest<'_>) -> Result<$crate::Decided<$crate::Transition>, $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; renew_hold(request))
+            }
+            async fn get_hold(&mut self, hold_id: $crate::HoldId, scope: &$crate::Scope, now: $crate::Timestamp) -> Result<$crate::Decided<Option<$crate::Hold>>, $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; get_hold(hold_id, scope, now))
+            }
+            async fn create_slot(&mut self, slot: &$crate::NewSlot, now: $crate::Timestamp) -> Result<$crate::Slot, $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; create_slot(slot, now))
+            }
+            async fn change_capacity(&mut self, slot_id: $crate::SlotId, capacity: i32, now: $crate::Timestamp) -> Result<$crate::Decided<$crate::SlotChange>, $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; change_capacity(slot_id, capacity, now))
+            }
+            async fn set_closed(&mut self, slot_id: $crate::SlotId, closed: bool, now: $crate::Timestamp) -> Result<$crate::Decided<$crate::SlotChange>, $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; set_closed(slot_id, closed, now))
+            }
+            async fn remove_slot(&mut self, slot_id: $crate::SlotId, now: $crate::Timestamp) -> Result<$crate::Decided<$crate::SlotChange>, $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; remove_slot(slot_id, now))
+            }
+            async fn acknowledge(&mut self, consumer: &$crate::ConsumerId, holder: Option<&$crate::LeaseHolder>, through: $crate::EventPosition) -> Result<bool, $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; acknowledge(consumer, holder, through))
+            }
+        }
+    };
+}
