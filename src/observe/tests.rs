@@ -1,0 +1,346 @@
+mod capture;
+
+use std::time::Duration;
+
+use chrono::TimeZone;
+
+use self::capture::observed;
+use super::operation::{OPERATION_KEYS, OUTCOMES};
+use super::{
+    Operation, CACHE_HITS, CACHE_LOADS, CACHE_MISSES, CACHE_STALE_SERVES, OPERATIONS, STORE_SECONDS,
+};
+use crate::model::{HoldId, SlotId};
+use crate::store::StoreError;
+use crate::{
+    AvailabilityQuery, BookingEngine, BookingError, ManualClock, MemoryStore, NewSlot, Store,
+};
+
+fn engine() -> BookingEngine<MemoryStore> {
+    let clock = ManualClock::new(chrono::Utc.with_ymd_and_hms(2030, 1, 1, 9, 0, 0).unwrap());
+    BookingEngine::builder(MemoryStore::new())
+        .clock(clock)
+        .cache_period(Duration::from_secs(10))
+        .build()
+}
+
+async fn slot(engine: &BookingEngine<MemoryStore>, capacity: i32) -> SlotId {
+    let start = engine.clock().now() + chrono::Duration::hours(1);
+    engine
+        .create_slot(NewSlot::new(
+            start,
+            start + chrono::Duration::hours(1),
+            capacity,
+        ))
+        .await
+        .unwrap()
+        .slot_id
+}
+
+const HOLD_OK: [(&str, &str); 2] = [("operation", "hold"), ("outcome", "ok")];
+
+#[test]
+fn a_hold_placed_is_counted_timed_and_spanned_with_its_ids() {
+    let (recorder, spans) = observed(|| async {
+        let engine = engine();
+        let slot = slot(&engine, 1).await;
+        let placed = engine.hold(slot, "k-1").await.unwrap();
+        assert_eq!(placed.hold.hold_id.get(), 1);
+        assert!(engine.hold(slot, "k-1").await.unwrap().replayed);
+    });
+    assert_eq!(recorder.counter(OPERATIONS, &HOLD_OK), 2);
+    assert_eq!(
+        recorder.counter(
+            OPERATIONS,
+            &[("operation", "create_slot"), ("outcome", "ok")]
+        ),
+        1
+    );
+    let samples = recorder.samples(STORE_SECONDS, &[("operation", "hold")]);
+    assert_eq!(samples.len(), 2, "one store latency sample per hold");
+    assert!(samples.iter().all(|s| s.is_finite() && *s >= 0.0));
+
+    let holds = spans.named("hold");
+    assert_eq!(holds.len(), 2);
+    for (span, replayed) in holds.iter().zip(["false", "true"]) {
+        assert_eq!(span.fields["slot_id"], "1");
+        assert_eq!(span.fields["hold_id"], "1");
+        assert_eq!(span.fields["outcome"], "ok");
+        assert_eq!(span.fields["replayed"], replayed);
+        assert!(span.fields["store_us"].parse::<u64>().is_ok());
+    }
+}
+
+#[test]
+fn a_sold_out_refusal_is_counted_under_its_code() {
+    let (recorder, spans) = observed(|| async {
+        let engine = engine();
+        let slot = slot(&engine, 1).await;
+        engine.hold(slot, "a").await.unwrap();
+        let refused = engine.hold(slot, "b").await.unwrap_err();
+        assert!(matches!(refused, BookingError::SoldOut { .. }));
+        // Refused before any store call: counted all the same, with no latency sample.
+        engine.hold(slot, "").await.unwrap_err();
+    });
+    assert_eq!(recorder.counter(OPERATIONS, &HOLD_OK), 1);
+    assert_eq!(
+        recorder.counter(
+            OPERATIONS,
+            &[("operation", "hold"), ("outcome", "sold_out")]
+        ),
+        1
+    );
+    assert_eq!(
+        recorder.counter(
+            OPERATIONS,
+            &[
+                ("operation", "hold"),
+                ("outcome", "invalid_idempotency_key")
+            ]
+        ),
+        1
+    );
+    assert_eq!(
+        recorder
+            .samples(STORE_SECONDS, &[("operation", "hold")])
+            .len(),
+        2
+    );
+    let outcomes: Vec<String> = spans
+        .named("hold")
+        .iter()
+        .map(|s| s.fields["outcome"].clone())
+        .collect();
+    assert_eq!(outcomes, ["ok", "sold_out", "invalid_idempotency_key"]);
+}
+
+#[test]
+fn cache_hits_misses_stale_serves_and_loads_are_told_apart() {
+    let (recorder, spans) = observed(|| async {
+        let engine = engine();
+        slot(&engine, 3).await;
+        // Nothing cached: a miss, which waits for a load.
+        engine.availability(AvailabilityQuery::all()).await.unwrap();
+        // Fresh: two hits, no store read.
+        engine.availability(AvailabilityQuery::all()).await.unwrap();
+        engine.availability(AvailabilityQuery::all()).await.unwrap();
+        // Past the period: the stale listing at once, while a refresh loads.
+        tokio::time::advance(Duration::from_secs(11)).await;
+        engine.availability(AvailabilityQuery::all()).await.unwrap();
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+    });
+    assert_eq!(recorder.counter(CACHE_MISSES, &[]), 1);
+    assert_eq!(recorder.counter(CACHE_HITS, &[]), 2);
+    assert_eq!(recorder.counter(CACHE_STALE_SERVES, &[]), 1);
+    assert_eq!(recorder.counter(CACHE_LOADS, &[("outcome", "ok")]), 2);
+    assert_eq!(
+        recorder.counter(
+            OPERATIONS,
+            &[("operation", "availability"), ("outcome", "ok")]
+        ),
+        4
+    );
+    assert_eq!(
+        recorder
+            .samples(STORE_SECONDS, &[("operation", "availability")])
+            .len(),
+        2,
+        "one store latency sample per load, none per hit"
+    );
+
+    let reads: Vec<String> = spans
+        .named("availability")
+        .iter()
+        .map(|s| s.fields["cache"].clone())
+        .collect();
+    assert_eq!(reads, ["loaded", "fresh", "fresh", "stale"]);
+    let loads = spans.named("cache_load");
+    assert_eq!(loads.len(), 2);
+    for load in &loads {
+        assert_eq!(load.parent, Some("availability"), "{load:?}");
+        assert_eq!(load.fields["outcome"], "ok");
+        assert!(load.fields["store_us"].parse::<u64>().is_ok());
+    }
+}
+
+#[test]
+fn confirm_cancel_and_administration_are_spanned_with_their_ids() {
+    let (recorder, spans) = observed(|| async {
+        let engine = engine();
+        let slot = slot(&engine, 2).await;
+        let hold = engine.hold(slot, "k").await.unwrap().hold.hold_id;
+        engine.confirm(hold).await.unwrap();
+        engine.cancel(hold).await.unwrap();
+        engine.confirm(hold).await.unwrap_err();
+        engine.change_capacity(slot, 5).await.unwrap();
+        engine.remove_slot(slot).await.unwrap();
+    });
+    for (operation, outcome) in [
+        ("confirm", "ok"),
+        ("cancel", "ok"),
+        ("confirm", "hold_cancelled"),
+        ("change_capacity", "ok"),
+        ("remove_slot", "ok"),
+    ] {
+        assert_eq!(
+            recorder.counter(
+                OPERATIONS,
+                &[("operation", operation), ("outcome", outcome)]
+            ),
+            1,
+            "{operation} {outcome}"
+        );
+    }
+    let confirms = spans.named("confirm");
+    assert_eq!(confirms[0].fields["hold_id"], "1");
+    assert_eq!(confirms[1].fields["outcome"], "hold_cancelled");
+    assert_eq!(spans.named("remove_slot")[0].fields["slot_id"], "1");
+}
+
+/// The memory store's writes, as if on a transaction of the caller's.
+struct Direct<'s>(&'s MemoryStore);
+
+#[async_trait::async_trait]
+impl crate::TransactionWrites for Direct<'_> {
+    async fn create_hold(
+        &mut self,
+        request: crate::HoldRequest<'_>,
+    ) -> Result<crate::Decided<crate::HoldOutcome>, StoreError> {
+        self.0.create_hold(request).await
+    }
+    async fn confirm_hold(
+        &mut self,
+        hold_id: HoldId,
+        scope: &crate::Scope,
+        now: crate::Timestamp,
+    ) -> Result<crate::Decided<crate::Transition>, StoreError> {
+        self.0.confirm_hold(hold_id, scope, now).await
+    }
+    async fn cancel_hold(
+        &mut self,
+        hold_id: HoldId,
+        scope: &crate::Scope,
+        now: crate::Timestamp,
+    ) -> Result<crate::Decided<crate::Transition>, StoreError> {
+        self.0.cancel_hold(hold_id, scope, now).await
+    }
+    async fn renew_hold(
+        &mut self,
+        request: crate::RenewRequest<'_>,
+    ) -> Result<crate::Decided<crate::Transition>, StoreError> {
+        self.0.renew_hold(request).await
+    }
+    async fn get_hold(
+        &mut self,
+        hold_id: HoldId,
+        scope: &crate::Scope,
+        now: crate::Timestamp,
+    ) -> Result<crate::Decided<Option<crate::Hold>>, StoreError> {
+        self.0.get_hold(hold_id, scope, now).await
+    }
+    async fn create_slot(
+        &mut self,
+        slot: &NewSlot,
+        now: crate::Timestamp,
+    ) -> Result<crate::Slot, StoreError> {
+        self.0.create_slot(slot, now).await
+    }
+    async fn change_capacity(
+        &mut self,
+        slot_id: SlotId,
+        capacity: i32,
+        now: crate::Timestamp,
+    ) -> Result<crate::Decided<crate::SlotChange>, StoreError> {
+        self.0.change_capacity(slot_id, capacity, now).await
+    }
+    async fn set_closed(
+        &mut self,
+        slot_id: SlotId,
+        closed: bool,
+        now: crate::Timestamp,
+    ) -> Result<crate::Decided<crate::SlotChange>, StoreError> {
+        self.0.set_closed(slot_id, closed, now).await
+    }
+    async fn remove_slot(
+        &mut self,
+        slot_id: SlotId,
+        now: crate::Timestamp,
+    ) -> Result<crate::Decided<crate::SlotChange>, StoreError> {
+        self.0.remove_slot(slot_id, now).await
+    }
+    async fn acknowledge(
+        &mut self,
+        consumer: &crate::ConsumerId,
+        holder: Option<&crate::LeaseHolder>,
+        through: crate::EventPosition,
+    ) -> Result<bool, StoreError> {
+        use crate::EventStore;
+        match holder {
+            Some(holder) => self.0.acknowledge_leased(consumer, holder, through).await,
+            None => self.0.acknowledge(consumer, through).await.map(|()| true),
+        }
+    }
+}
+
+#[test]
+fn writes_in_the_callers_transaction_are_the_same_operations_marked_as_such() {
+    let (recorder, spans) = observed(|| async {
+        let engine = engine();
+        let slot = slot(&engine, 1).await;
+        let mut within = engine.within(Direct(engine.store()));
+        let hold = within.hold(slot, "t-1").await.unwrap().hold.hold_id;
+        within.hold(slot, "t-2").await.unwrap_err();
+        within.confirm(hold).await.unwrap();
+        within.close_sales(slot).await.unwrap();
+    });
+    for (operation, outcome) in [
+        ("hold", "ok"),
+        ("hold", "sold_out"),
+        ("confirm", "ok"),
+        ("close_sales", "ok"),
+    ] {
+        assert_eq!(
+            recorder.counter(
+                OPERATIONS,
+                &[("operation", operation), ("outcome", outcome)]
+            ),
+            1,
+            "{operation} {outcome}"
+        );
+    }
+    assert_eq!(
+        recorder
+            .samples(STORE_SECONDS, &[("operation", "confirm")])
+            .len(),
+        1
+    );
+    let holds = spans.named("hold");
+    assert_eq!(holds.len(), 2);
+    assert!(holds.iter().all(|s| s.fields["transaction"] == "true"));
+    assert_eq!(holds[0].fields["hold_id"], "1");
+    assert_eq!(spans.named("confirm")[0].fields["slot_id"], "1");
+    assert_eq!(spans.named("close_sales")[0].fields["transaction"], "true");
+}
+
+#[test]
+fn every_error_code_has_a_static_key() {
+    let codes = [
+        BookingError::SlotNotFound { slot_id: SlotId(1) }.code(),
+        BookingError::InvalidQuery.code(),
+        BookingError::Store(StoreError::unavailable("down")).code(),
+        BookingError::Store(StoreError::failed("broken")).code(),
+    ];
+    for code in codes {
+        assert!(OUTCOMES.contains(&code), "{code}");
+    }
+    for (i, operation) in Operation::ALL.iter().enumerate() {
+        assert_eq!(operation.index(), i);
+        let key = &OPERATION_KEYS[i][3];
+        let labels: Vec<_> = key.labels().map(|l| (l.key(), l.value())).collect();
+        assert_eq!(
+            labels,
+            [("operation", operation.name()), ("outcome", "sold_out")]
+        );
+    }
+}
