@@ -32,8 +32,8 @@
 //! load), an operation makes no span at all. Without a recorder, an operation's counters are
 //! one visit to `metrics`' no-op recorder (a thread-local and an atomic load). Every metric key
 //! is a `static` built at compile time, operation and outcome labels included, so recording
-//! allocates and hashes nothing (only an outcome code added to [`BookingError`] after this
-//! module would build its key on the spot). The clock is read for latency around store calls
+//! allocates and hashes nothing (only a code missing from [`BookingError::CODES`], which a unit
+//! test rules out, would build its key on the spot). The clock is read for latency around store calls
 //! only: a cache hit reads none. The cache-hit benchmark (`benches/cache.rs`, with
 //! `CACHE_HIT_LOOP`) compares the cached read with the engine before observability: the same
 //! within noise with nothing installed.

@@ -5,6 +5,7 @@ use metrics::{Key, Label};
 use super::catalogue::{
     CACHE_HITS, CACHE_LOADS, CACHE_MISSES, CACHE_STALE_SERVES, OK, OUTCOME_LABEL,
 };
+use crate::error::{STORE_FAILED, STORE_UNAVAILABLE};
 
 pub(super) static CACHE_HIT_KEY: Key = Key::from_static_name(CACHE_HITS);
 pub(super) static CACHE_STALE_KEY: Key = Key::from_static_name(CACHE_STALE_SERVES);
@@ -16,11 +17,11 @@ pub(super) static CACHE_LOAD_KEYS: [Key; 3] = [
         LABELS
     }),
     Key::from_static_parts(CACHE_LOADS, {
-        const LABELS: &[Label] = &[Label::from_static_parts(OUTCOME_LABEL, "store_unavailable")];
+        const LABELS: &[Label] = &[Label::from_static_parts(OUTCOME_LABEL, STORE_UNAVAILABLE)];
         LABELS
     }),
     Key::from_static_parts(CACHE_LOADS, {
-        const LABELS: &[Label] = &[Label::from_static_parts(OUTCOME_LABEL, "store_failed")];
+        const LABELS: &[Label] = &[Label::from_static_parts(OUTCOME_LABEL, STORE_FAILED)];
         LABELS
     }),
 ];
@@ -29,7 +30,7 @@ pub(super) static CACHE_LOAD_KEYS: [Key; 3] = [
 pub(super) fn cache_load_key(outcome: &str) -> &'static Key {
     match outcome {
         OK => &CACHE_LOAD_KEYS[0],
-        "store_unavailable" => &CACHE_LOAD_KEYS[1],
+        STORE_UNAVAILABLE => &CACHE_LOAD_KEYS[1],
         _ => &CACHE_LOAD_KEYS[2],
     }
 }

@@ -1,8 +1,20 @@
 //! Outcomes: what a call's result is labelled with.
 
 use super::catalogue::OK;
-use crate::error::BookingError;
+use crate::error::{store_code, BookingError};
 use crate::store::StoreError;
+
+/// Every outcome with metric keys of their own: [`OK`], then each of [`BookingError::CODES`].
+/// An outcome not listed is still recorded, through a key built on the spot.
+pub(super) const OUTCOMES: [&str; 1 + BookingError::CODES.len()] = {
+    let mut outcomes = [OK; 1 + BookingError::CODES.len()];
+    let mut i = 0;
+    while i < BookingError::CODES.len() {
+        outcomes[i + 1] = BookingError::CODES[i];
+        i += 1;
+    }
+    outcomes
+};
 
 /// The outcome label of a result: [`OK`] or the error's code.
 pub fn outcome<T>(result: &Result<T, BookingError>) -> &'static str {
@@ -39,8 +51,7 @@ impl<T> Outcome for Result<T, StoreError> {
     fn outcome(&self) -> &'static str {
         match self {
             Ok(_) => OK,
-            Err(error) if error.is_transient() => "store_unavailable",
-            Err(_) => "store_failed",
+            Err(error) => store_code(error),
         }
     }
 }

@@ -5,9 +5,11 @@ use std::time::Duration;
 use chrono::TimeZone;
 
 use self::capture::observed;
-use super::operation::{OPERATION_KEYS, OUTCOMES};
+use super::operation::{operation_key, OPERATION_KEYS};
+use super::outcome::OUTCOMES;
 use super::{
-    Operation, CACHE_HITS, CACHE_LOADS, CACHE_MISSES, CACHE_STALE_SERVES, OPERATIONS, STORE_SECONDS,
+    Operation, CACHE_HITS, CACHE_LOADS, CACHE_MISSES, CACHE_STALE_SERVES, OK, OPERATIONS,
+    STORE_SECONDS,
 };
 use crate::model::{HoldId, SlotId};
 use crate::store::StoreError;
@@ -342,5 +344,22 @@ fn every_error_code_has_a_static_key() {
             labels,
             [("operation", operation.name()), ("outcome", "sold_out")]
         );
+    }
+}
+
+#[test]
+fn each_static_key_is_labelled_with_its_operation_and_the_outcome_at_its_index() {
+    assert_eq!(OUTCOMES[0], OK);
+    assert_eq!(OUTCOMES[1..], *BookingError::CODES);
+    for operation in Operation::ALL {
+        for (key, outcome) in OPERATION_KEYS[operation.index()].iter().zip(OUTCOMES) {
+            let labels: Vec<_> = key.labels().map(|l| (l.key(), l.value())).collect();
+            assert_eq!(
+                labels,
+                [("operation", operation.name()), ("outcome", outcome)]
+            );
+            assert_eq!(operation_key(*operation, outcome), Some(key));
+        }
+        assert_eq!(operation_key(*operation, "not_a_code"), None);
     }
 }
