@@ -8,7 +8,7 @@ use metrics::{Key, Label};
 use tracing::field::Empty;
 use tracing::Span;
 
-use super::cache_metrics::{cache_load_key, CACHE_HIT_KEY, CACHE_MISS_KEY, CACHE_STALE_KEY};
+use super::cache_metrics::{cache_load_key, served_key};
 use super::catalogue::{OPERATIONS, OPERATION_LABEL, OUTCOME_LABEL};
 use super::operation::{enabled, listening, operation_key, Operation, OPERATION_KEYS, STORE_KEYS};
 use super::outcome::Outcome;
@@ -166,11 +166,7 @@ impl Op {
             Kind::Operation => operation_key(self.operation, outcome),
             Kind::CacheLoad => Some(cache_load_key(outcome)),
         };
-        let served = served.map(|served| match served {
-            Served::Fresh => &CACHE_HIT_KEY,
-            Served::Stale => &CACHE_STALE_KEY,
-            Served::Loaded => &CACHE_MISS_KEY,
-        });
+        let served = served.map(served_key);
         metrics::with_recorder(|recorder| {
             match key {
                 Some(key) => recorder.register_counter(key, &METADATA).increment(1),
