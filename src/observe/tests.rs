@@ -1,21 +1,18 @@
 mod capture;
+mod direct;
 
 use std::time::Duration;
 
 use chrono::TimeZone;
 
-use self::capture::observed;
+use self::capture::{labels_of, observed, TestRecorder};
+use self::direct::Direct;
 use super::operation::{operation_key, OPERATION_KEYS};
 use super::outcome::OUTCOMES;
-use super::{
-    Operation, CACHE_HITS, CACHE_LOADS, CACHE_MISSES, CACHE_STALE_SERVES, OK, OPERATIONS,
-    STORE_SECONDS,
-};
-use crate::model::{HoldId, SlotId};
+use super::{Operation, CACHE_HITS, CACHE_LOADS, CACHE_MISSES, CACHE_STALE_SERVES, OK};
+use crate::model::SlotId;
 use crate::store::StoreError;
-use crate::{
-    AvailabilityQuery, BookingEngine, BookingError, ManualClock, MemoryStore, NewSlot, Store,
-};
+use crate::{AvailabilityQuery, BookingEngine, BookingError, ManualClock, MemoryStore, NewSlot};
 
 fn engine() -> BookingEngine<MemoryStore> {
     let clock = ManualClock::new(chrono::Utc.with_ymd_and_hms(2030, 1, 1, 9, 0, 0).unwrap());
@@ -23,6 +20,17 @@ fn engine() -> BookingEngine<MemoryStore> {
         .clock(clock)
         .cache_period(Duration::from_secs(10))
         .build()
+}
+
+/// Asserts that each `(operation, outcome)` was counted once.
+fn assert_counted_once(recorder: &TestRecorder, calls: &[(&str, &str)]) {
+    for (operation, outcome) in calls {
+        assert_eq!(
+            recorder.operations(operation, outcome),
+            1,
+            "{operation} {outcome}"
+        );
+    }
 }
 
 async fn slot(engine: &BookingEngine<MemoryStore>, capacity: i32) -> SlotId {
@@ -38,8 +46,6 @@ async fn slot(engine: &BookingEngine<MemoryStore>, capacity: i32) -> SlotId {
         .slot_id
 }
 
-const HOLD_OK: [(&str, &str); 2] = [("operation", "hold"), ("outcome", "ok")];
-
 #[test]
 fn a_hold_placed_is_counted_timed_and_spanned_with_its_ids() {
     let (recorder, spans) = observed(|| async {
@@ -49,15 +55,9 @@ fn a_hold_placed_is_counted_timed_and_spanned_with_its_ids() {
         assert_eq!(placed.hold.hold_id.get(), 1);
         assert!(engine.hold(slot, "k-1").await.unwrap().replayed);
     });
-    assert_eq!(recorder.counter(OPERATIONS, &HOLD_OK), 2);
-    assert_eq!(
-        recorder.counter(
-            OPERATIONS,
-            &[("operation", "create_slot"), ("outcome", "ok")]
-        ),
-        1
-    );
-    let samples = recorder.samples(STORE_SECONDS, &[("operation", "hold")]);
+    assert_eq!(recorder.operations("hold", "ok"), 2);
+    assert_eq!(recorder.operations("create_slot", "ok"), 1);
+    let samples = recorder.store_samples("hold");
     assert_eq!(samples.len(), 2, "one store latency sample per hold");
     assert!(samples.iter().all(|s| s.is_finite() && *s >= 0.0));
 
@@ -83,36 +83,14 @@ fn a_sold_out_refusal_is_counted_under_its_code() {
         // Refused before any store call: counted all the same, with no latency sample.
         engine.hold(slot, "").await.unwrap_err();
     });
-    assert_eq!(recorder.counter(OPERATIONS, &HOLD_OK), 1);
+    assert_eq!(recorder.operations("hold", "ok"), 1);
+    assert_eq!(recorder.operations("hold", "sold_out"), 1);
+    assert_eq!(recorder.operations("hold", "invalid_idempotency_key"), 1);
+    assert_eq!(recorder.store_samples("hold").len(), 2);
     assert_eq!(
-        recorder.counter(
-            OPERATIONS,
-            &[("operation", "hold"), ("outcome", "sold_out")]
-        ),
-        1
+        spans.field("hold", "outcome"),
+        ["ok", "sold_out", "invalid_idempotency_key"]
     );
-    assert_eq!(
-        recorder.counter(
-            OPERATIONS,
-            &[
-                ("operation", "hold"),
-                ("outcome", "invalid_idempotency_key")
-            ]
-        ),
-        1
-    );
-    assert_eq!(
-        recorder
-            .samples(STORE_SECONDS, &[("operation", "hold")])
-            .len(),
-        2
-    );
-    let outcomes: Vec<String> = spans
-        .named("hold")
-        .iter()
-        .map(|s| s.fields["outcome"].clone())
-        .collect();
-    assert_eq!(outcomes, ["ok", "sold_out", "invalid_idempotency_key"]);
 }
 
 #[test]
@@ -136,27 +114,17 @@ fn cache_hits_misses_stale_serves_and_loads_are_told_apart() {
     assert_eq!(recorder.counter(CACHE_HITS, &[]), 2);
     assert_eq!(recorder.counter(CACHE_STALE_SERVES, &[]), 1);
     assert_eq!(recorder.counter(CACHE_LOADS, &[("outcome", "ok")]), 2);
+    assert_eq!(recorder.operations("availability", "ok"), 4);
     assert_eq!(
-        recorder.counter(
-            OPERATIONS,
-            &[("operation", "availability"), ("outcome", "ok")]
-        ),
-        4
-    );
-    assert_eq!(
-        recorder
-            .samples(STORE_SECONDS, &[("operation", "availability")])
-            .len(),
+        recorder.store_samples("availability").len(),
         2,
         "one store latency sample per load, none per hit"
     );
 
-    let reads: Vec<String> = spans
-        .named("availability")
-        .iter()
-        .map(|s| s.fields["cache"].clone())
-        .collect();
-    assert_eq!(reads, ["loaded", "fresh", "fresh", "stale"]);
+    assert_eq!(
+        spans.field("availability", "cache"),
+        ["loaded", "fresh", "fresh", "stale"]
+    );
     let loads = spans.named("cache_load");
     assert_eq!(loads.len(), 2);
     for load in &loads {
@@ -178,111 +146,20 @@ fn confirm_cancel_and_administration_are_spanned_with_their_ids() {
         engine.change_capacity(slot, 5).await.unwrap();
         engine.remove_slot(slot).await.unwrap();
     });
-    for (operation, outcome) in [
-        ("confirm", "ok"),
-        ("cancel", "ok"),
-        ("confirm", "hold_cancelled"),
-        ("change_capacity", "ok"),
-        ("remove_slot", "ok"),
-    ] {
-        assert_eq!(
-            recorder.counter(
-                OPERATIONS,
-                &[("operation", operation), ("outcome", outcome)]
-            ),
-            1,
-            "{operation} {outcome}"
-        );
-    }
+    assert_counted_once(
+        &recorder,
+        &[
+            ("confirm", "ok"),
+            ("cancel", "ok"),
+            ("confirm", "hold_cancelled"),
+            ("change_capacity", "ok"),
+            ("remove_slot", "ok"),
+        ],
+    );
     let confirms = spans.named("confirm");
     assert_eq!(confirms[0].fields["hold_id"], "1");
     assert_eq!(confirms[1].fields["outcome"], "hold_cancelled");
     assert_eq!(spans.named("remove_slot")[0].fields["slot_id"], "1");
-}
-
-/// The memory store's writes, as if on a transaction of the caller's.
-struct Direct<'s>(&'s MemoryStore);
-
-#[async_trait::async_trait]
-impl crate::TransactionWrites for Direct<'_> {
-    async fn create_hold(
-        &mut self,
-        request: crate::HoldRequest<'_>,
-    ) -> Result<crate::Decided<crate::HoldOutcome>, StoreError> {
-        self.0.create_hold(request).await
-    }
-    async fn confirm_hold(
-        &mut self,
-        hold_id: HoldId,
-        scope: &crate::Scope,
-        now: crate::Timestamp,
-    ) -> Result<crate::Decided<crate::Transition>, StoreError> {
-        self.0.confirm_hold(hold_id, scope, now).await
-    }
-    async fn cancel_hold(
-        &mut self,
-        hold_id: HoldId,
-        scope: &crate::Scope,
-        now: crate::Timestamp,
-    ) -> Result<crate::Decided<crate::Transition>, StoreError> {
-        self.0.cancel_hold(hold_id, scope, now).await
-    }
-    async fn renew_hold(
-        &mut self,
-        request: crate::RenewRequest<'_>,
-    ) -> Result<crate::Decided<crate::Transition>, StoreError> {
-        self.0.renew_hold(request).await
-    }
-    async fn get_hold(
-        &mut self,
-        hold_id: HoldId,
-        scope: &crate::Scope,
-        now: crate::Timestamp,
-    ) -> Result<crate::Decided<Option<crate::Hold>>, StoreError> {
-        self.0.get_hold(hold_id, scope, now).await
-    }
-    async fn create_slot(
-        &mut self,
-        slot: &NewSlot,
-        now: crate::Timestamp,
-    ) -> Result<crate::Slot, StoreError> {
-        self.0.create_slot(slot, now).await
-    }
-    async fn change_capacity(
-        &mut self,
-        slot_id: SlotId,
-        capacity: i32,
-        now: crate::Timestamp,
-    ) -> Result<crate::Decided<crate::SlotChange>, StoreError> {
-        self.0.change_capacity(slot_id, capacity, now).await
-    }
-    async fn set_closed(
-        &mut self,
-        slot_id: SlotId,
-        closed: bool,
-        now: crate::Timestamp,
-    ) -> Result<crate::Decided<crate::SlotChange>, StoreError> {
-        self.0.set_closed(slot_id, closed, now).await
-    }
-    async fn remove_slot(
-        &mut self,
-        slot_id: SlotId,
-        now: crate::Timestamp,
-    ) -> Result<crate::Decided<crate::SlotChange>, StoreError> {
-        self.0.remove_slot(slot_id, now).await
-    }
-    async fn acknowledge(
-        &mut self,
-        consumer: &crate::ConsumerId,
-        holder: Option<&crate::LeaseHolder>,
-        through: crate::EventPosition,
-    ) -> Result<bool, StoreError> {
-        use crate::EventStore;
-        match holder {
-            Some(holder) => self.0.acknowledge_leased(consumer, holder, through).await,
-            None => self.0.acknowledge(consumer, through).await.map(|()| true),
-        }
-    }
 }
 
 #[test]
@@ -296,27 +173,16 @@ fn writes_in_the_callers_transaction_are_the_same_operations_marked_as_such() {
         within.confirm(hold).await.unwrap();
         within.close_sales(slot).await.unwrap();
     });
-    for (operation, outcome) in [
-        ("hold", "ok"),
-        ("hold", "sold_out"),
-        ("confirm", "ok"),
-        ("close_sales", "ok"),
-    ] {
-        assert_eq!(
-            recorder.counter(
-                OPERATIONS,
-                &[("operation", operation), ("outcome", outcome)]
-            ),
-            1,
-            "{operation} {outcome}"
-        );
-    }
-    assert_eq!(
-        recorder
-            .samples(STORE_SECONDS, &[("operation", "confirm")])
-            .len(),
-        1
+    assert_counted_once(
+        &recorder,
+        &[
+            ("hold", "ok"),
+            ("hold", "sold_out"),
+            ("confirm", "ok"),
+            ("close_sales", "ok"),
+        ],
     );
+    assert_eq!(recorder.store_samples("confirm").len(), 1);
     let holds = spans.named("hold");
     assert_eq!(holds.len(), 2);
     assert!(holds.iter().all(|s| s.fields["transaction"] == "true"));
@@ -339,9 +205,8 @@ fn every_error_code_has_a_static_key() {
     for (i, operation) in Operation::ALL.iter().enumerate() {
         assert_eq!(operation.index(), i);
         let key = &OPERATION_KEYS[i][3];
-        let labels: Vec<_> = key.labels().map(|l| (l.key(), l.value())).collect();
         assert_eq!(
-            labels,
+            labels_of(key),
             [("operation", operation.name()), ("outcome", "sold_out")]
         );
     }
@@ -353,9 +218,8 @@ fn each_static_key_is_labelled_with_its_operation_and_the_outcome_at_its_index()
     assert_eq!(OUTCOMES[1..], *BookingError::CODES);
     for operation in Operation::ALL {
         for (key, outcome) in OPERATION_KEYS[operation.index()].iter().zip(OUTCOMES) {
-            let labels: Vec<_> = key.labels().map(|l| (l.key(), l.value())).collect();
             assert_eq!(
-                labels,
+                labels_of(key),
                 [("operation", operation.name()), ("outcome", outcome)]
             );
             assert_eq!(operation_key(*operation, outcome), Some(key));

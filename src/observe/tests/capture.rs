@@ -14,6 +14,8 @@ use tracing::span::{Attributes, Id, Record};
 use tracing::subscriber::Subscriber;
 use tracing::{Event, Metadata as SpanMetadata};
 
+use crate::observe::{OPERATIONS, STORE_SECONDS};
+
 /// A metric as the test recorder names it: `name{label=value,...}`.
 fn metric(name: &str, labels: &[(&str, &str)]) -> String {
     let labels: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
@@ -51,9 +53,18 @@ impl HistogramFn for TestHistogram {
     }
 }
 
+/// A key's labels, as `(label, value)` pairs.
+pub(super) fn labels_of(key: &Key) -> Vec<(&str, &str)> {
+    key.labels().map(|l| (l.key(), l.value())).collect()
+}
+
 fn name_of(key: &Key) -> String {
-    let labels: Vec<(&str, &str)> = key.labels().map(|l| (l.key(), l.value())).collect();
-    metric(key.name(), &labels)
+    metric(key.name(), &labels_of(key))
+}
+
+/// The metric of `key` in `metrics`, registered on first use.
+fn registered<M: Default>(metrics: &Mutex<BTreeMap<String, Arc<M>>>, key: &Key) -> Arc<M> {
+    Arc::clone(metrics.lock().unwrap().entry(name_of(key)).or_default())
 }
 
 impl TestRecorder {
@@ -72,6 +83,19 @@ impl TestRecorder {
             .get(&metric(name, labels))
             .map_or_else(Vec::new, |h| h.0.lock().unwrap().clone())
     }
+
+    /// The [`OPERATIONS`] count of `operation` ending in `outcome`.
+    pub(super) fn operations(&self, operation: &str, outcome: &str) -> u64 {
+        self.counter(
+            OPERATIONS,
+            &[("operation", operation), ("outcome", outcome)],
+        )
+    }
+
+    /// The [`STORE_SECONDS`] samples of `operation`.
+    pub(super) fn store_samples(&self, operation: &str) -> Vec<f64> {
+        self.samples(STORE_SECONDS, &[("operation", operation)])
+    }
 }
 
 impl Recorder for TestRecorder {
@@ -80,14 +104,7 @@ impl Recorder for TestRecorder {
     fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
 
     fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
-        let counter = Arc::clone(
-            self.counters
-                .lock()
-                .unwrap()
-                .entry(name_of(key))
-                .or_default(),
-        );
-        Counter::from_arc(counter)
+        Counter::from_arc(registered(&self.counters, key))
     }
 
     fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
@@ -95,14 +112,7 @@ impl Recorder for TestRecorder {
     }
 
     fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
-        let histogram = Arc::clone(
-            self.histograms
-                .lock()
-                .unwrap()
-                .entry(name_of(key))
-                .or_default(),
-        );
-        Histogram::from_arc(histogram)
+        Histogram::from_arc(registered(&self.histograms, key))
     }
 }
 
@@ -139,6 +149,14 @@ impl SpanLog {
             .iter()
             .filter(|s| s.name == name)
             .cloned()
+            .collect()
+    }
+
+    /// The field `field` of each span named `name`, in order.
+    pub(super) fn field(&self, name: &str, field: &str) -> Vec<String> {
+        self.named(name)
+            .iter()
+            .map(|s| s.fields[field].clone())
             .collect()
     }
 }
