@@ -33,6 +33,13 @@ impl Loader {
         }
     }
 
+    /// A loader whose first `loads` loads run at once; later ones block until released.
+    fn letting_through(loads: usize) -> Self {
+        let loader = Loader::new();
+        loader.release(loads);
+        loader
+    }
+
     /// A loader that never blocks.
     fn open() -> Self {
         let loader = Loader::new();
@@ -81,6 +88,29 @@ async fn settle() {
     }
 }
 
+/// Lets one load of `loader` through, then lets it and the readers it wakes run.
+async fn finish_load(loader: &Loader) {
+    loader.release(1);
+    settle().await;
+}
+
+/// A read of `cache` that starts or joins a load of `loader`, polled once: it waits.
+fn waiting_read<'a>(
+    cache: &'a SingleFlightCache<usize, &'static str>,
+    loader: &'a Loader,
+) -> task::Spawn<impl Future<Output = Result<Snapshot<usize>, CacheError<&'static str>>> + 'a> {
+    let mut read = task::spawn(cache.get(loader.ok()));
+    assert_pending!(read.poll());
+    read
+}
+
+/// A new cache holding `loader`'s next load (which the loader must let through).
+async fn cache_with(loader: &Loader) -> SingleFlightCache<usize, &'static str> {
+    let cache = cache();
+    cache.get(loader.ok()).await.unwrap();
+    cache
+}
+
 #[tokio::test(start_paused = true)]
 async fn c1_fresh_hit_calls_no_loader_and_shares_the_value() {
     let cache = cache();
@@ -102,9 +132,8 @@ async fn c1_fresh_hit_calls_no_loader_and_shares_the_value() {
 
 #[tokio::test(start_paused = true)]
 async fn c1_value_stops_being_fresh_exactly_at_the_period() {
-    let cache = cache();
     let loader = Loader::open();
-    cache.get(loader.ok()).await.unwrap();
+    let cache = cache_with(&loader).await;
     tokio::time::advance(FRESH).await;
     let stale = cache.get(loader.ok()).await.unwrap();
     assert_eq!(*stale, 1, "served stale");
@@ -158,9 +187,8 @@ async fn c2_ten_thousand_concurrent_cold_reads_make_one_load() {
 
 #[tokio::test(start_paused = true)]
 async fn c2_readers_of_an_invalidated_value_share_one_load() {
-    let cache = cache();
     let loader = Loader::open();
-    cache.get(loader.ok()).await.unwrap();
+    let cache = cache_with(&loader).await;
     cache.invalidate();
     let gated = Loader::new();
     let mut readers: Vec<_> = (0..100)
@@ -170,8 +198,7 @@ async fn c2_readers_of_an_invalidated_value_share_one_load() {
         assert_pending!(reader.poll());
     }
     assert_eq!(gated.calls(), 1);
-    gated.release(1);
-    settle().await;
+    finish_load(&gated).await;
     for reader in &mut readers {
         assert!(reader.is_woken());
         assert_eq!(*assert_ready!(reader.poll()).unwrap(), 1);
@@ -180,10 +207,8 @@ async fn c2_readers_of_an_invalidated_value_share_one_load() {
 
 #[tokio::test(start_paused = true)]
 async fn c3_stale_copy_is_served_at_once_while_one_refresh_runs() {
-    let cache = cache();
-    let loader = Loader::new();
-    loader.release(1);
-    cache.get(loader.ok()).await.unwrap();
+    let loader = Loader::letting_through(1);
+    let cache = cache_with(&loader).await;
     tokio::time::advance(FRESH + Duration::from_secs(1)).await;
     for _ in 0..50 {
         let mut read = task::spawn(cache.get(loader.ok()));
@@ -191,8 +216,7 @@ async fn c3_stale_copy_is_served_at_once_while_one_refresh_runs() {
         assert_eq!(*snapshot, 1, "stale copy served without waiting");
     }
     assert_eq!(loader.calls(), 2, "one refresh for all stale readers");
-    loader.release(1);
-    settle().await;
+    finish_load(&loader).await;
     let fresh = cache.get(loader.ok()).await.unwrap();
     assert_eq!(*fresh, 2);
     assert_eq!(
@@ -206,34 +230,28 @@ async fn c3_stale_copy_is_served_at_once_while_one_refresh_runs() {
 async fn c3_refresh_finishes_even_if_the_reader_that_started_it_is_dropped() {
     let cache = cache();
     let loader = Loader::new();
-    let mut first = task::spawn(cache.get(loader.ok()));
-    assert_pending!(first.poll());
+    let first = waiting_read(&cache, &loader);
     drop(first);
-    loader.release(1);
-    settle().await;
+    finish_load(&loader).await;
     assert_eq!(*cache.get(loader.ok()).await.unwrap(), 1);
     assert_eq!(loader.calls(), 1, "the dropped reader's load was stored");
 }
 
 #[tokio::test(start_paused = true)]
 async fn c3_stale_copy_is_not_served_past_its_bound() {
-    let cache = cache();
-    let loader = Loader::new();
-    loader.release(1);
-    cache.get(loader.ok()).await.unwrap();
+    let loader = Loader::letting_through(1);
+    let cache = cache_with(&loader).await;
     tokio::time::advance(FRESH + STALE).await;
     let mut read = task::spawn(cache.get(loader.ok()));
     assert_pending!(read.poll(), "too old to serve: the reader waits");
-    loader.release(1);
-    settle().await;
+    finish_load(&loader).await;
     assert_eq!(*assert_ready!(read.poll()).unwrap(), 2);
 }
 
 #[tokio::test(start_paused = true)]
 async fn c4_invalidate_makes_the_next_read_load() {
-    let cache = cache();
     let loader = Loader::open();
-    cache.get(loader.ok()).await.unwrap();
+    let cache = cache_with(&loader).await;
     cache.invalidate();
     assert_eq!(*cache.get(loader.ok()).await.unwrap(), 2);
     assert_eq!(*cache.get(loader.ok()).await.unwrap(), 2);
@@ -244,17 +262,14 @@ async fn c4_invalidate_makes_the_next_read_load() {
 async fn c4_a_read_after_invalidate_never_gets_a_load_that_began_before_it() {
     let cache = cache();
     let before = Loader::new();
-    let mut early = task::spawn(cache.get(before.ok()));
-    assert_pending!(early.poll());
+    let mut early = waiting_read(&cache, &before);
 
     cache.invalidate();
     let after = Loader::new();
-    let mut late = task::spawn(cache.get(after.ok()));
-    assert_pending!(late.poll());
+    let mut late = waiting_read(&cache, &after);
     assert_eq!(after.calls(), 1, "the late read started its own load");
 
-    before.release(1);
-    settle().await;
+    finish_load(&before).await;
     assert_eq!(
         *assert_ready!(early.poll()).unwrap(),
         1,
@@ -262,8 +277,7 @@ async fn c4_a_read_after_invalidate_never_gets_a_load_that_began_before_it() {
     );
     assert_pending!(late.poll(), "the late read must not");
 
-    after.release(1);
-    settle().await;
+    finish_load(&after).await;
     assert_eq!(*assert_ready!(late.poll()).unwrap(), 1);
     // `after` numbers its own loads: value 1 of `after`, the early value was never stored.
     let loader = Loader::open();
@@ -273,10 +287,8 @@ async fn c4_a_read_after_invalidate_never_gets_a_load_that_began_before_it() {
 
 #[tokio::test(start_paused = true)]
 async fn c4_a_refresh_started_before_invalidate_is_never_stored() {
-    let cache = cache();
-    let loader = Loader::new();
-    loader.release(1);
-    cache.get(loader.ok()).await.unwrap();
+    let loader = Loader::letting_through(1);
+    let cache = cache_with(&loader).await;
     tokio::time::advance(FRESH).await;
     assert_eq!(
         *cache.get(loader.ok()).await.unwrap(),
@@ -284,16 +296,14 @@ async fn c4_a_refresh_started_before_invalidate_is_never_stored() {
         "stale, refresh #2 running"
     );
     cache.invalidate();
-    loader.release(1);
-    settle().await;
+    finish_load(&loader).await;
     let mut read = task::spawn(cache.get(loader.ok()));
     assert_pending!(
         read.poll(),
         "refresh #2 began before invalidate: not served"
     );
     assert_eq!(loader.calls(), 3);
-    loader.release(1);
-    settle().await;
+    finish_load(&loader).await;
     assert_eq!(*assert_ready!(read.poll()).unwrap(), 3);
 }
 
@@ -311,9 +321,8 @@ async fn c5_errors_are_not_cached_and_the_next_read_retries() {
 
 #[tokio::test(start_paused = true)]
 async fn c5_stale_copy_is_served_while_refreshes_fail_then_the_error_surfaces() {
-    let cache = cache();
     let loader = Loader::open();
-    cache.get(loader.ok()).await.unwrap();
+    let cache = cache_with(&loader).await;
     tokio::time::advance(FRESH).await;
     for _ in 0..3 {
         assert_eq!(*cache.get(loader.failing()).await.unwrap(), 1);
@@ -383,15 +392,13 @@ async fn c6_dropping_every_reader_leaves_the_cache_usable() {
     for mut reader in readers {
         assert_pending!(reader.poll());
     }
-    let mut late = task::spawn(cache.get(loader.ok()));
-    assert_pending!(late.poll());
+    let mut late = waiting_read(&cache, &loader);
     assert_eq!(
         loader.calls(),
         1,
         "the late reader joined the orphaned load"
     );
-    loader.release(1);
-    settle().await;
+    finish_load(&loader).await;
     assert_eq!(*assert_ready!(late.poll()).unwrap(), 1);
 }
 
