@@ -139,7 +139,48 @@ pub enum BookingError {
     Store(#[from] StoreError),
 }
 
+/// The [`code`](BookingError::code) of a transient store failure.
+pub(crate) const STORE_UNAVAILABLE: &str = "store_unavailable";
+/// The [`code`](BookingError::code) of a store failure that retrying only repeats.
+pub(crate) const STORE_FAILED: &str = "store_failed";
+
+/// The code of a store failure: [`STORE_UNAVAILABLE`] when it may go away on retry,
+/// [`STORE_FAILED`] otherwise.
+pub(crate) fn store_code(error: &StoreError) -> &'static str {
+    if error.is_transient() {
+        STORE_UNAVAILABLE
+    } else {
+        STORE_FAILED
+    }
+}
+
 impl BookingError {
+    /// Every code [`code`](BookingError::code) returns, each once, in the order of its
+    /// variants (a store failure has two). Metrics have a static key for each
+    /// ([`observe`](crate::observe)).
+    pub const CODES: &'static [&'static str] = &[
+        "slot_not_found",
+        "slot_closed",
+        "sold_out",
+        "idempotency_key_reused",
+        "quantity_exceeds_capacity",
+        "capacity_taken",
+        "slot_in_use",
+        "invalid_quantity",
+        "invalid_lifetime",
+        "invalid_owner",
+        "invalid_page",
+        "invalid_idempotency_key",
+        "invalid_slot",
+        "invalid_query",
+        "hold_not_found",
+        "hold_cancelled",
+        "hold_expired",
+        "lease_lost",
+        STORE_UNAVAILABLE,
+        STORE_FAILED,
+    ];
+
     /// A stable snake_case code for the error, for machines (HTTP bodies, metrics, logs).
     ///
     /// A store failure is `store_unavailable` when it may go away on retry (connection lost,
@@ -165,8 +206,7 @@ impl BookingError {
             BookingError::HoldCancelled { .. } => "hold_cancelled",
             BookingError::HoldExpired { .. } => "hold_expired",
             BookingError::LeaseLost { .. } => "lease_lost",
-            BookingError::Store(error) if error.is_transient() => "store_unavailable",
-            BookingError::Store(_) => "store_failed",
+            BookingError::Store(error) => store_code(error),
         }
     }
 
@@ -187,5 +227,112 @@ fn key_reused_message(
             "idempotency key already used for hold {hold} on slot {slot}; this request for slot {slot_id} differs in slot or quantity"
         ),
         _ => format!("idempotency key already used by another request (this one for slot {slot_id})"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::model::ConsumerId;
+
+    /// One value of each variant, a store failure of each kind.
+    fn one_of_each() -> Vec<BookingError> {
+        let (slot_id, hold_id) = (SlotId(1), HoldId(2));
+        vec![
+            BookingError::SlotNotFound { slot_id },
+            BookingError::SlotClosed { slot_id },
+            BookingError::SoldOut { slot_id },
+            BookingError::IdempotencyKeyReused {
+                slot_id,
+                existing_hold_id: None,
+                existing_slot_id: None,
+            },
+            BookingError::QuantityExceedsCapacity {
+                slot_id,
+                quantity: 3,
+                capacity: 2,
+            },
+            BookingError::InvalidQuantity { quantity: 0 },
+            BookingError::InvalidLifetime {
+                requested: Duration::ZERO,
+                min: Duration::from_secs(1),
+                max: Duration::from_secs(2),
+            },
+            BookingError::InvalidOwner(InvalidOwnerId(InvalidIdempotencyKey::Empty)),
+            BookingError::InvalidPage { limit: 0 },
+            BookingError::InvalidIdempotencyKey(InvalidIdempotencyKey::TooLong(256)),
+            BookingError::InvalidSlot(InvalidSlot::EndsBeforeStart),
+            BookingError::InvalidQuery,
+            BookingError::CapacityTaken {
+                slot_id,
+                requested: 1,
+                taken: 2,
+            },
+            BookingError::SlotInUse {
+                slot_id,
+                held: 1,
+                confirmed: 0,
+            },
+            BookingError::HoldNotFound { hold_id },
+            BookingError::HoldCancelled { hold_id },
+            BookingError::HoldExpired { hold_id },
+            BookingError::LeaseLost {
+                consumer: ConsumerId::new("mailer").unwrap(),
+            },
+            BookingError::Store(StoreError::unavailable("down")),
+            BookingError::Store(StoreError::failed("broken")),
+        ]
+    }
+
+    /// The variant's place among the enum's; with no wildcard, a new variant does not compile
+    /// until it has a place here (and a value in `one_of_each`).
+    fn variant(error: &BookingError) -> usize {
+        match error {
+            BookingError::SlotNotFound { .. } => 0,
+            BookingError::SlotClosed { .. } => 1,
+            BookingError::SoldOut { .. } => 2,
+            BookingError::IdempotencyKeyReused { .. } => 3,
+            BookingError::QuantityExceedsCapacity { .. } => 4,
+            BookingError::InvalidQuantity { .. } => 5,
+            BookingError::InvalidLifetime { .. } => 6,
+            BookingError::InvalidOwner(_) => 7,
+            BookingError::InvalidPage { .. } => 8,
+            BookingError::InvalidIdempotencyKey(_) => 9,
+            BookingError::InvalidSlot(_) => 10,
+            BookingError::InvalidQuery => 11,
+            BookingError::CapacityTaken { .. } => 12,
+            BookingError::SlotInUse { .. } => 13,
+            BookingError::HoldNotFound { .. } => 14,
+            BookingError::HoldCancelled { .. } => 15,
+            BookingError::HoldExpired { .. } => 16,
+            BookingError::LeaseLost { .. } => 17,
+            BookingError::Store(_) => 18,
+        }
+    }
+
+    #[test]
+    fn codes_lists_every_code_once_and_nothing_else() {
+        let errors = one_of_each();
+        let variants: BTreeSet<usize> = errors.iter().map(variant).collect();
+        assert_eq!(variants, (0..=18).collect(), "a value of every variant");
+
+        for error in &errors {
+            assert!(
+                BookingError::CODES.contains(&error.code()),
+                "{error:?} has code {} missing from CODES",
+                error.code()
+            );
+        }
+        let returned: BTreeSet<&str> = errors.iter().map(BookingError::code).collect();
+        let listed: BTreeSet<&str> = BookingError::CODES.iter().copied().collect();
+        assert_eq!(
+            listed.len(),
+            BookingError::CODES.len(),
+            "no code listed twice"
+        );
+        assert_eq!(returned, listed, "no code listed that none returns");
     }
 }
