@@ -13,6 +13,7 @@ use clap::parser::ValueSource;
 use clap::{Arg, ArgAction, ArgMatches, Command};
 
 pub use crate::owner::OwnerSecret;
+pub use crate::secret::AdminToken;
 
 /// One setting of the server: how it is set and what it does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -222,67 +223,6 @@ pub struct Config {
 
 /// The largest `AVAILABILITY_PAGE_LIMIT` accepted.
 pub const MAX_AVAILABILITY_PAGE_LIMIT: u32 = 100_000;
-
-/// The secret the administration routes require as `Authorization: Bearer <token>`.
-///
-/// Its `Debug` form hides the value, so a logged configuration never shows it, and `==`
-/// compares in constant time like [`AdminToken::matches`].
-#[derive(Clone, Eq)]
-pub struct AdminToken(String);
-
-impl AdminToken {
-    /// Shortest token accepted, in characters.
-    pub const MIN_LEN: usize = 16;
-
-    /// Validates a token: at least [`MIN_LEN`](AdminToken::MIN_LEN) visible ASCII characters
-    /// (`!` to `~`), so it fits in a header as is.
-    pub fn new(token: impl Into<String>) -> Result<AdminToken, String> {
-        let token = token.into();
-        if !token.bytes().all(|b| b.is_ascii_graphic()) {
-            return Err("must be visible ASCII characters only (no spaces)".to_owned());
-        }
-        if token.len() < Self::MIN_LEN {
-            return Err(format!(
-                "must be at least {} characters, got {}",
-                Self::MIN_LEN,
-                token.len()
-            ));
-        }
-        Ok(AdminToken(token))
-    }
-
-    /// Whether `presented` is the token, in time that depends on their lengths only.
-    ///
-    /// `==` on bytes stops at the first difference, so how long a wrong guess takes tells an
-    /// attacker how many of its leading bytes were right, and the token can be found a byte at
-    /// a time. Here every byte pair is XORed and the differences ORed together, with no branch
-    /// on the bytes; `black_box` keeps the compiler from turning the fold back into an early
-    /// exit. Only the length can leak, and the length of a random token is no secret worth
-    /// keeping.
-    pub fn matches(&self, presented: &[u8]) -> bool {
-        let expected = self.0.as_bytes();
-        if expected.len() != presented.len() {
-            return false;
-        }
-        let difference = expected
-            .iter()
-            .zip(presented)
-            .fold(0u8, |acc, (a, b)| acc | (a ^ b));
-        std::hint::black_box(difference) == 0
-    }
-}
-
-impl PartialEq for AdminToken {
-    fn eq(&self, other: &Self) -> bool {
-        self.matches(other.0.as_bytes())
-    }
-}
-
-impl fmt::Debug for AdminToken {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("AdminToken(<redacted>)")
-    }
-}
 
 impl Default for Config {
     fn default() -> Self {

@@ -109,6 +109,7 @@ pub mod owner;
 mod params;
 mod problem;
 mod router;
+mod secret;
 pub mod serve;
 mod state;
 
