@@ -1,4 +1,5 @@
-//! The HTTP face of `slot_booking`: an axum [`Router`] over a [`BookingEngine`].
+//! The HTTP face of `slot_booking`: an axum [`Router`](axum::Router) over a
+//! [`BookingEngine`](slot_booking::BookingEngine).
 //!
 //! This crate backs the `server` example (`cargo run --example server`) and its end-to-end
 //! tests. It is an example of using the library, not part of it: the library knows nothing of
