@@ -20,35 +20,35 @@ impl Config {
             database_url: read.text("DATABASE_URL").unwrap_or(defaults.database_url),
             bind: read.text("BIND").unwrap_or(defaults.bind),
             path_prefix: read.text("PATH_PREFIX").unwrap_or_default(),
-            demo_slots: read
-                .value("DEMO_SLOTS", switch)?
-                .unwrap_or(defaults.demo_slots),
-            request_log: read
-                .value("REQUEST_LOG", switch)?
-                .unwrap_or(defaults.request_log),
-            hold_ttl: read
-                .value("HOLD_TTL_SECONDS", seconds(false))?
-                .unwrap_or(defaults.hold_ttl),
-            cache_period: read
-                .value("CACHE_PERIOD_SECONDS", seconds(true))?
-                .unwrap_or(defaults.cache_period),
-            header_timeout: read
-                .value("HEADER_TIMEOUT_SECONDS", seconds(false))?
-                .unwrap_or(defaults.header_timeout),
-            body_timeout: read
-                .value("BODY_TIMEOUT_SECONDS", seconds(false))?
-                .unwrap_or(defaults.body_timeout),
+            demo_slots: read.or("DEMO_SLOTS", switch, defaults.demo_slots)?,
+            request_log: read.or("REQUEST_LOG", switch, defaults.request_log)?,
+            hold_ttl: read.or("HOLD_TTL_SECONDS", seconds(false), defaults.hold_ttl)?,
+            cache_period: read.or("CACHE_PERIOD_SECONDS", seconds(true), defaults.cache_period)?,
+            header_timeout: read.or(
+                "HEADER_TIMEOUT_SECONDS",
+                seconds(false),
+                defaults.header_timeout,
+            )?,
+            body_timeout: read.or(
+                "BODY_TIMEOUT_SECONDS",
+                seconds(false),
+                defaults.body_timeout,
+            )?,
             max_connections: read
                 .value("MAX_CONNECTIONS", connections)?
                 .unwrap_or_else(|| fit_to_file_limit(defaults.max_connections)),
-            shutdown_grace: read
-                .value("SHUTDOWN_GRACE_SECONDS", seconds(true))?
-                .unwrap_or(defaults.shutdown_grace),
+            shutdown_grace: read.or(
+                "SHUTDOWN_GRACE_SECONDS",
+                seconds(true),
+                defaults.shutdown_grace,
+            )?,
             admin_token: read.value("ADMIN_TOKEN", AdminToken::new)?,
             owner_secret: read.value("OWNER_SECRET", OwnerSecret::new)?,
-            availability_page_limit: read
-                .value("AVAILABILITY_PAGE_LIMIT", page_limit)?
-                .unwrap_or(defaults.availability_page_limit),
+            availability_page_limit: read.or(
+                "AVAILABILITY_PAGE_LIMIT",
+                page_limit,
+                defaults.availability_page_limit,
+            )?,
         };
         validate_prefix(&config.path_prefix)?;
         validate_database_url(&config.database_url)?;
@@ -69,6 +69,17 @@ impl<F: Fn(&str) -> Option<String>> Vars<F> {
     /// The value of `variable` as it is, `None` when unset.
     fn text(&self, variable: &str) -> Option<String> {
         (self.0)(variable)
+    }
+
+    /// The value of `variable` read by `parse`, `default` when unset; what `parse` refuses
+    /// is an error naming `variable`.
+    fn or<T>(
+        &self,
+        variable: &'static str,
+        parse: impl FnOnce(String) -> Result<T, String>,
+        default: T,
+    ) -> Result<T, ConfigError> {
+        Ok(self.value(variable, parse)?.unwrap_or(default))
     }
 
     /// The value of `variable` read by `parse`, `None` when unset; what `parse` refuses is
