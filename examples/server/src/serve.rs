@@ -452,37 +452,44 @@ struct TrackedService {
 }
 
 type ResponseFuture =
-    Pin<Box<dyn Future<Output = Result<Response<ResponseBody>, Infallible>> + Send>>;
+    Pin<Box<dyn Future<Output = Result<Response<Signalling<Body>>, Infallible>> + Send>>;
 
 impl hyper::service::Service<Request<Incoming>> for TrackedService {
-    type Response = Response<ResponseBody>;
+    type Response = Response<Signalling<Body>>;
     type Error = Infallible;
     type Future = ResponseFuture;
 
     fn call(&self, request: Request<Incoming>) -> Self::Future {
         self.activity.on_request(request.body().is_end_stream());
         let activity = Arc::clone(&self.activity);
-        let request = request.map(|body| RequestBody {
+        let request = request.map(|body| Signalling {
             body,
             activity: Arc::clone(&activity),
+            ended: Activity::on_request_body_end,
         });
         let response = self.app.call(request);
         Box::pin(async move {
             let response = response.await?;
-            Ok(response.map(|body| ResponseBody { body, activity }))
+            Ok(response.map(|body| Signalling {
+                body,
+                activity,
+                ended: Activity::on_response_end,
+            }))
         })
     }
 }
 
-/// A request body that tells when it has been received whole.
-struct RequestBody {
-    body: Incoming,
+/// A body that tells its connection's [`Activity`] when it has ended (`ended`): a request's
+/// when it has been received whole, a response's when hyper has it all.
+struct Signalling<B> {
+    body: B,
     activity: Arc<Activity>,
+    ended: fn(&Activity),
 }
 
-impl HttpBody for RequestBody {
-    type Data = <Incoming as HttpBody>::Data;
-    type Error = <Incoming as HttpBody>::Error;
+impl<B: HttpBody + Unpin> HttpBody for Signalling<B> {
+    type Data = B::Data;
+    type Error = B::Error;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
@@ -490,37 +497,7 @@ impl HttpBody for RequestBody {
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         let polled = Pin::new(&mut self.body).poll_frame(cx);
         if matches!(polled, Poll::Ready(None)) || self.body.is_end_stream() {
-            self.activity.on_request_body_end();
-        }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
-    }
-}
-
-/// A response body that tells when it has ended.
-struct ResponseBody {
-    body: Body,
-    activity: Arc<Activity>,
-}
-
-impl HttpBody for ResponseBody {
-    type Data = <Body as HttpBody>::Data;
-    type Error = <Body as HttpBody>::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        let polled = Pin::new(&mut self.body).poll_frame(cx);
-        if matches!(polled, Poll::Ready(None)) || self.body.is_end_stream() {
-            self.activity.on_response_end();
+            (self.ended)(&self.activity);
         }
         polled
     }
@@ -529,7 +506,7 @@ impl HttpBody for ResponseBody {
     fn is_end_stream(&self) -> bool {
         let ended = self.body.is_end_stream();
         if ended {
-            self.activity.on_response_end();
+            (self.ended)(&self.activity);
         }
         ended
     }
