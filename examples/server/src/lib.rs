@@ -116,7 +116,7 @@ mod state;
 
 pub use config::{AdminToken, CommandLineExit, Config, ConfigError};
 pub use database::{demo_slots, Database};
-pub use lifecycle::{main_from_env, open_store, run, shutdown_signal};
+pub use lifecycle::{init_logging, main_from_env, open_store, run, shutdown_signal};
 pub use middleware::{MAX_BODY_BYTES, MAX_HEADER_BYTES, MAX_URI_BYTES};
 pub use observe::install_metrics;
 pub use owner::OwnerSecret;

@@ -3,6 +3,7 @@
 //! ([`shutdown_signal`]) and stopping.
 
 use std::future::Future;
+use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -12,6 +13,16 @@ use crate::{
     demo_slots, events, install_metrics, router_with_config, serve, CommandLineExit, Config,
     Database, Engine,
 };
+
+/// Installs the server's log output, as the `server` binaries do first: `tracing`'s `fmt`
+/// subscriber on stdout, without targets, in colour only when stdout is a terminal. Panics if
+/// the process already has a global subscriber.
+pub fn init_logging() {
+    tracing_subscriber::fmt()
+        .with_target(false)
+        .with_ansi(std::io::stdout().is_terminal())
+        .init();
+}
 
 /// The server, configured from the command line and the environment
 /// ([`Config::from_command_line`]): `--help` and `--version` print and exit 0; an argument it
