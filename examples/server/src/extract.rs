@@ -67,8 +67,8 @@ impl<Id: Captured> FromRequestParts<Engine> for On<Id> {
     }
 }
 
-/// The one value of header `name` (case aside), `None` without one; several, or one that is
-/// not visible ASCII, is refused with `refuse`, several with the detail `several`.
+/// The value of header `name` (in any case), `None` without one. More than one is refused as
+/// `refuse(several)`; one that is not visible ASCII as `refuse` with a detail saying so.
 fn only_one<'h>(
     headers: &'h HeaderMap,
     name: &str,
