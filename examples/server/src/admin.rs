@@ -12,9 +12,7 @@
 //! | DELETE | /admin/slots/{slot} | 200, the slot with `removed_at` |
 //! | GET | /admin/slots/{slot}/holds?after=&limit= | 200 `{"holds":[...],"next_after":id}` |
 
-use axum::body::Bytes;
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{Query, Request, State};
+use axum::extract::{Request, State};
 use axum::http::header::{AUTHORIZATION, LOCATION};
 use axum::http::{HeaderMap, StatusCode};
 use axum::middleware::{self, Next};
@@ -24,15 +22,15 @@ use axum::{Extension, Json, Router};
 use serde::Deserialize;
 use slot_booking::model::InvalidSlot;
 use slot_booking::{
-    BookingError, HoldPage, NewSlot, Slot, SlotCursor, SlotFilter, SlotPage, SlotPageRequest,
-    Timestamp,
+    BookingError, HoldPage, NewSlot, Slot, SlotFilter, SlotId, SlotPage, SlotPageRequest, Timestamp,
 };
 
+use crate::body::{Answer, JsonObject};
 use crate::config::AdminToken;
-use crate::{
-    hold_page, json_body, parse_resource, parse_time, Engine, PageParams, PathPrefix, Problem,
-    SlotPath,
-};
+use crate::extract::On;
+use crate::params::{parse_cursor, parse_resource, parse_time, PageParams, QueryParams};
+use crate::state::{Engine, PathPrefix};
+use crate::Problem;
 
 /// The administration routes, each requiring `token`, answering a method a route lacks with
 /// `method_not_allowed` — also only with the token, so that nobody learns without it that
@@ -60,12 +58,7 @@ async fn require_token(State(token): State<AdminToken>, request: Request, next: 
     if presented_token(request.headers()).is_some_and(|presented| token.matches(presented)) {
         next.run(request).await
     } else {
-        Problem::new(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "send Authorization: Bearer <ADMIN_TOKEN>",
-        )
-        .into_response()
+        Problem::unauthorized().into_response()
     }
 }
 
@@ -105,21 +98,23 @@ struct CapacityBody {
 
 /// A capacity as sent: a whole number (range checked by the engine), else `invalid_slot`.
 fn capacity(number: &serde_json::Number) -> Result<i64, Problem> {
-    let Some(capacity) = number.as_i64() else {
-        return Err(Problem::bad_request(
+    number.as_i64().ok_or_else(|| {
+        Problem::bad_request(
             "invalid_slot",
-            format!("invalid slot: capacity must be a whole number between 1 and 2147483647, got {number}"),
-        ));
-    };
-    Ok(capacity)
+            format!(
+                "invalid slot: capacity must be a whole number between 1 and 2147483647, got \
+                 {number}"
+            ),
+        )
+    })
 }
 
+/// `POST /admin/slots`: 201 with the slot and its `Location`.
 async fn create_slot(
     State(engine): State<Engine>,
     Extension(PathPrefix(prefix)): Extension<PathPrefix>,
-    body: Bytes,
+    JsonObject(body): JsonObject<NewSlotBody>,
 ) -> Result<Response, Problem> {
-    let body: NewSlotBody = json_body(&body)?;
     let capacity = capacity(&body.capacity)?;
     let capacity = i32::try_from(capacity)
         .map_err(|_| BookingError::InvalidSlot(InvalidSlot::Capacity(capacity)))?;
@@ -132,6 +127,7 @@ async fn create_slot(
     Ok((StatusCode::CREATED, [(LOCATION, location)], Json(slot)).into_response())
 }
 
+/// `?resource=&from=&to=&after=&limit=` of the slot listing.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ListParams {
@@ -142,75 +138,59 @@ struct ListParams {
     limit: Option<u32>,
 }
 
+/// `GET /admin/slots`: a page of every slot, removed ones included.
 async fn list_slots(
     State(engine): State<Engine>,
-    params: Result<Query<ListParams>, QueryRejection>,
-) -> Result<Json<SlotPage>, Problem> {
-    let Query(params) = params.map_err(|e| Problem::invalid_query(e.body_text()))?;
+    QueryParams(params): QueryParams<ListParams>,
+) -> Answer<SlotPage> {
     let filter = SlotFilter {
         resource: params.resource.as_deref().map(parse_resource).transpose()?,
         from: parse_time("from", params.from.as_deref())?,
         to: parse_time("to", params.to.as_deref())?,
     };
-    let after = params
-        .after
-        .map(|raw| raw.parse::<SlotCursor>())
-        .transpose()
-        .map_err(|error| Problem::invalid_query(format!("`after`: {error}")))?;
     let page = SlotPageRequest {
-        after,
+        after: parse_cursor(params.after.as_deref())?,
         limit: params.limit.unwrap_or(SlotPageRequest::default().limit),
     };
     Ok(Json(engine.list_slots(&filter, page).await?))
 }
 
-async fn get_slot(
-    State(engine): State<Engine>,
-    SlotPath(slot_id): SlotPath,
-) -> Result<Json<Slot>, Problem> {
-    Ok(Json(engine.get_slot(slot_id).await?))
+/// `GET /admin/slots/{slot}`.
+async fn get_slot(slot: On<SlotId>) -> Answer<Slot> {
+    Ok(Json(slot.engine.get_slot(slot.id).await?))
 }
 
+/// `POST /admin/slots/{slot}/capacity` with `{"capacity": n}`.
 async fn change_capacity(
-    State(engine): State<Engine>,
-    SlotPath(slot_id): SlotPath,
-    body: Bytes,
-) -> Result<Json<Slot>, Problem> {
-    let body: CapacityBody = json_body(&body)?;
+    slot: On<SlotId>,
+    JsonObject(body): JsonObject<CapacityBody>,
+) -> Answer<Slot> {
     let capacity = capacity(&body.capacity)?;
-    Ok(Json(engine.change_capacity(slot_id, capacity).await?))
+    Ok(Json(slot.engine.change_capacity(slot.id, capacity).await?))
 }
 
-async fn close_sales(
-    State(engine): State<Engine>,
-    SlotPath(slot_id): SlotPath,
-) -> Result<Json<Slot>, Problem> {
-    Ok(Json(engine.close_sales(slot_id).await?))
+/// `POST /admin/slots/{slot}/close`: no more holds on it.
+async fn close_sales(slot: On<SlotId>) -> Answer<Slot> {
+    Ok(Json(slot.engine.close_sales(slot.id).await?))
 }
 
-async fn reopen_sales(
-    State(engine): State<Engine>,
-    SlotPath(slot_id): SlotPath,
-) -> Result<Json<Slot>, Problem> {
-    Ok(Json(engine.reopen_sales(slot_id).await?))
+/// `POST /admin/slots/{slot}/reopen`.
+async fn reopen_sales(slot: On<SlotId>) -> Answer<Slot> {
+    Ok(Json(slot.engine.reopen_sales(slot.id).await?))
 }
 
-async fn remove_slot(
-    State(engine): State<Engine>,
-    SlotPath(slot_id): SlotPath,
-) -> Result<Json<Slot>, Problem> {
-    Ok(Json(engine.remove_slot(slot_id).await?))
+/// `DELETE /admin/slots/{slot}`: archives it (its holds stay readable).
+async fn remove_slot(slot: On<SlotId>) -> Answer<Slot> {
+    Ok(Json(slot.engine.remove_slot(slot.id).await?))
 }
 
-/// The slot's holds, every owner's and every status (removed slots included); an unknown slot
-/// is `slot_not_found` rather than an empty page.
+/// `GET /admin/slots/{slot}/holds`: the slot's holds, every owner's and every status (removed
+/// slots included); an unknown slot is `slot_not_found` rather than an empty page.
 async fn roster(
-    State(engine): State<Engine>,
-    SlotPath(slot_id): SlotPath,
-    params: Result<Query<PageParams>, QueryRejection>,
-) -> Result<Json<HoldPage>, Problem> {
-    let Query(params) = params.map_err(|e| Problem::invalid_query(e.body_text()))?;
-    let page = hold_page(params)?;
-    engine.get_slot(slot_id).await?;
-    Ok(Json(engine.slot_holds(slot_id, page).await?))
+    slot: On<SlotId>,
+    QueryParams(params): QueryParams<PageParams>,
+) -> Answer<HoldPage> {
+    let page = params.page()?;
+    slot.engine.get_slot(slot.id).await?;
+    Ok(Json(slot.engine.slot_holds(slot.id, page).await?))
 }

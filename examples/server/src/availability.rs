@@ -21,15 +21,15 @@ use std::fmt::Write as _;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use axum::body::{Body, Bytes};
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE, LINK};
-use axum::http::{HeaderValue, StatusCode};
+use axum::http::HeaderValue;
 use axum::response::Response;
 use serde::{Deserialize, Serialize};
 use slot_booking::{AvailabilityEntry, AvailabilityQuery, AvailabilitySnapshot, SlotCursor};
 
-use crate::{parse_resource, parse_time, Engine, Problem};
+use crate::params::{parse_cursor, parse_resource, parse_time, QueryParams};
+use crate::{Engine, Problem};
 
 /// Most bytes of bodies kept for one snapshot; past it the kept bodies are dropped and
 /// collecting starts over (many different `from`/`to` windows, say).
@@ -155,11 +155,7 @@ fn serialize(page: &[AvailabilityEntry], paged: bool, more: bool) -> Result<Vec<
     };
     written.map_err(|error| {
         tracing::error!(%error, "cannot serialize availability");
-        Problem::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal_error",
-            "the listing could not be written; see the server log",
-        )
+        Problem::internal("the listing could not be written; see the server log")
     })
 }
 
@@ -185,9 +181,8 @@ pub(crate) struct Params {
 pub(crate) async fn availability(
     State(engine): State<Engine>,
     pages: Arc<Pages>,
-    params: Result<Query<Params>, QueryRejection>,
+    QueryParams(params): QueryParams<Params>,
 ) -> Result<Response, Problem> {
-    let Query(params) = params.map_err(|e| Problem::invalid_query(e.body_text()))?;
     let query = AvailabilityQuery {
         from: parse_time("from", params.from.as_deref())?,
         to: parse_time("to", params.to.as_deref())?,
@@ -203,12 +198,7 @@ pub(crate) async fn availability(
             ))
         }
     };
-    let after = params
-        .after
-        .as_deref()
-        .map(str::parse::<SlotCursor>)
-        .transpose()
-        .map_err(|error| Problem::invalid_query(format!("`after`: {error}")))?;
+    let after = parse_cursor(params.after.as_deref())?;
     let listing = engine.availability(query).await?;
     let entries = listing.entries();
     let start = after.map_or(0, |after| {

@@ -13,6 +13,7 @@ use slot_booking::{
 use crate::events::EventTasks;
 use slot_booking_postgres::PostgresStore;
 use slot_booking_sqlite::SqliteStore;
+use sqlx::{PgConnection, SqliteConnection, Transaction};
 
 /// An open, migrated database.
 #[derive(Debug, Clone)]
@@ -96,71 +97,112 @@ impl Database {
     /// empty database add the slots once.
     pub async fn seed(&self, slots: &[NewSlot], now: Timestamp) -> Result<usize, StoreError> {
         match self {
-            Database::Postgres(store) => seed_postgres(store, slots, now).await,
-            Database::Sqlite(store) => seed_sqlite(store, slots, now).await,
+            Database::Postgres(store) => seed(store, slots, now).await,
+            Database::Sqlite(store) => seed(store, slots, now).await,
         }
     }
 }
 
-async fn seed_postgres(
-    store: &PostgresStore,
+/// What seeding needs of a store: its lock, its look for upcoming slots and its writes. The
+/// rest is [`seed`], the same on every database.
+trait Seeding {
+    /// The store's kind of database.
+    type Db: sqlx::Database;
+
+    /// A transaction holding the lock every seeding process takes.
+    async fn begin_locked(&self) -> Result<Transaction<'static, Self::Db>, StoreError>;
+
+    /// Whether a slot starts after `now`.
+    async fn upcoming(
+        &self,
+        conn: &mut Connection<Self>,
+        now: Timestamp,
+    ) -> Result<bool, StoreError>;
+
+    /// The store's own writes on `conn`, so each slot gets its `slot_created` event.
+    fn writes<'c>(&self, conn: &'c mut Connection<Self>) -> impl TransactionWrites + 'c;
+}
+
+/// The connection of a [`Seeding`] store's database.
+type Connection<S> = <<S as Seeding>::Db as sqlx::Database>::Connection;
+
+/// [`Database::seed`] on `store`: under its lock, the slots unless one is upcoming.
+async fn seed<S: Seeding>(
+    store: &S,
     slots: &[NewSlot],
     now: Timestamp,
 ) -> Result<usize, StoreError> {
-    let s = format!("\"{}\"", store.schema());
-    let mut tx = store.pool().begin().await.map_err(StoreError::failed)?;
-    sqlx::query("SELECT pg_advisory_xact_lock($1)")
-        .bind(SEED_LOCK)
-        .execute(&mut *tx)
-        .await
-        .map_err(StoreError::unavailable)?;
-    let upcoming: bool = sqlx::query_scalar(&format!(
-        "SELECT EXISTS (SELECT 1 FROM {s}.slots WHERE starts_at > $1)"
-    ))
-    .bind(now)
-    .fetch_one(&mut *tx)
-    .await
-    .map_err(StoreError::failed)?;
-    if upcoming {
+    let mut tx = store.begin_locked().await?;
+    if store.upcoming(&mut tx, now).await? {
         return Ok(0);
     }
-    // Through the store's own write, so each slot gets its `slot_created` event.
     for slot in slots {
-        store.on(&mut tx).create_slot(slot, now).await?;
+        store.writes(&mut tx).create_slot(slot, now).await?;
     }
     tx.commit().await.map_err(StoreError::unavailable)?;
     Ok(slots.len())
 }
 
-async fn seed_sqlite(
-    store: &SqliteStore,
-    slots: &[NewSlot],
-    now: Timestamp,
-) -> Result<usize, StoreError> {
-    let table = format!("{}slots", store.table_prefix());
-    // BEGIN IMMEDIATE takes the write lock before the check, so a second seeder waits (up to
-    // the pool's busy_timeout) and then sees the first one's slots.
-    let mut tx = store
-        .pool()
-        .begin_with("BEGIN IMMEDIATE")
+impl Seeding for PostgresStore {
+    type Db = sqlx::Postgres;
+
+    /// The seeding advisory lock ([`SEED_LOCK`]), held until the transaction ends.
+    async fn begin_locked(&self) -> Result<Transaction<'static, Self::Db>, StoreError> {
+        let mut tx = self.pool().begin().await.map_err(StoreError::failed)?;
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(SEED_LOCK)
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::unavailable)?;
+        Ok(tx)
+    }
+
+    async fn upcoming(&self, conn: &mut PgConnection, now: Timestamp) -> Result<bool, StoreError> {
+        let s = format!("\"{}\"", self.schema());
+        sqlx::query_scalar(&format!(
+            "SELECT EXISTS (SELECT 1 FROM {s}.slots WHERE starts_at > $1)"
+        ))
+        .bind(now)
+        .fetch_one(conn)
         .await
-        .map_err(StoreError::unavailable)?;
-    let upcoming: bool = sqlx::query_scalar(&format!(
-        "SELECT EXISTS (SELECT 1 FROM {table} WHERE starts_at > ?1)"
-    ))
-    .bind(now.timestamp_micros())
-    .fetch_one(&mut *tx)
-    .await
-    .map_err(StoreError::failed)?;
-    if upcoming {
-        return Ok(0);
+        .map_err(StoreError::failed)
     }
-    // Through the store's own write, so each slot gets its `slot_created` event.
-    for slot in slots {
-        store.on(&mut tx).create_slot(slot, now).await?;
+
+    fn writes<'c>(&self, conn: &'c mut PgConnection) -> impl TransactionWrites + 'c {
+        self.on(conn)
     }
-    tx.commit().await.map_err(StoreError::unavailable)?;
-    Ok(slots.len())
+}
+
+impl Seeding for SqliteStore {
+    type Db = sqlx::Sqlite;
+
+    /// BEGIN IMMEDIATE takes the write lock before the look, so a second seeder waits (up
+    /// to the pool's busy_timeout) and then sees the first one's slots.
+    async fn begin_locked(&self) -> Result<Transaction<'static, Self::Db>, StoreError> {
+        self.pool()
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(StoreError::unavailable)
+    }
+
+    async fn upcoming(
+        &self,
+        conn: &mut SqliteConnection,
+        now: Timestamp,
+    ) -> Result<bool, StoreError> {
+        let table = format!("{}slots", self.table_prefix());
+        sqlx::query_scalar(&format!(
+            "SELECT EXISTS (SELECT 1 FROM {table} WHERE starts_at > ?1)"
+        ))
+        .bind(now.timestamp_micros())
+        .fetch_one(conn)
+        .await
+        .map_err(StoreError::failed)
+    }
+
+    fn writes<'c>(&self, conn: &'c mut SqliteConnection) -> impl TransactionWrites + 'c {
+        self.on(conn)
+    }
 }
 
 /// Eight one-hour demo slots from 09:00 UTC on the day after `now`, capacities 1 to 20.

@@ -33,6 +33,8 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use slot_booking::OwnerId;
 
+use crate::secret;
+
 /// Characters of a signature: the hex of a SHA-256 HMAC.
 pub const SIGNATURE_LEN: usize = 64;
 
@@ -82,16 +84,7 @@ impl OwnerSecret {
     /// characters (`!` to `~`). Its bytes are the HMAC key.
     pub fn new(secret: impl Into<String>) -> Result<OwnerSecret, String> {
         let secret = secret.into();
-        if !secret.bytes().all(|b| b.is_ascii_graphic()) {
-            return Err("must be visible ASCII characters only (no spaces)".to_owned());
-        }
-        if secret.len() < Self::MIN_LEN {
-            return Err(format!(
-                "must be at least {} characters, got {}",
-                Self::MIN_LEN,
-                secret.len()
-            ));
-        }
+        secret::check(&secret, Self::MIN_LEN)?;
         let keyed = Hmac::<Sha256>::new_from_slice(secret.as_bytes())
             .map_err(|_| "cannot be an HMAC key".to_owned())?;
         Ok(OwnerSecret { secret, keyed })
@@ -150,12 +143,7 @@ fn decode_hex(text: &str) -> Option<[u8; SIGNATURE_LEN / 2]> {
 impl PartialEq for OwnerSecret {
     /// In time that depends on the lengths only, like [`AdminToken`](crate::AdminToken)'s.
     fn eq(&self, other: &Self) -> bool {
-        let (a, b) = (self.secret.as_bytes(), other.secret.as_bytes());
-        if a.len() != b.len() {
-            return false;
-        }
-        let difference = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
-        std::hint::black_box(difference) == 0
+        secret::same(self.secret.as_bytes(), other.secret.as_bytes())
     }
 }
 

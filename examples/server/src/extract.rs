@@ -1,0 +1,174 @@
+//! The extractors of the routes' path ids and headers, each refusing with its [`Problem`]:
+//! [`PathId`] (`{slot}`, `{hold}`; with the engine, [`On`]), [`Caller`] (`Owner-Id`) and
+//! [`IdempotencyKey`].
+
+use axum::extract::{FromRequestParts, Path};
+use axum::http::request::Parts;
+use axum::http::HeaderMap;
+use slot_booking::model::ParseIdError;
+use slot_booking::{HoldId, OwnerId, Scope, SlotId};
+
+use crate::state::{Engine, OwnerSigning};
+use crate::Problem;
+
+/// An id a path captures: how it is named when it is not found.
+pub(crate) trait Captured: std::str::FromStr<Err = ParseIdError> {
+    /// The code of a 404 for an id too large to exist.
+    const NOT_FOUND: &'static str;
+    /// The resource's name in that 404's detail.
+    const NAME: &'static str;
+}
+
+impl Captured for SlotId {
+    const NOT_FOUND: &'static str = "slot_not_found";
+    const NAME: &'static str = "slot";
+}
+
+impl Captured for HoldId {
+    const NOT_FOUND: &'static str = "hold_not_found";
+    const NAME: &'static str = "hold";
+}
+
+/// The path's one id (`{slot}` or `{hold}`): anything but digits matches no route (the
+/// generic 404); digits too large for an id are a 404 of the resource itself
+/// (`slot_not_found` / `hold_not_found`).
+pub(crate) struct PathId<Id>(pub(crate) Id);
+
+impl<Id: Captured, S: Send + Sync> FromRequestParts<S> for PathId<Id> {
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Problem> {
+        let Ok(Path(raw)) = Path::<String>::from_request_parts(parts, state).await else {
+            return Err(Problem::not_found());
+        };
+        raw.parse::<Id>().map(PathId).map_err(|error| match error {
+            ParseIdError::NotDigits => Problem::not_found(),
+            ParseIdError::TooLarge => {
+                Problem::resource_not_found(Id::NOT_FOUND, format!("{} {raw} not found", Id::NAME))
+            }
+        })
+    }
+}
+
+/// A call on the one resource the path names: the engine and the id (`{slot}` or `{hold}`,
+/// as [`PathId`] reads it).
+pub(crate) struct On<Id> {
+    pub(crate) engine: Engine,
+    pub(crate) id: Id,
+}
+
+impl<Id: Captured> FromRequestParts<Engine> for On<Id> {
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut Parts, engine: &Engine) -> Result<Self, Problem> {
+        let PathId(id) = PathId::from_request_parts(parts, engine).await?;
+        let engine = engine.clone();
+        Ok(On { engine, id })
+    }
+}
+
+/// The value of header `name` (in any case), `None` without one. More than one is refused as
+/// `refuse(several)`; one that is not visible ASCII as `refuse` with a detail saying so.
+fn only_one<'h>(
+    headers: &'h HeaderMap,
+    name: &str,
+    refuse: fn(&str) -> Problem,
+    several: &str,
+) -> Result<Option<&'h str>, Problem> {
+    let mut values = headers.get_all(name).iter();
+    match (values.next(), values.next()) {
+        (None, _) => Ok(None),
+        (Some(value), None) => value
+            .to_str()
+            .map(Some)
+            .map_err(|_| refuse(&format!("the {name} header must be visible ASCII"))),
+        (Some(_), Some(_)) => Err(refuse(several)),
+    }
+}
+
+/// Who is calling: the owner named by the `Owner-Id` header (signed, when the server has an
+/// [`OwnerSecret`](crate::OwnerSecret)), or an anonymous client.
+pub(crate) struct Caller(pub(crate) Option<OwnerId>);
+
+impl Caller {
+    /// What the caller may see and change.
+    pub(crate) fn scope(&self) -> Scope {
+        Scope::of(self.0.clone())
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Caller {
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Problem> {
+        let detail = "send at most one Owner-Id header";
+        let Some(raw) = only_one(&parts.headers, "Owner-Id", Problem::bad_owner, detail)? else {
+            return Ok(Caller(None));
+        };
+        let owner = match parts.extensions.get::<OwnerSigning>() {
+            Some(OwnerSigning(Some(secret))) => secret
+                .verify(raw)
+                .map_err(|error| Problem::bad_owner(&error.to_string()))?,
+            _ => OwnerId::new(raw).map_err(|error| Problem::bad_owner(&error.to_string()))?,
+        };
+        Ok(Caller(Some(owner)))
+    }
+}
+
+/// The `Idempotency-Key` header, required: bare (`abc`) or as a structured-field string
+/// (`"abc"`).
+pub(crate) struct IdempotencyKey(pub(crate) String);
+
+impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKey {
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Problem> {
+        let detail = "send exactly one Idempotency-Key header";
+        let Some(raw) = only_one(&parts.headers, "Idempotency-Key", Problem::bad_key, detail)?
+        else {
+            return Err(Problem::bad_request(
+                "idempotency_key_required",
+                "the Idempotency-Key header is required",
+            ));
+        };
+        match raw.strip_prefix('"') {
+            None => Ok(IdempotencyKey(raw.to_owned())),
+            Some(quoted) => unquote(quoted).map(IdempotencyKey).ok_or_else(|| {
+                Problem::bad_key("the quoted Idempotency-Key is not a valid string")
+            }),
+        }
+    }
+}
+
+/// Decodes the rest of an RFC 8941 string after its opening quote: `\"` and `\\` are the only
+/// escapes, and the closing quote must end the value.
+fn unquote(rest: &str) -> Option<String> {
+    let mut out = String::with_capacity(rest.len());
+    let mut chars = rest.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => match chars.next()? {
+                escaped @ ('"' | '\\') => out.push(escaped),
+                _ => return None,
+            },
+            '"' => return chars.as_str().is_empty().then_some(out),
+            c => out.push(c),
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unquote;
+
+    #[test]
+    fn quoted_keys_follow_rfc_8941_strings() {
+        assert_eq!(unquote(r#"abc""#), Some("abc".into()));
+        assert_eq!(unquote(r#"a\"b\\c""#), Some(r#"a"b\c"#.into()));
+        assert_eq!(unquote(r#"abc"#), None, "no closing quote");
+        assert_eq!(unquote(r#"ab"c"#), None, "text after the closing quote");
+        assert_eq!(unquote(r#"a\nb""#), None, "unknown escape");
+        assert_eq!(unquote(r#"""#), Some(String::new()));
+    }
+}

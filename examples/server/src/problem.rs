@@ -1,0 +1,224 @@
+//! Every error answer of the server, in one place: [`Problem`], an `application/problem+json`
+//! body (RFC 9457) with a machine `code`, and the status and code of each failure — the
+//! engine's [`BookingError`]s, the extractors' rejections and the server's own refusals
+//! (request limits, authorization, routing). A handler returns `Result<_, Problem>` and
+//! writes `?`; no other module picks an error status.
+
+use std::time::Duration;
+
+use axum::extract::rejection::QueryRejection;
+use axum::http::header::{CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use slot_booking::BookingError;
+
+use crate::{MAX_BODY_BYTES, MAX_HEADER_BYTES, MAX_URI_BYTES};
+
+/// Seconds a client is told to wait after a 503.
+pub const RETRY_AFTER_SECONDS: u64 = 1;
+
+/// An `application/problem+json` error response (RFC 9457) with a machine `code`.
+#[derive(Debug)]
+pub struct Problem {
+    status: StatusCode,
+    code: &'static str,
+    detail: String,
+}
+
+/// The body of a [`Problem`].
+#[derive(Serialize)]
+struct ProblemBody<'a> {
+    r#type: &'static str,
+    title: &'a str,
+    status: u16,
+    detail: &'a str,
+    code: &'a str,
+}
+
+impl Problem {
+    /// A problem with the given status, code and human-readable detail.
+    pub fn new(status: StatusCode, code: &'static str, detail: impl Into<String>) -> Self {
+        Problem {
+            status,
+            code,
+            detail: detail.into(),
+        }
+    }
+
+    /// A 400 problem with the given code and detail.
+    pub(crate) fn bad_request(code: &'static str, detail: impl Into<String>) -> Self {
+        Problem::new(StatusCode::BAD_REQUEST, code, detail)
+    }
+
+    /// 404 `not_found`: no route, or a path that names nothing.
+    pub(crate) fn not_found() -> Self {
+        Problem::new(StatusCode::NOT_FOUND, "not_found", "no such resource")
+    }
+
+    /// 404 with the resource's own code (`slot_not_found`, `hold_not_found`).
+    pub(crate) fn resource_not_found(code: &'static str, detail: impl Into<String>) -> Self {
+        Problem::new(StatusCode::NOT_FOUND, code, detail)
+    }
+
+    /// 405 `method_not_allowed`: a route that exists without the request's method.
+    pub(crate) fn method_not_allowed() -> Self {
+        Problem::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+            "this method is not allowed on this resource",
+        )
+    }
+
+    /// 401 `unauthorized`, with `WWW-Authenticate: Bearer`: an administration route without
+    /// the token.
+    pub(crate) fn unauthorized() -> Self {
+        Problem::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "send Authorization: Bearer <ADMIN_TOKEN>",
+        )
+    }
+
+    /// 400 `invalid_query`: a query string the route cannot read.
+    pub(crate) fn invalid_query(detail: impl Into<String>) -> Self {
+        Problem::bad_request("invalid_query", detail)
+    }
+
+    /// 400 `invalid_body`: a body the route cannot read.
+    pub(crate) fn invalid_body(detail: impl Into<String>) -> Self {
+        Problem::bad_request("invalid_body", detail)
+    }
+
+    /// 400 `invalid_idempotency_key`.
+    pub(crate) fn bad_key(detail: &str) -> Self {
+        Problem::bad_request("invalid_idempotency_key", detail)
+    }
+
+    /// 400 `invalid_owner`.
+    pub(crate) fn bad_owner(detail: &str) -> Self {
+        Problem::bad_request("invalid_owner", detail)
+    }
+
+    /// 414 `uri_too_long`: a URI over [`MAX_URI_BYTES`].
+    pub(crate) fn uri_too_long() -> Self {
+        Problem::new(
+            StatusCode::URI_TOO_LONG,
+            "uri_too_long",
+            format!("request URIs are limited to {MAX_URI_BYTES} bytes"),
+        )
+    }
+
+    /// 431 `headers_too_large`: headers over [`MAX_HEADER_BYTES`] in all.
+    pub(crate) fn headers_too_large() -> Self {
+        Problem::new(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "headers_too_large",
+            format!("request headers are limited to {MAX_HEADER_BYTES} bytes in all"),
+        )
+    }
+
+    /// 413 `payload_too_large`: a body over [`MAX_BODY_BYTES`].
+    pub(crate) fn payload_too_large() -> Self {
+        Problem::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            format!("request bodies are limited to {MAX_BODY_BYTES} bytes"),
+        )
+    }
+
+    /// 408 `body_timeout`: a body that did not arrive within `timeout`.
+    pub(crate) fn body_timeout(timeout: Duration) -> Self {
+        Problem::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "body_timeout",
+            format!(
+                "the request body did not arrive within {} seconds",
+                timeout.as_secs()
+            ),
+        )
+    }
+
+    /// 500 `internal_error`: a fault of the server's own (the details are in its log).
+    pub(crate) fn internal(detail: impl Into<String>) -> Self {
+        Problem::new(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", detail)
+    }
+}
+
+/// A query string the route's parameters cannot be read from: `invalid_query`.
+impl From<QueryRejection> for Problem {
+    fn from(rejection: QueryRejection) -> Self {
+        Problem::invalid_query(rejection.body_text())
+    }
+}
+
+impl From<BookingError> for Problem {
+    fn from(error: BookingError) -> Self {
+        let status = match &error {
+            BookingError::SlotNotFound { .. } | BookingError::HoldNotFound { .. } => {
+                StatusCode::NOT_FOUND
+            }
+            BookingError::SlotClosed { .. }
+            | BookingError::SoldOut { .. }
+            | BookingError::HoldCancelled { .. }
+            | BookingError::HoldExpired { .. }
+            | BookingError::CapacityTaken { .. }
+            | BookingError::SlotInUse { .. } => StatusCode::CONFLICT,
+            BookingError::IdempotencyKeyReused { .. }
+            | BookingError::QuantityExceedsCapacity { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            BookingError::InvalidIdempotencyKey(_)
+            | BookingError::InvalidSlot(_)
+            | BookingError::InvalidQuery
+            | BookingError::InvalidQuantity { .. }
+            | BookingError::InvalidLifetime { .. }
+            | BookingError::InvalidOwner(_)
+            | BookingError::InvalidPage { .. } => StatusCode::BAD_REQUEST,
+            // A transient failure is worth a retry (503 + Retry-After); anything else is a
+            // fault a retry only repeats (500, no Retry-After).
+            BookingError::Store(store) if store.is_transient() => {
+                tracing::warn!(error = %store, "store unavailable");
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            BookingError::Store(store) => {
+                tracing::error!(error = %store, "store failed");
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        let detail = match &error {
+            // Store details (addresses, SQL) stay in the log.
+            BookingError::Store(store) if store.is_transient() => {
+                "the booking store is unavailable; retry shortly".to_owned()
+            }
+            BookingError::Store(_) => "the booking store failed; see the server log".to_owned(),
+            other => other.to_string(),
+        };
+        Problem::new(status, error.code(), detail)
+    }
+}
+
+impl IntoResponse for Problem {
+    fn into_response(self) -> Response {
+        let body = ProblemBody {
+            r#type: "about:blank",
+            title: self.status.canonical_reason().unwrap_or("Error"),
+            status: self.status.as_u16(),
+            detail: &self.detail,
+            code: self.code,
+        };
+        let json = serde_json::to_vec(&body).unwrap_or_default();
+        let mut response = (self.status, json).into_response();
+        let headers = response.headers_mut();
+        headers.insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+            headers.insert(RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));
+        }
+        if self.status == StatusCode::UNAUTHORIZED {
+            headers.insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}
