@@ -1,8 +1,9 @@
 //! A reusable test suite for [`Store`] implementations (feature `conformance`).
 //!
-//! It drives a store through a [`BookingEngine`] with a [`ManualClock`] and checks every row of
-//! the outcome table of the crate docs, the reclaim of expired holds, the capacity invariant after each
-//! step, and concurrent races. Backends run it in one line from a test file:
+//! It drives a store through a [`BookingEngine`](crate::BookingEngine) with a
+//! [`ManualClock`](crate::ManualClock) and checks every row of the outcome table of the crate
+//! docs, the reclaim of expired holds, the capacity invariant after each step, and concurrent
+//! races. Backends run it in one line from a test file:
 //!
 //! ```text
 //! // tests/conformance.rs of a backend crate
@@ -16,11 +17,6 @@
 use std::future::Future;
 use std::time::Duration;
 
-use chrono::{TimeZone, Utc};
-
-use crate::clock::ManualClock;
-use crate::engine::BookingEngine;
-use crate::model::{HoldId, NewSlot, SlotId, Timestamp};
 use crate::store::Store;
 
 /// Asserts `$result` is an error matching `$pattern` and evaluates to that error. Defined
@@ -36,13 +32,15 @@ macro_rules! assert_err {
 
 pub mod events;
 pub mod faults;
+mod fixture;
 pub mod kit;
 pub mod leases;
 pub mod model;
 mod slots;
 pub mod transactions;
 
-use kit::SlotTally;
+use fixture::cached_engine;
+pub use fixture::{epoch, Fixture};
 
 /// How long one case may run before it counts as hung.
 pub const CASE_TIMEOUT: Duration = Duration::from_secs(120);
@@ -194,114 +192,6 @@ where
         async {}
     });
     configured
-}
-
-/// An engine on `store` that caches availability for an hour, on a manual clock at
-/// [`epoch`], and the start of a slot an hour later: for cases about invalidation (R3).
-fn cached_engine<S: Store>(store: S) -> (BookingEngine<S>, Timestamp) {
-    let engine = BookingEngine::builder(store)
-        .cache_period(Duration::from_secs(3600))
-        .clock(ManualClock::new(epoch()))
-        .build();
-    (engine, epoch() + chrono::Duration::hours(1))
-}
-
-/// The first instant of every case's manual clock.
-pub fn epoch() -> Timestamp {
-    Utc.with_ymd_and_hms(2030, 1, 1, 9, 0, 0)
-        .single()
-        .expect("a valid date")
-}
-
-/// An engine with no availability caching and a manual clock, plus helpers.
-pub struct Fixture<S> {
-    /// The engine under test.
-    pub engine: BookingEngine<S>,
-    /// Its clock.
-    pub clock: ManualClock,
-}
-
-impl<S: Store> Fixture<S> {
-    /// Wraps `store` in an engine whose availability is read from the store every time.
-    pub fn new(store: S) -> Self {
-        let clock = ManualClock::new(epoch());
-        let engine = BookingEngine::builder(store)
-            .cache_period(Duration::ZERO)
-            .hold_ttl(HOLD_TTL)
-            .requested_ttl_bounds(MIN_REQUESTED_TTL, MAX_REQUESTED_TTL)
-            .max_hold_life(MAX_HOLD_LIFE)
-            .clock(clock.clone())
-            .build();
-        Fixture { engine, clock }
-    }
-
-    /// The clock's current time.
-    pub fn now(&self) -> Timestamp {
-        crate::Clock::now(&self.clock)
-    }
-
-    /// Moves the clock.
-    pub fn advance(&self, by: chrono::Duration) {
-        self.clock.advance(by);
-    }
-
-    /// Creates a slot starting `starts_in` from now, one hour long.
-    pub async fn slot(&self, capacity: i32, starts_in: chrono::Duration) -> SlotId {
-        let starts_at = self.now() + starts_in;
-        self.engine
-            .create_slot(NewSlot::new(
-                starts_at,
-                starts_at + chrono::Duration::hours(1),
-                capacity,
-            ))
-            .await
-            .expect("create_slot")
-            .slot_id
-    }
-
-    /// The slot's stored `remaining`.
-    pub async fn remaining(&self, slot_id: SlotId) -> i32 {
-        self.engine
-            .store()
-            .get_slot(slot_id)
-            .await
-            .expect("get_slot")
-            .expect("slot exists")
-            .remaining
-    }
-
-    /// The slot's availability entry `remaining` (units a new hold could take now).
-    pub async fn available(&self, slot_id: SlotId) -> Option<i32> {
-        self.engine
-            .availability(crate::AvailabilityQuery::all())
-            .await
-            .expect("availability")
-            .entry(slot_id)
-            .map(|entry| entry.remaining)
-    }
-
-    /// Checks the capacity invariant of `slot_id`, given every hold ever placed on it.
-    pub async fn assert_invariant(&self, slot_id: SlotId, holds: &[HoldId]) {
-        let store = self.engine.store();
-        let slot = store
-            .get_slot(slot_id)
-            .await
-            .expect("get_slot")
-            .expect("slot exists");
-        let now = self.now();
-        let mut stored = Vec::with_capacity(holds.len());
-        for &hold_id in holds {
-            let hold = store
-                .get_hold(hold_id, &crate::Scope::BackOffice, now)
-                .await
-                .expect("get_hold")
-                .outcome
-                .expect("hold exists");
-            assert_eq!(hold.slot_id, slot_id, "hold {hold_id} is on another slot");
-            stored.push(hold);
-        }
-        SlotTally::of(&slot, &stored, now).assert();
-    }
 }
 
 /// The case bodies. Each is reachable only through [`cases`], which [`__conformance_case_list!`]

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use chrono::Duration;
 
 use super::Fixture;
-use crate::admin::{SlotCursor, SlotFilter, SlotPageRequest, SlotSummary};
+use crate::admin::{SlotCursor, SlotFilter, SlotPageRequest};
 use crate::engine::NewHold;
 use crate::error::BookingError;
 use crate::model::{
@@ -23,68 +23,6 @@ fn hours(n: i64) -> Duration {
 
 fn resource(name: &str) -> ResourceId {
     ResourceId::new(name).expect("a valid resource id")
-}
-
-impl<S: Store> Fixture<S> {
-    /// Creates a slot of `resource` starting `starts_in` from now, one hour long.
-    pub async fn resource_slot(
-        &self,
-        capacity: i32,
-        starts_in: Duration,
-        resource: &ResourceId,
-    ) -> SlotId {
-        let starts_at = self.now() + starts_in;
-        self.engine
-            .create_slot(
-                NewSlot::new(starts_at, starts_at + hours(1), capacity).resource(resource.clone()),
-            )
-            .await
-            .expect("create_slot")
-            .slot_id
-    }
-
-    /// The slot as stored.
-    pub async fn stored_slot(&self, slot_id: SlotId) -> crate::model::Slot {
-        self.engine
-            .store()
-            .get_slot(slot_id)
-            .await
-            .expect("get_slot")
-            .expect("slot exists")
-    }
-
-    /// The ids of the slots in the availability listing `query` gives.
-    pub async fn listed(&self, query: AvailabilityQuery) -> Vec<SlotId> {
-        self.engine
-            .availability(query)
-            .await
-            .expect("availability")
-            .iter()
-            .map(|e| e.slot_id)
-            .collect()
-    }
-
-    /// Every page of the operator's listing under `filter`, `limit` at a time.
-    pub async fn list_all(&self, filter: &SlotFilter, limit: u32) -> Vec<SlotSummary> {
-        let mut all = Vec::new();
-        let mut page = SlotPageRequest::first(limit);
-        loop {
-            let listed = self
-                .engine
-                .list_slots(filter, page)
-                .await
-                .expect("list_slots");
-            assert!(
-                listed.slots.len() <= limit as usize,
-                "a page over its limit"
-            );
-            all.extend(listed.slots);
-            match listed.next_after {
-                Some(after) => page = SlotPageRequest::after(after, limit),
-                None => return all,
-            }
-        }
-    }
 }
 
 /// Three holds on one slot: two units held, one unit confirmed, one unit held for 60 s only.
