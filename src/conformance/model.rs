@@ -42,7 +42,12 @@ mod writes;
 
 pub use concurrent::{check_concurrent, Batch};
 pub use expected_events::check_events;
-pub use ops::{Op, LEASE};
+pub use ops::{ModelOp, LEASE};
+
+/// The former name of [`ModelOp`], renamed so that it is not taken for the crate's own
+/// `Op` of its metrics and traces (`observe`).
+#[deprecated(note = "renamed to `ModelOp`")]
+pub type Op = ModelOp;
 pub use runner::check;
 pub use strategies::{op, sequence};
 pub use transaction_steps::{check_transactional, TransactionStep};

@@ -16,7 +16,7 @@ use crate::scope::Scope;
 use crate::store::Store;
 use crate::Clock;
 
-use super::ops::{owner, resource, Op};
+use super::ops::{owner, resource, ModelOp};
 use super::runner::run_property;
 use super::Mismatch;
 
@@ -26,7 +26,7 @@ pub struct Batch {
     /// Operations run concurrently (only `Hold`, `Confirm`, `Cancel`, `Renew`,
     /// `Availability`, `SetCapacity` and `SetClosed`; calls on a hold act in its owner's
     /// scope).
-    pub ops: Vec<Op>,
+    pub ops: Vec<ModelOp>,
     /// Microseconds the clock moves after the batch.
     pub advance: i64,
 }
@@ -34,15 +34,15 @@ pub struct Batch {
 fn batch() -> impl Strategy<Value = Batch> {
     let ttl = HOLD_TTL.as_micros() as i64;
     let op = prop_oneof![
-        5 => (0..3usize, 0..12u8, 1..=3i64, 0..3u8).prop_map(|(slot, key, quantity, owner)| Op::Hold {
+        5 => (0..3usize, 0..12u8, 1..=3i64, 0..3u8).prop_map(|(slot, key, quantity, owner)| ModelOp::Hold {
             slot, key, quantity, owner, lifetime: None,
         }),
-        2 => (0..16usize).prop_map(|hold| Op::Confirm { hold, scope: 4 }),
-        2 => (0..16usize).prop_map(|hold| Op::Cancel { hold, scope: 4 }),
-        1 => (0..16usize).prop_map(|hold| Op::Renew { hold, scope: 4, lifetime: None }),
-        1 => (0..3u8).prop_map(|resource| Op::Availability { resource }),
-        1 => (0..3usize, 1..=8i64).prop_map(|(slot, capacity)| Op::SetCapacity { slot, capacity }),
-        1 => (0..3usize, any::<bool>()).prop_map(|(slot, closed)| Op::SetClosed { slot, closed }),
+        2 => (0..16usize).prop_map(|hold| ModelOp::Confirm { hold, scope: 4 }),
+        2 => (0..16usize).prop_map(|hold| ModelOp::Cancel { hold, scope: 4 }),
+        1 => (0..16usize).prop_map(|hold| ModelOp::Renew { hold, scope: 4, lifetime: None }),
+        1 => (0..3u8).prop_map(|resource| ModelOp::Availability { resource }),
+        1 => (0..3usize, 1..=8i64).prop_map(|(slot, capacity)| ModelOp::SetCapacity { slot, capacity }),
+        1 => (0..3usize, any::<bool>()).prop_map(|(slot, closed)| ModelOp::SetClosed { slot, closed }),
     ];
     (
         proptest::collection::vec(op, 1..=16),
@@ -86,14 +86,16 @@ async fn run_batches<S: Store>(store: S, batches: &[Batch]) -> Result<(), Mismat
                 let engine = engine.clone();
                 let op = op.clone();
                 let target_slot = match op {
-                    Op::Hold { slot, .. }
-                    | Op::SetCapacity { slot, .. }
-                    | Op::SetClosed { slot, .. } => slots[slot % slots.len()],
+                    ModelOp::Hold { slot, .. }
+                    | ModelOp::SetCapacity { slot, .. }
+                    | ModelOp::SetClosed { slot, .. } => slots[slot % slots.len()],
                     _ => SlotId(0),
                 };
                 // Calls on a hold act in its owner's scope.
                 let target = match op {
-                    Op::Confirm { hold, .. } | Op::Cancel { hold, .. } | Op::Renew { hold, .. }
+                    ModelOp::Confirm { hold, .. }
+                    | ModelOp::Cancel { hold, .. }
+                    | ModelOp::Renew { hold, .. }
                         if !holds.is_empty() =>
                     {
                         let id = holds[hold % holds.len()];
@@ -105,7 +107,7 @@ async fn run_batches<S: Store>(store: S, batches: &[Batch]) -> Result<(), Mismat
                 tokio::spawn(async move {
                     match (op, target) {
                         (
-                            Op::Hold {
+                            ModelOp::Hold {
                                 key,
                                 quantity,
                                 owner: owner_number,
@@ -123,31 +125,31 @@ async fn run_batches<S: Store>(store: S, batches: &[Batch]) -> Result<(), Mismat
                                 .await
                                 .map(|placed| Some((placed.hold, 'h')))
                         }
-                        (Op::Confirm { .. }, Some((id, scope))) => {
+                        (ModelOp::Confirm { .. }, Some((id, scope))) => {
                             engine.confirm_as(&scope, id).await.map(|h| Some((h, 'c')))
                         }
-                        (Op::Cancel { .. }, Some((id, scope))) => {
+                        (ModelOp::Cancel { .. }, Some((id, scope))) => {
                             engine.cancel_as(&scope, id).await.map(|h| Some((h, 'x')))
                         }
-                        (Op::Renew { .. }, Some((id, scope))) => engine
+                        (ModelOp::Renew { .. }, Some((id, scope))) => engine
                             .renew_as(&scope, id, None)
                             .await
                             .map(|h| Some((h, 'r'))),
-                        (Op::Availability { resource: number }, _) => {
+                        (ModelOp::Availability { resource: number }, _) => {
                             let mut query = AvailabilityQuery::all();
                             query.resource = resource(number);
                             engine.availability(query).await.map(|_| None)
                         }
                         // A capacity change or a close races the holds; the invariant after
                         // the batch, with the slot's capacity as stored then, judges them.
-                        (Op::SetCapacity { capacity, .. }, _) => engine
+                        (ModelOp::SetCapacity { capacity, .. }, _) => engine
                             .change_capacity(target_slot, capacity)
                             .await
                             .map(|_| None),
-                        (Op::SetClosed { closed: true, .. }, _) => {
+                        (ModelOp::SetClosed { closed: true, .. }, _) => {
                             engine.close_sales(target_slot).await.map(|_| None)
                         }
-                        (Op::SetClosed { closed: false, .. }, _) => {
+                        (ModelOp::SetClosed { closed: false, .. }, _) => {
                             engine.reopen_sales(target_slot).await.map(|_| None)
                         }
                         _ => Ok(None),
@@ -162,7 +164,7 @@ async fn run_batches<S: Store>(store: S, batches: &[Batch]) -> Result<(), Mismat
             match outcome {
                 Ok(Some((hold, kind))) => {
                     let slot = match op {
-                        Op::Hold { slot, .. } => slot % slots.len(),
+                        ModelOp::Hold { slot, .. } => slot % slots.len(),
                         _ => acked.get(&hold.hold_id).map_or(0, |a| a.slot),
                     };
                     let entry = acked.entry(hold.hold_id).or_insert_with(|| {

@@ -11,7 +11,7 @@ use crate::error::BookingError;
 use crate::events::{EventKind, EventStore};
 use crate::model::{HoldId, HoldStatus, OwnerId, SlotId, Timestamp};
 
-use super::ops::{Op, LEASE};
+use super::ops::{ModelOp, LEASE};
 use super::reference::{Model, Seen};
 use super::runner::{run_checked, run_property, StepCheck};
 use super::strategies::{after_opening, op};
@@ -105,7 +105,7 @@ impl EventsMatchTheModel {
     async fn lease_op<S: EventStore>(
         &mut self,
         engine: &BookingEngine<S>,
-        op: &Op,
+        op: &ModelOp,
         now: Timestamp,
     ) -> Option<(Seen, Seen)> {
         let leased = crate::model::ConsumerId::new("leased").expect("a valid consumer id");
@@ -113,7 +113,7 @@ impl EventsMatchTheModel {
             crate::model::LeaseHolder::new(format!("holder-{number}")).expect("a valid holder")
         };
         match *op {
-            Op::Lease { holder: number } => {
+            ModelOp::Lease { holder: number } => {
                 let granted = match self.lease {
                     None => true,
                     Some((held, until)) => held == number || until <= now,
@@ -131,7 +131,7 @@ impl EventsMatchTheModel {
                 };
                 Some((Seen::Leased(granted), actual))
             }
-            Op::Release { holder: number } => {
+            ModelOp::Release { holder: number } => {
                 if self.lease.is_some_and(|(held, _)| held == number) {
                     self.lease = None;
                 }
@@ -141,7 +141,7 @@ impl EventsMatchTheModel {
                 };
                 Some((Seen::Done, actual))
             }
-            Op::AcknowledgeLeased { holder: number } => {
+            ModelOp::AcknowledgeLeased { holder: number } => {
                 let through = self.last.unwrap_or(crate::events::EventPosition::START);
                 let answer = if self.lease.is_some_and(|(held, _)| held == number) {
                     self.leased_cursor = self.leased_cursor.max(Some(through));
@@ -171,10 +171,10 @@ impl<S: EventStore> StepCheck<S> for EventsMatchTheModel {
         &mut self,
         engine: &BookingEngine<S>,
         model: &mut Model,
-        op: &Op,
+        op: &ModelOp,
         now: Timestamp,
     ) -> Option<(Seen, Seen)> {
-        let Op::ReclaimExpired = op else {
+        let ModelOp::ReclaimExpired = op else {
             return self.lease_op(engine, op, now).await;
         };
         // Every expired held hold, on every slot: the model's own reclaim, slot by slot.
@@ -254,10 +254,10 @@ where
 {
     let step = prop_oneof![
         18 => op(),
-        2 => Just(Op::ReclaimExpired),
-        1 => (1..=2u8).prop_map(|holder| Op::Lease { holder }),
-        1 => (1..=2u8).prop_map(|holder| Op::AcknowledgeLeased { holder }),
-        1 => (1..=2u8).prop_map(|holder| Op::Release { holder }),
+        2 => Just(ModelOp::ReclaimExpired),
+        1 => (1..=2u8).prop_map(|holder| ModelOp::Lease { holder }),
+        1 => (1..=2u8).prop_map(|holder| ModelOp::AcknowledgeLeased { holder }),
+        1 => (1..=2u8).prop_map(|holder| ModelOp::Release { holder }),
     ];
     let sequences = after_opening(proptest::collection::vec(step, 1..=max_len));
     run_property("event model check", cases, 2, &sequences, |ops| {

@@ -13,7 +13,7 @@ const RESOURCES: [Option<&str>; 3] = [None, Some("room-a"), Some("room-b")];
 /// One step of a generated sequence. Indexes refer to slots and holds created earlier in the
 /// sequence; an index past the end means an id the store never assigned.
 #[derive(Clone, Debug)]
-pub enum Op {
+pub enum ModelOp {
     /// Create a slot of this capacity starting this many seconds from now.
     CreateSlot {
         /// Units.
@@ -148,7 +148,7 @@ pub enum Op {
     },
 }
 
-/// The lease [`Op::Lease`] takes.
+/// The lease [`ModelOp::Lease`] takes.
 pub const LEASE: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Scope numbers: 0 anonymous, 1 alice, 2 bob, 3 back office, 4 and up the scope of the hold's

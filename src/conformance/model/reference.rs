@@ -10,7 +10,7 @@ use crate::conformance::{HOLD_TTL, MAX_HOLD_LIFE, MAX_REQUESTED_TTL, MIN_REQUEST
 use crate::model::{Hold, HoldId, HoldStatus, ResourceId, Slot, SlotId, Timestamp};
 use crate::scope::Scope;
 
-use super::ops::{duration_of, owner, scope_of, Op};
+use super::ops::{duration_of, owner, scope_of, ModelOp};
 
 #[derive(Debug, Clone)]
 pub(super) struct ModelSlot {
@@ -172,8 +172,8 @@ impl Model {
 impl Model {
     /// The expected result of placing a hold; `hold_id` is what the store assigned if it
     /// created one (the model cannot know ids in advance).
-    pub(super) fn hold(&mut self, op: &Op, now: Timestamp, new_id: Option<HoldId>) -> Seen {
-        let Op::Hold {
+    pub(super) fn hold(&mut self, op: &ModelOp, now: Timestamp, new_id: Option<HoldId>) -> Seen {
+        let ModelOp::Hold {
             slot,
             key,
             quantity,

@@ -17,7 +17,7 @@ use crate::scope::Scope;
 use crate::store::Store;
 use crate::Clock;
 
-use super::ops::{owner, resource, Op};
+use super::ops::{owner, resource, ModelOp};
 use super::reference::{Model, Seen};
 use super::strategies::sequence;
 use super::writes::write_step;
@@ -78,7 +78,7 @@ where
 }
 
 /// Runs one sequence against a fresh store; `Err` describes the first difference.
-async fn run_sequence<S: Store>(store: S, ops: &[Op]) -> Result<(), Mismatch> {
+async fn run_sequence<S: Store>(store: S, ops: &[ModelOp]) -> Result<(), Mismatch> {
     run_checked(store, ops, &mut NoEvents).await
 }
 
@@ -91,7 +91,7 @@ pub(super) trait StepCheck<S: Store>: Send {
         &mut self,
         engine: &BookingEngine<S>,
         model: &mut Model,
-        op: &Op,
+        op: &ModelOp,
         now: Timestamp,
     ) -> Option<(Seen, Seen)>;
 
@@ -113,7 +113,7 @@ impl<S: Store> StepCheck<S> for NoEvents {
         &mut self,
         _: &BookingEngine<S>,
         _: &mut Model,
-        _: &Op,
+        _: &ModelOp,
         _: Timestamp,
     ) -> Option<(Seen, Seen)> {
         None
@@ -131,7 +131,7 @@ impl<S: Store> StepCheck<S> for NoEvents {
 
 pub(super) async fn run_checked<S: Store, C: StepCheck<S>>(
     store: S,
-    ops: &[Op],
+    ops: &[ModelOp],
     checks: &mut C,
 ) -> Result<(), Mismatch> {
     let Fixture { engine, clock } = Fixture::new(store);
@@ -140,28 +140,28 @@ pub(super) async fn run_checked<S: Store, C: StepCheck<S>>(
         let now = clock.now();
         let before = model.clone();
         let (expected, actual) = match *op {
-            Op::ReclaimExpired
-            | Op::Lease { .. }
-            | Op::Release { .. }
-            | Op::AcknowledgeLeased { .. } => {
+            ModelOp::ReclaimExpired
+            | ModelOp::Lease { .. }
+            | ModelOp::Release { .. }
+            | ModelOp::AcknowledgeLeased { .. } => {
                 match checks.extra_op(&engine, &mut model, op, now).await {
                     Some(seen) => seen,
                     None => continue,
                 }
             }
-            Op::CreateSlot { .. }
-            | Op::SetCapacity { .. }
-            | Op::SetClosed { .. }
-            | Op::Remove { .. }
-            | Op::Hold { .. }
-            | Op::Confirm { .. }
-            | Op::Cancel { .. }
-            | Op::Renew { .. }
-            | Op::Get { .. } => {
+            ModelOp::CreateSlot { .. }
+            | ModelOp::SetCapacity { .. }
+            | ModelOp::SetClosed { .. }
+            | ModelOp::Remove { .. }
+            | ModelOp::Hold { .. }
+            | ModelOp::Confirm { .. }
+            | ModelOp::Cancel { .. }
+            | ModelOp::Renew { .. }
+            | ModelOp::Get { .. } => {
                 let mut writer = &engine;
                 write_step(&mut writer, &mut model, op, now).await
             }
-            Op::ListSlots {
+            ModelOp::ListSlots {
                 limit,
                 resource: resource_number,
             } => {
@@ -171,7 +171,7 @@ pub(super) async fn run_checked<S: Store, C: StepCheck<S>>(
                 let actual = walk_slots(&engine, &filter, limit).await;
                 (model.list_slots(limit, only.as_ref(), now), actual)
             }
-            Op::OwnerHolds {
+            ModelOp::OwnerHolds {
                 owner: owner_number,
                 limit,
             } => {
@@ -182,12 +182,12 @@ pub(super) async fn run_checked<S: Store, C: StepCheck<S>>(
                 let expected = model.pages(|h| h.owner.as_ref() == Some(&who), limit, now);
                 (expected, actual)
             }
-            Op::Roster { slot, limit } => {
+            ModelOp::Roster { slot, limit } => {
                 let slot_id = model.slot_id(slot);
                 let actual = walk(limit, |page| engine.slot_holds(slot_id, page)).await;
                 (model.pages(|h| h.slot_id == slot_id, limit, now), actual)
             }
-            Op::Availability {
+            ModelOp::Availability {
                 resource: resource_number,
             } => {
                 let only = resource(resource_number);
@@ -201,11 +201,11 @@ pub(super) async fn run_checked<S: Store, C: StepCheck<S>>(
                 };
                 (model.availability(now, only.as_ref()), actual)
             }
-            Op::Advance { micros } => {
+            ModelOp::Advance { micros } => {
                 clock.advance(Duration::microseconds(micros));
                 (Seen::Done, Seen::Done)
             }
-            Op::ToExpiry { hold, offset } => {
+            ModelOp::ToExpiry { hold, offset } => {
                 if let Some(i) = model.hold_index(hold) {
                     let target = model.holds[i].expires_at + Duration::microseconds(offset);
                     if target > now {

@@ -4,7 +4,7 @@ use proptest::prelude::*;
 
 use crate::conformance::{HOLD_TTL, MAX_REQUESTED_TTL};
 
-use super::ops::Op;
+use super::ops::ModelOp;
 
 pub(super) fn lifetime() -> impl Strategy<Value = Option<u64>> {
     prop_oneof![
@@ -18,46 +18,48 @@ pub(super) fn lifetime() -> impl Strategy<Value = Option<u64>> {
 }
 
 /// The generator for one operation.
-pub fn op() -> impl Strategy<Value = Op> {
+pub fn op() -> impl Strategy<Value = ModelOp> {
     let ttl = HOLD_TTL.as_micros() as i64;
     let quantity = prop_oneof![8 => Just(1i64), 4 => 2..=3i64, 1 => Just(0i64), 1 => Just(7i64), 1 => Just(1001i64)];
     let capacity = prop_oneof![8 => 1..=8i64, 1 => Just(0i64), 1 => Just(-1i64), 1 => Just(i64::from(i32::MAX) + 1)];
     prop_oneof![
-        1 => (1..=6i32, 1..=40i64, 0..3u8).prop_map(|(capacity, m, resource)| Op::CreateSlot { capacity, starts_in: m * 60, resource }),
-        2 => (0..5usize, capacity).prop_map(|(slot, capacity)| Op::SetCapacity { slot, capacity }),
-        1 => (0..5usize, any::<bool>()).prop_map(|(slot, closed)| Op::SetClosed { slot, closed }),
-        1 => (0..5usize).prop_map(|slot| Op::Remove { slot }),
-        1 => (1..=3u32, 0..3u8).prop_map(|(limit, resource)| Op::ListSlots { limit, resource }),
+        1 => (1..=6i32, 1..=40i64, 0..3u8).prop_map(|(capacity, m, resource)| ModelOp::CreateSlot { capacity, starts_in: m * 60, resource }),
+        2 => (0..5usize, capacity).prop_map(|(slot, capacity)| ModelOp::SetCapacity { slot, capacity }),
+        1 => (0..5usize, any::<bool>()).prop_map(|(slot, closed)| ModelOp::SetClosed { slot, closed }),
+        1 => (0..5usize).prop_map(|slot| ModelOp::Remove { slot }),
+        1 => (1..=3u32, 0..3u8).prop_map(|(limit, resource)| ModelOp::ListSlots { limit, resource }),
         6 => (0..4usize, 0..8u8, quantity, 0..3u8, lifetime())
-            .prop_map(|(slot, key, quantity, owner, lifetime)| Op::Hold { slot, key, quantity, owner, lifetime }),
-        2 => (0..10usize, 0..7u8).prop_map(|(hold, scope)| Op::Confirm { hold, scope }),
-        2 => (0..10usize, 0..7u8).prop_map(|(hold, scope)| Op::Cancel { hold, scope }),
-        2 => (0..10usize, 0..7u8, lifetime()).prop_map(|(hold, scope, lifetime)| Op::Renew { hold, scope, lifetime }),
-        1 => (0..10usize, 0..7u8).prop_map(|(hold, scope)| Op::Get { hold, scope }),
-        1 => (1..3u8, 1..=3u32).prop_map(|(owner, limit)| Op::OwnerHolds { owner, limit }),
-        1 => (0..4usize, 1..=3u32).prop_map(|(slot, limit)| Op::Roster { slot, limit }),
-        1 => (0..3u8).prop_map(|resource| Op::Availability { resource }),
+            .prop_map(|(slot, key, quantity, owner, lifetime)| ModelOp::Hold { slot, key, quantity, owner, lifetime }),
+        2 => (0..10usize, 0..7u8).prop_map(|(hold, scope)| ModelOp::Confirm { hold, scope }),
+        2 => (0..10usize, 0..7u8).prop_map(|(hold, scope)| ModelOp::Cancel { hold, scope }),
+        2 => (0..10usize, 0..7u8, lifetime()).prop_map(|(hold, scope, lifetime)| ModelOp::Renew { hold, scope, lifetime }),
+        1 => (0..10usize, 0..7u8).prop_map(|(hold, scope)| ModelOp::Get { hold, scope }),
+        1 => (1..3u8, 1..=3u32).prop_map(|(owner, limit)| ModelOp::OwnerHolds { owner, limit }),
+        1 => (0..4usize, 1..=3u32).prop_map(|(slot, limit)| ModelOp::Roster { slot, limit }),
+        1 => (0..3u8).prop_map(|resource| ModelOp::Availability { resource }),
         2 => prop_oneof![Just(1i64), Just(1_000_000), Just(60_000_000), Just(ttl - 1), Just(ttl), Just(ttl + 1), Just(ttl * 3)]
-            .prop_map(|micros| Op::Advance { micros }),
-        1 => (0..10usize, -1..=1i64).prop_map(|(hold, offset)| Op::ToExpiry { hold, offset }),
+            .prop_map(|micros| ModelOp::Advance { micros }),
+        1 => (0..10usize, -1..=1i64).prop_map(|(hold, offset)| ModelOp::ToExpiry { hold, offset }),
     ]
 }
 
 /// A sequence: two slots to start with, then `1..=max_len` random operations.
-pub fn sequence(max_len: usize) -> impl Strategy<Value = Vec<Op>> {
+pub fn sequence(max_len: usize) -> impl Strategy<Value = Vec<ModelOp>> {
     after_opening(proptest::collection::vec(op(), 1..=max_len))
 }
 
 /// Every sequence starts with two slots, so most operations have something to act on.
-pub(super) fn after_opening(ops: impl Strategy<Value = Vec<Op>>) -> impl Strategy<Value = Vec<Op>> {
+pub(super) fn after_opening(
+    ops: impl Strategy<Value = Vec<ModelOp>>,
+) -> impl Strategy<Value = Vec<ModelOp>> {
     ops.prop_map(|ops| {
         let mut all = vec![
-            Op::CreateSlot {
+            ModelOp::CreateSlot {
                 capacity: 4,
                 starts_in: 3600,
                 resource: 1,
             },
-            Op::CreateSlot {
+            ModelOp::CreateSlot {
                 capacity: 1,
                 starts_in: 600,
                 resource: 0,

@@ -9,7 +9,7 @@ use crate::conformance::{Fixture, HOLD_TTL};
 use crate::transaction::TransactionalStore;
 use crate::Clock;
 
-use super::ops::Op;
+use super::ops::ModelOp;
 use super::reference::Model;
 use super::runner::{check_state, run_property};
 use super::strategies::op;
@@ -21,7 +21,7 @@ use super::Mismatch;
 #[derive(Clone, Debug)]
 pub struct TransactionStep {
     /// The writes, in order (only the operations [`Within`](crate::Within) offers).
-    pub ops: Vec<Op>,
+    pub ops: Vec<ModelOp>,
     /// Commit (else roll back).
     pub commit: bool,
     /// Microseconds the clock moves afterwards.
@@ -52,7 +52,7 @@ async fn run_transactions<S: TransactionalStore>(
     let Fixture { engine, clock } = Fixture::new(store);
     let mut model = Model::default();
     for (capacity, starts_in) in [(4, 3600), (1, 600)] {
-        let op = Op::CreateSlot {
+        let op = ModelOp::CreateSlot {
             capacity,
             starts_in,
             resource: 0,

@@ -10,7 +10,7 @@ use crate::scope::Scope;
 use crate::store::Store;
 use crate::transaction::{TransactionWrites, Within};
 
-use super::ops::{duration_of, owner, resource, Op};
+use super::ops::{duration_of, owner, resource, ModelOp};
 use super::reference::{Model, ModelSlot, Seen};
 
 fn seen_hold(result: Result<crate::HoldPlaced, BookingError>) -> Seen {
@@ -110,18 +110,18 @@ writer!(impl[S: Store] for &BookingEngine<S>);
 writer!(impl[S: Store, W: TransactionWrites] for Within<'_, S, W>);
 
 /// Whether `op` writes (or reads one hold): what a transaction may run.
-pub(super) fn is_write(op: &Op) -> bool {
+pub(super) fn is_write(op: &ModelOp) -> bool {
     matches!(
         op,
-        Op::CreateSlot { .. }
-            | Op::SetCapacity { .. }
-            | Op::SetClosed { .. }
-            | Op::Remove { .. }
-            | Op::Hold { .. }
-            | Op::Confirm { .. }
-            | Op::Cancel { .. }
-            | Op::Renew { .. }
-            | Op::Get { .. }
+        ModelOp::CreateSlot { .. }
+            | ModelOp::SetCapacity { .. }
+            | ModelOp::SetClosed { .. }
+            | ModelOp::Remove { .. }
+            | ModelOp::Hold { .. }
+            | ModelOp::Confirm { .. }
+            | ModelOp::Cancel { .. }
+            | ModelOp::Renew { .. }
+            | ModelOp::Get { .. }
     )
 }
 
@@ -130,11 +130,11 @@ pub(super) fn is_write(op: &Op) -> bool {
 pub(super) async fn write_step(
     writer: &mut impl Writer,
     model: &mut Model,
-    op: &Op,
+    op: &ModelOp,
     now: Timestamp,
 ) -> (Seen, Seen) {
     match *op {
-        Op::CreateSlot {
+        ModelOp::CreateSlot {
             capacity,
             starts_in,
             resource: resource_number,
@@ -162,11 +162,11 @@ pub(super) async fn write_step(
                 Err(error) => (Seen::Done, Seen::Error(error.code())),
             }
         }
-        Op::SetCapacity { slot, capacity } => {
+        ModelOp::SetCapacity { slot, capacity } => {
             let actual = seen_slot(writer.change_capacity(model.slot_id(slot), capacity).await);
             (model.set_capacity(slot, capacity, now), actual)
         }
-        Op::SetClosed { slot, closed } => {
+        ModelOp::SetClosed { slot, closed } => {
             let slot_id = model.slot_id(slot);
             let result = if closed {
                 writer.close_sales(slot_id).await
@@ -175,11 +175,11 @@ pub(super) async fn write_step(
             };
             (model.set_closed(slot, closed), seen_slot(result))
         }
-        Op::Remove { slot } => {
+        ModelOp::Remove { slot } => {
             let actual = seen_slot(writer.remove_slot(model.slot_id(slot)).await);
             (model.remove(slot, now), actual)
         }
-        Op::Hold {
+        ModelOp::Hold {
             slot,
             key,
             quantity,
@@ -204,17 +204,17 @@ pub(super) async fn write_step(
             };
             (model.hold(op, now, new_id), actual)
         }
-        Op::Confirm { hold, scope } => {
+        ModelOp::Confirm { hold, scope } => {
             let scope = model.scope(scope, hold);
             let actual = seen_transition(writer.confirm_as(&scope, model.hold_id(hold)).await);
             (model.confirm(hold, &scope, now), actual)
         }
-        Op::Cancel { hold, scope } => {
+        ModelOp::Cancel { hold, scope } => {
             let scope = model.scope(scope, hold);
             let actual = seen_transition(writer.cancel_as(&scope, model.hold_id(hold)).await);
             (model.cancel(hold, &scope, now), actual)
         }
-        Op::Renew {
+        ModelOp::Renew {
             hold,
             scope,
             lifetime,
@@ -227,7 +227,7 @@ pub(super) async fn write_step(
             );
             (model.renew(hold, &scope, lifetime, now), actual)
         }
-        Op::Get { hold, scope } => {
+        ModelOp::Get { hold, scope } => {
             let scope = model.scope(scope, hold);
             let actual = seen_transition(writer.get_hold_as(&scope, model.hold_id(hold)).await);
             (model.get(hold, &scope, now), actual)
