@@ -49,5 +49,5 @@ pub use ops::{ModelOp, LEASE};
 #[deprecated(note = "renamed to `ModelOp`")]
 pub type Op = ModelOp;
 pub use runner::check;
-pub use strategies::{op, sequence};
+pub use strategies::{admin_op, lifecycle_op, op, query_op, sequence};
 pub use transaction_steps::{check_transactional, TransactionStep};
