@@ -180,6 +180,125 @@ macro_rules! conformance_tests {
     };
 }
 
+/// Expands to one `#[test]` per event conformance case, for a store implementing
+/// [`EventStore`](crate::events::EventStore); same forms as
+/// [`conformance_tests!`](crate::conformance_tests).
+#[macro_export]
+macro_rules! event_conformance_tests {
+    (@cases $factory:expr; $($case:ident)*) => {
+        $(
+            #[test]
+            fn $case() {
+                $crate::conformance::run_optional(
+                    stringify!($case),
+                    $factory,
+                    $crate::conformance::events::$case,
+                );
+            }
+        )*
+    };
+    (@leases $factory:expr; $($case:ident)*) => {
+        $(
+            #[test]
+            fn $case() {
+                $crate::conformance::run_optional(
+                    stringify!($case),
+                    $factory,
+                    $crate::conformance::leases::$case,
+                );
+            }
+        )*
+    };
+    (optional: $factory:expr) => {
+        $crate::event_conformance_tests!(@cases $factory;
+            every_change_appends_one_event
+            refusals_append_no_event
+            consumers_resume_where_they_acknowledged
+            reclaiming_expired_holds_yields_one_event_each
+            race_sweepers_expire_each_hold_once
+            purge_deletes_old_history_in_bounded_batches
+            race_a_consumer_never_skips_an_event
+        );
+        $crate::event_conformance_tests!(@leases $factory;
+            a_lease_has_one_holder_at_a_time
+            race_three_instances_handle_each_event_once
+        );
+
+        /// Random sequences with sweeps, the event log checked against the model's changes.
+        #[test]
+        fn model_based_events() {
+            if $crate::conformance::__configured($factory) {
+                $crate::conformance::model::check_events(
+                    || async { ($factory)().await.expect("the store was configured a moment ago") },
+                    $crate::conformance::EVENT_MODEL_CASES,
+                    40,
+                );
+            }
+        }
+    };
+    ($factory:expr) => {
+        $crate::event_conformance_tests!(optional: || {
+            let store = ($factory)();
+            async move { Some(store.await) }
+        });
+    };
+}
+
+/// Expands to one `#[test]` per transaction case, each on a fresh
+/// [`TransactionalStore`](crate::TransactionalStore) from `$factory`, like
+/// [`conformance_tests!`](crate::conformance_tests) (including the `optional:` form).
+#[macro_export]
+macro_rules! transaction_conformance_tests {
+    (@cases $factory:expr; $($case:ident)*) => {
+        $(
+            #[test]
+            fn $case() {
+                $crate::conformance::run_optional(
+                    stringify!($case),
+                    $factory,
+                    $crate::conformance::transactions::$case,
+                );
+            }
+        )*
+    };
+    (optional: $factory:expr) => {
+        /// Random transactions against the sequential model: each commits all its writes or,
+        /// rolled back, none.
+        #[test]
+        fn model_based_transactions() {
+            if $crate::conformance::__configured($factory) {
+                $crate::conformance::model::check_transactional(
+                    || async { ($factory)().await.expect("the store was configured a moment ago") },
+                    $crate::conformance::TRANSACTION_MODEL_CASES,
+                );
+            }
+        }
+
+        $crate::transaction_conformance_tests!(@cases $factory;
+            transactional_writes_commit_together
+            a_rolled_back_transaction_leaves_nothing
+            a_refusal_inside_a_transaction_leaves_it_usable
+            race_transactions_never_oversell
+        );
+
+        /// An acknowledgement commits with the caller's transaction, or not at all.
+        #[test]
+        fn acknowledgements_commit_with_the_callers_transaction() {
+            $crate::conformance::run_optional(
+                "acknowledgements_commit_with_the_callers_transaction",
+                $factory,
+                $crate::conformance::leases::acknowledgements_commit_with_the_callers_transaction,
+            );
+        }
+    };
+    ($factory:expr) => {
+        $crate::transaction_conformance_tests!(optional: || {
+            let store = ($factory)();
+            async move { Some(store.await) }
+        });
+    };
+}
+
 /// Whether an optional factory yields a store here (printing a skip notice if not). Used by
 /// [`conformance_tests!`](crate::conformance_tests); not part of the API.
 #[doc(hidden)]
