@@ -132,45 +132,27 @@ where
 /// configured on this machine). The two property tests then skip too.
 #[macro_export]
 macro_rules! conformance_tests {
-    (@cases optional $factory:expr; $($case:ident)*) => {
-        $(
-            #[test]
-            fn $case() {
-                $crate::conformance::run_optional(
-                    stringify!($case),
-                    $factory,
-                    $crate::conformance::cases::$case,
-                );
-            }
-        )*
-    };
     (optional: $factory:expr) => {
-        $crate::__lifecycle_case_list!($crate::conformance_tests; @cases optional $factory);
-        $crate::__query_case_list!($crate::conformance_tests; @cases optional $factory);
-        $crate::__admin_case_list!($crate::conformance_tests; @cases optional $factory);
+        $crate::__lifecycle_case_list!($crate::__conformance_case_tests; $factory, cases);
+        $crate::__query_case_list!($crate::__conformance_case_tests; $factory, cases);
+        $crate::__admin_case_list!($crate::__conformance_case_tests; $factory, cases);
 
-        /// Random operation sequences against the sequential model.
-        #[test]
-        fn model_based_sequences() {
-            if $crate::conformance::__configured($factory) {
-                $crate::conformance::model::check(
-                    || async { ($factory)().await.expect("the store was configured a moment ago") },
-                    $crate::conformance::MODEL_CASES,
-                    40,
-                );
-            }
-        }
+        $crate::__conformance_property_test!(
+            /// Random operation sequences against the sequential model.
+            model_based_sequences,
+            $factory,
+            $crate::conformance::model::check,
+            $crate::conformance::MODEL_CASES,
+            40
+        );
 
-        /// Random concurrent batches: the invariant and every success hold after each batch.
-        #[test]
-        fn concurrent_random_batches() {
-            if $crate::conformance::__configured($factory) {
-                $crate::conformance::model::check_concurrent(
-                    || async { ($factory)().await.expect("the store was configured a moment ago") },
-                    $crate::conformance::CONCURRENT_CASES,
-                );
-            }
-        }
+        $crate::__conformance_property_test!(
+            /// Random concurrent batches: the invariant and every success hold after each batch.
+            concurrent_random_batches,
+            $factory,
+            $crate::conformance::model::check_concurrent,
+            $crate::conformance::CONCURRENT_CASES
+        );
     };
     ($factory:expr) => {
         $crate::conformance_tests!(optional: || {
@@ -185,32 +167,8 @@ macro_rules! conformance_tests {
 /// [`conformance_tests!`](crate::conformance_tests).
 #[macro_export]
 macro_rules! event_conformance_tests {
-    (@cases $factory:expr; $($case:ident)*) => {
-        $(
-            #[test]
-            fn $case() {
-                $crate::conformance::run_optional(
-                    stringify!($case),
-                    $factory,
-                    $crate::conformance::events::$case,
-                );
-            }
-        )*
-    };
-    (@leases $factory:expr; $($case:ident)*) => {
-        $(
-            #[test]
-            fn $case() {
-                $crate::conformance::run_optional(
-                    stringify!($case),
-                    $factory,
-                    $crate::conformance::leases::$case,
-                );
-            }
-        )*
-    };
     (optional: $factory:expr) => {
-        $crate::event_conformance_tests!(@cases $factory;
+        $crate::__conformance_case_tests!($factory, events;
             every_change_appends_one_event
             refusals_append_no_event
             consumers_resume_where_they_acknowledged
@@ -219,22 +177,19 @@ macro_rules! event_conformance_tests {
             purge_deletes_old_history_in_bounded_batches
             race_a_consumer_never_skips_an_event
         );
-        $crate::event_conformance_tests!(@leases $factory;
+        $crate::__conformance_case_tests!($factory, leases;
             a_lease_has_one_holder_at_a_time
             race_three_instances_handle_each_event_once
         );
 
-        /// Random sequences with sweeps, the event log checked against the model's changes.
-        #[test]
-        fn model_based_events() {
-            if $crate::conformance::__configured($factory) {
-                $crate::conformance::model::check_events(
-                    || async { ($factory)().await.expect("the store was configured a moment ago") },
-                    $crate::conformance::EVENT_MODEL_CASES,
-                    40,
-                );
-            }
-        }
+        $crate::__conformance_property_test!(
+            /// Random sequences with sweeps, the event log checked against the model's changes.
+            model_based_events,
+            $factory,
+            $crate::conformance::model::check_events,
+            $crate::conformance::EVENT_MODEL_CASES,
+            40
+        );
     };
     ($factory:expr) => {
         $crate::event_conformance_tests!(optional: || {
@@ -249,53 +204,72 @@ macro_rules! event_conformance_tests {
 /// [`conformance_tests!`](crate::conformance_tests) (including the `optional:` form).
 #[macro_export]
 macro_rules! transaction_conformance_tests {
-    (@cases $factory:expr; $($case:ident)*) => {
-        $(
-            #[test]
-            fn $case() {
-                $crate::conformance::run_optional(
-                    stringify!($case),
-                    $factory,
-                    $crate::conformance::transactions::$case,
-                );
-            }
-        )*
-    };
     (optional: $factory:expr) => {
-        /// Random transactions against the sequential model: each commits all its writes or,
-        /// rolled back, none.
-        #[test]
-        fn model_based_transactions() {
-            if $crate::conformance::__configured($factory) {
-                $crate::conformance::model::check_transactional(
-                    || async { ($factory)().await.expect("the store was configured a moment ago") },
-                    $crate::conformance::TRANSACTION_MODEL_CASES,
-                );
-            }
-        }
+        $crate::__conformance_property_test!(
+            /// Random transactions against the sequential model: each commits all its writes
+            /// or, rolled back, none.
+            model_based_transactions,
+            $factory,
+            $crate::conformance::model::check_transactional,
+            $crate::conformance::TRANSACTION_MODEL_CASES
+        );
 
-        $crate::transaction_conformance_tests!(@cases $factory;
+        $crate::__conformance_case_tests!($factory, transactions;
             transactional_writes_commit_together
             a_rolled_back_transaction_leaves_nothing
             a_refusal_inside_a_transaction_leaves_it_usable
             race_transactions_never_oversell
         );
-
-        /// An acknowledgement commits with the caller's transaction, or not at all.
-        #[test]
-        fn acknowledgements_commit_with_the_callers_transaction() {
-            $crate::conformance::run_optional(
-                "acknowledgements_commit_with_the_callers_transaction",
-                $factory,
-                $crate::conformance::leases::acknowledgements_commit_with_the_callers_transaction,
-            );
-        }
+        // An acknowledgement commits with the caller's transaction, or not at all.
+        $crate::__conformance_case_tests!($factory, leases;
+            acknowledgements_commit_with_the_callers_transaction
+        );
     };
     ($factory:expr) => {
         $crate::transaction_conformance_tests!(optional: || {
             let store = ($factory)();
             async move { Some(store.await) }
         });
+    };
+}
+
+/// One `#[test]` per case named, each running `conformance::$module::$case` through
+/// [`run_optional`] on a store from the optional factory `$factory`. Used by the test macros
+/// above; not part of the API.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __conformance_case_tests {
+    ($factory:expr, $module:ident; $($case:ident)*) => {
+        $(
+            #[test]
+            fn $case() {
+                $crate::conformance::run_optional(
+                    stringify!($case),
+                    $factory,
+                    $crate::conformance::$module::$case,
+                );
+            }
+        )*
+    };
+}
+
+/// A `#[test]` named `$name` that runs the property `$check` (a function of the model taking
+/// a store factory, then `$args`) when the optional factory `$factory` yields a store here, and
+/// skips it with a notice when not. Used by the test macros above; not part of the API.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __conformance_property_test {
+    ($(#[$doc:meta])* $name:ident, $factory:expr, $check:path, $($args:expr),+) => {
+        $(#[$doc])*
+        #[test]
+        fn $name() {
+            if $crate::conformance::__configured($factory) {
+                $check(
+                    || async { ($factory)().await.expect("the store was configured a moment ago") },
+                    $($args),+
+                );
+            }
+        }
     };
 }
 
