@@ -150,12 +150,7 @@ pub async fn refusals_append_no_event<S: EventStore>(store: S) {
     let log = consumer("log");
     let slot = f.slot(1, hours(2)).await;
     let other = f.slot(1, hours(2)).await;
-    let short = f
-        .engine
-        .place_hold(NewHold::new(slot, "short").lifetime(std::time::Duration::from_secs(60)))
-        .await
-        .unwrap()
-        .hold;
+    let short = f.minute_hold(slot, "short").await;
     let kept = f.engine.hold(other, "kept").await.unwrap().hold;
     f.drain_events(&log, 1000).await;
 
@@ -265,12 +260,7 @@ pub async fn reclaiming_expired_holds_yields_one_event_each<S: EventStore>(store
 
     // Lazily: a full slot reclaims for a new hold, one event per reclaimed hold.
     let full = f.slot(1, hours(2)).await;
-    let lapsed = f
-        .engine
-        .place_hold(NewHold::new(full, "lapsed").lifetime(std::time::Duration::from_secs(60)))
-        .await
-        .unwrap()
-        .hold;
+    let lapsed = f.minute_hold(full, "lapsed").await;
     f.advance(Duration::seconds(61));
     f.drain_events(&log, 1000).await;
     f.engine.hold(full, "fresh").await.unwrap();

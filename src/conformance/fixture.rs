@@ -9,8 +9,11 @@ use super::kit::SlotTally;
 use super::{HOLD_TTL, MAX_HOLD_LIFE, MAX_REQUESTED_TTL, MIN_REQUESTED_TTL};
 use crate::admin::{SlotFilter, SlotPageRequest, SlotSummary};
 use crate::clock::ManualClock;
-use crate::engine::BookingEngine;
-use crate::model::{AvailabilityQuery, HoldId, NewSlot, ResourceId, SlotId, Timestamp};
+use crate::engine::{BookingEngine, NewHold};
+use crate::model::{
+    AvailabilityQuery, Hold, HoldId, HoldStatus, NewSlot, ResourceId, SlotId, Timestamp,
+};
+use crate::scope::Scope;
 use crate::store::Store;
 
 /// An engine on `store` that caches availability for an hour, on a manual clock at
@@ -78,13 +81,7 @@ impl<S: Store> Fixture<S> {
 
     /// The slot's stored `remaining`.
     pub async fn remaining(&self, slot_id: SlotId) -> i32 {
-        self.engine
-            .store()
-            .get_slot(slot_id)
-            .await
-            .expect("get_slot")
-            .expect("slot exists")
-            .remaining
+        self.stored_slot(slot_id).await.remaining
     }
 
     /// The slot's availability entry `remaining` (units a new hold could take now).
@@ -99,21 +96,11 @@ impl<S: Store> Fixture<S> {
 
     /// Checks the capacity invariant of `slot_id`, given every hold ever placed on it.
     pub async fn assert_invariant(&self, slot_id: SlotId, holds: &[HoldId]) {
-        let store = self.engine.store();
-        let slot = store
-            .get_slot(slot_id)
-            .await
-            .expect("get_slot")
-            .expect("slot exists");
+        let slot = self.stored_slot(slot_id).await;
         let now = self.now();
         let mut stored = Vec::with_capacity(holds.len());
         for &hold_id in holds {
-            let hold = store
-                .get_hold(hold_id, &crate::Scope::BackOffice, now)
-                .await
-                .expect("get_hold")
-                .outcome
-                .expect("hold exists");
+            let hold = self.stored_hold(hold_id).await.expect("hold exists");
             assert_eq!(hold.slot_id, slot_id, "hold {hold_id} is on another slot");
             stored.push(hold);
         }
@@ -148,6 +135,41 @@ impl<S: Store> Fixture<S> {
             .await
             .expect("get_slot")
             .expect("slot exists")
+    }
+
+    /// The hold as stored now, seen from outside any transaction, its status not resolved
+    /// against the clock (`None`: no such hold).
+    pub(crate) async fn stored_hold(&self, hold_id: HoldId) -> Option<Hold> {
+        self.engine
+            .store()
+            .get_hold(hold_id, &Scope::BackOffice, self.now())
+            .await
+            .expect("get_hold")
+            .outcome
+    }
+
+    /// The hold's status as stored (not resolved against the clock).
+    pub(crate) async fn stored_status(&self, hold_id: HoldId) -> Option<HoldStatus> {
+        self.stored_hold(hold_id).await.map(|h| h.status)
+    }
+
+    /// An anonymous one-unit hold on `slot` with `key` that lives one minute only.
+    pub(crate) async fn minute_hold(&self, slot: SlotId, key: &str) -> Hold {
+        let request = NewHold::new(slot, key).lifetime(Duration::from_secs(60));
+        self.engine.place_hold(request).await.unwrap().hold
+    }
+
+    /// An anonymous one-unit hold on `slot` for each of `keys`: their ids, in order.
+    pub(crate) async fn hold_each(
+        &self,
+        slot: SlotId,
+        keys: impl IntoIterator<Item = String>,
+    ) -> Vec<HoldId> {
+        let mut ids = Vec::new();
+        for key in keys {
+            ids.push(self.engine.hold(slot, &key).await.unwrap().hold.hold_id);
+        }
+        ids
     }
 
     /// The ids of the slots in the availability listing `query` gives.

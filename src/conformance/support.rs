@@ -6,7 +6,7 @@ use chrono::Duration;
 use super::Fixture;
 use crate::engine::NewHold;
 use crate::error::BookingError;
-use crate::model::{OwnerId, ResourceId, SlotId};
+use crate::model::{Hold, OwnerId, ResourceId, SlotId};
 use crate::store::Store;
 
 pub(super) fn hours(n: i64) -> Duration {
@@ -38,4 +38,26 @@ pub(super) async fn place<S: Store>(
         request = request.owner(owner(who));
     }
     f.engine.place_hold(request).await
+}
+
+/// Waits for holds placed in a race: the holds they placed, in the order of `tasks`, and how
+/// many were sold out. Any other outcome panics, after `context`.
+pub(super) async fn join_racing_holds(
+    tasks: Vec<tokio::task::JoinHandle<Result<crate::HoldPlaced, BookingError>>>,
+    context: &str,
+) -> (Vec<Hold>, usize) {
+    let (mut placed, mut sold_out) = (Vec::new(), 0);
+    for task in tasks {
+        match task.await.expect("task") {
+            Ok(won) => placed.push(won.hold),
+            Err(BookingError::SoldOut { .. }) => sold_out += 1,
+            Err(other) => panic!("{context}unexpected {other:?}"),
+        }
+    }
+    (placed, sold_out)
+}
+
+/// The ids of `holds`, in order.
+pub(super) fn ids(holds: &[Hold]) -> Vec<crate::model::HoldId> {
+    holds.iter().map(|h| h.hold_id).collect()
 }

@@ -19,18 +19,6 @@ fn hours(n: i64) -> Duration {
     Duration::hours(n)
 }
 
-impl<S: TransactionalStore> Fixture<S> {
-    /// The hold as stored now, seen from outside any transaction.
-    async fn stored_hold(&self, hold_id: HoldId) -> Option<crate::model::Hold> {
-        self.engine
-            .store()
-            .get_hold(hold_id, &Scope::BackOffice, self.now())
-            .await
-            .expect("get_hold")
-            .outcome
-    }
-}
-
 /// Holds, replays, confirms, cancels, renewals, slot creation and slot changes made in one
 /// transaction are invisible outside it until it commits, and then all there.
 pub async fn transactional_writes_commit_together<S: TransactionalStore>(store: S) {
@@ -77,11 +65,11 @@ pub async fn transactional_writes_commit_together<S: TransactionalStore>(store: 
     assert_eq!(f.stored_slot(slot).await.capacity, 3);
     store.commit(tx).await.expect("commit");
     assert_eq!(
-        f.stored_hold(a.hold_id).await.map(|h| h.status),
+        f.stored_status(a.hold_id).await,
         Some(HoldStatus::Confirmed)
     );
     assert_eq!(
-        f.stored_hold(b.hold_id).await.map(|h| h.status),
+        f.stored_status(b.hold_id).await,
         Some(HoldStatus::Cancelled)
     );
     assert_eq!(f.stored_hold(c.hold_id).await, Some(renewed.clone()));
@@ -156,12 +144,7 @@ pub async fn a_refusal_inside_a_transaction_leaves_it_usable<S: TransactionalSto
     let full = f.slot(1, hours(1)).await;
     let other = f.slot(1, hours(1)).await;
     let taken = f.engine.hold(full, "taken").await.unwrap().hold;
-    let short = f
-        .engine
-        .place_hold(NewHold::new(other, "short").lifetime(std::time::Duration::from_secs(60)))
-        .await
-        .unwrap()
-        .hold;
+    let short = f.minute_hold(other, "short").await;
     f.advance(Duration::seconds(61));
     let store = f.engine.store();
     let mut tx = store.begin().await.expect("begin");
@@ -193,12 +176,9 @@ pub async fn a_refusal_inside_a_transaction_leaves_it_usable<S: TransactionalSto
     let fine = w.hold(other, "fine").await.unwrap().hold;
     drop(w);
     store.commit(tx).await.expect("commit after refusals");
+    assert_eq!(f.stored_status(fine.hold_id).await, Some(HoldStatus::Held));
     assert_eq!(
-        f.stored_hold(fine.hold_id).await.map(|h| h.status),
-        Some(HoldStatus::Held)
-    );
-    assert_eq!(
-        f.stored_hold(short.hold_id).await.map(|h| h.status),
+        f.stored_status(short.hold_id).await,
         Some(HoldStatus::Expired),
         "reclaimed to make room for the later hold"
     );
@@ -264,10 +244,7 @@ pub async fn race_transactions_never_oversell<S: TransactionalStore>(store: S) {
         committed.len()
     );
     for &id in &committed {
-        assert_eq!(
-            f.stored_hold(id).await.map(|h| h.status),
-            Some(HoldStatus::Confirmed)
-        );
+        assert_eq!(f.stored_status(id).await, Some(HoldStatus::Confirmed));
     }
     f.assert_invariant(slot, &committed).await;
 }

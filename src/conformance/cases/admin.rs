@@ -9,7 +9,6 @@ use crate::conformance::Fixture;
 use crate::engine::NewHold;
 use crate::error::BookingError;
 use crate::model::{AvailabilityQuery, Hold, HoldId, HoldStatus, InvalidSlot, NewSlot, SlotId};
-use crate::scope::Scope;
 use crate::store::Store;
 use crate::BookingEngine;
 
@@ -26,26 +25,12 @@ impl Mix {
         let two = place(NewHold::new(slot, "two").quantity(2)).await;
         let booked = place(NewHold::new(slot, "booked")).await;
         let booked = f.engine.confirm(booked.hold_id).await.unwrap();
-        let short =
-            place(NewHold::new(slot, "short").lifetime(std::time::Duration::from_secs(60))).await;
+        let short = f.minute_hold(slot, "short").await;
         Mix { two, booked, short }
     }
 
     fn ids(&self) -> [HoldId; 3] {
         [self.two.hold_id, self.booked.hold_id, self.short.hold_id]
-    }
-}
-
-impl<S: Store> Fixture<S> {
-    /// The hold's status as stored (not resolved against the clock).
-    async fn stored_status(&self, hold_id: HoldId) -> Option<HoldStatus> {
-        self.engine
-            .store()
-            .get_hold(hold_id, &Scope::BackOffice, self.now())
-            .await
-            .expect("get_hold")
-            .outcome
-            .map(|h| h.status)
     }
 }
 

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::conformance::support::hours;
+use crate::conformance::support::{hours, join_racing_holds};
 use crate::conformance::Fixture;
 use crate::engine::NewHold;
 use crate::error::BookingError;
@@ -39,15 +39,10 @@ pub(super) async fn race_lowering_capacity_while_holds_race<S: Store>(store: S) 
                     })
                 })
                 .collect();
-            for task in holds {
-                match task.await.expect("task") {
-                    Ok(placed) => {
-                        units += placed.hold.quantity;
-                        granted.push(placed.hold.hold_id);
-                    }
-                    Err(BookingError::SoldOut { .. }) => {}
-                    Err(other) => panic!("round {round}: unexpected {other:?}"),
-                }
+            let (placed, _) = join_racing_holds(holds, &format!("round {round}: ")).await;
+            for hold in placed {
+                units += hold.quantity;
+                granted.push(hold.hold_id);
             }
             match lowering.await.expect("task") {
                 Ok(changed) => {
@@ -101,17 +96,9 @@ pub(super) async fn race_removal_never_strands_a_booking<S: Store>(store: S) {
     let (mut removals, mut refusals) = (0, 0);
     for round in 0..16 {
         let slot = f.slot(4, hours(1)).await;
-        let mut early = Vec::new();
-        for i in 0..2 {
-            early.push(
-                f.engine
-                    .hold(slot, &format!("e{round}-{i}"))
-                    .await
-                    .unwrap()
-                    .hold
-                    .hold_id,
-            );
-        }
+        let early = f
+            .hold_each(slot, (0..2).map(|i| format!("e{round}-{i}")))
+            .await;
         f.engine.confirm(early[1]).await.unwrap();
         let mut tasks = Vec::new();
         for &id in &early {

@@ -316,14 +316,7 @@ pub(super) async fn expired_status_needs_no_cleanup<S: Store>(store: S) {
         f.engine.get_hold(hold.hold_id).await.unwrap().status,
         HoldStatus::Expired
     );
-    let stored = f
-        .engine
-        .store()
-        .get_hold(hold.hold_id, &crate::Scope::BackOffice, f.now())
-        .await
-        .unwrap()
-        .outcome
-        .unwrap();
+    let stored = f.stored_hold(hold.hold_id).await.unwrap();
     assert_eq!(stored.status, HoldStatus::Held, "nothing rewrote the row");
     assert_eq!(f.available(slot).await, Some(3));
 }
@@ -340,14 +333,7 @@ pub(super) async fn expired_holds_are_reclaimed_when_the_slot_is_full<S: Store>(
     let d = f.engine.hold(slot, "d").await.unwrap().hold;
     assert_err!(f.engine.hold(slot, "e").await, BookingError::SoldOut { .. });
     for old in [&a, &b] {
-        let stored = f
-            .engine
-            .store()
-            .get_hold(old.hold_id, &crate::Scope::BackOffice, f.now())
-            .await
-            .unwrap()
-            .outcome
-            .unwrap();
+        let stored = f.stored_hold(old.hold_id).await.unwrap();
         assert_eq!(stored.status, HoldStatus::Expired, "reclaimed");
         assert_err!(
             f.engine.confirm(old.hold_id).await,

@@ -19,44 +19,25 @@ pub(super) async fn renew_extends_an_active_hold_up_to_its_maximum_life<S: Store
     let alice = Scope::Owner(owner("alice"));
     let hold = place(&f, slot, "k", 1, Some("alice")).await.unwrap().hold;
     assert_eq!(hold.created_at, f.now());
+    // Alice renews her hold for a lifetime of its own.
+    let renew_for = |seconds| {
+        let lifetime = Some(std::time::Duration::from_secs(seconds));
+        f.engine.renew_as(&alice, hold.hold_id, lifetime)
+    };
     f.advance(Duration::seconds(200));
     let renewed = f.engine.renew_as(&alice, hold.hold_id, None).await.unwrap();
     assert_eq!(renewed.expires_at, f.now() + ttl());
     assert_eq!(renewed.status, HoldStatus::Held);
     f.advance(Duration::seconds(100));
-    let longer = f
-        .engine
-        .renew_as(
-            &alice,
-            hold.hold_id,
-            Some(std::time::Duration::from_secs(600)),
-        )
-        .await
-        .unwrap();
+    let longer = renew_for(600).await.unwrap();
     assert_eq!(longer.expires_at, f.now() + Duration::seconds(600));
-    let shorter = f
-        .engine
-        .renew_as(
-            &alice,
-            hold.hold_id,
-            Some(std::time::Duration::from_secs(1)),
-        )
-        .await
-        .unwrap();
+    let shorter = renew_for(1).await.unwrap();
     assert_eq!(
         shorter.expires_at, longer.expires_at,
         "a renewal never shortens"
     );
     f.advance(Duration::seconds(500));
-    let capped = f
-        .engine
-        .renew_as(
-            &alice,
-            hold.hold_id,
-            Some(std::time::Duration::from_secs(600)),
-        )
-        .await
-        .unwrap();
+    let capped = renew_for(600).await.unwrap();
     let max_life = Duration::from_std(crate::conformance::MAX_HOLD_LIFE).expect("fits");
     assert_eq!(capped.expires_at, hold.created_at + max_life);
     assert_eq!(

@@ -5,7 +5,6 @@ use chrono::Duration;
 
 use crate::conformance::support::{hours, place, ttl};
 use crate::conformance::Fixture;
-use crate::engine::NewHold;
 use crate::error::BookingError;
 use crate::model::HoldStatus;
 use crate::scope::Scope;
@@ -100,25 +99,15 @@ pub(super) async fn cancel_and_expiry_return_every_unit_of_a_hold<S: Store>(stor
 pub(super) async fn a_refused_hold_reclaims_nothing<S: Store>(store: S) {
     let f = Fixture::new(store);
     let slot = f.slot(4, hours(2)).await;
-    let short = f
-        .engine
-        .place_hold(NewHold::new(slot, "short").lifetime(std::time::Duration::from_secs(60)))
-        .await
-        .unwrap()
-        .hold;
+    let short = f.minute_hold(slot, "short").await;
     let long = place(&f, slot, "long", 2, None).await.unwrap().hold;
     f.advance(Duration::seconds(61));
     assert_err!(
         place(&f, slot, "three", 3, None).await,
         BookingError::SoldOut { .. }
     );
-    let stored = f
-        .engine
-        .store()
-        .get_hold(short.hold_id, &Scope::BackOffice, f.now())
-        .await;
     assert_eq!(
-        stored.unwrap().outcome.map(|h| h.status),
+        f.stored_status(short.hold_id).await,
         Some(HoldStatus::Held),
         "still stored as held: nothing was reclaimed"
     );

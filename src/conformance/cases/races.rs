@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use crate::conformance::support::{hours, owner, place, ttl};
+use crate::conformance::support::{hours, ids, join_racing_holds, owner, place, ttl};
 use crate::conformance::Fixture;
 use crate::error::BookingError;
 use crate::model::{HoldId, HoldStatus, SlotId};
@@ -21,17 +21,10 @@ pub(super) async fn race_holds_on_one_slot_take_exactly_its_capacity<S: Store>(s
             tokio::spawn(async move { f.engine.hold(slot, &format!("race-{i}")).await })
         })
         .collect();
-    let (mut held, mut sold_out) = (Vec::new(), 0);
-    for task in tasks {
-        match task.await.expect("task") {
-            Ok(placed) => held.push(placed.hold.hold_id),
-            Err(BookingError::SoldOut { .. }) => sold_out += 1,
-            Err(other) => panic!("unexpected {other:?}"),
-        }
-    }
+    let (held, sold_out) = join_racing_holds(tasks, "").await;
     assert_eq!((held.len(), sold_out), (7, 243));
     assert_eq!(f.remaining(slot).await, 0);
-    f.assert_invariant(slot, &held).await;
+    f.assert_invariant(slot, &ids(&held)).await;
 }
 
 /// Many concurrent holds with one key: one hold, every caller gets it.
@@ -62,17 +55,7 @@ pub(super) async fn race_one_key_makes_one_hold<S: Store>(store: S) {
 pub(super) async fn race_reclaim_returns_each_expired_unit_once<S: Store>(store: S) {
     let f = Arc::new(Fixture::new(store));
     let slot = f.slot(5, hours(2)).await;
-    let mut all = Vec::new();
-    for i in 0..5 {
-        all.push(
-            f.engine
-                .hold(slot, &format!("old-{i}"))
-                .await
-                .unwrap()
-                .hold
-                .hold_id,
-        );
-    }
+    let mut all = f.hold_each(slot, (0..5).map(|i| format!("old-{i}"))).await;
     f.advance(ttl());
     let tasks: Vec<_> = (0..80)
         .map(|i| {
@@ -80,18 +63,9 @@ pub(super) async fn race_reclaim_returns_each_expired_unit_once<S: Store>(store:
             tokio::spawn(async move { f.engine.hold(slot, &format!("new-{i}")).await })
         })
         .collect();
-    let mut won = 0;
-    for task in tasks {
-        match task.await.expect("task") {
-            Ok(placed) => {
-                won += 1;
-                all.push(placed.hold.hold_id);
-            }
-            Err(BookingError::SoldOut { .. }) => {}
-            Err(other) => panic!("unexpected {other:?}"),
-        }
-    }
-    assert_eq!(won, 5);
+    let (won, _) = join_racing_holds(tasks, "").await;
+    all.extend(ids(&won));
+    assert_eq!(won.len(), 5);
     assert_eq!(f.remaining(slot).await, 0);
     f.assert_invariant(slot, &all).await;
 }
@@ -179,17 +153,10 @@ pub(super) async fn race_multi_unit_holds_sell_whole_holds<S: Store>(store: S) {
                 })
             })
             .collect();
-        let (mut sold, mut refused) = (Vec::new(), 0);
-        for task in tasks {
-            match task.await.expect("task") {
-                Ok(placed) => sold.push(placed.hold.hold_id),
-                Err(BookingError::SoldOut { .. }) => refused += 1,
-                Err(other) => panic!("round {round}: unexpected {other:?}"),
-            }
-        }
+        let (sold, refused) = join_racing_holds(tasks, &format!("round {round}: ")).await;
         assert_eq!((sold.len(), refused), (2, 8), "round {round}");
         assert_eq!(f.remaining(slot).await, 0, "round {round}");
-        f.assert_invariant(slot, &sold).await;
+        f.assert_invariant(slot, &ids(&sold)).await;
     }
 }
 
