@@ -247,8 +247,12 @@ where
     Fut: Future<Output = S>,
 {
     let batches = proptest::collection::vec(batch(), 1..=6);
-    run_property("concurrent check", cases, 4, &batches, |batches| {
-        let store = factory();
-        async move { run_batches(store.await, &batches).await }
-    });
+    run_property(
+        "concurrent check",
+        cases,
+        4,
+        &batches,
+        factory,
+        |store, batches| async move { run_batches(store, &batches).await },
+    );
 }

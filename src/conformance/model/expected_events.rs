@@ -260,11 +260,15 @@ where
         1 => (1..=2u8).prop_map(|holder| ModelOp::Release { holder }),
     ];
     let sequences = after_opening(proptest::collection::vec(step, 1..=max_len));
-    run_property("event model check", cases, 2, &sequences, |ops| {
-        let store = factory();
-        async move {
+    run_property(
+        "event model check",
+        cases,
+        2,
+        &sequences,
+        factory,
+        |store, ops| async move {
             let mut checks = EventsMatchTheModel::new();
-            run_checked(store.await, &ops, &mut checks).await
-        }
-    });
+            run_checked(store, &ops, &mut checks).await
+        },
+    );
 }

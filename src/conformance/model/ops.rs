@@ -1,6 +1,8 @@
 //! The operations a generated sequence is made of, and what their numbers (owners, resources,
 //! scopes, lifetimes) stand for.
 
+use std::str::FromStr;
+
 use crate::model::{Hold, OwnerId, ResourceId};
 use crate::scope::Scope;
 
@@ -162,20 +164,21 @@ pub(super) fn scope_of(number: u8, hold: Option<&Hold>) -> Scope {
     }
 }
 
+/// Resource number `number` (`None`: none, or every resource in a filter).
 pub(super) fn resource(number: u8) -> Option<ResourceId> {
-    RESOURCES
-        .get(usize::from(number))
-        .copied()
-        .flatten()
-        .and_then(|r| ResourceId::new(r).ok())
+    nth(&RESOURCES, number)
 }
 
+/// Owner number `number` (`None`: anonymous).
 pub(super) fn owner(number: u8) -> Option<OwnerId> {
-    OWNERS
-        .get(usize::from(number))
-        .copied()
-        .flatten()
-        .and_then(|o| OwnerId::new(o).ok())
+    nth(&OWNERS, number)
+}
+
+/// The id that number `number` of `names` stands for (`None` for a `None` there, or past the
+/// end).
+fn nth<T: FromStr>(names: &[Option<&str>], number: u8) -> Option<T> {
+    let name = names.get(usize::from(number)).copied().flatten()?;
+    name.parse().ok()
 }
 
 pub(super) fn duration_of(seconds: Option<u64>) -> Option<std::time::Duration> {

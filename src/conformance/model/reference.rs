@@ -212,21 +212,12 @@ impl Model {
         if model_slot.closed || model_slot.starts_at <= now {
             return Seen::Error("slot_closed");
         }
-        let expired =
-            |h: &Hold| h.slot_id == slot_id && h.status == HoldStatus::Held && h.expires_at <= now;
         if model_slot.remaining < quantity {
-            let free: i32 = self
-                .holds
-                .iter()
-                .filter(|h| expired(h))
-                .map(|h| h.quantity)
-                .sum();
+            let (_, free) = self.held_units(slot_id, now);
             // Reclaim only when it makes the hold fit: a refused hold changes nothing.
             if model_slot.remaining + free >= quantity {
-                for hold in self.holds.iter_mut().filter(|h| expired(h)) {
-                    hold.status = HoldStatus::Expired;
-                }
-                self.slots[slot].remaining += free;
+                let units = self.reclaim(slot_id, now);
+                self.slots[slot].remaining += units;
             }
         }
         let model_slot = &self.slots[slot];
@@ -261,19 +252,23 @@ impl Model {
         }
     }
 
-    pub(super) fn confirm(&mut self, index: usize, scope: &Scope, now: Timestamp) -> Seen {
+    /// The expected result of a transition of hold `index` called in `scope`: `change`
+    /// applies it to the hold, given the hold's status now, or refuses it with an error code;
+    /// then the hold as it is now.
+    fn transition(
+        &mut self,
+        index: usize,
+        scope: &Scope,
+        now: Timestamp,
+        change: impl FnOnce(&mut Hold, HoldStatus) -> Result<(), &'static str>,
+    ) -> Seen {
         let Some(i) = self.scoped(index, scope) else {
             return Seen::Error("hold_not_found");
         };
         let hold = &mut self.holds[i];
-        match hold.status_at(now) {
-            HoldStatus::Held => {
-                hold.status = HoldStatus::Confirmed;
-                hold.confirmed_at = Some(now);
-            }
-            HoldStatus::Confirmed => {}
-            HoldStatus::Cancelled => return Seen::Error("hold_cancelled"),
-            HoldStatus::Expired => return Seen::Error("hold_expired"),
+        let status = hold.status_at(now);
+        if let Err(code) = change(hold, status) {
+            return Seen::Error(code);
         }
         Seen::Hold {
             hold: hold.clone().at(now),
@@ -281,27 +276,37 @@ impl Model {
         }
     }
 
+    pub(super) fn confirm(&mut self, index: usize, scope: &Scope, now: Timestamp) -> Seen {
+        self.transition(index, scope, now, |hold, status| match status {
+            HoldStatus::Held => {
+                hold.status = HoldStatus::Confirmed;
+                hold.confirmed_at = Some(now);
+                Ok(())
+            }
+            HoldStatus::Confirmed => Ok(()),
+            HoldStatus::Cancelled => Err("hold_cancelled"),
+            HoldStatus::Expired => Err("hold_expired"),
+        })
+    }
+
     pub(super) fn cancel(&mut self, index: usize, scope: &Scope, now: Timestamp) -> Seen {
-        let Some(i) = self.scoped(index, scope) else {
-            return Seen::Error("hold_not_found");
-        };
-        let hold = &mut self.holds[i];
-        match hold.status_at(now) {
+        let mut freed = None;
+        let seen = self.transition(index, scope, now, |hold, status| match status {
             HoldStatus::Held | HoldStatus::Confirmed => {
                 hold.status = HoldStatus::Cancelled;
                 hold.cancelled_at = Some(now);
-                let (slot_id, quantity) = (hold.slot_id, hold.quantity);
-                if let Some(slot) = self.slots.iter_mut().find(|s| s.id == slot_id) {
-                    slot.remaining += quantity;
-                }
+                freed = Some((hold.slot_id, hold.quantity));
+                Ok(())
             }
-            HoldStatus::Cancelled => {}
-            HoldStatus::Expired => return Seen::Error("hold_expired"),
+            HoldStatus::Cancelled => Ok(()),
+            HoldStatus::Expired => Err("hold_expired"),
+        });
+        if let Some((slot_id, quantity)) = freed {
+            if let Some(slot) = self.slots.iter_mut().find(|s| s.id == slot_id) {
+                slot.remaining += quantity;
+            }
         }
-        Seen::Hold {
-            hold: self.holds[i].clone().at(now),
-            replayed: false,
-        }
+        seen
     }
 
     pub(super) fn renew(
@@ -315,24 +320,17 @@ impl Model {
             Ok(lifetime) => lifetime,
             Err(refused) => return refused,
         };
-        let Some(i) = self.scoped(index, scope) else {
-            return Seen::Error("hold_not_found");
-        };
-        let hold = &mut self.holds[i];
-        match hold.status_at(now) {
+        self.transition(index, scope, now, |hold, status| match status {
             HoldStatus::Held => {
                 let cap =
                     hold.created_at + Duration::from_std(MAX_HOLD_LIFE).unwrap_or(Duration::MAX);
                 hold.expires_at = (now + lifetime).min(cap).max(hold.expires_at);
+                Ok(())
             }
-            HoldStatus::Confirmed => {}
-            HoldStatus::Cancelled => return Seen::Error("hold_cancelled"),
-            HoldStatus::Expired => return Seen::Error("hold_expired"),
-        }
-        Seen::Hold {
-            hold: hold.clone().at(now),
-            replayed: false,
-        }
+            HoldStatus::Confirmed => Ok(()),
+            HoldStatus::Cancelled => Err("hold_cancelled"),
+            HoldStatus::Expired => Err("hold_expired"),
+        })
     }
 
     pub(super) fn get(&self, index: usize, scope: &Scope, now: Timestamp) -> Seen {
@@ -357,14 +355,7 @@ impl Model {
             upcoming
                 .into_iter()
                 .map(|s| {
-                    let expired: i32 = self
-                        .holds
-                        .iter()
-                        .filter(|h| {
-                            h.slot_id == s.id && h.status == HoldStatus::Held && h.expires_at <= now
-                        })
-                        .map(|h| h.quantity)
-                        .sum();
+                    let (_, expired) = self.held_units(s.id, now);
                     (s.id, s.remaining + expired)
                 })
                 .collect(),

@@ -298,23 +298,27 @@ fn harness(cases: u32, workers: usize) -> (u32, tokio::runtime::Runtime, TestRun
 }
 
 /// Runs the property `name`: `cases` values of `strategy` (more with `PROPTEST_CASES`), each
-/// checked by `check` on a runtime of `workers` threads under the case timeout; panics with
-/// the shrunk failing value.
-pub(super) fn run_property<St, F, Fut>(
+/// checked by `run` on a fresh store from `factory`, on a runtime of `workers` threads under
+/// the case timeout; panics with the shrunk failing value.
+pub(super) fn run_property<S, F, Fut, St, R, RFut>(
     name: &str,
     cases: u32,
     workers: usize,
     strategy: &St,
-    check: F,
+    factory: F,
+    run: R,
 ) where
+    F: Fn() -> Fut,
+    Fut: Future<Output = S>,
     St: Strategy,
-    F: Fn(St::Value) -> Fut,
-    Fut: Future<Output = Result<(), Mismatch>>,
+    R: Fn(S, St::Value) -> RFut,
+    RFut: Future<Output = Result<(), Mismatch>>,
 {
     let (cases, runtime, mut runner) = harness(cases, workers);
     let result = runner.run(strategy, |value| {
         runtime.block_on(async {
-            tokio::time::timeout(crate::conformance::CASE_TIMEOUT, check(value))
+            let case = async { run(factory().await, value).await };
+            tokio::time::timeout(crate::conformance::CASE_TIMEOUT, case)
                 .await
                 .map_err(|_| TestCaseError::fail(format!("{name}: a case timed out")))?
                 .map_err(|Mismatch(m)| TestCaseError::fail(m))
@@ -338,8 +342,12 @@ where
     F: Fn() -> Fut,
     Fut: Future<Output = S>,
 {
-    run_property("model check", cases, 2, &sequence(max_len), |ops| {
-        let store = factory();
-        async move { run_sequence(store.await, &ops).await }
-    });
+    run_property(
+        "model check",
+        cases,
+        2,
+        &sequence(max_len),
+        factory,
+        |store, ops| async move { run_sequence(store, &ops).await },
+    );
 }

@@ -123,9 +123,7 @@ where
         cases,
         2,
         &transactions,
-        |steps| {
-            let store = factory();
-            async move { run_transactions(store.await, &steps).await }
-        },
+        factory,
+        |store, steps| async move { run_transactions(store, &steps).await },
     );
 }
