@@ -10,19 +10,12 @@ use std::sync::Arc;
 
 use chrono::Duration;
 
+use super::support::{consumer, hours};
 use super::Fixture;
 use crate::engine::NewHold;
 use crate::events::{Event, EventKind, EventPosition, EventStore, Purged};
 use crate::model::{ConsumerId, HoldId, OwnerId, SlotId};
 use crate::scope::Scope;
-
-fn hours(n: i64) -> Duration {
-    Duration::hours(n)
-}
-
-fn consumer(name: &str) -> ConsumerId {
-    ConsumerId::new(name).expect("a valid consumer id")
-}
 
 impl<S: EventStore> Fixture<S> {
     /// Every event after `name`'s cursor, acknowledging them as it goes, `batch` at a time.

@@ -1,12 +1,12 @@
-//! Small helpers the case bodies share: durations, owner and resource ids, and a hold of some
-//! units for an owner.
+//! Small helpers the case bodies share: durations, owner, consumer and resource ids, a hold of
+//! some units for an owner, and the outcome of racing holds.
 
 use chrono::Duration;
 
 use super::Fixture;
 use crate::engine::NewHold;
 use crate::error::BookingError;
-use crate::model::{Hold, OwnerId, ResourceId, SlotId};
+use crate::model::{ConsumerId, Hold, OwnerId, ResourceId, SlotId};
 use crate::store::Store;
 
 pub(super) fn hours(n: i64) -> Duration {
@@ -19,6 +19,10 @@ pub(super) fn ttl() -> Duration {
 
 pub(super) fn owner(name: &str) -> OwnerId {
     OwnerId::new(name).expect("a valid owner id")
+}
+
+pub(super) fn consumer(name: &str) -> ConsumerId {
+    ConsumerId::new(name).expect("a valid consumer id")
 }
 
 pub(super) fn resource(name: &str) -> ResourceId {

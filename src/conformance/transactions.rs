@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use chrono::Duration;
 
+use super::support::hours;
 use super::Fixture;
 use crate::engine::NewHold;
 use crate::error::BookingError;
@@ -14,10 +15,6 @@ use crate::model::{HoldId, HoldStatus, NewSlot, SlotId};
 use crate::scope::Scope;
 use crate::transaction::TransactionalStore;
 use crate::{SlotFilter, SlotPageRequest};
-
-fn hours(n: i64) -> Duration {
-    Duration::hours(n)
-}
 
 /// Holds, replays, confirms, cancels, renewals, slot creation and slot changes made in one
 /// transaction are invisible outside it until it commits, and then all there.
