@@ -1,6 +1,8 @@
 //! Small helpers the case bodies share: durations, owner, consumer and resource ids, a hold of
 //! some units for an owner, and the outcome of racing holds.
 
+use std::sync::Arc;
+
 use chrono::Duration;
 
 use super::Fixture;
@@ -59,6 +61,23 @@ pub(super) async fn join_racing_holds(
         }
     }
     (placed, sold_out)
+}
+
+/// Races a one-unit anonymous hold on `slot` for each of `keys`, all spawned at once, and
+/// waits for them as [`join_racing_holds`] does.
+pub(super) async fn race_holds<S: Store>(
+    f: &Arc<Fixture<S>>,
+    slot: SlotId,
+    keys: impl IntoIterator<Item = String>,
+) -> (Vec<Hold>, usize) {
+    let tasks: Vec<_> = keys
+        .into_iter()
+        .map(|key| {
+            let f = Arc::clone(f);
+            tokio::spawn(async move { f.engine.hold(slot, &key).await })
+        })
+        .collect();
+    join_racing_holds(tasks, "").await
 }
 
 /// The ids of `holds`, in order.

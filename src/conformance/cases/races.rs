@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use crate::conformance::support::{hours, ids, join_racing_holds, owner, place, ttl};
+use crate::conformance::support::{hours, ids, join_racing_holds, owner, place, race_holds, ttl};
 use crate::conformance::Fixture;
 use crate::error::BookingError;
 use crate::model::{HoldId, HoldStatus, SlotId};
@@ -15,13 +15,7 @@ use crate::store::Store;
 pub(super) async fn race_holds_on_one_slot_take_exactly_its_capacity<S: Store>(store: S) {
     let f = Arc::new(Fixture::new(store));
     let slot = f.slot(7, hours(1)).await;
-    let tasks: Vec<_> = (0..250)
-        .map(|i| {
-            let f = Arc::clone(&f);
-            tokio::spawn(async move { f.engine.hold(slot, &format!("race-{i}")).await })
-        })
-        .collect();
-    let (held, sold_out) = join_racing_holds(tasks, "").await;
+    let (held, sold_out) = race_holds(&f, slot, (0..250).map(|i| format!("race-{i}"))).await;
     assert_eq!((held.len(), sold_out), (7, 243));
     assert_eq!(f.remaining(slot).await, 0);
     f.assert_invariant(slot, &ids(&held)).await;
@@ -57,13 +51,7 @@ pub(super) async fn race_reclaim_returns_each_expired_unit_once<S: Store>(store:
     let slot = f.slot(5, hours(2)).await;
     let mut all = f.hold_each(slot, (0..5).map(|i| format!("old-{i}"))).await;
     f.advance(ttl());
-    let tasks: Vec<_> = (0..80)
-        .map(|i| {
-            let f = Arc::clone(&f);
-            tokio::spawn(async move { f.engine.hold(slot, &format!("new-{i}")).await })
-        })
-        .collect();
-    let (won, _) = join_racing_holds(tasks, "").await;
+    let (won, _) = race_holds(&f, slot, (0..80).map(|i| format!("new-{i}"))).await;
     all.extend(ids(&won));
     assert_eq!(won.len(), 5);
     assert_eq!(f.remaining(slot).await, 0);
