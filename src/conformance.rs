@@ -13,6 +13,14 @@
 //! The macro expands to one `#[test]` per case; each case calls the factory for a fresh, empty
 //! store and runs on its own multi-threaded runtime under a timeout, so a hung store fails the
 //! test instead of hanging it.
+//!
+//! The suite's parts: [`cases`], every case of [`conformance_tests!`](crate::conformance_tests)
+//! grouped by the part of the store contract it exercises (lifecycle, queries,
+//! administration); [`events`] and [`leases`], the cases of an
+//! [`EventStore`](crate::events::EventStore); [`transactions`], those of a
+//! [`TransactionalStore`](crate::TransactionalStore); [`model`], the property tests against a
+//! reference model; [`Fixture`], the engine every case runs on; and [`kit`] and [`faults`],
+//! helpers for a store's own tests.
 
 use std::future::Future;
 use std::time::Duration;
@@ -40,7 +48,6 @@ pub mod model;
 mod support;
 pub mod transactions;
 
-use fixture::cached_engine;
 pub use fixture::{epoch, Fixture};
 
 /// How long one case may run before it counts as hung.

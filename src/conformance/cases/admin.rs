@@ -379,7 +379,7 @@ pub(super) async fn operator_listing_pages_every_slot_with_its_units<S: Store>(s
 
 /// With a real cache period, every slot change shows in the very next availability read (R3).
 pub(super) async fn slot_changes_show_in_cached_availability_at_once<S: Store>(store: S) {
-    let (engine, start) = crate::conformance::cached_engine(store);
+    let (engine, start) = crate::conformance::fixture::cached_engine(store);
     let slot = engine
         .create_slot(NewSlot::new(start, start + hours(1), 2))
         .await

@@ -119,7 +119,7 @@ pub(super) async fn invalid_slots_are_refused<S: Store>(store: S) {
 
 /// With a real cache period, a cancel shows in the very next availability read (R3).
 pub(super) async fn cancel_shows_in_cached_availability_at_once<S: Store>(store: S) {
-    let (engine, start) = crate::conformance::cached_engine(store);
+    let (engine, start) = crate::conformance::fixture::cached_engine(store);
     let slot = engine
         .create_slot(NewSlot::new(start, start + hours(1), 1))
         .await
