@@ -10,19 +10,12 @@ use std::sync::Arc;
 
 use chrono::Duration;
 
+use super::support::{consumer, hours};
 use super::Fixture;
 use crate::engine::NewHold;
 use crate::events::{Event, EventKind, EventPosition, EventStore, Purged};
 use crate::model::{ConsumerId, HoldId, OwnerId, SlotId};
 use crate::scope::Scope;
-
-fn hours(n: i64) -> Duration {
-    Duration::hours(n)
-}
-
-fn consumer(name: &str) -> ConsumerId {
-    ConsumerId::new(name).expect("a valid consumer id")
-}
 
 impl<S: EventStore> Fixture<S> {
     /// Every event after `name`'s cursor, acknowledging them as it goes, `batch` at a time.
@@ -150,12 +143,7 @@ pub async fn refusals_append_no_event<S: EventStore>(store: S) {
     let log = consumer("log");
     let slot = f.slot(1, hours(2)).await;
     let other = f.slot(1, hours(2)).await;
-    let short = f
-        .engine
-        .place_hold(NewHold::new(slot, "short").lifetime(std::time::Duration::from_secs(60)))
-        .await
-        .unwrap()
-        .hold;
+    let short = f.minute_hold(slot, "short").await;
     let kept = f.engine.hold(other, "kept").await.unwrap().hold;
     f.drain_events(&log, 1000).await;
 
@@ -265,12 +253,7 @@ pub async fn reclaiming_expired_holds_yields_one_event_each<S: EventStore>(store
 
     // Lazily: a full slot reclaims for a new hold, one event per reclaimed hold.
     let full = f.slot(1, hours(2)).await;
-    let lapsed = f
-        .engine
-        .place_hold(NewHold::new(full, "lapsed").lifetime(std::time::Duration::from_secs(60)))
-        .await
-        .unwrap()
-        .hold;
+    let lapsed = f.minute_hold(full, "lapsed").await;
     f.advance(Duration::seconds(61));
     f.drain_events(&log, 1000).await;
     f.engine.hold(full, "fresh").await.unwrap();
@@ -509,67 +492,4 @@ pub async fn race_a_consumer_never_skips_an_event<S: EventStore>(store: S) {
     // 8 slots created, 320 holds placed, of which i % 3 == 0 cancelled (14 of 40 per writer)
     // and i % 3 == 1 confirmed (13 of 40).
     assert_eq!(fresh.len(), 8 + 320 + 8 * 14 + 8 * 13);
-}
-
-/// Expands to one `#[test]` per event conformance case, for a store implementing
-/// [`EventStore`]; same forms as [`conformance_tests!`](crate::conformance_tests).
-#[macro_export]
-macro_rules! event_conformance_tests {
-    (@cases $factory:expr; $($case:ident)*) => {
-        $(
-            #[test]
-            fn $case() {
-                $crate::conformance::run_optional(
-                    stringify!($case),
-                    $factory,
-                    $crate::conformance::events::$case,
-                );
-            }
-        )*
-    };
-    (@leases $factory:expr; $($case:ident)*) => {
-        $(
-            #[test]
-            fn $case() {
-                $crate::conformance::run_optional(
-                    stringify!($case),
-                    $factory,
-                    $crate::conformance::leases::$case,
-                );
-            }
-        )*
-    };
-    (optional: $factory:expr) => {
-        $crate::event_conformance_tests!(@cases $factory;
-            every_change_appends_one_event
-            refusals_append_no_event
-            consumers_resume_where_they_acknowledged
-            reclaiming_expired_holds_yields_one_event_each
-            race_sweepers_expire_each_hold_once
-            purge_deletes_old_history_in_bounded_batches
-            race_a_consumer_never_skips_an_event
-        );
-        $crate::event_conformance_tests!(@leases $factory;
-            a_lease_has_one_holder_at_a_time
-            race_three_instances_handle_each_event_once
-        );
-
-        /// Random sequences with sweeps, the event log checked against the model's changes.
-        #[test]
-        fn model_based_events() {
-            if $crate::conformance::__configured($factory) {
-                $crate::conformance::model::check_events(
-                    || async { ($factory)().await.expect("the store was configured a moment ago") },
-                    $crate::conformance::EVENT_MODEL_CASES,
-                    40,
-                );
-            }
-        }
-    };
-    ($factory:expr) => {
-        $crate::event_conformance_tests!(optional: || {
-            let store = ($factory)();
-            async move { Some(store.await) }
-        });
-    };
 }

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use chrono::Duration;
 
+use super::support::consumer;
 use super::Fixture;
 use crate::error::BookingError;
 use crate::events::{EventPosition, EventStore};
@@ -18,10 +19,6 @@ use crate::transaction::TransactionalStore;
 
 /// The lease the cases take.
 const LEASE: std::time::Duration = std::time::Duration::from_secs(10);
-
-fn consumer(name: &str) -> ConsumerId {
-    ConsumerId::new(name).expect("a valid consumer id")
-}
 
 fn holder(name: &str) -> LeaseHolder {
     LeaseHolder::new(name).expect("a valid holder")

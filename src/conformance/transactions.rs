@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use chrono::Duration;
 
+use super::support::hours;
 use super::Fixture;
 use crate::engine::NewHold;
 use crate::error::BookingError;
@@ -14,22 +15,6 @@ use crate::model::{HoldId, HoldStatus, NewSlot, SlotId};
 use crate::scope::Scope;
 use crate::transaction::TransactionalStore;
 use crate::{SlotFilter, SlotPageRequest};
-
-fn hours(n: i64) -> Duration {
-    Duration::hours(n)
-}
-
-impl<S: TransactionalStore> Fixture<S> {
-    /// The hold as stored now, seen from outside any transaction.
-    async fn stored_hold(&self, hold_id: HoldId) -> Option<crate::model::Hold> {
-        self.engine
-            .store()
-            .get_hold(hold_id, &Scope::BackOffice, self.now())
-            .await
-            .expect("get_hold")
-            .outcome
-    }
-}
 
 /// Holds, replays, confirms, cancels, renewals, slot creation and slot changes made in one
 /// transaction are invisible outside it until it commits, and then all there.
@@ -77,11 +62,11 @@ pub async fn transactional_writes_commit_together<S: TransactionalStore>(store: 
     assert_eq!(f.stored_slot(slot).await.capacity, 3);
     store.commit(tx).await.expect("commit");
     assert_eq!(
-        f.stored_hold(a.hold_id).await.map(|h| h.status),
+        f.stored_status(a.hold_id).await,
         Some(HoldStatus::Confirmed)
     );
     assert_eq!(
-        f.stored_hold(b.hold_id).await.map(|h| h.status),
+        f.stored_status(b.hold_id).await,
         Some(HoldStatus::Cancelled)
     );
     assert_eq!(f.stored_hold(c.hold_id).await, Some(renewed.clone()));
@@ -156,12 +141,7 @@ pub async fn a_refusal_inside_a_transaction_leaves_it_usable<S: TransactionalSto
     let full = f.slot(1, hours(1)).await;
     let other = f.slot(1, hours(1)).await;
     let taken = f.engine.hold(full, "taken").await.unwrap().hold;
-    let short = f
-        .engine
-        .place_hold(NewHold::new(other, "short").lifetime(std::time::Duration::from_secs(60)))
-        .await
-        .unwrap()
-        .hold;
+    let short = f.minute_hold(other, "short").await;
     f.advance(Duration::seconds(61));
     let store = f.engine.store();
     let mut tx = store.begin().await.expect("begin");
@@ -193,12 +173,9 @@ pub async fn a_refusal_inside_a_transaction_leaves_it_usable<S: TransactionalSto
     let fine = w.hold(other, "fine").await.unwrap().hold;
     drop(w);
     store.commit(tx).await.expect("commit after refusals");
+    assert_eq!(f.stored_status(fine.hold_id).await, Some(HoldStatus::Held));
     assert_eq!(
-        f.stored_hold(fine.hold_id).await.map(|h| h.status),
-        Some(HoldStatus::Held)
-    );
-    assert_eq!(
-        f.stored_hold(short.hold_id).await.map(|h| h.status),
+        f.stored_status(short.hold_id).await,
         Some(HoldStatus::Expired),
         "reclaimed to make room for the later hold"
     );
@@ -264,65 +241,7 @@ pub async fn race_transactions_never_oversell<S: TransactionalStore>(store: S) {
         committed.len()
     );
     for &id in &committed {
-        assert_eq!(
-            f.stored_hold(id).await.map(|h| h.status),
-            Some(HoldStatus::Confirmed)
-        );
+        assert_eq!(f.stored_status(id).await, Some(HoldStatus::Confirmed));
     }
     f.assert_invariant(slot, &committed).await;
-}
-
-/// Expands to one `#[test]` per transaction case, each on a fresh
-/// [`TransactionalStore`](crate::TransactionalStore) from `$factory`, like
-/// [`conformance_tests!`](crate::conformance_tests) (including the `optional:` form).
-#[macro_export]
-macro_rules! transaction_conformance_tests {
-    (@cases $factory:expr; $($case:ident)*) => {
-        $(
-            #[test]
-            fn $case() {
-                $crate::conformance::run_optional(
-                    stringify!($case),
-                    $factory,
-                    $crate::conformance::transactions::$case,
-                );
-            }
-        )*
-    };
-    (optional: $factory:expr) => {
-        /// Random transactions against the sequential model: each commits all its writes or,
-        /// rolled back, none.
-        #[test]
-        fn model_based_transactions() {
-            if $crate::conformance::__configured($factory) {
-                $crate::conformance::model::check_transactional(
-                    || async { ($factory)().await.expect("the store was configured a moment ago") },
-                    $crate::conformance::TRANSACTION_MODEL_CASES,
-                );
-            }
-        }
-
-        $crate::transaction_conformance_tests!(@cases $factory;
-            transactional_writes_commit_together
-            a_rolled_back_transaction_leaves_nothing
-            a_refusal_inside_a_transaction_leaves_it_usable
-            race_transactions_never_oversell
-        );
-
-        /// An acknowledgement commits with the caller's transaction, or not at all.
-        #[test]
-        fn acknowledgements_commit_with_the_callers_transaction() {
-            $crate::conformance::run_optional(
-                "acknowledgements_commit_with_the_callers_transaction",
-                $factory,
-                $crate::conformance::leases::acknowledgements_commit_with_the_callers_transaction,
-            );
-        }
-    };
-    ($factory:expr) => {
-        $crate::transaction_conformance_tests!(optional: || {
-            let store = ($factory)();
-            async move { Some(store.await) }
-        });
-    };
 }

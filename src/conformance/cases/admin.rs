@@ -1,91 +1,16 @@
-//! Conformance cases for slot administration: resources, capacity changes, closing and
-//! reopening sales, removal, the operator's listing, and their races with holds.
-//! Part of the one case list of [`conformance_tests!`](crate::conformance_tests).
-
-use std::sync::Arc;
+//! Administration cases: capacity changes, closing and reopening sales, removal, the
+//! operator's listing, and that a cached listing shows each change at once.
 
 use chrono::Duration;
 
-use super::Fixture;
-use crate::admin::{SlotCursor, SlotFilter, SlotPageRequest, SlotSummary};
+use crate::admin::{SlotCursor, SlotFilter, SlotPageRequest};
+use crate::conformance::support::{hours, resource};
+use crate::conformance::Fixture;
 use crate::engine::NewHold;
 use crate::error::BookingError;
-use crate::model::{
-    AvailabilityQuery, Hold, HoldId, HoldStatus, InvalidSlot, NewSlot, ResourceId, SlotId,
-};
-use crate::scope::Scope;
+use crate::model::{AvailabilityQuery, Hold, HoldId, HoldStatus, InvalidSlot, NewSlot, SlotId};
 use crate::store::Store;
 use crate::BookingEngine;
-
-fn hours(n: i64) -> Duration {
-    Duration::hours(n)
-}
-
-fn resource(name: &str) -> ResourceId {
-    ResourceId::new(name).expect("a valid resource id")
-}
-
-impl<S: Store> Fixture<S> {
-    /// Creates a slot of `resource` starting `starts_in` from now, one hour long.
-    pub async fn resource_slot(
-        &self,
-        capacity: i32,
-        starts_in: Duration,
-        resource: &ResourceId,
-    ) -> SlotId {
-        let starts_at = self.now() + starts_in;
-        self.engine
-            .create_slot(
-                NewSlot::new(starts_at, starts_at + hours(1), capacity).resource(resource.clone()),
-            )
-            .await
-            .expect("create_slot")
-            .slot_id
-    }
-
-    /// The slot as stored.
-    pub async fn stored_slot(&self, slot_id: SlotId) -> crate::model::Slot {
-        self.engine
-            .store()
-            .get_slot(slot_id)
-            .await
-            .expect("get_slot")
-            .expect("slot exists")
-    }
-
-    /// The ids of the slots in the availability listing `query` gives.
-    pub async fn listed(&self, query: AvailabilityQuery) -> Vec<SlotId> {
-        self.engine
-            .availability(query)
-            .await
-            .expect("availability")
-            .iter()
-            .map(|e| e.slot_id)
-            .collect()
-    }
-
-    /// Every page of the operator's listing under `filter`, `limit` at a time.
-    pub async fn list_all(&self, filter: &SlotFilter, limit: u32) -> Vec<SlotSummary> {
-        let mut all = Vec::new();
-        let mut page = SlotPageRequest::first(limit);
-        loop {
-            let listed = self
-                .engine
-                .list_slots(filter, page)
-                .await
-                .expect("list_slots");
-            assert!(
-                listed.slots.len() <= limit as usize,
-                "a page over its limit"
-            );
-            all.extend(listed.slots);
-            match listed.next_after {
-                Some(after) => page = SlotPageRequest::after(after, limit),
-                None => return all,
-            }
-        }
-    }
-}
 
 /// Three holds on one slot: two units held, one unit confirmed, one unit held for 60 s only.
 struct Mix {
@@ -100,89 +25,13 @@ impl Mix {
         let two = place(NewHold::new(slot, "two").quantity(2)).await;
         let booked = place(NewHold::new(slot, "booked")).await;
         let booked = f.engine.confirm(booked.hold_id).await.unwrap();
-        let short =
-            place(NewHold::new(slot, "short").lifetime(std::time::Duration::from_secs(60))).await;
+        let short = f.minute_hold(slot, "short").await;
         Mix { two, booked, short }
     }
 
     fn ids(&self) -> [HoldId; 3] {
         [self.two.hold_id, self.booked.hold_id, self.short.hold_id]
     }
-}
-
-impl<S: Store> Fixture<S> {
-    /// The hold's status as stored (not resolved against the clock).
-    async fn stored_status(&self, hold_id: HoldId) -> Option<HoldStatus> {
-        self.engine
-            .store()
-            .get_hold(hold_id, &Scope::BackOffice, self.now())
-            .await
-            .expect("get_hold")
-            .outcome
-            .map(|h| h.status)
-    }
-}
-
-/// Slots may belong to a resource: entries carry it, and availability narrowed to one
-/// resource lists only its slots, in order, combined with `from`/`to`.
-pub(super) async fn availability_narrows_by_resource<S: Store>(store: S) {
-    let f = Fixture::new(store);
-    let (room_a, room_b) = (resource("room-a"), resource("room-b"));
-    let a2 = f.resource_slot(2, hours(2), &room_a).await;
-    let b1 = f.resource_slot(1, hours(1), &room_b).await;
-    let plain = f.slot(1, hours(1)).await;
-    let a1 = f.resource_slot(3, hours(1), &room_a).await;
-    let a3 = f.resource_slot(1, hours(3), &room_a).await;
-
-    let all = f
-        .engine
-        .availability(AvailabilityQuery::all())
-        .await
-        .unwrap();
-    let ids: Vec<SlotId> = all.iter().map(|e| e.slot_id).collect();
-    assert_eq!(ids, vec![b1, plain, a1, a2, a3]);
-    let resources: Vec<Option<&str>> = all
-        .iter()
-        .map(|e| e.resource.as_ref().map(ResourceId::as_str))
-        .collect();
-    assert_eq!(
-        resources,
-        vec![
-            Some("room-b"),
-            None,
-            Some("room-a"),
-            Some("room-a"),
-            Some("room-a")
-        ]
-    );
-    assert_eq!(
-        f.listed(AvailabilityQuery::all().resource(room_a.clone()))
-            .await,
-        vec![a1, a2, a3]
-    );
-    assert_eq!(
-        f.listed(AvailabilityQuery::all().resource(room_b.clone()))
-            .await,
-        vec![b1]
-    );
-    let window = AvailabilityQuery::all()
-        .resource(room_a.clone())
-        .from(f.now() + hours(2))
-        .to(f.now() + hours(3));
-    assert_eq!(f.listed(window).await, vec![a2]);
-    assert!(f
-        .listed(AvailabilityQuery::all().resource(resource("room-z")))
-        .await
-        .is_empty());
-    assert_eq!(f.stored_slot(a1).await.resource, Some(room_a));
-    assert_eq!(f.stored_slot(plain).await.resource, None);
-    // Once a slot of the resource has started it leaves the resource's listing too.
-    f.advance(hours(1));
-    assert_eq!(
-        f.listed(AvailabilityQuery::all().resource(resource("room-a")))
-            .await,
-        vec![a2, a3]
-    );
 }
 
 /// Raising a capacity adds free units at once; a sold-out slot sells again.
@@ -530,7 +379,7 @@ pub(super) async fn operator_listing_pages_every_slot_with_its_units<S: Store>(s
 
 /// With a real cache period, every slot change shows in the very next availability read (R3).
 pub(super) async fn slot_changes_show_in_cached_availability_at_once<S: Store>(store: S) {
-    let (engine, start) = super::cached_engine(store);
+    let (engine, start) = crate::conformance::fixture::cached_engine(store);
     let slot = engine
         .create_slot(NewSlot::new(start, start + hours(1), 2))
         .await
@@ -571,172 +420,4 @@ pub(super) async fn slot_changes_show_in_cached_availability_at_once<S: Store>(s
     // A refused change invalidates nothing it did not change: the listing stays right.
     engine.hold(second, "k").await.unwrap();
     assert!(engine.remove_slot(second).await.is_err());
-}
-
-/// Rounds of 200 holds racing for one slot in waves, each wave together with an attempt to
-/// lower the capacity by 10: the slot never sells more than its capacity, a lowering applies
-/// exactly when the units sold leave room for it, a refused one saw more units taken than it
-/// asked for, and the invariant holds after every wave.
-pub(super) async fn race_lowering_capacity_while_holds_race<S: Store>(store: S) {
-    let f = Arc::new(Fixture::new(store));
-    for round in 0..3 {
-        let slot = f.slot(120, hours(1)).await;
-        let (mut granted, mut units) = (Vec::<HoldId>::new(), 0);
-        let (mut applied, mut refused) = (0, 0);
-        for wave in 0..10 {
-            let target = 110 - 10 * wave;
-            let lowering = {
-                let f = Arc::clone(&f);
-                tokio::spawn(async move { f.engine.change_capacity(slot, target).await })
-            };
-            let holds: Vec<_> = (0..20)
-                .map(|i| {
-                    let f = Arc::clone(&f);
-                    let key = format!("r{round}-w{wave}-{i}");
-                    let quantity = 1 + i64::from(i % 3 == 0);
-                    tokio::spawn(async move {
-                        f.engine
-                            .place_hold(NewHold::new(slot, key).quantity(quantity))
-                            .await
-                    })
-                })
-                .collect();
-            for task in holds {
-                match task.await.expect("task") {
-                    Ok(placed) => {
-                        units += placed.hold.quantity;
-                        granted.push(placed.hold.hold_id);
-                    }
-                    Err(BookingError::SoldOut { .. }) => {}
-                    Err(other) => panic!("round {round}: unexpected {other:?}"),
-                }
-            }
-            match lowering.await.expect("task") {
-                Ok(changed) => {
-                    assert_eq!(i64::from(changed.capacity), target);
-                    applied += 1;
-                }
-                Err(BookingError::CapacityTaken {
-                    requested, taken, ..
-                }) => {
-                    assert!(taken > requested, "refused {requested} with {taken} taken");
-                    refused += 1;
-                }
-                Err(other) => panic!("round {round}: unexpected {other:?}"),
-            }
-            let stored = f.stored_slot(slot).await;
-            assert!(
-                units <= stored.capacity,
-                "round {round} wave {wave}: {units} units sold of {}",
-                stored.capacity
-            );
-            assert_eq!(
-                stored.remaining,
-                stored.capacity - units,
-                "round {round} wave {wave}"
-            );
-            f.assert_invariant(slot, &granted).await;
-        }
-        // Down to exactly the units sold works; one below is refused with exactly that many.
-        f.engine
-            .change_capacity(slot, i64::from(units))
-            .await
-            .unwrap();
-        assert!(matches!(
-            f.engine.change_capacity(slot, i64::from(units) - 1).await,
-            Err(BookingError::CapacityTaken { taken, .. }) if taken == units
-        ));
-        f.assert_invariant(slot, &granted).await;
-        eprintln!(
-            "race_lowering_capacity round {round}: {} holds ({units} units) granted of 200, \
-             lowerings applied {applied} refused {refused}",
-            granted.len(),
-        );
-    }
-}
-
-/// Rounds of cancels, new holds and a removal racing on one slot: a removed slot never keeps
-/// an active or confirmed hold (the removal and the holds decide on the same slot row), and
-/// the invariant holds after every round.
-pub(super) async fn race_removal_never_strands_a_booking<S: Store>(store: S) {
-    let f = Arc::new(Fixture::new(store));
-    let (mut removals, mut refusals) = (0, 0);
-    for round in 0..16 {
-        let slot = f.slot(4, hours(1)).await;
-        let mut early = Vec::new();
-        for i in 0..2 {
-            early.push(
-                f.engine
-                    .hold(slot, &format!("e{round}-{i}"))
-                    .await
-                    .unwrap()
-                    .hold
-                    .hold_id,
-            );
-        }
-        f.engine.confirm(early[1]).await.unwrap();
-        let mut tasks = Vec::new();
-        for &id in &early {
-            let f = Arc::clone(&f);
-            tasks.push(tokio::spawn(async move {
-                f.engine.cancel(id).await.map(|_| None)
-            }));
-        }
-        // The removal starts before or after the new holds, by turns.
-        let remover = |f: Arc<Fixture<S>>| {
-            tokio::spawn(async move {
-                for _ in 0..4 {
-                    match f.engine.remove_slot(slot).await {
-                        Ok(_) => return true,
-                        Err(BookingError::SlotInUse { .. }) => tokio::task::yield_now().await,
-                        Err(other) => panic!("round {round}: unexpected {other:?}"),
-                    }
-                }
-                false
-            })
-        };
-        let early_remover = (round % 2 == 0).then(|| remover(Arc::clone(&f)));
-        for i in 0..2 {
-            let f = Arc::clone(&f);
-            tasks.push(tokio::spawn(async move {
-                f.engine
-                    .hold(slot, &format!("n{round}-{i}"))
-                    .await
-                    .map(|placed| Some(placed.hold.hold_id))
-            }));
-        }
-        let remover = early_remover.unwrap_or_else(|| remover(Arc::clone(&f)));
-        let mut holds = early.clone();
-        for task in tasks {
-            match task.await.expect("task") {
-                Ok(Some(id)) => holds.push(id),
-                Ok(None) => {}
-                Err(BookingError::SlotNotFound { .. }) => {}
-                Err(other) => panic!("round {round}: unexpected {other:?}"),
-            }
-        }
-        let was_removed = remover.await.expect("task");
-        let stored = f.stored_slot(slot).await;
-        assert_eq!(stored.removed_at.is_some(), was_removed, "round {round}");
-        if was_removed {
-            removals += 1;
-            for &id in &holds {
-                let hold = f.engine.get_hold_as(&Scope::BackOffice, id).await.unwrap();
-                assert!(
-                    !matches!(hold.status, HoldStatus::Held | HoldStatus::Confirmed),
-                    "round {round}: hold {id} is {} on a removed slot",
-                    hold.status
-                );
-            }
-        } else {
-            refusals += 1;
-            // Once its holds are gone, the slot can be removed.
-            for &id in &holds[2..] {
-                f.engine.cancel(id).await.unwrap();
-            }
-            f.engine.remove_slot(slot).await.unwrap();
-        }
-        f.assert_invariant(slot, &holds).await;
-    }
-    eprintln!("race_removal: {removals} rounds removed the slot at once, {refusals} refused it");
 }

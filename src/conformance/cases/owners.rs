@@ -1,0 +1,147 @@
+//! Lifecycle cases about owners' scopes: an owned hold answers only its owner, and a key
+//! replays only the same request and reveals nothing of another owner's hold.
+
+use crate::conformance::support::{hours, owner, place};
+use crate::conformance::Fixture;
+use crate::error::BookingError;
+use crate::model::{HoldId, HoldStatus};
+use crate::scope::Scope;
+use crate::store::Store;
+
+/// An owned hold answers only its owner (and back-office code); anyone else gets
+/// `hold_not_found` for every call, exactly like an id nobody uses, and changes nothing.
+pub(super) async fn owned_holds_answer_only_in_their_owners_scope<S: Store>(store: S) {
+    let f = Fixture::new(store);
+    let slot = f.slot(4, hours(1)).await;
+    let alice = Scope::Owner(owner("alice"));
+    let bob = Scope::Owner(owner("bob"));
+    let held = place(&f, slot, "a-1", 2, Some("alice")).await.unwrap().hold;
+    assert_eq!(held.owner, Some(owner("alice")));
+    let anonymous = f.engine.hold(slot, "anon-1").await.unwrap().hold;
+    assert_eq!(anonymous.owner, None);
+    let unused = HoldId(held.hold_id.0.max(anonymous.hold_id.0) + 1000);
+
+    for (scope, id) in [
+        (Scope::Anonymous, held.hold_id),
+        (bob.clone(), held.hold_id),
+        (alice.clone(), anonymous.hold_id),
+        (bob.clone(), unused),
+    ] {
+        let e = |r: Result<_, BookingError>| r.map(|_: crate::Hold| ()).unwrap_err();
+        for error in [
+            e(f.engine.get_hold_as(&scope, id).await),
+            e(f.engine.confirm_as(&scope, id).await),
+            e(f.engine.cancel_as(&scope, id).await),
+            e(f.engine.renew_as(&scope, id, None).await),
+        ] {
+            match error {
+                BookingError::HoldNotFound { hold_id } => assert_eq!(hold_id, id),
+                other => panic!("{scope:?} on {id}: expected hold_not_found, got {other:?}"),
+            }
+        }
+    }
+    assert_eq!(f.remaining(slot).await, 1, "nothing changed");
+    assert_eq!(
+        f.engine.get_hold(held.hold_id).await.map_err(|e| e.code()),
+        Err("hold_not_found"),
+        "the seed's calls are anonymous"
+    );
+    assert_eq!(
+        f.engine.get_hold_as(&alice, held.hold_id).await.unwrap(),
+        held
+    );
+    assert_eq!(
+        f.engine
+            .get_hold_as(&Scope::BackOffice, held.hold_id)
+            .await
+            .unwrap(),
+        held
+    );
+    assert_eq!(
+        f.engine
+            .get_hold_as(&Scope::BackOffice, anonymous.hold_id)
+            .await
+            .unwrap(),
+        anonymous
+    );
+    let confirmed = f.engine.confirm_as(&alice, held.hold_id).await.unwrap();
+    assert_eq!(confirmed.status, HoldStatus::Confirmed);
+    let cancelled = f
+        .engine
+        .cancel_as(&Scope::BackOffice, held.hold_id)
+        .await
+        .unwrap();
+    assert_eq!(cancelled.status, HoldStatus::Cancelled);
+    assert_eq!(f.remaining(slot).await, 3);
+    f.assert_invariant(slot, &[held.hold_id, anonymous.hold_id])
+        .await;
+}
+
+/// A key is a replay only for the same slot, quantity and owner; the owner's own other
+/// request is told which hold has the key.
+pub(super) async fn a_key_replays_only_the_same_request<S: Store>(store: S) {
+    let f = Fixture::new(store);
+    let a = f.slot(6, hours(1)).await;
+    let b = f.slot(6, hours(1)).await;
+    let first = place(&f, a, "cart-1", 2, Some("alice")).await.unwrap();
+    assert!(!first.replayed);
+    let again = place(&f, a, "cart-1", 2, Some("alice")).await.unwrap();
+    assert!(again.replayed);
+    assert_eq!(again.hold, first.hold);
+    for (slot, quantity) in [(a, 3), (b, 2), (a, 1)] {
+        match place(&f, slot, "cart-1", quantity, Some("alice")).await {
+            Err(BookingError::IdempotencyKeyReused {
+                slot_id,
+                existing_hold_id,
+                existing_slot_id,
+            }) => assert_eq!(
+                (slot_id, existing_hold_id, existing_slot_id),
+                (slot, Some(first.hold.hold_id), Some(a))
+            ),
+            other => panic!("slot {slot}, quantity {quantity}: {other:?}"),
+        }
+    }
+    assert_eq!((f.remaining(a).await, f.remaining(b).await), (4, 6));
+    f.assert_invariant(a, &[first.hold.hold_id]).await;
+    f.assert_invariant(b, &[]).await;
+}
+
+/// A key already used by another owner (or by an anonymous client, or used anonymously by
+/// an owner's request) is refused without a word about that hold: no id in the error, no
+/// hold handed back, nothing changed.
+pub(super) async fn a_key_of_another_owner_reveals_nothing<S: Store>(store: S) {
+    let f = Fixture::new(store);
+    let slot = f.slot(5, hours(1)).await;
+    let alices = place(&f, slot, "shared", 1, Some("alice"))
+        .await
+        .unwrap()
+        .hold;
+    let anons = place(&f, slot, "anon-key", 1, None).await.unwrap().hold;
+    for (key, who) in [
+        ("shared", Some("bob")),
+        ("shared", None),
+        ("anon-key", Some("alice")),
+    ] {
+        match place(&f, slot, key, 1, who).await {
+            Err(
+                error @ BookingError::IdempotencyKeyReused {
+                    existing_hold_id: None,
+                    existing_slot_id: None,
+                    ..
+                },
+            ) => {
+                let message = error.to_string();
+                for id in [alices.hold_id, anons.hold_id] {
+                    assert!(
+                        !message.contains(&format!("hold {id}")),
+                        "{message:?} names hold {id}"
+                    );
+                }
+            }
+            other => panic!("{key} by {who:?}: expected an anonymous refusal, got {other:?}"),
+        }
+    }
+    assert_eq!(f.remaining(slot).await, 3);
+    f.assert_invariant(slot, &[alices.hold_id, anons.hold_id])
+        .await;
+}

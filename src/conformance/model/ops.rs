@@ -1,0 +1,186 @@
+//! The operations a generated sequence is made of, and what their numbers (owners, resources,
+//! scopes, lifetimes) stand for.
+
+use std::str::FromStr;
+
+use crate::model::{Hold, OwnerId, ResourceId};
+use crate::scope::Scope;
+
+/// The owners a sequence draws from: 0 is anonymous.
+const OWNERS: [Option<&str>; 3] = [None, Some("alice"), Some("bob")];
+
+/// The resources a sequence draws from: 0 is none (or, in a filter, every resource).
+const RESOURCES: [Option<&str>; 3] = [None, Some("room-a"), Some("room-b")];
+
+/// One step of a generated sequence. Indexes refer to slots and holds created earlier in the
+/// sequence; an index past the end means an id the store never assigned.
+#[derive(Clone, Debug)]
+pub enum ModelOp {
+    /// Create a slot of this capacity starting this many seconds from now.
+    CreateSlot {
+        /// Units.
+        capacity: i32,
+        /// Seconds from now to `starts_at`.
+        starts_in: i64,
+        /// Resource number, 0 for none.
+        resource: u8,
+    },
+    /// Set slot number `slot`'s capacity (some out of bounds on purpose).
+    SetCapacity {
+        /// Slot index.
+        slot: usize,
+        /// The new capacity.
+        capacity: i64,
+    },
+    /// Close (`true`) or reopen slot number `slot`'s sales.
+    SetClosed {
+        /// Slot index.
+        slot: usize,
+        /// Close or reopen.
+        closed: bool,
+    },
+    /// Remove slot number `slot`.
+    Remove {
+        /// Slot index.
+        slot: usize,
+    },
+    /// Read every page of the operator's listing, `limit` at a time, narrowed to resource
+    /// number `resource` (0: every slot).
+    ListSlots {
+        /// Page size.
+        limit: u32,
+        /// Resource number, 0 for every slot.
+        resource: u8,
+    },
+    /// Hold `quantity` units of slot `slot` with key number `key` (keys repeat on purpose)
+    /// for owner number `owner` (0: anonymous), with a lifetime of its own if given.
+    Hold {
+        /// Slot index.
+        slot: usize,
+        /// Key number.
+        key: u8,
+        /// Units asked for (some out of bounds on purpose).
+        quantity: i64,
+        /// Owner number, 0 for anonymous.
+        owner: u8,
+        /// Requested lifetime in seconds (some out of bounds on purpose).
+        lifetime: Option<u64>,
+    },
+    /// Confirm hold number `hold` in scope number `scope`.
+    Confirm {
+        /// Hold index.
+        hold: usize,
+        /// Scope number: 0 anonymous, 1 alice, 2 bob, 3 back office, 4 and up the hold's own.
+        scope: u8,
+    },
+    /// Cancel hold number `hold` in scope number `scope`.
+    Cancel {
+        /// Hold index.
+        hold: usize,
+        /// Scope number.
+        scope: u8,
+    },
+    /// Renew hold number `hold` in scope number `scope`, for `lifetime` seconds if given.
+    Renew {
+        /// Hold index.
+        hold: usize,
+        /// Scope number.
+        scope: u8,
+        /// Requested lifetime in seconds.
+        lifetime: Option<u64>,
+    },
+    /// Read hold number `hold` in scope number `scope`.
+    Get {
+        /// Hold index.
+        hold: usize,
+        /// Scope number.
+        scope: u8,
+    },
+    /// Read every page of owner number `owner`'s holds, `limit` at a time.
+    OwnerHolds {
+        /// Owner number, 1 or 2.
+        owner: u8,
+        /// Page size.
+        limit: u32,
+    },
+    /// Read every page of slot number `slot`'s roster, `limit` at a time.
+    Roster {
+        /// Slot index.
+        slot: usize,
+        /// Page size.
+        limit: u32,
+    },
+    /// Read the availability listing, narrowed to resource number `resource` (0: every slot).
+    Availability {
+        /// Resource number, 0 for every slot.
+        resource: u8,
+    },
+    /// Move the clock forward.
+    Advance {
+        /// Microseconds.
+        micros: i64,
+    },
+    /// Move the clock to hold number `hold`'s `expires_at` plus `offset` microseconds (if
+    /// that is later than now): the boundary cases.
+    ToExpiry {
+        /// Hold index.
+        hold: usize,
+        /// -1, 0 or +1 microseconds.
+        offset: i64,
+    },
+    /// Reclaim every expired hold (an [`EventStore`](crate::events::EventStore) sweep; drawn
+    /// only by [`check_events`](super::check_events)).
+    ReclaimExpired,
+    /// Take or extend the lease of the consumer `leased` for [`LEASE`] as holder number
+    /// `holder` (drawn only by [`check_events`](super::check_events)).
+    Lease {
+        /// Holder number, 1 or 2.
+        holder: u8,
+    },
+    /// Release that lease as holder number `holder`.
+    Release {
+        /// Holder number, 1 or 2.
+        holder: u8,
+    },
+    /// Acknowledge, for the consumer `leased` as holder number `holder`, every event the
+    /// model's reader has seen so far (fenced by the lease).
+    AcknowledgeLeased {
+        /// Holder number, 1 or 2.
+        holder: u8,
+    },
+}
+
+/// The lease [`ModelOp::Lease`] takes.
+pub const LEASE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Scope numbers: 0 anonymous, 1 alice, 2 bob, 3 back office, 4 and up the scope of the hold's
+/// own owner (so most calls land in scope).
+pub(super) fn scope_of(number: u8, hold: Option<&Hold>) -> Scope {
+    match number {
+        0 => Scope::Anonymous,
+        1 | 2 => Scope::Owner(owner(number).unwrap_or_else(|| unreachable!())),
+        3 => Scope::BackOffice,
+        _ => Scope::of(hold.and_then(|h| h.owner.clone())),
+    }
+}
+
+/// Resource number `number` (`None`: none, or every resource in a filter).
+pub(super) fn resource(number: u8) -> Option<ResourceId> {
+    nth(&RESOURCES, number)
+}
+
+/// Owner number `number` (`None`: anonymous).
+pub(super) fn owner(number: u8) -> Option<OwnerId> {
+    nth(&OWNERS, number)
+}
+
+/// The id that number `number` of `names` stands for (`None` for a `None` there, or past the
+/// end).
+fn nth<T: FromStr>(names: &[Option<&str>], number: u8) -> Option<T> {
+    let name = names.get(usize::from(number)).copied().flatten()?;
+    name.parse().ok()
+}
+
+pub(super) fn duration_of(seconds: Option<u64>) -> Option<std::time::Duration> {
+    seconds.map(std::time::Duration::from_secs)
+}
