@@ -25,7 +25,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use crate::store::Store;
+use crate::store::HoldStore;
 
 /// Asserts `$result` is an error matching `$pattern` and evaluates to that error. Defined
 /// before the case modules so each of them can use it.
@@ -87,7 +87,7 @@ pub const MAX_HOLD_LIFE: Duration = Duration::from_secs(900);
 /// When the case fails or takes longer than [`CASE_TIMEOUT`]: this is a test harness.
 pub fn run<S, F, FFut, C, CFut>(factory: F, case: C)
 where
-    S: Store,
+    S: HoldStore,
     F: FnOnce() -> FFut,
     FFut: Future<Output = S>,
     C: FnOnce(S) -> CFut,
@@ -104,7 +104,7 @@ where
 /// As [`run`].
 pub fn run_optional<S, F, FFut, C, CFut>(name: &str, factory: F, case: C)
 where
-    S: Store,
+    S: HoldStore,
     F: FnOnce() -> FFut,
     FFut: Future<Output = Option<S>>,
     C: FnOnce(S) -> CFut,
@@ -206,6 +206,25 @@ macro_rules! event_conformance_tests {
     };
 }
 
+/// Expands to one `#[test]` per case of the hold lifecycle alone (slots, availability, holds,
+/// confirms, cancels, renewals, owners' scopes, quantities, their races, faults and dropped
+/// calls), each on a fresh store from `$factory`: for a store that implements only
+/// [`HoldStore`](crate::HoldStore). A store with every capability runs
+/// [`conformance_tests!`](crate::conformance_tests), which includes these. The `optional:`
+/// form is as there.
+#[macro_export]
+macro_rules! hold_store_conformance_tests {
+    (optional: $factory:expr) => {
+        $crate::__lifecycle_case_list!($crate::__conformance_case_tests; $factory, cases);
+    };
+    ($factory:expr) => {
+        $crate::hold_store_conformance_tests!(optional: || {
+            let store = ($factory)();
+            async move { Some(store.await) }
+        });
+    };
+}
+
 /// Expands to one `#[test]` per transaction case, each on a fresh
 /// [`TransactionalStore`](crate::TransactionalStore) from `$factory`, like
 /// [`conformance_tests!`](crate::conformance_tests) (including the `optional:` form).
@@ -285,7 +304,7 @@ macro_rules! __conformance_property_test {
 #[doc(hidden)]
 pub fn __configured<S, F, Fut>(factory: F) -> bool
 where
-    S: Store,
+    S: HoldStore,
     F: FnOnce() -> Fut,
     Fut: Future<Output = Option<S>>,
 {

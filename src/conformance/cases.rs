@@ -129,18 +129,17 @@ macro_rules! __admin_case_list {
 
 /// A public function of each case a list names.
 macro_rules! public_cases {
-    (; $($case:ident)*) => {
-        $(
-            #[doc = concat!("The case `", stringify!($case), "`.")]
-            pub fn $case<S: crate::store::Store>(
-                store: S,
-            ) -> impl std::future::Future<Output = ()> {
-                bodies::$case(store)
-            }
-        )*
+    ($bound:tt; $($case:ident)*) => {
+        $(public_cases!(@one $bound $case);)*
+    };
+    (@one [$($bound:tt)*] $case:ident) => {
+        #[doc = concat!("The case `", stringify!($case), "`.")]
+        pub fn $case<S: $($bound)*>(store: S) -> impl std::future::Future<Output = ()> {
+            bodies::$case(store)
+        }
     };
 }
 
-crate::__lifecycle_case_list!(public_cases;);
-crate::__query_case_list!(public_cases;);
-crate::__admin_case_list!(public_cases;);
+crate::__lifecycle_case_list!(public_cases; [crate::store::HoldStore]);
+crate::__query_case_list!(public_cases; [crate::store::HoldStore + crate::store::HoldQueries]);
+crate::__admin_case_list!(public_cases; [crate::store::HoldStore + crate::store::SlotAdmin]);

@@ -17,7 +17,7 @@ use crate::events::{Event, EventKind, EventPosition, EventStore, Purged};
 use crate::model::{ConsumerId, HoldId, OwnerId, SlotId};
 use crate::scope::Scope;
 
-impl<S: EventStore> Fixture<S> {
+impl<S: crate::Store + EventStore> Fixture<S> {
     /// Every event after `name`'s cursor, acknowledging them as it goes, `batch` at a time.
     pub async fn drain_events(&self, name: &ConsumerId, batch: u32) -> Vec<Event> {
         let mut all = Vec::new();
@@ -63,7 +63,7 @@ fn assert_ascending(events: &[Event]) {
 /// Each committed change appends one event carrying the slot, the hold, its owner, its units
 /// and the time of the change; replays, repeated confirms and cancels, and no-op slot changes
 /// append nothing.
-pub async fn every_change_appends_one_event<S: EventStore>(store: S) {
+pub async fn every_change_appends_one_event<S: crate::Store + EventStore>(store: S) {
     use EventKind::*;
     let f = Fixture::new(store);
     let log = consumer("log");
@@ -138,7 +138,7 @@ pub async fn every_change_appends_one_event<S: EventStore>(store: S) {
 
 /// Refused requests append nothing: sold out, a reused key, a closed slot, an expired hold's
 /// confirm, a lowering that does not fit, a removal of a slot in use.
-pub async fn refusals_append_no_event<S: EventStore>(store: S) {
+pub async fn refusals_append_no_event<S: crate::Store + EventStore>(store: S) {
     let f = Fixture::new(store);
     let log = consumer("log");
     let slot = f.slot(1, hours(2)).await;
@@ -166,7 +166,7 @@ pub async fn refusals_append_no_event<S: EventStore>(store: S) {
 /// A consumer reads from its acknowledged position: what it read but did not acknowledge
 /// comes again (after a crash, to a new engine on the same store), what it acknowledged never
 /// does; consumers are independent and a cursor never moves back.
-pub async fn consumers_resume_where_they_acknowledged<S: EventStore>(store: S) {
+pub async fn consumers_resume_where_they_acknowledged<S: crate::Store + EventStore>(store: S) {
     let f = Fixture::new(store);
     let (mailer, board) = (consumer("mailer"), consumer("dashboard"));
     assert_eq!(
@@ -218,7 +218,7 @@ pub async fn consumers_resume_where_they_acknowledged<S: EventStore>(store: S) {
 /// `reclaim_expired` marks expired holds, bounded per call, gives their units back and
 /// appends one `hold_expired` event each; active and confirmed holds stay. A hold reclaimed
 /// lazily by a hold on a full slot yields its one event too.
-pub async fn reclaiming_expired_holds_yields_one_event_each<S: EventStore>(store: S) {
+pub async fn reclaiming_expired_holds_yields_one_event_each<S: crate::Store + EventStore>(store: S) {
     let f = Fixture::new(store);
     let log = consumer("log");
     let slot = f.slot(4, hours(2)).await;
@@ -269,7 +269,7 @@ pub async fn reclaiming_expired_holds_yields_one_event_each<S: EventStore>(store
 /// Eight sweepers race over 120 expired holds on six slots, while holds on those slots
 /// reclaim lazily: every expired hold is reported by exactly one caller and has exactly one
 /// `hold_expired` event.
-pub async fn race_sweepers_expire_each_hold_once<S: EventStore>(store: S) {
+pub async fn race_sweepers_expire_each_hold_once<S: crate::Store + EventStore>(store: S) {
     let f = Arc::new(Fixture::new(store));
     let log = consumer("log");
     let mut slots = Vec::new();
@@ -345,7 +345,7 @@ pub async fn race_sweepers_expire_each_hold_once<S: EventStore>(store: S) {
 /// Purging deletes cancelled and expired holds older than the age, at most `limit` a call,
 /// never confirmed or held ones; a purged hold's key is free again; events go only once every
 /// consumer has acknowledged them.
-pub async fn purge_deletes_old_history_in_bounded_batches<S: EventStore>(store: S) {
+pub async fn purge_deletes_old_history_in_bounded_batches<S: crate::Store + EventStore>(store: S) {
     let f = Fixture::new(store);
     let slot = f.slot(10, hours(48)).await;
     let lapsing = |key: &str| NewHold::new(slot, key).lifetime(std::time::Duration::from_secs(60));
@@ -425,7 +425,7 @@ pub async fn purge_deletes_old_history_in_bounded_batches<S: EventStore>(store: 
 /// Writers race on many slots while a consumer reads and acknowledges in small batches: it
 /// sees every committed event exactly once, in ascending positions, the same events a fresh
 /// reader finds afterwards.
-pub async fn race_a_consumer_never_skips_an_event<S: EventStore>(store: S) {
+pub async fn race_a_consumer_never_skips_an_event<S: crate::Store + EventStore>(store: S) {
     let f = Arc::new(Fixture::new(store));
     let mut slots = Vec::new();
     for _ in 0..8 {

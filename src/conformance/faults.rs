@@ -8,7 +8,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::store::{Store, StoreError};
+use crate::store::{HoldQueries, HoldStore, SlotAdmin, StoreError};
 
 /// How often each fault strikes, in percent of calls (checked in this order).
 #[derive(Debug, Clone, Copy)]
@@ -71,7 +71,7 @@ enum Fault {
     None,
 }
 
-impl<S: Store> FaultyStore<S> {
+impl<S: HoldStore> FaultyStore<S> {
     /// Wraps `inner`; faults are enabled from the start.
     pub fn new(inner: S, rates: FaultRates, seed: u64) -> Self {
         FaultyStore {
@@ -157,8 +157,18 @@ impl<S: Store> FaultyStore<S> {
     }
 }
 
-crate::store::forward_store!(
-    impl[S: Store] for FaultyStore<S>,
+crate::forward_store!(
+    impl[S: HoldStore] HoldStore for FaultyStore<S>,
+    |this| &this.inner,
+    |call| this.around(call).await
+);
+crate::forward_store!(
+    impl[S: HoldStore + SlotAdmin] SlotAdmin for FaultyStore<S>,
+    |this| &this.inner,
+    |call| this.around(call).await
+);
+crate::forward_store!(
+    impl[S: HoldStore + HoldQueries] HoldQueries for FaultyStore<S>,
     |this| &this.inner,
     |call| this.around(call).await
 );

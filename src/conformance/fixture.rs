@@ -7,18 +7,18 @@ use chrono::{TimeZone, Utc};
 
 use super::kit::SlotTally;
 use super::{HOLD_TTL, MAX_HOLD_LIFE, MAX_REQUESTED_TTL, MIN_REQUESTED_TTL};
-use crate::admin::{SlotFilter, SlotPageRequest, SlotSummary};
+use crate::model::{PageRequest, SlotSummary};
 use crate::clock::ManualClock;
 use crate::engine::{BookingEngine, NewHold};
 use crate::model::{
     AvailabilityQuery, Hold, HoldId, HoldStatus, NewSlot, ResourceId, SlotId, Timestamp,
 };
 use crate::scope::Scope;
-use crate::store::Store;
+use crate::store::{HoldStore, SlotAdmin};
 
 /// An engine on `store` that caches availability for an hour, on a manual clock at
 /// [`epoch`], and the start of a slot an hour later: for cases about invalidation (R3).
-pub(super) fn cached_engine<S: Store>(store: S) -> (BookingEngine<S>, Timestamp) {
+pub(super) fn cached_engine<S: HoldStore>(store: S) -> (BookingEngine<S>, Timestamp) {
     let engine = BookingEngine::builder(store)
         .cache_period(Duration::from_secs(3600))
         .clock(ManualClock::new(epoch()))
@@ -41,7 +41,7 @@ pub struct Fixture<S> {
     pub clock: ManualClock,
 }
 
-impl<S: Store> Fixture<S> {
+impl<S: HoldStore> Fixture<S> {
     /// Wraps `store` in an engine whose availability is read from the store every time.
     pub fn new(store: S) -> Self {
         let clock = ManualClock::new(epoch());
@@ -108,7 +108,7 @@ impl<S: Store> Fixture<S> {
     }
 }
 
-impl<S: Store> Fixture<S> {
+impl<S: HoldStore> Fixture<S> {
     /// Creates a slot of `resource` starting `starts_in` from now, one hour long.
     pub async fn resource_slot(
         &self,
@@ -182,11 +182,13 @@ impl<S: Store> Fixture<S> {
             .map(|e| e.slot_id)
             .collect()
     }
+}
 
+impl<S: HoldStore + SlotAdmin> Fixture<S> {
     /// Every page of the operator's listing under `filter`, `limit` at a time.
-    pub async fn list_all(&self, filter: &SlotFilter, limit: u32) -> Vec<SlotSummary> {
+    pub async fn list_all(&self, filter: &AvailabilityQuery, limit: u32) -> Vec<SlotSummary> {
         let mut all = Vec::new();
-        let mut page = SlotPageRequest::first(limit);
+        let mut page = PageRequest::first(limit);
         loop {
             let listed = self
                 .engine
@@ -194,12 +196,12 @@ impl<S: Store> Fixture<S> {
                 .await
                 .expect("list_slots");
             assert!(
-                listed.slots.len() <= limit as usize,
+                listed.items.len() <= limit as usize,
                 "a page over its limit"
             );
-            all.extend(listed.slots);
+            all.extend(listed.items);
             match listed.next_after {
-                Some(after) => page = SlotPageRequest::after(after, limit),
+                Some(after) => page = PageRequest::after(after, limit),
                 None => return all,
             }
         }

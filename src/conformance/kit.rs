@@ -2,12 +2,12 @@
 //! the temporary resource (a database file, a schema) it lives in.
 
 use crate::engine::{BookingEngine, NewHold};
-use crate::events::{Event, EventPosition, EventStore, Purged};
+use crate::events::EventStore;
 use crate::model::{
-    AvailabilityQuery, ConsumerId, Hold, HoldId, HoldStatus, LeaseHolder, OwnerId, Slot, SlotId,
+    AvailabilityQuery, Hold, HoldId, HoldStatus, OwnerId, Slot, SlotId,
     Timestamp,
 };
-use crate::store::{Store, StoreError};
+use crate::store::{HoldQueries, HoldStore, SlotAdmin, Store, StoreError};
 use crate::transaction::TransactionalStore;
 
 /// A slot's units, counted one way or another (from its holds through the [`Store`], or with
@@ -126,7 +126,7 @@ pub async fn check_previous_release_sells_on<S: Store>(store: S, now: Timestamp)
 
 /// A store together with what must outlive it and go away after it: a temporary database
 /// file, a schema dropped on drop. Fields drop in order, the store (and its pool) first.
-/// Forwards every [`Store`] call to the store.
+/// Forwards every call of each store trait `S` has to the store.
 #[derive(Debug)]
 pub struct Owned<S, G> {
     /// The store.
@@ -135,13 +135,13 @@ pub struct Owned<S, G> {
     pub guard: G,
 }
 
-crate::store::forward_store!(
-    impl[S: Store, G: Send + Sync + 'static] for Owned<S, G>,
-    |this| &this.store
-);
+crate::forward_store!(impl[S: HoldStore, G: Send + Sync + 'static] HoldStore for Owned<S, G>, |this| &this.store);
+crate::forward_store!(impl[S: SlotAdmin, G: Send + Sync + 'static] SlotAdmin for Owned<S, G>, |this| &this.store);
+crate::forward_store!(impl[S: HoldQueries, G: Send + Sync + 'static] HoldQueries for Owned<S, G>, |this| &this.store);
+crate::forward_store!(impl[S: crate::Store + EventStore, G: Send + Sync + 'static] EventStore for Owned<S, G>, |this| &this.store);
 
 #[async_trait::async_trait]
-impl<S: TransactionalStore, G: Send + Sync + 'static> TransactionalStore for Owned<S, G> {
+impl<S: crate::Store + TransactionalStore, G: Send + Sync + 'static> TransactionalStore for Owned<S, G> {
     type Transaction = S::Transaction;
     type Writes<'t>
         = S::Writes<'t>
@@ -165,70 +165,6 @@ impl<S: TransactionalStore, G: Send + Sync + 'static> TransactionalStore for Own
     }
 }
 
-#[async_trait::async_trait]
-impl<S: EventStore, G: Send + Sync + 'static> EventStore for Owned<S, G> {
-    async fn read_events(
-        &self,
-        consumer: &ConsumerId,
-        limit: u32,
-    ) -> Result<Vec<Event>, StoreError> {
-        self.store.read_events(consumer, limit).await
-    }
-
-    async fn acknowledge(
-        &self,
-        consumer: &ConsumerId,
-        through: EventPosition,
-    ) -> Result<(), StoreError> {
-        self.store.acknowledge(consumer, through).await
-    }
-
-    async fn consumer_position(
-        &self,
-        consumer: &ConsumerId,
-    ) -> Result<Option<EventPosition>, StoreError> {
-        self.store.consumer_position(consumer).await
-    }
-
-    async fn lease_consumer(
-        &self,
-        consumer: &ConsumerId,
-        holder: &LeaseHolder,
-        now: Timestamp,
-        until: Timestamp,
-    ) -> Result<bool, StoreError> {
-        self.store
-            .lease_consumer(consumer, holder, now, until)
-            .await
-    }
-
-    async fn release_consumer(
-        &self,
-        consumer: &ConsumerId,
-        holder: &LeaseHolder,
-    ) -> Result<(), StoreError> {
-        self.store.release_consumer(consumer, holder).await
-    }
-
-    async fn acknowledge_leased(
-        &self,
-        consumer: &ConsumerId,
-        holder: &LeaseHolder,
-        through: EventPosition,
-    ) -> Result<bool, StoreError> {
-        self.store
-            .acknowledge_leased(consumer, holder, through)
-            .await
-    }
-
-    async fn reclaim_expired(&self, now: Timestamp, limit: u32) -> Result<Vec<Hold>, StoreError> {
-        self.store.reclaim_expired(now, limit).await
-    }
-
-    async fn purge(&self, before: Timestamp, limit: u32) -> Result<Purged, StoreError> {
-        self.store.purge(before, limit).await
-    }
-}
 
 #[cfg(test)]
 mod tests {

@@ -33,7 +33,7 @@ fn lapse() -> Duration {
 /// lasts, taken over once it lapsed or was released; a release by another holder does
 /// nothing; the holder whose lease was taken over can no longer acknowledge, and the cursor
 /// stays where the new holder finds it.
-pub async fn a_lease_has_one_holder_at_a_time<S: EventStore>(store: S) {
+pub async fn a_lease_has_one_holder_at_a_time<S: crate::Store + EventStore>(store: S) {
     let f = Fixture::new(store);
     let mailer = consumer("mailer");
     let (a, b) = (holder("instance-a"), holder("instance-b"));
@@ -124,7 +124,7 @@ pub async fn a_lease_has_one_holder_at_a_time<S: EventStore>(store: S) {
 /// releasing (a crash: the clock moves past its lease so another takes over) or stalls past
 /// its lease before acknowledging (another may take over and handle the same batch; the
 /// staller's acknowledgement must then fail). Every event is handled exactly once.
-pub async fn race_three_instances_handle_each_event_once<S: EventStore>(store: S) {
+pub async fn race_three_instances_handle_each_event_once<S: crate::Store + EventStore>(store: S) {
     let f = Arc::new(Fixture::new(store));
     let mailer = consumer("mailer");
     let mut slots: Vec<SlotId> = Vec::new();
@@ -220,7 +220,7 @@ pub async fn race_three_instances_handle_each_event_once<S: EventStore>(store: S
 }
 
 /// Whether `consumer`'s cursor is at `position` (`None`: no cursor).
-async fn cursor_at<S: EventStore>(
+async fn cursor_at<S: crate::Store + EventStore>(
     f: &Fixture<S>,
     consumer: &ConsumerId,
     position: EventPosition,
@@ -239,7 +239,7 @@ async fn acknowledge_in_transaction<S>(
     commit: bool,
 ) -> Result<(), BookingError>
 where
-    S: TransactionalStore + EventStore,
+    S: crate::Store + TransactionalStore + EventStore,
 {
     let store = f.engine.store();
     let mut tx = store.begin().await.expect("begin");
@@ -262,7 +262,7 @@ where
 /// taken over answers `lease_lost` inside the transaction and moves nothing.
 pub async fn acknowledgements_commit_with_the_callers_transaction<S>(store: S)
 where
-    S: TransactionalStore + EventStore,
+    S: crate::Store + TransactionalStore + EventStore,
 {
     let f = Fixture::new(store);
     let mailer = consumer("mailer");

@@ -9,7 +9,7 @@ use super::Fixture;
 use crate::engine::NewHold;
 use crate::error::BookingError;
 use crate::model::{ConsumerId, Hold, OwnerId, ResourceId, SlotId};
-use crate::store::Store;
+use crate::store::HoldStore;
 
 pub(super) fn hours(n: i64) -> Duration {
     Duration::hours(n)
@@ -32,7 +32,7 @@ pub(super) fn resource(name: &str) -> ResourceId {
 }
 
 /// A hold of `quantity` units for `owner` (or anonymous) with `key`.
-pub(super) async fn place<S: Store>(
+pub(super) async fn place<S: HoldStore>(
     f: &Fixture<S>,
     slot: SlotId,
     key: &str,
@@ -65,7 +65,7 @@ pub(super) async fn join_racing_holds(
 
 /// Races a one-unit anonymous hold on `slot` for each of `keys`, all spawned at once, and
 /// waits for them as [`join_racing_holds`] does.
-pub(super) async fn race_holds<S: Store>(
+pub(super) async fn race_holds<S: HoldStore>(
     f: &Arc<Fixture<S>>,
     slot: SlotId,
     keys: impl IntoIterator<Item = String>,

@@ -14,11 +14,11 @@ use crate::error::BookingError;
 use crate::model::{HoldId, HoldStatus, NewSlot, SlotId};
 use crate::scope::Scope;
 use crate::transaction::TransactionalStore;
-use crate::{SlotFilter, SlotPageRequest};
+use crate::{AvailabilityQuery, PageRequest};
 
 /// Holds, replays, confirms, cancels, renewals, slot creation and slot changes made in one
 /// transaction are invisible outside it until it commits, and then all there.
-pub async fn transactional_writes_commit_together<S: TransactionalStore>(store: S) {
+pub async fn transactional_writes_commit_together<S: crate::Store + TransactionalStore>(store: S) {
     let f = Fixture::new(store);
     let slot = f.slot(3, hours(1)).await;
     let store = f.engine.store();
@@ -81,7 +81,7 @@ pub async fn transactional_writes_commit_together<S: TransactionalStore>(store: 
 
 /// Everything a rolled-back transaction wrote is gone: holds, cancels, capacity changes,
 /// closes, new slots, removals; its keys are free again.
-pub async fn a_rolled_back_transaction_leaves_nothing<S: TransactionalStore>(store: S) {
+pub async fn a_rolled_back_transaction_leaves_nothing<S: crate::Store + TransactionalStore>(store: S) {
     let f = Fixture::new(store);
     let slot = f.slot(3, hours(1)).await;
     let spare = f.slot(1, hours(1)).await;
@@ -119,10 +119,10 @@ pub async fn a_rolled_back_transaction_leaves_nothing<S: TransactionalStore>(sto
     assert_eq!(f.stored_hold(placed.hold_id).await, None);
     let listed = f
         .engine
-        .list_slots(&SlotFilter::all(), SlotPageRequest::first(10))
+        .list_slots(&AvailabilityQuery::all(), PageRequest::first(10))
         .await
         .unwrap();
-    assert_eq!(listed.slots.len(), 2, "the slot made inside is gone");
+    assert_eq!(listed.items.len(), 2, "the slot made inside is gone");
     let again = f
         .engine
         .place_hold(NewHold::new(slot, "rolled-back").quantity(2))
@@ -136,7 +136,7 @@ pub async fn a_rolled_back_transaction_leaves_nothing<S: TransactionalStore>(sto
 /// Refusals inside a transaction (a key of another request, sold out, no such slot, an
 /// expired hold, a slot in use) change nothing and leave the transaction usable: a later
 /// write in it succeeds and commits.
-pub async fn a_refusal_inside_a_transaction_leaves_it_usable<S: TransactionalStore>(store: S) {
+pub async fn a_refusal_inside_a_transaction_leaves_it_usable<S: crate::Store + TransactionalStore>(store: S) {
     let f = Fixture::new(store);
     let full = f.slot(1, hours(1)).await;
     let other = f.slot(1, hours(1)).await;
@@ -187,7 +187,7 @@ pub async fn a_refusal_inside_a_transaction_leaves_it_usable<S: TransactionalSto
 /// Forty transactions race for one slot of five units, each placing and confirming a hold;
 /// every third rolls back. Never more than five units are sold, a rolled-back hold leaves
 /// nothing, and the invariant holds.
-pub async fn race_transactions_never_oversell<S: TransactionalStore>(store: S) {
+pub async fn race_transactions_never_oversell<S: crate::Store + TransactionalStore>(store: S) {
     let f = Arc::new(Fixture::new(store));
     let slot = f.slot(5, hours(1)).await;
     let tasks: Vec<_> = (0..40)
@@ -231,7 +231,7 @@ pub async fn race_transactions_never_oversell<S: TransactionalStore>(store: S) {
         .slot_holds(slot, crate::PageRequest::first(100))
         .await
         .expect("roster");
-    let mut stored: Vec<HoldId> = roster.holds.iter().map(|h| h.hold_id).collect();
+    let mut stored: Vec<HoldId> = roster.items.iter().map(|h| h.hold_id).collect();
     stored.sort();
     committed.sort();
     assert_eq!(stored, committed, "only committed holds are stored");

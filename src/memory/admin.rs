@@ -6,10 +6,6 @@ use super::*;
 
 #[async_trait]
 impl SlotAdmin for MemoryStore {
-    async fn get_slot(&self, slot_id: SlotId) -> Result<Option<Slot>, StoreError> {
-        Ok(self.slot_row(slot_id).map(|row| lock(&row).slot.clone()))
-    }
-
     async fn change_capacity(
         &self,
         slot_id: SlotId,

@@ -31,6 +31,10 @@ impl HoldStore for MemoryStore {
         Ok(slot)
     }
 
+    async fn get_slot(&self, slot_id: SlotId) -> Result<Option<Slot>, StoreError> {
+        Ok(self.slot_row(slot_id).map(|row| lock(&row).slot.clone()))
+    }
+
     async fn availability(
         &self,
         now: Timestamp,

@@ -4,16 +4,13 @@ use async_trait::async_trait;
 
 use super::error::StoreError;
 use super::outcome::{Decided, SlotChange};
-use crate::model::{AvailabilityQuery, PageRequest, Slot, SlotCursor, SlotId, SlotUsage, Timestamp};
+use crate::model::{AvailabilityQuery, PageRequest, SlotCursor, SlotId, SlotUsage, Timestamp};
 
-/// Slot administration: read one slot, change its capacity, close or reopen its sales, remove
+/// Slot administration: change a slot's capacity, close or reopen its sales, remove
 /// it, list every slot with its units. Each change is one conditional write on the slot row,
 /// never taking a unit that is held or confirmed.
 #[async_trait]
 pub trait SlotAdmin: Send + Sync + 'static {
-    /// The slot as stored, if it exists (removed slots included).
-    async fn get_slot(&self, slot_id: SlotId) -> Result<Option<Slot>, StoreError>;
-
     /// Sets the capacity of a slot that has not been removed to `capacity` (`>= 1`), moving
     /// `remaining` by the same amount, atomically:
     ///

@@ -65,6 +65,9 @@ macro_rules! forward_store {
             async fn create_slot(&self, slot: &$crate::NewSlot, now: $crate::Timestamp) -> Result<$crate::Slot, $crate::StoreError> {
                 $crate::forward_store!(@call self; $this; $get; $call; $wrap; create_slot(slot, now))
             }
+            async fn get_slot(&self, slot_id: $crate::SlotId) -> Result<Option<$crate::Slot>, $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; get_slot(slot_id))
+            }
             async fn availability(&self, now: $crate::Timestamp) -> Result<$crate::Decided<Vec<$crate::AvailabilityEntry>>, $crate::StoreError> {
                 $crate::forward_store!(@call self; $this; $get; $call; $wrap; availability(now))
             }
@@ -88,9 +91,6 @@ macro_rules! forward_store {
     (@SlotAdmin [$($generics:tt)*] $ty:ty; $this:ident; $get:expr; $call:ident; $wrap:expr) => {
         #[$crate::__private::async_trait]
         impl<$($generics)*> $crate::SlotAdmin for $ty {
-            async fn get_slot(&self, slot_id: $crate::SlotId) -> Result<Option<$crate::Slot>, $crate::StoreError> {
-                $crate::forward_store!(@call self; $this; $get; $call; $wrap; get_slot(slot_id))
-            }
             async fn change_capacity(&self, slot_id: $crate::SlotId, capacity: i32, now: $crate::Timestamp) -> Result<$crate::Decided<$crate::SlotChange>, $crate::StoreError> {
                 $crate::forward_store!(@call self; $this; $get; $call; $wrap; change_capacity(slot_id, capacity, now))
             }

@@ -5,7 +5,7 @@ use async_trait::async_trait;
 
 use super::error::StoreError;
 use super::outcome::{Decided, HoldOutcome, HoldRequest, RenewRequest, Transition};
-use crate::model::{AvailabilityEntry, Hold, HoldId, NewSlot, Slot, Timestamp};
+use crate::model::{AvailabilityEntry, Hold, HoldId, NewSlot, Slot, SlotId, Timestamp};
 use crate::scope::Scope;
 
 /// The hold lifecycle, operation by operation: the one capability every store has. Object
@@ -24,6 +24,9 @@ pub trait HoldStore: Send + Sync + 'static {
     /// Stores a validated slot with `remaining = capacity` and returns it with its new id;
     /// `now` is when (for the store's event log, if it keeps one).
     async fn create_slot(&self, slot: &NewSlot, now: Timestamp) -> Result<Slot, StoreError>;
+
+    /// The slot as stored, if it exists (removed slots included).
+    async fn get_slot(&self, slot_id: SlotId) -> Result<Option<Slot>, StoreError>;
 
     /// Every slot with `starts_at > now`, ordered by `starts_at` then `slot_id`, sold-out
     /// slots included. `remaining` counts the units of holds stored as held whose

@@ -3,13 +3,13 @@
 
 use chrono::Duration;
 
-use crate::admin::{SlotCursor, SlotFilter, SlotPageRequest};
+use crate::model::{PageRequest, SlotCursor};
 use crate::conformance::support::{hours, resource};
 use crate::conformance::Fixture;
 use crate::engine::NewHold;
 use crate::error::BookingError;
 use crate::model::{AvailabilityQuery, Hold, HoldId, HoldStatus, InvalidSlot, NewSlot, SlotId};
-use crate::store::Store;
+use crate::store::{HoldStore, SlotAdmin};
 use crate::BookingEngine;
 
 /// Three holds on one slot: two units held, one unit confirmed, one unit held for 60 s only.
@@ -20,7 +20,7 @@ struct Mix {
 }
 
 impl Mix {
-    async fn on<S: Store>(f: &Fixture<S>, slot: SlotId) -> Mix {
+    async fn on<S: HoldStore + SlotAdmin>(f: &Fixture<S>, slot: SlotId) -> Mix {
         let place = |request: NewHold| async { f.engine.place_hold(request).await.unwrap().hold };
         let two = place(NewHold::new(slot, "two").quantity(2)).await;
         let booked = place(NewHold::new(slot, "booked")).await;
@@ -35,7 +35,7 @@ impl Mix {
 }
 
 /// Raising a capacity adds free units at once; a sold-out slot sells again.
-pub(super) async fn raising_capacity_adds_free_units<S: Store>(store: S) {
+pub(super) async fn raising_capacity_adds_free_units<S: HoldStore + SlotAdmin>(store: S) {
     let f = Fixture::new(store);
     let slot = f.slot(2, hours(1)).await;
     let first = f.engine.hold(slot, "a").await.unwrap().hold;
@@ -52,7 +52,7 @@ pub(super) async fn raising_capacity_adds_free_units<S: Store>(store: S) {
 /// Lowering a capacity takes free units only: down to the units taken it works, below them
 /// it is refused with how many are taken and changes nothing. Expired holds are reclaimed
 /// when that makes it fit, and only then.
-pub(super) async fn lowering_capacity_takes_only_free_units<S: Store>(store: S) {
+pub(super) async fn lowering_capacity_takes_only_free_units<S: HoldStore + SlotAdmin>(store: S) {
     let f = Fixture::new(store);
     let slot = f.slot(8, hours(2)).await;
 
@@ -114,7 +114,7 @@ pub(super) async fn lowering_capacity_takes_only_free_units<S: Store>(store: S) 
 }
 
 /// Capacities outside `1..=i32::MAX` and unknown slots are refused before anything changes.
-pub(super) async fn capacity_changes_are_validated<S: Store>(store: S) {
+pub(super) async fn capacity_changes_are_validated<S: HoldStore + SlotAdmin>(store: S) {
     let f = Fixture::new(store);
     let slot = f.slot(3, hours(1)).await;
     for bad in [0, -1, -5, i64::from(i32::MAX) + 1, i64::MAX] {
@@ -147,7 +147,7 @@ pub(super) async fn capacity_changes_are_validated<S: Store>(store: S) {
 
 /// A closed slot refuses new holds and leaves availability; its holds can still be confirmed,
 /// cancelled and renewed, a key's replay still replays, and reopening sells again.
-pub(super) async fn closed_slots_refuse_new_holds_and_keep_their_holds<S: Store>(store: S) {
+pub(super) async fn closed_slots_refuse_new_holds_and_keep_their_holds<S: HoldStore + SlotAdmin>(store: S) {
     let f = Fixture::new(store);
     let slot = f.slot(5, hours(1)).await;
     let other = f.slot(5, hours(1)).await;
@@ -199,7 +199,7 @@ pub(super) async fn closed_slots_refuse_new_holds_and_keep_their_holds<S: Store>
 /// A slot with units held or confirmed cannot be removed, and the error says how many. Once
 /// none are (expired holds reclaimed), removal archives it: no availability, no new holds,
 /// no further changes, but its holds still read and their keys still replay.
-pub(super) async fn removal_needs_a_slot_with_nothing_held_or_confirmed<S: Store>(store: S) {
+pub(super) async fn removal_needs_a_slot_with_nothing_held_or_confirmed<S: HoldStore + SlotAdmin>(store: S) {
     let f = Fixture::new(store);
     let slot = f.slot(6, hours(2)).await;
 
@@ -274,7 +274,7 @@ pub(super) async fn removal_needs_a_slot_with_nothing_held_or_confirmed<S: Store
     ] {
         assert_err!(result, BookingError::SlotNotFound { .. });
     }
-    let listed = f.list_all(&SlotFilter::all(), 10).await;
+    let listed = f.list_all(&AvailabilityQuery::all(), 10).await;
     assert_eq!(listed.len(), 1);
     assert_eq!(
         listed[0].removed_at,
@@ -286,7 +286,7 @@ pub(super) async fn removal_needs_a_slot_with_nothing_held_or_confirmed<S: Store
 /// The operator's listing shows every slot (past, closed and removed included) by start then
 /// id, in keyset pages, with capacity split into free, held and confirmed units, narrowed by
 /// resource and time range.
-pub(super) async fn operator_listing_pages_every_slot_with_its_units<S: Store>(store: S) {
+pub(super) async fn operator_listing_pages_every_slot_with_its_units<S: HoldStore + SlotAdmin>(store: S) {
     let f = Fixture::new(store);
     let room = resource("room-1");
     let past = f.slot(2, Duration::minutes(1)).await;
@@ -302,7 +302,7 @@ pub(super) async fn operator_listing_pages_every_slot_with_its_units<S: Store>(s
     f.advance(Duration::minutes(2));
 
     for limit in [1, 2, 10] {
-        let all = f.list_all(&SlotFilter::all(), limit).await;
+        let all = f.list_all(&AvailabilityQuery::all(), limit).await;
         let ids: Vec<SlotId> = all.iter().map(|s| s.slot_id).collect();
         assert_eq!(
             ids,
@@ -332,13 +332,13 @@ pub(super) async fn operator_listing_pages_every_slot_with_its_units<S: Store>(s
         assert!(!all[1].closed && all[1].removed_at.is_none());
     }
     let of_room = f
-        .list_all(&SlotFilter::all().resource(room.clone()), 2)
+        .list_all(&AvailabilityQuery::all().resource(room.clone()), 2)
         .await;
     assert_eq!(
         of_room.iter().map(|s| s.slot_id).collect::<Vec<_>>(),
         vec![busy, closed, late]
     );
-    let window = SlotFilter::all()
+    let window = AvailabilityQuery::all()
         .resource(room)
         .from(f.now() + hours(1))
         .to(f.now() + hours(4));
@@ -353,7 +353,7 @@ pub(super) async fn operator_listing_pages_every_slot_with_its_units<S: Store>(s
     // A page's cursor is its last slot; the next page starts right after it.
     let first = f
         .engine
-        .list_slots(&SlotFilter::all(), SlotPageRequest::first(2))
+        .list_slots(&AvailabilityQuery::all(), PageRequest::first(2))
         .await
         .unwrap();
     let busy_slot = f.stored_slot(busy).await;
@@ -361,15 +361,15 @@ pub(super) async fn operator_listing_pages_every_slot_with_its_units<S: Store>(s
     for limit in [0, 1001] {
         assert_err!(
             f.engine
-                .list_slots(&SlotFilter::all(), SlotPageRequest::first(limit))
+                .list_slots(&AvailabilityQuery::all(), PageRequest::first(limit))
                 .await,
             BookingError::InvalidPage { .. }
         );
     }
-    let backwards = SlotFilter::all().from(f.now() + hours(2)).to(f.now());
+    let backwards = AvailabilityQuery::all().from(f.now() + hours(2)).to(f.now());
     assert_err!(
         f.engine
-            .list_slots(&backwards, SlotPageRequest::first(10))
+            .list_slots(&backwards, PageRequest::first(10))
             .await,
         BookingError::InvalidQuery
     );
@@ -378,7 +378,7 @@ pub(super) async fn operator_listing_pages_every_slot_with_its_units<S: Store>(s
 }
 
 /// With a real cache period, every slot change shows in the very next availability read (R3).
-pub(super) async fn slot_changes_show_in_cached_availability_at_once<S: Store>(store: S) {
+pub(super) async fn slot_changes_show_in_cached_availability_at_once<S: HoldStore + SlotAdmin>(store: S) {
     let (engine, start) = crate::conformance::fixture::cached_engine(store);
     let slot = engine
         .create_slot(NewSlot::new(start, start + hours(1), 2))

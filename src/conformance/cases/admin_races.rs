@@ -9,13 +9,13 @@ use crate::engine::NewHold;
 use crate::error::BookingError;
 use crate::model::{HoldId, HoldStatus};
 use crate::scope::Scope;
-use crate::store::Store;
+use crate::store::{HoldStore, SlotAdmin};
 
 /// Rounds of 200 holds racing for one slot in waves, each wave together with an attempt to
 /// lower the capacity by 10: the slot never sells more than its capacity, a lowering applies
 /// exactly when the units sold leave room for it, a refused one saw more units taken than it
 /// asked for, and the invariant holds after every wave.
-pub(super) async fn race_lowering_capacity_while_holds_race<S: Store>(store: S) {
+pub(super) async fn race_lowering_capacity_while_holds_race<S: HoldStore + SlotAdmin>(store: S) {
     let f = Arc::new(Fixture::new(store));
     for round in 0..3 {
         let slot = f.slot(120, hours(1)).await;
@@ -91,7 +91,7 @@ pub(super) async fn race_lowering_capacity_while_holds_race<S: Store>(store: S) 
 /// Rounds of cancels, new holds and a removal racing on one slot: a removed slot never keeps
 /// an active or confirmed hold (the removal and the holds decide on the same slot row), and
 /// the invariant holds after every round.
-pub(super) async fn race_removal_never_strands_a_booking<S: Store>(store: S) {
+pub(super) async fn race_removal_never_strands_a_booking<S: HoldStore + SlotAdmin>(store: S) {
     let f = Arc::new(Fixture::new(store));
     let (mut removals, mut refusals) = (0, 0);
     for round in 0..16 {

@@ -8,10 +8,10 @@ use crate::conformance::support::{hours, resource};
 use crate::conformance::Fixture;
 use crate::error::BookingError;
 use crate::model::{AvailabilityQuery, NewSlot, ResourceId, SlotId};
-use crate::store::Store;
+use crate::store::HoldStore;
 
 /// Availability counts an expired, unreclaimed hold as free.
-pub(super) async fn availability_counts_expired_holds_as_free<S: Store>(store: S) {
+pub(super) async fn availability_counts_expired_holds_as_free<S: HoldStore>(store: S) {
     let f = Fixture::new(store);
     let slot = f.slot(3, hours(1)).await;
     let a = f.engine.hold(slot, "a").await.unwrap().hold;
@@ -24,7 +24,7 @@ pub(super) async fn availability_counts_expired_holds_as_free<S: Store>(store: S
 }
 
 /// Future slots only, by `starts_at` then id, sold-out slots included.
-pub(super) async fn availability_lists_future_slots_in_order<S: Store>(store: S) {
+pub(super) async fn availability_lists_future_slots_in_order<S: HoldStore>(store: S) {
     let f = Fixture::new(store);
     let later = f.slot(2, hours(3)).await;
     let soon = f.slot(1, hours(1)).await;
@@ -50,7 +50,7 @@ pub(super) async fn availability_lists_future_slots_in_order<S: Store>(store: S)
 }
 
 /// `from` is inclusive, `to` exclusive, both on `starts_at`.
-pub(super) async fn availability_query_narrows_by_starts_at<S: Store>(store: S) {
+pub(super) async fn availability_query_narrows_by_starts_at<S: HoldStore>(store: S) {
     let f = Fixture::new(store);
     let mut slots = Vec::new();
     for h in 1..=5 {
@@ -89,7 +89,7 @@ pub(super) async fn availability_query_narrows_by_starts_at<S: Store>(store: S) 
 }
 
 /// Slots with no capacity or an empty time window are refused before the store.
-pub(super) async fn invalid_slots_are_refused<S: Store>(store: S) {
+pub(super) async fn invalid_slots_are_refused<S: HoldStore>(store: S) {
     let f = Fixture::new(store);
     let start = f.now() + hours(1);
     for (ends_at, capacity) in [(start + hours(1), 0), (start + hours(1), -3), (start, 2)] {
@@ -118,7 +118,7 @@ pub(super) async fn invalid_slots_are_refused<S: Store>(store: S) {
 }
 
 /// With a real cache period, a cancel shows in the very next availability read (R3).
-pub(super) async fn cancel_shows_in_cached_availability_at_once<S: Store>(store: S) {
+pub(super) async fn cancel_shows_in_cached_availability_at_once<S: HoldStore>(store: S) {
     let (engine, start) = crate::conformance::fixture::cached_engine(store);
     let slot = engine
         .create_slot(NewSlot::new(start, start + hours(1), 1))
@@ -139,7 +139,7 @@ pub(super) async fn cancel_shows_in_cached_availability_at_once<S: Store>(store:
 
 /// Slots may belong to a resource: entries carry it, and availability narrowed to one
 /// resource lists only its slots, in order, combined with `from`/`to`.
-pub(super) async fn availability_narrows_by_resource<S: Store>(store: S) {
+pub(super) async fn availability_narrows_by_resource<S: HoldStore>(store: S) {
     let f = Fixture::new(store);
     let (room_a, room_b) = (resource("room-a"), resource("room-b"));
     let a2 = f.resource_slot(2, hours(2), &room_a).await;

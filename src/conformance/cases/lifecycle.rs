@@ -7,10 +7,10 @@ use crate::conformance::support::{hours, ttl};
 use crate::conformance::Fixture;
 use crate::error::BookingError;
 use crate::model::{HoldId, HoldStatus, SlotId};
-use crate::store::Store;
+use crate::store::HoldStore;
 
 /// A hold on a free unit is `held`, expires after the hold lifetime and takes one unit.
-pub(super) async fn hold_creates_a_held_hold_reserving_one_unit<S: Store>(store: S) {
+pub(super) async fn hold_creates_a_held_hold_reserving_one_unit<S: HoldStore>(store: S) {
     let f = Fixture::new(store);
     let slot = f.slot(3, hours(1)).await;
     let placed = f.engine.hold(slot, "k1").await.unwrap();
@@ -27,7 +27,7 @@ pub(super) async fn hold_creates_a_held_hold_reserving_one_unit<S: Store>(store:
 }
 
 /// The same key on the same slot returns the existing hold as it is now.
-pub(super) async fn hold_replay_returns_the_current_state_and_reserves_nothing<S: Store>(store: S) {
+pub(super) async fn hold_replay_returns_the_current_state_and_reserves_nothing<S: HoldStore>(store: S) {
     let f = Fixture::new(store);
     let slot = f.slot(3, hours(1)).await;
     let first = f.engine.hold(slot, "same").await.unwrap().hold;
@@ -44,7 +44,7 @@ pub(super) async fn hold_replay_returns_the_current_state_and_reserves_nothing<S
 }
 
 /// A replay is a replay even when the slot is now sold out or has started.
-pub(super) async fn hold_replay_wins_over_sold_out_and_closed<S: Store>(store: S) {
+pub(super) async fn hold_replay_wins_over_sold_out_and_closed<S: HoldStore>(store: S) {
     let f = Fixture::new(store);
     let slot = f.slot(1, hours(1)).await;
     let first = f.engine.hold(slot, "only").await.unwrap().hold;
@@ -59,7 +59,7 @@ pub(super) async fn hold_replay_wins_over_sold_out_and_closed<S: Store>(store: S
 }
 
 /// The same key on another slot is refused and changes nothing.
-pub(super) async fn hold_key_reused_on_another_slot_changes_nothing<S: Store>(store: S) {
+pub(super) async fn hold_key_reused_on_another_slot_changes_nothing<S: HoldStore>(store: S) {
     let f = Fixture::new(store);
     let a = f.slot(2, hours(1)).await;
     let b = f.slot(2, hours(1)).await;
@@ -88,7 +88,7 @@ pub(super) async fn hold_key_reused_on_another_slot_changes_nothing<S: Store>(st
 }
 
 /// A slot id nobody created.
-pub(super) async fn hold_on_unknown_slot_is_slot_not_found<S: Store>(store: S) {
+pub(super) async fn hold_on_unknown_slot_is_slot_not_found<S: HoldStore>(store: S) {
     let f = Fixture::new(store);
     let real = f.slot(1, hours(1)).await;
     let missing = SlotId(real.0 + 1000);
@@ -102,7 +102,7 @@ pub(super) async fn hold_on_unknown_slot_is_slot_not_found<S: Store>(store: S) {
 }
 
 /// No holds once `starts_at <= now`, including exactly at `starts_at`.
-pub(super) async fn hold_on_started_slot_is_slot_closed<S: Store>(store: S) {
+pub(super) async fn hold_on_started_slot_is_slot_closed<S: HoldStore>(store: S) {
     let f = Fixture::new(store);
     let slot = f.slot(5, hours(1)).await;
     f.advance(hours(1) - Duration::microseconds(1));
@@ -122,7 +122,7 @@ pub(super) async fn hold_on_started_slot_is_slot_closed<S: Store>(store: S) {
 }
 
 /// A full slot refuses holds and nothing is reserved.
-pub(super) async fn hold_on_full_slot_is_sold_out_and_reserves_nothing<S: Store>(store: S) {
+pub(super) async fn hold_on_full_slot_is_sold_out_and_reserves_nothing<S: HoldStore>(store: S) {
     let f = Fixture::new(store);
     let slot = f.slot(2, hours(1)).await;
     let a = f.engine.hold(slot, "a").await.unwrap().hold.hold_id;
@@ -143,7 +143,7 @@ pub(super) async fn hold_on_full_slot_is_sold_out_and_reserves_nothing<S: Store>
 }
 
 /// Malformed keys never reach the store.
-pub(super) async fn hold_with_invalid_key_is_refused<S: Store>(store: S) {
+pub(super) async fn hold_with_invalid_key_is_refused<S: HoldStore>(store: S) {
     let f = Fixture::new(store);
     let slot = f.slot(2, hours(1)).await;
     let long = "x".repeat(256);
@@ -158,7 +158,7 @@ pub(super) async fn hold_with_invalid_key_is_refused<S: Store>(store: S) {
 }
 
 /// Confirm sets `confirmed` and `confirmed_at`; capacity is unchanged.
-pub(super) async fn confirm_an_active_hold<S: Store>(store: S) {
+pub(super) async fn confirm_an_active_hold<S: HoldStore>(store: S) {
     let f = Fixture::new(store);
     let slot = f.slot(2, hours(1)).await;
     let hold = f.engine.hold(slot, "k").await.unwrap().hold;
@@ -173,7 +173,7 @@ pub(super) async fn confirm_an_active_hold<S: Store>(store: S) {
 }
 
 /// Confirming twice returns the hold unchanged.
-pub(super) async fn confirm_is_idempotent<S: Store>(store: S) {
+pub(super) async fn confirm_is_idempotent<S: HoldStore>(store: S) {
     let f = Fixture::new(store);
     let slot = f.slot(2, hours(1)).await;
     let hold = f.engine.hold(slot, "k").await.unwrap().hold;
@@ -185,7 +185,7 @@ pub(super) async fn confirm_is_idempotent<S: Store>(store: S) {
 }
 
 /// A cancelled hold cannot be confirmed.
-pub(super) async fn confirm_a_cancelled_hold_fails<S: Store>(store: S) {
+pub(super) async fn confirm_a_cancelled_hold_fails<S: HoldStore>(store: S) {
     let f = Fixture::new(store);
     let slot = f.slot(2, hours(1)).await;
     let hold = f.engine.hold(slot, "k").await.unwrap().hold;
@@ -203,7 +203,7 @@ pub(super) async fn confirm_a_cancelled_hold_fails<S: Store>(store: S) {
 }
 
 /// A hold is expired from `expires_at` on (inclusive).
-pub(super) async fn confirm_fails_exactly_at_expires_at<S: Store>(store: S) {
+pub(super) async fn confirm_fails_exactly_at_expires_at<S: HoldStore>(store: S) {
     let f = Fixture::new(store);
     let slot = f.slot(2, hours(1)).await;
     let hold = f.engine.hold(slot, "k").await.unwrap().hold;
@@ -221,7 +221,7 @@ pub(super) async fn confirm_fails_exactly_at_expires_at<S: Store>(store: S) {
 }
 
 /// Cancelling a held hold gives the unit back.
-pub(super) async fn cancel_a_held_hold_returns_its_unit<S: Store>(store: S) {
+pub(super) async fn cancel_a_held_hold_returns_its_unit<S: HoldStore>(store: S) {
     let f = Fixture::new(store);
     let slot = f.slot(1, hours(1)).await;
     let hold = f.engine.hold(slot, "k").await.unwrap().hold;
@@ -235,7 +235,7 @@ pub(super) async fn cancel_a_held_hold_returns_its_unit<S: Store>(store: S) {
 }
 
 /// Cancelling a confirmed hold gives the unit back, even after its `expires_at`.
-pub(super) async fn cancel_a_confirmed_hold_returns_its_unit<S: Store>(store: S) {
+pub(super) async fn cancel_a_confirmed_hold_returns_its_unit<S: HoldStore>(store: S) {
     let f = Fixture::new(store);
     let slot = f.slot(1, hours(2)).await;
     let hold = f.engine.hold(slot, "k").await.unwrap().hold;
@@ -250,7 +250,7 @@ pub(super) async fn cancel_a_confirmed_hold_returns_its_unit<S: Store>(store: S)
 }
 
 /// Cancelling twice returns the hold unchanged and the unit only once.
-pub(super) async fn cancel_is_idempotent<S: Store>(store: S) {
+pub(super) async fn cancel_is_idempotent<S: HoldStore>(store: S) {
     let f = Fixture::new(store);
     let slot = f.slot(2, hours(1)).await;
     let hold = f.engine.hold(slot, "k").await.unwrap().hold;
@@ -263,7 +263,7 @@ pub(super) async fn cancel_is_idempotent<S: Store>(store: S) {
 }
 
 /// An expired hold cannot be cancelled (its unit is already free).
-pub(super) async fn cancel_an_expired_hold_fails<S: Store>(store: S) {
+pub(super) async fn cancel_an_expired_hold_fails<S: HoldStore>(store: S) {
     let f = Fixture::new(store);
     let slot = f.slot(1, hours(1)).await;
     let hold = f.engine.hold(slot, "k").await.unwrap().hold;
@@ -277,7 +277,7 @@ pub(super) async fn cancel_an_expired_hold_fails<S: Store>(store: S) {
 }
 
 /// Confirm, cancel and get of an id nobody created.
-pub(super) async fn unknown_holds_are_not_found<S: Store>(store: S) {
+pub(super) async fn unknown_holds_are_not_found<S: HoldStore>(store: S) {
     let f = Fixture::new(store);
     let slot = f.slot(1, hours(1)).await;
     let hold = f.engine.hold(slot, "k").await.unwrap().hold;
@@ -302,7 +302,7 @@ pub(super) async fn unknown_holds_are_not_found<S: Store>(store: S) {
 }
 
 /// A hold reads as expired by its `expires_at` alone (R6): no cleanup job needed.
-pub(super) async fn expired_status_needs_no_cleanup<S: Store>(store: S) {
+pub(super) async fn expired_status_needs_no_cleanup<S: HoldStore>(store: S) {
     let f = Fixture::new(store);
     let slot = f.slot(3, hours(1)).await;
     let hold = f.engine.hold(slot, "k").await.unwrap().hold;
@@ -322,7 +322,7 @@ pub(super) async fn expired_status_needs_no_cleanup<S: Store>(store: S) {
 }
 
 /// When a slot is full of expired holds, a new hold reclaims them and succeeds.
-pub(super) async fn expired_holds_are_reclaimed_when_the_slot_is_full<S: Store>(store: S) {
+pub(super) async fn expired_holds_are_reclaimed_when_the_slot_is_full<S: HoldStore>(store: S) {
     let f = Fixture::new(store);
     let slot = f.slot(2, hours(2)).await;
     let a = f.engine.hold(slot, "a").await.unwrap().hold;
@@ -346,7 +346,7 @@ pub(super) async fn expired_holds_are_reclaimed_when_the_slot_is_full<S: Store>(
 }
 
 /// Confirmed holds keep their unit past `expires_at`; reclaim never touches them.
-pub(super) async fn confirmed_holds_never_expire<S: Store>(store: S) {
+pub(super) async fn confirmed_holds_never_expire<S: HoldStore>(store: S) {
     let f = Fixture::new(store);
     let slot = f.slot(1, hours(3)).await;
     let hold = f.engine.hold(slot, "k").await.unwrap().hold;

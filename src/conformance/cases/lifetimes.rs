@@ -9,11 +9,11 @@ use crate::engine::NewHold;
 use crate::error::BookingError;
 use crate::model::HoldStatus;
 use crate::scope::Scope;
-use crate::store::Store;
+use crate::store::HoldStore;
 
 /// Renewal moves an active hold's expiry to now plus its lifetime, never past its creation
 /// plus the maximum life, and takes no capacity.
-pub(super) async fn renew_extends_an_active_hold_up_to_its_maximum_life<S: Store>(store: S) {
+pub(super) async fn renew_extends_an_active_hold_up_to_its_maximum_life<S: HoldStore>(store: S) {
     let f = Fixture::new(store);
     let slot = f.slot(2, hours(3)).await;
     let alice = Scope::Owner(owner("alice"));
@@ -54,7 +54,7 @@ pub(super) async fn renew_extends_an_active_hold_up_to_its_maximum_life<S: Store
 }
 
 /// Expired and cancelled holds cannot be renewed; a confirmed one is returned unchanged.
-pub(super) async fn renew_refuses_expired_and_cancelled_holds<S: Store>(store: S) {
+pub(super) async fn renew_refuses_expired_and_cancelled_holds<S: HoldStore>(store: S) {
     let f = Fixture::new(store);
     let slot = f.slot(3, hours(1)).await;
     let confirmed = f.engine.hold(slot, "c").await.unwrap().hold.hold_id;
@@ -84,7 +84,7 @@ pub(super) async fn renew_refuses_expired_and_cancelled_holds<S: Store>(store: S
 
 /// A request may ask for its own lifetime within the engine's bounds; outside them it is
 /// refused before the store is called.
-pub(super) async fn requested_lifetimes_are_bounded<S: Store>(store: S) {
+pub(super) async fn requested_lifetimes_are_bounded<S: HoldStore>(store: S) {
     let f = Fixture::new(store);
     let slot = f.slot(3, hours(1)).await;
     let secs = std::time::Duration::from_secs;

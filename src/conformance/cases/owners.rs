@@ -6,11 +6,11 @@ use crate::conformance::Fixture;
 use crate::error::BookingError;
 use crate::model::{HoldId, HoldStatus};
 use crate::scope::Scope;
-use crate::store::Store;
+use crate::store::HoldStore;
 
 /// An owned hold answers only its owner (and back-office code); anyone else gets
 /// `hold_not_found` for every call, exactly like an id nobody uses, and changes nothing.
-pub(super) async fn owned_holds_answer_only_in_their_owners_scope<S: Store>(store: S) {
+pub(super) async fn owned_holds_answer_only_in_their_owners_scope<S: HoldStore>(store: S) {
     let f = Fixture::new(store);
     let slot = f.slot(4, hours(1)).await;
     let alice = Scope::Owner(owner("alice"));
@@ -79,7 +79,7 @@ pub(super) async fn owned_holds_answer_only_in_their_owners_scope<S: Store>(stor
 
 /// A key is a replay only for the same slot, quantity and owner; the owner's own other
 /// request is told which hold has the key.
-pub(super) async fn a_key_replays_only_the_same_request<S: Store>(store: S) {
+pub(super) async fn a_key_replays_only_the_same_request<S: HoldStore>(store: S) {
     let f = Fixture::new(store);
     let a = f.slot(6, hours(1)).await;
     let b = f.slot(6, hours(1)).await;
@@ -109,7 +109,7 @@ pub(super) async fn a_key_replays_only_the_same_request<S: Store>(store: S) {
 /// A key already used by another owner (or by an anonymous client, or used anonymously by
 /// an owner's request) is refused without a word about that hold: no id in the error, no
 /// hold handed back, nothing changed.
-pub(super) async fn a_key_of_another_owner_reveals_nothing<S: Store>(store: S) {
+pub(super) async fn a_key_of_another_owner_reveals_nothing<S: HoldStore>(store: S) {
     let f = Fixture::new(store);
     let slot = f.slot(5, hours(1)).await;
     let alices = place(&f, slot, "shared", 1, Some("alice"))

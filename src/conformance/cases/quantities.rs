@@ -8,10 +8,10 @@ use crate::conformance::Fixture;
 use crate::error::BookingError;
 use crate::model::HoldStatus;
 use crate::scope::Scope;
-use crate::store::Store;
+use crate::store::HoldStore;
 
 /// A hold takes all of its units by one conditional decrement, or none.
-pub(super) async fn a_hold_takes_its_quantity_all_or_nothing<S: Store>(store: S) {
+pub(super) async fn a_hold_takes_its_quantity_all_or_nothing<S: HoldStore>(store: S) {
     let f = Fixture::new(store);
     let slot = f.slot(5, hours(1)).await;
     let three = place(&f, slot, "three", 3, None).await.unwrap().hold;
@@ -37,7 +37,7 @@ pub(super) async fn a_hold_takes_its_quantity_all_or_nothing<S: Store>(store: S)
 
 /// Quantities outside 1..=1000 never reach the store; more than the slot's capacity is
 /// its own error; neither changes anything.
-pub(super) async fn quantities_out_of_bounds_are_refused<S: Store>(store: S) {
+pub(super) async fn quantities_out_of_bounds_are_refused<S: HoldStore>(store: S) {
     let f = Fixture::new(store);
     let slot = f.slot(5, hours(1)).await;
     for bad in [0, -1, 1001, i64::from(i32::MAX) + 1] {
@@ -69,7 +69,7 @@ pub(super) async fn quantities_out_of_bounds_are_refused<S: Store>(store: S) {
 
 /// Cancel gives back every unit of a hold; an expired hold's units count as free and are
 /// reclaimed together.
-pub(super) async fn cancel_and_expiry_return_every_unit_of_a_hold<S: Store>(store: S) {
+pub(super) async fn cancel_and_expiry_return_every_unit_of_a_hold<S: HoldStore>(store: S) {
     let f = Fixture::new(store);
     let slot = f.slot(6, hours(2)).await;
     let cancelled = place(&f, slot, "c", 3, None).await.unwrap().hold;
@@ -96,7 +96,7 @@ pub(super) async fn cancel_and_expiry_return_every_unit_of_a_hold<S: Store>(stor
 }
 
 /// A hold that does not fit even with the expired units is refused and reclaims nothing.
-pub(super) async fn a_refused_hold_reclaims_nothing<S: Store>(store: S) {
+pub(super) async fn a_refused_hold_reclaims_nothing<S: HoldStore>(store: S) {
     let f = Fixture::new(store);
     let slot = f.slot(4, hours(2)).await;
     let short = f.minute_hold(slot, "short").await;

@@ -7,11 +7,11 @@ use crate::conformance::Fixture;
 use crate::error::BookingError;
 use crate::model::{HoldStatus, PageRequest};
 use crate::scope::Scope;
-use crate::store::Store;
+use crate::store::{HoldQueries, HoldStore};
 
 /// An owner's holds and a slot's roster come in keyset pages by id, every status resolved
 /// at now, with quantity and owner.
-pub(super) async fn owner_holds_and_rosters_page_by_id<S: Store>(store: S) {
+pub(super) async fn owner_holds_and_rosters_page_by_id<S: HoldStore + HoldQueries>(store: S) {
     let f = Fixture::new(store);
     let a = f.slot(10, hours(1)).await;
     let b = f.slot(10, hours(1)).await;
@@ -41,8 +41,8 @@ pub(super) async fn owner_holds_and_rosters_page_by_id<S: Store>(store: S) {
     let mut page = PageRequest::first(2);
     loop {
         let got = f.engine.owner_holds(&alice, page).await.unwrap();
-        assert!(got.holds.len() <= 2);
-        seen.extend(got.holds);
+        assert!(got.items.len() <= 2);
+        seen.extend(got.items);
         match got.next_after {
             Some(after) => page = PageRequest::after(after, 2),
             None => break,
@@ -62,24 +62,24 @@ pub(super) async fn owner_holds_and_rosters_page_by_id<S: Store>(store: S) {
         .await
         .unwrap();
     assert_eq!(roster.next_after, None);
-    assert_eq!(roster.holds.len(), 9, "three of each kind on slot a");
-    assert!(roster.holds.windows(2).all(|w| w[0].hold_id < w[1].hold_id));
-    assert!(roster.holds.iter().all(|h| h.slot_id == a));
-    let owners: HashSet<_> = roster.holds.iter().map(|h| h.owner.clone()).collect();
+    assert_eq!(roster.items.len(), 9, "three of each kind on slot a");
+    assert!(roster.items.windows(2).all(|w| w[0].hold_id < w[1].hold_id));
+    assert!(roster.items.iter().all(|h| h.slot_id == a));
+    let owners: HashSet<_> = roster.items.iter().map(|h| h.owner.clone()).collect();
     assert_eq!(owners.len(), 3, "alice, bob and anonymous");
-    let after = roster.holds[3].hold_id;
+    let after = roster.items[3].hold_id;
     let rest = f
         .engine
         .slot_holds(a, PageRequest::after(after, 1000))
         .await
         .unwrap();
-    assert_eq!(rest.holds, roster.holds[4..].to_vec());
+    assert_eq!(rest.items, roster.items[4..].to_vec());
     let nobody = f
         .engine
         .owner_holds(&owner("carol"), PageRequest::first(5))
         .await
         .unwrap();
-    assert_eq!((nobody.holds.len(), nobody.next_after), (0, None));
+    assert_eq!((nobody.items.len(), nobody.next_after), (0, None));
     for limit in [0, 1001] {
         assert_err!(
             f.engine

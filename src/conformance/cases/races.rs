@@ -9,10 +9,10 @@ use crate::conformance::Fixture;
 use crate::error::BookingError;
 use crate::model::{HoldId, HoldStatus, SlotId};
 use crate::scope::Scope;
-use crate::store::Store;
+use crate::store::HoldStore;
 
 /// Many concurrent holds on one slot: exactly `capacity` succeed, the rest are sold out.
-pub(super) async fn race_holds_on_one_slot_take_exactly_its_capacity<S: Store>(store: S) {
+pub(super) async fn race_holds_on_one_slot_take_exactly_its_capacity<S: HoldStore>(store: S) {
     let f = Arc::new(Fixture::new(store));
     let slot = f.slot(7, hours(1)).await;
     let (held, sold_out) = race_holds(&f, slot, (0..250).map(|i| format!("race-{i}"))).await;
@@ -22,7 +22,7 @@ pub(super) async fn race_holds_on_one_slot_take_exactly_its_capacity<S: Store>(s
 }
 
 /// Many concurrent holds with one key: one hold, every caller gets it.
-pub(super) async fn race_one_key_makes_one_hold<S: Store>(store: S) {
+pub(super) async fn race_one_key_makes_one_hold<S: HoldStore>(store: S) {
     let f = Arc::new(Fixture::new(store));
     let slot = f.slot(100, hours(1)).await;
     let tasks: Vec<_> = (0..60)
@@ -46,7 +46,7 @@ pub(super) async fn race_one_key_makes_one_hold<S: Store>(store: S) {
 }
 
 /// Racing holds on a slot full of expired holds reclaim each unit once.
-pub(super) async fn race_reclaim_returns_each_expired_unit_once<S: Store>(store: S) {
+pub(super) async fn race_reclaim_returns_each_expired_unit_once<S: HoldStore>(store: S) {
     let f = Arc::new(Fixture::new(store));
     let slot = f.slot(5, hours(2)).await;
     let mut all = f.hold_each(slot, (0..5).map(|i| format!("old-{i}"))).await;
@@ -59,7 +59,7 @@ pub(super) async fn race_reclaim_returns_each_expired_unit_once<S: Store>(store:
 }
 
 /// Concurrent cancels of one hold give its unit back once.
-pub(super) async fn race_cancels_of_one_hold_return_one_unit<S: Store>(store: S) {
+pub(super) async fn race_cancels_of_one_hold_return_one_unit<S: HoldStore>(store: S) {
     let f = Arc::new(Fixture::new(store));
     let slot = f.slot(3, hours(1)).await;
     let hold = f.engine.hold(slot, "k").await.unwrap().hold.hold_id;
@@ -79,7 +79,7 @@ pub(super) async fn race_cancels_of_one_hold_return_one_unit<S: Store>(store: S)
 }
 
 /// Holds, confirms, cancels and expiries racing on two slots keep the invariant.
-pub(super) async fn race_mixed_operations_keep_the_invariant<S: Store>(store: S) {
+pub(super) async fn race_mixed_operations_keep_the_invariant<S: HoldStore>(store: S) {
     let f = Arc::new(Fixture::new(store));
     let slots = [f.slot(4, hours(2)).await, f.slot(1, hours(2)).await];
     // Replays hand several tasks the same hold: a set counts each hold once.
@@ -128,7 +128,7 @@ pub(super) async fn race_mixed_operations_keep_the_invariant<S: Store>(store: S)
 }
 
 /// Ten concurrent 3-unit holds on a 6-unit slot sell exactly two, every round.
-pub(super) async fn race_multi_unit_holds_sell_whole_holds<S: Store>(store: S) {
+pub(super) async fn race_multi_unit_holds_sell_whole_holds<S: HoldStore>(store: S) {
     let f = Arc::new(Fixture::new(store));
     for round in 0..20 {
         let slot = f.slot(6, hours(1)).await;
@@ -150,7 +150,7 @@ pub(super) async fn race_multi_unit_holds_sell_whole_holds<S: Store>(store: S) {
 
 /// Owners racing on each other's holds: every foreign call is `hold_not_found`, every own
 /// call lands, and the invariant holds.
-pub(super) async fn race_owners_touch_only_their_own_holds<S: Store>(store: S) {
+pub(super) async fn race_owners_touch_only_their_own_holds<S: HoldStore>(store: S) {
     let f = Arc::new(Fixture::new(store));
     let slot = f.slot(40, hours(1)).await;
     let mut holds = Vec::new();

@@ -7,12 +7,12 @@ use crate::conformance::support::hours;
 use crate::conformance::Fixture;
 use crate::error::BookingError;
 use crate::model::{AvailabilityQuery, HoldId, SlotId};
-use crate::store::Store;
+use crate::store::HoldStore;
 
 /// Finds every hold placed with one of `keys` on `slot` by replaying the keys (a replay
 /// returns the hold a lost or dropped call may have created; a key with no hold places one
 /// now, which the invariant then counts too).
-async fn discover<S: Store>(f: &Fixture<S>, slot: SlotId, keys: &[String]) -> Vec<HoldId> {
+async fn discover<S: HoldStore>(f: &Fixture<S>, slot: SlotId, keys: &[String]) -> Vec<HoldId> {
     let mut ids = Vec::new();
     for key in keys {
         match f.engine.hold(slot, key).await {
@@ -28,7 +28,7 @@ async fn discover<S: Store>(f: &Fixture<S>, slot: SlotId, keys: &[String]) -> Ve
 
 /// A store that fails, stalls and panics at random (before or after committing) never
 /// leaves the invariant broken or a caller waiting; errors arrive as `BookingError`s.
-pub(super) async fn faults_never_break_the_invariant_or_hang_a_caller<S: Store>(store: S) {
+pub(super) async fn faults_never_break_the_invariant_or_hang_a_caller<S: HoldStore>(store: S) {
     use crate::conformance::faults::{FaultRates, FaultyStore};
     let faulty = Arc::new(FaultyStore::new(store, FaultRates::CHAOS, 0x5eed));
     faulty.set_enabled(false);
@@ -92,7 +92,7 @@ pub(super) async fn faults_never_break_the_invariant_or_hang_a_caller<S: Store>(
 
 /// Calls dropped part-way (at a spread of points) leave no capacity taken without a hold,
 /// and no unit returned twice; the store keeps working afterwards.
-pub(super) async fn dropped_calls_leak_no_capacity<S: Store>(store: S) {
+pub(super) async fn dropped_calls_leak_no_capacity<S: HoldStore>(store: S) {
     let f = Arc::new(Fixture::new(store));
     let slot = f.slot(4, hours(1)).await;
     let keys: Vec<String> = (0..40).map(|i| format!("drop-{i}")).collect();

@@ -102,7 +102,7 @@ impl EventsMatchTheModel {
     /// The lease operations against the model of the consumer `leased`: a lease is granted
     /// when free, lapsed or already the holder's; a release by its holder frees it; a fenced
     /// acknowledgement moves the cursor (never back) only for the holder.
-    async fn lease_op<S: EventStore>(
+    async fn lease_op<S: crate::Store + EventStore>(
         &mut self,
         engine: &BookingEngine<S>,
         op: &ModelOp,
@@ -166,7 +166,7 @@ impl EventsMatchTheModel {
 }
 
 #[async_trait::async_trait]
-impl<S: EventStore> StepCheck<S> for EventsMatchTheModel {
+impl<S: crate::Store + EventStore> StepCheck<S> for EventsMatchTheModel {
     async fn extra_op(
         &mut self,
         engine: &BookingEngine<S>,
@@ -248,7 +248,7 @@ impl<S: EventStore> StepCheck<S> for EventsMatchTheModel {
 /// When a sequence's outcomes, state or events differ from the model's.
 pub fn check_events<S, F, Fut>(factory: F, cases: u32, max_len: usize)
 where
-    S: EventStore,
+    S: crate::Store + EventStore,
     F: Fn() -> Fut,
     Fut: Future<Output = S>,
 {

@@ -7,7 +7,7 @@ use chrono::Duration;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
-use crate::admin::{SlotCursor, SlotFilter, SlotPageRequest};
+use crate::model::SlotCursor;
 use crate::conformance::kit::SlotTally;
 use crate::conformance::Fixture;
 use crate::engine::BookingEngine;
@@ -25,25 +25,25 @@ use super::Mismatch;
 
 /// Walks every page of the operator's listing `limit` at a time, checking each page's limit
 /// and cursor as it comes.
-async fn walk_slots<S: Store>(engine: &BookingEngine<S>, filter: &SlotFilter, limit: u32) -> Seen {
+async fn walk_slots<S: Store>(engine: &BookingEngine<S>, filter: &AvailabilityQuery, limit: u32) -> Seen {
     let mut all = Vec::new();
-    let mut page = SlotPageRequest::first(limit);
+    let mut page = PageRequest::first(limit);
     loop {
         let listed = match engine.list_slots(filter, page).await {
             Ok(listed) => listed,
             Err(error) => return Seen::Error(error.code()),
         };
-        let full = listed.slots.len() == limit as usize;
-        let cursor = listed.slots.last().filter(|_| full).map(|s| SlotCursor {
+        let full = listed.items.len() == limit as usize;
+        let cursor = listed.items.last().filter(|_| full).map(|s| SlotCursor {
             starts_at: s.starts_at,
             slot_id: s.slot_id,
         });
-        if listed.slots.len() > limit as usize || listed.next_after != cursor {
+        if listed.items.len() > limit as usize || listed.next_after != cursor {
             return Seen::Error("(a slot page broke its limit or cursor)");
         }
-        all.push(listed.slots);
+        all.push(listed.items);
         match listed.next_after {
-            Some(after) if all.len() <= 1_000 => page = SlotPageRequest::after(after, limit),
+            Some(after) if all.len() <= 1_000 => page = PageRequest::after(after, limit),
             _ => return Seen::SlotPages(all),
         }
     }
@@ -63,14 +63,14 @@ where
             Ok(page) => page,
             Err(error) => return Seen::Error(error.code()),
         };
-        let full = page.holds.len() == limit as usize;
-        if page.holds.len() > limit as usize
-            || page.next_after != page.holds.last().filter(|_| full).map(|h| h.hold_id)
+        let full = page.items.len() == limit as usize;
+        if page.items.len() > limit as usize
+            || page.next_after != page.items.last().filter(|_| full).map(|h| h.hold_id)
         {
             return Seen::Error("(a page broke its limit or cursor)");
         }
         after = page.next_after;
-        all.push(page.holds);
+        all.push(page.items);
         if after.is_none() || all.len() > 1_000 {
             return Seen::Pages(all);
         }
@@ -166,7 +166,7 @@ pub(super) async fn run_checked<S: Store, C: StepCheck<S>>(
                 resource: resource_number,
             } => {
                 let only = resource(resource_number);
-                let mut filter = SlotFilter::all();
+                let mut filter = AvailabilityQuery::all();
                 filter.resource = only.clone();
                 let actual = walk_slots(&engine, &filter, limit).await;
                 (model.list_slots(limit, only.as_ref(), now), actual)

@@ -45,7 +45,7 @@ fn transaction_step() -> impl Strategy<Value = TransactionStep> {
 /// Runs transactions against a fresh store; each step's writes are checked against a draft
 /// of the model that becomes the model on commit and is dropped on rollback, and after each
 /// transaction the store's rows (read outside it) must equal the model's.
-async fn run_transactions<S: TransactionalStore>(
+async fn run_transactions<S: crate::Store + TransactionalStore>(
     store: S,
     steps: &[TransactionStep],
 ) -> Result<(), Mismatch> {
@@ -113,7 +113,7 @@ async fn run_transactions<S: TransactionalStore>(
 /// the model's.
 pub fn check_transactional<S, F, Fut>(factory: F, cases: u32)
 where
-    S: TransactionalStore,
+    S: crate::Store + TransactionalStore,
     F: Fn() -> Fut,
     Fut: Future<Output = S>,
 {
