@@ -272,7 +272,7 @@ async fn sqlx_holds(conn: &mut sqlx::SqliteConnection, sql: &str, n: u64) -> Dur
     let now = Utc::now().timestamp_micros();
     let started = Instant::now();
     for i in 0..n {
-        let rows = sqlx::query(sql)
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind((i as i64 % SLOTS) + 1)
             .bind(fresh_key("x"))
             .bind(now)

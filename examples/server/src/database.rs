@@ -13,6 +13,7 @@ use slot_booking::{
 use crate::events::EventTasks;
 use slot_booking_postgres::PostgresStore;
 use slot_booking_sqlite::SqliteStore;
+use sqlx::AssertSqlSafe;
 
 /// An open, migrated database.
 #[derive(Debug, Clone)]
@@ -114,9 +115,9 @@ async fn seed_postgres(
         .execute(&mut *tx)
         .await
         .map_err(StoreError::unavailable)?;
-    let upcoming: bool = sqlx::query_scalar(&format!(
+    let upcoming: bool = sqlx::query_scalar(AssertSqlSafe(format!(
         "SELECT EXISTS (SELECT 1 FROM {s}.slots WHERE starts_at > $1)"
-    ))
+    )))
     .bind(now)
     .fetch_one(&mut *tx)
     .await
@@ -145,9 +146,9 @@ async fn seed_sqlite(
         .begin_with("BEGIN IMMEDIATE")
         .await
         .map_err(StoreError::unavailable)?;
-    let upcoming: bool = sqlx::query_scalar(&format!(
+    let upcoming: bool = sqlx::query_scalar(AssertSqlSafe(format!(
         "SELECT EXISTS (SELECT 1 FROM {table} WHERE starts_at > ?1)"
-    ))
+    )))
     .bind(now.timestamp_micros())
     .fetch_one(&mut *tx)
     .await
