@@ -21,13 +21,14 @@
 // criterion_group!/criterion_main! generate undocumented items.
 #![allow(missing_docs)]
 
+use std::hint::black_box;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use criterion::{black_box, Criterion};
+use criterion::Criterion;
 use slot_booking::{BookingEngine, BookingError, HoldPlaced, NewSlot, SlotId, Store};
 use slot_booking_postgres::PostgresStore;
 use sqlx::postgres::{PgPool, PgPoolOptions};

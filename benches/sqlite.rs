@@ -25,13 +25,14 @@
 // criterion_group!/criterion_main! generate undocumented items.
 #![allow(missing_docs)]
 
+use std::hint::black_box;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use slot_booking::{
     BookingEngine, HoldOutcome, HoldRequest, IdempotencyKey, NewSlot, SlotId, Store,
 };
