@@ -16,13 +16,14 @@
 // criterion_group!/criterion_main! generate undocumented items.
 #![allow(missing_docs)]
 
+use std::hint::black_box;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use chrono::Utc;
-use criterion::{black_box, criterion_group, Criterion};
+use criterion::{criterion_group, Criterion};
 use slot_booking::store::{
     Decided, HoldOutcome, HoldRequest, RenewRequest, SlotChange, Transition,
 };

@@ -6,11 +6,12 @@
 #![allow(missing_docs)]
 
 use std::collections::HashMap;
+use std::hint::black_box;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::Utc;
-use criterion::{black_box, criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use slot_booking::{
     BookingEngine, HoldRequest, IdempotencyKey, MemoryStore, NewSlot, SlotId, Store, Timestamp,
 };

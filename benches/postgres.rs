@@ -21,16 +21,18 @@
 // criterion_group!/criterion_main! generate undocumented items.
 #![allow(missing_docs)]
 
+use std::hint::black_box;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use criterion::{black_box, Criterion};
+use criterion::Criterion;
 use slot_booking::{BookingEngine, BookingError, HoldPlaced, NewSlot, SlotId, Store};
 use slot_booking_postgres::PostgresStore;
 use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::AssertSqlSafe;
 
 const CONNECTIONS: u32 = 8;
 const RUN: Duration = Duration::from_secs(10);
@@ -48,10 +50,12 @@ async fn pool(url: &str) -> PgPool {
 
 async fn fresh_store(url: &str, schema: &str) -> PostgresStore {
     let pool = pool(url).await;
-    sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
-        .execute(&pool)
-        .await
-        .unwrap();
+    sqlx::query(AssertSqlSafe(format!(
+        "DROP SCHEMA IF EXISTS {schema} CASCADE"
+    )))
+    .execute(&pool)
+    .await
+    .unwrap();
     let store = PostgresStore::with_schema(pool, schema).unwrap();
     store.migrate().await.unwrap();
     store
@@ -191,10 +195,12 @@ async fn refusals(url: &str) {
         ),
         None => println!("postgres refused holds, 8 connections: engine {ours:.0}/s (pgbench unavailable)"),
     }
-    let held: (i64,) = sqlx::query_as(&format!("SELECT count(*) FROM {schema}.holds"))
-        .fetch_one(store.pool())
-        .await
-        .unwrap();
+    let held: (i64,) = sqlx::query_as(AssertSqlSafe(format!(
+        "SELECT count(*) FROM {schema}.holds"
+    )))
+    .fetch_one(store.pool())
+    .await
+    .unwrap();
     assert_eq!(held.0, 1, "every request after the first was refused");
 }
 
@@ -217,11 +223,11 @@ async fn throughput(url: &str) {
             ),
             None => println!("postgres holds, 8 connections, {name}: engine {ours:.0}/s (pgbench unavailable)"),
         }
-        let invariant: (i64,) = sqlx::query_as(&format!(
+        let invariant: (i64,) = sqlx::query_as(AssertSqlSafe(format!(
             "SELECT count(*) FROM {schema}.slots s WHERE s.remaining + \
              (SELECT count(*) FROM {schema}.holds h WHERE h.slot_id = s.id AND h.status IN ('held', 'confirmed')) \
              <> s.capacity"
-        ))
+        )))
         .fetch_one(store.pool())
         .await
         .unwrap();
@@ -322,7 +328,10 @@ async fn availability_fixture(url: &str) -> PostgresStore {
         format!("VACUUM ANALYZE {s}.holds"),
     ];
     for statement in statements {
-        sqlx::query(&statement).execute(store.pool()).await.unwrap();
+        sqlx::query(AssertSqlSafe(statement))
+            .execute(store.pool())
+            .await
+            .unwrap();
     }
     store
 }
@@ -369,7 +378,7 @@ fn availability(c: &mut Criterion, rt: &tokio::runtime::Runtime, url: &str) {
             ),
             format!("VACUUM ANALYZE {s}.holds"),
         ] {
-            sqlx::query(&statement).execute(store.pool()).await.unwrap();
+            sqlx::query(AssertSqlSafe(statement)).execute(store.pool()).await.unwrap();
         }
     });
     group.bench_function(
@@ -430,7 +439,10 @@ async fn history_fixture(url: &str, schema: &str, abandoned: bool) -> PostgresSt
         format!("VACUUM ANALYZE {s}.holds"),
     ]);
     for statement in statements {
-        sqlx::query(&statement).execute(store.pool()).await.unwrap();
+        sqlx::query(AssertSqlSafe(statement))
+            .execute(store.pool())
+            .await
+            .unwrap();
     }
     store
 }
@@ -562,10 +574,12 @@ async fn notify_cost(url: &str) {
                 "slots_notify_update",
                 "slots_notify_truncate",
             ] {
-                sqlx::query(&format!("DROP TRIGGER {trigger} ON {schema}.slots"))
-                    .execute(store.pool())
-                    .await
-                    .unwrap();
+                sqlx::query(AssertSqlSafe(format!(
+                    "DROP TRIGGER {trigger} ON {schema}.slots"
+                )))
+                .execute(store.pool())
+                .await
+                .unwrap();
             }
         }
         setups.push((engine, slot_ids, followers));

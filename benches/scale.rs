@@ -54,6 +54,7 @@ use slot_booking_postgres::PostgresStore;
 use slot_booking_sqlite::sqlx::sqlite::SqlitePool;
 use slot_booking_sqlite::SqliteStore;
 use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::AssertSqlSafe;
 
 /// Counts live heap bytes for part 4 (one atomic add per allocation and per free: a small,
 /// equal tax on everything this binary measures, baselines included).
@@ -286,7 +287,10 @@ async fn sqlite_fixture(dir: &Path, n: i64) -> SqliteStore {
         ),
     ];
     for statement in statements {
-        sqlx::query(&statement).execute(store.pool()).await.unwrap();
+        sqlx::query(AssertSqlSafe(statement))
+            .execute(store.pool())
+            .await
+            .unwrap();
     }
     store
 }
@@ -295,10 +299,10 @@ async fn sqlite_fixture(dir: &Path, n: i64) -> SqliteStore {
 type SqliteRow = (i64, i64, i64, i32, i32, Option<String>);
 
 async fn sqlite_bare(pool: &SqlitePool, now: DateTime<Utc>) -> usize {
-    let rows: Vec<SqliteRow> = sqlx::query_as(&format!(
+    let rows: Vec<SqliteRow> = sqlx::query_as(AssertSqlSafe(format!(
         "SELECT id, starts_at, ends_at, capacity, remaining, resource FROM {SQLITE_SLOTS} \
          WHERE starts_at > ?1 AND closed = 0 AND removed_at IS NULL ORDER BY starts_at, id"
-    ))
+    )))
     .bind(now.timestamp_micros())
     .fetch_all(pool)
     .await
@@ -307,11 +311,11 @@ async fn sqlite_bare(pool: &SqlitePool, now: DateTime<Utc>) -> usize {
 }
 
 async fn sqlite_bare_one(pool: &SqlitePool, from: DateTime<Utc>, to: DateTime<Utc>) -> usize {
-    let rows: Vec<SqliteRow> = sqlx::query_as(&format!(
+    let rows: Vec<SqliteRow> = sqlx::query_as(AssertSqlSafe(format!(
         "SELECT id, starts_at, ends_at, capacity, remaining, resource FROM {SQLITE_SLOTS} \
          WHERE starts_at >= ?1 AND starts_at < ?2 AND closed = 0 AND removed_at IS NULL \
          ORDER BY starts_at, id"
-    ))
+    )))
     .bind(from.timestamp_micros())
     .bind(to.timestamp_micros())
     .fetch_all(pool)
@@ -335,10 +339,12 @@ async fn pg_pool(url: &str, connections: u32) -> PgPool {
 
 async fn pg_store(url: &str, schema: &str, connections: u32) -> PostgresStore {
     let pool = pg_pool(url, connections).await;
-    sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
-        .execute(&pool)
-        .await
-        .unwrap();
+    sqlx::query(AssertSqlSafe(format!(
+        "DROP SCHEMA IF EXISTS {schema} CASCADE"
+    )))
+    .execute(&pool)
+    .await
+    .unwrap();
     let store = PostgresStore::with_schema(pool, schema).unwrap();
     store.migrate().await.unwrap();
     store
@@ -346,10 +352,12 @@ async fn pg_store(url: &str, schema: &str, connections: u32) -> PostgresStore {
 
 async fn pg_drop(store: &PostgresStore) {
     let schema = store.schema().to_owned();
-    sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
-        .execute(store.pool())
-        .await
-        .unwrap();
+    sqlx::query(AssertSqlSafe(format!(
+        "DROP SCHEMA IF EXISTS {schema} CASCADE"
+    )))
+    .execute(store.pool())
+    .await
+    .unwrap();
     store.pool().close().await;
 }
 
@@ -391,7 +399,10 @@ async fn pg_fixture(url: &str, schema: &str, n: i64) -> PostgresStore {
         format!("VACUUM ANALYZE {s}.hold_keys"),
     ];
     for statement in statements {
-        sqlx::query(&statement).execute(store.pool()).await.unwrap();
+        sqlx::query(AssertSqlSafe(statement))
+            .execute(store.pool())
+            .await
+            .unwrap();
     }
     store
 }
@@ -400,11 +411,11 @@ async fn pg_fixture(url: &str, schema: &str, n: i64) -> PostgresStore {
 type PgRow = (i64, DateTime<Utc>, DateTime<Utc>, i32, i32, Option<String>);
 
 async fn pg_bare(store: &PostgresStore, now: DateTime<Utc>) -> usize {
-    let rows: Vec<PgRow> = sqlx::query_as(&format!(
+    let rows: Vec<PgRow> = sqlx::query_as(AssertSqlSafe(format!(
         "SELECT id, starts_at, ends_at, capacity, remaining, resource FROM {}.slots \
          WHERE starts_at > $1 AND NOT closed AND removed_at IS NULL ORDER BY starts_at, id",
         store.schema()
-    ))
+    )))
     .bind(now)
     .fetch_all(store.pool())
     .await
@@ -413,12 +424,12 @@ async fn pg_bare(store: &PostgresStore, now: DateTime<Utc>) -> usize {
 }
 
 async fn pg_bare_one(store: &PostgresStore, from: DateTime<Utc>, to: DateTime<Utc>) -> usize {
-    let rows: Vec<PgRow> = sqlx::query_as(&format!(
+    let rows: Vec<PgRow> = sqlx::query_as(AssertSqlSafe(format!(
         "SELECT id, starts_at, ends_at, capacity, remaining, resource FROM {}.slots \
          WHERE starts_at >= $1 AND starts_at < $2 AND NOT closed AND removed_at IS NULL \
          ORDER BY starts_at, id",
         store.schema()
-    ))
+    )))
     .bind(from)
     .bind(to)
     .fetch_all(store.pool())
@@ -778,21 +789,22 @@ async fn holds(table: &mut Table, url: &str) {
         eprintln!("holds: {connections} connections");
         let schema = format!("sb_bench_scale_holds_{connections}");
         let store = pg_store(url, &schema, 1).await;
-        sqlx::query(&format!(
+        sqlx::query(AssertSqlSafe(format!(
             "INSERT INTO {schema}.slots (starts_at, ends_at, capacity, remaining) \
              SELECT now() + interval '1 day' + g * interval '1 minute', \
                     now() + interval '1 day' + g * interval '1 minute' + interval '1 hour', \
                     1000000000, 1000000000 \
              FROM generate_series(0, {HOLD_SLOTS} - 1) g"
-        ))
+        )))
         .execute(store.pool())
         .await
         .unwrap();
-        let ids: Vec<(i64,)> =
-            sqlx::query_as(&format!("SELECT id FROM {schema}.slots ORDER BY id"))
-                .fetch_all(store.pool())
-                .await
-                .unwrap();
+        let ids: Vec<(i64,)> = sqlx::query_as(AssertSqlSafe(format!(
+            "SELECT id FROM {schema}.slots ORDER BY id"
+        )))
+        .fetch_all(store.pool())
+        .await
+        .unwrap();
         let slots: Arc<Vec<SlotId>> = Arc::new(ids.into_iter().map(|(id,)| SlotId(id)).collect());
         let (first, last) = (slots[0], slots[slots.len() - 1]);
         // Alternating rounds, each side on its own connections: the engine's pool is closed

@@ -25,13 +25,14 @@
 // criterion_group!/criterion_main! generate undocumented items.
 #![allow(missing_docs)]
 
+use std::hint::black_box;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use slot_booking::{
     BookingEngine, HoldOutcome, HoldRequest, IdempotencyKey, NewSlot, SlotId, Store,
 };
@@ -272,7 +273,7 @@ async fn sqlx_holds(conn: &mut sqlx::SqliteConnection, sql: &str, n: u64) -> Dur
     let now = Utc::now().timestamp_micros();
     let started = Instant::now();
     for i in 0..n {
-        let rows = sqlx::query(sql)
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind((i as i64 % SLOTS) + 1)
             .bind(fresh_key("x"))
             .bind(now)

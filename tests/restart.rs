@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use slot_booking::conformance::kit::SlotTally;
 use slot_booking::{BookingEngine, BookingError, HoldId, HoldStatus, NewSlot, SlotId};
-use sqlx::Connection;
+use sqlx::{AssertSqlSafe, Connection};
 
 /// Whether the PostgreSQL tests run, and where: shared with the PostgreSQL store's tests.
 #[path = "../backends/postgres/tests/common/gate.rs"]
@@ -313,7 +313,7 @@ async fn postgres_server_survives_sigkill() {
     };
     let name = unique("sb_restart");
     let mut conn = sqlx::PgConnection::connect(&admin).await.unwrap();
-    sqlx::query(&format!("CREATE DATABASE {name}"))
+    sqlx::query(AssertSqlSafe(format!("CREATE DATABASE {name}")))
         .execute(&mut conn)
         .await
         .unwrap_or_else(|error| {
@@ -321,7 +321,9 @@ async fn postgres_server_survives_sigkill() {
         });
     let base = admin.rsplit_once('/').map_or(admin.as_str(), |(b, _)| b);
     kill_mid_load_and_check(&format!("{base}/{name}")).await;
-    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        .execute(&mut conn)
-        .await;
+    let _ = sqlx::query(AssertSqlSafe(format!(
+        "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+    )))
+    .execute(&mut conn)
+    .await;
 }

@@ -11,7 +11,7 @@ use slot_booking::{
     Purged, SlotId, StoreError, Timestamp,
 };
 use sqlx::postgres::{PgConnection, PgRow};
-use sqlx::Row;
+use sqlx::{AssertSqlSafe, Row};
 
 use crate::sql::Statements;
 use crate::{interval, map_err, optional_hold, PostgresStore};
@@ -63,7 +63,7 @@ impl PostgresStore {
     }
 
     async fn look(&self, consumer: &ConsumerId, limit: u32) -> Result<Look, StoreError> {
-        let rows = sqlx::query(&self.sql().read_events)
+        let rows = sqlx::query(AssertSqlSafe(self.sql().read_events.as_str()))
             .bind(consumer.as_str())
             .bind(i64::from(limit))
             .fetch_all(self.pool())
@@ -87,7 +87,7 @@ impl PostgresStore {
     /// Takes a new horizon when events exist that the newest one does not see (migration 8's
     /// function: the lock, then the snapshot), one round trip.
     async fn take_horizon(&self) -> Result<(), StoreError> {
-        sqlx::query(&self.sql().take_horizon)
+        sqlx::query(AssertSqlSafe(self.sql().take_horizon.as_str()))
             .execute(self.pool())
             .await
             .map_err(map_err)?;
@@ -119,8 +119,8 @@ pub(crate) async fn acknowledge_on(
     // A position before the start (a negative number) is the start: every cursor starts there.
     let through = through.max(EventPosition::START);
     let query = match holder {
-        None => sqlx::query(&sql.acknowledge),
-        Some(_) => sqlx::query(&sql.acknowledge_leased),
+        None => sqlx::query(AssertSqlSafe(sql.acknowledge.as_str())),
+        Some(_) => sqlx::query(AssertSqlSafe(sql.acknowledge_leased.as_str())),
     }
     .bind(consumer.as_str())
     .bind(through.epoch())
@@ -180,7 +180,7 @@ impl EventStore for PostgresStore {
         now: Timestamp,
         until: Timestamp,
     ) -> Result<bool, StoreError> {
-        let row = sqlx::query(&self.sql().lease_consumer)
+        let row = sqlx::query(AssertSqlSafe(self.sql().lease_consumer.as_str()))
             .bind(consumer.as_str())
             .bind(holder.as_str())
             .bind(self.now_param(now))
@@ -196,7 +196,7 @@ impl EventStore for PostgresStore {
         consumer: &ConsumerId,
         holder: &LeaseHolder,
     ) -> Result<(), StoreError> {
-        sqlx::query(&self.sql().release_consumer)
+        sqlx::query(AssertSqlSafe(self.sql().release_consumer.as_str()))
             .bind(consumer.as_str())
             .bind(holder.as_str())
             .execute(self.pool())
@@ -209,7 +209,7 @@ impl EventStore for PostgresStore {
         &self,
         consumer: &ConsumerId,
     ) -> Result<Option<EventPosition>, StoreError> {
-        let row = sqlx::query(&self.sql().consumer_position)
+        let row = sqlx::query(AssertSqlSafe(self.sql().consumer_position.as_str()))
             .bind(consumer.as_str())
             .fetch_optional(self.pool())
             .await
@@ -225,7 +225,7 @@ impl EventStore for PostgresStore {
 
     async fn reclaim_expired(&self, now: Timestamp, limit: u32) -> Result<Vec<Hold>, StoreError> {
         for _ in 0..RECLAIM_ATTEMPTS {
-            let rows = sqlx::query(&self.sql().reclaim_expired)
+            let rows = sqlx::query(AssertSqlSafe(self.sql().reclaim_expired.as_str()))
                 .bind(self.now_param(now))
                 .bind(i64::from(limit))
                 .fetch_all(self.pool())
@@ -250,7 +250,7 @@ impl EventStore for PostgresStore {
     }
 
     async fn purge(&self, before: Timestamp, limit: u32) -> Result<Purged, StoreError> {
-        let row = sqlx::query(&self.sql().purge)
+        let row = sqlx::query(AssertSqlSafe(self.sql().purge.as_str()))
             .bind(before)
             .bind(i64::from(limit))
             .fetch_one(self.pool())

@@ -120,7 +120,7 @@
 //!
 //! # sqlx and TLS
 //!
-//! Built on sqlx 0.8, re-exported as [`slot_booking_postgres::sqlx`](crate::sqlx): build the
+//! Built on sqlx 0.9, re-exported as [`slot_booking_postgres::sqlx`](crate::sqlx): build the
 //! pool you pass to [`PostgresStore::new`] with it. A pool from another sqlx major version is a
 //! different type, and the compiler would say "expected `Pool`, found a different `Pool`".
 //!
@@ -221,7 +221,7 @@ use slot_booking::{
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::types::PgInterval;
 use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions, PgRow};
-use sqlx::{Executor, Postgres, Row};
+use sqlx::{AssertSqlSafe, Executor, Postgres, Row};
 
 mod changes;
 mod events;
@@ -229,7 +229,7 @@ mod migrate;
 mod sql;
 
 pub use changes::{PostgresChangeFeed, CHANGE_CHANNEL_PREFIX};
-/// The sqlx this crate is built on (0.8). Build pools and connection options through this
+/// The sqlx this crate is built on (0.9). Build pools and connection options through this
 /// re-export: a pool from another sqlx major version is a different type.
 pub use sqlx;
 
@@ -612,7 +612,7 @@ impl Run<'_> {
     }
 
     async fn create_slot(&mut self, slot: &NewSlot, now: Timestamp) -> Result<Slot, StoreError> {
-        let row = sqlx::query(&self.store.sql().create_slot)
+        let row = sqlx::query(AssertSqlSafe(self.store.sql().create_slot.as_str()))
             .bind(slot.starts_at)
             .bind(slot.ends_at)
             .bind(slot.capacity)
@@ -628,7 +628,7 @@ impl Run<'_> {
         &mut self,
         now: Timestamp,
     ) -> Result<Decided<Vec<AvailabilityEntry>>, StoreError> {
-        let rows = sqlx::query(&self.store.sql().availability)
+        let rows = sqlx::query(AssertSqlSafe(self.store.sql().availability.as_str()))
             .bind(self.now_param(now))
             .fetch_all(&mut *self.conn)
             .await
@@ -718,7 +718,7 @@ impl Run<'_> {
         request: &HoldRequest<'_>,
     ) -> Result<Insert, StoreError> {
         let lifetime = request.expires_at - request.now;
-        let inserted = sqlx::query(sql)
+        let inserted = sqlx::query(AssertSqlSafe(sql))
             .bind(request.slot_id.get())
             .bind(request.key.as_str())
             .bind(self.now_param(request.now))
@@ -745,7 +745,7 @@ impl Run<'_> {
         &mut self,
         request: &HoldRequest<'_>,
     ) -> Result<Decided<HoldOutcome>, StoreError> {
-        let row = sqlx::query(&self.store.sql().explain_hold)
+        let row = sqlx::query(AssertSqlSafe(self.store.sql().explain_hold.as_str()))
             .bind(request.slot_id.get())
             .bind(request.key.as_str())
             .bind(self.now_param(request.now))
@@ -763,7 +763,7 @@ impl Run<'_> {
         now: Timestamp,
     ) -> Result<Decided<Option<Hold>>, StoreError> {
         let (any, owner) = scope.as_filter();
-        let row = sqlx::query(&self.store.sql().hold_by_id)
+        let row = sqlx::query(AssertSqlSafe(self.store.sql().hold_by_id.as_str()))
             .bind(hold_id.get())
             .bind(self.now_param(now))
             .bind(any)
@@ -786,7 +786,7 @@ impl Run<'_> {
         extra: &[chrono::Duration],
     ) -> Result<Decided<Transition>, StoreError> {
         let (any, owner) = scope.as_filter();
-        let mut query = sqlx::query(sql)
+        let mut query = sqlx::query(AssertSqlSafe(sql))
             .bind(hold_id.get())
             .bind(self.now_param(now))
             .bind(any)
@@ -862,7 +862,7 @@ impl Run<'_> {
         reclaim: &str,
     ) -> Result<Decided<SlotChange>, StoreError> {
         for (sql, reclaiming) in [(fast, false), (reclaim, true)] {
-            let mut query = sqlx::query(sql)
+            let mut query = sqlx::query(AssertSqlSafe(sql))
                 .bind(slot_id.get())
                 .bind(self.now_param(now));
             if let Some(value) = value {
@@ -893,7 +893,7 @@ impl Run<'_> {
         slot_id: SlotId,
         now: Timestamp,
     ) -> Result<Decided<SlotChange>, StoreError> {
-        let row = sqlx::query(&self.store.sql().slot_usage)
+        let row = sqlx::query(AssertSqlSafe(self.store.sql().slot_usage.as_str()))
             .bind(slot_id.get())
             .bind(self.now_param(now))
             .fetch_one(&mut *self.conn)
@@ -929,7 +929,7 @@ impl Run<'_> {
         closed: bool,
         now: Timestamp,
     ) -> Result<Decided<SlotChange>, StoreError> {
-        let row = sqlx::query(&self.store.sql().set_closed)
+        let row = sqlx::query(AssertSqlSafe(self.store.sql().set_closed.as_str()))
             .bind(slot_id.get())
             .bind(self.now_param(now))
             .bind(closed)
@@ -963,7 +963,7 @@ impl Run<'_> {
         page: PageRequest,
         now: Timestamp,
     ) -> Result<Decided<Vec<Hold>>, StoreError> {
-        let rows = bind(sqlx::query(sql))
+        let rows = bind(sqlx::query(AssertSqlSafe(sql)))
             .bind(page.after.map_or(i64::MIN, HoldId::get))
             .bind(i64::from(page.limit))
             .bind(self.now_param(now))
@@ -974,7 +974,7 @@ impl Run<'_> {
     }
 
     async fn get_slot(&mut self, slot_id: SlotId) -> Result<Option<Slot>, StoreError> {
-        sqlx::query(&self.store.sql().slot_by_id)
+        sqlx::query(AssertSqlSafe(self.store.sql().slot_by_id.as_str()))
             .bind(slot_id.get())
             .fetch_optional(&mut *self.conn)
             .await
@@ -1015,7 +1015,7 @@ impl Run<'_> {
             Some(_) => &self.store.sql().list_resource_slots,
             None => &self.store.sql().list_slots,
         };
-        let mut query = sqlx::query(sql)
+        let mut query = sqlx::query(AssertSqlSafe(sql.as_str()))
             .bind(lower.0)
             .bind(lower.1)
             .bind(to)

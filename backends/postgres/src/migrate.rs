@@ -6,7 +6,7 @@
 //! `<schema>.slot_booking_migrations` and leaves `_sqlx_migrations` alone.
 
 use sqlx::postgres::PgPool;
-use sqlx::Executor;
+use sqlx::{AssertSqlSafe, Executor};
 
 use slot_booking::StoreError;
 
@@ -112,15 +112,15 @@ pub(crate) async fn run(pool: &PgPool, schema: &str) -> Result<(), StoreError> {
                 .map_err(map_err)?;
         if !schema_exists {
             (&mut *tx)
-                .execute(create_schema.as_str())
+                .execute(AssertSqlSafe(create_schema.as_str()))
                 .await
                 .map_err(map_err)?;
         }
         (&mut *tx)
-            .execute(create_ledger.as_str())
+            .execute(AssertSqlSafe(create_ledger.as_str()))
             .await
             .map_err(map_err)?;
-        let applied: bool = sqlx::query_scalar(&is_applied)
+        let applied: bool = sqlx::query_scalar(AssertSqlSafe(is_applied.as_str()))
             .bind(migration.version)
             .fetch_one(&mut *tx)
             .await
@@ -130,12 +130,12 @@ pub(crate) async fn run(pool: &PgPool, schema: &str) -> Result<(), StoreError> {
             continue;
         }
         (&mut *tx)
-            .execute(search_path.as_str())
+            .execute(AssertSqlSafe(search_path.as_str()))
             .await
             .map_err(map_err)?;
         // A plain string runs with the simple query protocol: every statement in the file.
         (&mut *tx).execute(migration.sql).await.map_err(map_err)?;
-        sqlx::query(&record)
+        sqlx::query(AssertSqlSafe(record.as_str()))
             .bind(migration.version)
             .bind(migration.description)
             .execute(&mut *tx)

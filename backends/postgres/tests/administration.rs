@@ -12,6 +12,7 @@ use slot_booking::{
     SlotPageRequest, SlotUsage, Store,
 };
 use slot_booking_postgres::PostgresStore;
+use sqlx::AssertSqlSafe;
 
 /// Places an anonymous one-unit hold at `now` lasting five minutes; its id.
 async fn held(store: &PostgresStore, slot_id: SlotId, k: &str, now: i64) -> HoldId {
@@ -26,10 +27,10 @@ async fn statuses(store: &PostgresStore, ids: &[HoldId]) -> Vec<String> {
     let mut out = Vec::new();
     for id in ids {
         out.push(
-            sqlx::query_scalar(&format!(
+            sqlx::query_scalar(AssertSqlSafe(format!(
                 "SELECT status FROM \"{}\".holds WHERE id = $1",
                 store.schema()
-            ))
+            )))
             .bind(id.get())
             .fetch_one(store.pool())
             .await

@@ -17,6 +17,7 @@ use slot_booking::changes::{Follower, DEFAULT_COALESCING_WINDOW};
 use slot_booking::{AvailabilityQuery, BookingEngine, NewSlot, SlotId};
 use slot_booking_postgres::PostgresStore;
 use sqlx::postgres::PgPool;
+use sqlx::AssertSqlSafe;
 
 /// Long enough that a wait times out only when a change never arrives.
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -86,7 +87,7 @@ fn raise_capacity(schema: &str) -> String {
 }
 
 async fn execute(pool: &PgPool, sql: &str, slot_id: SlotId) {
-    sqlx::query(sql)
+    sqlx::query(AssertSqlSafe(sql))
         .bind(slot_id.get())
         .execute(pool)
         .await
@@ -214,7 +215,7 @@ async fn a_change_in_a_callers_transaction_shows_at_commit_and_never_on_rollback
 
     // Changed in an open transaction: a later commit elsewhere is notified, this one is not.
     let mut tx = ctx.pool().begin().await.unwrap();
-    sqlx::query(&raise)
+    sqlx::query(AssertSqlSafe(raise.as_str()))
         .bind(slot.get())
         .execute(&mut *tx)
         .await
@@ -246,7 +247,7 @@ async fn a_change_in_a_callers_transaction_shows_at_commit_and_never_on_rollback
     // Rolled back: nothing is sent. Notifications arrive in commit order, so once the
     // marker's has arrived, one from the rolled-back transaction could not still come.
     let mut tx = ctx.pool().begin().await.unwrap();
-    sqlx::query(&raise)
+    sqlx::query(AssertSqlSafe(raise.as_str()))
         .bind(slot.get())
         .execute(&mut *tx)
         .await
@@ -479,9 +480,9 @@ async fn following_an_unmigrated_schema_fails() {
         return;
     };
     let s = ctx.schema();
-    sqlx::query(&format!(
+    sqlx::query(AssertSqlSafe(format!(
         "DROP TRIGGER slots_notify_update ON \"{s}\".slots"
-    ))
+    )))
     .execute(ctx.pool())
     .await
     .unwrap();

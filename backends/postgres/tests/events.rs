@@ -17,6 +17,7 @@ use slot_booking::{
 };
 use slot_booking_postgres::PostgresStore;
 use sqlx::postgres::PgPool;
+use sqlx::AssertSqlSafe;
 
 fn consumer(name: &str) -> ConsumerId {
     ConsumerId::new(name).unwrap()
@@ -168,10 +169,10 @@ async fn writes_in_a_caller_transaction_append_with_it_or_not_at_all() {
             .unwrap();
         writes.change_capacity(slot, 3, at(1)).await.unwrap();
     }
-    let in_flight: i64 = sqlx::query_scalar(&format!(
+    let in_flight: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
         "SELECT count(*) FROM \"{}\".events WHERE tx = pg_current_xact_id()",
         ctx.schema()
-    ))
+    )))
     .fetch_one(&mut *tx)
     .await
     .unwrap();
@@ -262,19 +263,21 @@ async fn a_reader_never_skips_an_event_that_commits_after_a_later_one() {
     let (mut a, _) = running_transaction(store.pool()).await;
     let a_hold = hold_in(store, &mut a, one, "a-1").await;
     let b_hold = hold_for(store, two, "b-1", at(0), 300).await; // B commits here.
-    let by_id: Vec<(i64, Option<i64>)> = sqlx::query_as(&format!(
+    let by_id: Vec<(i64, Option<i64>)> = sqlx::query_as(AssertSqlSafe(format!(
         "SELECT id, hold_id FROM {s}.events ORDER BY id DESC LIMIT 1"
-    ))
+    )))
     .fetch_all(store.pool())
     .await
     .unwrap();
     assert_eq!(by_id[0].1, Some(b_hold.get()), "B's event is visible by id");
     // The trap, shown: A's event has the lower id but is not visible yet.
-    let a_id: i64 = sqlx::query_scalar(&format!("SELECT id FROM {s}.events WHERE hold_id = $1"))
-        .bind(a_hold.get())
-        .fetch_one(&mut *a)
-        .await
-        .unwrap();
+    let a_id: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
+        "SELECT id FROM {s}.events WHERE hold_id = $1"
+    )))
+    .bind(a_hold.get())
+    .fetch_one(&mut *a)
+    .await
+    .unwrap();
     assert!(a_id < by_id[0].0);
     // B's event is delivered while A runs, and acknowledged.
     let read = drain(store, &follower).await;
@@ -294,9 +297,9 @@ async fn a_reader_never_skips_an_event_that_commits_after_a_later_one() {
     assert_eq!(kinds(&read), [(EventKind::HoldPlaced, Some(b_hold))]);
     let b_position = read[0].position;
     let a_hold = hold_in(store, &mut a, one, "a-2").await;
-    let b_tx: i64 = sqlx::query_scalar(&format!(
+    let b_tx: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
         "SELECT tx::text::int8 FROM {s}.events WHERE hold_id = $1"
-    ))
+    )))
     .bind(b_hold.get())
     .fetch_one(store.pool())
     .await
@@ -375,10 +378,12 @@ async fn transactions_that_write_no_event_here_hold_no_consumer_back() {
     drain(store, &mailer).await;
     let other_db = elsewhere(&ctx.url).await;
     let other_table = format!("\"{}\".orders", ctx.schema());
-    sqlx::query(&format!("CREATE TABLE {other_table} (id BIGINT)"))
-        .execute(store.pool())
-        .await
-        .unwrap();
+    sqlx::query(AssertSqlSafe(format!(
+        "CREATE TABLE {other_table} (id BIGINT)"
+    )))
+    .execute(store.pool())
+    .await
+    .unwrap();
     for place in ["another database", "another table of this one"] {
         let mut open = match place {
             "another database" => {
@@ -388,10 +393,12 @@ async fn transactions_that_write_no_event_here_hold_no_consumer_back() {
             }
             _ => {
                 let mut tx = store.pool().begin().await.unwrap();
-                sqlx::query(&format!("INSERT INTO {other_table} VALUES (1)"))
-                    .execute(&mut *tx)
-                    .await
-                    .unwrap();
+                sqlx::query(AssertSqlSafe(format!(
+                    "INSERT INTO {other_table} VALUES (1)"
+                )))
+                .execute(&mut *tx)
+                .await
+                .unwrap();
                 tx
             }
         };
@@ -701,10 +708,10 @@ async fn three_instances_handle_every_event_once_with_the_acknowledgement_in_the
         return;
     };
     let handled_table = format!("\"{}\".handled", ctx.schema());
-    sqlx::query(&format!(
+    sqlx::query(AssertSqlSafe(format!(
         "CREATE TABLE {handled_table} (epoch BIGINT NOT NULL, sequence BIGINT NOT NULL, \
          holder TEXT NOT NULL)"
-    ))
+    )))
     .execute(ctx.pool())
     .await
     .unwrap();
@@ -743,11 +750,12 @@ async fn three_instances_handle_every_event_once_with_the_acknowledgement_in_the
             let mut me = LeaseHolder::unique();
             let mut turns = 0_u32;
             loop {
-                let done: i64 =
-                    sqlx::query_scalar(&format!("SELECT count(*) FROM {handled_table}"))
-                        .fetch_one(store.pool())
-                        .await
-                        .unwrap();
+                let done: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
+                    "SELECT count(*) FROM {handled_table}"
+                )))
+                .fetch_one(store.pool())
+                .await
+                .unwrap();
                 if usize::try_from(done).unwrap() >= goal.load(Ordering::SeqCst) {
                     return;
                 }
@@ -764,13 +772,15 @@ async fn three_instances_handle_every_event_once_with_the_acknowledgement_in_the
                 };
                 let mut tx = store.pool().begin().await.unwrap();
                 for event in &batch {
-                    sqlx::query(&format!("INSERT INTO {handled_table} VALUES ($1, $2, $3)"))
-                        .bind(event.position.epoch())
-                        .bind(event.position.sequence())
-                        .bind(me.as_str())
-                        .execute(&mut *tx)
-                        .await
-                        .unwrap();
+                    sqlx::query(AssertSqlSafe(format!(
+                        "INSERT INTO {handled_table} VALUES ($1, $2, $3)"
+                    )))
+                    .bind(event.position.epoch())
+                    .bind(event.position.sequence())
+                    .bind(me.as_str())
+                    .execute(&mut *tx)
+                    .await
+                    .unwrap();
                 }
                 match turns % 5 {
                     // A crash: the transaction is dropped (rolled back), the lease never
@@ -826,10 +836,10 @@ async fn three_instances_handle_every_event_once_with_the_acknowledgement_in_the
     for instance in instances {
         instance.await.unwrap();
     }
-    let rows: Vec<(i64, i64, i64)> = sqlx::query_as(&format!(
+    let rows: Vec<(i64, i64, i64)> = sqlx::query_as(AssertSqlSafe(format!(
         "SELECT epoch, sequence, count(*) FROM {handled_table} GROUP BY epoch, sequence \
          ORDER BY epoch, sequence"
-    ))
+    )))
     .fetch_all(ctx.pool())
     .await
     .unwrap();
@@ -843,9 +853,9 @@ async fn three_instances_handle_every_event_once_with_the_acknowledgement_in_the
         .collect();
     let expected: Vec<EventPosition> = all.iter().map(|e| e.position).collect();
     assert_eq!(handled, expected);
-    let holders: i64 = sqlx::query_scalar(&format!(
+    let holders: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
         "SELECT count(DISTINCT holder) FROM {handled_table}"
-    ))
+    )))
     .fetch_one(ctx.pool())
     .await
     .unwrap();

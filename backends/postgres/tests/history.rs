@@ -9,6 +9,7 @@ mod common;
 use chrono::Utc;
 use common::*;
 use slot_booking::Store;
+use sqlx::AssertSqlSafe;
 
 /// Future slots in the fixture, and expired held holds on each.
 const FUTURE_SLOTS: i64 = 3;
@@ -55,10 +56,10 @@ async fn availability_reads_no_hold_of_a_started_slot() {
         ],
     )
     .await;
-    let abandoned: i64 = sqlx::query_scalar(&format!(
+    let abandoned: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
         "SELECT count(*) FROM \"{s}\".holds h JOIN \"{s}\".slots sl ON sl.id = h.slot_id \
          WHERE sl.starts_at < now() AND h.status = 'held' AND h.expires_at < now()"
-    ))
+    )))
     .fetch_one(&writer)
     .await
     .unwrap();

@@ -17,7 +17,7 @@ use common::*;
 use slot_booking::{Decided, HoldOutcome, Scope, SlotChange, SlotId, Store, Transition};
 use slot_booking_postgres::PostgresStore;
 use sqlx::postgres::PgConnection;
-use sqlx::{Connection, Executor};
+use sqlx::{AssertSqlSafe, Connection, Executor};
 
 /// Holds an advisory lock that every hold `INSERT` in the store's schema (or the row updates a
 /// [`InsertGate::close_on`] trigger names) waits for, until [`InsertGate::open`].
@@ -50,7 +50,7 @@ impl InsertGate {
             .await
             .unwrap();
         ctx.pool()
-            .execute(&*format!(
+            .execute(AssertSqlSafe(format!(
                 "CREATE FUNCTION \"{s}\".pause_hold_insert() RETURNS trigger \
                  LANGUAGE plpgsql AS $$ BEGIN \
                      PERFORM pg_advisory_xact_lock_shared({key}); RETURN NEW; \
@@ -58,7 +58,7 @@ impl InsertGate {
                  CREATE TRIGGER pause_at_gate {when} \
                  EXECUTE FUNCTION \"{s}\".pause_hold_insert()",
                 when = when.replace("{s}", &format!("\"{s}\""))
-            ))
+            )))
             .await
             .unwrap();
         InsertGate { control, key }

@@ -15,7 +15,7 @@ use slot_booking::{
 use slot_booking_postgres::PostgresStore;
 use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
-use sqlx::Executor;
+use sqlx::{AssertSqlSafe, Executor};
 
 async fn host_migrator() -> Migrator {
     Migrator::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/host_migrations"))
@@ -37,7 +37,7 @@ impl Host {
     async fn new(url: &str, admin: &PgPool, connections: u32) -> Host {
         let (schema, ours) = (unique_schema("sbhost"), unique_schema("sbtest"));
         let guards = [SchemaGuard::new(url, &schema), SchemaGuard::new(url, &ours)];
-        sqlx::query(&format!("CREATE SCHEMA \"{schema}\""))
+        sqlx::query(AssertSqlSafe(format!("CREATE SCHEMA \"{schema}\"")))
             .execute(admin)
             .await
             .unwrap();
@@ -98,9 +98,9 @@ async fn migrations_coexist_with_host_sqlx_migrations() {
             "slots"
         ]
     );
-    let applied: Vec<(i64, String)> = sqlx::query_as(&format!(
+    let applied: Vec<(i64, String)> = sqlx::query_as(AssertSqlSafe(format!(
         "SELECT version, description FROM \"{ours}\".slot_booking_migrations ORDER BY version"
-    ))
+    )))
     .fetch_all(&admin)
     .await
     .unwrap();
@@ -117,9 +117,9 @@ async fn migrations_coexist_with_host_sqlx_migrations() {
             (8, "event horizons and consumer leases".to_owned()),
         ]
     );
-    let theirs: Vec<i64> = sqlx::query_scalar(&format!(
+    let theirs: Vec<i64> = sqlx::query_scalar(AssertSqlSafe(format!(
         "SELECT version FROM \"{host_schema}\"._sqlx_migrations ORDER BY version"
-    ))
+    )))
     .fetch_all(&admin)
     .await
     .unwrap();
@@ -179,9 +179,9 @@ async fn concurrent_migrations_apply_once() {
         task.await.unwrap();
     }
     let admin = pool(&url).await;
-    let n: i64 = sqlx::query_scalar(&format!(
+    let n: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
         "SELECT count(*) FROM \"{schema}\".slot_booking_migrations"
-    ))
+    )))
     .fetch_one(&admin)
     .await
     .unwrap();
@@ -241,7 +241,7 @@ impl OldSchema {
         let guard = SchemaGuard::new(&url, &name);
         let admin = pool(&url).await;
         let mut tx = recorded_schema(&admin, &name, through).await;
-        tx.execute(rows).await.unwrap();
+        tx.execute(AssertSqlSafe(rows)).await.unwrap();
         tx.commit().await.unwrap();
         Some(OldSchema {
             admin,
@@ -255,10 +255,12 @@ impl OldSchema {
     where
         R: for<'r> sqlx::FromRow<'r, PgRow> + Send + Unpin,
     {
-        sqlx::query_as(&select.replace("{s}", &format!("\"{}\"", self.name)))
-            .fetch_all(&self.admin)
-            .await
-            .unwrap()
+        sqlx::query_as(AssertSqlSafe(
+            select.replace("{s}", &format!("\"{}\"", self.name)),
+        ))
+        .fetch_all(&self.admin)
+        .await
+        .unwrap()
     }
 
     /// This crate's store on the schema, migrated: the upgrade.
@@ -304,12 +306,12 @@ async fn recorded_schema(
         ("events", include_str!("../migrations/0007_events.sql")),
     ];
     let mut tx = pool.begin().await.unwrap();
-    tx.execute(&*format!(
+    tx.execute(AssertSqlSafe(format!(
         "CREATE SCHEMA \"{schema}\"; SET LOCAL search_path TO \"{schema}\"; \
          CREATE TABLE slot_booking_migrations ( \
              version BIGINT PRIMARY KEY, description TEXT NOT NULL, \
              applied_at TIMESTAMPTZ NOT NULL DEFAULT now());"
-    ))
+    )))
     .await
     .unwrap();
     for (version, (description, sql)) in (1_i64..).zip(&migrations[..through]) {

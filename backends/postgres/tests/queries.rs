@@ -11,6 +11,7 @@ use slot_booking::{
     OwnerId, PageRequest, ResourceId, SlotCursor, SlotFilter, SlotId, SlotPageRequest, Store,
     Timestamp,
 };
+use sqlx::AssertSqlSafe;
 
 /// Holds in the fixture: spread over `SLOTS` slots and `OWNERS` owners.
 const HOLDS: i64 = 20_000;
@@ -156,9 +157,9 @@ async fn a_page_of_the_slot_listing_reads_one_index_range() {
     let cursor = |id: i64| {
         let writer = writer.clone();
         async move {
-            let (starts_at, id): (Timestamp, i64) = sqlx::query_as(&format!(
+            let (starts_at, id): (Timestamp, i64) = sqlx::query_as(AssertSqlSafe(format!(
                 "SELECT starts_at, id FROM \"{s}\".slots WHERE id = $1"
-            ))
+            )))
             .bind(id)
             .fetch_one(&writer)
             .await

@@ -8,6 +8,7 @@ use chrono::Duration;
 use common::*;
 use slot_booking::{HoldOutcome, Store};
 use slot_booking_postgres::PostgresStore;
+use sqlx::AssertSqlSafe;
 
 /// `N` stores on `ctx`'s schema, each with a pool of its own (`N` processes, in effect): the
 /// first is `ctx`'s.
@@ -147,10 +148,10 @@ async fn racing_reclaims_never_return_a_unit_twice() {
     }
     assert_eq!(created, 5);
     assert_eq!(counts(&a, slot_id).await, (5, 0, 5, 0));
-    let expired: i64 = sqlx::query_scalar(&format!(
+    let expired: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
         "SELECT count(*) FROM \"{}\".holds WHERE slot_id = $1 AND status = 'expired'",
         ctx.schema()
-    ))
+    )))
     .bind(slot_id.get())
     .fetch_one(a.pool())
     .await
@@ -235,10 +236,10 @@ async fn racing_holds_confirms_cancels_and_reclaims_never_deadlock() {
         }
         assert_invariant(&a, slot_id).await;
         // Free the slot for the next round: cancel everything still active or confirmed.
-        let ids: Vec<i64> = sqlx::query_scalar(&format!(
+        let ids: Vec<i64> = sqlx::query_scalar(AssertSqlSafe(format!(
             "SELECT id FROM \"{}\".holds WHERE slot_id = $1 AND status IN ('held', 'confirmed')",
             ctx.schema()
-        ))
+        )))
         .bind(slot_id.get())
         .fetch_all(a.pool())
         .await
@@ -262,11 +263,11 @@ async fn active_or_confirmed(
     slot_id: slot_booking::SlotId,
     now: slot_booking::Timestamp,
 ) -> i64 {
-    sqlx::query_scalar(&format!(
+    sqlx::query_scalar(AssertSqlSafe(format!(
         "SELECT count(*) FROM \"{}\".holds WHERE slot_id = $1 \
            AND (status = 'confirmed' OR (status = 'held' AND expires_at > $2))",
         store.schema()
-    ))
+    )))
     .bind(slot_id.get())
     .bind(now)
     .fetch_one(store.pool())

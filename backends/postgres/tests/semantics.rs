@@ -6,6 +6,7 @@ use chrono::Duration;
 use common::*;
 use slot_booking::{HoldOutcome, HoldStatus, NewSlot, SlotId, Store, StoreErrorKind, Transition};
 use slot_booking_postgres::PostgresStore;
+use sqlx::AssertSqlSafe;
 
 fn created(outcome: HoldOutcome) -> slot_booking::Hold {
     match outcome {
@@ -71,7 +72,7 @@ async fn check_constraints_back_the_invariant() {
         format!("UPDATE \"{s}\".slots SET ends_at = starts_at WHERE id = $1"),
         format!("UPDATE \"{s}\".slots SET capacity = 0, remaining = 0 WHERE id = $1"),
     ] {
-        let err = sqlx::query(&sql)
+        let err = sqlx::query(AssertSqlSafe(sql.as_str()))
             .bind(slot_id.get())
             .execute(store.pool())
             .await
@@ -82,9 +83,9 @@ async fn check_constraints_back_the_invariant() {
         );
     }
     let h = created(hold(&store, slot_id, "a", at(0)).await);
-    let err = sqlx::query(&format!(
+    let err = sqlx::query(AssertSqlSafe(format!(
         "UPDATE \"{s}\".holds SET status = 'lost' WHERE id = $1"
-    ))
+    )))
     .bind(h.hold_id.get())
     .execute(store.pool())
     .await

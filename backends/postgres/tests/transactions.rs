@@ -13,7 +13,7 @@ use slot_booking::{
     BookingEngine, BookingError, HoldId, HoldStatus, ManualClock, NewHold, NewSlot, SlotId,
 };
 use slot_booking_postgres::PostgresStore;
-use sqlx::{Connection, PgPool};
+use sqlx::{AssertSqlSafe, Connection, PgPool};
 
 /// An engine on `store` whose clock reads `t0()` until a test moves it.
 fn engine(store: &PostgresStore) -> (BookingEngine<PostgresStore>, ManualClock) {
@@ -27,10 +27,10 @@ fn engine(store: &PostgresStore) -> (BookingEngine<PostgresStore>, ManualClock) 
 
 /// Creates the caller's own table, `"<schema>".orders`, one row per confirmed hold.
 async fn orders_table(ctx: &Ctx) {
-    sqlx::query(&format!(
+    sqlx::query(AssertSqlSafe(format!(
         "CREATE TABLE \"{}\".orders (hold_id int8 PRIMARY KEY, note text NOT NULL)",
         ctx.schema()
-    ))
+    )))
     .execute(ctx.pool())
     .await
     .unwrap();
@@ -42,10 +42,10 @@ fn insert_order(schema: &str) -> String {
 
 /// The caller's orders, as committed.
 async fn orders(ctx: &Ctx) -> Vec<(i64, String)> {
-    sqlx::query_as(&format!(
+    sqlx::query_as(AssertSqlSafe(format!(
         "SELECT hold_id, note FROM \"{}\".orders ORDER BY hold_id",
         ctx.schema()
-    ))
+    )))
     .fetch_all(ctx.pool())
     .await
     .unwrap()
@@ -54,10 +54,10 @@ async fn orders(ctx: &Ctx) -> Vec<(i64, String)> {
 /// A hold's stored status, read with SQL outside any transaction; `None` when there is no
 /// such hold.
 async fn stored_status(ctx: &Ctx, hold_id: HoldId) -> Option<String> {
-    sqlx::query_scalar(&format!(
+    sqlx::query_scalar(AssertSqlSafe(format!(
         "SELECT status FROM \"{}\".holds WHERE id = $1",
         ctx.schema()
-    ))
+    )))
     .bind(hold_id.get())
     .fetch_optional(ctx.pool())
     .await
@@ -73,10 +73,10 @@ async fn snapshot(pool: &PgPool, schema: &str) -> Vec<String> {
         ("holds", "id"),
         ("hold_keys", "idempotency_key"),
     ] {
-        let mut table_rows: Vec<String> = sqlx::query_scalar(&format!(
+        let mut table_rows: Vec<String> = sqlx::query_scalar(AssertSqlSafe(format!(
             "SELECT '{table} ' || row_to_json(t)::text FROM \"{schema}\".{table} t \
              ORDER BY {order}"
-        ))
+        )))
         .fetch_all(pool)
         .await
         .unwrap();
@@ -110,7 +110,7 @@ async fn a_confirm_and_the_callers_order_commit_together() {
     let confirmed = within.confirm(placed.hold_id).await.unwrap();
     assert_eq!(confirmed.status, HoldStatus::Confirmed);
     // The caller's row, on the same connection, between the store's writes.
-    sqlx::query(&insert_order(ctx.schema()))
+    sqlx::query(AssertSqlSafe(insert_order(ctx.schema())))
         .bind(confirmed.hold_id.get())
         .bind("paid")
         .execute(within.writes().connection())
@@ -120,7 +120,7 @@ async fn a_confirm_and_the_callers_order_commit_together() {
     let second = within.hold(slot_id, "order-2").await.unwrap().hold;
     within.confirm(second.hold_id).await.unwrap();
     drop(within);
-    sqlx::query(&insert_order(ctx.schema()))
+    sqlx::query(AssertSqlSafe(insert_order(ctx.schema())))
         .bind(second.hold_id.get())
         .bind("paid too")
         .execute(&mut *tx)
@@ -172,7 +172,7 @@ async fn a_confirm_and_the_callers_order_roll_back_together() {
         .await
         .unwrap();
     assert_eq!(confirmed.status, HoldStatus::Confirmed);
-    sqlx::query(&insert_order(ctx.schema()))
+    sqlx::query(AssertSqlSafe(insert_order(ctx.schema())))
         .bind(confirmed.hold_id.get())
         .bind("paid")
         .execute(&mut *tx)
@@ -452,7 +452,7 @@ async fn racing_transactions_never_oversell() {
                 };
                 within.confirm(placed.hold_id).await.unwrap();
                 drop(within);
-                sqlx::query(&insert)
+                sqlx::query(AssertSqlSafe(insert.as_str()))
                     .bind(placed.hold_id.get())
                     .bind(&key)
                     .execute(&mut *tx)
@@ -490,9 +490,9 @@ async fn racing_transactions_never_oversell() {
             Some("confirmed")
         );
     }
-    let keys: i64 = sqlx::query_scalar(&format!(
+    let keys: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
         "SELECT count(*) FROM \"{schema}\".hold_keys WHERE idempotency_key = ANY($1)"
-    ))
+    )))
     .bind(
         rolled_back
             .iter()

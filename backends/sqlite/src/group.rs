@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use futures::StreamExt;
 use slot_booking::StoreError;
 use sqlx::sqlite::SqlitePool;
-use sqlx::{Connection, SqliteConnection};
+use sqlx::{AssertSqlSafe, Connection, SqliteConnection};
 use tokio::sync::{oneshot, OwnedMutexGuard};
 
 use crate::sql::{Statements, MAX_INSERTS_AT_ONCE};
@@ -303,7 +303,7 @@ async fn run_batch(
             return Err(StoreError::failed("no statement text for a batch of holds"));
         };
         let done = outcomes.len();
-        let mut query = sqlx::query(text);
+        let mut query = sqlx::query(AssertSqlSafe(text));
         for pending in rest {
             let p = &pending.params;
             // In the order of the text's anonymous parameters (see `insert_holds`).

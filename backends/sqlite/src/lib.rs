@@ -21,7 +21,7 @@
 //!   applied by [`SqliteStore::migrate`]. Applied versions are recorded in a ledger table of
 //!   their own, `slot_booking_migrations`, so the tables and a host application's sqlx
 //!   migrations (`_sqlx_migrations`) and tables can live in the same database file.
-//! * Built on sqlx 0.8, re-exported as [`slot_booking_sqlite::sqlx`](crate::sqlx): use it to
+//! * Built on sqlx 0.9, re-exported as [`slot_booking_sqlite::sqlx`](crate::sqlx): use it to
 //!   build your own pool ([`SqliteStore::configure`] gives the connection settings).
 //! * Timestamps are `INTEGER` microseconds since the Unix epoch (UTC): exact round trips at the
 //!   precision the core crate keeps.
@@ -166,7 +166,7 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
     SqliteRow, SqliteSynchronous,
 };
-use sqlx::{Row, Sqlite};
+use sqlx::{AssertSqlSafe, Row, Sqlite};
 use tokio::sync::Mutex;
 
 mod changes;
@@ -178,7 +178,7 @@ mod writes;
 pub use changes::{DataVersionFeed, DEFAULT_POLL_INTERVAL};
 pub use group::GroupCommits;
 pub use sql::{InvalidTablePrefix, DEFAULT_TABLE_PREFIX};
-/// The sqlx this crate is built on (0.8). Build pools and connection options through this
+/// The sqlx this crate is built on (0.9). Build pools and connection options through this
 /// re-export: a pool from another sqlx major version is a different type.
 pub use sqlx;
 pub use writes::{SqliteTransaction, SqliteWrites};
@@ -527,7 +527,7 @@ async fn run_insert<'e, E>(
 where
     E: sqlx::Executor<'e, Database = Sqlite>,
 {
-    sqlx::query(&sql.insert_hold)
+    sqlx::query(AssertSqlSafe(sql.insert_hold.as_str()))
         .bind(params.slot_id)
         .bind(params.key.as_str())
         .bind(params.now)
@@ -600,7 +600,7 @@ async fn hold_by_key<'e, E>(
 where
     E: sqlx::Executor<'e, Database = Sqlite>,
 {
-    sqlx::query(&sql.hold_by_key)
+    sqlx::query(AssertSqlSafe(sql.hold_by_key.as_str()))
         .bind(key)
         .fetch_optional(executor)
         .await
@@ -621,7 +621,7 @@ async fn reclaim(
     slot_id: i64,
     now: Timestamp,
 ) -> Result<Vec<Hold>, StoreError> {
-    let rows = sqlx::query(statement)
+    let rows = sqlx::query(AssertSqlSafe(statement))
         .bind(slot_id)
         .bind(to_micros(now))
         .fetch_all(&mut *conn)
@@ -654,7 +654,7 @@ async fn append_event(
     conn: &mut SqliteConnection,
     event: &NewEvent,
 ) -> Result<(), StoreError> {
-    sqlx::query(&sql.append_event)
+    sqlx::query(AssertSqlSafe(sql.append_event.as_str()))
         .bind(event.kind.as_str())
         .bind(event.slot_id.get())
         .bind(event.hold_id.map(HoldId::get))
@@ -693,7 +693,7 @@ async fn give_back(
     units: i64,
     slot_id: i64,
 ) -> Result<(), StoreError> {
-    let done = sqlx::query(&sql.give_back)
+    let done = sqlx::query(AssertSqlSafe(sql.give_back.as_str()))
         .bind(units)
         .bind(slot_id)
         .execute(conn)
@@ -717,7 +717,7 @@ where
     E: sqlx::Executor<'e, Database = Sqlite>,
 {
     let (any, owner) = scope.as_filter();
-    sqlx::query(&sql.hold_by_id)
+    sqlx::query(AssertSqlSafe(sql.hold_by_id.as_str()))
         .bind(hold_id.get())
         .bind(any)
         .bind(owner)
@@ -801,7 +801,7 @@ impl Store for SqliteStore {
         page: PageRequest,
         now: Timestamp,
     ) -> Result<Decided<Vec<Hold>>, StoreError> {
-        let query = sqlx::query(&self.sql.owner_holds).bind(owner.as_str());
+        let query = sqlx::query(AssertSqlSafe(self.sql.owner_holds.as_str())).bind(owner.as_str());
         Ok(Decided::new(now, self.page(query, page).await?))
     }
 
@@ -811,12 +811,12 @@ impl Store for SqliteStore {
         page: PageRequest,
         now: Timestamp,
     ) -> Result<Decided<Vec<Hold>>, StoreError> {
-        let query = sqlx::query(&self.sql.slot_holds).bind(slot_id.get());
+        let query = sqlx::query(AssertSqlSafe(self.sql.slot_holds.as_str())).bind(slot_id.get());
         Ok(Decided::new(now, self.page(query, page).await?))
     }
 
     async fn get_slot(&self, slot_id: SlotId) -> Result<Option<Slot>, StoreError> {
-        sqlx::query(&self.sql.slot_by_id)
+        sqlx::query(AssertSqlSafe(self.sql.slot_by_id.as_str()))
             .bind(slot_id.get())
             .fetch_optional(&self.pool)
             .await
@@ -874,7 +874,7 @@ impl Store for SqliteStore {
         let after = page.after.map_or((i64::MIN, i64::MIN), |c| {
             (to_micros(c.starts_at), c.slot_id.get())
         });
-        let mut query = sqlx::query(statement)
+        let mut query = sqlx::query(AssertSqlSafe(statement.as_str()))
             .bind(to_micros(now))
             .bind(filter.from.map_or(i64::MIN, to_micros))
             .bind(filter.to.map_or(i64::MAX, to_micros))
@@ -895,7 +895,7 @@ impl SqliteStore {
         &self,
         now: Timestamp,
     ) -> Result<Vec<AvailabilityEntry>, StoreError> {
-        let rows = sqlx::query(&self.sql.availability)
+        let rows = sqlx::query(AssertSqlSafe(self.sql.availability.as_str()))
             .bind(to_micros(now))
             .fetch_all(&self.pool)
             .await
@@ -946,7 +946,7 @@ impl SqliteStore {
     /// bound) with the cursor and the limit.
     async fn page<'q>(
         &self,
-        query: sqlx::query::Query<'q, Sqlite, sqlx::sqlite::SqliteArguments<'q>>,
+        query: sqlx::query::Query<'q, Sqlite, sqlx::sqlite::SqliteArguments>,
         page: PageRequest,
     ) -> Result<Vec<Hold>, StoreError> {
         let rows = query
@@ -972,7 +972,7 @@ impl EventStore for SqliteStore {
         // One statement, one snapshot: the cursor and the events after it. A writer holds the
         // write lock from the insert of its events to its commit, so no event with a lower id
         // than one seen here can commit later.
-        let rows = sqlx::query(&self.sql.read_events)
+        let rows = sqlx::query(AssertSqlSafe(self.sql.read_events.as_str()))
             .bind(consumer.as_str())
             .bind(i64::from(limit))
             .fetch_all(&self.pool)
@@ -1012,7 +1012,7 @@ impl EventStore for SqliteStore {
         until: Timestamp,
     ) -> Result<bool, StoreError> {
         let _gate = self.write_gate.lock().await;
-        let row = sqlx::query(&self.sql.lease_consumer)
+        let row = sqlx::query(AssertSqlSafe(self.sql.lease_consumer.as_str()))
             .bind(consumer.as_str())
             .bind(holder.as_str())
             .bind(to_micros(now))
@@ -1029,7 +1029,7 @@ impl EventStore for SqliteStore {
         holder: &LeaseHolder,
     ) -> Result<(), StoreError> {
         let _gate = self.write_gate.lock().await;
-        sqlx::query(&self.sql.release_consumer)
+        sqlx::query(AssertSqlSafe(self.sql.release_consumer.as_str()))
             .bind(consumer.as_str())
             .bind(holder.as_str())
             .execute(&self.pool)
@@ -1042,11 +1042,12 @@ impl EventStore for SqliteStore {
         &self,
         consumer: &ConsumerId,
     ) -> Result<Option<EventPosition>, StoreError> {
-        let acknowledged: Option<i64> = sqlx::query_scalar(&self.sql.consumer_position)
-            .bind(consumer.as_str())
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(map_err)?;
+        let acknowledged: Option<i64> =
+            sqlx::query_scalar(AssertSqlSafe(self.sql.consumer_position.as_str()))
+                .bind(consumer.as_str())
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(map_err)?;
         Ok(acknowledged.map(|id| EventPosition::new(0, id)))
     }
 
@@ -1085,7 +1086,7 @@ mod tests {
     async fn query_plan(store: &SqliteStore, sql: &str, params: &[Param]) -> Vec<String> {
         let explain = format!("EXPLAIN QUERY PLAN {sql}");
         // The rows are (id, parent, notused, detail).
-        let mut query = sqlx::query_as::<_, (i64, i64, i64, String)>(&explain);
+        let mut query = sqlx::query_as::<_, (i64, i64, i64, String)>(AssertSqlSafe(explain));
         for param in params {
             query = match param {
                 Param::Int(value) => query.bind(*value),

@@ -10,7 +10,7 @@
 //! time a store migrates it: its tables are renamed to the store's prefix, rows untouched.
 
 use sqlx::sqlite::SqlitePool;
-use sqlx::{Executor, Sqlite, Transaction};
+use sqlx::{AssertSqlSafe, Executor, Sqlite, Transaction};
 
 use slot_booking::StoreError;
 
@@ -99,13 +99,15 @@ pub(crate) async fn run(pool: &SqlitePool, prefix: &TablePrefix) -> Result<(), S
     }
     for migration in MIGRATIONS {
         let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.map_err(map_err)?;
-        tx.execute(create_ledger.as_str()).await.map_err(map_err)?;
+        tx.execute(AssertSqlSafe(create_ledger.as_str()))
+            .await
+            .map_err(map_err)?;
         if is_applied(&mut tx, &ledger, migration.version).await? {
             tx.rollback().await.map_err(map_err)?;
             continue;
         }
         // A plain string runs unprepared, every statement in it.
-        tx.execute(prefix.apply(migration.sql).as_str())
+        tx.execute(AssertSqlSafe(prefix.apply(migration.sql)))
             .await
             .map_err(map_err)?;
         record(&mut tx, &ledger, migration).await?;
@@ -132,12 +134,13 @@ async fn is_applied(
     ledger: &str,
     version: i64,
 ) -> Result<bool, StoreError> {
-    let found: Option<i64> =
-        sqlx::query_scalar(&format!("SELECT 1 FROM {ledger} WHERE version = ?1"))
-            .bind(version)
-            .fetch_optional(&mut **tx)
-            .await
-            .map_err(map_err)?;
+    let found: Option<i64> = sqlx::query_scalar(AssertSqlSafe(format!(
+        "SELECT 1 FROM {ledger} WHERE version = ?1"
+    )))
+    .bind(version)
+    .fetch_optional(&mut **tx)
+    .await
+    .map_err(map_err)?;
     Ok(found.is_some())
 }
 
@@ -146,9 +149,9 @@ async fn record(
     ledger: &str,
     migration: &Migration,
 ) -> Result<(), StoreError> {
-    sqlx::query(&format!(
+    sqlx::query(AssertSqlSafe(format!(
         "INSERT INTO {ledger} (version, description, applied_at) VALUES (?1, ?2, ?3)"
-    ))
+    )))
     .bind(migration.version)
     .bind(migration.description)
     .bind(chrono::Utc::now().timestamp_micros())
@@ -177,34 +180,33 @@ async fn adopt_unprefixed_tables(
     {
         return Ok(());
     }
-    let legacy_versions: Vec<i64> = sqlx::query_scalar(&format!(
+    let legacy_versions: Vec<i64> = sqlx::query_scalar(AssertSqlSafe(format!(
         "SELECT version FROM {LEGACY_LEDGER} ORDER BY version"
-    ))
+    )))
     .fetch_all(&mut **tx)
     .await
     .map_err(map_err)?;
-    tx.execute(prefix.apply(ADOPT_UNPREFIXED).as_str())
+    tx.execute(AssertSqlSafe(prefix.apply(ADOPT_UNPREFIXED)))
         .await
         .map_err(map_err)?;
     // The trigger of migration 2, under its prefixed name, if 0.1 had it.
     if let Some(take_a_unit) = MIGRATIONS.iter().find(|m| m.version == 2) {
         if legacy_versions.contains(&take_a_unit.version) {
-            tx.execute(prefix.apply(take_a_unit.sql).as_str())
+            tx.execute(AssertSqlSafe(prefix.apply(take_a_unit.sql)))
                 .await
                 .map_err(map_err)?;
         }
     }
     // The versions move to this prefix's ledger (the same table under the default prefix).
     if ledger != LEGACY_LEDGER {
-        tx.execute(create_ledger).await.map_err(map_err)?;
-        tx.execute(
-            format!(
-                "INSERT INTO {ledger} (version, description, applied_at) \
+        tx.execute(AssertSqlSafe(create_ledger))
+            .await
+            .map_err(map_err)?;
+        tx.execute(AssertSqlSafe(format!(
+            "INSERT INTO {ledger} (version, description, applied_at) \
                  SELECT version, description, applied_at FROM {LEGACY_LEDGER}; \
                  DROP TABLE {LEGACY_LEDGER};"
-            )
-            .as_str(),
-        )
+        )))
         .await
         .map_err(map_err)?;
     }

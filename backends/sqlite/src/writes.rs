@@ -16,7 +16,7 @@ use slot_booking::{
     SlotLimits, StoreError, Timestamp, TransactionWrites, TransactionalStore, Transition,
 };
 use sqlx::sqlite::{SqliteArguments, SqliteConnection};
-use sqlx::{Connection, Sqlite, Transaction};
+use sqlx::{AssertSqlSafe, Connection, Sqlite, Transaction};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use tokio::sync::OwnedMutexGuard;
@@ -30,7 +30,7 @@ use crate::{
 };
 
 /// A conditional update of one row, returning it when it changed.
-type Query<'q> = sqlx::query::Query<'q, Sqlite, SqliteArguments<'q>>;
+type Query<'q> = sqlx::query::Query<'q, Sqlite, SqliteArguments>;
 
 /// What an operation decided, and whether its writes stay.
 pub(crate) struct Step<T> {
@@ -95,7 +95,7 @@ pub(crate) async fn create_slot(
     slot: &NewSlot,
     now: Timestamp,
 ) -> Result<Step<Slot>, StoreError> {
-    let row = sqlx::query(&sql.create_slot)
+    let row = sqlx::query(AssertSqlSafe(sql.create_slot.as_str()))
         .bind(to_micros(slot.starts_at))
         .bind(to_micros(slot.ends_at))
         .bind(slot.capacity)
@@ -197,11 +197,12 @@ pub(crate) async fn hold_after_reclaim(
     if key_holder.is_none() && matches!(insert, Insert::KeyTaken) {
         return Err(StoreError::failed(KEY_TAKEN_BY_NONE));
     }
-    let limits: Option<(i64, i32, bool, Option<i64>)> = sqlx::query_as(&sql.slot_limits)
-        .bind(slot_id)
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(map_err)?;
+    let limits: Option<(i64, i32, bool, Option<i64>)> =
+        sqlx::query_as(AssertSqlSafe(sql.slot_limits.as_str()))
+            .bind(slot_id)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(map_err)?;
     let limits = match limits {
         Some((starts_at, capacity, closed, removed_at)) => Some(SlotLimits {
             starts_at: from_micros(starts_at)?,
@@ -249,7 +250,7 @@ pub(crate) async fn confirm(
     now: Timestamp,
 ) -> Result<Step<Transition>, StoreError> {
     let (any, owner) = scope.as_filter();
-    let update = sqlx::query(&sql.confirm)
+    let update = sqlx::query(AssertSqlSafe(sql.confirm.as_str()))
         .bind(to_micros(now))
         .bind(hold_id.get())
         .bind(any)
@@ -281,8 +282,8 @@ pub(crate) async fn renew(
     };
     let (lifetime, max_life) = (micros(request.lifetime)?, micros(request.max_life)?);
     let (any, owner) = request.scope.as_filter();
-    let bind = |statement| {
-        sqlx::query(statement)
+    let bind = |statement: &str| {
+        sqlx::query(AssertSqlSafe(statement))
             .bind(to_micros(request.now))
             .bind(request.hold_id.get())
             .bind(lifetime)
@@ -319,7 +320,7 @@ pub(crate) async fn cancel(
     now: Timestamp,
 ) -> Result<Step<Transition>, StoreError> {
     let (any, owner) = scope.as_filter();
-    let updated = sqlx::query(&sql.cancel)
+    let updated = sqlx::query(AssertSqlSafe(sql.cancel.as_str()))
         .bind(to_micros(now))
         .bind(hold_id.get())
         .bind(any)
@@ -350,7 +351,7 @@ pub(crate) async fn set_closed(
     closed: bool,
     now: Timestamp,
 ) -> Result<Step<SlotChange>, StoreError> {
-    let updated = sqlx::query(&sql.set_closed)
+    let updated = sqlx::query(AssertSqlSafe(sql.set_closed.as_str()))
         .bind(slot_id.get())
         .bind(closed)
         .fetch_optional(&mut *conn)
@@ -378,7 +379,7 @@ async fn live_slot(
     conn: &mut SqliteConnection,
     slot_id: SlotId,
 ) -> Result<Option<Slot>, StoreError> {
-    let row = sqlx::query(&sql.slot_by_id)
+    let row = sqlx::query(AssertSqlSafe(sql.slot_by_id.as_str()))
         .bind(slot_id.get())
         .fetch_optional(conn)
         .await
@@ -399,7 +400,7 @@ pub(crate) async fn change_capacity(
     now: Timestamp,
 ) -> Result<Step<SlotChange>, StoreError> {
     let update = || {
-        sqlx::query(&sql.change_capacity)
+        sqlx::query(AssertSqlSafe(sql.change_capacity.as_str()))
             .bind(slot_id.get())
             .bind(capacity)
     };
@@ -420,7 +421,7 @@ pub(crate) async fn remove_slot(
 ) -> Result<Step<SlotChange>, StoreError> {
     let micros = to_micros(now);
     let update = || {
-        sqlx::query(&sql.remove_slot)
+        sqlx::query(AssertSqlSafe(sql.remove_slot.as_str()))
             .bind(slot_id.get())
             .bind(micros)
     };
@@ -495,7 +496,7 @@ where
         log_slot(sql, conn, kind, &slot, now).await?;
         return Ok(Step::keep(SlotChange::Applied(slot)));
     }
-    let usage = sqlx::query(&sql.slot_usage)
+    let usage = sqlx::query(AssertSqlSafe(sql.slot_usage.as_str()))
         .bind(to_micros(now))
         .bind(slot_id.get())
         .fetch_optional(&mut *conn)
@@ -538,7 +539,7 @@ pub(crate) async fn sweep_expired(
     now: Timestamp,
     limit: u32,
 ) -> Result<Step<Vec<Hold>>, StoreError> {
-    let rows = sqlx::query(&sql.sweep_expired)
+    let rows = sqlx::query(AssertSqlSafe(sql.sweep_expired.as_str()))
         .bind(to_micros(now))
         .bind(i64::from(limit))
         .fetch_all(&mut *conn)
@@ -575,7 +576,7 @@ pub(crate) async fn purge(
         (&sql.purge_holds, &mut purged.holds),
         (&sql.purge_events, &mut purged.events),
     ] {
-        *count = sqlx::query(statement)
+        *count = sqlx::query(AssertSqlSafe(statement.as_str()))
             .bind(to_micros(before))
             .bind(i64::from(limit))
             .execute(&mut *conn)
@@ -602,8 +603,8 @@ pub(crate) async fn acknowledge(
         )));
     }
     let query = match holder {
-        None => sqlx::query(&sql.acknowledge),
-        Some(_) => sqlx::query(&sql.acknowledge_leased),
+        None => sqlx::query(AssertSqlSafe(sql.acknowledge.as_str())),
+        Some(_) => sqlx::query(AssertSqlSafe(sql.acknowledge_leased.as_str())),
     }
     .bind(consumer.as_str())
     .bind(through.sequence());

@@ -14,7 +14,7 @@ use slot_booking::{
 use slot_booking_sqlite::SqliteStore;
 use sqlx::migrate::Migrator;
 use sqlx::sqlite::SqliteRow;
-use sqlx::{FromRow, SqlitePool};
+use sqlx::{AssertSqlSafe, FromRow, SqlitePool};
 
 async fn host_migrator() -> Migrator {
     Migrator::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/host_migrations"))
@@ -27,7 +27,10 @@ async fn rows<T>(pool: &SqlitePool, sql: &str) -> Vec<T>
 where
     T: for<'r> FromRow<'r, SqliteRow> + Send + Unpin,
 {
-    sqlx::query_as(sql).fetch_all(pool).await.unwrap()
+    sqlx::query_as(AssertSqlSafe(sql))
+        .fetch_all(pool)
+        .await
+        .unwrap()
 }
 
 /// The one column `sql` selects, row by row.
@@ -63,7 +66,10 @@ async fn assert_tables(pool: &SqlitePool, expected: &[&str]) {
 
 /// Runs `sql`, one statement or several.
 async fn execute(pool: &SqlitePool, sql: &str) {
-    sqlx::raw_sql(sql).execute(pool).await.unwrap();
+    sqlx::raw_sql(AssertSqlSafe(sql))
+        .execute(pool)
+        .await
+        .unwrap();
 }
 
 /// A pool on the database file, with nothing migrated.

@@ -13,7 +13,7 @@ use slot_booking::{
 use crate::events::EventTasks;
 use slot_booking_postgres::PostgresStore;
 use slot_booking_sqlite::SqliteStore;
-use sqlx::{PgConnection, SqliteConnection, Transaction};
+use sqlx::{AssertSqlSafe, PgConnection, SqliteConnection, Transaction};
 
 /// An open, migrated database.
 #[derive(Debug, Clone)]
@@ -159,9 +159,9 @@ impl Seeding for PostgresStore {
 
     async fn upcoming(&self, conn: &mut PgConnection, now: Timestamp) -> Result<bool, StoreError> {
         let s = format!("\"{}\"", self.schema());
-        sqlx::query_scalar(&format!(
+        sqlx::query_scalar(AssertSqlSafe(format!(
             "SELECT EXISTS (SELECT 1 FROM {s}.slots WHERE starts_at > $1)"
-        ))
+        )))
         .bind(now)
         .fetch_one(conn)
         .await
@@ -191,9 +191,9 @@ impl Seeding for SqliteStore {
         now: Timestamp,
     ) -> Result<bool, StoreError> {
         let table = format!("{}slots", self.table_prefix());
-        sqlx::query_scalar(&format!(
+        sqlx::query_scalar(AssertSqlSafe(format!(
             "SELECT EXISTS (SELECT 1 FROM {table} WHERE starts_at > ?1)"
-        ))
+        )))
         .bind(now.timestamp_micros())
         .fetch_one(conn)
         .await

@@ -17,6 +17,7 @@ use slot_booking::conformance::kit::{Owned, SlotTally};
 use slot_booking::{HoldOutcome, HoldRequest, IdempotencyKey, NewSlot, SlotId, Store, Timestamp};
 use slot_booking_postgres::PostgresStore;
 use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::AssertSqlSafe;
 
 /// Connections per test pool.
 pub const POOL_SIZE: u32 = 12;
@@ -77,9 +78,11 @@ impl Drop for SchemaGuard {
                 .unwrap();
             runtime.block_on(async move {
                 if let Ok(pool) = PgPoolOptions::new().max_connections(1).connect(&url).await {
-                    let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
-                        .execute(&pool)
-                        .await;
+                    let _ = sqlx::query(AssertSqlSafe(format!(
+                        "DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"
+                    )))
+                    .execute(&pool)
+                    .await;
                     pool.close().await;
                 }
             });
@@ -203,14 +206,14 @@ pub async fn tables(pool: &PgPool, schema: &str) -> Vec<String> {
 /// Counts with SQL: (capacity, remaining, units stored held, units confirmed) of a slot.
 pub async fn counts(store: &PostgresStore, slot_id: SlotId) -> (i64, i64, i64, i64) {
     let s = store.schema();
-    sqlx::query_as(&format!(
+    sqlx::query_as(AssertSqlSafe(format!(
         "SELECT capacity::int8, remaining::int8, \
            (SELECT coalesce(sum(quantity), 0) FROM \"{s}\".holds \
             WHERE slot_id = sl.id AND status = 'held'), \
            (SELECT coalesce(sum(quantity), 0) FROM \"{s}\".holds \
             WHERE slot_id = sl.id AND status = 'confirmed') \
          FROM \"{s}\".slots sl WHERE id = $1"
-    ))
+    )))
     .bind(slot_id.get())
     .fetch_one(store.pool())
     .await
@@ -258,7 +261,10 @@ pub async fn one_connection(url: &str) -> PgPool {
 pub async fn fixture(url: &str, statements: impl IntoIterator<Item = String>) -> PgPool {
     let writer = one_connection(url).await;
     for statement in statements {
-        sqlx::query(&statement).execute(&writer).await.unwrap();
+        sqlx::query(AssertSqlSafe(statement))
+            .execute(&writer)
+            .await
+            .unwrap();
     }
     writer
 }

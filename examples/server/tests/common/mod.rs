@@ -19,7 +19,7 @@ use http_body_util::BodyExt;
 use serde_json::Value;
 use slot_booking::{BookingEngine, ManualClock, NewSlot, SlotId, Store, Timestamp};
 use slot_booking_server::{Config, Engine};
-use sqlx::Connection;
+use sqlx::{AssertSqlSafe, Connection};
 use tower::ServiceExt;
 
 /// Runs each named `async fn(T)` once per backend, in modules `sqlite` and `postgres`, each on
@@ -114,7 +114,7 @@ pub async fn postgres_url() -> Option<String> {
     let admin = gate::server_url("PostgreSQL e2e test")?;
     let name = unique("sb_e2e");
     let mut conn = sqlx::PgConnection::connect(&admin).await.unwrap();
-    sqlx::query(&format!("CREATE DATABASE {name}"))
+    sqlx::query(AssertSqlSafe(format!("CREATE DATABASE {name}")))
         .execute(&mut conn)
         .await
         .unwrap_or_else(|error| {
@@ -386,8 +386,10 @@ pub async fn drop_postgres(url: &str) {
         return;
     };
     if let Ok(mut conn) = sqlx::PgConnection::connect(&admin).await {
-        let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-            .execute(&mut conn)
-            .await;
+        let _ = sqlx::query(AssertSqlSafe(format!(
+            "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+        )))
+        .execute(&mut conn)
+        .await;
     }
 }
