@@ -158,8 +158,7 @@ impl EventStore for PostgresStore {
         consumer: &ConsumerId,
         through: EventPosition,
     ) -> Result<(), StoreError> {
-        let mut conn = self.acquire().await?;
-        acknowledge_on(&mut conn, self.sql(), consumer, None, through).await?;
+        self.pooled().await?.acknowledge(consumer, None, through).await?;
         Ok(())
     }
 
@@ -169,8 +168,7 @@ impl EventStore for PostgresStore {
         holder: &LeaseHolder,
         through: EventPosition,
     ) -> Result<bool, StoreError> {
-        let mut conn = self.acquire().await?;
-        acknowledge_on(&mut conn, self.sql(), consumer, Some(holder), through).await
+        self.pooled().await?.acknowledge(consumer, Some(holder), through).await
     }
 
     async fn lease_consumer(

@@ -1,0 +1,63 @@
+//! The store's traits on the pool and on the caller's connection, each generated from the
+//! one write path ([`Run`](crate::writes::Run)), and transactions the store opens itself.
+
+use super::*;
+
+// Every operation on a connection of the pool, through the same statements as the caller's.
+slot_booking::forward_store!(
+    impl[] HoldStore, SlotAdmin, HoldQueries for PostgresStore,
+    |this| this.pooled().await?
+);
+
+/// The store's writes on a connection the caller owns, usually inside the caller's own
+/// transaction: made by [`PostgresStore::on`], and run through
+/// [`BookingEngine::within`](slot_booking::BookingEngine::within), which validates each
+/// request and answers as the engine does. Each write runs the same statements as the
+/// [`Store`] method of the same name; see [`PostgresStore::on`] for what changes inside a
+/// transaction.
+#[derive(Debug)]
+pub struct PostgresWrites<'c> {
+    pub(crate) run: Run<'c>,
+}
+
+impl PostgresWrites<'_> {
+    /// The caller's connection, to run statements of its own between the store's writes
+    /// (reach it through [`Within::writes`](slot_booking::Within::writes) once the writes are
+    /// handed to the engine).
+    pub fn connection(&mut self) -> &mut PgConnection {
+        &mut self.run.conn
+    }
+}
+
+// Every write on the caller's connection, through the same statements as the pool's.
+slot_booking::forward_store!(
+    impl['c] TransactionWrites for PostgresWrites<'c>,
+    |this| &mut this.run
+);
+
+/// Transactions on the store's pool, for the conformance suite or an application that lets the
+/// store open them: [`begin`](TransactionalStore::begin) is the pool's `begin` (READ
+/// COMMITTED, the server's default), and [`writes`](TransactionalStore::writes) is
+/// [`PostgresStore::on`] on the transaction's connection.
+#[async_trait]
+impl TransactionalStore for PostgresStore {
+    type Transaction = sqlx::Transaction<'static, Postgres>;
+
+    type Writes<'t> = PostgresWrites<'t>;
+
+    async fn begin(&self) -> Result<Self::Transaction, StoreError> {
+        self.pool.begin().await.map_err(map_err)
+    }
+
+    fn writes<'t>(&'t self, transaction: &'t mut Self::Transaction) -> PostgresWrites<'t> {
+        self.on(transaction)
+    }
+
+    async fn commit(&self, transaction: Self::Transaction) -> Result<(), StoreError> {
+        transaction.commit().await.map_err(map_err)
+    }
+
+    async fn rollback(&self, transaction: Self::Transaction) -> Result<(), StoreError> {
+        transaction.rollback().await.map_err(map_err)
+    }
+}

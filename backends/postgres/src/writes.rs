@@ -1,0 +1,469 @@
+//! The one write path: every write of the store on one connection, a pool's or the caller's,
+//! through the same statements ([`Run`]); how a hold's refusal is explained.
+
+use super::*;
+
+/// What a hold-inserting statement did.
+pub(crate) enum Insert {
+    /// Took a unit and stored the hold.
+    Created(Decided<Hold>),
+    /// Found no unit, and the statement's own read says why, for good: nothing changed.
+    Refused(Decided<HoldOutcome>),
+    /// Found no unit; nothing changed.
+    NoUnit,
+    /// The key is taken; the statement was rolled back as a whole.
+    KeyTaken,
+}
+
+/// The connection a [`Run`] works on, and how its statements stand to a transaction.
+#[derive(Debug)]
+pub(crate) enum Conn<'a> {
+    /// A connection of the pool for this call, outside any transaction: each statement
+    /// commits by itself, and one that fails undoes itself and nothing else. No savepoint is
+    /// needed, nor its round trips.
+    Pooled(PoolConnection<Postgres>),
+    /// The caller's connection, usually inside the caller's transaction, where a failing
+    /// statement would abort the whole transaction: the hold's statements, whose key may be
+    /// taken by design, run under a savepoint.
+    Caller(&'a mut PgConnection),
+}
+
+impl std::ops::Deref for Conn<'_> {
+    type Target = PgConnection;
+
+    fn deref(&self) -> &PgConnection {
+        match self {
+            Conn::Pooled(conn) => conn,
+            Conn::Caller(conn) => conn,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Conn<'_> {
+    fn deref_mut(&mut self) -> &mut PgConnection {
+        match self {
+            Conn::Pooled(conn) => conn,
+            Conn::Caller(conn) => conn,
+        }
+    }
+}
+
+/// The store's statements on one connection: the one implementation of every operation, run
+/// by the pool path ([`Store`], on a connection acquired for the call) and by [`PostgresWrites`] (on
+/// the caller's connection).
+#[derive(Debug)]
+pub(crate) struct Run<'a> {
+    pub(crate) store: PostgresStore,
+    pub(crate) conn: Conn<'a>,
+}
+
+impl PostgresStore {
+    pub(crate) fn sql(&self) -> &Statements {
+        &self.inner.sql
+    }
+
+    /// The operations on a connection of the pool, acquired for one call. Not a round trip:
+    /// with `test_before_acquire(false)` (as [`PostgresStore::connect`] builds its pool) the
+    /// pool hands out an idle connection as it is, exactly as running a statement on the pool
+    /// did.
+    pub(crate) async fn pooled(&self) -> Result<Run<'static>, StoreError> {
+        let conn = self.pool.acquire().await.map_err(map_err)?;
+        Ok(Run {
+            store: self.clone(),
+            conn: Conn::Pooled(conn),
+        })
+    }
+}
+
+impl Run<'_> {
+    pub(crate) fn now_param(&self, now: Timestamp) -> Option<Timestamp> {
+        self.store.now_param(now)
+    }
+
+    pub(crate) async fn create_slot(&mut self, slot: &NewSlot, now: Timestamp) -> Result<Slot, StoreError> {
+        let row = sqlx::query(AssertSqlSafe(self.store.sql().create_slot.as_str()))
+            .bind(slot.starts_at)
+            .bind(slot.ends_at)
+            .bind(slot.capacity)
+            .bind(slot.resource.as_ref().map(ResourceId::as_str))
+            .bind(self.now_param(now))
+            .fetch_one(&mut *self.conn)
+            .await
+            .map_err(map_err)?;
+        slot_from_row(&row)
+    }
+
+    /// Places a hold: the hold's statements (under a savepoint on the caller's connection),
+    /// then, when they stored nothing, one read to say why.
+    pub(crate) async fn create_hold(
+        &mut self,
+        request: HoldRequest<'_>,
+    ) -> Result<Decided<HoldOutcome>, StoreError> {
+        let request = &request;
+        // On the pool path each statement is its own transaction: a unique violation undoes
+        // that statement alone, and the fast path stays one round trip.
+        let savepoint = matches!(self.conn, Conn::Caller(_)) && self.open_savepoint().await?;
+        let inserted = self.insert_hold(request).await;
+        let inserted = if savepoint {
+            // Keep a stored hold. Undo anything else: a refused attempt (a unique violation
+            // that aborted the savepoint, or a reclaim that gave expired units back without
+            // taking one, whose slot row lock goes with it) or a failure, which would leave the
+            // caller's transaction aborted.
+            let end = match inserted {
+                Ok(Insert::Created(_)) => sql::RELEASE_HOLD_SAVEPOINT,
+                _ => sql::UNDO_HOLD_SAVEPOINT,
+            };
+            let ended = (&mut *self.conn).execute(end).await.map_err(map_err);
+            // A failed statement's own error says more than its undo's.
+            let inserted = inserted?;
+            ended?;
+            inserted
+        } else {
+            inserted?
+        };
+        match inserted {
+            Insert::Created(hold) => Ok(created(hold)),
+            Insert::Refused(outcome) => Ok(outcome),
+            Insert::NoUnit | Insert::KeyTaken => self.explain(request).await,
+        }
+    }
+
+    /// Opens the savepoint of a hold's statements on the caller's connection: `true` when
+    /// opened, `false` when the connection is not in a transaction block (PostgreSQL refuses a
+    /// savepoint there with SQLSTATE `25P01`). Outside a transaction block every statement
+    /// commits by itself and one that fails undoes only itself, as on the pool path, so there
+    /// is nothing for a savepoint to protect.
+    pub(crate) async fn open_savepoint(&mut self) -> Result<bool, StoreError> {
+        match (&mut *self.conn).execute(sql::HOLD_SAVEPOINT).await {
+            Ok(_) => Ok(true),
+            Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("25P01") => Ok(false),
+            Err(error) => Err(map_err(error)),
+        }
+    }
+
+    /// The hold's statements: the fast one, then, only when it found no unit and its refusal
+    /// is not final (expired holds might make room), the one that reclaims expired holds.
+    /// `NoUnit` and `KeyTaken` are left for [`Run::explain`].
+    pub(crate) async fn insert_hold(&mut self, request: &HoldRequest<'_>) -> Result<Insert, StoreError> {
+        let inner = Arc::clone(&self.store.inner);
+        let sql = &inner.sql;
+        // Fast path, one round trip: decrement and insert in one statement, or say why not.
+        match self.try_insert_hold(&sql.hold_fast, request).await? {
+            Insert::NoUnit => {}
+            done => return Ok(done),
+        }
+        // No unit: lock the slot, reclaim its expired holds, decrement once more and insert,
+        // all in one statement (atomic; a unique violation undoes the reclaim as well).
+        self.try_insert_hold(&sql.hold_reclaim, request).await
+    }
+
+    /// Runs one of the two hold-inserting statements.
+    pub(crate) async fn try_insert_hold(
+        &mut self,
+        sql: &str,
+        request: &HoldRequest<'_>,
+    ) -> Result<Insert, StoreError> {
+        let lifetime = request.expires_at - request.now;
+        let inserted = sqlx::query(AssertSqlSafe(sql))
+            .bind(request.slot_id.get())
+            .bind(request.key.as_str())
+            .bind(self.now_param(request.now))
+            .bind(interval(lifetime)?)
+            .bind(request.quantity)
+            .bind(request.owner.map(OwnerId::as_str))
+            .fetch_optional(&mut *self.conn)
+            .await;
+        match inserted {
+            // The fast statement's refusal row (the reclaiming one returns no row instead).
+            Ok(Some(row)) if !took(&row)? => {
+                Ok(final_refusal(&row, request)?.map_or(Insert::NoUnit, Insert::Refused))
+            }
+            Ok(Some(row)) => Ok(Insert::Created(decided(&row, hold_from_row(&row)?)?)),
+            Ok(None) => Ok(Insert::NoUnit),
+            Err(error) if is_unique_violation(&error) => Ok(Insert::KeyTaken),
+            Err(error) => Err(map_err(error)),
+        }
+    }
+
+    /// Says why no hold was created: the key's hold if there is one (it takes precedence),
+    /// else whether the slot is missing, started or full. One read, after the write.
+    pub(crate) async fn explain(
+        &mut self,
+        request: &HoldRequest<'_>,
+    ) -> Result<Decided<HoldOutcome>, StoreError> {
+        let row = sqlx::query(AssertSqlSafe(self.store.sql().explain_hold.as_str()))
+            .bind(request.slot_id.get())
+            .bind(request.key.as_str())
+            .bind(self.now_param(request.now))
+            .fetch_one(&mut *self.conn)
+            .await
+            .map_err(map_err)?;
+        let (at, key_holder, limits) = refusal_facts(&row)?;
+        Ok(refused(request, at, key_holder, limits))
+    }
+
+    /// Runs a conditional update of one hold (confirm, cancel, renew) whose first four
+    /// parameters are the hold id, now and the scope, then `extra` intervals; when it changes
+    /// nothing, reads the hold in the same scope to say why.
+    pub(crate) async fn transition(
+        &mut self,
+        sql: &str,
+        hold_id: HoldId,
+        scope: &Scope,
+        now: Timestamp,
+        extra: &[chrono::Duration],
+    ) -> Result<Decided<Transition>, StoreError> {
+        let (any, owner) = scope.as_filter();
+        let mut query = sqlx::query(AssertSqlSafe(sql))
+            .bind(hold_id.get())
+            .bind(self.now_param(now))
+            .bind(any)
+            .bind(owner);
+        for &duration in extra {
+            query = query.bind(interval(duration)?);
+        }
+        let updated = query
+            .fetch_optional(&mut *self.conn)
+            .await
+            .map_err(map_err)?;
+        if let Some(row) = updated {
+            return decided(&row, Transition::Applied(hold_from_row(&row)?));
+        }
+        // Nothing changed: the hold as it is now, at the instant of that read.
+        let read = self.get_hold(hold_id, scope, now).await?;
+        Ok(Decided::new(
+            read.at,
+            match read.outcome {
+                Some(hold) => Transition::NotApplied(hold),
+                None => Transition::NotFound,
+            },
+        ))
+    }
+
+    pub(crate) async fn confirm_hold(
+        &mut self,
+        hold_id: HoldId,
+        scope: &Scope,
+        now: Timestamp,
+    ) -> Result<Decided<Transition>, StoreError> {
+        let inner = Arc::clone(&self.store.inner);
+        let sql = &inner.sql;
+        self.transition(&sql.confirm, hold_id, scope, now, &[])
+            .await
+    }
+
+    pub(crate) async fn cancel_hold(
+        &mut self,
+        hold_id: HoldId,
+        scope: &Scope,
+        now: Timestamp,
+    ) -> Result<Decided<Transition>, StoreError> {
+        let inner = Arc::clone(&self.store.inner);
+        let sql = &inner.sql;
+        self.transition(&sql.cancel, hold_id, scope, now, &[]).await
+    }
+
+    pub(crate) async fn renew_hold(
+        &mut self,
+        request: RenewRequest<'_>,
+    ) -> Result<Decided<Transition>, StoreError> {
+        let inner = Arc::clone(&self.store.inner);
+        let sql = &inner.sql;
+        self.transition(
+            &sql.renew,
+            request.hold_id,
+            request.scope,
+            request.now,
+            &[request.lifetime, request.max_life],
+        )
+        .await
+    }
+
+    /// Runs a slot change's conditional update (`fast`, returning the slot and `decided_at` if
+    /// it changed it), then, if it changed nothing and there is one, the statement that
+    /// reclaims expired holds first (`reclaim`, returning the slot, `applied` and
+    /// `decided_at`), each with `$1` the slot, `$2` now and `$3` the `value` when given; when
+    /// neither applied, reads the slot's usage to say why.
+    pub(crate) async fn change_slot(
+        &mut self,
+        slot_id: SlotId,
+        now: Timestamp,
+        value: Option<i32>,
+        fast: &str,
+        reclaim: &str,
+    ) -> Result<Decided<SlotChange>, StoreError> {
+        for (sql, reclaiming) in [(fast, false), (reclaim, true)] {
+            let mut query = sqlx::query(AssertSqlSafe(sql))
+                .bind(slot_id.get())
+                .bind(self.now_param(now));
+            if let Some(value) = value {
+                query = query.bind(value);
+            }
+            let Some(row) = query
+                .fetch_optional(&mut *self.conn)
+                .await
+                .map_err(map_err)?
+            else {
+                continue;
+            };
+            // The fast statement returns a row only when it applied the change; the reclaiming
+            // one also when it gave back reclaimed units without applying it.
+            let applied = !reclaiming || row.try_get::<bool, _>("applied").map_err(map_err)?;
+            if applied {
+                return decided(&row, SlotChange::Applied(slot_from_row(&row)?));
+            }
+        }
+        self.refused_change(slot_id, now).await
+    }
+
+    /// Says why a capacity change or a removal changed nothing: the slot is missing or removed,
+    /// or units are in use (the slot and its held units as read now). One read, after the
+    /// writes.
+    pub(crate) async fn refused_change(
+        &mut self,
+        slot_id: SlotId,
+        now: Timestamp,
+    ) -> Result<Decided<SlotChange>, StoreError> {
+        let row = sqlx::query(AssertSqlSafe(self.store.sql().slot_usage.as_str()))
+            .bind(slot_id.get())
+            .bind(self.now_param(now))
+            .fetch_one(&mut *self.conn)
+            .await
+            .map_err(map_err)?;
+        let change = match usage_from_row(&row)? {
+            Some(usage) if usage.slot.removed_at.is_none() => SlotChange::InUse(usage),
+            _ => SlotChange::NotFound,
+        };
+        decided(&row, change)
+    }
+
+    pub(crate) async fn change_capacity(
+        &mut self,
+        slot_id: SlotId,
+        capacity: i32,
+        now: Timestamp,
+    ) -> Result<Decided<SlotChange>, StoreError> {
+        let inner = Arc::clone(&self.store.inner);
+        let sql = &inner.sql;
+        self.change_slot(
+            slot_id,
+            now,
+            Some(capacity),
+            &sql.capacity_fast,
+            &sql.capacity_reclaim,
+        )
+        .await
+    }
+
+    pub(crate) async fn set_closed(
+        &mut self,
+        slot_id: SlotId,
+        closed: bool,
+        now: Timestamp,
+    ) -> Result<Decided<SlotChange>, StoreError> {
+        let row = sqlx::query(AssertSqlSafe(self.store.sql().set_closed.as_str()))
+            .bind(slot_id.get())
+            .bind(self.now_param(now))
+            .bind(closed)
+            .fetch_one(&mut *self.conn)
+            .await
+            .map_err(map_err)?;
+        let change = match optional_slot(&row)? {
+            Some(slot) => SlotChange::Applied(slot),
+            None => SlotChange::NotFound,
+        };
+        decided(&row, change)
+    }
+
+    pub(crate) async fn remove_slot(
+        &mut self,
+        slot_id: SlotId,
+        now: Timestamp,
+    ) -> Result<Decided<SlotChange>, StoreError> {
+        let inner = Arc::clone(&self.store.inner);
+        let sql = &inner.sql;
+        self.change_slot(slot_id, now, None, &sql.remove_fast, &sql.remove_reclaim)
+            .await
+    }
+
+    pub(crate) async fn acknowledge(
+        &mut self,
+        consumer: &ConsumerId,
+        holder: Option<&LeaseHolder>,
+        through: EventPosition,
+    ) -> Result<bool, StoreError> {
+        let inner = Arc::clone(&self.store.inner);
+        let sql = &inner.sql;
+        events::acknowledge_on(&mut self.conn, sql, consumer, holder, through).await
+    }
+}
+
+/// Whether a row of the fast hold statement is the created hold (`took`) or its refusal.
+pub(crate) fn took(row: &PgRow) -> Result<bool, StoreError> {
+    row.try_get("took").map_err(map_err)
+}
+
+/// What a refusal row (the fast hold statement's, or the explaining read's) says: the instant
+/// it was read at, the hold the key belongs to, and the slot's limits. The slot's columns are
+/// all NULL exactly when there is no such slot (`closed` is NOT NULL in the table).
+pub(crate) fn refusal_facts(row: &PgRow) -> Result<(Timestamp, Option<Hold>, Option<SlotLimits>), StoreError> {
+    let key_holder = optional_hold(row)?;
+    let starts_at: Option<Timestamp> = row.try_get("slot_starts_at").map_err(map_err)?;
+    let capacity: Option<i32> = row.try_get("slot_capacity").map_err(map_err)?;
+    let closed: Option<bool> = row.try_get("slot_closed").map_err(map_err)?;
+    let removed_at: Option<Timestamp> = row.try_get("slot_removed_at").map_err(map_err)?;
+    let limits = match (starts_at, capacity, closed) {
+        (Some(starts_at), Some(capacity), Some(closed)) => Some(SlotLimits {
+            starts_at,
+            capacity,
+            closed,
+            removed: removed_at.is_some(),
+        }),
+        _ => None,
+    };
+    let at: Timestamp = row.try_get("decided_at").map_err(map_err)?;
+    Ok((at, key_holder, limits))
+}
+
+/// The refusal's answer, with started or full judged at the instant `at` it was read at.
+pub(crate) fn refused(
+    request: &HoldRequest<'_>,
+    at: Timestamp,
+    key_holder: Option<Hold>,
+    limits: Option<SlotLimits>,
+) -> Decided<HoldOutcome> {
+    let request = HoldRequest {
+        now: at,
+        ..*request
+    };
+    Decided::new(at, HoldOutcome::refused(&request, key_holder, limits))
+}
+
+/// The answer to a hold the fast statement refused, when its own read settles it. Every
+/// answer but `SoldOut` is final (a key in use, a slot missing, not selling or too small: a
+/// reclaim would change none of them). `SoldOut` is final when the slot is full at the
+/// statement's snapshot with no held hold expired by now: a reclaim would find nothing to
+/// give back. `None` when reclaiming might make room, or when the snapshot shows room that the
+/// decrement, deciding on the row's latest version, did not find (the row changed under the
+/// statement): the reclaiming statement and a fresh read decide those.
+///
+/// The decision itself is still the decrement's: it affected no row, so nothing was reserved.
+/// The read only explains it, at the snapshot the statement ran in.
+pub(crate) fn final_refusal(
+    row: &PgRow,
+    request: &HoldRequest<'_>,
+) -> Result<Option<Decided<HoldOutcome>>, StoreError> {
+    let (at, key_holder, limits) = refusal_facts(row)?;
+    let answer = refused(request, at, key_holder, limits);
+    if answer.outcome != HoldOutcome::SoldOut {
+        return Ok(Some(answer));
+    }
+    let remaining: Option<i32> = row.try_get("slot_remaining").map_err(map_err)?;
+    let has_expired: Option<bool> = row.try_get("slot_has_expired").map_err(map_err)?;
+    let full = remaining.is_some_and(|units| units < request.quantity);
+    Ok((full && has_expired == Some(false)).then_some(answer))
+}
+
+pub(crate) fn created(hold: Decided<Hold>) -> Decided<HoldOutcome> {
+    Decided::new(hold.at, HoldOutcome::Created(hold.outcome))
+}
