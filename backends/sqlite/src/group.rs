@@ -33,7 +33,11 @@ use sqlx::{AssertSqlSafe, Connection, SqliteConnection};
 use tokio::sync::{oneshot, OwnedMutexGuard};
 
 use crate::sql::{Statements, MAX_INSERTS_AT_ONCE};
-use crate::{insert_outcome, map_err, run_insert, HoldParams, Insert};
+use crate::rows::{hold_from_row, to_micros};
+use crate::{is_unique_violation, map_err};
+use slot_booking::{Hold, HoldOutcome, HoldRequest};
+use sqlx::sqlite::SqliteRow;
+use sqlx::Sqlite;
 
 /// Most requests one transaction takes; the rest wait for the next one. Bounds how long the
 /// write lock is held at once (readers of the WAL are never blocked, other writers are).
@@ -382,4 +386,136 @@ fn copy(error: &StoreError) -> StoreError {
 /// finds out.
 fn abandoned() -> StoreError {
     StoreError::unavailable("the group commit that took this hold stopped before answering it")
+}
+
+/// What [`insert_hold`] did.
+#[derive(Debug)]
+pub(crate) enum Insert {
+    /// Took a unit and stored the hold.
+    Created(Hold),
+    /// No unit to take (sold out, started, closed, removed, or no such slot), for a reason the
+    /// statement could not settle on its own (see [`Insert::SoldOut`]); nothing changed.
+    NoUnit,
+    /// No unit to take, and the trigger (migration 6) found inside the same statement that the
+    /// key is free, the slot is selling at the request's `now`, the request fits the slot's
+    /// capacity and no held hold of the slot has expired: nothing changed, and reclaiming and
+    /// retrying would change nothing either.
+    SoldOut,
+    /// The key is taken; nothing changed.
+    KeyTaken,
+}
+
+/// Stores a held hold: one statement, atomic on its own. The `holds_take_a_unit` trigger
+/// (migration 6) runs the conditional decrement (`remaining >= quantity` on a slot that is
+/// selling) inside it and aborts it when that changes no row, with a message of its own when
+/// the refusal is settled as sold out; a unique violation aborts it too, decrement included.
+pub(crate) async fn insert_hold<'e, E>(
+    sql: &Statements,
+    executor: E,
+    request: &HoldRequest<'_>,
+) -> Result<Insert, StoreError>
+where
+    E: sqlx::Executor<'e, Database = Sqlite>,
+{
+    let params = HoldParams::of(request);
+    insert_outcome(run_insert(sql, executor, &params).await).map_err(map_err)
+}
+
+/// A hold request's parameters, owned: what a group commit carries from the caller that asked
+/// to the caller that writes.
+#[derive(Debug)]
+pub(crate) struct HoldParams {
+    slot_id: i64,
+    key: String,
+    now: i64,
+    expires_at: i64,
+    quantity: i32,
+    owner: Option<String>,
+}
+
+impl HoldParams {
+    pub(crate) fn of(request: &HoldRequest<'_>) -> Self {
+        HoldParams {
+            slot_id: request.slot_id.get(),
+            key: request.key.as_str().to_owned(),
+            now: to_micros(request.now),
+            expires_at: to_micros(request.expires_at),
+            quantity: request.quantity,
+            owner: request.owner.map(|o| o.as_str().to_owned()),
+        }
+    }
+}
+
+/// Runs a hold's `INSERT` (see [`insert_hold`]) and returns the rows it returned (the hold,
+/// when it was stored) or its error as sqlx reported it.
+pub(crate) async fn run_insert<'e, E>(
+    sql: &Statements,
+    executor: E,
+    params: &HoldParams,
+) -> Result<Vec<SqliteRow>, sqlx::Error>
+where
+    E: sqlx::Executor<'e, Database = Sqlite>,
+{
+    sqlx::query(AssertSqlSafe(sql.insert_hold.as_str()))
+        .bind(params.slot_id)
+        .bind(params.key.as_str())
+        .bind(params.now)
+        .bind(params.expires_at)
+        .bind(params.quantity)
+        .bind(params.owner.as_deref())
+        // `fetch_all`, not `fetch_one`: the statement must be stepped to its end. Reset after its
+        // first row, an autocommit write still commits, but SQLite then skips its WAL hook, so the
+        // automatic checkpoint never runs and the WAL grows without bound.
+        .fetch_all(executor)
+        .await
+}
+
+/// What a hold's `INSERT` did, from its rows or its error. An error that is none of the
+/// answers is handed back as sqlx reported it, for the caller to tell (a group commit keeps its
+/// transaction after a constraint error, which undoes only its statement, and not otherwise).
+pub(crate) fn insert_outcome(inserted: Result<Vec<SqliteRow>, sqlx::Error>) -> Result<Insert, sqlx::Error> {
+    match inserted {
+        Ok(rows) => match rows.first() {
+            Some(row) => hold_from_row(row)
+                .map(Insert::Created)
+                .map_err(|e| sqlx::Error::Decode(e.into())),
+            None => Err(sqlx::Error::Protocol(
+                "INSERT ... RETURNING returned no row".to_owned(),
+            )),
+        },
+        Err(error) if is_unique_violation(&error) => Ok(Insert::KeyTaken),
+        Err(error) if is_sold_out(&error) => Ok(Insert::SoldOut),
+        Err(error) if is_no_unit(&error) => Ok(Insert::NoUnit),
+        Err(error) => Err(error),
+    }
+}
+
+/// `SQLITE_CONSTRAINT_TRIGGER`: a trigger's `RAISE(ABORT, ...)`, which only
+/// `holds_take_a_unit` raises in this schema.
+pub(crate) const SQLITE_CONSTRAINT_TRIGGER: &str = "1811";
+
+/// The message of `holds_take_a_unit`'s abort when the refusal is settled inside the statement
+/// (migration 6). Both of its aborts carry the same code, so the message tells them apart.
+pub(crate) const SOLD_OUT_MESSAGE: &str = "slot_booking: sold out";
+
+/// The `holds_take_a_unit` trigger's abort, either message.
+pub(crate) fn is_no_unit(error: &sqlx::Error) -> bool {
+    matches!(error, sqlx::Error::Database(db) if db.code().as_deref() == Some(SQLITE_CONSTRAINT_TRIGGER))
+}
+
+/// The `holds_take_a_unit` trigger's abort for a refusal it settled: sold out (migration 6).
+pub(crate) fn is_sold_out(error: &sqlx::Error) -> bool {
+    matches!(error, sqlx::Error::Database(db)
+        if db.code().as_deref() == Some(SQLITE_CONSTRAINT_TRIGGER)
+            && db.message() == SOLD_OUT_MESSAGE)
+}
+
+/// The answer to an insert the trigger aborted as sold out ([`Insert::SoldOut`]). The facts it
+/// checked inside the statement — no hold has the key, the slot exists, is not removed, not
+/// closed and not started at `now`, the quantity fits the capacity — are those for which
+/// [`HoldOutcome::refused`] answers [`HoldOutcome::SoldOut`] (with no key holder and those slot
+/// limits), and with no expired held hold the reclaim-and-retry of the slow path would change
+/// nothing: so this is the answer the slow path would give, without its statements.
+pub(crate) fn sold_out() -> HoldOutcome {
+    HoldOutcome::SoldOut
 }

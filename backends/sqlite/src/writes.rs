@@ -8,26 +8,23 @@
 //! [`finish`] then commits or releases the unit, or rolls it back, so both paths share one
 //! implementation of each rule and differ only in how the unit is opened.
 
-use async_trait::async_trait;
 use slot_booking::events::NewEvent;
 use slot_booking::{
-    ConsumerId, Decided, EventKind, EventPosition, Hold, HoldId, HoldOutcome, HoldRequest,
-    LeaseHolder, NewSlot, Purged, RenewRequest, ResourceId, Scope, Slot, SlotChange, SlotId,
+    ConsumerId, Decided, EventKind, EventPosition, Hold, HoldId, HoldOutcome, HoldRequest, OwnerId,
+    LeaseHolder, NewSlot, RenewRequest, ResourceId, Scope, Slot, SlotChange, SlotId,
     SlotLimits, StoreError, Timestamp, TransactionWrites, TransactionalStore, Transition,
 };
 use sqlx::sqlite::{SqliteArguments, SqliteConnection};
 use sqlx::{AssertSqlSafe, Connection, Sqlite, Transaction};
-use std::collections::BTreeMap;
 use std::sync::Arc;
-use tokio::sync::OwnedMutexGuard;
 
-use crate::group::Held;
 use crate::sql::Statements;
-use crate::{
-    append_event, from_micros, give_back, hold_by_id, hold_by_key, hold_from_row, insert_hold,
-    map_err, not_applied, reclaim, slot_from_row, sold_out, to_micros, usage_from_row, Insert,
-    SqliteStore,
-};
+use crate::transaction::SqliteTransaction;
+use crate::events::acknowledge;
+use crate::group::{insert_hold, sold_out, Insert};
+use crate::reads::hold_by_id;
+use crate::rows::{from_micros, hold_from_row, slot_from_row, to_micros, usage_from_row};
+use crate::{map_err, SqliteStore};
 
 /// A conditional update of one row, returning it when it changed.
 type Query<'q> = sqlx::query::Query<'q, Sqlite, SqliteArguments>;
@@ -40,12 +37,12 @@ pub(crate) struct Step<T> {
 
 impl<T> Step<T> {
     /// An outcome whose writes stay.
-    fn keep(value: T) -> Self {
+    pub(crate) fn keep(value: T) -> Self {
         Step { value, keep: true }
     }
 
     /// An outcome whose writes (if any) are undone: a refusal changes nothing.
-    fn undo(value: T) -> Self {
+    pub(crate) fn undo(value: T) -> Self {
         Step { value, keep: false }
     }
 }
@@ -121,7 +118,7 @@ async fn log_slot(
 }
 
 /// Appends the event `kind` about `hold` as it is after the change, at `now`.
-async fn log_hold(
+pub(crate) async fn log_hold(
     sql: &Statements,
     conn: &mut SqliteConnection,
     kind: EventKind,
@@ -529,19 +526,241 @@ async fn update_after_reclaim<'q>(
     update().fetch_optional(conn).await.map_err(map_err)
 }
 
-/// The sweeper's reclaim ([`EventStore::reclaim_expired`](slot_booking::EventStore)): marks
-/// up to `limit` held holds that expired by `now` as expired (on any slot, decided by the rows
-/// the update returned, so a hold reclaimed by a racing sweeper or a lazy reclaim is not among
-/// them), gives their units back slot by slot and appends one `hold_expired` event each.
-pub(crate) async fn sweep_expired(
+
+/// Where a [`Run`]'s writes open their unit of work.
+pub(crate) enum Target<'a> {
+    /// The store's own: a place in its write queue, then `BEGIN IMMEDIATE` (a hold tries the
+    /// group commit first); reads on a connection of the pool.
+    Store(&'a SqliteStore),
+    /// The caller's connection: a savepoint in its transaction, or a transaction of its own.
+    Caller(&'a mut SqliteConnection),
+}
+
+/// The store's operations on one target: the one implementation of each, run by the store's
+/// own traits and by [`SqliteWrites`](crate::SqliteWrites) alike. Each write opens its unit
+/// of work, runs its statements ([`Step`]) and finishes the unit as the step says.
+pub(crate) struct Run<'a> {
+    pub(crate) sql: Arc<Statements>,
+    pub(crate) target: Target<'a>,
+}
+
+/// An open unit of work: the store's write transaction, or one on the caller's connection.
+enum Unit<'a> {
+    Store(SqliteTransaction),
+    Caller(Transaction<'a, Sqlite>),
+}
+
+impl Unit<'_> {
+    fn connection(&mut self) -> &mut SqliteConnection {
+        match self {
+            Unit::Store(tx) => tx.connection(),
+            Unit::Caller(tx) => tx,
+        }
+    }
+
+    async fn finish<T>(self, step: Result<Step<T>, StoreError>) -> Result<T, StoreError> {
+        match self {
+            Unit::Store(tx) => tx.finish(step).await,
+            Unit::Caller(tx) => finish(tx, step).await,
+        }
+    }
+}
+
+/// A connection to read on: one of the pool's for this call, or the caller's.
+pub(crate) enum Conn<'a> {
+    Pooled(sqlx::pool::PoolConnection<Sqlite>),
+    Caller(&'a mut SqliteConnection),
+}
+
+impl std::ops::Deref for Conn<'_> {
+    type Target = SqliteConnection;
+
+    fn deref(&self) -> &SqliteConnection {
+        match self {
+            Conn::Pooled(conn) => conn,
+            Conn::Caller(conn) => conn,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Conn<'_> {
+    fn deref_mut(&mut self) -> &mut SqliteConnection {
+        match self {
+            Conn::Pooled(conn) => conn,
+            Conn::Caller(conn) => conn,
+        }
+    }
+}
+
+impl SqliteStore {
+    /// The operations on this store's own transactions and pool.
+    pub(crate) fn run(&self) -> Run<'_> {
+        Run {
+            sql: Arc::clone(&self.sql),
+            target: Target::Store(self),
+        }
+    }
+}
+
+impl Run<'_> {
+    /// Opens a write's unit of work on the target.
+    async fn unit(&mut self) -> Result<Unit<'_>, StoreError> {
+        Ok(match &mut self.target {
+            Target::Store(store) => Unit::Store(store.begin_write().await?),
+            Target::Caller(conn) => Unit::Caller(begin_unit(conn).await?),
+        })
+    }
+
+    /// A connection to read on.
+    pub(crate) async fn conn(&mut self) -> Result<Conn<'_>, StoreError> {
+        Ok(match &mut self.target {
+            Target::Store(store) => Conn::Pooled(store.pool.acquire().await.map_err(map_err)?),
+            Target::Caller(conn) => Conn::Caller(conn),
+        })
+    }
+
+    pub(crate) async fn create_slot(
+        &mut self,
+        slot: &NewSlot,
+        now: Timestamp,
+    ) -> Result<Slot, StoreError> {
+        let sql = Arc::clone(&self.sql);
+        let mut unit = self.unit().await?;
+        let step = create_slot(&sql, unit.connection(), slot, now).await;
+        unit.finish(step).await
+    }
+
+    pub(crate) async fn create_hold(
+        &mut self,
+        request: HoldRequest<'_>,
+    ) -> Result<Decided<HoldOutcome>, StoreError> {
+        let outcome = match &mut self.target {
+            Target::Store(store) => store.place_hold(&request).await?,
+            Target::Caller(conn) => hold(&self.sql, conn, &request).await?,
+        };
+        Ok(Decided::new(request.now, outcome))
+    }
+
+    pub(crate) async fn confirm_hold(
+        &mut self,
+        hold_id: HoldId,
+        scope: &Scope,
+        now: Timestamp,
+    ) -> Result<Decided<Transition>, StoreError> {
+        let sql = Arc::clone(&self.sql);
+        let mut unit = self.unit().await?;
+        let step = confirm(&sql, unit.connection(), hold_id, scope, now).await;
+        Ok(Decided::new(now, unit.finish(step).await?))
+    }
+
+    pub(crate) async fn cancel_hold(
+        &mut self,
+        hold_id: HoldId,
+        scope: &Scope,
+        now: Timestamp,
+    ) -> Result<Decided<Transition>, StoreError> {
+        let sql = Arc::clone(&self.sql);
+        let mut unit = self.unit().await?;
+        let step = cancel(&sql, unit.connection(), hold_id, scope, now).await;
+        Ok(Decided::new(now, unit.finish(step).await?))
+    }
+
+    pub(crate) async fn renew_hold(
+        &mut self,
+        request: RenewRequest<'_>,
+    ) -> Result<Decided<Transition>, StoreError> {
+        let sql = Arc::clone(&self.sql);
+        let mut unit = self.unit().await?;
+        let step = renew(&sql, unit.connection(), &request).await;
+        Ok(Decided::new(request.now, unit.finish(step).await?))
+    }
+
+    pub(crate) async fn change_capacity(
+        &mut self,
+        slot_id: SlotId,
+        capacity: i32,
+        now: Timestamp,
+    ) -> Result<Decided<SlotChange>, StoreError> {
+        let sql = Arc::clone(&self.sql);
+        let mut unit = self.unit().await?;
+        let step = change_capacity(&sql, unit.connection(), slot_id, capacity, now).await;
+        Ok(Decided::new(now, unit.finish(step).await?))
+    }
+
+    pub(crate) async fn set_closed(
+        &mut self,
+        slot_id: SlotId,
+        closed: bool,
+        now: Timestamp,
+    ) -> Result<Decided<SlotChange>, StoreError> {
+        let sql = Arc::clone(&self.sql);
+        let mut unit = self.unit().await?;
+        let step = set_closed(&sql, unit.connection(), slot_id, closed, now).await;
+        Ok(Decided::new(now, unit.finish(step).await?))
+    }
+
+    pub(crate) async fn remove_slot(
+        &mut self,
+        slot_id: SlotId,
+        now: Timestamp,
+    ) -> Result<Decided<SlotChange>, StoreError> {
+        let sql = Arc::clone(&self.sql);
+        let mut unit = self.unit().await?;
+        let step = remove_slot(&sql, unit.connection(), slot_id, now).await;
+        Ok(Decided::new(now, unit.finish(step).await?))
+    }
+
+    pub(crate) async fn acknowledge(
+        &mut self,
+        consumer: &ConsumerId,
+        holder: Option<&LeaseHolder>,
+        through: EventPosition,
+    ) -> Result<bool, StoreError> {
+        let sql = Arc::clone(&self.sql);
+        // On the store's own, one autocommit upsert, queued with its other writers like a
+        // hold's insert.
+        let _gate = match &self.target {
+            Target::Store(store) => Some(Arc::clone(&store.write_gate).lock_owned().await),
+            Target::Caller(_) => None,
+        };
+        let mut conn = self.conn().await?;
+        acknowledge(&sql, &mut conn, consumer, holder, through).await
+    }
+}
+
+/// The hold an idempotency key belongs to, if any.
+pub(crate) async fn hold_by_key<'e, E>(
     sql: &Statements,
+    executor: E,
+    key: &str,
+) -> Result<Option<Hold>, StoreError>
+where
+    E: sqlx::Executor<'e, Database = Sqlite>,
+{
+    sqlx::query(AssertSqlSafe(sql.hold_by_key.as_str()))
+        .bind(key)
+        .fetch_optional(executor)
+        .await
+        .map_err(map_err)?
+        .as_ref()
+        .map(hold_from_row)
+        .transpose()
+}
+
+/// Marks the slot's held holds that expired by `now` as expired with `statement` (`reclaim`,
+/// which touches only a selling slot, or `reclaim_expired`, any slot), gives their units back
+/// and appends one `hold_expired` event each, at `now`; returns the holds it reclaimed (the
+/// rows the update returned), as stored after.
+pub(crate) async fn reclaim(
+    sql: &Statements,
+    statement: &str,
     conn: &mut SqliteConnection,
+    slot_id: i64,
     now: Timestamp,
-    limit: u32,
-) -> Result<Step<Vec<Hold>>, StoreError> {
-    let rows = sqlx::query(AssertSqlSafe(sql.sweep_expired.as_str()))
+) -> Result<Vec<Hold>, StoreError> {
+    let rows = sqlx::query(AssertSqlSafe(statement))
+        .bind(slot_id)
         .bind(to_micros(now))
-        .bind(i64::from(limit))
         .fetch_all(&mut *conn)
         .await
         .map_err(map_err)?;
@@ -549,335 +768,68 @@ pub(crate) async fn sweep_expired(
         .iter()
         .map(hold_from_row)
         .collect::<Result<Vec<_>, _>>()?;
-    let mut units: BTreeMap<i64, i64> = BTreeMap::new();
-    for hold in &reclaimed {
-        *units.entry(hold.slot_id.get()).or_default() += i64::from(hold.quantity);
-    }
-    for (slot_id, units) in units {
+    let units: i64 = reclaimed.iter().map(|h| i64::from(h.quantity)).sum();
+    if units > 0 {
         give_back(sql, conn, units, slot_id).await?;
     }
     for hold in &reclaimed {
-        log_hold(sql, conn, EventKind::HoldExpired, hold, now).await?;
+        append_event(
+            sql,
+            &mut *conn,
+            &NewEvent::of_hold(EventKind::HoldExpired, hold, now),
+        )
+        .await?;
     }
-    Ok(Step::keep(reclaimed))
+    Ok(reclaimed)
 }
 
-/// [`EventStore::purge`](slot_booking::EventStore): deletes up to `limit` holds that ended
-/// (cancelled, or expired and reclaimed) before `before`, their idempotency keys with them, and
-/// up to `limit` events older than `before` that every consumer has acknowledged.
-pub(crate) async fn purge(
+/// Appends `event` to the log, in the unit of work `conn` is in: it commits or rolls back with
+/// the change it reports. Its id is handed out now, under the write lock the unit holds until
+/// it ends, so ids follow commit order (see migration 5).
+pub(crate) async fn append_event(
     sql: &Statements,
     conn: &mut SqliteConnection,
-    before: Timestamp,
-    limit: u32,
-) -> Result<Step<Purged>, StoreError> {
-    let mut purged = Purged::default();
-    for (statement, count) in [
-        (&sql.purge_holds, &mut purged.holds),
-        (&sql.purge_events, &mut purged.events),
-    ] {
-        *count = sqlx::query(AssertSqlSafe(statement.as_str()))
-            .bind(to_micros(before))
-            .bind(i64::from(limit))
-            .execute(&mut *conn)
-            .await
-            .map_err(map_err)?
-            .rows_affected();
-    }
-    Ok(Step::keep(purged))
+    event: &NewEvent,
+) -> Result<(), StoreError> {
+    sqlx::query(AssertSqlSafe(sql.append_event.as_str()))
+        .bind(event.kind.as_str())
+        .bind(event.slot_id.get())
+        .bind(event.hold_id.map(HoldId::get))
+        .bind(event.owner.as_ref().map(OwnerId::as_str))
+        .bind(event.quantity)
+        .bind(to_micros(event.at))
+        .execute(conn)
+        .await
+        .map_err(map_err)?;
+    Ok(())
 }
 
-/// [`EventStore::acknowledge`](slot_booking::EventStore::acknowledge) (`holder` `None`:
-/// always `true`) or [`acknowledge_leased`](slot_booking::EventStore::acknowledge_leased)
-/// (`false`, nothing moved, when `holder` does not hold the lease): one statement.
-pub(crate) async fn acknowledge(
+
+/// Adds `units` back to the slot's `remaining`.
+pub(crate) async fn give_back(
     sql: &Statements,
     conn: &mut SqliteConnection,
-    consumer: &ConsumerId,
-    holder: Option<&LeaseHolder>,
-    through: EventPosition,
-) -> Result<bool, StoreError> {
-    if through.epoch() != 0 {
+    units: i64,
+    slot_id: i64,
+) -> Result<(), StoreError> {
+    let done = sqlx::query(AssertSqlSafe(sql.give_back.as_str()))
+        .bind(units)
+        .bind(slot_id)
+        .execute(conn)
+        .await
+        .map_err(map_err)?;
+    if done.rows_affected() != 1 {
         return Err(StoreError::failed(format!(
-            "event position {through} is not one of this store's (0_<id>)"
+            "could not give {units} units back to slot {slot_id}: no such slot"
         )));
     }
-    let query = match holder {
-        None => sqlx::query(AssertSqlSafe(sql.acknowledge.as_str())),
-        Some(_) => sqlx::query(AssertSqlSafe(sql.acknowledge_leased.as_str())),
-    }
-    .bind(consumer.as_str())
-    .bind(through.sequence());
-    let query = match holder {
-        None => query,
-        Some(holder) => query.bind(holder.as_str()),
-    };
-    let done = query.execute(conn).await.map_err(map_err)?;
-    Ok(holder.is_none() || done.rows_affected() == 1)
+    Ok(())
 }
 
-/// A write transaction of a [`SqliteStore`], its [`TransactionalStore::Transaction`]: begun
-/// with `BEGIN IMMEDIATE`, so it holds SQLite's write lock from its first statement to its
-/// end, and holding the store's in-process write queue as long, so that the store's other
-/// writers wait in that queue rather than in SQLite's busy handler.
-///
-/// While it is open, write through it (with [`TransactionalStore::writes`] or
-/// [`SqliteStore::on`] on [`connection`](Self::connection)), not through the store or an engine
-/// over it: those writes wait for this transaction to end, so one made by the task that holds
-/// the transaction never returns. Reads through the store do not wait. Dropped uncommitted,
-/// it rolls back.
-pub struct SqliteTransaction {
-    // Fields drop in order: the transaction (rolled back if not committed) before the queue
-    // slot, so that the next writer does not find SQLite's lock still taken.
-    tx: Transaction<'static, Sqlite>,
-    gate: OwnedMutexGuard<Held>,
-}
-
-impl std::fmt::Debug for SqliteTransaction {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SqliteTransaction").finish_non_exhaustive()
-    }
-}
-
-impl SqliteTransaction {
-    pub(crate) fn new(tx: Transaction<'static, Sqlite>, gate: OwnedMutexGuard<Held>) -> Self {
-        SqliteTransaction { tx, gate }
-    }
-
-    /// The transaction's connection, for the application's own statements in it.
-    pub fn connection(&mut self) -> &mut SqliteConnection {
-        &mut self.tx
-    }
-
-    /// Commits the transaction.
-    pub async fn commit(self) -> Result<(), StoreError> {
-        let SqliteTransaction { tx, gate } = self;
-        tx.commit().await.map_err(map_err)?;
-        drop(gate);
-        Ok(())
-    }
-
-    /// Rolls the transaction back: nothing written in it stays.
-    pub async fn rollback(self) -> Result<(), StoreError> {
-        let SqliteTransaction { tx, gate } = self;
-        tx.rollback().await.map_err(map_err)?;
-        drop(gate);
-        Ok(())
-    }
-
-    /// Ends the transaction as `step` says (see [`finish`]), then leaves the write queue.
-    pub(crate) async fn finish<T>(
-        self,
-        step: Result<Step<T>, StoreError>,
-    ) -> Result<T, StoreError> {
-        let SqliteTransaction { tx, gate } = self;
-        let done = finish(tx, step).await;
-        drop(gate);
-        done
-    }
-}
-
-/// The store's writes on a connection or transaction the caller owns: the
-/// [`TransactionWrites`] of [`SqliteStore::on`], for
-/// [`BookingEngine::within`](slot_booking::BookingEngine::within).
-///
-/// Each call is all or nothing inside the caller's transaction, its events included (they
-/// commit or roll back with the caller's transaction): it runs under a savepoint,
-/// released when the call's writes stay and rolled back when the request is refused (a hold
-/// that found no unit, a capacity change or removal that does not fit, the expired holds it
-/// reclaimed to try included) or fails, so the caller's transaction stays usable and
-/// unchanged by it. A hold's first `INSERT` needs none: a statement aborted by the trigger or
-/// the unique key undoes only itself, so a hold created, replayed or refused as sold out by
-/// that one statement opens no savepoint. On a connection outside any transaction, each call
-/// runs in a transaction of its own, begun `BEGIN IMMEDIATE` and committed before it returns
-/// (a hold's first `INSERT` autocommits on its own: it writes first, so it takes the write lock
-/// up front all the same).
-pub struct SqliteWrites<'c> {
-    conn: &'c mut SqliteConnection,
-    sql: Arc<Statements>,
-}
-
-impl std::fmt::Debug for SqliteWrites<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SqliteWrites").finish_non_exhaustive()
-    }
-}
-
-impl SqliteWrites<'_> {
-    /// The caller's connection these writes run on, for its own statements in between.
-    pub fn connection(&mut self) -> &mut SqliteConnection {
-        self.conn
-    }
-}
-
-impl SqliteStore {
-    /// This store's writes on `conn`, a connection or transaction the caller owns, for
-    /// [`BookingEngine::within`](slot_booking::BookingEngine::within): they commit or roll
-    /// back with the caller's own rows (see [`SqliteWrites`]).
-    ///
-    /// ```no_run
-    /// # async fn demo(
-    /// #     engine: slot_booking::BookingEngine<slot_booking_sqlite::SqliteStore>,
-    /// #     hold_id: slot_booking::HoldId,
-    /// # ) -> Result<(), Box<dyn std::error::Error>> {
-    /// let store = engine.store();
-    /// let mut tx = store.pool().begin_with("BEGIN IMMEDIATE").await?;
-    /// let booked = engine.within(store.on(&mut tx)).confirm(hold_id).await?;
-    /// slot_booking_sqlite::sqlx::query("INSERT INTO orders (hold_id) VALUES (?1)")
-    ///     .bind(booked.hold_id.get())
-    ///     .execute(&mut *tx)
-    ///     .await?;
-    /// tx.commit().await?; // both, or neither
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// - **Begin the transaction with `BEGIN IMMEDIATE`** (sqlx:
-    ///   `pool.begin_with("BEGIN IMMEDIATE")`). A plain `BEGIN` starts as a reader; its first
-    ///   write must then upgrade to the write lock, and SQLite refuses that at once with
-    ///   `SQLITE_BUSY` (no busy handler, no retry) when another connection wrote since the
-    ///   transaction's first read: [`StoreError::unavailable`] for a write that would have
-    ///   succeeded.
-    /// - **The store's in-process write queue is not taken** on the caller's connection: the
-    ///   caller holds SQLite's write lock for its whole transaction, and the store's own
-    ///   writers (and any other connection's) wait for it in SQLite's busy handler, up to their
-    ///   `busy_timeout`. Keep such transactions short; [`TransactionalStore::begin`] opens one
-    ///   that queues with the store's writers instead.
-    /// - Begin the transaction through sqlx (as above), which keeps count of it: each call
-    ///   nests a savepoint in it. A transaction begun with a raw `BEGIN` statement is unknown to
-    ///   sqlx, and calls on it fail ("cannot start a transaction within a transaction").
-    pub fn on<'c>(&self, conn: &'c mut SqliteConnection) -> SqliteWrites<'c> {
-        SqliteWrites {
-            conn,
-            sql: Arc::clone(&self.sql),
-        }
-    }
-}
-
-#[async_trait]
-impl TransactionWrites for SqliteWrites<'_> {
-    async fn create_hold(
-        &mut self,
-        request: HoldRequest<'_>,
-    ) -> Result<Decided<HoldOutcome>, StoreError> {
-        let outcome = hold(&self.sql, self.conn, &request).await?;
-        Ok(Decided::new(request.now, outcome))
-    }
-
-    async fn confirm_hold(
-        &mut self,
-        hold_id: HoldId,
-        scope: &Scope,
-        now: Timestamp,
-    ) -> Result<Decided<Transition>, StoreError> {
-        let mut unit = begin_unit(self.conn).await?;
-        let step = confirm(&self.sql, &mut unit, hold_id, scope, now).await;
-        Ok(Decided::new(now, finish(unit, step).await?))
-    }
-
-    async fn cancel_hold(
-        &mut self,
-        hold_id: HoldId,
-        scope: &Scope,
-        now: Timestamp,
-    ) -> Result<Decided<Transition>, StoreError> {
-        let mut unit = begin_unit(self.conn).await?;
-        let step = cancel(&self.sql, &mut unit, hold_id, scope, now).await;
-        Ok(Decided::new(now, finish(unit, step).await?))
-    }
-
-    async fn renew_hold(
-        &mut self,
-        request: RenewRequest<'_>,
-    ) -> Result<Decided<Transition>, StoreError> {
-        let mut unit = begin_unit(self.conn).await?;
-        let step = renew(&self.sql, &mut unit, &request).await;
-        Ok(Decided::new(request.now, finish(unit, step).await?))
-    }
-
-    async fn get_hold(
-        &mut self,
-        hold_id: HoldId,
-        scope: &Scope,
-        now: Timestamp,
-    ) -> Result<Decided<Option<Hold>>, StoreError> {
-        // A read: one statement, nothing to undo.
-        let hold = hold_by_id(&self.sql, &mut *self.conn, hold_id, scope).await?;
-        Ok(Decided::new(now, hold))
-    }
-
-    async fn create_slot(&mut self, slot: &NewSlot, now: Timestamp) -> Result<Slot, StoreError> {
-        let mut unit = begin_unit(self.conn).await?;
-        let step = create_slot(&self.sql, &mut unit, slot, now).await;
-        finish(unit, step).await
-    }
-
-    async fn change_capacity(
-        &mut self,
-        slot_id: SlotId,
-        capacity: i32,
-        now: Timestamp,
-    ) -> Result<Decided<SlotChange>, StoreError> {
-        let mut unit = begin_unit(self.conn).await?;
-        let step = change_capacity(&self.sql, &mut unit, slot_id, capacity, now).await;
-        Ok(Decided::new(now, finish(unit, step).await?))
-    }
-
-    async fn set_closed(
-        &mut self,
-        slot_id: SlotId,
-        closed: bool,
-        now: Timestamp,
-    ) -> Result<Decided<SlotChange>, StoreError> {
-        let mut unit = begin_unit(self.conn).await?;
-        let step = set_closed(&self.sql, &mut unit, slot_id, closed, now).await;
-        Ok(Decided::new(now, finish(unit, step).await?))
-    }
-
-    async fn remove_slot(
-        &mut self,
-        slot_id: SlotId,
-        now: Timestamp,
-    ) -> Result<Decided<SlotChange>, StoreError> {
-        let mut unit = begin_unit(self.conn).await?;
-        let step = remove_slot(&self.sql, &mut unit, slot_id, now).await;
-        Ok(Decided::new(now, finish(unit, step).await?))
-    }
-
-    async fn acknowledge(
-        &mut self,
-        consumer: &ConsumerId,
-        holder: Option<&LeaseHolder>,
-        through: EventPosition,
-    ) -> Result<bool, StoreError> {
-        acknowledge(&self.sql, self.conn, consumer, holder, through).await
-    }
-}
-
-/// Transactions that queue with the store's own writers: [`begin`](Self::begin) takes a place
-/// in the store's in-process write queue, then begins `BEGIN IMMEDIATE` (see
-/// [`SqliteTransaction`]).
-#[async_trait]
-impl TransactionalStore for SqliteStore {
-    type Transaction = SqliteTransaction;
-
-    type Writes<'t>
-        = SqliteWrites<'t>
-    where
-        Self: 't;
-
-    async fn begin(&self) -> Result<SqliteTransaction, StoreError> {
-        self.begin_write().await
-    }
-
-    fn writes<'t>(&'t self, transaction: &'t mut SqliteTransaction) -> SqliteWrites<'t> {
-        self.on(transaction.connection())
-    }
-
-    async fn commit(&self, transaction: SqliteTransaction) -> Result<(), StoreError> {
-        transaction.commit().await
-    }
-
-    async fn rollback(&self, transaction: SqliteTransaction) -> Result<(), StoreError> {
-        transaction.rollback().await
+/// A hold an update did not change: as it is now, or not found in the caller's scope.
+pub(crate) fn not_applied(hold: Option<Hold>) -> Transition {
+    match hold {
+        Some(hold) => Transition::NotApplied(hold),
+        None => Transition::NotFound,
     }
 }

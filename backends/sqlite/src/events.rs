@@ -1,0 +1,194 @@
+//! The event log in the store's database (migration 5): its [`EventStore`], and the statements
+//! that sweep expired holds, purge history and move consumers' cursors.
+
+use super::*;
+use std::collections::BTreeMap;
+
+use crate::writes::{give_back, log_hold, Step};
+
+/// The event log lives in the store's database (migration 5): every write above appends its
+/// events in its own unit of work (see [`SqliteStore`]'s docs), and these read it, keep the
+/// consumers' cursors, sweep expired holds and purge history. Positions are `0_<id>`.
+#[async_trait]
+impl EventStore for SqliteStore {
+    async fn read_events(
+        &self,
+        consumer: &ConsumerId,
+        limit: u32,
+    ) -> Result<Vec<Event>, StoreError> {
+        // One statement, one snapshot: the cursor and the events after it. A writer holds the
+        // write lock from the insert of its events to its commit, so no event with a lower id
+        // than one seen here can commit later.
+        let rows = sqlx::query(AssertSqlSafe(self.sql.read_events.as_str()))
+            .bind(consumer.as_str())
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_err)?;
+        rows.iter().map(event_from_row).collect()
+    }
+
+    async fn acknowledge(
+        &self,
+        consumer: &ConsumerId,
+        through: EventPosition,
+    ) -> Result<(), StoreError> {
+        self.run().acknowledge(consumer, None, through).await?;
+        Ok(())
+    }
+
+    async fn acknowledge_leased(
+        &self,
+        consumer: &ConsumerId,
+        holder: &LeaseHolder,
+        through: EventPosition,
+    ) -> Result<bool, StoreError> {
+        self.run().acknowledge(consumer, Some(holder), through).await
+    }
+
+    async fn lease_consumer(
+        &self,
+        consumer: &ConsumerId,
+        holder: &LeaseHolder,
+        now: Timestamp,
+        until: Timestamp,
+    ) -> Result<bool, StoreError> {
+        let _gate = self.write_gate.lock().await;
+        let row = sqlx::query(AssertSqlSafe(self.sql.lease_consumer.as_str()))
+            .bind(consumer.as_str())
+            .bind(holder.as_str())
+            .bind(to_micros(now))
+            .bind(to_micros(until))
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(map_err)?;
+        Ok(row.is_some())
+    }
+
+    async fn release_consumer(
+        &self,
+        consumer: &ConsumerId,
+        holder: &LeaseHolder,
+    ) -> Result<(), StoreError> {
+        let _gate = self.write_gate.lock().await;
+        sqlx::query(AssertSqlSafe(self.sql.release_consumer.as_str()))
+            .bind(consumer.as_str())
+            .bind(holder.as_str())
+            .execute(&self.pool)
+            .await
+            .map_err(map_err)?;
+        Ok(())
+    }
+
+    async fn consumer_position(
+        &self,
+        consumer: &ConsumerId,
+    ) -> Result<Option<EventPosition>, StoreError> {
+        let acknowledged: Option<i64> =
+            sqlx::query_scalar(AssertSqlSafe(self.sql.consumer_position.as_str()))
+                .bind(consumer.as_str())
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(map_err)?;
+        Ok(acknowledged.map(|id| EventPosition::new(0, id)))
+    }
+
+    async fn reclaim_expired(&self, now: Timestamp, limit: u32) -> Result<Vec<Hold>, StoreError> {
+        let mut w = self.begin_write().await?;
+        let step = sweep_expired(&self.sql, w.connection(), now, limit).await;
+        w.finish(step).await
+    }
+
+    async fn purge(&self, before: Timestamp, limit: u32) -> Result<Purged, StoreError> {
+        let mut w = self.begin_write().await?;
+        let step = purge(&self.sql, w.connection(), before, limit).await;
+        w.finish(step).await
+    }
+}
+
+/// The sweeper's reclaim ([`EventStore::reclaim_expired`](slot_booking::EventStore)): marks
+/// up to `limit` held holds that expired by `now` as expired (on any slot, decided by the rows
+/// the update returned, so a hold reclaimed by a racing sweeper or a lazy reclaim is not among
+/// them), gives their units back slot by slot and appends one `hold_expired` event each.
+pub(crate) async fn sweep_expired(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    now: Timestamp,
+    limit: u32,
+) -> Result<Step<Vec<Hold>>, StoreError> {
+    let rows = sqlx::query(AssertSqlSafe(sql.sweep_expired.as_str()))
+        .bind(to_micros(now))
+        .bind(i64::from(limit))
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(map_err)?;
+    let reclaimed = rows
+        .iter()
+        .map(hold_from_row)
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut units: BTreeMap<i64, i64> = BTreeMap::new();
+    for hold in &reclaimed {
+        *units.entry(hold.slot_id.get()).or_default() += i64::from(hold.quantity);
+    }
+    for (slot_id, units) in units {
+        give_back(sql, conn, units, slot_id).await?;
+    }
+    for hold in &reclaimed {
+        log_hold(sql, conn, EventKind::HoldExpired, hold, now).await?;
+    }
+    Ok(Step::keep(reclaimed))
+}
+
+/// [`EventStore::purge`](slot_booking::EventStore): deletes up to `limit` holds that ended
+/// (cancelled, or expired and reclaimed) before `before`, their idempotency keys with them, and
+/// up to `limit` events older than `before` that every consumer has acknowledged.
+pub(crate) async fn purge(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    before: Timestamp,
+    limit: u32,
+) -> Result<Step<Purged>, StoreError> {
+    let mut purged = Purged::default();
+    for (statement, count) in [
+        (&sql.purge_holds, &mut purged.holds),
+        (&sql.purge_events, &mut purged.events),
+    ] {
+        *count = sqlx::query(AssertSqlSafe(statement.as_str()))
+            .bind(to_micros(before))
+            .bind(i64::from(limit))
+            .execute(&mut *conn)
+            .await
+            .map_err(map_err)?
+            .rows_affected();
+    }
+    Ok(Step::keep(purged))
+}
+
+/// [`EventStore::acknowledge`](slot_booking::EventStore::acknowledge) (`holder` `None`:
+/// always `true`) or [`acknowledge_leased`](slot_booking::EventStore::acknowledge_leased)
+/// (`false`, nothing moved, when `holder` does not hold the lease): one statement.
+pub(crate) async fn acknowledge(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    consumer: &ConsumerId,
+    holder: Option<&LeaseHolder>,
+    through: EventPosition,
+) -> Result<bool, StoreError> {
+    if through.epoch() != 0 {
+        return Err(StoreError::failed(format!(
+            "event position {through} is not one of this store's (0_<id>)"
+        )));
+    }
+    let query = match holder {
+        None => sqlx::query(AssertSqlSafe(sql.acknowledge.as_str())),
+        Some(_) => sqlx::query(AssertSqlSafe(sql.acknowledge_leased.as_str())),
+    }
+    .bind(consumer.as_str())
+    .bind(through.sequence());
+    let query = match holder {
+        None => query,
+        Some(holder) => query.bind(holder.as_str()),
+    };
+    let done = query.execute(conn).await.map_err(map_err)?;
+    Ok(holder.is_none() || done.rows_affected() == 1)
+}
