@@ -24,13 +24,10 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use chrono::Utc;
 use criterion::{criterion_group, Criterion};
-use slot_booking::store::{
-    Decided, HoldOutcome, HoldRequest, RenewRequest, SlotChange, Transition,
-};
+use slot_booking::store::{Decided, HoldOutcome, HoldRequest, RenewRequest, Transition};
 use slot_booking::{
     AvailabilityEntry, AvailabilityQuery, AvailabilitySnapshot, BookingEngine, Hold, HoldId,
-    MemoryStore, NewSlot, OwnerId, PageRequest, Scope, Slot, SlotFilter, SlotId, SlotPageRequest,
-    SlotUsage, Store, StoreError, Timestamp,
+    HoldStore, MemoryStore, NewSlot, Scope, Slot, SlotId, StoreError, Timestamp,
 };
 
 /// A memory store that counts availability reads.
@@ -41,7 +38,7 @@ struct Counting {
 }
 
 #[async_trait]
-impl Store for Counting {
+impl HoldStore for Counting {
     async fn create_slot(&self, slot: &NewSlot, now: Timestamp) -> Result<Slot, StoreError> {
         self.inner.create_slot(slot, now).await
     }
@@ -88,57 +85,12 @@ impl Store for Counting {
     ) -> Result<Decided<Option<Hold>>, StoreError> {
         self.inner.get_hold(id, scope, now).await
     }
-    async fn owner_holds(
-        &self,
-        owner: &OwnerId,
-        page: PageRequest,
-        now: Timestamp,
-    ) -> Result<Decided<Vec<Hold>>, StoreError> {
-        self.inner.owner_holds(owner, page, now).await
-    }
-    async fn slot_holds(
-        &self,
-        slot: SlotId,
-        page: PageRequest,
-        now: Timestamp,
-    ) -> Result<Decided<Vec<Hold>>, StoreError> {
-        self.inner.slot_holds(slot, page, now).await
-    }
     async fn get_slot(&self, id: SlotId) -> Result<Option<Slot>, StoreError> {
         self.inner.get_slot(id).await
     }
-    async fn change_capacity(
-        &self,
-        id: SlotId,
-        capacity: i32,
-        now: Timestamp,
-    ) -> Result<Decided<SlotChange>, StoreError> {
-        self.inner.change_capacity(id, capacity, now).await
-    }
-    async fn set_closed(
-        &self,
-        id: SlotId,
-        closed: bool,
-        now: Timestamp,
-    ) -> Result<Decided<SlotChange>, StoreError> {
-        self.inner.set_closed(id, closed, now).await
-    }
-    async fn remove_slot(
-        &self,
-        id: SlotId,
-        now: Timestamp,
-    ) -> Result<Decided<SlotChange>, StoreError> {
-        self.inner.remove_slot(id, now).await
-    }
-    async fn list_slots(
-        &self,
-        filter: &SlotFilter,
-        page: SlotPageRequest,
-        now: Timestamp,
-    ) -> Result<Decided<Vec<SlotUsage>>, StoreError> {
-        self.inner.list_slots(filter, page, now).await
-    }
 }
+
+slot_booking::forward_store!(impl[] SlotAdmin, HoldQueries for Counting, |this| &this.inner);
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()

@@ -13,7 +13,7 @@ use std::time::Duration;
 use chrono::Utc;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use slot_booking::{
-    BookingEngine, HoldRequest, IdempotencyKey, MemoryStore, NewSlot, SlotId, Store, Timestamp,
+    BookingEngine, HoldRequest, HoldStore, IdempotencyKey, MemoryStore, NewSlot, SlotId, Timestamp,
 };
 
 const SLOTS: usize = 1_000;

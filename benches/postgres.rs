@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use criterion::Criterion;
-use slot_booking::{BookingEngine, BookingError, HoldPlaced, NewSlot, SlotId, Store};
+use slot_booking::{BookingEngine, BookingError, HoldPlaced, HoldStore, NewSlot, SlotId};
 use slot_booking_postgres::PostgresStore;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::AssertSqlSafe;

@@ -47,8 +47,8 @@ use std::time::{Duration, Instant};
 use cap::Cap;
 use chrono::{DateTime, Utc};
 use slot_booking::{
-    AvailabilityEntry, AvailabilityQuery, BookingEngine, HoldOutcome, HoldRequest, IdempotencyKey,
-    MemoryStore, NewSlot, Scope, SlotId, Store, Transition,
+    AvailabilityEntry, AvailabilityQuery, BookingEngine, HoldOutcome, HoldRequest, HoldStore,
+    IdempotencyKey, MemoryStore, NewSlot, Scope, SlotId, Store, Transition,
 };
 use slot_booking_postgres::PostgresStore;
 use slot_booking_sqlite::sqlx::sqlite::SqlitePool;

@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use slot_booking::{
-    BookingEngine, HoldOutcome, HoldRequest, IdempotencyKey, NewSlot, SlotId, Store,
+    BookingEngine, HoldOutcome, HoldRequest, HoldStore, IdempotencyKey, NewSlot, SlotId,
 };
 use slot_booking_sqlite::SqliteStore;
 use tokio::runtime::Runtime;

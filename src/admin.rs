@@ -53,9 +53,9 @@ use crate::model::{AvailabilityQuery, InvalidSlot, Page, PageRequest, Slot, Slot
 use crate::observe::{Op, Operation};
 use crate::store::{Decided, HoldStore, SlotAdmin, SlotChange};
 
-pub use crate::model::{InvalidSlotCursor, SlotCursor, SlotPage, SlotSummary, SlotUsage};
 #[allow(deprecated)]
 pub use crate::model::SlotPageRequest;
+pub use crate::model::{InvalidSlotCursor, SlotCursor, SlotPage, SlotSummary, SlotUsage};
 #[allow(deprecated)]
 pub use crate::SlotFilter;
 

@@ -28,8 +28,8 @@ use async_trait::async_trait;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use crate::cache::SingleFlightCache;
 use crate::availability::AvailabilitySnapshot;
+use crate::cache::SingleFlightCache;
 use crate::store::StoreError;
 
 /// The default coalescing window of [`follow_changes`]: well inside the 100 ms in which a

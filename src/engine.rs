@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use futures::FutureExt;
 use crate::availability::{window, Availability, AvailabilitySnapshot};
 use crate::cache::{CacheConfig, CacheError, SingleFlightCache};
 use crate::changes::Invalidator;
@@ -22,6 +21,7 @@ use crate::model::{
 };
 use crate::observe::{Op, Operation};
 use crate::store::{Decided, HoldOutcome, HoldRequest, HoldStore, StoreError, Transition};
+use futures::FutureExt;
 
 /// Default time a fresh availability snapshot is served from the cache.
 pub const DEFAULT_CACHE_PERIOD: Duration = Duration::from_secs(10);
@@ -92,7 +92,10 @@ pub(crate) fn chrono_duration(d: Duration) -> chrono::Duration {
 
 impl Lifetimes {
     /// `requested`, if within bounds, else the default.
-    pub(crate) fn pick(&self, requested: Option<Duration>) -> Result<chrono::Duration, BookingError> {
+    pub(crate) fn pick(
+        &self,
+        requested: Option<Duration>,
+    ) -> Result<chrono::Duration, BookingError> {
         let lifetime = requested.unwrap_or(self.default);
         if lifetime < self.min || lifetime > self.max {
             return Err(BookingError::InvalidLifetime {

@@ -29,8 +29,6 @@
 //! several sweepers on several instances never report a hold twice), and
 //! [`BookingEngine::purge`] deletes old history. Neither is needed for correctness.
 
-
-
 use crate::engine::{check_limit, detached, guarded, BookingEngine};
 use crate::error::BookingError;
 use crate::model::{ConsumerId, Hold};
@@ -43,8 +41,6 @@ pub use crate::store::EventStore;
 
 /// The most events one read returns, and the most rows one reclaim or purge touches.
 pub const MAX_BATCH: u32 = crate::model::MAX_PAGE_SIZE;
-
-
 
 impl<S: EventStore> BookingEngine<S> {
     /// Up to `limit` (1–1000) events after `consumer`'s cursor, oldest first. Call

@@ -265,5 +265,8 @@ impl<S: HoldStore + HoldQueries> BookingEngine<S> {
 /// A store's page of holds, each resolved at the instant it was read.
 fn into_page(read: Decided<Vec<Hold>>, page: PageRequest) -> HoldPage {
     let at = read.at;
-    Page::of(read.outcome.into_iter().map(|h| h.at(at)).collect(), page.limit)
+    Page::of(
+        read.outcome.into_iter().map(|h| h.at(at)).collect(),
+        page.limit,
+    )
 }

@@ -218,8 +218,8 @@ pub mod store;
 pub mod sweeper;
 pub mod transaction;
 
-pub use clock::{Clock, ManualClock, SystemClock};
 pub use availability::{Availability, AvailabilitySnapshot};
+pub use clock::{Clock, ManualClock, SystemClock};
 pub use engine::{BookingEngine, EngineBuilder, HoldPlaced, NewHold};
 pub use error::BookingError;
 pub use memory::MemoryStore;
@@ -233,14 +233,16 @@ pub use model::{
 };
 pub use scope::Scope;
 pub use store::{
-    Decided, EventStore, HoldOutcome, HoldQueries, HoldRequest, HoldStore, RenewRequest,
-    SlotAdmin, SlotChange, SlotLimits, Store, StoreError, StoreErrorKind, TransactionWrites,
+    Decided, EventStore, HoldOutcome, HoldQueries, HoldRequest, HoldStore, RenewRequest, SlotAdmin,
+    SlotChange, SlotLimits, Store, StoreError, StoreErrorKind, TransactionWrites,
     TransactionalStore, Transition,
 };
 pub use transaction::Within;
 
 /// The operator's listing filter.
-#[deprecated(note = "the listing takes an `AvailabilityQuery`: the same narrowing, applied to every slot")]
+#[deprecated(
+    note = "the listing takes an `AvailabilityQuery`: the same narrowing, applied to every slot"
+)]
 pub type SlotFilter = AvailabilityQuery;
 
 /// What [`forward_store!`] expands to needs; not part of the API.

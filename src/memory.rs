@@ -25,8 +25,8 @@ use crate::model::{
 };
 use crate::scope::Scope;
 use crate::store::{
-    Decided, EventStore, HoldOutcome, HoldQueries, HoldRequest, HoldStore, RenewRequest,
-    SlotAdmin, SlotChange, SlotLimits, StoreError, Transition,
+    Decided, EventStore, HoldOutcome, HoldQueries, HoldRequest, HoldStore, RenewRequest, SlotAdmin,
+    SlotChange, SlotLimits, StoreError, Transition,
 };
 
 mod admin;
@@ -337,4 +337,3 @@ fn ended_before(hold: &Hold, before: Timestamp) -> bool {
         HoldStatus::Held | HoldStatus::Confirmed => false,
     }
 }
-

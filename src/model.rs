@@ -36,7 +36,7 @@ pub use usage::{SlotSummary, SlotUsage};
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chrono::TimeZone;
+    use chrono::{TimeZone, Utc};
 
     fn t(secs: i64) -> Timestamp {
         Utc.timestamp_opt(1_800_000_000 + secs, 0).single().unwrap()

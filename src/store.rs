@@ -48,7 +48,9 @@ pub use admin::SlotAdmin;
 pub use error::{StoreError, StoreErrorKind};
 pub use events::EventStore;
 pub use holds::HoldStore;
-pub use outcome::{Decided, HoldOutcome, HoldRequest, RenewRequest, SlotChange, SlotLimits, Transition};
+pub use outcome::{
+    Decided, HoldOutcome, HoldRequest, RenewRequest, SlotChange, SlotLimits, Transition,
+};
 pub use queries::HoldQueries;
 pub use transaction::{TransactionWrites, TransactionalStore};
 

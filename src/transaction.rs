@@ -37,20 +37,17 @@
 //!   a write whose caller went away; here the write belongs to the caller's transaction, which
 //!   the caller rolls back (sqlx does so when a transaction is dropped uncommitted).
 
-
 use crate::admin::{checked_capacity, sales_operation, SlotOperation};
 use crate::engine::{
     guarded, hold_placed, prepare_slot, settle, BookingEngine, HoldPlaced, NewHold,
 };
 use crate::error::BookingError;
-use crate::model::{
-    Hold, HoldId, HoldStatus, NewSlot, Slot, SlotId,
-};
+use crate::model::{Hold, HoldId, HoldStatus, NewSlot, Slot, SlotId};
 use crate::observe::{Op, Operation};
 use crate::scope::Scope;
 
-pub use crate::store::{TransactionWrites, TransactionalStore};
 use crate::store::{HoldStore, RenewRequest};
+pub use crate::store::{TransactionWrites, TransactionalStore};
 
 /// The engine's writes on the caller's transaction; made by [`BookingEngine::within`].
 ///

@@ -7,13 +7,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::TimeZone;
-use slot_booking::store::{
-    Decided, HoldOutcome, HoldRequest, RenewRequest, SlotChange, Transition,
-};
+use slot_booking::store::{Decided, HoldOutcome, HoldRequest, RenewRequest, Transition};
 use slot_booking::{
     AvailabilityEntry, AvailabilityQuery, BookingEngine, BookingError, Hold, HoldId, HoldStatus,
-    ManualClock, MemoryStore, NewSlot, OwnerId, PageRequest, ResourceId, Scope, Slot, SlotFilter,
-    SlotId, SlotPageRequest, SlotUsage, Store, StoreError, Timestamp,
+    HoldStore, ManualClock, MemoryStore, NewSlot, PageRequest, ResourceId, Scope, Slot, SlotId,
+    Store, StoreError, Timestamp,
 };
 use tokio::sync::Semaphore;
 
@@ -80,7 +78,7 @@ impl Probe {
 }
 
 #[async_trait]
-impl Store for Probe {
+impl HoldStore for Probe {
     async fn create_slot(&self, slot: &NewSlot, now: Timestamp) -> Result<Slot, StoreError> {
         self.check()?;
         self.inner.create_slot(slot, now).await
@@ -145,64 +143,17 @@ impl Store for Probe {
         self.check()?;
         self.inner.get_hold(id, scope, now).await
     }
-    async fn owner_holds(
-        &self,
-        owner: &OwnerId,
-        page: PageRequest,
-        now: Timestamp,
-    ) -> Result<Decided<Vec<Hold>>, StoreError> {
-        self.check()?;
-        self.inner.owner_holds(owner, page, now).await
-    }
-    async fn slot_holds(
-        &self,
-        slot: SlotId,
-        page: PageRequest,
-        now: Timestamp,
-    ) -> Result<Decided<Vec<Hold>>, StoreError> {
-        self.check()?;
-        self.inner.slot_holds(slot, page, now).await
-    }
     async fn get_slot(&self, id: SlotId) -> Result<Option<Slot>, StoreError> {
         self.check()?;
         self.inner.get_slot(id).await
     }
-    async fn change_capacity(
-        &self,
-        id: SlotId,
-        capacity: i32,
-        now: Timestamp,
-    ) -> Result<Decided<SlotChange>, StoreError> {
-        self.check()?;
-        self.inner.change_capacity(id, capacity, now).await
-    }
-    async fn set_closed(
-        &self,
-        id: SlotId,
-        closed: bool,
-        now: Timestamp,
-    ) -> Result<Decided<SlotChange>, StoreError> {
-        self.check()?;
-        self.inner.set_closed(id, closed, now).await
-    }
-    async fn remove_slot(
-        &self,
-        id: SlotId,
-        now: Timestamp,
-    ) -> Result<Decided<SlotChange>, StoreError> {
-        self.check()?;
-        self.inner.remove_slot(id, now).await
-    }
-    async fn list_slots(
-        &self,
-        filter: &SlotFilter,
-        page: SlotPageRequest,
-        now: Timestamp,
-    ) -> Result<Decided<Vec<SlotUsage>>, StoreError> {
-        self.check()?;
-        self.inner.list_slots(filter, page, now).await
-    }
 }
+
+// The rest forwards to the memory store after the probe's failure check.
+slot_booking::forward_store!(impl[] SlotAdmin, HoldQueries for Probe, |this| {
+    this.check()?;
+    &this.inner
+});
 
 fn start() -> Timestamp {
     chrono::Utc
@@ -448,16 +399,16 @@ async fn invalid_administration_never_reaches_the_store() {
     }
     for limit in [0, 1001] {
         let error = engine
-            .list_slots(&SlotFilter::all(), SlotPageRequest::first(limit))
+            .list_slots(&AvailabilityQuery::all(), PageRequest::first(limit))
             .await
             .unwrap_err();
         assert_eq!(error.code(), "invalid_page");
     }
-    let backwards = SlotFilter::all()
+    let backwards = AvailabilityQuery::all()
         .from(start())
         .to(start() - chrono::Duration::seconds(1));
     let error = engine
-        .list_slots(&backwards, SlotPageRequest::first(10))
+        .list_slots(&backwards, PageRequest::first(10))
         .await
         .unwrap_err();
     assert_eq!(error.code(), "invalid_query");

@@ -218,7 +218,9 @@ pub async fn consumers_resume_where_they_acknowledged<S: crate::Store + EventSto
 /// `reclaim_expired` marks expired holds, bounded per call, gives their units back and
 /// appends one `hold_expired` event each; active and confirmed holds stay. A hold reclaimed
 /// lazily by a hold on a full slot yields its one event too.
-pub async fn reclaiming_expired_holds_yields_one_event_each<S: crate::Store + EventStore>(store: S) {
+pub async fn reclaiming_expired_holds_yields_one_event_each<S: crate::Store + EventStore>(
+    store: S,
+) {
     let f = Fixture::new(store);
     let log = consumer("log");
     let slot = f.slot(4, hours(2)).await;

@@ -7,12 +7,12 @@ use chrono::{TimeZone, Utc};
 
 use super::kit::SlotTally;
 use super::{HOLD_TTL, MAX_HOLD_LIFE, MAX_REQUESTED_TTL, MIN_REQUESTED_TTL};
-use crate::model::{PageRequest, SlotSummary};
 use crate::clock::ManualClock;
 use crate::engine::{BookingEngine, NewHold};
 use crate::model::{
     AvailabilityQuery, Hold, HoldId, HoldStatus, NewSlot, ResourceId, SlotId, Timestamp,
 };
+use crate::model::{PageRequest, SlotSummary};
 use crate::scope::Scope;
 use crate::store::{HoldStore, SlotAdmin};
 

@@ -3,10 +3,7 @@
 
 use crate::engine::{BookingEngine, NewHold};
 use crate::events::EventStore;
-use crate::model::{
-    AvailabilityQuery, Hold, HoldId, HoldStatus, OwnerId, Slot, SlotId,
-    Timestamp,
-};
+use crate::model::{AvailabilityQuery, Hold, HoldId, HoldStatus, OwnerId, Slot, SlotId, Timestamp};
 use crate::store::{HoldQueries, HoldStore, SlotAdmin, Store, StoreError};
 use crate::transaction::TransactionalStore;
 
@@ -141,7 +138,9 @@ crate::forward_store!(impl[S: HoldQueries, G: Send + Sync + 'static] HoldQueries
 crate::forward_store!(impl[S: crate::Store + EventStore, G: Send + Sync + 'static] EventStore for Owned<S, G>, |this| &this.store);
 
 #[async_trait::async_trait]
-impl<S: crate::Store + TransactionalStore, G: Send + Sync + 'static> TransactionalStore for Owned<S, G> {
+impl<S: crate::Store + TransactionalStore, G: Send + Sync + 'static> TransactionalStore
+    for Owned<S, G>
+{
     type Transaction = S::Transaction;
     type Writes<'t>
         = S::Writes<'t>
@@ -164,7 +163,6 @@ impl<S: crate::Store + TransactionalStore, G: Send + Sync + 'static> Transaction
         self.store.rollback(transaction).await
     }
 }
-
 
 #[cfg(test)]
 mod tests {

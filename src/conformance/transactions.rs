@@ -81,7 +81,9 @@ pub async fn transactional_writes_commit_together<S: crate::Store + Transactiona
 
 /// Everything a rolled-back transaction wrote is gone: holds, cancels, capacity changes,
 /// closes, new slots, removals; its keys are free again.
-pub async fn a_rolled_back_transaction_leaves_nothing<S: crate::Store + TransactionalStore>(store: S) {
+pub async fn a_rolled_back_transaction_leaves_nothing<S: crate::Store + TransactionalStore>(
+    store: S,
+) {
     let f = Fixture::new(store);
     let slot = f.slot(3, hours(1)).await;
     let spare = f.slot(1, hours(1)).await;
@@ -136,7 +138,11 @@ pub async fn a_rolled_back_transaction_leaves_nothing<S: crate::Store + Transact
 /// Refusals inside a transaction (a key of another request, sold out, no such slot, an
 /// expired hold, a slot in use) change nothing and leave the transaction usable: a later
 /// write in it succeeds and commits.
-pub async fn a_refusal_inside_a_transaction_leaves_it_usable<S: crate::Store + TransactionalStore>(store: S) {
+pub async fn a_refusal_inside_a_transaction_leaves_it_usable<
+    S: crate::Store + TransactionalStore,
+>(
+    store: S,
+) {
     let f = Fixture::new(store);
     let full = f.slot(1, hours(1)).await;
     let other = f.slot(1, hours(1)).await;

@@ -68,7 +68,6 @@ fn parse_digits(s: &str) -> Result<i64, ParseIdError> {
     s.parse::<i64>().map_err(|_| ParseIdError::TooLarge)
 }
 
-
 /// A client-chosen key that makes hold creation idempotent.
 ///
 /// 1 to 255 characters, each visible ASCII (`0x21..=0x7E`): no spaces, no control characters,

@@ -158,7 +158,11 @@ where
             type Value = Page<T>;
 
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                write!(f, "a page: {{\"{}\": [...], \"next_after\": ...}}", T::FIELD)
+                write!(
+                    f,
+                    "a page: {{\"{}\": [...], \"next_after\": ...}}",
+                    T::FIELD
+                )
             }
 
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Page<T>, A::Error> {

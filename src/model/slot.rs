@@ -5,7 +5,6 @@ use serde::{Deserialize, Serialize};
 use super::ids::{ResourceId, SlotId};
 use super::time::{rfc3339, truncate_to_micros, Timestamp};
 
-
 /// A slot as stored: a time window with a fixed capacity.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Slot {

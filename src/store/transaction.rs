@@ -3,12 +3,14 @@
 
 use async_trait::async_trait;
 
+#[allow(unused_imports)] // for the docs
+use super::admin::SlotAdmin;
 use super::error::StoreError;
 use super::holds::HoldStore;
 use super::outcome::{Decided, HoldOutcome, HoldRequest, RenewRequest, SlotChange, Transition};
-#[allow(unused_imports)] // for the docs
-use super::admin::SlotAdmin;
-use crate::model::{ConsumerId, EventPosition, Hold, HoldId, LeaseHolder, NewSlot, Slot, SlotId, Timestamp};
+use crate::model::{
+    ConsumerId, EventPosition, Hold, HoldId, LeaseHolder, NewSlot, Slot, SlotId, Timestamp,
+};
 use crate::scope::Scope;
 
 /// A store's writes on a connection or transaction the caller owns: the write operations of

@@ -158,7 +158,10 @@ impl EventStore for PostgresStore {
         consumer: &ConsumerId,
         through: EventPosition,
     ) -> Result<(), StoreError> {
-        self.pooled().await?.acknowledge(consumer, None, through).await?;
+        self.pooled()
+            .await?
+            .acknowledge(consumer, None, through)
+            .await?;
         Ok(())
     }
 
@@ -168,7 +171,10 @@ impl EventStore for PostgresStore {
         holder: &LeaseHolder,
         through: EventPosition,
     ) -> Result<bool, StoreError> {
-        self.pooled().await?.acknowledge(consumer, Some(holder), through).await
+        self.pooled()
+            .await?
+            .acknowledge(consumer, Some(holder), through)
+            .await
     }
 
     async fn lease_consumer(

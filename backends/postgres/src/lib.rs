@@ -213,9 +213,9 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use slot_booking::{
-    AvailabilityEntry, ConsumerId, Decided, EventPosition, Hold, HoldId, HoldOutcome, HoldRequest,
-    HoldStatus, LeaseHolder, NewSlot, OwnerId, PageRequest, RenewRequest, ResourceId, Scope, Slot,
-    SlotChange, AvailabilityQuery, SlotCursor, SlotId, SlotLimits, SlotUsage, StoreError,
+    AvailabilityEntry, AvailabilityQuery, ConsumerId, Decided, EventPosition, Hold, HoldId,
+    HoldOutcome, HoldRequest, HoldStatus, LeaseHolder, NewSlot, OwnerId, PageRequest, RenewRequest,
+    ResourceId, Scope, Slot, SlotChange, SlotCursor, SlotId, SlotLimits, SlotUsage, StoreError,
     Timestamp, TransactionalStore, Transition,
 };
 use sqlx::pool::PoolConnection;
@@ -237,9 +237,9 @@ pub use changes::{PostgresChangeFeed, CHANGE_CHANNEL_PREFIX};
 /// re-export: a pool from another sqlx major version is a different type.
 pub use sqlx;
 
+use rows::*;
 use sql::Statements;
 pub use transaction::PostgresWrites;
-use rows::*;
 use writes::{Conn, Run};
 
 /// The schema [`PostgresStore::new`] and [`PostgresStore::connect`] keep their tables in.
@@ -481,4 +481,3 @@ pub(crate) fn map_err(error: sqlx::Error) -> StoreError {
 fn is_unique_violation(error: &sqlx::Error) -> bool {
     matches!(error, sqlx::Error::Database(db) if db.is_unique_violation())
 }
-

@@ -80,7 +80,11 @@ impl Run<'_> {
         self.store.now_param(now)
     }
 
-    pub(crate) async fn create_slot(&mut self, slot: &NewSlot, now: Timestamp) -> Result<Slot, StoreError> {
+    pub(crate) async fn create_slot(
+        &mut self,
+        slot: &NewSlot,
+        now: Timestamp,
+    ) -> Result<Slot, StoreError> {
         let row = sqlx::query(AssertSqlSafe(self.store.sql().create_slot.as_str()))
             .bind(slot.starts_at)
             .bind(slot.ends_at)
@@ -144,7 +148,10 @@ impl Run<'_> {
     /// The hold's statements: the fast one, then, only when it found no unit and its refusal
     /// is not final (expired holds might make room), the one that reclaims expired holds.
     /// `NoUnit` and `KeyTaken` are left for [`Run::explain`].
-    pub(crate) async fn insert_hold(&mut self, request: &HoldRequest<'_>) -> Result<Insert, StoreError> {
+    pub(crate) async fn insert_hold(
+        &mut self,
+        request: &HoldRequest<'_>,
+    ) -> Result<Insert, StoreError> {
         let inner = Arc::clone(&self.store.inner);
         let sql = &inner.sql;
         // Fast path, one round trip: decrement and insert in one statement, or say why not.
@@ -406,7 +413,9 @@ pub(crate) fn took(row: &PgRow) -> Result<bool, StoreError> {
 /// What a refusal row (the fast hold statement's, or the explaining read's) says: the instant
 /// it was read at, the hold the key belongs to, and the slot's limits. The slot's columns are
 /// all NULL exactly when there is no such slot (`closed` is NOT NULL in the table).
-pub(crate) fn refusal_facts(row: &PgRow) -> Result<(Timestamp, Option<Hold>, Option<SlotLimits>), StoreError> {
+pub(crate) fn refusal_facts(
+    row: &PgRow,
+) -> Result<(Timestamp, Option<Hold>, Option<SlotLimits>), StoreError> {
     let key_holder = optional_hold(row)?;
     let starts_at: Option<Timestamp> = row.try_get("slot_starts_at").map_err(map_err)?;
     let capacity: Option<i32> = row.try_get("slot_capacity").map_err(map_err)?;

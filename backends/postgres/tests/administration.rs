@@ -8,9 +8,10 @@ mod common;
 use chrono::{Duration, TimeZone, Utc};
 use common::*;
 use slot_booking::{
-    HoldId, HoldOutcome, NewSlot, ResourceId, SlotChange, SlotCursor, SlotFilter, SlotId,
-    SlotPageRequest, SlotUsage, Store,
+    AvailabilityQuery, HoldId, HoldOutcome, NewSlot, PageRequest, ResourceId, SlotChange,
+    SlotCursor, SlotId, SlotUsage,
 };
+use slot_booking::{HoldStore, SlotAdmin};
 use slot_booking_postgres::PostgresStore;
 use sqlx::AssertSqlSafe;
 
@@ -184,7 +185,7 @@ async fn removed_and_closed_slots() {
     }
     assert_eq!(store.get_slot(y).await.unwrap(), Some(removed.clone()));
     let page = store
-        .list_slots(&SlotFilter::all(), SlotPageRequest::first(10), at(2))
+        .list_slots(&AvailabilityQuery::all(), PageRequest::first(10), at(2))
         .await
         .unwrap()
         .outcome;
@@ -246,7 +247,7 @@ async fn listing_bounds_and_resources() {
         assert_eq!(slot.resource, new.resource);
         ids.push(slot.slot_id);
     }
-    let list = |filter: SlotFilter, page: SlotPageRequest| async move {
+    let list = |filter: AvailabilityQuery, page: PageRequest<SlotCursor>| async move {
         store
             .list_slots(&filter, page, at(0))
             .await
@@ -257,52 +258,52 @@ async fn listing_bounds_and_resources() {
             .collect::<Vec<_>>()
     };
     assert_eq!(
-        list(SlotFilter::all(), SlotPageRequest::first(10)).await,
+        list(AvailabilityQuery::all(), PageRequest::first(10)).await,
         ids
     );
     let of_room = list(
-        SlotFilter::all().resource(room.clone()),
-        SlotPageRequest::first(10),
+        AvailabilityQuery::all().resource(room.clone()),
+        PageRequest::first(10),
     )
     .await;
     assert_eq!(of_room, [ids[0], ids[2], ids[4]]);
     let nobody = ResourceId::new("room-2").unwrap();
     assert!(list(
-        SlotFilter::all().resource(nobody),
-        SlotPageRequest::first(10)
+        AvailabilityQuery::all().resource(nobody),
+        PageRequest::first(10)
     )
     .await
     .is_empty());
     // Pages of two, each after the last.
-    let first = list(SlotFilter::all(), SlotPageRequest::first(2)).await;
+    let first = list(AvailabilityQuery::all(), PageRequest::first(2)).await;
     assert_eq!(first, ids[..2]);
     let after = SlotCursor {
         starts_at: at(3600 * 2),
         slot_id: ids[1],
     };
     assert_eq!(
-        list(SlotFilter::all(), SlotPageRequest::after(after, 2)).await,
+        list(AvailabilityQuery::all(), PageRequest::after(after, 2)).await,
         ids[2..4]
     );
     // `from` later than the cursor wins; the cursor later than `from` wins.
-    let from = SlotFilter::all().from(at(3600 * 4));
+    let from = AvailabilityQuery::all().from(at(3600 * 4));
     assert_eq!(
-        list(from.clone(), SlotPageRequest::after(after, 10)).await,
+        list(from.clone(), PageRequest::after(after, 10)).await,
         ids[3..]
     );
     let late = SlotCursor {
         starts_at: at(3600 * 5),
         slot_id: ids[4],
     };
-    assert_eq!(list(from, SlotPageRequest::after(late, 10)).await, ids[5..]);
+    assert_eq!(list(from, PageRequest::after(late, 10)).await, ids[5..]);
     // `to` is exclusive, also with a resource.
-    let window = SlotFilter::all().from(at(3600 * 2)).to(at(3600 * 5));
+    let window = AvailabilityQuery::all().from(at(3600 * 2)).to(at(3600 * 5));
     assert_eq!(
-        list(window.clone(), SlotPageRequest::first(10)).await,
+        list(window.clone(), PageRequest::first(10)).await,
         ids[1..4]
     );
     assert_eq!(
-        list(window.resource(room), SlotPageRequest::first(10)).await,
+        list(window.resource(room), PageRequest::first(10)).await,
         [ids[2]]
     );
     // Far outside PostgreSQL's range (a cursor is the caller's text): from the start, and an
@@ -313,11 +314,11 @@ async fn listing_bounds_and_resources() {
         slot_id: SlotId(5),
     };
     assert_eq!(
-        list(SlotFilter::all(), SlotPageRequest::after(cursor, 10)).await,
+        list(AvailabilityQuery::all(), PageRequest::after(cursor, 10)).await,
         ids
     );
     assert!(
-        list(SlotFilter::all().to(ancient), SlotPageRequest::first(10))
+        list(AvailabilityQuery::all().to(ancient), PageRequest::first(10))
             .await
             .is_empty()
     );
@@ -326,11 +327,13 @@ async fn listing_bounds_and_resources() {
         starts_at: future,
         slot_id: SlotId(1),
     };
-    assert!(list(SlotFilter::all(), SlotPageRequest::after(cursor, 10))
-        .await
-        .is_empty());
+    assert!(
+        list(AvailabilityQuery::all(), PageRequest::after(cursor, 10))
+            .await
+            .is_empty()
+    );
     assert_eq!(
-        list(SlotFilter::all().to(future), SlotPageRequest::first(10)).await,
+        list(AvailabilityQuery::all().to(future), PageRequest::first(10)).await,
         ids
     );
 }
@@ -378,15 +381,15 @@ async fn answers_on_the_database_clock_carry_its_instant() {
         store.remove_slot(SlotId(999), engine_now).await.unwrap().at,
         store
             .list_slots(
-                &SlotFilter::all().resource(ResourceId::new("none").unwrap()),
-                SlotPageRequest::first(5),
+                &AvailabilityQuery::all().resource(ResourceId::new("none").unwrap()),
+                PageRequest::first(5),
                 engine_now,
             )
             .await
             .unwrap()
             .at,
         store
-            .list_slots(&SlotFilter::all(), SlotPageRequest::first(5), engine_now)
+            .list_slots(&AvailabilityQuery::all(), PageRequest::first(5), engine_now)
             .await
             .unwrap()
             .at,

@@ -4,13 +4,14 @@
 
 mod common;
 
+use slot_booking::HoldStore;
 use std::time::Duration as StdDuration;
 
 use chrono::{Duration, Utc};
 use common::*;
 use slot_booking::model::truncate_to_micros;
 use slot_booking::{
-    BookingEngine, BookingError, Clock, HoldStatus, NewSlot, SlotId, Store, SystemClock, Timestamp,
+    BookingEngine, BookingError, Clock, HoldStatus, NewSlot, SlotId, SystemClock, Timestamp,
 };
 use slot_booking_postgres::PostgresStore;
 

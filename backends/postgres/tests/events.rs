@@ -6,6 +6,7 @@
 
 mod common;
 
+use slot_booking::{HoldStore, SlotAdmin};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration as StdDuration;
 
@@ -13,7 +14,7 @@ use chrono::Duration;
 use common::*;
 use slot_booking::{
     ConsumerId, Event, EventKind, EventPosition, EventStore, HoldId, HoldOutcome, HoldRequest,
-    Scope, SlotId, Store, Timestamp, TransactionWrites,
+    Scope, SlotId, Timestamp, TransactionWrites,
 };
 use slot_booking_postgres::PostgresStore;
 use sqlx::postgres::PgPool;

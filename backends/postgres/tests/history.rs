@@ -8,7 +8,7 @@ mod common;
 
 use chrono::Utc;
 use common::*;
-use slot_booking::Store;
+use slot_booking::HoldStore;
 use sqlx::AssertSqlSafe;
 
 /// Future slots in the fixture, and expired held holds on each.

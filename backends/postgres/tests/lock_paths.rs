@@ -10,11 +10,12 @@
 
 mod common;
 
+use slot_booking::{HoldStore, SlotAdmin};
 use std::future::Future;
 use std::time::Duration as StdDuration;
 
 use common::*;
-use slot_booking::{Decided, HoldOutcome, Scope, SlotChange, SlotId, Store, Transition};
+use slot_booking::{Decided, HoldOutcome, Scope, SlotChange, SlotId, Transition};
 use slot_booking_postgres::PostgresStore;
 use sqlx::postgres::PgConnection;
 use sqlx::{AssertSqlSafe, Connection, Executor};

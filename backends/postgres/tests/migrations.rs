@@ -4,13 +4,13 @@
 
 mod common;
 
+use slot_booking::{HoldStore, SlotAdmin};
 use std::path::Path;
 
 use common::*;
 use slot_booking::conformance::kit::check_previous_release_sells_on;
 use slot_booking::{
-    HoldId, HoldOutcome, HoldStatus, SlotChange, SlotFilter, SlotId, SlotPageRequest, Store,
-    Timestamp,
+    AvailabilityQuery, HoldId, HoldOutcome, HoldStatus, PageRequest, SlotChange, SlotId, Timestamp,
 };
 use slot_booking_postgres::PostgresStore;
 use sqlx::migrate::Migrator;
@@ -624,7 +624,7 @@ async fn a_schema_from_before_slot_administration_upgrades_in_place() {
         .collect();
     assert_eq!(listed, [1], "a closed slot leaves availability");
     let page = store
-        .list_slots(&SlotFilter::all(), SlotPageRequest::first(10), now)
+        .list_slots(&AvailabilityQuery::all(), PageRequest::first(10), now)
         .await
         .unwrap()
         .outcome;

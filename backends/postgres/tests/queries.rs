@@ -8,9 +8,9 @@ mod common;
 use chrono::Utc;
 use common::*;
 use slot_booking::{
-    OwnerId, PageRequest, ResourceId, SlotCursor, SlotFilter, SlotId, SlotPageRequest, Store,
-    Timestamp,
+    AvailabilityQuery, OwnerId, PageRequest, ResourceId, SlotCursor, SlotId, Timestamp,
 };
+use slot_booking::{HoldQueries, SlotAdmin};
 use sqlx::AssertSqlSafe;
 
 /// Holds in the fixture: spread over `SLOTS` slots and `OWNERS` owners.
@@ -181,8 +181,8 @@ async fn a_page_of_the_slot_listing_reads_one_index_range() {
     );
     let all = store
         .list_slots(
-            &SlotFilter::all().to(to),
-            SlotPageRequest::after(middle, PAGE),
+            &AvailabilityQuery::all().to(to),
+            PageRequest::after(middle, PAGE),
             Utc::now(),
         )
         .await
@@ -191,8 +191,8 @@ async fn a_page_of_the_slot_listing_reads_one_index_range() {
     let r7 = ResourceId::new("r-7").unwrap();
     let of_r7 = store
         .list_slots(
-            &SlotFilter::all().resource(r7.clone()).to(to),
-            SlotPageRequest::after(middle_of_r7, PAGE),
+            &AvailabilityQuery::all().resource(r7.clone()).to(to),
+            PageRequest::after(middle_of_r7, PAGE),
             Utc::now(),
         )
         .await

@@ -2,11 +2,12 @@
 
 mod common;
 
+use slot_booking::{HoldStore, SlotAdmin};
 use std::sync::Arc;
 
 use chrono::Duration;
 use common::*;
-use slot_booking::{HoldOutcome, Store};
+use slot_booking::HoldOutcome;
 use slot_booking_postgres::PostgresStore;
 use sqlx::AssertSqlSafe;
 

@@ -10,11 +10,12 @@
 
 mod common;
 
+use slot_booking::SlotAdmin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use common::*;
-use slot_booking::{HoldOutcome, SlotId, Store, Timestamp};
+use slot_booking::{HoldOutcome, SlotId, Timestamp};
 use slot_booking_postgres::PostgresStore;
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};

@@ -7,7 +7,8 @@
 mod common;
 
 use common::*;
-use slot_booking::{HoldOutcome, Store};
+use slot_booking::HoldOutcome;
+use slot_booking::HoldStore;
 use slot_booking_postgres::PostgresStore;
 
 /// `url` with `sslmode` set to `mode`, whether or not it already has a query string.

@@ -43,7 +43,9 @@ impl EventStore for SqliteStore {
         holder: &LeaseHolder,
         through: EventPosition,
     ) -> Result<bool, StoreError> {
-        self.run().acknowledge(consumer, Some(holder), through).await
+        self.run()
+            .acknowledge(consumer, Some(holder), through)
+            .await
     }
 
     async fn lease_consumer(

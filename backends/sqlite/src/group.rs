@@ -32,8 +32,8 @@ use sqlx::sqlite::SqlitePool;
 use sqlx::{AssertSqlSafe, Connection, SqliteConnection};
 use tokio::sync::{oneshot, OwnedMutexGuard};
 
-use crate::sql::{Statements, MAX_INSERTS_AT_ONCE};
 use crate::rows::{hold_from_row, to_micros};
+use crate::sql::{Statements, MAX_INSERTS_AT_ONCE};
 use crate::{is_unique_violation, map_err};
 use slot_booking::{Hold, HoldOutcome, HoldRequest};
 use sqlx::sqlite::SqliteRow;
@@ -473,7 +473,9 @@ where
 /// What a hold's `INSERT` did, from its rows or its error. An error that is none of the
 /// answers is handed back as sqlx reported it, for the caller to tell (a group commit keeps its
 /// transaction after a constraint error, which undoes only its statement, and not otherwise).
-pub(crate) fn insert_outcome(inserted: Result<Vec<SqliteRow>, sqlx::Error>) -> Result<Insert, sqlx::Error> {
+pub(crate) fn insert_outcome(
+    inserted: Result<Vec<SqliteRow>, sqlx::Error>,
+) -> Result<Insert, sqlx::Error> {
     match inserted {
         Ok(rows) => match rows.first() {
             Some(row) => hold_from_row(row)

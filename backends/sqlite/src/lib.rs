@@ -157,10 +157,9 @@ use async_trait::async_trait;
 use chrono::DateTime;
 use slot_booking::{
     AvailabilityEntry, AvailabilityQuery, ConsumerId, Decided, Event, EventKind, EventPosition,
-    EventStore, Hold, HoldId, HoldOutcome, HoldQueries, HoldRequest, HoldStatus, HoldStore,
-    LeaseHolder, OwnerId, PageRequest, Purged, ResourceId, Scope, Slot,
-    SlotAdmin, SlotCursor, SlotId, SlotUsage, StoreError, Timestamp,
-    TransactionWrites, TransactionalStore,
+    EventStore, Hold, HoldId, HoldOutcome, HoldRequest, HoldStatus, LeaseHolder, OwnerId,
+    PageRequest, Purged, ResourceId, Scope, Slot, SlotCursor, SlotId, SlotUsage, StoreError,
+    Timestamp, TransactionalStore,
 };
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
@@ -173,9 +172,9 @@ mod changes;
 mod events;
 mod group;
 mod migrate;
-mod sql;
 mod reads;
 mod rows;
+mod sql;
 mod transaction;
 mod writes;
 
@@ -187,9 +186,9 @@ pub use sql::{InvalidTablePrefix, DEFAULT_TABLE_PREFIX};
 pub use sqlx;
 pub use transaction::{SqliteTransaction, SqliteWrites};
 
-use sql::{Statements, TablePrefix};
 use group::{sold_out, HoldParams, Insert};
 use rows::*;
+use sql::{Statements, TablePrefix};
 
 /// How long a connection waits for SQLite's write lock before giving up (`busy_timeout`), as
 /// set by [`SqliteStore::connect`].

@@ -71,7 +71,10 @@ impl Run<'_> {
         let sql = Arc::clone(&self.sql);
         let query = sqlx::query(AssertSqlSafe(sql.owner_holds.as_str())).bind(owner.as_str());
         let mut conn = self.conn().await?;
-        Ok(Decided::new(now, page(&mut conn, query, page_request).await?))
+        Ok(Decided::new(
+            now,
+            page(&mut conn, query, page_request).await?,
+        ))
     }
 
     pub(crate) async fn slot_holds(
@@ -83,7 +86,10 @@ impl Run<'_> {
         let sql = Arc::clone(&self.sql);
         let query = sqlx::query(AssertSqlSafe(sql.slot_holds.as_str())).bind(slot_id.get());
         let mut conn = self.conn().await?;
-        Ok(Decided::new(now, page(&mut conn, query, page_request).await?))
+        Ok(Decided::new(
+            now,
+            page(&mut conn, query, page_request).await?,
+        ))
     }
 
     pub(crate) async fn get_slot(&mut self, slot_id: SlotId) -> Result<Option<Slot>, StoreError> {

@@ -68,7 +68,6 @@ pub(crate) fn usage_from_row(row: &SqliteRow) -> Result<SlotUsage, StoreError> {
     })
 }
 
-
 /// A row of the `read_events` statement.
 pub(crate) fn event_from_row(row: &SqliteRow) -> Result<Event, StoreError> {
     let kind: String = row.try_get("kind").map_err(map_err)?;

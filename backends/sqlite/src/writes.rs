@@ -10,20 +10,20 @@
 
 use slot_booking::events::NewEvent;
 use slot_booking::{
-    ConsumerId, Decided, EventKind, EventPosition, Hold, HoldId, HoldOutcome, HoldRequest, OwnerId,
-    LeaseHolder, NewSlot, RenewRequest, ResourceId, Scope, Slot, SlotChange, SlotId,
-    SlotLimits, StoreError, Timestamp, TransactionWrites, TransactionalStore, Transition,
+    ConsumerId, Decided, EventKind, EventPosition, Hold, HoldId, HoldOutcome, HoldRequest,
+    LeaseHolder, NewSlot, OwnerId, RenewRequest, ResourceId, Scope, Slot, SlotChange, SlotId,
+    SlotLimits, StoreError, Timestamp, Transition,
 };
 use sqlx::sqlite::{SqliteArguments, SqliteConnection};
 use sqlx::{AssertSqlSafe, Connection, Sqlite, Transaction};
 use std::sync::Arc;
 
-use crate::sql::Statements;
-use crate::transaction::SqliteTransaction;
 use crate::events::acknowledge;
 use crate::group::{insert_hold, sold_out, Insert};
 use crate::reads::hold_by_id;
 use crate::rows::{from_micros, hold_from_row, slot_from_row, to_micros, usage_from_row};
+use crate::sql::Statements;
+use crate::transaction::SqliteTransaction;
 use crate::{map_err, SqliteStore};
 
 /// A conditional update of one row, returning it when it changed.
@@ -526,7 +526,6 @@ async fn update_after_reclaim<'q>(
     update().fetch_optional(conn).await.map_err(map_err)
 }
 
-
 /// Where a [`Run`]'s writes open their unit of work.
 pub(crate) enum Target<'a> {
     /// The store's own: a place in its write queue, then `BEGIN IMMEDIATE` (a hold tries the
@@ -803,7 +802,6 @@ pub(crate) async fn append_event(
         .map_err(map_err)?;
     Ok(())
 }
-
 
 /// Adds `units` back to the slot's `remaining`.
 pub(crate) async fn give_back(

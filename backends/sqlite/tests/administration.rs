@@ -3,13 +3,14 @@
 
 mod common;
 
+use slot_booking::{HoldStore, SlotAdmin};
 use std::future::Future;
 
 use chrono::Duration;
 use common::*;
 use slot_booking::{
-    Decided, HoldOutcome, MemoryStore, NewSlot, ResourceId, Scope, SlotChange, SlotCursor,
-    SlotFilter, SlotId, SlotPageRequest, SlotUsage, Store, StoreError, Timestamp, Transition,
+    AvailabilityQuery, Decided, HoldOutcome, MemoryStore, NewSlot, PageRequest, ResourceId, Scope,
+    SlotChange, SlotCursor, SlotId, SlotUsage, Store, StoreError, Timestamp, Transition,
 };
 use slot_booking_sqlite::SqliteStore;
 use sqlx::SqlitePool;
@@ -218,32 +219,32 @@ async fn listing_pages_match_the_reference_store() {
     let now = at(60);
     let room_a = ResourceId::new("room-a").unwrap();
     let filters = [
-        SlotFilter::all(),
-        SlotFilter::all().resource(room_a.clone()),
-        SlotFilter::all().resource(ResourceId::new("nobody").unwrap()),
-        SlotFilter::all().from(at(0)).to(at(1800)),
-        SlotFilter::all().resource(room_a).from(at(-600)),
-        SlotFilter::all().to(at(-1200)),
+        AvailabilityQuery::all(),
+        AvailabilityQuery::all().resource(room_a.clone()),
+        AvailabilityQuery::all().resource(ResourceId::new("nobody").unwrap()),
+        AvailabilityQuery::all().from(at(0)).to(at(1800)),
+        AvailabilityQuery::all().resource(room_a).from(at(-600)),
+        AvailabilityQuery::all().to(at(-1200)),
     ];
     for filter in &filters {
-        let expected = outcome(memory.list_slots(filter, SlotPageRequest::first(100), now)).await;
-        let whole = outcome(sqlite.list_slots(filter, SlotPageRequest::first(100), now)).await;
+        let expected = outcome(memory.list_slots(filter, PageRequest::first(100), now)).await;
+        let whole = outcome(sqlite.list_slots(filter, PageRequest::first(100), now)).await;
         assert_eq!(whole, expected, "{filter:?}");
         for limit in [1, 3] {
             let mut walked = Vec::new();
-            let mut page = SlotPageRequest::first(limit);
+            let mut page = PageRequest::first(limit);
             loop {
                 let rows = outcome(sqlite.list_slots(filter, page, now)).await;
                 assert!(rows.len() <= limit as usize);
                 let Some(last) = rows.last() else { break };
-                page = SlotPageRequest::after(SlotCursor::after(&last.slot), limit);
+                page = PageRequest::after(SlotCursor::after(&last.slot), limit);
                 walked.extend(rows);
             }
             assert_eq!(walked, expected, "{filter:?} by {limit}");
         }
     }
     let all =
-        outcome(sqlite.list_slots(&SlotFilter::all(), SlotPageRequest::first(100), now)).await;
+        outcome(sqlite.list_slots(&AvailabilityQuery::all(), PageRequest::first(100), now)).await;
     assert_eq!(all.len(), 24);
     let slot_13 = all.iter().find(|u| u.slot.slot_id == SlotId(13)).unwrap();
     assert_eq!(

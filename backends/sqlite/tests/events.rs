@@ -9,8 +9,9 @@ use common::*;
 use slot_booking::{
     BookingEngine, Clock, ConsumerId, Event, EventKind, EventPosition, EventStore, Hold,
     HoldOutcome, HoldStatus, ManualClock, NewHold, NewSlot, RenewRequest, Scope, SlotChange,
-    SlotId, Store, Timestamp, TransactionalStore, Transition,
+    SlotId, Timestamp, TransactionalStore, Transition,
 };
+use slot_booking::{HoldStore, SlotAdmin};
 use slot_booking_sqlite::SqliteStore;
 
 /// An engine on `clock` that reads the store on every availability call.

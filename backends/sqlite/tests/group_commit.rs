@@ -10,14 +10,14 @@
 
 mod common;
 
+use slot_booking::HoldStore;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use common::*;
 use slot_booking::{
-    ConsumerId, EventKind, EventStore, HoldOutcome, IdempotencyKey, SlotId, Store,
-    TransactionalStore,
+    ConsumerId, EventKind, EventStore, HoldOutcome, IdempotencyKey, SlotId, TransactionalStore,
 };
 use slot_booking_sqlite::SqliteStore;
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};

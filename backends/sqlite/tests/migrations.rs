@@ -3,13 +3,14 @@
 
 mod common;
 
+use slot_booking::{HoldStore, SlotAdmin};
 use std::path::Path;
 
 use common::*;
 use slot_booking::conformance::kit::check_previous_release_sells_on;
 use slot_booking::{
-    ConsumerId, EventKind, EventStore, HoldId, HoldOutcome, Purged, SlotChange, SlotFilter, SlotId,
-    SlotPageRequest, Store,
+    AvailabilityQuery, ConsumerId, EventKind, EventStore, HoldId, HoldOutcome, PageRequest, Purged,
+    SlotChange, SlotId,
 };
 use slot_booking_sqlite::SqliteStore;
 use sqlx::migrate::Migrator;
@@ -508,7 +509,7 @@ async fn a_database_made_by_migrations_1_to_3_upgrades_in_place() {
 
     // The operator's listing reads the old rows: slot 3 (past) first, then 1 and 2.
     let listed = store
-        .list_slots(&SlotFilter::all(), SlotPageRequest::first(10), at(1))
+        .list_slots(&AvailabilityQuery::all(), PageRequest::first(10), at(1))
         .await
         .unwrap()
         .outcome;

@@ -2,12 +2,13 @@
 
 mod common;
 
+use slot_booking::{HoldStore, SlotAdmin};
 use std::future::Future;
 use std::sync::Arc;
 
 use chrono::Duration;
 use common::*;
-use slot_booking::{HoldOutcome, SlotChange, SlotId, Store, Timestamp};
+use slot_booking::{HoldOutcome, SlotChange, SlotId, Timestamp};
 use slot_booking_sqlite::SqliteStore;
 use tokio::task::JoinSet;
 

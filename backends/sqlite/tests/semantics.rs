@@ -4,7 +4,8 @@ mod common;
 
 use chrono::Duration;
 use common::*;
-use slot_booking::{HoldStatus, NewSlot, SlotId, Store, StoreErrorKind, Transition};
+use slot_booking::HoldStore;
+use slot_booking::{HoldStatus, NewSlot, SlotId, StoreErrorKind, Transition};
 use slot_booking_sqlite::SqliteStore;
 
 #[tokio::test]

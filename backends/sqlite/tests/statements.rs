@@ -6,11 +6,12 @@
 
 mod common;
 
+use slot_booking::{HoldStore, SlotAdmin};
 use std::future::Future;
 use std::sync::{Mutex, OnceLock};
 
 use common::*;
-use slot_booking::{HoldOutcome, HoldRequest, IdempotencyKey, NewSlot, SlotId, Store};
+use slot_booking::{HoldOutcome, HoldRequest, IdempotencyKey, NewSlot, SlotId};
 use slot_booking_sqlite::SqliteStore;
 use sqlx::Connection;
 use tracing::field::{Field, Visit};

@@ -3,13 +3,14 @@
 
 mod common;
 
+use slot_booking::HoldStore;
 use std::sync::Arc;
 
 use chrono::Duration;
 use common::*;
 use slot_booking::{
     BookingEngine, BookingError, Hold, HoldId, HoldStatus, ManualClock, NewHold, NewSlot, Scope,
-    SlotId, Store, TransactionalStore,
+    SlotId, TransactionalStore,
 };
 use slot_booking_sqlite::SqliteStore;
 use sqlx::{Connection, SqliteConnection, SqlitePool};

@@ -22,7 +22,8 @@ use axum::{Extension, Json, Router};
 use serde::Deserialize;
 use slot_booking::model::InvalidSlot;
 use slot_booking::{
-    BookingError, HoldPage, NewSlot, Slot, SlotFilter, SlotId, SlotPage, SlotPageRequest, Timestamp,
+    AvailabilityQuery, BookingError, HoldPage, NewSlot, PageRequest, Slot, SlotId, SlotPage,
+    Timestamp,
 };
 
 use crate::body::{Answer, JsonObject};
@@ -143,14 +144,16 @@ async fn list_slots(
     State(engine): State<Engine>,
     QueryParams(params): QueryParams<ListParams>,
 ) -> Answer<SlotPage> {
-    let filter = SlotFilter {
+    let filter = AvailabilityQuery {
         resource: params.resource.as_deref().map(parse_resource).transpose()?,
         from: parse_time("from", params.from.as_deref())?,
         to: parse_time("to", params.to.as_deref())?,
     };
-    let page = SlotPageRequest {
+    let page = PageRequest {
         after: parse_cursor(params.after.as_deref())?,
-        limit: params.limit.unwrap_or(SlotPageRequest::default().limit),
+        limit: params
+            .limit
+            .unwrap_or(slot_booking::model::DEFAULT_PAGE_SIZE),
     };
     Ok(Json(engine.list_slots(&filter, page).await?))
 }

@@ -44,7 +44,7 @@ impl PageParams {
             .transpose()?;
         Ok(PageRequest {
             after,
-            limit: self.limit.unwrap_or(PageRequest::default().limit),
+            limit: self.limit.unwrap_or(slot_booking::model::DEFAULT_PAGE_SIZE),
         })
     }
 }

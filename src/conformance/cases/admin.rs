@@ -3,12 +3,12 @@
 
 use chrono::Duration;
 
-use crate::model::{PageRequest, SlotCursor};
 use crate::conformance::support::{hours, resource};
 use crate::conformance::Fixture;
 use crate::engine::NewHold;
 use crate::error::BookingError;
 use crate::model::{AvailabilityQuery, Hold, HoldId, HoldStatus, InvalidSlot, NewSlot, SlotId};
+use crate::model::{PageRequest, SlotCursor};
 use crate::store::{HoldStore, SlotAdmin};
 use crate::BookingEngine;
 
@@ -147,7 +147,9 @@ pub(super) async fn capacity_changes_are_validated<S: HoldStore + SlotAdmin>(sto
 
 /// A closed slot refuses new holds and leaves availability; its holds can still be confirmed,
 /// cancelled and renewed, a key's replay still replays, and reopening sells again.
-pub(super) async fn closed_slots_refuse_new_holds_and_keep_their_holds<S: HoldStore + SlotAdmin>(store: S) {
+pub(super) async fn closed_slots_refuse_new_holds_and_keep_their_holds<S: HoldStore + SlotAdmin>(
+    store: S,
+) {
     let f = Fixture::new(store);
     let slot = f.slot(5, hours(1)).await;
     let other = f.slot(5, hours(1)).await;
@@ -199,7 +201,11 @@ pub(super) async fn closed_slots_refuse_new_holds_and_keep_their_holds<S: HoldSt
 /// A slot with units held or confirmed cannot be removed, and the error says how many. Once
 /// none are (expired holds reclaimed), removal archives it: no availability, no new holds,
 /// no further changes, but its holds still read and their keys still replay.
-pub(super) async fn removal_needs_a_slot_with_nothing_held_or_confirmed<S: HoldStore + SlotAdmin>(store: S) {
+pub(super) async fn removal_needs_a_slot_with_nothing_held_or_confirmed<
+    S: HoldStore + SlotAdmin,
+>(
+    store: S,
+) {
     let f = Fixture::new(store);
     let slot = f.slot(6, hours(2)).await;
 
@@ -286,7 +292,9 @@ pub(super) async fn removal_needs_a_slot_with_nothing_held_or_confirmed<S: HoldS
 /// The operator's listing shows every slot (past, closed and removed included) by start then
 /// id, in keyset pages, with capacity split into free, held and confirmed units, narrowed by
 /// resource and time range.
-pub(super) async fn operator_listing_pages_every_slot_with_its_units<S: HoldStore + SlotAdmin>(store: S) {
+pub(super) async fn operator_listing_pages_every_slot_with_its_units<S: HoldStore + SlotAdmin>(
+    store: S,
+) {
     let f = Fixture::new(store);
     let room = resource("room-1");
     let past = f.slot(2, Duration::minutes(1)).await;
@@ -366,7 +374,9 @@ pub(super) async fn operator_listing_pages_every_slot_with_its_units<S: HoldStor
             BookingError::InvalidPage { .. }
         );
     }
-    let backwards = AvailabilityQuery::all().from(f.now() + hours(2)).to(f.now());
+    let backwards = AvailabilityQuery::all()
+        .from(f.now() + hours(2))
+        .to(f.now());
     assert_err!(
         f.engine
             .list_slots(&backwards, PageRequest::first(10))
@@ -378,7 +388,9 @@ pub(super) async fn operator_listing_pages_every_slot_with_its_units<S: HoldStor
 }
 
 /// With a real cache period, every slot change shows in the very next availability read (R3).
-pub(super) async fn slot_changes_show_in_cached_availability_at_once<S: HoldStore + SlotAdmin>(store: S) {
+pub(super) async fn slot_changes_show_in_cached_availability_at_once<S: HoldStore + SlotAdmin>(
+    store: S,
+) {
     let (engine, start) = crate::conformance::fixture::cached_engine(store);
     let slot = engine
         .create_slot(NewSlot::new(start, start + hours(1), 2))

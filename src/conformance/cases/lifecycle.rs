@@ -27,7 +27,9 @@ pub(super) async fn hold_creates_a_held_hold_reserving_one_unit<S: HoldStore>(st
 }
 
 /// The same key on the same slot returns the existing hold as it is now.
-pub(super) async fn hold_replay_returns_the_current_state_and_reserves_nothing<S: HoldStore>(store: S) {
+pub(super) async fn hold_replay_returns_the_current_state_and_reserves_nothing<S: HoldStore>(
+    store: S,
+) {
     let f = Fixture::new(store);
     let slot = f.slot(3, hours(1)).await;
     let first = f.engine.hold(slot, "same").await.unwrap().hold;

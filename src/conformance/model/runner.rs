@@ -7,11 +7,11 @@ use chrono::Duration;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
-use crate::model::SlotCursor;
 use crate::conformance::kit::SlotTally;
 use crate::conformance::Fixture;
 use crate::engine::BookingEngine;
 use crate::error::BookingError;
+use crate::model::SlotCursor;
 use crate::model::{AvailabilityQuery, HoldPage, PageRequest, Timestamp};
 use crate::scope::Scope;
 use crate::store::Store;
@@ -25,7 +25,11 @@ use super::Mismatch;
 
 /// Walks every page of the operator's listing `limit` at a time, checking each page's limit
 /// and cursor as it comes.
-async fn walk_slots<S: Store>(engine: &BookingEngine<S>, filter: &AvailabilityQuery, limit: u32) -> Seen {
+async fn walk_slots<S: Store>(
+    engine: &BookingEngine<S>,
+    filter: &AvailabilityQuery,
+    limit: u32,
+) -> Seen {
     let mut all = Vec::new();
     let mut page = PageRequest::first(limit);
     loop {

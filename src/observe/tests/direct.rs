@@ -2,8 +2,8 @@
 
 use crate::model::{ConsumerId, Hold, HoldId, LeaseHolder, NewSlot, Slot, SlotId, Timestamp};
 use crate::{
-    Decided, EventPosition, EventStore, HoldOutcome, HoldRequest, MemoryStore, RenewRequest, Scope,
-    SlotChange, Store, StoreError, TransactionWrites, Transition,
+    Decided, EventPosition, EventStore, HoldOutcome, HoldRequest, HoldStore, MemoryStore,
+    RenewRequest, Scope, SlotAdmin, SlotChange, StoreError, TransactionWrites, Transition,
 };
 
 /// The memory store's writes, as if on a transaction of the caller's.
