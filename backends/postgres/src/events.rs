@@ -13,7 +13,7 @@ use slot_booking::{
 use sqlx::postgres::{PgConnection, PgRow};
 use sqlx::{AssertSqlSafe, Row};
 
-use crate::sql::Statements;
+use crate::sql::{self, append_events, Statements, EV_COLUMNS, H_COLUMNS};
 use crate::{interval, map_err, optional_hold, PostgresStore};
 
 /// How many times [`EventStore::reclaim_expired`] looks again when it saw expired holds but
@@ -63,7 +63,7 @@ impl PostgresStore {
     }
 
     async fn look(&self, consumer: &ConsumerId, limit: u32) -> Result<Look, StoreError> {
-        let rows = sqlx::query(AssertSqlSafe(self.sql().read_events.as_str()))
+        let rows = sqlx::query(AssertSqlSafe(self.sql().events.read_events.as_str()))
             .bind(consumer.as_str())
             .bind(i64::from(limit))
             .fetch_all(self.pool())
@@ -87,7 +87,7 @@ impl PostgresStore {
     /// Takes a new horizon when events exist that the newest one does not see (migration 8's
     /// function: the lock, then the snapshot), one round trip.
     async fn take_horizon(&self) -> Result<(), StoreError> {
-        sqlx::query(AssertSqlSafe(self.sql().take_horizon.as_str()))
+        sqlx::query(AssertSqlSafe(self.sql().events.take_horizon.as_str()))
             .execute(self.pool())
             .await
             .map_err(map_err)?;
@@ -119,8 +119,8 @@ pub(crate) async fn acknowledge_on(
     // A position before the start (a negative number) is the start: every cursor starts there.
     let through = through.max(EventPosition::START);
     let query = match holder {
-        None => sqlx::query(AssertSqlSafe(sql.acknowledge.as_str())),
-        Some(_) => sqlx::query(AssertSqlSafe(sql.acknowledge_leased.as_str())),
+        None => sqlx::query(AssertSqlSafe(sql.events.acknowledge.as_str())),
+        Some(_) => sqlx::query(AssertSqlSafe(sql.events.acknowledge_leased.as_str())),
     }
     .bind(consumer.as_str())
     .bind(through.epoch())
@@ -184,7 +184,7 @@ impl EventStore for PostgresStore {
         now: Timestamp,
         until: Timestamp,
     ) -> Result<bool, StoreError> {
-        let row = sqlx::query(AssertSqlSafe(self.sql().lease_consumer.as_str()))
+        let row = sqlx::query(AssertSqlSafe(self.sql().events.lease_consumer.as_str()))
             .bind(consumer.as_str())
             .bind(holder.as_str())
             .bind(self.now_param(now))
@@ -200,7 +200,7 @@ impl EventStore for PostgresStore {
         consumer: &ConsumerId,
         holder: &LeaseHolder,
     ) -> Result<(), StoreError> {
-        sqlx::query(AssertSqlSafe(self.sql().release_consumer.as_str()))
+        sqlx::query(AssertSqlSafe(self.sql().events.release_consumer.as_str()))
             .bind(consumer.as_str())
             .bind(holder.as_str())
             .execute(self.pool())
@@ -213,7 +213,7 @@ impl EventStore for PostgresStore {
         &self,
         consumer: &ConsumerId,
     ) -> Result<Option<EventPosition>, StoreError> {
-        let row = sqlx::query(AssertSqlSafe(self.sql().consumer_position.as_str()))
+        let row = sqlx::query(AssertSqlSafe(self.sql().events.consumer_position.as_str()))
             .bind(consumer.as_str())
             .fetch_optional(self.pool())
             .await
@@ -229,7 +229,7 @@ impl EventStore for PostgresStore {
 
     async fn reclaim_expired(&self, now: Timestamp, limit: u32) -> Result<Vec<Hold>, StoreError> {
         for _ in 0..RECLAIM_ATTEMPTS {
-            let rows = sqlx::query(AssertSqlSafe(self.sql().reclaim_expired.as_str()))
+            let rows = sqlx::query(AssertSqlSafe(self.sql().events.reclaim_expired.as_str()))
                 .bind(self.now_param(now))
                 .bind(i64::from(limit))
                 .fetch_all(self.pool())
@@ -254,7 +254,7 @@ impl EventStore for PostgresStore {
     }
 
     async fn purge(&self, before: Timestamp, limit: u32) -> Result<Purged, StoreError> {
-        let row = sqlx::query(AssertSqlSafe(self.sql().purge.as_str()))
+        let row = sqlx::query(AssertSqlSafe(self.sql().events.purge.as_str()))
             .bind(before)
             .bind(i64::from(limit))
             .fetch_one(self.pool())
@@ -268,5 +268,255 @@ impl EventStore for PostgresStore {
             holds: count("holds")?,
             events: count("events")?,
         })
+    }
+}
+
+/// The event log's statements, in the store's schema.
+#[derive(Debug)]
+pub(crate) struct EventStatements {
+    pub(crate) read_events: String,
+    pub(crate) take_horizon: String,
+    pub(crate) acknowledge: String,
+    pub(crate) acknowledge_leased: String,
+    pub(crate) consumer_position: String,
+    pub(crate) lease_consumer: String,
+    pub(crate) release_consumer: String,
+    pub(crate) reclaim_expired: String,
+    pub(crate) purge: String,
+}
+
+impl EventStatements {
+    pub(crate) fn new(s: &str) -> Self {
+        let now1 = sql::now(1);
+        let now3 = sql::now(3);
+        EventStatements {
+            // `$1` consumer, `$2` limit. Up to `$2` events after the consumer's cursor (the
+            // start for a consumer never seen) in position order, from the horizons taken so
+            // far (migration 8): first the events visible in the legacy horizon (the oldest,
+            // while no purge dropped it), by `(tx, id)`, for a cursor still below it; then each later horizon's events (of
+            // transactions at or above its `lo` and below its snapshot's xmax, or among its
+            // `pending`, and visible in its snapshot), by id, horizon after horizon, stopping
+            // once `$2` are found. Also `fresh`: whether events exist that the newest horizon
+            // does not see (committed since it was taken), so that the caller takes a new one
+            // when this read comes up short, and how long ago (µs) the newest was taken. Every
+            // part walks an index (the newest event's tx, one probe per running transaction,
+            // the horizons from the cursor's on), so its estimated cost stays far below
+            // `jit_above_cost`: a read never pays for JIT compilation. At least one row.
+            read_events: format!(
+                "WITH cur AS ( \
+                     SELECT coalesce(max(c.tx::text::int8), 0) AS e, \
+                            coalesce(max(c.id), 0) AS q \
+                     FROM {s}.event_consumers c WHERE c.name = $1), \
+                 newest AS ( \
+                     SELECT pg_catalog.pg_snapshot_xmax(z.snap) AS xmax, \
+                            ARRAY(SELECT pg_catalog.pg_snapshot_xip(z.snap)) AS running, \
+                            z.taken_at \
+                     FROM {s}.event_horizons z ORDER BY z.n DESC LIMIT 1), \
+                 fresh AS ( \
+                     SELECT coalesce((SELECT e.tx FROM {s}.events e \
+                                      ORDER BY e.tx DESC LIMIT 1) \
+                                     >= (SELECT xmax FROM newest), false) \
+                         OR EXISTS ( \
+                             SELECT 1 FROM unnest((SELECT running FROM newest)) r(x) \
+                             CROSS JOIN LATERAL ( \
+                                 SELECT 1 FROM {s}.events e WHERE e.tx = r.x LIMIT 1) hit) \
+                         AS fresh, \
+                         (extract(epoch FROM pg_catalog.clock_timestamp() \
+                                  - (SELECT taken_at FROM newest)) * 1000000)::int8 \
+                         AS newest_age_us), \
+                 legacy AS ( \
+                     SELECT ev.tx::text::int8 AS epoch, {EV_COLUMNS} \
+                     FROM cur, ( \
+                         SELECT z.n, z.snap, z.legacy FROM {s}.event_horizons z \
+                         ORDER BY z.n LIMIT 1) z CROSS JOIN LATERAL ( \
+                         SELECT * FROM {s}.events e \
+                         WHERE (e.tx, e.id) > (cur.e::text::xid8, cur.q) \
+                           AND e.tx < pg_catalog.pg_snapshot_xmax(z.snap) \
+                           AND pg_catalog.pg_visible_in_snapshot(e.tx, z.snap) \
+                         ORDER BY e.tx, e.id LIMIT $2) ev \
+                     WHERE z.legacy AND z.n > cur.e), \
+                 later AS ( \
+                     SELECT z.n AS epoch, {EV_COLUMNS} \
+                     FROM cur, {s}.event_horizons z CROSS JOIN LATERAL ( \
+                         SELECT * FROM ( \
+                             SELECT * FROM {s}.events e \
+                             WHERE e.tx >= z.lo AND e.tx < pg_catalog.pg_snapshot_xmax(z.snap) \
+                             UNION ALL \
+                             SELECT * FROM {s}.events e WHERE e.tx = ANY (z.pending)) e \
+                         WHERE pg_catalog.pg_visible_in_snapshot(e.tx, z.snap) \
+                           AND (z.n > cur.e OR e.id > cur.q) \
+                         ORDER BY e.id LIMIT $2) ev \
+                     WHERE NOT z.legacy AND z.n >= (SELECT e FROM cur) \
+                     ORDER BY z.n, ev.id LIMIT $2), \
+                 found AS ( \
+                     SELECT * FROM legacy UNION ALL SELECT * FROM later \
+                     ORDER BY epoch, sequence LIMIT $2) \
+                 SELECT f.fresh, f.newest_age_us, x.* FROM fresh f LEFT JOIN found x ON true \
+                 ORDER BY x.epoch, x.sequence"
+            ),
+            // A new horizon when events exist that the newest one does not see: migration 8's
+            // function (the table's lock, then a fresh snapshot), one round trip.
+            take_horizon: format!("SELECT {s}.take_event_horizon()"),
+            // `$1` consumer, `$2` and `$3` the position acknowledged: an upsert that never
+            // moves a cursor back (the update applies only to a later position).
+            acknowledge: format!(
+                "INSERT INTO {s}.event_consumers AS c (name, tx, id, acknowledged_at) \
+                 VALUES ($1, $2::int8::text::xid8, $3, statement_timestamp()) \
+                 ON CONFLICT (name) DO UPDATE \
+                 SET tx = excluded.tx, id = excluded.id, acknowledged_at = excluded.acknowledged_at \
+                 WHERE (c.tx, c.id) < (excluded.tx, excluded.id)"
+            ),
+            // `$1` consumer, `$2` and `$3` the position, `$4` the holder: decided on the
+            // locked row, one row affected while `$4` holds the lease (the cursor moved
+            // forward, or already there), none otherwise.
+            acknowledge_leased: format!(
+                "UPDATE {s}.event_consumers c \
+                 SET tx = CASE WHEN (c.tx, c.id) < ($2::int8::text::xid8, $3) \
+                               THEN $2::int8::text::xid8 ELSE c.tx END, \
+                     id = CASE WHEN (c.tx, c.id) < ($2::int8::text::xid8, $3) \
+                               THEN $3 ELSE c.id END, \
+                     acknowledged_at = statement_timestamp() \
+                 WHERE c.name = $1 AND c.holder = $4"
+            ),
+            // `$1` consumer, `$2` holder, `$3` now, `$4` the lease's length (an interval).
+            // Registers a consumer never seen (at the start) with the lease; takes it when free
+            // or lapsed, extends it for its holder, decided on the locked row: one row
+            // returned when `$2` holds the lease afterwards, none otherwise.
+            lease_consumer: format!(
+                "INSERT INTO {s}.event_consumers AS c \
+                     (name, tx, id, acknowledged_at, holder, lease_until) \
+                 VALUES ($1, '0'::xid8, 0, statement_timestamp(), $2, {now3} + $4) \
+                 ON CONFLICT (name) DO UPDATE \
+                 SET holder = excluded.holder, lease_until = excluded.lease_until \
+                 WHERE c.holder IS NULL OR c.holder = excluded.holder \
+                    OR c.lease_until <= {now3} \
+                 RETURNING c.name"
+            ),
+            // `$1` consumer, `$2` holder.
+            release_consumer: format!(
+                "UPDATE {s}.event_consumers SET holder = NULL, lease_until = NULL \
+                 WHERE name = $1 AND holder = $2"
+            ),
+            consumer_position: format!(
+                "SELECT tx::text::int8 AS epoch, id AS sequence FROM {s}.event_consumers \
+                 WHERE name = $1"
+            ),
+            // `$1` now, `$2` limit. Lock order as everywhere: slot rows first, then hold rows
+            // of those slots. Candidate slots are those of the first `$2` expired held holds
+            // (through the per-slot partial index of held holds, in its order); their rows are
+            // locked in ascending id order (the sort runs below the row locks), so sweepers
+            // lock slots in one order and a hold, a cancel or a slot change (one slot row,
+            // then holds of that slot) never holds a hold row a sweeper waits for while
+            // waiting for a slot the sweeper holds. Then up to `$2` held holds of the locked
+            // slots, re-checked on their latest versions (`status = 'held' AND expires_at <=
+            // now`), skipping hold rows another statement has locked (a confirm or renewal in
+            // flight, which locks nothing else; the hold is left for a later sweep): a sweeper
+            // waits for slot rows only. Marking them expired, giving their units back (the
+            // new `remaining` computed from the locked slot row `s`, as in the reclaiming
+            // statements) and one `hold_expired` event each are one statement: rows affected
+            // decide, so two sweepers never report one hold. Also how many candidates it saw,
+            // so a sweeper that found them all taken by another can look again.
+            reclaim_expired: {
+                let expired = append_events(
+                    s,
+                    &format!(
+                        "SELECT 'hold_expired', slot_id, id, owner, quantity, {now1} \
+                         FROM r ORDER BY id"
+                    ),
+                );
+                format!(
+                    "WITH cand AS ( \
+                         SELECT DISTINCT x.slot_id FROM ( \
+                             SELECT h.slot_id FROM {s}.holds h \
+                             WHERE h.status = 'held' AND h.expires_at <= {now1} \
+                             ORDER BY h.slot_id, h.expires_at LIMIT $2) x), \
+                     s AS ( \
+                         SELECT sl.id, sl.remaining, sl.capacity FROM {s}.slots sl \
+                         WHERE sl.id IN (SELECT slot_id FROM cand) \
+                         ORDER BY sl.id FOR NO KEY UPDATE OF sl), \
+                     pick AS ( \
+                         SELECT h.id FROM {s}.holds h JOIN s ON h.slot_id = s.id \
+                         WHERE h.status = 'held' AND h.expires_at <= {now1} \
+                         ORDER BY h.slot_id, h.expires_at, h.id LIMIT $2 \
+                         FOR NO KEY UPDATE OF h SKIP LOCKED), \
+                     r AS ( \
+                         UPDATE {s}.holds h SET status = 'expired' FROM pick \
+                         WHERE h.id = pick.id AND h.status = 'held' \
+                           AND h.expires_at <= {now1} \
+                         RETURNING {H_COLUMNS}), \
+                     per AS ( \
+                         SELECT slot_id, sum(quantity)::int4 AS units FROM r GROUP BY slot_id), \
+                     inc AS ( \
+                         UPDATE {s}.slots sl \
+                         SET remaining = s.remaining + per.units, capacity = s.capacity \
+                         FROM s JOIN per ON per.slot_id = s.id WHERE sl.id = s.id \
+                         RETURNING sl.id), \
+                     ev AS ({expired}) \
+                     SELECT (SELECT count(*) FROM cand) AS candidates, \
+                            {now1} AS decided_at, {H_COLUMNS} \
+                     FROM (SELECT 1) AS one LEFT JOIN r h ON true \
+                     ORDER BY h.id"
+                )
+            },
+            // `$1` before, `$2` limit. Up to `$2` ended holds (cancelled, or expired and
+            // reclaimed, before `$1`: through `holds_ended`), with their keys (deleted in the
+            // same statement, before the foreign key is checked at its end), and up to `$2`
+            // events before `$1` at or below every consumer's cursor (all of them with no
+            // consumer). An event is acknowledged by every consumer when the newest horizon
+            // below the lowest cursor's epoch sees it (every horizon before the cursor's is
+            // consumed whole), when it is of the cursor's own horizon with an id at or below
+            // the cursor's, or, for a cursor still in the legacy horizon, when the legacy
+            // horizon sees it and it is at or below the cursor by `(tx, id)`. Ended holds never change again and
+            // nothing else locks them; rows locked by a concurrent purge are skipped, so
+            // purges never wait for each other over holds or events. Also the horizons no
+            // remaining event needs (all but the newest whose snapshot's xmax is at or below
+            // every remaining event's tx, so none of their events is left), which waits only
+            // for a reader taking a horizon.
+            purge: format!(
+                "WITH doomed AS ( \
+                     SELECT id FROM {s}.holds \
+                     WHERE status IN ('cancelled', 'expired') \
+                       AND (CASE WHEN status = 'cancelled' THEN cancelled_at \
+                                 ELSE expires_at END) < $1 \
+                     LIMIT $2 FOR UPDATE SKIP LOCKED), \
+                 dk AS ( \
+                     DELETE FROM {s}.hold_keys k USING doomed d WHERE k.hold_id = d.id), \
+                 dh AS ( \
+                     DELETE FROM {s}.holds h USING doomed d WHERE h.id = d.id RETURNING h.id), \
+                 low AS ( \
+                     SELECT tx, id FROM {s}.event_consumers ORDER BY tx, id LIMIT 1), \
+                 done AS ( \
+                     SELECT z.snap FROM {s}.event_horizons z \
+                     WHERE z.n < (SELECT tx::text::int8 FROM low) ORDER BY z.n DESC LIMIT 1), \
+                 cz AS ( \
+                     SELECT z.snap, z.lo, z.pending FROM {s}.event_horizons z \
+                     WHERE z.n = (SELECT tx::text::int8 FROM low) AND NOT z.legacy), \
+                 leg AS (SELECT z.snap FROM {s}.event_horizons z WHERE z.legacy), \
+                 old AS ( \
+                     SELECT e.tx, e.id FROM {s}.events e \
+                     WHERE e.occurred_at < $1 \
+                       AND (NOT EXISTS (SELECT 1 FROM low) \
+                            OR pg_catalog.pg_visible_in_snapshot(e.tx, (SELECT snap FROM done)) \
+                            OR (e.id <= (SELECT id FROM low) \
+                                AND pg_catalog.pg_visible_in_snapshot( \
+                                        e.tx, (SELECT snap FROM cz)) \
+                                AND (e.tx >= (SELECT lo FROM cz) \
+                                     OR e.tx = ANY ((SELECT pending FROM cz)::xid8[]))) \
+                            OR ((e.tx, e.id) <= (SELECT tx, id FROM low) \
+                                AND pg_catalog.pg_visible_in_snapshot( \
+                                        e.tx, (SELECT snap FROM leg)))) \
+                     ORDER BY e.tx, e.id LIMIT $2 FOR UPDATE SKIP LOCKED), \
+                 de AS ( \
+                     DELETE FROM {s}.events e USING old o WHERE e.tx = o.tx AND e.id = o.id \
+                     RETURNING e.id), \
+                 dz AS ( \
+                     DELETE FROM {s}.event_horizons z \
+                     WHERE z.n < (SELECT max(n) FROM {s}.event_horizons) \
+                       AND pg_catalog.pg_snapshot_xmax(z.snap) \
+                           <= coalesce((SELECT min(tx) FROM {s}.events), \
+                                       pg_catalog.pg_snapshot_xmax(z.snap))) \
+                 SELECT (SELECT count(*) FROM dh) AS holds, (SELECT count(*) FROM de) AS events"
+            ),
+        }
     }
 }

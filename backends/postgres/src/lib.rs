@@ -223,6 +223,7 @@ use sqlx::postgres::types::PgInterval;
 use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions, PgRow};
 use sqlx::{AssertSqlSafe, Executor, Postgres, Row};
 
+mod admin;
 mod changes;
 mod events;
 mod migrate;

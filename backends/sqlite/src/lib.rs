@@ -168,6 +168,7 @@ use sqlx::sqlite::{
 use sqlx::{AssertSqlSafe, Row, Sqlite};
 use tokio::sync::Mutex;
 
+mod admin;
 mod changes;
 mod events;
 mod group;

@@ -11,8 +11,8 @@
 use slot_booking::events::NewEvent;
 use slot_booking::{
     ConsumerId, Decided, EventKind, EventPosition, Hold, HoldId, HoldOutcome, HoldRequest,
-    LeaseHolder, NewSlot, OwnerId, RenewRequest, ResourceId, Scope, Slot, SlotChange, SlotId,
-    SlotLimits, StoreError, Timestamp, Transition,
+    LeaseHolder, NewSlot, OwnerId, RenewRequest, ResourceId, Scope, Slot, SlotLimits, StoreError,
+    Timestamp, Transition,
 };
 use sqlx::sqlite::{SqliteArguments, SqliteConnection};
 use sqlx::{AssertSqlSafe, Connection, Sqlite, Transaction};
@@ -21,13 +21,13 @@ use std::sync::Arc;
 use crate::events::acknowledge;
 use crate::group::{insert_hold, sold_out, Insert};
 use crate::reads::hold_by_id;
-use crate::rows::{from_micros, hold_from_row, slot_from_row, to_micros, usage_from_row};
+use crate::rows::{from_micros, hold_from_row, slot_from_row, to_micros};
 use crate::sql::Statements;
 use crate::transaction::SqliteTransaction;
 use crate::{map_err, SqliteStore};
 
 /// A conditional update of one row, returning it when it changed.
-type Query<'q> = sqlx::query::Query<'q, Sqlite, SqliteArguments>;
+pub(crate) type Query<'q> = sqlx::query::Query<'q, Sqlite, SqliteArguments>;
 
 /// What an operation decided, and whether its writes stay.
 pub(crate) struct Step<T> {
@@ -106,7 +106,7 @@ pub(crate) async fn create_slot(
 }
 
 /// Appends the event `kind` about `slot` as it is after the change, at `now`.
-async fn log_slot(
+pub(crate) async fn log_slot(
     sql: &Statements,
     conn: &mut SqliteConnection,
     kind: EventKind,
@@ -337,195 +337,6 @@ pub(crate) async fn cancel(
     Ok(Step::keep(transition))
 }
 
-/// Closes or reopens a slot's sales: one conditional update, which changes the row (and then
-/// appends `slot_closed` or `slot_reopened`) only if the sales are not already as asked. When
-/// it changes nothing, the slot read in the same unit of work says whether it already was
-/// (applied, no event) or is not there.
-pub(crate) async fn set_closed(
-    sql: &Statements,
-    conn: &mut SqliteConnection,
-    slot_id: SlotId,
-    closed: bool,
-    now: Timestamp,
-) -> Result<Step<SlotChange>, StoreError> {
-    let updated = sqlx::query(AssertSqlSafe(sql.set_closed.as_str()))
-        .bind(slot_id.get())
-        .bind(closed)
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(map_err)?;
-    if let Some(row) = updated {
-        let slot = slot_from_row(&row)?;
-        let kind = if closed {
-            EventKind::SlotClosed
-        } else {
-            EventKind::SlotReopened
-        };
-        log_slot(sql, conn, kind, &slot, now).await?;
-        return Ok(Step::keep(SlotChange::Applied(slot)));
-    }
-    Ok(Step::keep(match live_slot(sql, conn, slot_id).await? {
-        Some(slot) => SlotChange::Applied(slot),
-        None => SlotChange::NotFound,
-    }))
-}
-
-/// The slot as stored, unless there is none or it has been removed.
-async fn live_slot(
-    sql: &Statements,
-    conn: &mut SqliteConnection,
-    slot_id: SlotId,
-) -> Result<Option<Slot>, StoreError> {
-    let row = sqlx::query(AssertSqlSafe(sql.slot_by_id.as_str()))
-        .bind(slot_id.get())
-        .fetch_optional(conn)
-        .await
-        .map_err(map_err)?;
-    Ok(row
-        .as_ref()
-        .map(slot_from_row)
-        .transpose()?
-        .filter(|slot| slot.removed_at.is_none()))
-}
-
-/// Changes a slot's capacity, taking free units only.
-pub(crate) async fn change_capacity(
-    sql: &Statements,
-    conn: &mut SqliteConnection,
-    slot_id: SlotId,
-    capacity: i32,
-    now: Timestamp,
-) -> Result<Step<SlotChange>, StoreError> {
-    let update = || {
-        sqlx::query(AssertSqlSafe(sql.change_capacity.as_str()))
-            .bind(slot_id.get())
-            .bind(capacity)
-    };
-    let change = AdminChange {
-        kind: EventKind::SlotCapacityChanged,
-        already: |slot: &Slot| slot.capacity == capacity,
-        update,
-    };
-    change_taking_free_units(sql, conn, slot_id, now, change).await
-}
-
-/// Archives a slot no unit of which is held or confirmed.
-pub(crate) async fn remove_slot(
-    sql: &Statements,
-    conn: &mut SqliteConnection,
-    slot_id: SlotId,
-    now: Timestamp,
-) -> Result<Step<SlotChange>, StoreError> {
-    let micros = to_micros(now);
-    let update = || {
-        sqlx::query(AssertSqlSafe(sql.remove_slot.as_str()))
-            .bind(slot_id.get())
-            .bind(micros)
-    };
-    let change = AdminChange {
-        kind: EventKind::SlotRemoved,
-        // A removed slot is not found: a live one always has something to change.
-        already: |_: &Slot| false,
-        update,
-    };
-    change_taking_free_units(sql, conn, slot_id, now, change).await
-}
-
-/// An administrative change of a slot row that may only take free units.
-struct AdminChange<A, U> {
-    /// The event a change appends.
-    kind: EventKind,
-    /// Whether the slot, as stored, already is as asked (the update then changes no row).
-    already: A,
-    /// Builds the conditional update, which returns the slot it changed.
-    update: U,
-}
-
-/// Applies an administrative change of a slot row that may only take free units
-/// (`change_capacity`, `remove_slot`):
-///
-/// 1. the update as the slot is stored; a row changed appends the change's event;
-/// 2. if that changed no row, the slot read in the same unit of work says whether it is not
-///    there (no such slot, or removed) or already as asked (applied, no event, no reclaim);
-/// 3. otherwise the slot's expired holds are reclaimed under a savepoint (one `hold_expired`
-///    event each) and the update runs again; if it still changes no row the savepoint is
-///    rolled back, events included, so a refused change reclaims nothing (and the units read
-///    next still count those holds as expired);
-/// 4. refused: the slot's units, read in the same unit of work, say whether it is in use or
-///    not there.
-async fn change_taking_free_units<'q, A, U>(
-    sql: &Statements,
-    conn: &mut SqliteConnection,
-    slot_id: SlotId,
-    now: Timestamp,
-    change: AdminChange<A, U>,
-) -> Result<Step<SlotChange>, StoreError>
-where
-    A: Fn(&Slot) -> bool,
-    U: Fn() -> Query<'q>,
-{
-    let AdminChange {
-        kind,
-        already,
-        update,
-    } = change;
-    let mut changed = update().fetch_optional(&mut *conn).await.map_err(map_err)?;
-    if changed.is_none() {
-        match live_slot(sql, conn, slot_id).await? {
-            None => return Ok(Step::undo(SlotChange::NotFound)),
-            Some(slot) if already(&slot) => return Ok(Step::keep(SlotChange::Applied(slot))),
-            Some(_) => {}
-        }
-        // Always a savepoint: the caller runs this inside a unit of work.
-        let mut savepoint = Connection::begin(&mut *conn).await.map_err(map_err)?;
-        let retried = update_after_reclaim(sql, &mut savepoint, slot_id, now, &update).await;
-        changed = finish(
-            savepoint,
-            retried.map(|row| match row {
-                Some(row) => Step::keep(Some(row)),
-                None => Step::undo(None),
-            }),
-        )
-        .await?;
-    }
-    if let Some(row) = changed {
-        let slot = slot_from_row(&row)?;
-        log_slot(sql, conn, kind, &slot, now).await?;
-        return Ok(Step::keep(SlotChange::Applied(slot)));
-    }
-    let usage = sqlx::query(AssertSqlSafe(sql.slot_usage.as_str()))
-        .bind(to_micros(now))
-        .bind(slot_id.get())
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(map_err)?
-        .as_ref()
-        .map(usage_from_row)
-        .transpose()?;
-    let change = match usage {
-        Some(usage) if usage.slot.removed_at.is_none() => SlotChange::InUse(usage),
-        _ => SlotChange::NotFound,
-    };
-    Ok(Step::undo(change))
-}
-
-/// Step 2 of [`change_taking_free_units`]: the slot's expired holds reclaimed, the update run
-/// again; the changed row, if it changed one.
-async fn update_after_reclaim<'q>(
-    sql: &Statements,
-    conn: &mut SqliteConnection,
-    slot_id: SlotId,
-    now: Timestamp,
-    update: &impl Fn() -> Query<'q>,
-) -> Result<Option<sqlx::sqlite::SqliteRow>, StoreError> {
-    let reclaimed = reclaim(sql, &sql.reclaim_expired, conn, slot_id.get(), now).await?;
-    // Nothing reclaimed: the slot is as it was, and the update would change nothing again.
-    if reclaimed.is_empty() {
-        return Ok(None);
-    }
-    update().fetch_optional(conn).await.map_err(map_err)
-}
-
 /// Where a [`Run`]'s writes open their unit of work.
 pub(crate) enum Target<'a> {
     /// The store's own: a place in its write queue, then `BEGIN IMMEDIATE` (a hold tries the
@@ -544,20 +355,23 @@ pub(crate) struct Run<'a> {
 }
 
 /// An open unit of work: the store's write transaction, or one on the caller's connection.
-enum Unit<'a> {
+pub(crate) enum Unit<'a> {
     Store(SqliteTransaction),
     Caller(Transaction<'a, Sqlite>),
 }
 
 impl Unit<'_> {
-    fn connection(&mut self) -> &mut SqliteConnection {
+    pub(crate) fn connection(&mut self) -> &mut SqliteConnection {
         match self {
             Unit::Store(tx) => tx.connection(),
             Unit::Caller(tx) => tx,
         }
     }
 
-    async fn finish<T>(self, step: Result<Step<T>, StoreError>) -> Result<T, StoreError> {
+    pub(crate) async fn finish<T>(
+        self,
+        step: Result<Step<T>, StoreError>,
+    ) -> Result<T, StoreError> {
         match self {
             Unit::Store(tx) => tx.finish(step).await,
             Unit::Caller(tx) => finish(tx, step).await,
@@ -603,7 +417,7 @@ impl SqliteStore {
 
 impl Run<'_> {
     /// Opens a write's unit of work on the target.
-    async fn unit(&mut self) -> Result<Unit<'_>, StoreError> {
+    pub(crate) async fn unit(&mut self) -> Result<Unit<'_>, StoreError> {
         Ok(match &mut self.target {
             Target::Store(store) => Unit::Store(store.begin_write().await?),
             Target::Caller(conn) => Unit::Caller(begin_unit(conn).await?),
@@ -672,41 +486,6 @@ impl Run<'_> {
         let mut unit = self.unit().await?;
         let step = renew(&sql, unit.connection(), &request).await;
         Ok(Decided::new(request.now, unit.finish(step).await?))
-    }
-
-    pub(crate) async fn change_capacity(
-        &mut self,
-        slot_id: SlotId,
-        capacity: i32,
-        now: Timestamp,
-    ) -> Result<Decided<SlotChange>, StoreError> {
-        let sql = Arc::clone(&self.sql);
-        let mut unit = self.unit().await?;
-        let step = change_capacity(&sql, unit.connection(), slot_id, capacity, now).await;
-        Ok(Decided::new(now, unit.finish(step).await?))
-    }
-
-    pub(crate) async fn set_closed(
-        &mut self,
-        slot_id: SlotId,
-        closed: bool,
-        now: Timestamp,
-    ) -> Result<Decided<SlotChange>, StoreError> {
-        let sql = Arc::clone(&self.sql);
-        let mut unit = self.unit().await?;
-        let step = set_closed(&sql, unit.connection(), slot_id, closed, now).await;
-        Ok(Decided::new(now, unit.finish(step).await?))
-    }
-
-    pub(crate) async fn remove_slot(
-        &mut self,
-        slot_id: SlotId,
-        now: Timestamp,
-    ) -> Result<Decided<SlotChange>, StoreError> {
-        let sql = Arc::clone(&self.sql);
-        let mut unit = self.unit().await?;
-        let step = remove_slot(&sql, unit.connection(), slot_id, now).await;
-        Ok(Decided::new(now, unit.finish(step).await?))
     }
 
     pub(crate) async fn acknowledge(

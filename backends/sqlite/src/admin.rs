@@ -1,0 +1,234 @@
+//! Slot administration: closing and reopening sales, changing a capacity and removing a slot,
+//! each taking only free units, on the one write path ([`Run`]).
+
+use super::*;
+use crate::rows::usage_from_row;
+use crate::writes::{finish, log_slot, reclaim, Query, Run, Step};
+use slot_booking::SlotChange;
+use sqlx::Connection;
+
+impl Run<'_> {
+    pub(crate) async fn change_capacity(
+        &mut self,
+        slot_id: SlotId,
+        capacity: i32,
+        now: Timestamp,
+    ) -> Result<Decided<SlotChange>, StoreError> {
+        let sql = Arc::clone(&self.sql);
+        let mut unit = self.unit().await?;
+        let step = change_capacity(&sql, unit.connection(), slot_id, capacity, now).await;
+        Ok(Decided::new(now, unit.finish(step).await?))
+    }
+
+    pub(crate) async fn set_closed(
+        &mut self,
+        slot_id: SlotId,
+        closed: bool,
+        now: Timestamp,
+    ) -> Result<Decided<SlotChange>, StoreError> {
+        let sql = Arc::clone(&self.sql);
+        let mut unit = self.unit().await?;
+        let step = set_closed(&sql, unit.connection(), slot_id, closed, now).await;
+        Ok(Decided::new(now, unit.finish(step).await?))
+    }
+
+    pub(crate) async fn remove_slot(
+        &mut self,
+        slot_id: SlotId,
+        now: Timestamp,
+    ) -> Result<Decided<SlotChange>, StoreError> {
+        let sql = Arc::clone(&self.sql);
+        let mut unit = self.unit().await?;
+        let step = remove_slot(&sql, unit.connection(), slot_id, now).await;
+        Ok(Decided::new(now, unit.finish(step).await?))
+    }
+}
+
+/// Closes or reopens a slot's sales: one conditional update, which changes the row (and then
+/// appends `slot_closed` or `slot_reopened`) only if the sales are not already as asked. When
+/// it changes nothing, the slot read in the same unit of work says whether it already was
+/// (applied, no event) or is not there.
+pub(crate) async fn set_closed(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    slot_id: SlotId,
+    closed: bool,
+    now: Timestamp,
+) -> Result<Step<SlotChange>, StoreError> {
+    let updated = sqlx::query(AssertSqlSafe(sql.set_closed.as_str()))
+        .bind(slot_id.get())
+        .bind(closed)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(map_err)?;
+    if let Some(row) = updated {
+        let slot = slot_from_row(&row)?;
+        let kind = if closed {
+            EventKind::SlotClosed
+        } else {
+            EventKind::SlotReopened
+        };
+        log_slot(sql, conn, kind, &slot, now).await?;
+        return Ok(Step::keep(SlotChange::Applied(slot)));
+    }
+    Ok(Step::keep(match live_slot(sql, conn, slot_id).await? {
+        Some(slot) => SlotChange::Applied(slot),
+        None => SlotChange::NotFound,
+    }))
+}
+
+/// The slot as stored, unless there is none or it has been removed.
+pub(crate) async fn live_slot(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    slot_id: SlotId,
+) -> Result<Option<Slot>, StoreError> {
+    let row = sqlx::query(AssertSqlSafe(sql.slot_by_id.as_str()))
+        .bind(slot_id.get())
+        .fetch_optional(conn)
+        .await
+        .map_err(map_err)?;
+    Ok(row
+        .as_ref()
+        .map(slot_from_row)
+        .transpose()?
+        .filter(|slot| slot.removed_at.is_none()))
+}
+
+/// Changes a slot's capacity, taking free units only.
+pub(crate) async fn change_capacity(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    slot_id: SlotId,
+    capacity: i32,
+    now: Timestamp,
+) -> Result<Step<SlotChange>, StoreError> {
+    let update = || {
+        sqlx::query(AssertSqlSafe(sql.change_capacity.as_str()))
+            .bind(slot_id.get())
+            .bind(capacity)
+    };
+    let change = AdminChange {
+        kind: EventKind::SlotCapacityChanged,
+        already: |slot: &Slot| slot.capacity == capacity,
+        update,
+    };
+    change_taking_free_units(sql, conn, slot_id, now, change).await
+}
+
+/// Archives a slot no unit of which is held or confirmed.
+pub(crate) async fn remove_slot(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    slot_id: SlotId,
+    now: Timestamp,
+) -> Result<Step<SlotChange>, StoreError> {
+    let micros = to_micros(now);
+    let update = || {
+        sqlx::query(AssertSqlSafe(sql.remove_slot.as_str()))
+            .bind(slot_id.get())
+            .bind(micros)
+    };
+    let change = AdminChange {
+        kind: EventKind::SlotRemoved,
+        // A removed slot is not found: a live one always has something to change.
+        already: |_: &Slot| false,
+        update,
+    };
+    change_taking_free_units(sql, conn, slot_id, now, change).await
+}
+
+/// An administrative change of a slot row that may only take free units.
+pub(crate) struct AdminChange<A, U> {
+    /// The event a change appends.
+    kind: EventKind,
+    /// Whether the slot, as stored, already is as asked (the update then changes no row).
+    already: A,
+    /// Builds the conditional update, which returns the slot it changed.
+    update: U,
+}
+
+/// Applies an administrative change of a slot row that may only take free units
+/// (`change_capacity`, `remove_slot`):
+///
+/// 1. the update as the slot is stored; a row changed appends the change's event;
+/// 2. if that changed no row, the slot read in the same unit of work says whether it is not
+///    there (no such slot, or removed) or already as asked (applied, no event, no reclaim);
+/// 3. otherwise the slot's expired holds are reclaimed under a savepoint (one `hold_expired`
+///    event each) and the update runs again; if it still changes no row the savepoint is
+///    rolled back, events included, so a refused change reclaims nothing (and the units read
+///    next still count those holds as expired);
+/// 4. refused: the slot's units, read in the same unit of work, say whether it is in use or
+///    not there.
+pub(crate) async fn change_taking_free_units<'q, A, U>(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    slot_id: SlotId,
+    now: Timestamp,
+    change: AdminChange<A, U>,
+) -> Result<Step<SlotChange>, StoreError>
+where
+    A: Fn(&Slot) -> bool,
+    U: Fn() -> Query<'q>,
+{
+    let AdminChange {
+        kind,
+        already,
+        update,
+    } = change;
+    let mut changed = update().fetch_optional(&mut *conn).await.map_err(map_err)?;
+    if changed.is_none() {
+        match live_slot(sql, conn, slot_id).await? {
+            None => return Ok(Step::undo(SlotChange::NotFound)),
+            Some(slot) if already(&slot) => return Ok(Step::keep(SlotChange::Applied(slot))),
+            Some(_) => {}
+        }
+        // Always a savepoint: the caller runs this inside a unit of work.
+        let mut savepoint = Connection::begin(&mut *conn).await.map_err(map_err)?;
+        let retried = update_after_reclaim(sql, &mut savepoint, slot_id, now, &update).await;
+        changed = finish(
+            savepoint,
+            retried.map(|row| match row {
+                Some(row) => Step::keep(Some(row)),
+                None => Step::undo(None),
+            }),
+        )
+        .await?;
+    }
+    if let Some(row) = changed {
+        let slot = slot_from_row(&row)?;
+        log_slot(sql, conn, kind, &slot, now).await?;
+        return Ok(Step::keep(SlotChange::Applied(slot)));
+    }
+    let usage = sqlx::query(AssertSqlSafe(sql.slot_usage.as_str()))
+        .bind(to_micros(now))
+        .bind(slot_id.get())
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(map_err)?
+        .as_ref()
+        .map(usage_from_row)
+        .transpose()?;
+    let change = match usage {
+        Some(usage) if usage.slot.removed_at.is_none() => SlotChange::InUse(usage),
+        _ => SlotChange::NotFound,
+    };
+    Ok(Step::undo(change))
+}
+
+/// Step 2 of [`change_taking_free_units`]: the slot's expired holds reclaimed, the update run
+/// again; the changed row, if it changed one.
+pub(crate) async fn update_after_reclaim<'q>(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    slot_id: SlotId,
+    now: Timestamp,
+    update: &impl Fn() -> Query<'q>,
+) -> Result<Option<sqlx::sqlite::SqliteRow>, StoreError> {
+    let reclaimed = reclaim(sql, &sql.reclaim_expired, conn, slot_id.get(), now).await?;
+    // Nothing reclaimed: the slot is as it was, and the update would change nothing again.
+    if reclaimed.is_empty() {
+        return Ok(None);
+    }
+    update().fetch_optional(conn).await.map_err(map_err)
+}
