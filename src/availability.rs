@@ -85,7 +85,7 @@ impl Availability {
     }
 
     /// How long before this read the store read behind it began: never more than the engine's
-    /// [`max_age`](EngineBuilder::max_age).
+    /// [`max_age`](crate::EngineBuilder::max_age).
     pub fn age(&self) -> Duration {
         self.age
     }

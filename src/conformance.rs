@@ -1,4 +1,4 @@
-//! A reusable test suite for [`Store`] implementations (feature `conformance`).
+//! A reusable test suite for [`Store`](crate::Store) implementations (feature `conformance`).
 //!
 //! It drives a store through a [`BookingEngine`](crate::BookingEngine) with a
 //! [`ManualClock`](crate::ManualClock) and checks every row of the outcome table of the crate
@@ -48,6 +48,7 @@ pub mod model;
 mod support;
 pub mod transactions;
 
+pub use cases::check_hold_store;
 pub use fixture::{epoch, Fixture};
 
 /// How long one case may run before it counts as hung.

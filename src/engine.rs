@@ -37,7 +37,7 @@ pub const DEFAULT_MAX_REQUESTED_TTL: Duration = Duration::from_secs(60 * 60);
 pub const DEFAULT_MAX_HOLD_LIFE: Duration = Duration::from_secs(2 * 60 * 60);
 
 /// The booking rules: validation, hold lifetimes, outcome mapping and the availability cache,
-/// on top of a [`Store`] that does each operation atomically.
+/// on top of a [`Store`](crate::Store) that does each operation atomically.
 ///
 /// Cloning is cheap and gives a handle to the same engine (same store, same cache).
 ///
@@ -291,7 +291,7 @@ impl NewHold {
         self
     }
 
-    /// Makes the hold `owner`'s: later calls on it must act in that owner's [`Scope`].
+    /// Makes the hold `owner`'s: later calls on it must act in that owner's [`Scope`](crate::Scope).
     pub fn owner(mut self, owner: OwnerId) -> Self {
         self.owner = Some(owner);
         self

@@ -145,8 +145,8 @@ impl<S: HoldStore> BookingEngine<S> {
 
     /// Renews an active hold in `scope`: `expires_at` moves to now plus `lifetime` (the
     /// engine's hold lifetime if `None`, else within its
-    /// [`requested_ttl_bounds`](EngineBuilder::requested_ttl_bounds)), but never past the
-    /// hold's creation plus the [`max_hold_life`](EngineBuilder::max_hold_life), and never
+    /// [`requested_ttl_bounds`](crate::EngineBuilder::requested_ttl_bounds)), but never past the
+    /// hold's creation plus the [`max_hold_life`](crate::EngineBuilder::max_hold_life), and never
     /// earlier than it was. Capacity does not change.
     ///
     /// An expired hold cannot be renewed (`hold_expired`), nor a cancelled one

@@ -189,10 +189,14 @@
 //!
 //! # Stores
 //!
-//! A [`Store`] is a translation of each operation into one atomic step of its storage. The
-//! `conformance` feature ships the suite every store here runs —
-//! `slot_booking::conformance_tests!` — so a third-party store can prove the same behaviour,
-//! races included.
+//! A store is a translation of each operation into one atomic step of its storage, by
+//! capability: [`HoldStore`] (the hold lifecycle, eight methods: all a store needs),
+//! [`SlotAdmin`], [`HoldQueries`], [`EventStore`], [`TransactionWrites`]; [`Store`] names the
+//! first three together. [Writing a store](store#writing-a-store) shows a complete one, run
+//! against the conformance cases; [`forward_store!`] writes a wrapper store (metrics, fault
+//! injection) in a line per trait. The `conformance` feature ships the suite every store here
+//! runs — `slot_booking::conformance_tests!`, or `hold_store_conformance_tests!` for the
+//! lifecycle alone — so a third-party store can prove the same behaviour, races included.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 // Doc tests (the README's included) may not drop a value whose drop stops work, such as a
 // `Follower` or a `Sweeper`, nor an unused `Result`.
@@ -244,6 +248,10 @@ pub use transaction::Within;
     note = "the listing takes an `AvailabilityQuery`: the same narrowing, applied to every slot"
 )]
 pub type SlotFilter = AvailabilityQuery;
+
+/// The attribute the store traits are written with (re-exported, so a store needs no
+/// dependency of its own on `async-trait`).
+pub use async_trait::async_trait;
 
 /// What [`forward_store!`] expands to needs; not part of the API.
 #[doc(hidden)]

@@ -35,7 +35,7 @@ mod holds;
 
 const SHARDS: usize = 16;
 
-/// A [`Store`] kept in process memory. Cheap to create; nothing survives a restart.
+/// A [`Store`](crate::Store) kept in process memory. Cheap to create; nothing survives a restart.
 ///
 /// ```
 /// use slot_booking::{memory::MemoryStore, BookingEngine};

@@ -32,6 +32,236 @@
 //! `create_slot`, the administrative changes) on a task of its own, so a write it starts always runs to the end even if
 //! the engine's caller goes away. A store used directly, without the engine, gets no such
 //! guarantee: dropping one of its futures mid-way is as safe as the database driver makes it.
+//!
+//! # Writing a store
+//!
+//! A store translates each operation into one atomic step of its storage; the rules stay in
+//! the engine. The smallest complete store keeps everything under one lock, so each method is
+//! atomic by construction, and implements [`HoldStore`] alone: eight methods. It passes the
+//! hold-lifecycle conformance cases (in a test file,
+//! `slot_booking::hold_store_conformance_tests!(|| async { TinyStore::default() });` makes a
+//! `#[test]` of each; here they run from the doc test):
+//!
+//! ```
+//! use std::collections::HashMap;
+//! use std::sync::Mutex;
+//!
+//! use slot_booking::{
+//!     async_trait, AvailabilityEntry, BookingEngine, Decided, Hold, HoldId, HoldOutcome,
+//!     HoldRequest, HoldStatus, HoldStore, IdempotencyKey, NewSlot, RenewRequest, Scope, Slot,
+//!     SlotId, SlotLimits, StoreError, Timestamp, Transition,
+//! };
+//!
+//! #[derive(Default)]
+//! struct TinyStore(Mutex<Tables>);
+//!
+//! #[derive(Default)]
+//! struct Tables {
+//!     slots: Vec<Slot>,                 // slot `n` has id `n + 1`
+//!     holds: Vec<Hold>,                 // hold `n` has id `n + 1`
+//!     keys: HashMap<IdempotencyKey, HoldId>,
+//! }
+//!
+//! impl Tables {
+//!     fn slot(&mut self, id: SlotId) -> Option<&mut Slot> {
+//!         let index = usize::try_from(id.get()).ok()?.checked_sub(1)?;
+//!         self.slots.get_mut(index)
+//!     }
+//!
+//!     fn hold(&mut self, id: HoldId, scope: &Scope) -> Option<&mut Hold> {
+//!         let index = usize::try_from(id.get()).ok()?.checked_sub(1)?;
+//!         self.holds.get_mut(index).filter(|hold| scope.admits(hold))
+//!     }
+//!
+//!     /// Units of `slot`'s held holds that have expired at `now`: free, not yet given back.
+//!     fn expired(&self, slot: SlotId, now: Timestamp) -> i32 {
+//!         let expired = |h: &&Hold| h.slot_id == slot && h.status == HoldStatus::Held && h.expires_at <= now;
+//!         self.holds.iter().filter(expired).map(|h| h.quantity).sum()
+//!     }
+//!
+//!     /// A transition of the hold `id` in `scope`: applied by `change` when `applies` says so.
+//!     fn transition(
+//!         &mut self,
+//!         id: HoldId,
+//!         scope: &Scope,
+//!         applies: impl Fn(&Hold) -> bool,
+//!         change: impl FnOnce(&mut Hold),
+//!     ) -> Transition {
+//!         let Some(hold) = self.hold(id, scope) else { return Transition::NotFound };
+//!         if !applies(hold) {
+//!             return Transition::NotApplied(hold.clone());
+//!         }
+//!         change(hold);
+//!         Transition::Applied(hold.clone())
+//!     }
+//! }
+//!
+//! fn live(hold: &Hold, now: Timestamp) -> bool {
+//!     hold.status == HoldStatus::Held && hold.expires_at > now
+//! }
+//!
+//! #[async_trait]
+//! impl HoldStore for TinyStore {
+//!     async fn create_slot(&self, new: &NewSlot, _now: Timestamp) -> Result<Slot, StoreError> {
+//!         let mut t = self.0.lock().map_err(|_| StoreError::failed("poisoned"))?;
+//!         let slot = Slot {
+//!             slot_id: SlotId(t.slots.len() as i64 + 1),
+//!             starts_at: new.starts_at,
+//!             ends_at: new.ends_at,
+//!             capacity: new.capacity,
+//!             remaining: new.capacity,
+//!             resource: new.resource.clone(),
+//!             closed: false,
+//!             removed_at: None,
+//!         };
+//!         t.slots.push(slot.clone());
+//!         Ok(slot)
+//!     }
+//!
+//!     async fn get_slot(&self, id: SlotId) -> Result<Option<Slot>, StoreError> {
+//!         let mut t = self.0.lock().map_err(|_| StoreError::failed("poisoned"))?;
+//!         Ok(t.slot(id).cloned())
+//!     }
+//!
+//!     async fn availability(
+//!         &self,
+//!         now: Timestamp,
+//!     ) -> Result<Decided<Vec<AvailabilityEntry>>, StoreError> {
+//!         let t = self.0.lock().map_err(|_| StoreError::failed("poisoned"))?;
+//!         let mut entries: Vec<AvailabilityEntry> = t
+//!             .slots
+//!             .iter()
+//!             .filter(|slot| slot.is_selling_at(now))
+//!             .map(|slot| AvailabilityEntry {
+//!                 slot_id: slot.slot_id,
+//!                 starts_at: slot.starts_at,
+//!                 ends_at: slot.ends_at,
+//!                 capacity: slot.capacity,
+//!                 remaining: slot.remaining + t.expired(slot.slot_id, now),
+//!                 resource: slot.resource.clone(),
+//!             })
+//!             .collect();
+//!         entries.sort_by_key(|e| (e.starts_at, e.slot_id));
+//!         Ok(Decided::new(now, entries))
+//!     }
+//!
+//!     async fn create_hold(
+//!         &self,
+//!         request: HoldRequest<'_>,
+//!     ) -> Result<Decided<HoldOutcome>, StoreError> {
+//!         let mut t = self.0.lock().map_err(|_| StoreError::failed("poisoned"))?;
+//!         let (now, quantity) = (request.now, request.quantity);
+//!         let refused = |key_holder, slot| Ok(Decided::new(now, HoldOutcome::refused(&request, key_holder, slot)));
+//!         if let Some(&id) = t.keys.get(request.key) {
+//!             let holder = t.hold(id, &Scope::BackOffice).cloned();
+//!             return refused(holder, None);
+//!         }
+//!         let expired = t.expired(request.slot_id, now);
+//!         let Some(slot) = t.slot(request.slot_id) else { return refused(None, None) };
+//!         let selling = slot.is_selling_at(now);
+//!         // Expired holds are given back only when that makes the hold fit.
+//!         if !selling || slot.remaining + expired < quantity {
+//!             return refused(None, Some(SlotLimits::of(slot)));
+//!         }
+//!         if slot.remaining < quantity {
+//!             slot.remaining += expired;
+//!             for hold in t.holds.iter_mut().filter(|h| h.slot_id == request.slot_id) {
+//!                 if hold.status == HoldStatus::Held && hold.expires_at <= now {
+//!                     hold.status = HoldStatus::Expired;
+//!                 }
+//!             }
+//!         }
+//!         let slot = t.slot(request.slot_id).expect("found above");
+//!         slot.remaining -= quantity;
+//!         let hold = Hold {
+//!             hold_id: HoldId(t.holds.len() as i64 + 1),
+//!             slot_id: request.slot_id,
+//!             status: HoldStatus::Held,
+//!             expires_at: request.expires_at,
+//!             confirmed_at: None,
+//!             cancelled_at: None,
+//!             quantity,
+//!             owner: request.owner.cloned(),
+//!             created_at: now,
+//!         };
+//!         t.keys.insert(request.key.clone(), hold.hold_id);
+//!         t.holds.push(hold.clone());
+//!         Ok(Decided::new(now, HoldOutcome::Created(hold)))
+//!     }
+//!
+//!     async fn confirm_hold(
+//!         &self,
+//!         id: HoldId,
+//!         scope: &Scope,
+//!         now: Timestamp,
+//!     ) -> Result<Decided<Transition>, StoreError> {
+//!         let mut t = self.0.lock().map_err(|_| StoreError::failed("poisoned"))?;
+//!         let done = t.transition(id, scope, |h| live(h, now), |h| {
+//!             h.status = HoldStatus::Confirmed;
+//!             h.confirmed_at = Some(now);
+//!         });
+//!         Ok(Decided::new(now, done))
+//!     }
+//!
+//!     async fn cancel_hold(
+//!         &self,
+//!         id: HoldId,
+//!         scope: &Scope,
+//!         now: Timestamp,
+//!     ) -> Result<Decided<Transition>, StoreError> {
+//!         let mut t = self.0.lock().map_err(|_| StoreError::failed("poisoned"))?;
+//!         let applies = |h: &Hold| live(h, now) || h.status == HoldStatus::Confirmed;
+//!         let done = t.transition(id, scope, applies, |h| {
+//!             h.status = HoldStatus::Cancelled;
+//!             h.cancelled_at = Some(now);
+//!         });
+//!         if let Transition::Applied(hold) = &done {
+//!             // The units go back in the same step.
+//!             t.slot(hold.slot_id).expect("a hold's slot exists").remaining += hold.quantity;
+//!         }
+//!         Ok(Decided::new(now, done))
+//!     }
+//!
+//!     async fn renew_hold(
+//!         &self,
+//!         request: RenewRequest<'_>,
+//!     ) -> Result<Decided<Transition>, StoreError> {
+//!         let mut t = self.0.lock().map_err(|_| StoreError::failed("poisoned"))?;
+//!         let now = request.now;
+//!         let done = t.transition(request.hold_id, request.scope, |h| live(h, now), |h| {
+//!             h.expires_at = request.renewed_expiry(h);
+//!         });
+//!         Ok(Decided::new(now, done))
+//!     }
+//!
+//!     async fn get_hold(
+//!         &self,
+//!         id: HoldId,
+//!         scope: &Scope,
+//!         now: Timestamp,
+//!     ) -> Result<Decided<Option<Hold>>, StoreError> {
+//!         let mut t = self.0.lock().map_err(|_| StoreError::failed("poisoned"))?;
+//!         Ok(Decided::new(now, t.hold(id, scope).cloned()))
+//!     }
+//! }
+//!
+//! // The engine takes it as it takes any store.
+//! # tokio_test::block_on(async {
+//! let engine = BookingEngine::new(TinyStore::default());
+//! let start = chrono::Utc::now() + chrono::Duration::days(1);
+//! let slot = engine.create_slot(NewSlot::new(start, start + chrono::Duration::hours(1), 1)).await?;
+//! engine.hold(slot.slot_id, "k").await?;
+//! assert_eq!(engine.hold(slot.slot_id, "other").await.unwrap_err().code(), "sold_out");
+//! # Ok::<(), slot_booking::BookingError>(())
+//! # }).unwrap();
+//!
+//! // Every hold-lifecycle conformance case, races and injected faults included.
+//! # #[cfg(feature = "conformance")]
+//! slot_booking::conformance::check_hold_store(|| async { TinyStore::default() });
+//! ```
+//!
+//! A store that can do more implements more traits ([`SlotAdmin`], [`HoldQueries`], …) and
+//! runs their cases too (`conformance_tests!` runs every case of the three).
 
 use std::sync::Arc;
 

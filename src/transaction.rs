@@ -147,6 +147,11 @@ impl<S: HoldStore, W: TransactionWrites> Within<'_, S, W> {
         .await
     }
 
+    /// As [`BookingEngine::renew`]: an anonymous hold, for the engine's hold lifetime.
+    pub async fn renew(&mut self, hold_id: HoldId) -> Result<Hold, BookingError> {
+        self.renew_as(&Scope::Anonymous, hold_id, None).await
+    }
+
     /// As [`BookingEngine::renew_as`].
     pub async fn renew_as(
         &mut self,
@@ -168,6 +173,11 @@ impl<S: HoldStore, W: TransactionWrites> Within<'_, S, W> {
             settle(&op, transition, hold_id, HoldStatus::Confirmed)
         })
         .await
+    }
+
+    /// As [`BookingEngine::get_hold`]: an anonymous hold, seeing the transaction's own writes.
+    pub async fn get_hold(&mut self, hold_id: HoldId) -> Result<Hold, BookingError> {
+        self.get_hold_as(&Scope::Anonymous, hold_id).await
     }
 
     /// As [`BookingEngine::get_hold_as`], seeing the transaction's own writes.

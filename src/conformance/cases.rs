@@ -143,3 +143,27 @@ macro_rules! public_cases {
 crate::__lifecycle_case_list!(public_cases; [crate::store::HoldStore]);
 crate::__query_case_list!(public_cases; [crate::store::HoldStore + crate::store::HoldQueries]);
 crate::__admin_case_list!(public_cases; [crate::store::HoldStore + crate::store::SlotAdmin]);
+
+/// [`check_hold_store`] from the lifecycle list.
+macro_rules! lifecycle_check {
+    (; $($case:ident)*) => {
+        /// Runs every lifecycle case (what
+        /// [`hold_store_conformance_tests!`](crate::hold_store_conformance_tests) makes a
+        /// `#[test]` of each), one after another, each on a fresh store from `factory`:
+        /// for a doc test or a `main`, where `#[test]` functions do not run.
+        ///
+        /// # Panics
+        ///
+        /// When a case fails, as the case does.
+        pub fn check_hold_store<S, F, Fut>(factory: F)
+        where
+            S: crate::store::HoldStore,
+            F: Fn() -> Fut,
+            Fut: std::future::Future<Output = S>,
+        {
+            $(crate::conformance::run(&factory, $case);)*
+        }
+    };
+}
+
+crate::__lifecycle_case_list!(lifecycle_check;);

@@ -1,4 +1,4 @@
-//! A [`Store`] wrapper that misbehaves on purpose, for fault-injection tests.
+//! A [`Store`](crate::Store) wrapper that misbehaves on purpose, for fault-injection tests.
 //!
 //! [`FaultyStore`] fails (transiently or not), stalls, or panics at random — before the inner
 //! store runs (nothing happened) or after it returned (it committed, but the caller hears an

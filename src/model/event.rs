@@ -239,7 +239,7 @@ impl NewEvent {
     }
 }
 
-/// What one [`purge`](EventStore::purge) deleted.
+/// What one [`purge`](crate::EventStore::purge) deleted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Purged {
     /// Cancelled and expired holds.

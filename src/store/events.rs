@@ -70,7 +70,7 @@ pub trait EventStore: HoldStore {
     ) -> Result<bool, StoreError>;
 
     /// Reclaims up to `limit` holds stored as held whose `expires_at <= now`: each is marked
-    /// expired, its units given back to its slot and a [`EventKind::HoldExpired`] appended,
+    /// expired, its units given back to its slot and a [`EventKind::HoldExpired`](crate::EventKind::HoldExpired) appended,
     /// in one atomic step per batch, decided by rows affected (a hold reclaimed concurrently
     /// elsewhere is not returned here). Returns the holds it reclaimed, as stored after.
     async fn reclaim_expired(&self, now: Timestamp, limit: u32) -> Result<Vec<Hold>, StoreError>;

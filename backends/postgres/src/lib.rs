@@ -1,6 +1,6 @@
 //! PostgreSQL store for [`slot_booking`], built on [sqlx](https://docs.rs/sqlx).
 //!
-//! [`PostgresStore`] implements [`Store`] as a thin translation to SQL: every outcome is
+//! [`PostgresStore`] implements [`Store`](slot_booking::Store) as a thin translation to SQL: every outcome is
 //! decided by the rows a conditional write affected or by a unique constraint, never by a read
 //! made before the write.
 //!
@@ -265,7 +265,7 @@ pub const DEFAULT_MAX_CONNECTIONS: u32 = 10;
 #[error("invalid schema name {0:?}: use 1-63 of [a-z0-9_], not starting with a digit or pg_")]
 pub struct InvalidSchemaName(pub String);
 
-/// A [`Store`] over a PostgreSQL database, keeping its tables in one schema.
+/// A [`Store`](slot_booking::Store) over a PostgreSQL database, keeping its tables in one schema.
 ///
 /// Cheap to clone: clones share the pool and the prepared SQL text.
 #[derive(Debug, Clone)]
@@ -481,4 +481,11 @@ pub(crate) fn map_err(error: sqlx::Error) -> StoreError {
 
 fn is_unique_violation(error: &sqlx::Error) -> bool {
     matches!(error, sqlx::Error::Database(db) if db.is_unique_violation())
+}
+
+/// A bad name is a permanent failure of the store's set-up, never "unavailable".
+impl From<InvalidSchemaName> for slot_booking::StoreError {
+    fn from(error: InvalidSchemaName) -> Self {
+        slot_booking::StoreError::failed(error)
+    }
 }

@@ -13,7 +13,7 @@ slot_booking::forward_store!(
 /// transaction: made by [`PostgresStore::on`], and run through
 /// [`BookingEngine::within`](slot_booking::BookingEngine::within), which validates each
 /// request and answers as the engine does. Each write runs the same statements as the
-/// [`Store`] method of the same name; see [`PostgresStore::on`] for what changes inside a
+/// [`Store`](slot_booking::Store) method of the same name; see [`PostgresStore::on`] for what changes inside a
 /// transaction.
 #[derive(Debug)]
 pub struct PostgresWrites<'c> {

@@ -49,7 +49,7 @@ impl std::ops::DerefMut for Conn<'_> {
 }
 
 /// The store's statements on one connection: the one implementation of every operation, run
-/// by the pool path ([`Store`], on a connection acquired for the call) and by [`PostgresWrites`] (on
+/// by the pool path ([`Store`](slot_booking::Store), on a connection acquired for the call) and by [`PostgresWrites`] (on
 /// the caller's connection).
 #[derive(Debug)]
 pub(crate) struct Run<'a> {

@@ -1,6 +1,6 @@
 //! SQLite store for [`slot_booking`], built on [sqlx](https://docs.rs/sqlx).
 //!
-//! [`SqliteStore`] implements [`Store`] as a thin translation to SQL: every outcome is decided
+//! [`SqliteStore`] implements [`Store`](slot_booking::Store) as a thin translation to SQL: every outcome is decided
 //! by the rows a conditional write affected or by the unique constraint on the idempotency
 //! key, never by an earlier read.
 //!
@@ -93,7 +93,7 @@
 //! says whether its writes stay; the store's own methods and the caller's connection share that
 //! one implementation and differ only in the unit:
 //!
-//! * through the store (its [`Store`] methods): a place in the in-process write queue, then a
+//! * through the store (its [`Store`](slot_booking::Store) methods): a place in the in-process write queue, then a
 //!   `BEGIN IMMEDIATE` transaction, committed or rolled back (a hold's `INSERT` runs alone
 //!   as one autocommit statement, or in a group commit, as above);
 //! * on the caller's connection ([`SqliteStore::on`], for
@@ -107,7 +107,7 @@
 //!   caller begins its transaction with `BEGIN IMMEDIATE`
 //!   (`pool.begin_with("BEGIN IMMEDIATE")`) and holds SQLite's write lock until it ends; the
 //!   store's write queue is not taken;
-//! * [`SqliteStore`]'s [`TransactionalStore`](slot_booking::TransactionalStore): a
+//! * [`SqliteStore`]'s [`TransactionalStore`]: a
 //!   [`SqliteTransaction`] that holds the write queue and a `BEGIN IMMEDIATE` transaction for
 //!   its whole life, written through [`SqliteWrites`] as above.
 //!
@@ -198,7 +198,7 @@ pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// Connections in the pool [`SqliteStore::connect`] opens for a database file.
 pub const DEFAULT_MAX_CONNECTIONS: u32 = 8;
 
-/// A [`Store`] over a SQLite database.
+/// A [`Store`](slot_booking::Store) over a SQLite database.
 ///
 /// Cheap to clone: clones share the pool and the write queue.
 #[derive(Debug, Clone)]

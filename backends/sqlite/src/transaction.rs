@@ -76,7 +76,7 @@ impl SqliteTransaction {
 }
 
 /// The store's writes on a connection or transaction the caller owns: the
-/// [`TransactionWrites`] of [`SqliteStore::on`], for
+/// [`TransactionWrites`](slot_booking::TransactionWrites) of [`SqliteStore::on`], for
 /// [`BookingEngine::within`](slot_booking::BookingEngine::within).
 ///
 /// Each call is all or nothing inside the caller's transaction, its events included (they

@@ -472,3 +472,37 @@ async fn racing_transactions_never_oversell() {
     assert_eq!(holds, 5, "rolled-back holds left no row");
     assert_counts(a.pool(), slot_id, (5, 0, 0, 5)).await;
 }
+
+/// `Within` offers the engine's short forms too: renewing and reading an anonymous hold on the
+/// caller's transaction, the renewal committing with it.
+#[tokio::test]
+async fn within_renews_and_reads_anonymous_holds() {
+    let db = TempDb::new("tx_short_forms");
+    let store = store_with_orders(&db).await;
+    let clock = ManualClock::new(t0());
+    let engine = engine(store.clone(), &clock);
+    let slot = engine
+        .create_slot(NewSlot::new(at(3600), at(7200), 1))
+        .await
+        .unwrap();
+    let placed = engine.hold(slot.slot_id, "renew-me").await.unwrap().hold;
+    clock.advance(Duration::minutes(4));
+
+    let mut tx = store.pool().begin_with("BEGIN IMMEDIATE").await.unwrap();
+    let mut within = engine.within(store.on(&mut tx));
+    let renewed = within.renew(placed.hold_id).await.unwrap();
+    assert!(renewed.expires_at > placed.expires_at);
+    assert_eq!(within.get_hold(placed.hold_id).await.unwrap(), renewed);
+    tx.commit().await.unwrap();
+    assert_eq!(engine.get_hold(placed.hold_id).await.unwrap(), renewed);
+}
+
+/// A bad table prefix is a permanent failure when it reaches a store error.
+#[tokio::test]
+async fn a_bad_table_prefix_is_a_failed_store_error() {
+    let error = SqliteStore::new(SqlitePool::connect_lazy("sqlite::memory:").unwrap())
+        .with_table_prefix("no spaces")
+        .unwrap_err();
+    let error: slot_booking::StoreError = error.into();
+    assert_eq!(error.kind(), slot_booking::StoreErrorKind::Failed);
+}
