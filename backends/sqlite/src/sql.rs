@@ -372,6 +372,13 @@ impl Statements {
     }
 }
 
+/// A bad name is a permanent failure of the store's set-up, never "unavailable".
+impl From<InvalidTablePrefix> for slot_booking::StoreError {
+    fn from(error: InvalidTablePrefix) -> Self {
+        slot_booking::StoreError::failed(error)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -447,12 +454,5 @@ mod tests {
         }
         assert!(sql.insert_holds(0).is_none());
         assert!(sql.insert_holds(MAX_INSERTS_AT_ONCE + 1).is_none());
-    }
-}
-
-/// A bad name is a permanent failure of the store's set-up, never "unavailable".
-impl From<InvalidTablePrefix> for slot_booking::StoreError {
-    fn from(error: InvalidTablePrefix) -> Self {
-        slot_booking::StoreError::failed(error)
     }
 }
