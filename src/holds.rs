@@ -97,20 +97,7 @@ impl<S: HoldStore> BookingEngine<S> {
     /// Confirms an active hold in `scope`. Confirming a confirmed hold returns it unchanged;
     /// a hold outside `scope` is `hold_not_found`.
     pub async fn confirm_as(&self, scope: &Scope, hold_id: HoldId) -> Result<Hold, BookingError> {
-        let op = Op::new(Operation::Confirm).hold(hold_id);
-        op.run(async {
-            let now = self.inner.clock.now();
-            let inner = Arc::clone(&self.inner);
-            let scope = scope.clone();
-            let transition = op
-                .store(detached(async move {
-                    inner
-                        .invalidate_if_applied(inner.store.confirm_hold(hold_id, &scope, now).await)
-                }))
-                .await?;
-            settle(&op, transition, hold_id, HoldStatus::Confirmed)
-        })
-        .await
+        self.end_hold(scope, hold_id, HoldStatus::Confirmed).await
     }
 
     /// Cancels an active or confirmed anonymous hold ([`Scope::Anonymous`]), giving its units
@@ -122,17 +109,39 @@ impl<S: HoldStore> BookingEngine<S> {
     /// Cancels an active or confirmed hold in `scope`, giving its units back. Cancelling a
     /// cancelled hold returns it unchanged; a hold outside `scope` is `hold_not_found`.
     pub async fn cancel_as(&self, scope: &Scope, hold_id: HoldId) -> Result<Hold, BookingError> {
-        let op = Op::new(Operation::Cancel).hold(hold_id);
+        self.end_hold(scope, hold_id, HoldStatus::Cancelled).await
+    }
+
+    /// Confirms or cancels (`to`) a hold in `scope`, running the store's write to its end and
+    /// invalidating the cached availability once it committed a change (R3).
+    async fn end_hold(
+        &self,
+        scope: &Scope,
+        hold_id: HoldId,
+        to: HoldStatus,
+    ) -> Result<Hold, BookingError> {
+        let confirm = to == HoldStatus::Confirmed;
+        let operation = if confirm {
+            Operation::Confirm
+        } else {
+            Operation::Cancel
+        };
+        let op = Op::new(operation).hold(hold_id);
         op.run(async {
             let now = self.inner.clock.now();
             let inner = Arc::clone(&self.inner);
             let scope = scope.clone();
             let transition = op
                 .store(detached(async move {
-                    inner.invalidate_if_applied(inner.store.cancel_hold(hold_id, &scope, now).await)
+                    let done = if confirm {
+                        inner.store.confirm_hold(hold_id, &scope, now).await
+                    } else {
+                        inner.store.cancel_hold(hold_id, &scope, now).await
+                    };
+                    inner.invalidate_if_applied(done)
                 }))
                 .await?;
-            settle(&op, transition, hold_id, HoldStatus::Cancelled)
+            settle(&op, transition, hold_id, to)
         })
         .await
     }
