@@ -13,7 +13,7 @@ use slot_booking::{
 use sqlx::postgres::{PgConnection, PgRow};
 use sqlx::{AssertSqlSafe, Row};
 
-use crate::sql::{self, append_events, Statements, EV_COLUMNS, H_COLUMNS};
+use crate::sql::{self, append_events, EV_COLUMNS, H_COLUMNS};
 use crate::{interval, map_err, optional_hold, PostgresStore};
 
 /// How many times [`EventStore::reclaim_expired`] looks again when it saw expired holds but
@@ -63,7 +63,7 @@ impl PostgresStore {
     }
 
     async fn look(&self, consumer: &ConsumerId, limit: u32) -> Result<Look, StoreError> {
-        let rows = sqlx::query(AssertSqlSafe(self.sql().events.read_events.as_str()))
+        let rows = sqlx::query(AssertSqlSafe(self.event_sql().read_events.as_str()))
             .bind(consumer.as_str())
             .bind(i64::from(limit))
             .fetch_all(self.pool())
@@ -87,7 +87,7 @@ impl PostgresStore {
     /// Takes a new horizon when events exist that the newest one does not see (migration 8's
     /// function: the lock, then the snapshot), one round trip.
     async fn take_horizon(&self) -> Result<(), StoreError> {
-        sqlx::query(AssertSqlSafe(self.sql().events.take_horizon.as_str()))
+        sqlx::query(AssertSqlSafe(self.event_sql().take_horizon.as_str()))
             .execute(self.pool())
             .await
             .map_err(map_err)?;
@@ -111,7 +111,7 @@ impl PostgresStore {
 /// the lease's holder (`false` when another holder has the lease).
 pub(crate) async fn acknowledge_on(
     conn: &mut PgConnection,
-    sql: &Statements,
+    sql: &EventStatements,
     consumer: &ConsumerId,
     holder: Option<&LeaseHolder>,
     through: EventPosition,
@@ -119,8 +119,8 @@ pub(crate) async fn acknowledge_on(
     // A position before the start (a negative number) is the start: every cursor starts there.
     let through = through.max(EventPosition::START);
     let query = match holder {
-        None => sqlx::query(AssertSqlSafe(sql.events.acknowledge.as_str())),
-        Some(_) => sqlx::query(AssertSqlSafe(sql.events.acknowledge_leased.as_str())),
+        None => sqlx::query(AssertSqlSafe(sql.acknowledge.as_str())),
+        Some(_) => sqlx::query(AssertSqlSafe(sql.acknowledge_leased.as_str())),
     }
     .bind(consumer.as_str())
     .bind(through.epoch())
@@ -184,7 +184,7 @@ impl EventStore for PostgresStore {
         now: Timestamp,
         until: Timestamp,
     ) -> Result<bool, StoreError> {
-        let row = sqlx::query(AssertSqlSafe(self.sql().events.lease_consumer.as_str()))
+        let row = sqlx::query(AssertSqlSafe(self.event_sql().lease_consumer.as_str()))
             .bind(consumer.as_str())
             .bind(holder.as_str())
             .bind(self.now_param(now))
@@ -200,7 +200,7 @@ impl EventStore for PostgresStore {
         consumer: &ConsumerId,
         holder: &LeaseHolder,
     ) -> Result<(), StoreError> {
-        sqlx::query(AssertSqlSafe(self.sql().events.release_consumer.as_str()))
+        sqlx::query(AssertSqlSafe(self.event_sql().release_consumer.as_str()))
             .bind(consumer.as_str())
             .bind(holder.as_str())
             .execute(self.pool())
@@ -213,7 +213,7 @@ impl EventStore for PostgresStore {
         &self,
         consumer: &ConsumerId,
     ) -> Result<Option<EventPosition>, StoreError> {
-        let row = sqlx::query(AssertSqlSafe(self.sql().events.consumer_position.as_str()))
+        let row = sqlx::query(AssertSqlSafe(self.event_sql().consumer_position.as_str()))
             .bind(consumer.as_str())
             .fetch_optional(self.pool())
             .await
@@ -229,7 +229,7 @@ impl EventStore for PostgresStore {
 
     async fn reclaim_expired(&self, now: Timestamp, limit: u32) -> Result<Vec<Hold>, StoreError> {
         for _ in 0..RECLAIM_ATTEMPTS {
-            let rows = sqlx::query(AssertSqlSafe(self.sql().events.reclaim_expired.as_str()))
+            let rows = sqlx::query(AssertSqlSafe(self.event_sql().reclaim_expired.as_str()))
                 .bind(self.now_param(now))
                 .bind(i64::from(limit))
                 .fetch_all(self.pool())
@@ -254,7 +254,7 @@ impl EventStore for PostgresStore {
     }
 
     async fn purge(&self, before: Timestamp, limit: u32) -> Result<Purged, StoreError> {
-        let row = sqlx::query(AssertSqlSafe(self.sql().events.purge.as_str()))
+        let row = sqlx::query(AssertSqlSafe(self.event_sql().purge.as_str()))
             .bind(before)
             .bind(i64::from(limit))
             .fetch_one(self.pool())

@@ -282,6 +282,8 @@ pub struct PostgresStore {
 struct Inner {
     schema: String,
     sql: Statements,
+    /// The event log's statements, beside the code that runs them (`events.rs`).
+    events: events::EventStatements,
 }
 
 fn validate_schema(schema: &str) -> Result<(), InvalidSchemaName> {
@@ -317,9 +319,14 @@ impl PostgresStore {
 
     fn build(pool: PgPool, schema: String) -> Self {
         let sql = Statements::new(&schema);
+        let events = events::EventStatements::new(&sql::quote(&schema));
         PostgresStore {
             pool,
-            inner: Arc::new(Inner { schema, sql }),
+            inner: Arc::new(Inner {
+                schema,
+                sql,
+                events,
+            }),
             database_clock: false,
             horizon_interval: DEFAULT_HORIZON_INTERVAL,
         }

@@ -94,8 +94,6 @@
 /// caller's transaction: a hold whose key is taken fails its statement by design, and a failed
 /// statement would otherwise abort the caller's whole transaction. Not used on the pool's
 /// connections, where each statement is a transaction of its own.
-use crate::events::EventStatements;
-
 pub(crate) const HOLD_SAVEPOINT: &str = "SAVEPOINT slot_booking_hold";
 
 /// Keeps what the hold's statements stored and drops the savepoint.
@@ -270,8 +268,6 @@ pub(crate) struct Statements {
     pub(crate) slot_usage: String,
     pub(crate) list_slots: String,
     pub(crate) list_resource_slots: String,
-    /// The event log's statements (`events.rs`).
-    pub(crate) events: EventStatements,
 }
 
 /// `"schema"`: the name is validated as `[a-z_][a-z0-9_]*`, quoting only guards reserved words.
@@ -667,7 +663,6 @@ impl Statements {
             ),
             list_slots: list(""),
             list_resource_slots: list("resource = $6 AND "),
-            events: EventStatements::new(&s),
         }
     }
 }

@@ -62,6 +62,10 @@ impl PostgresStore {
         &self.inner.sql
     }
 
+    pub(crate) fn event_sql(&self) -> &crate::events::EventStatements {
+        &self.inner.events
+    }
+
     /// The operations on a connection of the pool, acquired for one call. Not a round trip:
     /// with `test_before_acquire(false)` (as [`PostgresStore::connect`] builds its pool) the
     /// pool hands out an idle connection as it is, exactly as running a statement on the pool
@@ -293,8 +297,7 @@ impl Run<'_> {
         through: EventPosition,
     ) -> Result<bool, StoreError> {
         let inner = Arc::clone(&self.store.inner);
-        let sql = &inner.sql;
-        events::acknowledge_on(&mut self.conn, sql, consumer, holder, through).await
+        events::acknowledge_on(&mut self.conn, &inner.events, consumer, holder, through).await
     }
 }
 

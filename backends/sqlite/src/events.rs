@@ -4,7 +4,7 @@
 use super::*;
 use std::collections::BTreeMap;
 
-use crate::writes::{give_back, log_hold, Step};
+use crate::writes::{give_back, log_hold, Run, Step, Target};
 
 /// The event log lives in the store's database (migration 5): every write above appends its
 /// events in its own unit of work (see [`SqliteStore`]'s docs), and these read it, keep the
@@ -193,4 +193,23 @@ pub(crate) async fn acknowledge(
     };
     let done = query.execute(conn).await.map_err(map_err)?;
     Ok(holder.is_none() || done.rows_affected() == 1)
+}
+
+impl Run<'_> {
+    pub(crate) async fn acknowledge(
+        &mut self,
+        consumer: &ConsumerId,
+        holder: Option<&LeaseHolder>,
+        through: EventPosition,
+    ) -> Result<bool, StoreError> {
+        let sql = Arc::clone(&self.sql);
+        // On the store's own, one autocommit upsert, queued with its other writers like a
+        // hold's insert.
+        let _gate = match &self.target {
+            Target::Store(store) => Some(Arc::clone(&store.write_gate).lock_owned().await),
+            Target::Caller(_) => None,
+        };
+        let mut conn = self.conn().await?;
+        acknowledge(&sql, &mut conn, consumer, holder, through).await
+    }
 }

@@ -185,7 +185,8 @@ pub use sql::{InvalidTablePrefix, DEFAULT_TABLE_PREFIX};
 /// The sqlx this crate is built on (0.9). Build pools and connection options through this
 /// re-export: a pool from another sqlx major version is a different type.
 pub use sqlx;
-pub use transaction::{SqliteTransaction, SqliteWrites};
+pub use transaction::SqliteWrites;
+pub use writes::SqliteTransaction;
 
 use group::{sold_out, HoldParams, Insert};
 use rows::*;

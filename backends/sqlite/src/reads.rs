@@ -2,7 +2,7 @@
 //! availability, one hold, pages of holds, one slot, the operator's listing.
 
 use super::*;
-use crate::writes::Run;
+use crate::writes::{hold_by_id, Run};
 
 /// One keyset page of holds: `query` (the owner's or the slot's statement, its first
 /// parameter bound) with the cursor and the limit.
@@ -136,26 +136,4 @@ impl Run<'_> {
         let listed = rows.iter().map(usage_from_row).collect::<Result<_, _>>()?;
         Ok(Decided::new(now, listed))
     }
-}
-
-pub(crate) async fn hold_by_id<'e, E>(
-    sql: &Statements,
-    executor: E,
-    hold_id: HoldId,
-    scope: &Scope,
-) -> Result<Option<Hold>, StoreError>
-where
-    E: sqlx::Executor<'e, Database = Sqlite>,
-{
-    let (any, owner) = scope.as_filter();
-    sqlx::query(AssertSqlSafe(sql.hold_by_id.as_str()))
-        .bind(hold_id.get())
-        .bind(any)
-        .bind(owner)
-        .fetch_optional(executor)
-        .await
-        .map_err(map_err)?
-        .as_ref()
-        .map(hold_from_row)
-        .transpose()
 }

@@ -3,77 +3,13 @@
 //! ([`Run`](crate::writes::Run)).
 
 use super::*;
-use crate::group::Held;
-use crate::writes::{finish, Run, Step, Target};
-use sqlx::Transaction;
-use tokio::sync::OwnedMutexGuard;
+use crate::writes::{Run, SqliteTransaction, Target};
 
 // Every operation of the store's own, through the same statements as the caller's writes.
 slot_booking::forward_store!(
     impl[] HoldStore, SlotAdmin, HoldQueries for SqliteStore,
     |this| this.run()
 );
-
-/// A write transaction of a [`SqliteStore`], its [`TransactionalStore::Transaction`]: begun
-/// with `BEGIN IMMEDIATE`, so it holds SQLite's write lock from its first statement to its
-/// end, and holding the store's in-process write queue as long, so that the store's other
-/// writers wait in that queue rather than in SQLite's busy handler.
-///
-/// While it is open, write through it (with [`TransactionalStore::writes`] or
-/// [`SqliteStore::on`] on [`connection`](Self::connection)), not through the store or an engine
-/// over it: those writes wait for this transaction to end, so one made by the task that holds
-/// the transaction never returns. Reads through the store do not wait. Dropped uncommitted,
-/// it rolls back.
-pub struct SqliteTransaction {
-    // Fields drop in order: the transaction (rolled back if not committed) before the queue
-    // slot, so that the next writer does not find SQLite's lock still taken.
-    tx: Transaction<'static, Sqlite>,
-    gate: OwnedMutexGuard<Held>,
-}
-
-impl std::fmt::Debug for SqliteTransaction {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SqliteTransaction").finish_non_exhaustive()
-    }
-}
-
-impl SqliteTransaction {
-    pub(crate) fn new(tx: Transaction<'static, Sqlite>, gate: OwnedMutexGuard<Held>) -> Self {
-        SqliteTransaction { tx, gate }
-    }
-
-    /// The transaction's connection, for the application's own statements in it.
-    pub fn connection(&mut self) -> &mut SqliteConnection {
-        &mut self.tx
-    }
-
-    /// Commits the transaction.
-    pub async fn commit(self) -> Result<(), StoreError> {
-        let SqliteTransaction { tx, gate } = self;
-        tx.commit().await.map_err(map_err)?;
-        drop(gate);
-        Ok(())
-    }
-
-    /// Rolls the transaction back: nothing written in it stays.
-    pub async fn rollback(self) -> Result<(), StoreError> {
-        let SqliteTransaction { tx, gate } = self;
-        tx.rollback().await.map_err(map_err)?;
-        drop(gate);
-        Ok(())
-    }
-
-    /// Ends the transaction as `step` says (see [`finish`]), then leaves the write queue.
-    pub(crate) async fn finish<T>(
-        self,
-        step: Result<Step<T>, StoreError>,
-    ) -> Result<T, StoreError> {
-        let SqliteTransaction { tx, gate } = self;
-        let done = finish(tx, step).await;
-        drop(gate);
-        done
-    }
-}
 
 /// The store's writes on a connection or transaction the caller owns: the
 /// [`TransactionWrites`](slot_booking::TransactionWrites) of [`SqliteStore::on`], for

@@ -10,21 +10,19 @@
 
 use slot_booking::events::NewEvent;
 use slot_booking::{
-    ConsumerId, Decided, EventKind, EventPosition, Hold, HoldId, HoldOutcome, HoldRequest,
-    LeaseHolder, NewSlot, OwnerId, RenewRequest, ResourceId, Scope, Slot, SlotLimits, StoreError,
-    Timestamp, Transition,
+    Decided, EventKind, Hold, HoldId, HoldOutcome, HoldRequest, NewSlot, OwnerId, RenewRequest,
+    ResourceId, Scope, Slot, SlotLimits, StoreError, Timestamp, Transition,
 };
 use sqlx::sqlite::{SqliteArguments, SqliteConnection};
 use sqlx::{AssertSqlSafe, Connection, Sqlite, Transaction};
 use std::sync::Arc;
 
-use crate::events::acknowledge;
+use crate::group::Held;
 use crate::group::{insert_hold, sold_out, Insert};
-use crate::reads::hold_by_id;
 use crate::rows::{from_micros, hold_from_row, slot_from_row, to_micros};
 use crate::sql::Statements;
-use crate::transaction::SqliteTransaction;
 use crate::{map_err, SqliteStore};
+use tokio::sync::OwnedMutexGuard;
 
 /// A conditional update of one row, returning it when it changed.
 pub(crate) type Query<'q> = sqlx::query::Query<'q, Sqlite, SqliteArguments>;
@@ -487,23 +485,6 @@ impl Run<'_> {
         let step = renew(&sql, unit.connection(), &request).await;
         Ok(Decided::new(request.now, unit.finish(step).await?))
     }
-
-    pub(crate) async fn acknowledge(
-        &mut self,
-        consumer: &ConsumerId,
-        holder: Option<&LeaseHolder>,
-        through: EventPosition,
-    ) -> Result<bool, StoreError> {
-        let sql = Arc::clone(&self.sql);
-        // On the store's own, one autocommit upsert, queued with its other writers like a
-        // hold's insert.
-        let _gate = match &self.target {
-            Target::Store(store) => Some(Arc::clone(&store.write_gate).lock_owned().await),
-            Target::Caller(_) => None,
-        };
-        let mut conn = self.conn().await?;
-        acknowledge(&sql, &mut conn, consumer, holder, through).await
-    }
 }
 
 /// The hold an idempotency key belongs to, if any.
@@ -608,5 +589,88 @@ pub(crate) fn not_applied(hold: Option<Hold>) -> Transition {
     match hold {
         Some(hold) => Transition::NotApplied(hold),
         None => Transition::NotFound,
+    }
+}
+
+pub(crate) async fn hold_by_id<'e, E>(
+    sql: &Statements,
+    executor: E,
+    hold_id: HoldId,
+    scope: &Scope,
+) -> Result<Option<Hold>, StoreError>
+where
+    E: sqlx::Executor<'e, Database = Sqlite>,
+{
+    let (any, owner) = scope.as_filter();
+    sqlx::query(AssertSqlSafe(sql.hold_by_id.as_str()))
+        .bind(hold_id.get())
+        .bind(any)
+        .bind(owner)
+        .fetch_optional(executor)
+        .await
+        .map_err(map_err)?
+        .as_ref()
+        .map(hold_from_row)
+        .transpose()
+}
+
+/// A write transaction of a [`SqliteStore`], its [`TransactionalStore::Transaction`](slot_booking::TransactionalStore::Transaction): begun
+/// with `BEGIN IMMEDIATE`, so it holds SQLite's write lock from its first statement to its
+/// end, and holding the store's in-process write queue as long, so that the store's other
+/// writers wait in that queue rather than in SQLite's busy handler.
+///
+/// While it is open, write through it (with [`TransactionalStore::writes`](slot_booking::TransactionalStore::writes) or
+/// [`SqliteStore::on`] on [`connection`](Self::connection)), not through the store or an engine
+/// over it: those writes wait for this transaction to end, so one made by the task that holds
+/// the transaction never returns. Reads through the store do not wait. Dropped uncommitted,
+/// it rolls back.
+pub struct SqliteTransaction {
+    // Fields drop in order: the transaction (rolled back if not committed) before the queue
+    // slot, so that the next writer does not find SQLite's lock still taken.
+    tx: Transaction<'static, Sqlite>,
+    gate: OwnedMutexGuard<Held>,
+}
+
+impl std::fmt::Debug for SqliteTransaction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteTransaction").finish_non_exhaustive()
+    }
+}
+
+impl SqliteTransaction {
+    pub(crate) fn new(tx: Transaction<'static, Sqlite>, gate: OwnedMutexGuard<Held>) -> Self {
+        SqliteTransaction { tx, gate }
+    }
+
+    /// The transaction's connection, for the application's own statements in it.
+    pub fn connection(&mut self) -> &mut SqliteConnection {
+        &mut self.tx
+    }
+
+    /// Commits the transaction.
+    pub async fn commit(self) -> Result<(), StoreError> {
+        let SqliteTransaction { tx, gate } = self;
+        tx.commit().await.map_err(map_err)?;
+        drop(gate);
+        Ok(())
+    }
+
+    /// Rolls the transaction back: nothing written in it stays.
+    pub async fn rollback(self) -> Result<(), StoreError> {
+        let SqliteTransaction { tx, gate } = self;
+        tx.rollback().await.map_err(map_err)?;
+        drop(gate);
+        Ok(())
+    }
+
+    /// Ends the transaction as `step` says (see [`finish`]), then leaves the write queue.
+    pub(crate) async fn finish<T>(
+        self,
+        step: Result<Step<T>, StoreError>,
+    ) -> Result<T, StoreError> {
+        let SqliteTransaction { tx, gate } = self;
+        let done = finish(tx, step).await;
+        drop(gate);
+        done
     }
 }
