@@ -18,7 +18,7 @@
 //! grouped by the part of the store contract it exercises (lifecycle, queries,
 //! administration); [`events`] and [`leases`], the cases of an
 //! [`EventStore`](crate::events::EventStore); [`transactions`], those of a
-//! [`TransactionalStore`](crate::TransactionalStore); [`model`], the property tests against a
+//! [`TransactionalStore`](crate::TransactionalStore); [`oracle`], the property tests against a
 //! reference model; [`Fixture`], the engine every case runs on; and [`kit`] and [`faults`],
 //! helpers for a store's own tests.
 
@@ -44,7 +44,10 @@ pub mod faults;
 mod fixture;
 pub mod kit;
 pub mod leases;
-pub mod model;
+pub mod oracle;
+/// The old name of [`oracle`]: kept so that paths written before still compile.
+#[doc(hidden)]
+pub use oracle as model;
 mod support;
 pub mod transactions;
 
@@ -149,7 +152,7 @@ macro_rules! conformance_tests {
             /// Random operation sequences against the sequential model.
             model_based_sequences,
             $factory,
-            $crate::conformance::model::check,
+            $crate::conformance::oracle::check,
             $crate::conformance::MODEL_CASES,
             40
         );
@@ -158,7 +161,7 @@ macro_rules! conformance_tests {
             /// Random concurrent batches: the invariant and every success hold after each batch.
             concurrent_random_batches,
             $factory,
-            $crate::conformance::model::check_concurrent,
+            $crate::conformance::oracle::check_concurrent,
             $crate::conformance::CONCURRENT_CASES
         );
     };
@@ -194,7 +197,7 @@ macro_rules! event_conformance_tests {
             /// Random sequences with sweeps, the event log checked against the model's changes.
             model_based_events,
             $factory,
-            $crate::conformance::model::check_events,
+            $crate::conformance::oracle::check_events,
             $crate::conformance::EVENT_MODEL_CASES,
             40
         );
@@ -237,7 +240,7 @@ macro_rules! transaction_conformance_tests {
             /// or, rolled back, none.
             model_based_transactions,
             $factory,
-            $crate::conformance::model::check_transactional,
+            $crate::conformance::oracle::check_transactional,
             $crate::conformance::TRANSACTION_MODEL_CASES
         );
 

@@ -3,7 +3,7 @@
 
 #[test]
 fn memory_store_matches_the_model() {
-    slot_booking::conformance::model::check(
+    slot_booking::conformance::oracle::check(
         || async { slot_booking::MemoryStore::new() },
         3000,
         80,

@@ -1,4 +1,4 @@
-//! Model-based property test: random operation sequences run against a store through the
+//! The oracle: model-based property tests. Random operation sequences run against a store through the
 //! engine and against a plain sequential model, which decides the expected outcome of every
 //! step. After every step the store's slots and holds must equal the model's, which implies the
 //! capacity invariant; the invariant is also checked on its own so a failure names it.
