@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use criterion::Criterion;
-use slot_booking::{BookingEngine, BookingError, HoldPlaced, HoldStore, NewSlot, SlotId};
+use slot_booking::{BookingEngine, BookingError, HoldPlaced, HoldStore, NewSlot, Scope, SlotId};
 use slot_booking_postgres::PostgresStore;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::AssertSqlSafe;
@@ -525,7 +525,10 @@ async fn pairs(
                     let started = Instant::now();
                     let placed = engine.hold(slot, &format!("{tag}-{i}")).await.unwrap();
                     let held = Instant::now();
-                    engine.cancel(placed.hold.hold_id).await.unwrap();
+                    engine
+                        .cancel_as(&Scope::Anonymous, placed.hold.hold_id)
+                        .await
+                        .unwrap();
                     done.holds.push((held - started).as_secs_f64());
                     done.cancels.push(held.elapsed().as_secs_f64());
                     done.done += 1;

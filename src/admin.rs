@@ -10,7 +10,7 @@
 //! ```
 //! use chrono::{Duration, Utc};
 //! use slot_booking::{
-//!     AvailabilityQuery, BookingEngine, BookingError, MemoryStore, NewSlot, PageRequest, ResourceId,
+//!     AvailabilityQuery, BookingEngine, BookingError, MemoryStore, NewSlot, PageRequest, ResourceId, Scope,
 //! };
 //!
 //! # tokio_test::block_on(async {
@@ -21,7 +21,7 @@
 //!     .create_slot(NewSlot::new(start, start + Duration::hours(1), 10).resource(room.clone()))
 //!     .await?;
 //! let hold = engine.hold(slot.slot_id, "order-1").await?.hold;
-//! engine.confirm(hold.hold_id).await?;
+//! engine.confirm_as(&Scope::Anonymous, hold.hold_id).await?;
 //!
 //! // Fewer seats: free units only. One is sold, so 1 is the floor.
 //! assert_eq!(engine.change_capacity(slot.slot_id, 4).await?.remaining, 3);

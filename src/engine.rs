@@ -43,7 +43,7 @@ pub const DEFAULT_MAX_HOLD_LIFE: Duration = Duration::from_secs(2 * 60 * 60);
 ///
 /// ```
 /// use chrono::{Duration, Utc};
-/// use slot_booking::{memory::MemoryStore, AvailabilityQuery, BookingEngine, HoldStatus, NewSlot};
+/// use slot_booking::{memory::MemoryStore, AvailabilityQuery, BookingEngine, HoldStatus, NewSlot, Scope};
 ///
 /// # tokio_test::block_on(async {
 /// let engine = BookingEngine::new(MemoryStore::new());
@@ -54,7 +54,7 @@ pub const DEFAULT_MAX_HOLD_LIFE: Duration = Duration::from_secs(2 * 60 * 60);
 ///
 /// let placed = engine.hold(slot.slot_id, "order-7").await?;
 /// assert_eq!(placed.hold.status, HoldStatus::Held);
-/// let booked = engine.confirm(placed.hold.hold_id).await?;
+/// let booked = engine.confirm_as(&Scope::Anonymous, placed.hold.hold_id).await?;
 /// assert_eq!(booked.status, HoldStatus::Confirmed);
 ///
 /// let listing = engine.availability(AvailabilityQuery::all()).await?;

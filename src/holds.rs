@@ -90,6 +90,10 @@ impl<S: HoldStore> BookingEngine<S> {
 
     /// Confirms an active anonymous hold ([`Scope::Anonymous`]). Confirming a confirmed hold
     /// returns it unchanged.
+    #[deprecated(
+        since = "0.2.0",
+        note = "acts as an anonymous client: an owner's hold answers hold_not_found. Name the scope: `confirm_as(&Scope::Anonymous, ..)`, `Scope::Owner(..)` or `Scope::BackOffice`"
+    )]
     pub async fn confirm(&self, hold_id: HoldId) -> Result<Hold, BookingError> {
         self.confirm_as(&Scope::Anonymous, hold_id).await
     }
@@ -102,6 +106,10 @@ impl<S: HoldStore> BookingEngine<S> {
 
     /// Cancels an active or confirmed anonymous hold ([`Scope::Anonymous`]), giving its units
     /// back. Cancelling a cancelled hold returns it unchanged.
+    #[deprecated(
+        since = "0.2.0",
+        note = "acts as an anonymous client: an owner's hold answers hold_not_found. Name the scope: `cancel_as(&Scope::Anonymous, ..)`, `Scope::Owner(..)` or `Scope::BackOffice`"
+    )]
     pub async fn cancel(&self, hold_id: HoldId) -> Result<Hold, BookingError> {
         self.cancel_as(&Scope::Anonymous, hold_id).await
     }
@@ -148,6 +156,10 @@ impl<S: HoldStore> BookingEngine<S> {
 
     /// Renews an active anonymous hold for the engine's hold lifetime (see
     /// [`renew_as`](BookingEngine::renew_as)).
+    #[deprecated(
+        since = "0.2.0",
+        note = "acts as an anonymous client: an owner's hold answers hold_not_found. Name the scope: `renew_as(&Scope::Anonymous, ..)`, `Scope::Owner(..)` or `Scope::BackOffice`"
+    )]
     pub async fn renew(&self, hold_id: HoldId) -> Result<Hold, BookingError> {
         self.renew_as(&Scope::Anonymous, hold_id, None).await
     }
@@ -190,6 +202,10 @@ impl<S: HoldStore> BookingEngine<S> {
     }
 
     /// Reads an anonymous hold ([`Scope::Anonymous`]), its status resolved at the current time.
+    #[deprecated(
+        since = "0.2.0",
+        note = "acts as an anonymous client: an owner's hold answers hold_not_found. Name the scope: `get_hold_as(&Scope::Anonymous, ..)`, `Scope::Owner(..)` or `Scope::BackOffice`"
+    )]
     pub async fn get_hold(&self, hold_id: HoldId) -> Result<Hold, BookingError> {
         self.get_hold_as(&Scope::Anonymous, hold_id).await
     }

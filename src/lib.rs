@@ -12,7 +12,7 @@
 //!
 //! ```
 //! use chrono::{Duration, Utc};
-//! use slot_booking::{AvailabilityQuery, BookingEngine, HoldStatus, MemoryStore, NewSlot};
+//! use slot_booking::{AvailabilityQuery, BookingEngine, HoldStatus, MemoryStore, NewSlot, Scope};
 //!
 //! # tokio_test::block_on(async {
 //! let engine = BookingEngine::new(MemoryStore::new());
@@ -26,7 +26,7 @@
 //! let again = engine.hold(slot.slot_id, "order-1234").await?;
 //! assert!(again.replayed && again.hold.hold_id == placed.hold.hold_id);
 //!
-//! let booked = engine.confirm(placed.hold.hold_id).await?;
+//! let booked = engine.confirm_as(&Scope::Anonymous, placed.hold.hold_id).await?;
 //! assert_eq!(booked.status, HoldStatus::Confirmed);
 //! let listing = engine.availability(AvailabilityQuery::all()).await?;
 //! assert_eq!(listing[0].remaining, 19);
@@ -52,17 +52,17 @@
 //! | | key not 1–255 visible ASCII characters | error; the store is not called | `invalid_idempotency_key` |
 //! | [`place_hold`](BookingEngine::place_hold) | quantity outside 1–1000 | error; the store is not called | `invalid_quantity` |
 //! | | lifetime outside the engine's bounds | error; the store is not called | `invalid_lifetime` |
-//! | [`confirm`](BookingEngine::confirm) | an active held hold | `confirmed`, `confirmed_at = now` | — |
+//! | [`confirm_as`](BookingEngine::confirm_as) | an active held hold | `confirmed`, `confirmed_at = now` | — |
 //! | | a confirmed hold | unchanged (idempotent) | — |
 //! | | a cancelled hold | error | `hold_cancelled` |
 //! | | an expired hold | error | `hold_expired` |
-//! | [`cancel`](BookingEngine::cancel) | an active held or a confirmed hold | `cancelled`, `cancelled_at = now`, unit given back | — |
+//! | [`cancel_as`](BookingEngine::cancel_as) | an active held or a confirmed hold | `cancelled`, `cancelled_at = now`, unit given back | — |
 //! | | a cancelled hold | unchanged (idempotent) | — |
 //! | | an expired hold | error | `hold_expired` |
-//! | [`renew`](BookingEngine::renew) | an active held hold | `expires_at = now + lifetime`, capped at `created_at + max hold life`, never shortened | — |
+//! | [`renew_as`](BookingEngine::renew_as) | an active held hold | `expires_at = now + lifetime`, capped at `created_at + max hold life`, never shortened | — |
 //! | | a confirmed hold | unchanged | — |
 //! | | a cancelled / an expired hold | error | `hold_cancelled` / `hold_expired` |
-//! | confirm, cancel, renew, [`get_hold`](BookingEngine::get_hold) | no such hold, or one outside the caller's [`Scope`] | error (the same for both) | `hold_not_found` |
+//! | confirm, cancel, renew, [`get_hold_as`](BookingEngine::get_hold_as) | no such hold, or one outside the caller's [`Scope`] | error (the same for both) | `hold_not_found` |
 //! | [`owner_holds`](BookingEngine::owner_holds), [`slot_holds`](BookingEngine::slot_holds) | a page by id | up to `limit` holds after `after`, statuses resolved at now | — |
 //! | | `limit` outside 1–1000 | error | `invalid_page` |
 //! | [`create_slot`](BookingEngine::create_slot) | `ends_at <= starts_at` or capacity < 1 | error | `invalid_slot` |
@@ -88,9 +88,10 @@
 //!   `remaining + Σ quantity(stored held) + Σ quantity(confirmed) == capacity` and
 //!   `remaining >= 0`.
 //! - **Owners.** A hold placed with an [`OwnerId`] is read, confirmed, cancelled and renewed
-//!   only in that owner's [`Scope`] (or [`Scope::BackOffice`]); the seed's calls
-//!   ([`confirm`](BookingEngine::confirm) and friends) act as an anonymous client and see only
-//!   holds without an owner. The scope is part of each store's conditional write.
+//!   only in that owner's [`Scope`] (or [`Scope::BackOffice`]); every call on an existing
+//!   hold names its scope (`confirm_as(&scope, id)`), and [`Scope::Anonymous`] — the seed's
+//!   client — sees only holds without an owner. The scope is part of each store's
+//!   conditional write.
 //! - **Idempotent holds.** A unique constraint on the idempotency key: two holds with one key
 //!   never both exist.
 //! - **Expiry needs no background job.** A hold stops reserving its unit when `expires_at`
@@ -134,7 +135,7 @@
 //! ```
 //! use std::time::Duration;
 //! use chrono::{TimeZone, Utc};
-//! use slot_booking::{BookingEngine, BookingError, Clock, ManualClock, MemoryStore, NewSlot};
+//! use slot_booking::{BookingEngine, BookingError, Clock, ManualClock, MemoryStore, NewSlot, Scope};
 //!
 //! # tokio_test::block_on(async {
 //! let clock = ManualClock::new(Utc.with_ymd_and_hms(2030, 1, 1, 9, 0, 0).unwrap());
@@ -146,7 +147,8 @@
 //! let slot = engine.create_slot(NewSlot::new(start, start + chrono::Duration::hours(1), 1)).await?;
 //! let hold = engine.hold(slot.slot_id, "k").await?.hold;
 //! clock.advance(chrono::Duration::minutes(11));
-//! assert!(matches!(engine.confirm(hold.hold_id).await, Err(BookingError::HoldExpired { .. })));
+//! let late = engine.confirm_as(&Scope::Anonymous, hold.hold_id).await;
+//! assert!(matches!(late, Err(BookingError::HoldExpired { .. })));
 //! # Ok::<(), BookingError>(())
 //! # }).unwrap();
 //! ```

@@ -14,7 +14,10 @@
 //! # ) -> Result<(), Box<dyn std::error::Error>> {
 //! let store = engine.store();
 //! let mut tx = store.pool().begin().await?;
-//! let booked = engine.within(store.on(&mut tx)).confirm(hold_id).await?;
+//! let booked = engine
+//!     .within(store.on(&mut tx))
+//!     .confirm_as(&slot_booking::Scope::Anonymous, hold_id)
+//!     .await?;
 //! slot_booking_postgres::sqlx::query("INSERT INTO orders (hold_id) VALUES ($1)")
 //!     .bind(booked.hold_id.get())
 //!     .execute(&mut *tx)
@@ -104,6 +107,10 @@ impl<S: HoldStore, W: TransactionWrites> Within<'_, S, W> {
     }
 
     /// As [`BookingEngine::confirm`].
+    #[deprecated(
+        since = "0.2.0",
+        note = "acts as an anonymous client: an owner's hold answers hold_not_found. Name the scope: `confirm_as(&Scope::Anonymous, ..)`, `Scope::Owner(..)` or `Scope::BackOffice`"
+    )]
     pub async fn confirm(&mut self, hold_id: HoldId) -> Result<Hold, BookingError> {
         self.confirm_as(&Scope::Anonymous, hold_id).await
     }
@@ -126,6 +133,10 @@ impl<S: HoldStore, W: TransactionWrites> Within<'_, S, W> {
     }
 
     /// As [`BookingEngine::cancel`].
+    #[deprecated(
+        since = "0.2.0",
+        note = "acts as an anonymous client: an owner's hold answers hold_not_found. Name the scope: `cancel_as(&Scope::Anonymous, ..)`, `Scope::Owner(..)` or `Scope::BackOffice`"
+    )]
     pub async fn cancel(&mut self, hold_id: HoldId) -> Result<Hold, BookingError> {
         self.cancel_as(&Scope::Anonymous, hold_id).await
     }
@@ -148,6 +159,10 @@ impl<S: HoldStore, W: TransactionWrites> Within<'_, S, W> {
     }
 
     /// As [`BookingEngine::renew`]: an anonymous hold, for the engine's hold lifetime.
+    #[deprecated(
+        since = "0.2.0",
+        note = "acts as an anonymous client: an owner's hold answers hold_not_found. Name the scope: `renew_as(&Scope::Anonymous, ..)`, `Scope::Owner(..)` or `Scope::BackOffice`"
+    )]
     pub async fn renew(&mut self, hold_id: HoldId) -> Result<Hold, BookingError> {
         self.renew_as(&Scope::Anonymous, hold_id, None).await
     }
@@ -176,6 +191,10 @@ impl<S: HoldStore, W: TransactionWrites> Within<'_, S, W> {
     }
 
     /// As [`BookingEngine::get_hold`]: an anonymous hold, seeing the transaction's own writes.
+    #[deprecated(
+        since = "0.2.0",
+        note = "acts as an anonymous client: an owner's hold answers hold_not_found. Name the scope: `get_hold_as(&Scope::Anonymous, ..)`, `Scope::Owner(..)` or `Scope::BackOffice`"
+    )]
     pub async fn get_hold(&mut self, hold_id: HoldId) -> Result<Hold, BookingError> {
         self.get_hold_as(&Scope::Anonymous, hold_id).await
     }

@@ -200,7 +200,7 @@ async fn r3_cancel_invalidates_only_after_its_commit() {
 
     let cancelling = tokio::spawn({
         let engine = engine.clone();
-        async move { engine.cancel(hold.hold_id).await }
+        async move { engine.cancel_as(&Scope::Anonymous, hold.hold_id).await }
     });
     // While the cancel is inside the store (not committed), readers are served the cached
     // listing. Had the engine invalidated first, this read would load and cache the
@@ -230,11 +230,17 @@ async fn r3_confirm_and_create_slot_invalidate_but_hold_does_not() {
         "a hold does not invalidate (advisory listing)"
     );
     assert_eq!(engine.store().reads(), 1);
-    engine.confirm(hold.hold_id).await.unwrap();
+    engine
+        .confirm_as(&Scope::Anonymous, hold.hold_id)
+        .await
+        .unwrap();
     let listing = engine.availability(AvailabilityQuery::all()).await.unwrap();
     assert_eq!(listing[0].remaining, 2);
     assert_eq!(engine.store().reads(), 2);
-    engine.confirm(hold.hold_id).await.unwrap();
+    engine
+        .confirm_as(&Scope::Anonymous, hold.hold_id)
+        .await
+        .unwrap();
     engine.availability(AvailabilityQuery::all()).await.unwrap();
     assert_eq!(
         engine.store().reads(),
@@ -373,7 +379,10 @@ async fn slot_changes_invalidate_after_commit_and_refused_ones_do_not() {
         .is_empty());
     assert_eq!(engine.store().reads(), 3);
     engine.reopen_sales(slot).await.unwrap();
-    engine.cancel(hold.hold_id).await.unwrap();
+    engine
+        .cancel_as(&Scope::Anonymous, hold.hold_id)
+        .await
+        .unwrap();
     engine.remove_slot(slot).await.unwrap();
     assert!(engine
         .availability(AvailabilityQuery::all())
@@ -468,9 +477,18 @@ async fn store_failures_surface_as_store_unavailable_and_change_nothing() {
     engine.store().fail.store(true, Ordering::SeqCst);
     for error in [
         engine.hold(slot, "k").await.unwrap_err(),
-        engine.confirm(HoldId(1)).await.unwrap_err(),
-        engine.cancel(HoldId(1)).await.unwrap_err(),
-        engine.get_hold(HoldId(1)).await.unwrap_err(),
+        engine
+            .confirm_as(&Scope::Anonymous, HoldId(1))
+            .await
+            .unwrap_err(),
+        engine
+            .cancel_as(&Scope::Anonymous, HoldId(1))
+            .await
+            .unwrap_err(),
+        engine
+            .get_hold_as(&Scope::Anonymous, HoldId(1))
+            .await
+            .unwrap_err(),
         engine
             .availability(AvailabilityQuery::all())
             .await
@@ -502,9 +520,18 @@ async fn a_permanent_store_failure_is_store_failed_not_unavailable() {
     engine.store().broken.store(true, Ordering::SeqCst);
     for error in [
         engine.hold(slot, "k").await.unwrap_err(),
-        engine.confirm(HoldId(1)).await.unwrap_err(),
-        engine.cancel(HoldId(1)).await.unwrap_err(),
-        engine.get_hold(HoldId(1)).await.unwrap_err(),
+        engine
+            .confirm_as(&Scope::Anonymous, HoldId(1))
+            .await
+            .unwrap_err(),
+        engine
+            .cancel_as(&Scope::Anonymous, HoldId(1))
+            .await
+            .unwrap_err(),
+        engine
+            .get_hold_as(&Scope::Anonymous, HoldId(1))
+            .await
+            .unwrap_err(),
         engine
             .availability(AvailabilityQuery::all())
             .await
@@ -626,7 +653,10 @@ async fn a_store_that_refuses_an_active_hold_is_an_error_not_a_panic() {
     );
     let slot = slot(&engine, 1, chrono::Duration::hours(1)).await;
     let hold = engine.hold(slot, "k").await.unwrap().hold;
-    let error = engine.confirm(hold.hold_id).await.unwrap_err();
+    let error = engine
+        .confirm_as(&Scope::Anonymous, hold.hold_id)
+        .await
+        .unwrap_err();
     assert_eq!(error.code(), "store_failed");
     assert!(!error.is_transient());
     assert!(
@@ -657,7 +687,11 @@ async fn holds_last_the_configured_lifetime() {
     assert_eq!(hold.expires_at, start() + chrono::Duration::seconds(90));
     clock.advance(chrono::Duration::seconds(90));
     assert_eq!(
-        engine.get_hold(hold.hold_id).await.unwrap().status,
+        engine
+            .get_hold_as(&Scope::Anonymous, hold.hold_id)
+            .await
+            .unwrap()
+            .status,
         HoldStatus::Expired
     );
     assert_eq!(
@@ -739,7 +773,10 @@ async fn a_panicking_store_is_a_store_error_not_a_panic() {
     engine.store().set_enabled(true);
     for error in [
         engine.hold(slot.slot_id, "k").await.unwrap_err(),
-        engine.get_hold(HoldId(1)).await.unwrap_err(),
+        engine
+            .get_hold_as(&Scope::Anonymous, HoldId(1))
+            .await
+            .unwrap_err(),
         engine
             .availability(AvailabilityQuery::all())
             .await
@@ -772,7 +809,7 @@ async fn a_dropped_cancel_still_commits_and_invalidates() {
 
     let caller = tokio::spawn({
         let engine = engine.clone();
-        async move { engine.cancel(hold.hold_id).await }
+        async move { engine.cancel_as(&Scope::Anonymous, hold.hold_id).await }
     });
     engine.store().cancel_reached.wait_total(1).await;
     caller.abort();
@@ -786,7 +823,11 @@ async fn a_dropped_cancel_still_commits_and_invalidates() {
     // to its cache invalidation without yielding, before this test task runs again.
     engine.store().cancel_done.wait_total(1).await;
     assert_eq!(
-        engine.get_hold(hold.hold_id).await.unwrap().status,
+        engine
+            .get_hold_as(&Scope::Anonymous, hold.hold_id)
+            .await
+            .unwrap()
+            .status,
         HoldStatus::Cancelled,
         "the store write ran to the end without its caller"
     );
@@ -794,5 +835,61 @@ async fn a_dropped_cancel_still_commits_and_invalidates() {
     assert_eq!(
         after[0].remaining, 1,
         "and the cache was invalidated after its commit"
+    );
+}
+
+/// The deprecated short forms still act as an anonymous client, exactly like the `_as` forms
+/// with `Scope::Anonymous`: an owner's hold is not found through them, an anonymous one is.
+#[tokio::test]
+#[allow(deprecated)]
+async fn deprecated_short_forms_act_as_the_anonymous_scope() {
+    let engine = BookingEngine::new(MemoryStore::new());
+    let starts_at = chrono::Utc::now() + chrono::Duration::hours(2);
+    let slot = engine
+        .create_slot(NewSlot::new(
+            starts_at,
+            starts_at + chrono::Duration::hours(1),
+            4,
+        ))
+        .await
+        .unwrap();
+    let owned = engine
+        .place_hold(
+            slot_booking::NewHold::new(slot.slot_id, "owned").owner("alice".parse().unwrap()),
+        )
+        .await
+        .unwrap()
+        .hold
+        .hold_id;
+    let anonymous = engine
+        .hold(slot.slot_id, "anonymous")
+        .await
+        .unwrap()
+        .hold
+        .hold_id;
+
+    let not_found =
+        |r: Result<Hold, BookingError>| matches!(r, Err(BookingError::HoldNotFound { .. }));
+    assert!(not_found(engine.get_hold(owned).await));
+    assert!(not_found(engine.renew(owned).await));
+    assert!(not_found(engine.confirm(owned).await));
+    assert!(not_found(engine.cancel(owned).await));
+    assert_eq!(engine.get_hold(anonymous).await.unwrap().hold_id, anonymous);
+    assert_eq!(
+        engine.renew(anonymous).await.unwrap().status,
+        HoldStatus::Held
+    );
+    assert_eq!(
+        engine.confirm(anonymous).await.unwrap().status,
+        HoldStatus::Confirmed
+    );
+    assert_eq!(
+        engine.cancel(anonymous).await.unwrap().status,
+        HoldStatus::Cancelled
+    );
+    let owner = Scope::Owner("alice".parse().unwrap());
+    assert_eq!(
+        engine.confirm_as(&owner, owned).await.unwrap().status,
+        HoldStatus::Confirmed
     );
 }

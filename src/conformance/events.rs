@@ -152,14 +152,30 @@ pub async fn refusals_append_no_event<S: crate::Store + EventStore>(store: S) {
     assert!(f.engine.change_capacity(other, 0).await.is_err());
     assert!(f.engine.remove_slot(other).await.is_err());
     f.advance(Duration::seconds(61));
-    assert!(f.engine.confirm(short.hold_id).await.is_err(), "expired");
-    assert!(f.engine.cancel(short.hold_id).await.is_err(), "expired");
+    assert!(
+        f.engine
+            .confirm_as(&Scope::Anonymous, short.hold_id)
+            .await
+            .is_err(),
+        "expired"
+    );
+    assert!(
+        f.engine
+            .cancel_as(&Scope::Anonymous, short.hold_id)
+            .await
+            .is_err(),
+        "expired"
+    );
     f.engine.close_sales(slot).await.unwrap();
     assert_eq!(f.new_kinds(&log).await, [EventKind::SlotClosed]);
     assert!(f.engine.hold(slot, "closed").await.is_err(), "closed");
     assert_eq!(f.new_kinds(&log).await, []);
     // The kept hold is untouched by it all.
-    assert!(f.engine.confirm(kept.hold_id).await.is_ok());
+    assert!(f
+        .engine
+        .confirm_as(&Scope::Anonymous, kept.hold_id)
+        .await
+        .is_ok());
     assert_eq!(f.new_kinds(&log).await, [EventKind::HoldConfirmed]);
 }
 
@@ -231,7 +247,10 @@ pub async fn reclaiming_expired_holds_yields_one_event_each<S: crate::Store + Ev
         expiring.push(f.engine.place_hold(short(key)).await.unwrap().hold.hold_id);
     }
     let booked = f.engine.place_hold(short("booked")).await.unwrap().hold;
-    f.engine.confirm(booked.hold_id).await.unwrap();
+    f.engine
+        .confirm_as(&Scope::Anonymous, booked.hold_id)
+        .await
+        .unwrap();
     f.drain_events(&log, 1000).await;
     f.advance(Duration::seconds(61));
     assert_eq!(f.remaining(slot).await, 0, "not reclaimed before a write");
@@ -354,12 +373,18 @@ pub async fn purge_deletes_old_history_in_bounded_batches<S: crate::Store + Even
     let mut ended = Vec::new();
     for key in ["c1", "c2", "c3"] {
         let hold = f.engine.place_hold(lapsing(key)).await.unwrap().hold;
-        f.engine.cancel(hold.hold_id).await.unwrap();
+        f.engine
+            .cancel_as(&Scope::Anonymous, hold.hold_id)
+            .await
+            .unwrap();
         ended.push(hold.hold_id);
     }
     let expired = f.engine.place_hold(lapsing("e1")).await.unwrap().hold;
     let booked = f.engine.place_hold(lapsing("b1")).await.unwrap().hold;
-    f.engine.confirm(booked.hold_id).await.unwrap();
+    f.engine
+        .confirm_as(&Scope::Anonymous, booked.hold_id)
+        .await
+        .unwrap();
     f.advance(Duration::seconds(61));
     assert_eq!(f.engine.reclaim_expired(10).await.unwrap().len(), 1);
     ended.push(expired.hold_id);
@@ -394,11 +419,19 @@ pub async fn purge_deletes_old_history_in_bounded_batches<S: crate::Store + Even
         }
     );
     for hold_id in &ended {
-        let found = f.engine.get_hold(*hold_id).await;
+        let found = f.engine.get_hold_as(&Scope::Anonymous, *hold_id).await;
         assert!(found.is_err(), "purged hold {hold_id} still there");
     }
-    assert!(f.engine.get_hold(booked.hold_id).await.is_ok());
-    assert!(f.engine.get_hold(held.hold_id).await.is_ok());
+    assert!(f
+        .engine
+        .get_hold_as(&Scope::Anonymous, booked.hold_id)
+        .await
+        .is_ok());
+    assert!(f
+        .engine
+        .get_hold_as(&Scope::Anonymous, held.hold_id)
+        .await
+        .is_ok());
     // A purged hold's key places a new hold.
     let again = f.engine.hold(slot, "c1").await.unwrap();
     assert!(!again.replayed && !ended.contains(&again.hold.hold_id));
@@ -470,9 +503,15 @@ pub async fn race_a_consumer_never_skips_an_event<S: crate::Store + EventStore>(
                         .expect("hold")
                         .hold;
                     if i % 3 == 0 {
-                        f.engine.cancel(hold.hold_id).await.expect("cancel");
+                        f.engine
+                            .cancel_as(&Scope::Anonymous, hold.hold_id)
+                            .await
+                            .expect("cancel");
                     } else if i % 3 == 1 {
-                        f.engine.confirm(hold.hold_id).await.expect("confirm");
+                        f.engine
+                            .confirm_as(&Scope::Anonymous, hold.hold_id)
+                            .await
+                            .expect("confirm");
                     }
                 }
             })

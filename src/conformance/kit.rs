@@ -4,6 +4,7 @@
 use crate::engine::{BookingEngine, NewHold};
 use crate::events::EventStore;
 use crate::model::{AvailabilityQuery, Hold, HoldId, HoldStatus, OwnerId, Slot, SlotId, Timestamp};
+use crate::scope::Scope;
 use crate::store::{HoldQueries, HoldStore, SlotAdmin, Store, StoreError};
 use crate::transaction::TransactionalStore;
 
@@ -99,7 +100,10 @@ pub async fn check_previous_release_sells_on<S: Store>(store: S, now: Timestamp)
         .clock(crate::ManualClock::new(now))
         .cache_period(std::time::Duration::ZERO)
         .build();
-    let old = engine.get_hold(HoldId(1)).await.expect("hold 1 reads");
+    let old = engine
+        .get_hold_as(&Scope::Anonymous, HoldId(1))
+        .await
+        .expect("hold 1 reads");
     assert_eq!((old.quantity, old.owner.clone()), (1, None));
     let replay = engine.hold(SlotId(1), "held-key").await.expect("a replay");
     assert!(replay.replayed);

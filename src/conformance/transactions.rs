@@ -33,7 +33,10 @@ pub async fn transactional_writes_commit_together<S: crate::Store + Transactiona
     let a = w.hold(slot, "a").await.unwrap().hold;
     assert!(w.hold(slot, "a").await.unwrap().replayed, "a replay inside");
     assert_eq!(
-        w.confirm(a.hold_id).await.unwrap().status,
+        w.confirm_as(&Scope::Anonymous, a.hold_id)
+            .await
+            .unwrap()
+            .status,
         HoldStatus::Confirmed
     );
     let b = w
@@ -42,7 +45,10 @@ pub async fn transactional_writes_commit_together<S: crate::Store + Transactiona
         .unwrap()
         .hold;
     assert_eq!(
-        w.cancel(b.hold_id).await.unwrap().status,
+        w.cancel_as(&Scope::Anonymous, b.hold_id)
+            .await
+            .unwrap()
+            .status,
         HoldStatus::Cancelled
     );
     let c = w.hold(second, "c").await.unwrap().hold;
@@ -88,7 +94,10 @@ pub async fn a_rolled_back_transaction_leaves_nothing<S: crate::Store + Transact
     let slot = f.slot(3, hours(1)).await;
     let spare = f.slot(1, hours(1)).await;
     let booked = f.engine.hold(slot, "booked").await.unwrap().hold;
-    f.engine.confirm(booked.hold_id).await.unwrap();
+    f.engine
+        .confirm_as(&Scope::Anonymous, booked.hold_id)
+        .await
+        .unwrap();
     let before = (
         f.stored_slot(slot).await,
         f.stored_slot(spare).await,
@@ -102,7 +111,9 @@ pub async fn a_rolled_back_transaction_leaves_nothing<S: crate::Store + Transact
         .await
         .unwrap()
         .hold;
-    w.cancel(booked.hold_id).await.unwrap();
+    w.cancel_as(&Scope::Anonymous, booked.hold_id)
+        .await
+        .unwrap();
     w.change_capacity(slot, 10).await.unwrap();
     w.close_sales(slot).await.unwrap();
     let start = f.now() + hours(3);
@@ -165,7 +176,7 @@ pub async fn a_refusal_inside_a_transaction_leaves_it_usable<
         Err(BookingError::SlotNotFound { .. })
     ));
     assert!(matches!(
-        w.confirm(short.hold_id).await,
+        w.confirm_as(&Scope::Anonymous, short.hold_id).await,
         Err(BookingError::HoldExpired { .. })
     ));
     assert!(matches!(
@@ -212,7 +223,9 @@ pub async fn race_transactions_never_oversell<S: crate::Store + TransactionalSto
                     }
                     Err(other) => panic!("unexpected {other:?}"),
                 };
-                w.confirm(placed.hold_id).await.expect("confirm inside");
+                w.confirm_as(&Scope::Anonymous, placed.hold_id)
+                    .await
+                    .expect("confirm inside");
                 drop(w);
                 if i % 3 == 0 {
                     store.rollback(tx).await.expect("rollback");

@@ -12,7 +12,9 @@ use super::outcome::OUTCOMES;
 use super::{Operation, CACHE_HITS, CACHE_LOADS, CACHE_MISSES, CACHE_STALE_SERVES, OK};
 use crate::model::SlotId;
 use crate::store::StoreError;
-use crate::{AvailabilityQuery, BookingEngine, BookingError, ManualClock, MemoryStore, NewSlot};
+use crate::{
+    AvailabilityQuery, BookingEngine, BookingError, ManualClock, MemoryStore, NewSlot, Scope,
+};
 
 fn engine() -> BookingEngine<MemoryStore> {
     let clock = ManualClock::new(chrono::Utc.with_ymd_and_hms(2030, 1, 1, 9, 0, 0).unwrap());
@@ -140,9 +142,12 @@ fn confirm_cancel_and_administration_are_spanned_with_their_ids() {
         let engine = engine();
         let slot = slot(&engine, 2).await;
         let hold = engine.hold(slot, "k").await.unwrap().hold.hold_id;
-        engine.confirm(hold).await.unwrap();
-        engine.cancel(hold).await.unwrap();
-        engine.confirm(hold).await.unwrap_err();
+        engine.confirm_as(&Scope::Anonymous, hold).await.unwrap();
+        engine.cancel_as(&Scope::Anonymous, hold).await.unwrap();
+        engine
+            .confirm_as(&Scope::Anonymous, hold)
+            .await
+            .unwrap_err();
         engine.change_capacity(slot, 5).await.unwrap();
         engine.remove_slot(slot).await.unwrap();
     });
@@ -170,7 +175,7 @@ fn writes_in_the_callers_transaction_are_the_same_operations_marked_as_such() {
         let mut within = engine.within(Direct(engine.store()));
         let hold = within.hold(slot, "t-1").await.unwrap().hold.hold_id;
         within.hold(slot, "t-2").await.unwrap_err();
-        within.confirm(hold).await.unwrap();
+        within.confirm_as(&Scope::Anonymous, hold).await.unwrap();
         within.close_sales(slot).await.unwrap();
     });
     assert_counted_once(

@@ -29,7 +29,8 @@
 //! let mut tx = store.pool().begin().await?; // READ COMMITTED, as usual
 //! let mut within = engine.within(store.on(&mut tx));
 //! let placed = within.hold(slot_id, "checkout-7f3a").await?;
-//! let confirmed = within.confirm(placed.hold.hold_id).await?;
+//! let scope = slot_booking::Scope::Anonymous; // whose holds this call may touch
+//! let confirmed = within.confirm_as(&scope, placed.hold.hold_id).await?;
 //! drop(within);
 //! slot_booking_postgres::sqlx::query("INSERT INTO orders (hold_id) VALUES ($1)")
 //!     .bind(confirmed.hold_id.get())
@@ -394,7 +395,10 @@ impl PostgresStore {
     /// # ) -> Result<(), Box<dyn std::error::Error>> {
     /// let store = engine.store();
     /// let mut tx = store.pool().begin().await?;
-    /// let confirmed = engine.within(store.on(&mut tx)).confirm(hold_id).await?;
+    /// let confirmed = engine
+    ///     .within(store.on(&mut tx))
+    ///     .confirm_as(&slot_booking::Scope::Anonymous, hold_id)
+    ///     .await?;
     /// slot_booking_postgres::sqlx::query("INSERT INTO orders (hold_id) VALUES ($1)")
     ///     .bind(confirmed.hold_id.get())
     ///     .execute(&mut *tx)

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use common::{pool, setup, Ctx};
 use slot_booking::changes::{Follower, DEFAULT_COALESCING_WINDOW};
-use slot_booking::{AvailabilityQuery, BookingEngine, NewSlot, SlotId};
+use slot_booking::{AvailabilityQuery, BookingEngine, NewSlot, Scope, SlotId};
 use slot_booking_postgres::PostgresStore;
 use sqlx::postgres::PgPool;
 use sqlx::AssertSqlSafe;
@@ -132,7 +132,9 @@ async fn a_cancel_through_one_instance_shows_on_the_others() {
     let mut delays = [Vec::with_capacity(TRIALS), Vec::with_capacity(TRIALS)];
     for trial in 0..TRIALS {
         let placed = a.hold(slot, &format!("trial-{trial}")).await.unwrap();
-        a.confirm(placed.hold.hold_id).await.unwrap();
+        a.confirm_as(&Scope::Anonymous, placed.hold.hold_id)
+            .await
+            .unwrap();
         // A hold does not notify: make B and C list the slot as taken before the cancel.
         for e in [&b, &c] {
             e.invalidate_availability();
@@ -145,7 +147,9 @@ async fn a_cancel_through_one_instance_shows_on_the_others() {
         if spaced {
             tokio::time::sleep(DEFAULT_COALESCING_WINDOW + Duration::from_millis(5)).await;
         }
-        a.cancel(placed.hold.hold_id).await.unwrap();
+        a.cancel_as(&Scope::Anonymous, placed.hold.hold_id)
+            .await
+            .unwrap();
         // From the cancel's commit (it has returned) to each instance serving the unit.
         let committed = Instant::now();
         let mut pending = vec![&b, &c];
@@ -264,7 +268,9 @@ async fn a_change_in_a_callers_transaction_shows_at_commit_and_never_on_rollback
 
     // A hold's decrement and a confirm notify nothing either.
     let placed = e.hold(slot, "quiet").await.unwrap();
-    e.confirm(placed.hold.hold_id).await.unwrap();
+    e.confirm_as(&Scope::Anonymous, placed.hold.hold_id)
+        .await
+        .unwrap();
     execute(ctx.pool(), &raise, marker).await;
     wait_for_notices(&follower, base + 4).await;
     assert_eq!(

@@ -11,7 +11,7 @@ use chrono::{Duration, Utc};
 use common::*;
 use slot_booking::model::truncate_to_micros;
 use slot_booking::{
-    BookingEngine, BookingError, Clock, HoldStatus, NewSlot, SlotId, SystemClock, Timestamp,
+    BookingEngine, BookingError, Clock, HoldStatus, NewSlot, Scope, SlotId, SystemClock, Timestamp,
 };
 use slot_booking_postgres::PostgresStore;
 
@@ -100,7 +100,7 @@ async fn fast_server_reclaims_early(store: &PostgresStore, database_clock: bool)
         .hold;
     // Well before the hold expires by any clock but the fast one, another client tries.
     let rival = s.fast.hold(slot, &key("rival", database_clock)).await;
-    let confirm = s.slow.confirm(owners.hold_id).await;
+    let confirm = s.slow.confirm_as(&Scope::Anonymous, owners.hold_id).await;
     match (rival, confirm) {
         (Err(BookingError::SoldOut { .. }), Ok(hold)) => {
             assert_eq!(hold.status, HoldStatus::Confirmed);
@@ -122,7 +122,7 @@ async fn slow_server_confirms_late(store: &PostgresStore, database_clock: bool) 
         .unwrap()
         .hold;
     until_database_passes(store, hold.expires_at).await;
-    match s.slow.confirm(hold.hold_id).await {
+    match s.slow.confirm_as(&Scope::Anonymous, hold.hold_id).await {
         Ok(hold) => {
             assert_eq!(hold.status, HoldStatus::Confirmed);
             true
@@ -159,7 +159,13 @@ async fn fast_server_reads_an_active_hold_as_expired(
         .await
         .unwrap()
         .hold;
-    match s.fast.get_hold(hold.hold_id).await.unwrap().status {
+    match s
+        .fast
+        .get_hold_as(&Scope::Anonymous, hold.hold_id)
+        .await
+        .unwrap()
+        .status
+    {
         HoldStatus::Expired => true,
         HoldStatus::Held => false,
         other => panic!("unexpected status {other}"),
@@ -221,7 +227,11 @@ async fn on_the_database_clock_holds_expire_by_it() {
     // The unit is free again by the database's clock, whichever server asks.
     assert!(s.fast.hold(slot, "next").await.is_ok());
     assert_eq!(
-        s.slow.get_hold(hold.hold_id).await.unwrap().status,
+        s.slow
+            .get_hold_as(&Scope::Anonymous, hold.hold_id)
+            .await
+            .unwrap()
+            .status,
         HoldStatus::Expired
     );
 }

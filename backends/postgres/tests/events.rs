@@ -823,7 +823,10 @@ async fn three_instances_handle_every_event_once_with_the_acknowledgement_in_the
                     .unwrap()
                     .hold;
                 if i % 3 == 0 {
-                    engine.cancel(hold.hold_id).await.unwrap();
+                    engine
+                        .cancel_as(&Scope::Anonymous, hold.hold_id)
+                        .await
+                        .unwrap();
                 }
             }
         }));

@@ -10,7 +10,7 @@ use std::time::Duration as StdDuration;
 use chrono::Duration;
 use common::*;
 use slot_booking::{
-    BookingEngine, BookingError, HoldId, HoldStatus, ManualClock, NewHold, NewSlot, SlotId,
+    BookingEngine, BookingError, HoldId, HoldStatus, ManualClock, NewHold, NewSlot, Scope, SlotId,
 };
 use slot_booking_postgres::PostgresStore;
 use sqlx::{AssertSqlSafe, Connection, PgPool};
@@ -107,7 +107,10 @@ async fn a_confirm_and_the_callers_order_commit_together() {
 
     let mut tx = ctx.pool().begin().await.unwrap();
     let mut within = engine.within(ctx.store.on(&mut tx));
-    let confirmed = within.confirm(placed.hold_id).await.unwrap();
+    let confirmed = within
+        .confirm_as(&Scope::Anonymous, placed.hold_id)
+        .await
+        .unwrap();
     assert_eq!(confirmed.status, HoldStatus::Confirmed);
     // The caller's row, on the same connection, between the store's writes.
     sqlx::query(AssertSqlSafe(insert_order(ctx.schema())))
@@ -118,7 +121,10 @@ async fn a_confirm_and_the_callers_order_commit_together() {
         .unwrap();
     // A second hold and its order in the same transaction.
     let second = within.hold(slot_id, "order-2").await.unwrap().hold;
-    within.confirm(second.hold_id).await.unwrap();
+    within
+        .confirm_as(&Scope::Anonymous, second.hold_id)
+        .await
+        .unwrap();
     drop(within);
     sqlx::query(AssertSqlSafe(insert_order(ctx.schema())))
         .bind(second.hold_id.get())
@@ -168,7 +174,7 @@ async fn a_confirm_and_the_callers_order_roll_back_together() {
     let mut tx = ctx.pool().begin().await.unwrap();
     let confirmed = engine
         .within(ctx.store.on(&mut tx))
-        .confirm(placed.hold_id)
+        .confirm_as(&Scope::Anonymous, placed.hold_id)
         .await
         .unwrap();
     assert_eq!(confirmed.status, HoldStatus::Confirmed);
@@ -189,7 +195,11 @@ async fn a_confirm_and_the_callers_order_roll_back_together() {
     assert_invariant(&ctx.store, slot_id).await;
     // Still confirmable afterwards, outside any transaction.
     assert_eq!(
-        engine.confirm(placed.hold_id).await.unwrap().status,
+        engine
+            .confirm_as(&Scope::Anonymous, placed.hold_id)
+            .await
+            .unwrap()
+            .status,
         HoldStatus::Confirmed
     );
 }
@@ -203,7 +213,10 @@ async fn a_rolled_back_transaction_leaves_the_tables_as_they_were() {
     let slot_id = engine_slot(&engine, 3).await;
     let spare = engine_slot(&engine, 1).await;
     let booked = engine.hold(slot_id, "booked").await.unwrap().hold;
-    engine.confirm(booked.hold_id).await.unwrap();
+    engine
+        .confirm_as(&Scope::Anonymous, booked.hold_id)
+        .await
+        .unwrap();
     let before = snapshot(ctx.pool(), ctx.schema()).await;
 
     let mut tx = ctx.pool().begin().await.unwrap();
@@ -230,7 +243,11 @@ async fn a_rolled_back_transaction_leaves_the_tables_as_they_were() {
         .removed_at
         .is_some());
     assert_eq!(
-        within.cancel(booked.hold_id).await.unwrap().status,
+        within
+            .cancel_as(&Scope::Anonymous, booked.hold_id)
+            .await
+            .unwrap()
+            .status,
         HoldStatus::Cancelled
     );
     drop(within);
@@ -291,7 +308,7 @@ async fn a_refused_request_leaves_the_transaction_usable() {
         Err(BookingError::SlotNotFound { .. })
     ));
     assert!(matches!(
-        within.confirm(short.hold_id).await,
+        within.confirm_as(&Scope::Anonymous, short.hold_id).await,
         Err(BookingError::HoldExpired { .. })
     ));
     assert!(matches!(
@@ -300,7 +317,10 @@ async fn a_refused_request_leaves_the_transaction_usable() {
     ));
     // Still usable: a later write succeeds, and the transaction commits.
     let fine = within.hold(other, "fine").await.unwrap().hold;
-    within.confirm(fine.hold_id).await.unwrap();
+    within
+        .confirm_as(&Scope::Anonymous, fine.hold_id)
+        .await
+        .unwrap();
     drop(within);
     tx.commit().await.unwrap();
 
@@ -408,7 +428,10 @@ async fn a_transaction_opened_with_a_plain_begin_is_protected_too() {
         within.hold(free, "outside").await,
         Err(BookingError::IdempotencyKeyReused { .. })
     ));
-    within.confirm(inside.hold_id).await.unwrap();
+    within
+        .confirm_as(&Scope::Anonymous, inside.hold_id)
+        .await
+        .unwrap();
     drop(within);
     // Still in the caller's transaction: nothing visible outside, and a rollback undoes all.
     assert_eq!(stored_status(&ctx, inside.hold_id).await, None);
@@ -450,7 +473,10 @@ async fn racing_transactions_never_oversell() {
                     }
                     Err(other) => panic!("unexpected {other:?}"),
                 };
-                within.confirm(placed.hold_id).await.unwrap();
+                within
+                    .confirm_as(&Scope::Anonymous, placed.hold_id)
+                    .await
+                    .unwrap();
                 drop(within);
                 sqlx::query(AssertSqlSafe(insert.as_str()))
                     .bind(placed.hold_id.get())

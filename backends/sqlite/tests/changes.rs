@@ -9,7 +9,7 @@ use std::time::Duration;
 use chrono::Utc;
 use common::TempDb;
 use slot_booking::changes::{ChangeFeed, Notice};
-use slot_booking::{AvailabilityQuery, BookingEngine, NewSlot, SlotId};
+use slot_booking::{AvailabilityQuery, BookingEngine, NewSlot, Scope, SlotId};
 use slot_booking_sqlite::SqliteStore;
 
 /// The poll interval of these tests.
@@ -59,7 +59,10 @@ async fn commits_through_another_store_show_on_a_following_engine() {
         .unwrap()
         .slot_id;
     let placed = engine_a.hold(slot_id, "booked").await.unwrap().hold;
-    engine_a.confirm(placed.hold_id).await.unwrap();
+    engine_a
+        .confirm_as(&Scope::Anonymous, placed.hold_id)
+        .await
+        .unwrap();
 
     let engine_b = BookingEngine::builder(b.clone())
         .cache_period(Duration::from_secs(3600))
@@ -71,7 +74,10 @@ async fn commits_through_another_store_show_on_a_following_engine() {
     assert_eq!(listed(&engine_b, slot_id).await, Some(2));
 
     // A cancel through store A, which engine B's cache knows nothing of.
-    engine_a.cancel(placed.hold_id).await.unwrap();
+    engine_a
+        .cancel_as(&Scope::Anonymous, placed.hold_id)
+        .await
+        .unwrap();
     eventually("the cancel on engine B", || async {
         listed(&engine_b, slot_id).await == Some(3)
     })

@@ -145,7 +145,10 @@ async fn a_rolled_back_transaction_leaves_no_event() {
         let mut tx = store.pool().begin_with("BEGIN IMMEDIATE").await.unwrap();
         {
             let mut within = engine.within(store.on(&mut tx));
-            within.confirm(booked.hold_id).await.unwrap();
+            within
+                .confirm_as(&Scope::Anonymous, booked.hold_id)
+                .await
+                .unwrap();
             // Two units are free, one of them only once `short` (expired) is reclaimed.
             within
                 .place_hold(NewHold::new(slot_id, "pair").quantity(2))
@@ -189,7 +192,7 @@ async fn a_rolled_back_transaction_leaves_no_event() {
     let mut tx = store.begin().await.unwrap();
     engine
         .within(store.writes(&mut tx))
-        .cancel(booked.hold_id)
+        .cancel_as(&Scope::Anonymous, booked.hold_id)
         .await
         .unwrap();
     store.rollback(tx).await.unwrap();
@@ -201,7 +204,10 @@ async fn a_rolled_back_transaction_leaves_no_event() {
         let mut within = engine.within(store.on(&mut tx));
         assert!(within.reopen_sales(slot_id).await.is_ok());
         assert!(within.change_capacity(slot_id, 1).await.is_err(), "in use");
-        assert!(within.cancel(booked.hold_id).await.is_ok());
+        assert!(within
+            .cancel_as(&Scope::Anonymous, booked.hold_id)
+            .await
+            .is_ok());
     }
     tx.commit().await.unwrap();
     assert_eq!(

@@ -93,7 +93,7 @@ async fn a_confirm_and_the_callers_order_commit_together() {
     let mut tx = store.pool().begin_with("BEGIN IMMEDIATE").await.unwrap();
     let booked = engine
         .within(store.on(&mut tx))
-        .confirm(a.hold_id)
+        .confirm_as(&Scope::Anonymous, a.hold_id)
         .await
         .unwrap();
     assert_eq!(booked.status, HoldStatus::Confirmed);
@@ -114,7 +114,10 @@ async fn a_confirm_and_the_callers_order_commit_together() {
     let mut tx = store.pool().begin_with("BEGIN IMMEDIATE").await.unwrap();
     {
         let mut within = engine.within(store.on(&mut tx));
-        within.confirm(b.hold_id).await.unwrap();
+        within
+            .confirm_as(&Scope::Anonymous, b.hold_id)
+            .await
+            .unwrap();
         // The caller's row through the writes it handed over.
         insert_order(within.writes().connection(), b.hold_id).await;
     }
@@ -147,7 +150,7 @@ async fn a_store_transaction_carries_the_callers_order_too() {
         let mut tx = store.begin().await.unwrap();
         engine
             .within(store.writes(&mut tx))
-            .confirm(hold_id)
+            .confirm_as(&Scope::Anonymous, hold_id)
             .await
             .unwrap();
         insert_order(tx.connection(), hold_id).await;
@@ -168,7 +171,10 @@ async fn a_store_transaction_carries_the_callers_order_too() {
     assert_eq!(orders(store.pool()).await, vec![a.hold_id.get()]);
     assert_counts(store.pool(), slot_id, (2, 0, 1, 1)).await;
     // The store's queue is free again: a write through the pool goes through.
-    engine.confirm(b.hold_id).await.unwrap();
+    engine
+        .confirm_as(&Scope::Anonymous, b.hold_id)
+        .await
+        .unwrap();
 }
 
 /// A hold, a cancel, a capacity change, a close, a new slot and a removal, rolled back (or
@@ -190,7 +196,10 @@ async fn a_rollback_leaves_nothing_and_frees_the_key() {
         .unwrap()
         .slot_id;
     let booked = engine.hold(slot_id, "booked").await.unwrap().hold;
-    engine.confirm(booked.hold_id).await.unwrap();
+    engine
+        .confirm_as(&Scope::Anonymous, booked.hold_id)
+        .await
+        .unwrap();
     let before = (
         store.get_slot(slot_id).await.unwrap(),
         store.get_slot(spare).await.unwrap(),
@@ -205,7 +214,9 @@ async fn a_rollback_leaves_nothing_and_frees_the_key() {
             .await
             .unwrap();
         assert!(!placed.replayed);
-        w.cancel(booked.hold_id).await.unwrap();
+        w.cancel_as(&Scope::Anonymous, booked.hold_id)
+            .await
+            .unwrap();
         assert_eq!(w.change_capacity(slot_id, 10).await.unwrap().remaining, 8);
         assert!(w.close_sales(slot_id).await.unwrap().closed);
         w.create_slot(NewSlot::new(at(9000), at(9600), 4))
@@ -302,7 +313,7 @@ async fn a_refused_request_leaves_the_transaction_usable() {
         })
     ));
     assert!(matches!(
-        w.confirm(short.hold_id).await,
+        w.confirm_as(&Scope::Anonymous, short.hold_id).await,
         Err(BookingError::HoldExpired { .. })
     ));
     assert!(matches!(
@@ -418,7 +429,9 @@ async fn racing_transactions_never_oversell() {
                     Err(other) => panic!("task {i}: {other:?}"),
                 };
                 let commit = commit();
-                w.confirm(placed.hold_id).await.unwrap();
+                w.confirm_as(&Scope::Anonymous, placed.hold_id)
+                    .await
+                    .unwrap();
                 drop(w);
                 if commit {
                     a.commit(tx).await.unwrap();
@@ -435,7 +448,9 @@ async fn racing_transactions_never_oversell() {
                     Err(other) => panic!("task {i}: {other:?}"),
                 };
                 let commit = commit();
-                w.confirm(placed.hold_id).await.unwrap();
+                w.confirm_as(&Scope::Anonymous, placed.hold_id)
+                    .await
+                    .unwrap();
                 drop(w);
                 if commit {
                     tx.commit().await.unwrap();
@@ -490,11 +505,26 @@ async fn within_renews_and_reads_anonymous_holds() {
 
     let mut tx = store.pool().begin_with("BEGIN IMMEDIATE").await.unwrap();
     let mut within = engine.within(store.on(&mut tx));
-    let renewed = within.renew(placed.hold_id).await.unwrap();
+    let renewed = within
+        .renew_as(&Scope::Anonymous, placed.hold_id, None)
+        .await
+        .unwrap();
     assert!(renewed.expires_at > placed.expires_at);
-    assert_eq!(within.get_hold(placed.hold_id).await.unwrap(), renewed);
+    assert_eq!(
+        within
+            .get_hold_as(&Scope::Anonymous, placed.hold_id)
+            .await
+            .unwrap(),
+        renewed
+    );
     tx.commit().await.unwrap();
-    assert_eq!(engine.get_hold(placed.hold_id).await.unwrap(), renewed);
+    assert_eq!(
+        engine
+            .get_hold_as(&Scope::Anonymous, placed.hold_id)
+            .await
+            .unwrap(),
+        renewed
+    );
 }
 
 /// A bad table prefix is a permanent failure when it reaches a store error.

@@ -9,6 +9,7 @@ use crate::engine::NewHold;
 use crate::error::BookingError;
 use crate::model::{AvailabilityQuery, Hold, HoldId, HoldStatus, InvalidSlot, NewSlot, SlotId};
 use crate::model::{PageRequest, SlotCursor};
+use crate::scope::Scope;
 use crate::store::{HoldStore, SlotAdmin};
 use crate::BookingEngine;
 
@@ -24,7 +25,11 @@ impl Mix {
         let place = |request: NewHold| async { f.engine.place_hold(request).await.unwrap().hold };
         let two = place(NewHold::new(slot, "two").quantity(2)).await;
         let booked = place(NewHold::new(slot, "booked")).await;
-        let booked = f.engine.confirm(booked.hold_id).await.unwrap();
+        let booked = f
+            .engine
+            .confirm_as(&Scope::Anonymous, booked.hold_id)
+            .await
+            .unwrap();
         let short = f.minute_hold(slot, "short").await;
         Mix { two, booked, short }
     }
@@ -107,7 +112,10 @@ pub(super) async fn lowering_capacity_takes_only_free_units<S: HoldStore + SlotA
     f.assert_invariant(slot, &holds).await;
 
     // Cancelling gives units back and makes room to lower further.
-    f.engine.cancel(mix.two.hold_id).await.unwrap();
+    f.engine
+        .cancel_as(&Scope::Anonymous, mix.two.hold_id)
+        .await
+        .unwrap();
     let one = f.engine.change_capacity(slot, 1).await.unwrap();
     assert_eq!((one.capacity, one.remaining), (1, 0));
     f.assert_invariant(slot, &holds).await;
@@ -176,15 +184,27 @@ pub(super) async fn closed_slots_refuse_new_holds_and_keep_their_holds<S: HoldSt
     );
     assert!(f.engine.hold(slot, "a").await.unwrap().replayed);
     assert_eq!(
-        f.engine.confirm(a.hold_id).await.unwrap().status,
+        f.engine
+            .confirm_as(&Scope::Anonymous, a.hold_id)
+            .await
+            .unwrap()
+            .status,
         HoldStatus::Confirmed
     );
     assert_eq!(
-        f.engine.cancel(b.hold_id).await.unwrap().status,
+        f.engine
+            .cancel_as(&Scope::Anonymous, b.hold_id)
+            .await
+            .unwrap()
+            .status,
         HoldStatus::Cancelled
     );
     f.advance(Duration::minutes(1));
-    let renewed = f.engine.renew(c.hold_id).await.unwrap();
+    let renewed = f
+        .engine
+        .renew_as(&Scope::Anonymous, c.hold_id, None)
+        .await
+        .unwrap();
     assert!(renewed.expires_at > c.expires_at);
     assert_eq!(f.remaining(slot).await, 3, "the cancel gave its unit back");
     f.assert_invariant(slot, &[a.hold_id, b.hold_id, c.hold_id])
@@ -229,7 +249,10 @@ pub(super) async fn removal_needs_a_slot_with_nothing_held_or_confirmed<
     );
     assert_eq!(f.stored_slot(slot).await.removed_at, None);
 
-    f.engine.cancel(mix.two.hold_id).await.unwrap();
+    f.engine
+        .cancel_as(&Scope::Anonymous, mix.two.hold_id)
+        .await
+        .unwrap();
     assert!(matches!(
         f.engine.remove_slot(slot).await,
         Err(BookingError::SlotInUse {
@@ -238,7 +261,10 @@ pub(super) async fn removal_needs_a_slot_with_nothing_held_or_confirmed<
             ..
         })
     ));
-    f.engine.cancel(mix.booked.hold_id).await.unwrap();
+    f.engine
+        .cancel_as(&Scope::Anonymous, mix.booked.hold_id)
+        .await
+        .unwrap();
     assert!(matches!(
         f.engine.remove_slot(slot).await,
         Err(BookingError::SlotInUse {
@@ -269,7 +295,11 @@ pub(super) async fn removal_needs_a_slot_with_nothing_held_or_confirmed<
     assert!(replay.replayed, "a key's hold outlives its slot's removal");
     assert_eq!(replay.hold.status, HoldStatus::Cancelled);
     assert_eq!(
-        f.engine.get_hold(mix.short.hold_id).await.unwrap().status,
+        f.engine
+            .get_hold_as(&Scope::Anonymous, mix.short.hold_id)
+            .await
+            .unwrap()
+            .status,
         HoldStatus::Expired
     );
     for result in [

@@ -99,12 +99,18 @@ pub(super) async fn race_removal_never_strands_a_booking<S: HoldStore + SlotAdmi
         let early = f
             .hold_each(slot, (0..2).map(|i| format!("e{round}-{i}")))
             .await;
-        f.engine.confirm(early[1]).await.unwrap();
+        f.engine
+            .confirm_as(&Scope::Anonymous, early[1])
+            .await
+            .unwrap();
         let mut tasks = Vec::new();
         for &id in &early {
             let f = Arc::clone(&f);
             tasks.push(tokio::spawn(async move {
-                f.engine.cancel(id).await.map(|_| None)
+                f.engine
+                    .cancel_as(&Scope::Anonymous, id)
+                    .await
+                    .map(|_| None)
             }));
         }
         // The removal starts before or after the new holds, by turns.
@@ -157,7 +163,7 @@ pub(super) async fn race_removal_never_strands_a_booking<S: HoldStore + SlotAdmi
             refusals += 1;
             // Once its holds are gone, the slot can be removed.
             for &id in &holds[2..] {
-                f.engine.cancel(id).await.unwrap();
+                f.engine.cancel_as(&Scope::Anonymous, id).await.unwrap();
             }
             f.engine.remove_slot(slot).await.unwrap();
         }

@@ -8,6 +8,7 @@ use crate::conformance::support::{hours, resource};
 use crate::conformance::Fixture;
 use crate::error::BookingError;
 use crate::model::{AvailabilityQuery, NewSlot, ResourceId, SlotId};
+use crate::scope::Scope;
 use crate::store::HoldStore;
 
 /// Availability counts an expired, unreclaimed hold as free.
@@ -31,7 +32,10 @@ pub(super) async fn availability_lists_future_slots_in_order<S: HoldStore>(store
     let tie = f.slot(4, hours(1)).await;
     let started = f.slot(9, Duration::minutes(30)).await;
     let hold = f.engine.hold(soon, "k").await.unwrap().hold;
-    f.engine.confirm(hold.hold_id).await.unwrap();
+    f.engine
+        .confirm_as(&Scope::Anonymous, hold.hold_id)
+        .await
+        .unwrap();
     f.advance(Duration::minutes(30));
     let listing = f
         .engine
@@ -126,10 +130,16 @@ pub(super) async fn cancel_shows_in_cached_availability_at_once<S: HoldStore>(st
         .unwrap()
         .slot_id;
     let hold = engine.hold(slot, "k").await.unwrap().hold;
-    engine.confirm(hold.hold_id).await.unwrap();
+    engine
+        .confirm_as(&Scope::Anonymous, hold.hold_id)
+        .await
+        .unwrap();
     let before = engine.availability(AvailabilityQuery::all()).await.unwrap();
     assert_eq!(before[0].remaining, 0);
-    engine.cancel(hold.hold_id).await.unwrap();
+    engine
+        .cancel_as(&Scope::Anonymous, hold.hold_id)
+        .await
+        .unwrap();
     let after = engine.availability(AvailabilityQuery::all()).await.unwrap();
     assert_eq!(
         after[0].remaining, 1,

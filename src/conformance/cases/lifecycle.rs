@@ -7,6 +7,7 @@ use crate::conformance::support::{hours, ttl};
 use crate::conformance::Fixture;
 use crate::error::BookingError;
 use crate::model::{HoldId, HoldStatus, SlotId};
+use crate::scope::Scope;
 use crate::store::HoldStore;
 
 /// A hold on a free unit is `held`, expires after the hold lifetime and takes one unit.
@@ -22,7 +23,13 @@ pub(super) async fn hold_creates_a_held_hold_reserving_one_unit<S: HoldStore>(st
     assert_eq!((hold.confirmed_at, hold.cancelled_at), (None, None));
     assert_eq!(f.remaining(slot).await, 2);
     assert_eq!(f.available(slot).await, Some(2));
-    assert_eq!(f.engine.get_hold(hold.hold_id).await.unwrap(), hold);
+    assert_eq!(
+        f.engine
+            .get_hold_as(&Scope::Anonymous, hold.hold_id)
+            .await
+            .unwrap(),
+        hold
+    );
     f.assert_invariant(slot, &[hold.hold_id]).await;
 }
 
@@ -37,7 +44,11 @@ pub(super) async fn hold_replay_returns_the_current_state_and_reserves_nothing<S
     assert!(again.replayed);
     assert_eq!(again.hold, first);
     f.advance(Duration::seconds(1));
-    let confirmed = f.engine.confirm(first.hold_id).await.unwrap();
+    let confirmed = f
+        .engine
+        .confirm_as(&Scope::Anonymous, first.hold_id)
+        .await
+        .unwrap();
     let replay = f.engine.hold(slot, "same").await.unwrap();
     assert!(replay.replayed);
     assert_eq!(replay.hold, confirmed, "a replay shows the current state");
@@ -138,7 +149,7 @@ pub(super) async fn hold_on_full_slot_is_sold_out_and_reserves_nothing<S: HoldSt
         "sold-out slots stay listed"
     );
     // The refused key did not create anything: after a cancel it books normally.
-    f.engine.cancel(a).await.unwrap();
+    f.engine.cancel_as(&Scope::Anonymous, a).await.unwrap();
     let c = f.engine.hold(slot, "c").await.unwrap();
     assert!(!c.replayed);
     f.assert_invariant(slot, &[a, b, c.hold.hold_id]).await;
@@ -165,7 +176,11 @@ pub(super) async fn confirm_an_active_hold<S: HoldStore>(store: S) {
     let slot = f.slot(2, hours(1)).await;
     let hold = f.engine.hold(slot, "k").await.unwrap().hold;
     f.advance(ttl() - Duration::microseconds(1));
-    let confirmed = f.engine.confirm(hold.hold_id).await.unwrap();
+    let confirmed = f
+        .engine
+        .confirm_as(&Scope::Anonymous, hold.hold_id)
+        .await
+        .unwrap();
     assert_eq!(confirmed.status, HoldStatus::Confirmed);
     assert_eq!(confirmed.confirmed_at, Some(f.now()));
     assert_eq!(confirmed.cancelled_at, None);
@@ -179,9 +194,17 @@ pub(super) async fn confirm_is_idempotent<S: HoldStore>(store: S) {
     let f = Fixture::new(store);
     let slot = f.slot(2, hours(1)).await;
     let hold = f.engine.hold(slot, "k").await.unwrap().hold;
-    let first = f.engine.confirm(hold.hold_id).await.unwrap();
+    let first = f
+        .engine
+        .confirm_as(&Scope::Anonymous, hold.hold_id)
+        .await
+        .unwrap();
     f.advance(Duration::seconds(5));
-    let second = f.engine.confirm(hold.hold_id).await.unwrap();
+    let second = f
+        .engine
+        .confirm_as(&Scope::Anonymous, hold.hold_id)
+        .await
+        .unwrap();
     assert_eq!(first, second);
     f.assert_invariant(slot, &[hold.hold_id]).await;
 }
@@ -191,14 +214,21 @@ pub(super) async fn confirm_a_cancelled_hold_fails<S: HoldStore>(store: S) {
     let f = Fixture::new(store);
     let slot = f.slot(2, hours(1)).await;
     let hold = f.engine.hold(slot, "k").await.unwrap().hold;
-    f.engine.cancel(hold.hold_id).await.unwrap();
+    f.engine
+        .cancel_as(&Scope::Anonymous, hold.hold_id)
+        .await
+        .unwrap();
     let error = assert_err!(
-        f.engine.confirm(hold.hold_id).await,
+        f.engine.confirm_as(&Scope::Anonymous, hold.hold_id).await,
         BookingError::HoldCancelled { .. }
     );
     assert_eq!(error.code(), "hold_cancelled");
     assert_eq!(
-        f.engine.get_hold(hold.hold_id).await.unwrap().status,
+        f.engine
+            .get_hold_as(&Scope::Anonymous, hold.hold_id)
+            .await
+            .unwrap()
+            .status,
         HoldStatus::Cancelled
     );
     assert_eq!(f.remaining(slot).await, 2);
@@ -211,12 +241,16 @@ pub(super) async fn confirm_fails_exactly_at_expires_at<S: HoldStore>(store: S) 
     let hold = f.engine.hold(slot, "k").await.unwrap().hold;
     f.clock.set(hold.expires_at);
     let error = assert_err!(
-        f.engine.confirm(hold.hold_id).await,
+        f.engine.confirm_as(&Scope::Anonymous, hold.hold_id).await,
         BookingError::HoldExpired { .. }
     );
     assert_eq!(error.code(), "hold_expired");
     assert_eq!(
-        f.engine.get_hold(hold.hold_id).await.unwrap().status,
+        f.engine
+            .get_hold_as(&Scope::Anonymous, hold.hold_id)
+            .await
+            .unwrap()
+            .status,
         HoldStatus::Expired
     );
     f.assert_invariant(slot, &[hold.hold_id]).await;
@@ -228,7 +262,11 @@ pub(super) async fn cancel_a_held_hold_returns_its_unit<S: HoldStore>(store: S) 
     let slot = f.slot(1, hours(1)).await;
     let hold = f.engine.hold(slot, "k").await.unwrap().hold;
     f.advance(Duration::seconds(3));
-    let cancelled = f.engine.cancel(hold.hold_id).await.unwrap();
+    let cancelled = f
+        .engine
+        .cancel_as(&Scope::Anonymous, hold.hold_id)
+        .await
+        .unwrap();
     assert_eq!(cancelled.status, HoldStatus::Cancelled);
     assert_eq!(cancelled.cancelled_at, Some(f.now()));
     assert_eq!(cancelled.confirmed_at, None);
@@ -241,9 +279,17 @@ pub(super) async fn cancel_a_confirmed_hold_returns_its_unit<S: HoldStore>(store
     let f = Fixture::new(store);
     let slot = f.slot(1, hours(2)).await;
     let hold = f.engine.hold(slot, "k").await.unwrap().hold;
-    let confirmed = f.engine.confirm(hold.hold_id).await.unwrap();
+    let confirmed = f
+        .engine
+        .confirm_as(&Scope::Anonymous, hold.hold_id)
+        .await
+        .unwrap();
     f.advance(ttl() * 3);
-    let cancelled = f.engine.cancel(hold.hold_id).await.unwrap();
+    let cancelled = f
+        .engine
+        .cancel_as(&Scope::Anonymous, hold.hold_id)
+        .await
+        .unwrap();
     assert_eq!(cancelled.status, HoldStatus::Cancelled);
     assert_eq!(cancelled.confirmed_at, confirmed.confirmed_at);
     assert_eq!(cancelled.cancelled_at, Some(f.now()));
@@ -256,9 +302,17 @@ pub(super) async fn cancel_is_idempotent<S: HoldStore>(store: S) {
     let f = Fixture::new(store);
     let slot = f.slot(2, hours(1)).await;
     let hold = f.engine.hold(slot, "k").await.unwrap().hold;
-    let first = f.engine.cancel(hold.hold_id).await.unwrap();
+    let first = f
+        .engine
+        .cancel_as(&Scope::Anonymous, hold.hold_id)
+        .await
+        .unwrap();
     f.advance(Duration::seconds(1));
-    let second = f.engine.cancel(hold.hold_id).await.unwrap();
+    let second = f
+        .engine
+        .cancel_as(&Scope::Anonymous, hold.hold_id)
+        .await
+        .unwrap();
     assert_eq!(first, second);
     assert_eq!(f.remaining(slot).await, 2);
     f.assert_invariant(slot, &[hold.hold_id]).await;
@@ -271,7 +325,7 @@ pub(super) async fn cancel_an_expired_hold_fails<S: HoldStore>(store: S) {
     let hold = f.engine.hold(slot, "k").await.unwrap().hold;
     f.clock.set(hold.expires_at);
     assert_err!(
-        f.engine.cancel(hold.hold_id).await,
+        f.engine.cancel_as(&Scope::Anonymous, hold.hold_id).await,
         BookingError::HoldExpired { .. }
     );
     assert_eq!(f.available(slot).await, Some(1));
@@ -285,20 +339,20 @@ pub(super) async fn unknown_holds_are_not_found<S: HoldStore>(store: S) {
     let hold = f.engine.hold(slot, "k").await.unwrap().hold;
     let missing = HoldId(hold.hold_id.0 + 1000);
     let error = assert_err!(
-        f.engine.confirm(missing).await,
+        f.engine.confirm_as(&Scope::Anonymous, missing).await,
         BookingError::HoldNotFound { .. }
     );
     assert_eq!(error.code(), "hold_not_found");
     assert_err!(
-        f.engine.cancel(missing).await,
+        f.engine.cancel_as(&Scope::Anonymous, missing).await,
         BookingError::HoldNotFound { .. }
     );
     assert_err!(
-        f.engine.get_hold(missing).await,
+        f.engine.get_hold_as(&Scope::Anonymous, missing).await,
         BookingError::HoldNotFound { .. }
     );
     assert_err!(
-        f.engine.get_hold(HoldId(-1)).await,
+        f.engine.get_hold_as(&Scope::Anonymous, HoldId(-1)).await,
         BookingError::HoldNotFound { .. }
     );
 }
@@ -310,12 +364,20 @@ pub(super) async fn expired_status_needs_no_cleanup<S: HoldStore>(store: S) {
     let hold = f.engine.hold(slot, "k").await.unwrap().hold;
     f.clock.set(hold.expires_at - Duration::microseconds(1));
     assert_eq!(
-        f.engine.get_hold(hold.hold_id).await.unwrap().status,
+        f.engine
+            .get_hold_as(&Scope::Anonymous, hold.hold_id)
+            .await
+            .unwrap()
+            .status,
         HoldStatus::Held
     );
     f.clock.set(hold.expires_at);
     assert_eq!(
-        f.engine.get_hold(hold.hold_id).await.unwrap().status,
+        f.engine
+            .get_hold_as(&Scope::Anonymous, hold.hold_id)
+            .await
+            .unwrap()
+            .status,
         HoldStatus::Expired
     );
     let stored = f.stored_hold(hold.hold_id).await.unwrap();
@@ -338,7 +400,7 @@ pub(super) async fn expired_holds_are_reclaimed_when_the_slot_is_full<S: HoldSto
         let stored = f.stored_hold(old.hold_id).await.unwrap();
         assert_eq!(stored.status, HoldStatus::Expired, "reclaimed");
         assert_err!(
-            f.engine.confirm(old.hold_id).await,
+            f.engine.confirm_as(&Scope::Anonymous, old.hold_id).await,
             BookingError::HoldExpired { .. }
         );
     }
@@ -352,10 +414,17 @@ pub(super) async fn confirmed_holds_never_expire<S: HoldStore>(store: S) {
     let f = Fixture::new(store);
     let slot = f.slot(1, hours(3)).await;
     let hold = f.engine.hold(slot, "k").await.unwrap().hold;
-    f.engine.confirm(hold.hold_id).await.unwrap();
+    f.engine
+        .confirm_as(&Scope::Anonymous, hold.hold_id)
+        .await
+        .unwrap();
     f.advance(ttl() * 2);
     assert_eq!(
-        f.engine.get_hold(hold.hold_id).await.unwrap().status,
+        f.engine
+            .get_hold_as(&Scope::Anonymous, hold.hold_id)
+            .await
+            .unwrap()
+            .status,
         HoldStatus::Confirmed
     );
     assert_err!(

@@ -60,21 +60,37 @@ pub(super) async fn renew_refuses_expired_and_cancelled_holds<S: HoldStore>(stor
     let confirmed = f.engine.hold(slot, "c").await.unwrap().hold.hold_id;
     let cancelled = f.engine.hold(slot, "x").await.unwrap().hold.hold_id;
     let expired = f.engine.hold(slot, "e").await.unwrap().hold.hold_id;
-    let confirmed = f.engine.confirm(confirmed).await.unwrap();
-    f.engine.cancel(cancelled).await.unwrap();
+    let confirmed = f
+        .engine
+        .confirm_as(&Scope::Anonymous, confirmed)
+        .await
+        .unwrap();
+    f.engine
+        .cancel_as(&Scope::Anonymous, cancelled)
+        .await
+        .unwrap();
     f.advance(Duration::seconds(10));
-    assert_eq!(f.engine.renew(confirmed.hold_id).await.unwrap(), confirmed);
+    assert_eq!(
+        f.engine
+            .renew_as(&Scope::Anonymous, confirmed.hold_id, None)
+            .await
+            .unwrap(),
+        confirmed
+    );
     assert_err!(
-        f.engine.renew(cancelled).await,
+        f.engine.renew_as(&Scope::Anonymous, cancelled, None).await,
         BookingError::HoldCancelled { .. }
     );
     f.advance(ttl());
     assert_err!(
-        f.engine.renew(expired).await,
+        f.engine.renew_as(&Scope::Anonymous, expired, None).await,
         BookingError::HoldExpired { .. }
     );
     assert_eq!(
-        f.engine.get_hold(confirmed.hold_id).await.unwrap(),
+        f.engine
+            .get_hold_as(&Scope::Anonymous, confirmed.hold_id)
+            .await
+            .unwrap(),
         confirmed
     );
     assert_eq!(f.remaining(slot).await, 1);
@@ -111,5 +127,11 @@ pub(super) async fn requested_lifetimes_are_bounded<S: HoldStore>(store: S) {
         );
     }
     assert_eq!(f.remaining(slot).await, 2);
-    assert_eq!(f.engine.get_hold(hold.hold_id).await.unwrap(), hold);
+    assert_eq!(
+        f.engine
+            .get_hold_as(&Scope::Anonymous, hold.hold_id)
+            .await
+            .unwrap(),
+        hold
+    );
 }

@@ -42,7 +42,10 @@ pub(super) async fn owned_holds_answer_only_in_their_owners_scope<S: HoldStore>(
     }
     assert_eq!(f.remaining(slot).await, 1, "nothing changed");
     assert_eq!(
-        f.engine.get_hold(held.hold_id).await.map_err(|e| e.code()),
+        f.engine
+            .get_hold_as(&Scope::Anonymous, held.hold_id)
+            .await
+            .map_err(|e| e.code()),
         Err("hold_not_found"),
         "the seed's calls are anonymous"
     );

@@ -74,8 +74,14 @@ pub(super) async fn cancel_and_expiry_return_every_unit_of_a_hold<S: HoldStore>(
     let slot = f.slot(6, hours(2)).await;
     let cancelled = place(&f, slot, "c", 3, None).await.unwrap().hold;
     let expiring = place(&f, slot, "e", 2, None).await.unwrap().hold;
-    f.engine.confirm(cancelled.hold_id).await.unwrap();
-    f.engine.cancel(cancelled.hold_id).await.unwrap();
+    f.engine
+        .confirm_as(&Scope::Anonymous, cancelled.hold_id)
+        .await
+        .unwrap();
+    f.engine
+        .cancel_as(&Scope::Anonymous, cancelled.hold_id)
+        .await
+        .unwrap();
     assert_eq!(f.remaining(slot).await, 4);
     f.advance(ttl());
     assert_eq!(
