@@ -24,7 +24,7 @@
 //! engine.confirm_as(&Scope::Anonymous, hold.hold_id).await?;
 //!
 //! // Fewer seats: free units only. One is sold, so 1 is the floor.
-//! assert_eq!(engine.change_capacity(slot.slot_id, 4).await?.remaining, 3);
+//! assert_eq!(engine.change_capacity(slot.slot_id, 4).await?.stored_remaining, 3);
 //! let refused = engine.change_capacity(slot.slot_id, 0).await.unwrap_err();
 //! assert_eq!(refused.code(), "invalid_slot");
 //!
@@ -180,7 +180,7 @@ impl<S: HoldStore + SlotAdmin> BookingEngine<S> {
     }
 
     /// The slot as stored, removed ones included (`removed_at` set); `slot_not_found` when no
-    /// slot has this id. `remaining` counts expired holds not yet reclaimed as taken; the
+    /// slot has this id. `stored_remaining` counts expired holds not yet reclaimed as taken; the
     /// operator's listing counts them as free.
     pub async fn get_slot(&self, slot_id: SlotId) -> Result<Slot, BookingError> {
         let op = Op::new(Operation::GetSlot).slot(slot_id);
@@ -290,7 +290,7 @@ mod tests {
                 starts_at: at,
                 ends_at: at + chrono::Duration::hours(1),
                 capacity: 10,
-                remaining: 3,
+                stored_remaining: 3,
                 resource: None,
                 closed: false,
                 removed_at: None,

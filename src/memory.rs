@@ -177,7 +177,7 @@ impl SlotRow {
             self.held_by_expiry.remove(&entry);
             if let Some(hold) = self.holds.get_mut(&entry.1) {
                 hold.status = HoldStatus::Expired;
-                self.slot.remaining += hold.quantity;
+                self.slot.stored_remaining += hold.quantity;
                 reclaimed.push(hold.clone());
             }
         }
@@ -293,15 +293,15 @@ impl MemoryStore {
         // Reclaim expired holds only when that makes the hold fit: a refused hold changes
         // nothing.
         if open
-            && row.slot.remaining < request.quantity
-            && row.slot.remaining + row.expired_units(request.now) >= request.quantity
+            && row.slot.stored_remaining < request.quantity
+            && row.slot.stored_remaining + row.expired_units(request.now) >= request.quantity
         {
             row.reclaim(request.now, usize::MAX, &self.log);
         }
-        if !open || row.slot.remaining < request.quantity {
+        if !open || row.slot.stored_remaining < request.quantity {
             return Ok(HoldOutcome::refused(request, None, Some(row.limits())));
         }
-        row.slot.remaining -= request.quantity;
+        row.slot.stored_remaining -= request.quantity;
 
         let hold_id = HoldId(self.last_hold_id.fetch_add(1, Ordering::Relaxed) + 1);
         let hold = Hold {

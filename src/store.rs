@@ -109,7 +109,7 @@
 //!             starts_at: new.starts_at,
 //!             ends_at: new.ends_at,
 //!             capacity: new.capacity,
-//!             remaining: new.capacity,
+//!             stored_remaining: new.capacity,
 //!             resource: new.resource.clone(),
 //!             closed: false,
 //!             removed_at: None,
@@ -137,7 +137,7 @@
 //!                 starts_at: slot.starts_at,
 //!                 ends_at: slot.ends_at,
 //!                 capacity: slot.capacity,
-//!                 remaining: slot.remaining + t.expired(slot.slot_id, now),
+//!                 remaining: slot.stored_remaining + t.expired(slot.slot_id, now),
 //!                 resource: slot.resource.clone(),
 //!             })
 //!             .collect();
@@ -160,11 +160,11 @@
 //!         let Some(slot) = t.slot(request.slot_id) else { return refused(None, None) };
 //!         let selling = slot.is_selling_at(now);
 //!         // Expired holds are given back only when that makes the hold fit.
-//!         if !selling || slot.remaining + expired < quantity {
+//!         if !selling || slot.stored_remaining + expired < quantity {
 //!             return refused(None, Some(SlotLimits::of(slot)));
 //!         }
-//!         if slot.remaining < quantity {
-//!             slot.remaining += expired;
+//!         if slot.stored_remaining < quantity {
+//!             slot.stored_remaining += expired;
 //!             for hold in t.holds.iter_mut().filter(|h| h.slot_id == request.slot_id) {
 //!                 if hold.status == HoldStatus::Held && hold.expires_at <= now {
 //!                     hold.status = HoldStatus::Expired;
@@ -172,7 +172,7 @@
 //!             }
 //!         }
 //!         let slot = t.slot(request.slot_id).expect("found above");
-//!         slot.remaining -= quantity;
+//!         slot.stored_remaining -= quantity;
 //!         let hold = Hold {
 //!             hold_id: HoldId(t.holds.len() as i64 + 1),
 //!             slot_id: request.slot_id,
@@ -217,7 +217,7 @@
 //!         });
 //!         if let Transition::Applied(hold) = &done {
 //!             // The units go back in the same step.
-//!             t.slot(hold.slot_id).expect("a hold's slot exists").remaining += hold.quantity;
+//!             t.slot(hold.slot_id).expect("a hold's slot exists").stored_remaining += hold.quantity;
 //!         }
 //!         Ok(Decided::new(now, done))
 //!     }

@@ -207,7 +207,7 @@ mod tests {
             .filter(|e| e.kind == EventKind::HoldExpired)
             .count();
         assert_eq!(expired, 5);
-        assert_eq!(engine.get_slot(slot).await.unwrap().remaining, 10);
+        assert_eq!(engine.get_slot(slot).await.unwrap().stored_remaining, 10);
 
         // The task holds the engine only while sweeping: dropping it ends the task.
         drop(engine);

@@ -81,7 +81,7 @@ impl<S: HoldStore> Fixture<S> {
 
     /// The slot's stored `remaining`.
     pub async fn remaining(&self, slot_id: SlotId) -> i32 {
-        self.stored_slot(slot_id).await.remaining
+        self.stored_slot(slot_id).await.stored_remaining
     }
 
     /// The slot's availability entry `remaining` (units a new hold could take now).

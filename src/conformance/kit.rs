@@ -37,7 +37,7 @@ impl SlotTally {
         };
         SlotTally {
             capacity: i64::from(slot.capacity),
-            remaining: i64::from(slot.remaining),
+            remaining: i64::from(slot.stored_remaining),
             held: units(&|h| h.status == HoldStatus::Held),
             confirmed: units(&|h| h.status == HoldStatus::Confirmed),
             active: Some(units(&|h| h.is_active_at(now))),

@@ -58,7 +58,7 @@ pub async fn transactional_writes_commit_together<S: crate::Store + Transactiona
         .unwrap();
     assert!(renewed.expires_at > c.expires_at);
     let resized = w.change_capacity(slot, 5).await.unwrap();
-    assert_eq!((resized.capacity, resized.remaining), (5, 4));
+    assert_eq!((resized.capacity, resized.stored_remaining), (5, 4));
     assert!(w.close_sales(second).await.unwrap().closed);
     let seen = w.get_hold_as(&Scope::BackOffice, c.hold_id).await.unwrap();
     assert_eq!(seen, renewed, "the transaction sees its own writes");
@@ -77,10 +77,10 @@ pub async fn transactional_writes_commit_together<S: crate::Store + Transactiona
     );
     assert_eq!(f.stored_hold(c.hold_id).await, Some(renewed.clone()));
     let stored = f.stored_slot(slot).await;
-    assert_eq!((stored.capacity, stored.remaining), (5, 4));
+    assert_eq!((stored.capacity, stored.stored_remaining), (5, 4));
     let stored_second = f.stored_slot(second).await;
     assert!(stored_second.closed);
-    assert_eq!(stored_second.remaining, 1);
+    assert_eq!(stored_second.stored_remaining, 1);
     f.assert_invariant(slot, &[a.hold_id]).await;
     f.assert_invariant(second, &[b.hold_id, c.hold_id]).await;
 }

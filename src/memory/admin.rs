@@ -18,7 +18,7 @@ impl SlotAdmin for MemoryStore {
         let mut row = lock(&row);
         // Widened: `capacity - slot.capacity` can leave i32 when one is near its maximum.
         let remaining_after = |slot: &Slot, extra: i32| {
-            i64::from(slot.remaining) + i64::from(extra) + i64::from(capacity)
+            i64::from(slot.stored_remaining) + i64::from(extra) + i64::from(capacity)
                 - i64::from(slot.capacity)
         };
         let change = row.change_taking_free_units(
@@ -26,7 +26,7 @@ impl SlotAdmin for MemoryStore {
             &self.log,
             |slot, extra| remaining_after(slot, extra) >= 0,
             |slot| {
-                slot.remaining += capacity - slot.capacity;
+                slot.stored_remaining += capacity - slot.capacity;
                 slot.capacity = capacity;
                 EventKind::SlotCapacityChanged
             },
@@ -78,7 +78,7 @@ impl SlotAdmin for MemoryStore {
         let change = row.change_taking_free_units(
             now,
             &self.log,
-            |slot, extra| slot.remaining + extra == slot.capacity,
+            |slot, extra| slot.stored_remaining + extra == slot.capacity,
             |slot| {
                 slot.removed_at = Some(now);
                 EventKind::SlotRemoved

@@ -14,7 +14,7 @@ impl HoldStore for MemoryStore {
             starts_at: new.starts_at,
             ends_at: new.ends_at,
             capacity: new.capacity,
-            remaining: new.capacity,
+            stored_remaining: new.capacity,
             resource: new.resource.clone(),
             closed: false,
             removed_at: None,
@@ -57,7 +57,7 @@ impl HoldStore for MemoryStore {
                 starts_at: row.slot.starts_at,
                 ends_at: row.slot.ends_at,
                 capacity: row.slot.capacity,
-                remaining: row.slot.remaining + row.expired_units(now),
+                remaining: row.slot.stored_remaining + row.expired_units(now),
                 resource: row.slot.resource.clone(),
             });
         }
@@ -111,7 +111,7 @@ impl HoldStore for MemoryStore {
             if was_held {
                 row.held_by_expiry.remove(&expiry);
             }
-            row.slot.remaining += quantity;
+            row.slot.stored_remaining += quantity;
             Some(EventKind::HoldCancelled)
         });
         Ok(Decided::new(now, transition))

@@ -18,9 +18,14 @@ pub struct Slot {
     pub ends_at: Timestamp,
     /// Total units the slot can sell.
     pub capacity: i32,
-    /// Units not taken by a stored hold or booking (expired holds not yet reclaimed count as
-    /// taken here; [`AvailabilityEntry::remaining`] counts them as free).
-    pub remaining: i32,
+    /// The stored counter: units not taken by any hold stored as held or confirmed. A hold
+    /// that has expired but was not yet reclaimed still counts as taken here, so this is not
+    /// what a new hold could take: for that (the "sold out?" question) read
+    /// [`AvailabilityEntry::remaining`], or [`SlotSummary::remaining`](crate::SlotSummary)
+    /// in the operator's listing, which count such holds as free. Named apart from them since
+    /// version 0.2 (it was `remaining`; JSON still accepts that name on input).
+    #[serde(alias = "remaining")]
+    pub stored_remaining: i32,
     /// What the slot is a time of, if the application said.
     #[serde(default)]
     pub resource: Option<ResourceId>,

@@ -24,12 +24,12 @@ pub struct SlotUsage {
 impl SlotUsage {
     /// Units a new hold could take (if the slot is selling): free plus expired.
     pub fn available(&self) -> i32 {
-        self.slot.remaining + self.expired
+        self.slot.stored_remaining + self.expired
     }
 
     /// Units of confirmed holds.
     pub fn confirmed(&self) -> i32 {
-        self.slot.capacity - self.slot.remaining - self.held - self.expired
+        self.slot.capacity - self.slot.stored_remaining - self.held - self.expired
     }
 
     /// Units held (active) or confirmed: what no capacity change or removal may take.

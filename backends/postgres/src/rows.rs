@@ -35,7 +35,7 @@ pub(crate) fn slot_from_row(row: &PgRow) -> Result<Slot, StoreError> {
         starts_at: row.try_get("starts_at").map_err(map_err)?,
         ends_at: row.try_get("ends_at").map_err(map_err)?,
         capacity: row.try_get("capacity").map_err(map_err)?,
-        remaining: row.try_get("remaining").map_err(map_err)?,
+        stored_remaining: row.try_get("remaining").map_err(map_err)?,
         resource: resource_from_row(row)?,
         closed: row.try_get("closed").map_err(map_err)?,
         removed_at: row.try_get("removed_at").map_err(map_err)?,

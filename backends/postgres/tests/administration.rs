@@ -87,7 +87,7 @@ async fn changes_reclaim_expired_holds_only_when_that_makes_them_fit() {
 
     // To 1: needs both expired units. Reclaimed and changed in one update.
     let changed = applied(capacity_change(store, slot_id, 1, 600).await);
-    assert_eq!((changed.capacity, changed.remaining), (1, 0));
+    assert_eq!((changed.capacity, changed.stored_remaining), (1, 0));
     assert_eq!(
         statuses(store, &[a, b, c]).await,
         ["expired", "expired", "held"]
@@ -103,7 +103,7 @@ async fn changes_reclaim_expired_holds_only_when_that_makes_them_fit() {
     );
     let usage = in_use(store.remove_slot(other, at(600)).await.unwrap().outcome);
     assert_eq!((usage.held, usage.expired, usage.confirmed()), (2, 1, 0));
-    assert_eq!(usage.slot.remaining, 0);
+    assert_eq!(usage.slot.stored_remaining, 0);
     // Lowering to 1 would need an active unit too: refused, the expired one stays held.
     let usage = in_use(capacity_change(store, other, 1, 600).await);
     assert_eq!((usage.held, usage.expired, usage.taken()), (2, 1, 2));
@@ -111,7 +111,7 @@ async fn changes_reclaim_expired_holds_only_when_that_makes_them_fit() {
     assert_eq!(counts(store, other).await, (3, 0, 3, 0));
     // To 2 fits with the expired unit reclaimed.
     let changed = applied(capacity_change(store, other, 2, 600).await);
-    assert_eq!((changed.capacity, changed.remaining), (2, 0));
+    assert_eq!((changed.capacity, changed.stored_remaining), (2, 0));
     assert_eq!(
         statuses(store, &[d, e, f]).await,
         ["expired", "held", "held"]
@@ -121,7 +121,7 @@ async fn changes_reclaim_expired_holds_only_when_that_makes_them_fit() {
     // started slot as well (reclaim applies whether or not the slot has started).
     let removed = applied(store.remove_slot(other, at(4000)).await.unwrap().outcome);
     assert_eq!(removed.removed_at, Some(at(4000)));
-    assert_eq!((removed.capacity, removed.remaining), (2, 2));
+    assert_eq!((removed.capacity, removed.stored_remaining), (2, 2));
     assert_eq!(
         statuses(store, &[d, e, f]).await,
         ["expired", "expired", "expired"]
@@ -222,7 +222,10 @@ async fn capacity_arithmetic_does_not_overflow() {
         (i32::MAX, 600, i32::MAX - 1),
     ] {
         let slot = applied(capacity_change(store, slot_id, capacity, now).await);
-        assert_eq!((slot.capacity, slot.remaining), (capacity, remaining));
+        assert_eq!(
+            (slot.capacity, slot.stored_remaining),
+            (capacity, remaining)
+        );
     }
     assert_invariant(store, slot_id).await;
 }

@@ -386,7 +386,7 @@ async fn a_change_waiting_behind_a_give_back_sees_the_units_returned() {
         Ok(Decided {
             outcome: SlotChange::Applied(slot),
             ..
-        }) => assert_eq!((slot.capacity, slot.remaining), (3, 0)),
+        }) => assert_eq!((slot.capacity, slot.stored_remaining), (3, 0)),
         other => panic!("{other:?}"),
     }
     assert_eq!(counts(store, x).await, (3, 0, 3, 0));

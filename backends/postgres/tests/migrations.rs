@@ -210,7 +210,7 @@ async fn data_survives_a_restart() {
     };
     let store = ctx.second_store().await;
     let slot = store.get_slot(slot_id).await.unwrap().unwrap();
-    assert_eq!((slot.capacity, slot.remaining), (3, 2));
+    assert_eq!((slot.capacity, slot.stored_remaining), (3, 2));
     let stored = store
         .get_hold(hold_id, &slot_booking::Scope::BackOffice, at(2))
         .await
@@ -607,7 +607,7 @@ async fn a_schema_from_before_slot_administration_upgrades_in_place() {
         .unwrap()
         .outcome
     {
-        SlotChange::Applied(slot) => assert_eq!((slot.capacity, slot.remaining), (3, 0)),
+        SlotChange::Applied(slot) => assert_eq!((slot.capacity, slot.stored_remaining), (3, 0)),
         other => panic!("{other:?}"),
     }
     assert!(matches!(

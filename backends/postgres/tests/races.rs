@@ -44,7 +44,15 @@ async fn thousand_racing_holds_take_exactly_the_capacity() {
         }
     }
     assert_eq!((created, sold_out), (10, 990));
-    assert_eq!(store.get_slot(slot_id).await.unwrap().unwrap().remaining, 0);
+    assert_eq!(
+        store
+            .get_slot(slot_id)
+            .await
+            .unwrap()
+            .unwrap()
+            .stored_remaining,
+        0
+    );
     assert_eq!(counts(&store, slot_id).await, (10, 0, 10, 0));
     assert_invariant(&store, slot_id).await;
 }
@@ -76,7 +84,12 @@ async fn fifty_racing_holds_with_one_key_make_one_hold() {
     assert_eq!(replayed.len(), 49);
     assert!(replayed.iter().all(|id| *id == created[0]));
     assert_eq!(
-        store.get_slot(slot_id).await.unwrap().unwrap().remaining,
+        store
+            .get_slot(slot_id)
+            .await
+            .unwrap()
+            .unwrap()
+            .stored_remaining,
         99
     );
     assert_invariant(&store, slot_id).await;
@@ -109,7 +122,10 @@ async fn two_stores_with_two_pools_race_like_two_processes() {
         }
     }
     assert_eq!(created, 7);
-    assert_eq!(b.get_slot(slot_id).await.unwrap().unwrap().remaining, 0);
+    assert_eq!(
+        b.get_slot(slot_id).await.unwrap().unwrap().stored_remaining,
+        0
+    );
     assert_invariant(&a, slot_id).await;
 }
 
@@ -357,7 +373,7 @@ async fn removals_racing_holds_never_leave_a_hold_on_a_removed_slot() {
                     (0, 0),
                     "round {round}: a hold on a removed slot"
                 );
-                assert_eq!(stored.remaining, stored.capacity, "round {round}");
+                assert_eq!(stored.stored_remaining, stored.capacity, "round {round}");
             }
             SlotChange::InUse(usage) => {
                 refused += 1;

@@ -26,7 +26,7 @@ async fn timestamps_round_trip_to_the_microsecond() {
     let new = NewSlot::new(starts, starts + Duration::microseconds(1), 3);
     let slot = store.create_slot(&new, chrono::Utc::now()).await.unwrap();
     assert_eq!((slot.starts_at, slot.ends_at), (new.starts_at, new.ends_at));
-    assert_eq!(slot.remaining, 3);
+    assert_eq!(slot.stored_remaining, 3);
     assert_eq!(
         store.get_slot(slot.slot_id).await.unwrap(),
         Some(slot.clone())

@@ -41,7 +41,15 @@ async fn sslmode_require_encrypts_every_connection() {
         hold(&store, slot_id, "over-tls", at(0)).await,
         HoldOutcome::Created(_)
     ));
-    assert_eq!(store.get_slot(slot_id).await.unwrap().unwrap().remaining, 0);
+    assert_eq!(
+        store
+            .get_slot(slot_id)
+            .await
+            .unwrap()
+            .unwrap()
+            .stored_remaining,
+        0
+    );
 }
 
 /// The check above can fail: the same server without TLS reports an unencrypted connection.

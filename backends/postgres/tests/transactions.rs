@@ -370,7 +370,7 @@ async fn a_refused_hold_keeps_no_lock_on_its_slot() {
         .await
         .expect("the refused hold left the slot row locked")
         .unwrap();
-    assert_eq!((raised.capacity, raised.remaining), (2, 1));
+    assert_eq!((raised.capacity, raised.stored_remaining), (2, 1));
     tx.commit().await.unwrap();
     assert_invariant(&ctx.store, full).await;
 }

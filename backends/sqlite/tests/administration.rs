@@ -47,7 +47,7 @@ async fn outcome<T>(call: impl Future<Output = Result<Decided<T>, StoreError>>) 
 /// (capacity, remaining) of the slot after a capacity change that must apply.
 async fn resized(store: &impl Store, slot_id: SlotId, capacity: i32, now: Timestamp) -> (i32, i32) {
     let slot = applied(outcome(store.change_capacity(slot_id, capacity, now)).await);
-    (slot.capacity, slot.remaining)
+    (slot.capacity, slot.stored_remaining)
 }
 
 /// Statuses of the slot's holds by id, read with SQL.
@@ -77,7 +77,10 @@ async fn capacity_changes_reclaim_only_when_that_makes_them_fit() {
     // 1 would take an active unit even with the expired ones: refused, nothing reclaimed,
     // the units as stored.
     let usage = in_use(outcome(store.change_capacity(slot_id, 1, at(120))).await);
-    assert_eq!((usage.slot.remaining, usage.held, usage.expired), (0, 2, 2));
+    assert_eq!(
+        (usage.slot.stored_remaining, usage.held, usage.expired),
+        (0, 2, 2)
+    );
     assert_eq!(usage.taken(), 2);
     assert_eq!(statuses(&pool, slot_id).await, ["held", "held"]);
     assert_eq!(counts(&pool, slot_id).await, (4, 0, 4, 0));
@@ -248,7 +251,7 @@ async fn listing_pages_match_the_reference_store() {
     assert_eq!(all.len(), 24);
     let slot_13 = all.iter().find(|u| u.slot.slot_id == SlotId(13)).unwrap();
     assert_eq!(
-        (slot_13.slot.remaining, slot_13.held, slot_13.expired),
+        (slot_13.slot.stored_remaining, slot_13.held, slot_13.expired),
         (1, 1, 1)
     );
 }

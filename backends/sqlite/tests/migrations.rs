@@ -181,7 +181,7 @@ async fn data_survives_a_restart() {
     };
     let store = db.store().await;
     let slot = store.get_slot(slot_id).await.unwrap().unwrap();
-    assert_eq!((slot.capacity, slot.remaining), (3, 2));
+    assert_eq!((slot.capacity, slot.stored_remaining), (3, 2));
     let stored = store
         .get_hold(hold, &slot_booking::Scope::BackOffice, at(2))
         .await
@@ -348,8 +348,14 @@ async fn stores_with_different_prefixes_share_a_database_independently() {
         matches!(hold(&other, b, "k", at(0)).await, HoldOutcome::Created(_)),
         "keys are unique per prefix, the units are separate"
     );
-    assert_eq!(store.get_slot(a).await.unwrap().unwrap().remaining, 0);
-    assert_eq!(other.get_slot(b).await.unwrap().unwrap().remaining, 0);
+    assert_eq!(
+        store.get_slot(a).await.unwrap().unwrap().stored_remaining,
+        0
+    );
+    assert_eq!(
+        other.get_slot(b).await.unwrap().unwrap().stored_remaining,
+        0
+    );
 }
 
 /// Slot 1 (capacity 5, starting an hour after `at(0)`) with a held, a confirmed, a cancelled
@@ -515,7 +521,14 @@ async fn a_database_made_by_migrations_1_to_3_upgrades_in_place() {
         .outcome;
     let units: Vec<(i64, i32, i32, i32)> = listed
         .iter()
-        .map(|u| (u.slot.slot_id.get(), u.slot.remaining, u.held, u.expired))
+        .map(|u| {
+            (
+                u.slot.slot_id.get(),
+                u.slot.stored_remaining,
+                u.held,
+                u.expired,
+            )
+        })
         .collect();
     assert_eq!(units, vec![(3, 1, 0, 0), (1, 2, 1, 1), (2, 1, 3, 0)]);
 

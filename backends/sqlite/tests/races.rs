@@ -87,7 +87,15 @@ async fn thousand_racing_holds_take_exactly_the_capacity() {
     let by_one = |_| Arc::clone(&store);
     let outcomes = racing_holds(1000, by_one, slot_id, |i| format!("k-{i}"), at(0)).await;
     assert_eq!(created_or_sold_out(outcomes), (10, 990));
-    assert_eq!(store.get_slot(slot_id).await.unwrap().unwrap().remaining, 0);
+    assert_eq!(
+        store
+            .get_slot(slot_id)
+            .await
+            .unwrap()
+            .unwrap()
+            .stored_remaining,
+        0
+    );
     assert_counts(store.pool(), slot_id, (10, 0, 10, 0)).await;
 }
 
@@ -112,7 +120,12 @@ async fn fifty_racing_holds_with_one_key_make_one_hold() {
     assert_eq!(replayed.len(), 49);
     assert!(replayed.iter().all(|id| *id == created[0]));
     assert_eq!(
-        store.get_slot(slot_id).await.unwrap().unwrap().remaining,
+        store
+            .get_slot(slot_id)
+            .await
+            .unwrap()
+            .unwrap()
+            .stored_remaining,
         99
     );
     assert_invariant(store.pool(), slot_id).await;
@@ -129,7 +142,13 @@ async fn two_stores_on_one_file_race_like_two_processes() {
     let (created, _) = created_or_sold_out(outcomes);
     assert_eq!(created, 7);
     assert_eq!(
-        stores.b.get_slot(slot_id).await.unwrap().unwrap().remaining,
+        stores
+            .b
+            .get_slot(slot_id)
+            .await
+            .unwrap()
+            .unwrap()
+            .stored_remaining,
         0
     );
     assert_invariant(stores.a.pool(), slot_id).await;

@@ -217,7 +217,13 @@ async fn a_rollback_leaves_nothing_and_frees_the_key() {
         w.cancel_as(&Scope::Anonymous, booked.hold_id)
             .await
             .unwrap();
-        assert_eq!(w.change_capacity(slot_id, 10).await.unwrap().remaining, 8);
+        assert_eq!(
+            w.change_capacity(slot_id, 10)
+                .await
+                .unwrap()
+                .stored_remaining,
+            8
+        );
         assert!(w.close_sales(slot_id).await.unwrap().closed);
         w.create_slot(NewSlot::new(at(9000), at(9600), 4))
             .await

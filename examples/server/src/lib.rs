@@ -60,7 +60,9 @@
 //! `not_found`, like any unknown path), under the same `PATH_PREFIX`, and every route needs
 //! `Authorization: Bearer <ADMIN_TOKEN>` (else 401 `unauthorized` with
 //! `WWW-Authenticate: Bearer`). A slot body there has eight fields: `slot_id`, `starts_at`,
-//! `ends_at`, `capacity`, `remaining`, `resource`, `closed`, `removed_at`. Refusals:
+//! `ends_at`, `capacity`, `stored_remaining` (the slot row's counter, expired holds not yet
+//! reclaimed counted as taken), `resource`, `closed`, `removed_at`; the listing's `remaining`
+//! counts such holds as free, as availability does. Refusals:
 //! `capacity_taken` (409) when lowering a capacity would take held or confirmed units,
 //! `slot_in_use` (409) when removing a slot that still has some, `invalid_slot`,
 //! `invalid_resource`, `invalid_body`, `invalid_query` and `invalid_page` (400) for bad input.

@@ -49,11 +49,11 @@ const SLOT_FIELDS: [&str; 8] = [
     "capacity",
     "closed",
     "ends_at",
-    "remaining",
     "removed_at",
     "resource",
     "slot_id",
     "starts_at",
+    "stored_remaining",
 ];
 
 /// A listing entry, sorted: the slot's fields plus its units held and confirmed.
@@ -419,7 +419,7 @@ async fn created_slot_is_listed_in_availability_and_the_listing(app: App) {
             "starts_at": wire(2),
             "ends_at": wire(5),
             "capacity": 6,
-            "remaining": 6,
+            "stored_remaining": 6,
             "resource": "room-1",
             "closed": false,
             "removed_at": null,
@@ -442,8 +442,11 @@ async fn created_slot_is_listed_in_availability_and_the_listing(app: App) {
 
     let listing = app.listing("").await;
     assert_eq!(listing["next_after"], Value::Null);
-    // The listing entry is the slot (as checked above) with no unit held or confirmed.
+    // The listing entry is the slot (as checked above) with no unit held or confirmed, its
+    // `remaining` resolved (expired holds free) where the slot body shows the stored counter.
     let mut summary = slot.clone();
+    summary["remaining"] = summary["stored_remaining"].take();
+    summary.as_object_mut().unwrap().remove("stored_remaining");
     summary["held"] = json!(0);
     summary["confirmed"] = json!(0);
     assert_eq!(listing["slots"][0], summary);
@@ -545,7 +548,7 @@ async fn raising_capacity_adds_free_units(app: App) {
     let raised = app.admin(Method::POST, &path, r#"{"capacity": 5}"#).await;
     let raised = raised.slot(200);
     assert_eq!(
-        (&raised["capacity"], &raised["remaining"]),
+        (&raised["capacity"], &raised["stored_remaining"]),
         (&json!(5), &json!(3))
     );
     assert_eq!(app.remaining(slot).await, Some(3));
@@ -554,11 +557,11 @@ async fn raising_capacity_adds_free_units(app: App) {
 
     // The same capacity again changes nothing; the largest is accepted.
     let same = app.admin(Method::POST, &path, r#"{"capacity": 5}"#).await;
-    assert_eq!(same.slot(200)["remaining"], 2);
+    assert_eq!(same.slot(200)["stored_remaining"], 2);
     let largest = app
         .admin(Method::POST, &path, r#"{"capacity": 2147483647}"#)
         .await;
-    assert_eq!(largest.slot(200)["remaining"], 2147483647 - 3);
+    assert_eq!(largest.slot(200)["stored_remaining"], 2147483647 - 3);
     let summary = app.summary(slot).await;
     assert_eq!(
         (&summary["capacity"], &summary["held"]),
@@ -584,7 +587,7 @@ async fn lowering_capacity_is_refused_while_units_are_taken(app: App) {
 
     // Down to exactly the units taken: no free unit left.
     let lowered = app.admin(Method::POST, &path, r#"{"capacity": 3}"#).await;
-    assert_eq!(lowered.slot(200)["remaining"], 0);
+    assert_eq!(lowered.slot(200)["stored_remaining"], 0);
     assert_eq!(app.remaining(slot).await, Some(0));
     app.hold(slot, "more", None, "")
         .await
@@ -597,7 +600,7 @@ async fn lowering_capacity_is_refused_while_units_are_taken(app: App) {
     let lowered = app.admin(Method::POST, &path, r#"{"capacity": 1}"#).await;
     let lowered = lowered.slot(200);
     assert_eq!(
-        (&lowered["capacity"], &lowered["remaining"]),
+        (&lowered["capacity"], &lowered["stored_remaining"]),
         (&json!(1), &json!(0))
     );
     let summary = app.summary(slot).await;

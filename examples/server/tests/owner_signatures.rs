@@ -247,7 +247,12 @@ async fn forged_or_altered_signatures_never_reach_a_hold(app: App) {
     let listed = call(&app, Method::GET, "/holds", Some(&alice), "").await;
     assert_eq!(listed.ok(200)["holds"].as_array().unwrap().len(), 1);
     assert_eq!(
-        app.store.get_slot(slot).await.unwrap().unwrap().remaining,
+        app.store
+            .get_slot(slot)
+            .await
+            .unwrap()
+            .unwrap()
+            .stored_remaining,
         4
     );
 }

@@ -47,7 +47,7 @@ pub(super) async fn raising_capacity_adds_free_units<S: HoldStore + SlotAdmin>(s
     let second = f.engine.hold(slot, "b").await.unwrap().hold;
     assert_err!(f.engine.hold(slot, "c").await, BookingError::SoldOut { .. });
     let raised = f.engine.change_capacity(slot, 5).await.unwrap();
-    assert_eq!((raised.capacity, raised.remaining), (5, 3));
+    assert_eq!((raised.capacity, raised.stored_remaining), (5, 3));
     assert_eq!(f.available(slot).await, Some(3));
     let third = f.engine.hold(slot, "c").await.unwrap().hold;
     f.assert_invariant(slot, &[first.hold_id, second.hold_id, third.hold_id])
@@ -65,7 +65,7 @@ pub(super) async fn lowering_capacity_takes_only_free_units<S: HoldStore + SlotA
     let holds = mix.ids();
     // Taken: 2 held + 1 confirmed + 1 held (short) = 4 of 8.
     let lowered = f.engine.change_capacity(slot, 5).await.unwrap();
-    assert_eq!((lowered.capacity, lowered.remaining), (5, 1));
+    assert_eq!((lowered.capacity, lowered.stored_remaining), (5, 1));
     let refused = assert_err!(
         f.engine.change_capacity(slot, 3).await,
         BookingError::CapacityTaken { .. }
@@ -76,7 +76,7 @@ pub(super) async fn lowering_capacity_takes_only_free_units<S: HoldStore + SlotA
         "{refused:?}"
     );
     let unchanged = f.stored_slot(slot).await;
-    assert_eq!((unchanged.capacity, unchanged.remaining), (5, 1));
+    assert_eq!((unchanged.capacity, unchanged.stored_remaining), (5, 1));
     f.assert_invariant(slot, &holds).await;
 
     // The short hold expires: its unit is free, but a change that does not fit even with it
@@ -98,7 +98,7 @@ pub(super) async fn lowering_capacity_takes_only_free_units<S: HoldStore + SlotA
     );
     // Down to exactly the units taken fits by reclaiming the expired unit.
     let exact = f.engine.change_capacity(slot, 3).await.unwrap();
-    assert_eq!((exact.capacity, exact.remaining), (3, 0));
+    assert_eq!((exact.capacity, exact.stored_remaining), (3, 0));
 
     assert_eq!(
         f.stored_status(mix.short.hold_id).await,
@@ -117,7 +117,7 @@ pub(super) async fn lowering_capacity_takes_only_free_units<S: HoldStore + SlotA
         .await
         .unwrap();
     let one = f.engine.change_capacity(slot, 1).await.unwrap();
-    assert_eq!((one.capacity, one.remaining), (1, 0));
+    assert_eq!((one.capacity, one.stored_remaining), (1, 0));
     f.assert_invariant(slot, &holds).await;
 }
 
@@ -148,9 +148,9 @@ pub(super) async fn capacity_changes_are_validated<S: HoldStore + SlotAdmin>(sto
         .change_capacity(slot, i64::from(i32::MAX))
         .await
         .unwrap();
-    assert_eq!((top.capacity, top.remaining), (i32::MAX, i32::MAX));
+    assert_eq!((top.capacity, top.stored_remaining), (i32::MAX, i32::MAX));
     let back = f.engine.change_capacity(slot, 1).await.unwrap();
-    assert_eq!((back.capacity, back.remaining), (1, 1));
+    assert_eq!((back.capacity, back.stored_remaining), (1, 1));
 }
 
 /// A closed slot refuses new holds and leaves availability; its holds can still be confirmed,
@@ -277,7 +277,7 @@ pub(super) async fn removal_needs_a_slot_with_nothing_held_or_confirmed<
     f.advance(Duration::seconds(61));
     let removed = f.engine.remove_slot(slot).await.unwrap();
     assert_eq!(removed.removed_at, Some(f.now()));
-    assert_eq!((removed.capacity, removed.remaining), (6, 6));
+    assert_eq!((removed.capacity, removed.stored_remaining), (6, 6));
     assert_eq!(f.stored_slot(slot).await.removed_at, Some(f.now()));
     assert_eq!(
         f.engine.get_slot(slot).await.unwrap(),
@@ -369,6 +369,17 @@ pub(super) async fn operator_listing_pages_every_slot_with_its_units<S: HoldStor
         assert!(all[2].closed && all[3].removed_at.is_some());
         assert!(!all[1].closed && all[1].removed_at.is_none());
     }
+    // One name, one meaning: the expired unit is free in the listing and in availability,
+    // taken only in the slot row's counter, which says so in its name.
+    let stored = f.engine.get_slot(busy).await.unwrap();
+    assert_eq!(stored.stored_remaining, 6);
+    let listed = f
+        .engine
+        .availability(AvailabilityQuery::all())
+        .await
+        .unwrap();
+    let entry = listed.iter().find(|e| e.slot_id == busy).unwrap();
+    assert_eq!(entry.remaining, 7);
     let of_room = f
         .list_all(&AvailabilityQuery::all().resource(room.clone()), 2)
         .await;

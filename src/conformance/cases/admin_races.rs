@@ -64,7 +64,7 @@ pub(super) async fn race_lowering_capacity_while_holds_race<S: HoldStore + SlotA
                 stored.capacity
             );
             assert_eq!(
-                stored.remaining,
+                stored.stored_remaining,
                 stored.capacity - units,
                 "round {round} wave {wave}"
             );

@@ -110,7 +110,7 @@ pub(super) async fn invalid_slots_are_refused<S: HoldStore>(store: S) {
         .create_slot(NewSlot::new(start, start + hours(1), i32::MAX))
         .await
         .unwrap();
-    assert_eq!((slot.capacity, slot.remaining), (i32::MAX, i32::MAX));
+    assert_eq!((slot.capacity, slot.stored_remaining), (i32::MAX, i32::MAX));
     assert_eq!(
         f.engine
             .availability(AvailabilityQuery::all())

@@ -31,7 +31,7 @@ impl ModelSlot {
             starts_at: self.starts_at,
             ends_at: self.ends_at,
             capacity: self.capacity,
-            remaining: self.remaining,
+            stored_remaining: self.remaining,
             resource: self.resource.clone(),
             closed: self.closed,
             removed_at: self.removed_at,

@@ -170,7 +170,12 @@ impl TestServer {
     }
 
     pub async fn remaining(&self, slot: SlotId) -> i32 {
-        self.store.get_slot(slot).await.unwrap().unwrap().remaining
+        self.store
+            .get_slot(slot)
+            .await
+            .unwrap()
+            .unwrap()
+            .stored_remaining
     }
 }
 
