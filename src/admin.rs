@@ -60,10 +60,13 @@ pub use crate::model::{InvalidSlotCursor, SlotCursor, SlotPage, SlotSummary, Slo
 pub use crate::SlotFilter;
 
 /// A capacity as the engine accepts it: `1..=i32::MAX`.
-pub(crate) fn checked_capacity(capacity: i64) -> Result<i32, BookingError> {
-    match i32::try_from(capacity) {
-        Ok(c) if c >= 1 => Ok(c),
-        _ => Err(BookingError::InvalidSlot(InvalidSlot::Capacity(capacity))),
+pub(crate) fn checked_capacity(capacity: i32) -> Result<i32, BookingError> {
+    if capacity >= 1 {
+        Ok(capacity)
+    } else {
+        Err(BookingError::InvalidSlot(InvalidSlot::Capacity(
+            capacity.into(),
+        )))
     }
 }
 
@@ -115,7 +118,7 @@ impl<S: HoldStore + SlotAdmin> BookingEngine<S> {
     pub async fn change_capacity(
         &self,
         slot_id: SlotId,
-        capacity: i64,
+        capacity: i32,
     ) -> Result<Slot, BookingError> {
         let op = Op::new(Operation::ChangeCapacity).slot(slot_id);
         op.run(async {
@@ -312,11 +315,11 @@ mod tests {
     #[test]
     fn capacities_outside_the_range_are_invalid() {
         assert_eq!(checked_capacity(1).ok(), Some(1));
-        assert_eq!(checked_capacity(i64::from(i32::MAX)).ok(), Some(i32::MAX));
-        for bad in [0, -1, i64::from(i32::MAX) + 1, i64::MIN] {
+        assert_eq!(checked_capacity(i32::MAX).ok(), Some(i32::MAX));
+        for bad in [0, -1, i32::MIN] {
             assert!(matches!(
                 checked_capacity(bad),
-                Err(BookingError::InvalidSlot(InvalidSlot::Capacity(c))) if c == bad
+                Err(BookingError::InvalidSlot(InvalidSlot::Capacity(c))) if c == i64::from(bad)
             ));
         }
     }

@@ -184,7 +184,7 @@ macro_rules! event_conformance_tests {
             refusals_append_no_event
             consumers_resume_where_they_acknowledged
             reclaiming_expired_holds_yields_one_event_each
-            race_sweepers_expire_each_hold_once
+            race_reclaimers_expire_each_hold_once
             purge_deletes_old_history_in_bounded_batches
             race_a_consumer_never_skips_an_event
         );
@@ -194,7 +194,7 @@ macro_rules! event_conformance_tests {
         );
 
         $crate::__conformance_property_test!(
-            /// Random sequences with sweeps, the event log checked against the model's changes.
+            /// Random sequences with reclaims, the event log checked against the model's changes.
             model_based_events,
             $factory,
             $crate::conformance::oracle::check_events,

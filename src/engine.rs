@@ -265,8 +265,8 @@ pub struct NewHold {
     pub slot_id: SlotId,
     /// The idempotency key: 1 to 255 visible ASCII characters, unique across all holds.
     pub key: String,
-    /// Units to take, all or none (default 1).
-    pub quantity: i64,
+    /// Units to take, all or none (default 1). Every count of units in the crate is an `i32`.
+    pub quantity: i32,
     /// Who the hold belongs to (default: nobody, an anonymous hold).
     pub owner: Option<OwnerId>,
     /// How long the hold lasts (default: the engine's hold lifetime).
@@ -286,7 +286,7 @@ impl NewHold {
     }
 
     /// Takes `quantity` units together (`1..=1000`, and no more than the slot's capacity).
-    pub fn quantity(mut self, quantity: i64) -> Self {
+    pub fn quantity(mut self, quantity: i32) -> Self {
         self.quantity = quantity;
         self
     }
@@ -520,13 +520,13 @@ impl<S: HoldStore> BookingEngine<S> {
     }
 
     /// How long holds last unless a request asks for another lifetime.
-    pub fn hold_ttl(&self) -> chrono::Duration {
-        chrono_duration(self.inner.lifetimes.default)
+    pub fn hold_ttl(&self) -> Duration {
+        self.inner.lifetimes.default
     }
 
     /// The longest a hold may live from its creation, renewals included.
-    pub fn max_hold_life(&self) -> chrono::Duration {
-        chrono_duration(self.inner.lifetimes.max_life)
+    pub fn max_hold_life(&self) -> Duration {
+        self.inner.lifetimes.max_life
     }
 
     /// Drops the cached availability so the next read loads it again (the engine does this

@@ -26,7 +26,7 @@
 //! `expired` events need a write: a hold's expiry is decided by its `expires_at` alone, and
 //! its units come back lazily when a slot looks full. [`BookingEngine::reclaim_expired`]
 //! marks expired holds in bounded batches (each exactly once, decided by rows affected, so
-//! several sweepers on several instances never report a hold twice), and
+//! several reclaimers on several instances never report a hold twice), and
 //! [`BookingEngine::purge`] deletes old history. Neither is needed for correctness.
 
 use crate::engine::{check_limit, detached, guarded, BookingEngine};

@@ -55,14 +55,12 @@ impl<S: HoldStore> BookingEngine<S> {
     /// handed, before any store sees it.
     pub(crate) fn prepare_hold(&self, request: NewHold) -> Result<PreparedHold, BookingError> {
         let key = IdempotencyKey::new(request.key)?;
-        let quantity = match i32::try_from(request.quantity) {
-            Ok(q) if (1..=MAX_QUANTITY).contains(&q) => q,
-            _ => {
-                return Err(BookingError::InvalidQuantity {
-                    quantity: request.quantity,
-                })
-            }
-        };
+        let quantity = request.quantity;
+        if !(1..=MAX_QUANTITY).contains(&quantity) {
+            return Err(BookingError::InvalidQuantity {
+                quantity: quantity.into(),
+            });
+        }
         let lifetime = self.inner.lifetimes.pick(request.lifetime)?;
         let now = self.inner.clock.now();
         let expires_at = now

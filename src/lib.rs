@@ -173,12 +173,12 @@
 //! A store that keeps an event log ([`EventStore`]) appends an [`Event`] in
 //! the same atomic step as each change it commits. [`BookingEngine::read_events`] and
 //! [`BookingEngine::acknowledge_events`] give each named consumer at-least-once delivery from
-//! a cursor stored with the data; [`BookingEngine::sweep_expired`] turns expiries into
+//! a cursor stored with the data; [`BookingEngine::reclaim_expired_every`] turns expiries into
 //! `hold_expired` events without a job scheduler, and [`BookingEngine::purge`] bounds the
 //! history kept. Several instances share a consumer through its lease
 //! ([`BookingEngine::lease_consumer`]), and an acknowledgement can commit inside the
 //! application's own transaction ([`Within::acknowledge_leased`]), so each event is handled
-//! once. See [`events`], [`consumers`] and [`sweeper`].
+//! once. See [`events`], [`consumers`] and [`reclaimer`].
 //!
 //! # Observability
 //!
@@ -201,7 +201,7 @@
 //! lifecycle alone — so a third-party store can prove the same behaviour, races included.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 // Doc tests (the README's included) may not drop a value whose drop stops work, such as a
-// `Follower` or a `Sweeper`, nor an unused `Result`.
+// `Follower` or a `Reclaimer`, nor an unused `Result`.
 #![doc(test(attr(deny(unused_must_use))))]
 
 pub mod admin;
@@ -219,9 +219,24 @@ pub mod holds;
 pub mod memory;
 pub mod model;
 pub mod observe;
+pub mod reclaimer;
 pub mod scope;
 pub mod store;
-pub mod sweeper;
+
+/// The old path of [`reclaimer`]: its types under their old names.
+#[doc(hidden)]
+pub mod sweeper {
+    /// The old name of [`Reclaimer`](crate::reclaimer::Reclaimer).
+    #[deprecated(since = "0.2.0", note = "renamed `reclaimer::Reclaimer`")]
+    pub type Sweeper = crate::reclaimer::Reclaimer;
+    /// The old name of [`ReclaimStats`](crate::reclaimer::ReclaimStats) (its `sweeps` are now
+    /// `rounds`).
+    #[deprecated(since = "0.2.0", note = "renamed `reclaimer::ReclaimStats`")]
+    pub type SweepStats = crate::reclaimer::ReclaimStats;
+    /// The old name of [`MIN_RECLAIM_PERIOD`](crate::reclaimer::MIN_RECLAIM_PERIOD).
+    #[deprecated(since = "0.2.0", note = "renamed `reclaimer::MIN_RECLAIM_PERIOD`")]
+    pub const MIN_SWEEP_PERIOD: std::time::Duration = crate::reclaimer::MIN_RECLAIM_PERIOD;
+}
 pub mod transaction;
 
 pub use availability::{Availability, AvailabilitySnapshot};

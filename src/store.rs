@@ -6,7 +6,7 @@
 //! | [`HoldStore`] | create and read a slot, availability, hold, confirm, cancel, renew, read a hold | every store; the seed's four operations |
 //! | [`SlotAdmin`] | change capacity, close and reopen sales, remove, list every slot | the engine's administration ([`crate::admin`]) |
 //! | [`HoldQueries`] | an owner's holds, a slot's roster, by page | [`BookingEngine::owner_holds`](crate::BookingEngine::owner_holds), [`slot_holds`](crate::BookingEngine::slot_holds) |
-//! | [`EventStore`] | the event log, consumers' cursors and leases, reclaiming, purging | [`crate::events`], [`crate::consumers`], [`crate::sweeper`] |
+//! | [`EventStore`] | the event log, consumers' cursors and leases, reclaiming, purging | [`crate::events`], [`crate::consumers`], [`crate::reclaimer`] |
 //! | [`TransactionWrites`], [`TransactionalStore`] | the writes on a connection the caller owns | [`BookingEngine::within`](crate::BookingEngine::within) |
 //!
 //! A store implements [`HoldStore`] and whichever others it can; the engine offers each

@@ -238,7 +238,7 @@ impl<S: HoldStore, W: TransactionWrites> Within<'_, S, W> {
     pub async fn change_capacity(
         &mut self,
         slot_id: SlotId,
-        capacity: i64,
+        capacity: i32,
     ) -> Result<Slot, BookingError> {
         let op = Op::new(Operation::ChangeCapacity)
             .slot(slot_id)

@@ -128,7 +128,7 @@ fn the_readme_is_included_as_doc_tests() {
     );
     assert!(
         lib.contains("#![doc(test(attr(deny(unused_must_use))))]"),
-        "doc tests no longer refuse a dropped Follower or Sweeper"
+        "doc tests no longer refuse a dropped Follower or Reclaimer"
     );
 }
 

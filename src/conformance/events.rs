@@ -1,6 +1,6 @@
 //! Conformance cases for the event log of an [`EventStore`]: one event per committed change
 //! and none for a refusal, consumers that resume where they acknowledged, reclaiming expired
-//! holds exactly once with racing sweepers, bounded purges, and readers that never skip an
+//! holds exactly once with racing reclaimers, bounded purges, and readers that never skip an
 //! event while writers race. [`event_conformance_tests!`](crate::event_conformance_tests)
 //! runs them.
 
@@ -287,10 +287,10 @@ pub async fn reclaiming_expired_holds_yields_one_event_each<S: crate::Store + Ev
     assert!(f.engine.reclaim_expired(0).await.is_err());
 }
 
-/// Eight sweepers race over 120 expired holds on six slots, while holds on those slots
+/// Eight reclaimers race over 120 expired holds on six slots, while holds on those slots
 /// reclaim lazily: every expired hold is reported by exactly one caller and has exactly one
 /// `hold_expired` event.
-pub async fn race_sweepers_expire_each_hold_once<S: crate::Store + EventStore>(store: S) {
+pub async fn race_reclaimers_expire_each_hold_once<S: crate::Store + EventStore>(store: S) {
     let f = Arc::new(Fixture::new(store));
     let log = consumer("log");
     let mut slots = Vec::new();

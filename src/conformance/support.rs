@@ -36,7 +36,7 @@ pub(super) async fn place<S: HoldStore>(
     f: &Fixture<S>,
     slot: SlotId,
     key: &str,
-    quantity: i64,
+    quantity: i32,
     who: Option<&str>,
 ) -> Result<crate::HoldPlaced, BookingError> {
     let mut request = NewHold::new(slot, key).quantity(quantity);

@@ -1,4 +1,4 @@
-//! [`EventStore`] for [`PostgresStore`]: reading the event log, consumers' cursors, the sweep
+//! [`EventStore`] for [`PostgresStore`]: reading the event log, consumers' cursors, the reclaim
 //! of expired holds and the purge of old history. The events themselves are appended by the
 //! write statements in `sql.rs`, each in the statement that makes its change.
 
@@ -17,7 +17,7 @@ use crate::sql::{self, append_events, EV_COLUMNS, H_COLUMNS};
 use crate::{interval, map_err, optional_hold, PostgresStore};
 
 /// How many times [`EventStore::reclaim_expired`] looks again when it saw expired holds but
-/// every one was reclaimed by a concurrent sweeper (or hold) first.
+/// every one was reclaimed by a concurrent reclaimer (or hold) first.
 const RECLAIM_ATTEMPTS: u32 = 8;
 
 /// One look at the log: the events after the cursor in the horizons taken so far, whether
@@ -243,7 +243,7 @@ impl EventStore for PostgresStore {
                 .iter()
                 .filter_map(|row| optional_hold(row).transpose())
                 .collect::<Result<Vec<_>, _>>()?;
-            // Candidates seen but none reclaimed: another sweeper (or a hold) reclaimed them
+            // Candidates seen but none reclaimed: another reclaimer (or a hold) reclaimed them
             // after this statement's snapshot was taken, or their rows were locked. A new
             // statement has a new snapshot, in which those are gone.
             if !reclaimed.is_empty() || candidates == 0 {
@@ -404,18 +404,18 @@ impl EventStatements {
             // `$1` now, `$2` limit. Lock order as everywhere: slot rows first, then hold rows
             // of those slots. Candidate slots are those of the first `$2` expired held holds
             // (through the per-slot partial index of held holds, in its order); their rows are
-            // locked in ascending id order (the sort runs below the row locks), so sweepers
+            // locked in ascending id order (the sort runs below the row locks), so reclaimers
             // lock slots in one order and a hold, a cancel or a slot change (one slot row,
-            // then holds of that slot) never holds a hold row a sweeper waits for while
-            // waiting for a slot the sweeper holds. Then up to `$2` held holds of the locked
+            // then holds of that slot) never holds a hold row a reclaimer waits for while
+            // waiting for a slot the reclaimer holds. Then up to `$2` held holds of the locked
             // slots, re-checked on their latest versions (`status = 'held' AND expires_at <=
             // now`), skipping hold rows another statement has locked (a confirm or renewal in
-            // flight, which locks nothing else; the hold is left for a later sweep): a sweeper
+            // flight, which locks nothing else; the hold is left for a later reclaim): a reclaimer
             // waits for slot rows only. Marking them expired, giving their units back (the
             // new `remaining` computed from the locked slot row `s`, as in the reclaiming
             // statements) and one `hold_expired` event each are one statement: rows affected
-            // decide, so two sweepers never report one hold. Also how many candidates it saw,
-            // so a sweeper that found them all taken by another can look again.
+            // decide, so two reclaimers never report one hold. Also how many candidates it saw,
+            // so a reclaimer that found them all taken by another can look again.
             reclaim_expired: {
                 let expired = append_events(
                     s,

@@ -163,7 +163,7 @@
 //!
 //! # Lock paths
 //!
-//! On the pool, every statement but the sweep runs in a transaction of its own and takes at
+//! On the pool, every statement but the reclaim runs in a transaction of its own and takes at
 //! most one slot row, first;
 //! hold rows only of that slot (a confirm: only its hold, and nothing else); and, last, the
 //! key it inserts into `hold_keys`, a table that is only ever inserted into. A statement
@@ -177,12 +177,12 @@
 //! touches several slots holds one while it waits for the next: transactions touching slots
 //! in one order (by ascending slot id, say) cannot wait for each other in a cycle, and a
 //! deadlock among others is detected by PostgreSQL and fails one write with
-//! [`StoreError::unavailable`]. The sweep
+//! [`StoreError::unavailable`]. The reclaim
 //! ([`reclaim_expired`](slot_booking::EventStore::reclaim_expired)) locks several slot rows,
 //! in ascending id order, and only then hold rows of those slots, skipping hold rows another
 //! statement has locked: it waits for slot rows only, in one order, and holds no hold row
 //! while it waits, so it cannot close a cycle with a hold, a cancel, a slot change or another
-//! sweep. A purge locks only ended holds (which nothing else locks), skipping rows another
+//! reclaim. A purge locks only ended holds (which nothing else locks), skipping rows another
 //! purge has locked, then their keys. Appending an event takes no lock anyone waits for
 //! (the primary key `(tx, id)` is unique per transaction). (Keys used to be unique
 //! on the holds themselves; a reclaim then rewrote the index entries of other requests' keys,

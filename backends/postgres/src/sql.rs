@@ -47,14 +47,14 @@
 //!    expired, and two reclaims on two slots, each about to insert the key the other had
 //!    rewritten, waited for each other: `tests/lock_paths.rs` replays that interleaving.)
 //!
-//! The sweep (`reclaim_expired`) is the one statement that locks several slot rows: in
+//! The reclaim (`reclaim_expired`) is the one statement that locks several slot rows: in
 //! ascending id order (its `ORDER BY` runs below the row locks), and before any hold row; it
 //! then locks held holds of those slots with `SKIP LOCKED`, so it waits only for slot rows, in
 //! one order, holding no hold row. A statement above that holds one slot row and waits for a
-//! hold row of that slot never waits for the sweep (which does not wait on hold rows), and two
-//! sweeps lock slots in the same order. Had it locked holds first and then their slots, a hold
+//! hold row of that slot never waits for the reclaim (which does not wait on hold rows), and two
+//! reclaims lock slots in the same order. Had it locked holds first and then their slots, a hold
 //! statement holding a slot row and reclaiming that slot's expired holds would wait for the
-//! sweep's hold rows while the sweep waited for its slot row: `tests/events.rs` replays that
+//! reclaim's hold rows while the reclaim waited for its slot row: `tests/events.rs` replays that
 //! interleaving. The purge locks ended holds only (cancelled or expired: no other statement
 //! updates or locks those), with `SKIP LOCKED`, then deletes their keys: a hold inserting the
 //! same key waits for the purge, which waits for nothing. Appending an event inserts a new

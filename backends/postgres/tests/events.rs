@@ -1,7 +1,7 @@
 //! The event log on PostgreSQL beyond the core's suite: a consumer resuming on a new pool
 //! after a crash, writes in a caller's transaction that commit or roll back their events with
 //! it, readers that never skip an event whose transaction commits after a later one, and
-//! sweepers racing holds, cancels and each other over the same slots without a deadlock or a
+//! reclaimers racing holds, cancels and each other over the same slots without a deadlock or a
 //! hold reported twice.
 
 mod common;
@@ -462,15 +462,15 @@ async fn an_open_callers_transaction_holds_back_only_its_own_events() {
     assert_eq!(kinds(&read), [(EventKind::HoldPlaced, Some(mine))]);
 }
 
-/// Where a sweeper waits: for a slot row a caller's transaction holds, while it holds the
+/// Where a reclaimer waits: for a slot row a caller's transaction holds, while it holds the
 /// rows of lower slots and no hold row. The transaction then reclaims that slot's expired
-/// holds itself (a hold on a full slot): had the sweeper locked those holds first, the two
-/// would wait for each other. It does not: the transaction commits, and the sweeper then
+/// holds itself (a hold on a full slot): had the reclaimer locked those holds first, the two
+/// would wait for each other. It does not: the transaction commits, and the reclaimer then
 /// reclaims the other slot's holds and reports none of the ones the transaction reclaimed;
 /// each expired hold has exactly one event.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_sweeper_waits_for_slot_rows_and_never_holds_hold_rows_first() {
-    let Some(ctx) = setup("a_sweeper_waits_for_slot_rows_and_never_holds_hold_rows_first").await
+async fn a_reclaim_waits_for_slot_rows_and_never_holds_hold_rows_first() {
+    let Some(ctx) = setup("a_reclaim_waits_for_slot_rows_and_never_holds_hold_rows_first").await
     else {
         return;
     };
@@ -500,8 +500,8 @@ async fn a_sweeper_waits_for_slot_rows_and_never_holds_hold_rows_first() {
         HoldOutcome::Created(hold) => hold.hold_id,
         other => panic!("{other:?}"),
     };
-    // The sweeper locks the low slot, then waits for the high one.
-    let sweeper = {
+    // The reclaimer locks the low slot, then waits for the high one.
+    let reclaimer = {
         let store = store.clone();
         tokio::spawn(async move { store.reclaim_expired(later, 10).await })
     };
@@ -521,7 +521,7 @@ async fn a_sweeper_waits_for_slot_rows_and_never_holds_hold_rows_first() {
         }
         tokio::time::sleep(StdDuration::from_millis(10)).await;
     }
-    assert!(waiting, "the sweeper waits for the high slot's row");
+    assert!(waiting, "the reclaimer waits for the high slot's row");
     // Now the transaction needs the high slot's expired holds: it reclaims them itself.
     let k = key("t-2");
     let second = match store
@@ -535,7 +535,7 @@ async fn a_sweeper_waits_for_slot_rows_and_never_holds_hold_rows_first() {
         other => panic!("{other:?}"),
     };
     tx.commit().await.unwrap();
-    let swept: BTreeSet<HoldId> = sweeper
+    let swept: BTreeSet<HoldId> = reclaimer
         .await
         .unwrap()
         .expect("no deadlock")
@@ -544,7 +544,7 @@ async fn a_sweeper_waits_for_slot_rows_and_never_holds_hold_rows_first() {
         .collect();
     assert_eq!(
         swept, low_expiring,
-        "the sweeper reports the low slot's holds only"
+        "the reclaimer reports the low slot's holds only"
     );
     let events = drain(store, &log).await;
     let expired: Vec<HoldId> = events
@@ -572,21 +572,21 @@ async fn a_sweeper_waits_for_slot_rows_and_never_holds_hold_rows_first() {
     assert_eq!(counts(store, high).await, (3, 1, 2, 0));
 }
 
-/// Sweepers on pools of their own race holds (which reclaim lazily on full slots), cancels
+/// Reclaimers on pools of their own race holds (which reclaim lazily on full slots), cancels
 /// and capacity changes (which lock the slot, then its holds) over the same slots, round after
-/// round: no statement fails (a deadlock would), no hold is reported by two sweepers, and
+/// round: no statement fails (a deadlock would), no hold is reported by two reclaimers, and
 /// every expired hold has exactly one `hold_expired` event.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn sweepers_race_holds_and_each_other_without_deadlock_or_double_report() {
+async fn reclaimers_race_holds_and_each_other_without_deadlock_or_double_report() {
     let Some(ctx) =
-        setup("sweepers_race_holds_and_each_other_without_deadlock_or_double_report").await
+        setup("reclaimers_race_holds_and_each_other_without_deadlock_or_double_report").await
     else {
         return;
     };
     let log = consumer("log");
-    let mut sweepers = Vec::new();
+    let mut reclaimers = Vec::new();
     for _ in 0..4 {
-        sweepers.push(ctx.second_store().await);
+        reclaimers.push(ctx.second_store().await);
     }
     let store = ctx.store.clone();
     let mut expiring = BTreeSet::new();
@@ -612,12 +612,12 @@ async fn sweepers_race_holds_and_each_other_without_deadlock_or_double_report() 
         }
         let now = base + Duration::seconds(120);
         let mut tasks = Vec::new();
-        for sweeper in &sweepers {
-            let sweeper = sweeper.clone();
+        for reclaimer in &reclaimers {
+            let reclaimer = reclaimer.clone();
             tasks.push(tokio::spawn(async move {
                 let mut mine = Vec::new();
                 loop {
-                    let batch = sweeper.reclaim_expired(now, 3).await.expect("sweep");
+                    let batch = reclaimer.reclaim_expired(now, 3).await.expect("reclaim");
                     if batch.is_empty() {
                         return (mine, Vec::new());
                     }
@@ -661,7 +661,7 @@ async fn sweepers_race_holds_and_each_other_without_deadlock_or_double_report() 
             reported.extend(mine);
             lazily.extend(placed);
         }
-        // Whatever the holds and changes did not reclaim, one more sweep does.
+        // Whatever the holds and changes did not reclaim, one more reclaim does.
         while !store.reclaim_expired(now, 50).await.unwrap().is_empty() {}
         for slot in slots {
             assert_invariant(&store, slot).await;

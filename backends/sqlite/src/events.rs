@@ -1,5 +1,5 @@
 //! The event log in the store's database (migration 5): its [`EventStore`], and the statements
-//! that sweep expired holds, purge history and move consumers' cursors.
+//! that reclaim expired holds, purge history and move consumers' cursors.
 
 use super::*;
 use std::collections::BTreeMap;
@@ -8,7 +8,7 @@ use crate::writes::{give_back, log_hold, Run, Step, Target};
 
 /// The event log lives in the store's database (migration 5): every write above appends its
 /// events in its own unit of work (see [`SqliteStore`]'s docs), and these read it, keep the
-/// consumers' cursors, sweep expired holds and purge history. Positions are `0_<id>`.
+/// consumers' cursors, reclaim expired holds and purge history. Positions are `0_<id>`.
 #[async_trait]
 impl EventStore for SqliteStore {
     async fn read_events(
@@ -97,7 +97,7 @@ impl EventStore for SqliteStore {
 
     async fn reclaim_expired(&self, now: Timestamp, limit: u32) -> Result<Vec<Hold>, StoreError> {
         let mut w = self.begin_write().await?;
-        let step = sweep_expired(&self.sql, w.connection(), now, limit).await;
+        let step = reclaim_expired_every(&self.sql, w.connection(), now, limit).await;
         w.finish(step).await
     }
 
@@ -108,17 +108,17 @@ impl EventStore for SqliteStore {
     }
 }
 
-/// The sweeper's reclaim ([`EventStore::reclaim_expired`](slot_booking::EventStore)): marks
+/// The reclaimer's reclaim ([`EventStore::reclaim_expired`](slot_booking::EventStore)): marks
 /// up to `limit` held holds that expired by `now` as expired (on any slot, decided by the rows
-/// the update returned, so a hold reclaimed by a racing sweeper or a lazy reclaim is not among
+/// the update returned, so a hold reclaimed by a racing reclaimer or a lazy reclaim is not among
 /// them), gives their units back slot by slot and appends one `hold_expired` event each.
-pub(crate) async fn sweep_expired(
+pub(crate) async fn reclaim_expired_every(
     sql: &Statements,
     conn: &mut SqliteConnection,
     now: Timestamp,
     limit: u32,
 ) -> Result<Step<Vec<Hold>>, StoreError> {
-    let rows = sqlx::query(AssertSqlSafe(sql.sweep_expired.as_str()))
+    let rows = sqlx::query(AssertSqlSafe(sql.reclaim_expired_every.as_str()))
         .bind(to_micros(now))
         .bind(i64::from(limit))
         .fetch_all(&mut *conn)

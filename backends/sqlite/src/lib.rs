@@ -135,7 +135,7 @@
 //!   caller's own rows.
 //! * [`reclaim_expired`](EventStore::reclaim_expired) is one write transaction per batch:
 //!   one `UPDATE … RETURNING` of up to `limit` held holds with `expires_at <= now`, their units
-//!   given back and one `hold_expired` event each; a hold taken by a racing sweeper is not
+//!   given back and one `hold_expired` event each; a hold taken by a racing reclaimer is not
 //!   returned twice.
 //! * [`purge`](EventStore::purge) deletes up to `limit` cancelled and expired holds that
 //!   ended before the cut-off (never confirmed or held ones) and up to `limit` events older
@@ -493,7 +493,7 @@ mod tests {
         }
     }
 
-    /// The sweeper reads held holds by expiry and the purge ended holds by when they ended,
+    /// The reclaimer reads held holds by expiry and the purge ended holds by when they ended,
     /// each through its own index (migration 5), never a scan of the holds: confirmed history
     /// is not read. Readers and the event purge read a range of the events' primary key.
     #[tokio::test]
@@ -520,7 +520,7 @@ mod tests {
         .unwrap();
         for (sql, index) in [
             (
-                &store.sql.sweep_expired,
+                &store.sql.reclaim_expired_every,
                 "slot_booking_holds_held_by_expiry",
             ),
             (&store.sql.purge_holds, "slot_booking_holds_ended"),

@@ -113,7 +113,7 @@ pub(crate) struct Statements {
     pub(crate) consumer_position: String,
     pub(crate) lease_consumer: String,
     pub(crate) release_consumer: String,
-    pub(crate) sweep_expired: String,
+    pub(crate) reclaim_expired_every: String,
     pub(crate) purge_holds: String,
     pub(crate) purge_events: String,
     /// The holds table's name, for [`Statements::insert_holds`].
@@ -318,11 +318,11 @@ impl Statements {
                 "UPDATE {consumers} SET holder = NULL, lease_until = NULL \
                  WHERE name = ?1 AND holder = ?2"
             ),
-            // ?1 now, ?2 limit: the sweeper's reclaim, up to ?2 held holds that expired by ?1 on
+            // ?1 now, ?2 limit: the reclaimer's reclaim, up to ?2 held holds that expired by ?1 on
             // any slot, the earliest first, through `holds_held_by_expiry` (migration 5). A hold
-            // another sweeper or a lazy reclaim took first is no longer 'held' and is not
+            // another reclaimer or a lazy reclaim took first is no longer 'held' and is not
             // returned: each expired hold is reported once.
-            sweep_expired: format!(
+            reclaim_expired_every: format!(
                 "UPDATE {holds} SET status = 'expired' \
                  WHERE id IN (SELECT id FROM {holds} WHERE status = 'held' AND expires_at <= ?1 \
                               ORDER BY expires_at LIMIT ?2) \
@@ -429,7 +429,7 @@ mod tests {
             &sql.read_events,
             &sql.acknowledge,
             &sql.consumer_position,
-            &sql.sweep_expired,
+            &sql.reclaim_expired_every,
             &sql.purge_holds,
             &sql.purge_events,
             &sql.insert_holds(3).unwrap().to_owned(),

@@ -98,16 +98,20 @@ struct CapacityBody {
 }
 
 /// A capacity as sent: a whole number (range checked by the engine), else `invalid_slot`.
-fn capacity(number: &serde_json::Number) -> Result<i64, Problem> {
-    number.as_i64().ok_or_else(|| {
-        Problem::bad_request(
+/// A capacity from a body: a whole number that fits the crate's `i32` counts of units (the
+/// engine checks the lower bound); anything else is `invalid_slot` with what was sent.
+fn capacity(number: &serde_json::Number) -> Result<i32, Problem> {
+    match number.as_i64() {
+        Some(wide) => i32::try_from(wide)
+            .map_err(|_| BookingError::InvalidSlot(InvalidSlot::Capacity(wide)).into()),
+        None => Err(Problem::bad_request(
             "invalid_slot",
             format!(
                 "invalid slot: capacity must be a whole number between 1 and 2147483647, got \
                  {number}"
             ),
-        )
-    })
+        )),
+    }
 }
 
 /// `POST /admin/slots`: 201 with the slot and its `Location`.
@@ -117,8 +121,6 @@ async fn create_slot(
     JsonObject(body): JsonObject<NewSlotBody>,
 ) -> Result<Response, Problem> {
     let capacity = capacity(&body.capacity)?;
-    let capacity = i32::try_from(capacity)
-        .map_err(|_| BookingError::InvalidSlot(InvalidSlot::Capacity(capacity)))?;
     let mut slot = NewSlot::new(body.starts_at, body.ends_at, capacity);
     if let Some(resource) = body.resource.as_deref() {
         slot = slot.resource(parse_resource(resource)?);

@@ -64,7 +64,7 @@ impl Database {
         }
     }
 
-    /// Starts logging every event committed to this database (with `handle`) and sweeping its
+    /// Starts logging every event committed to this database (with `handle`) and reclaiming its
     /// expired holds; see [`crate::events`]. Stops when the [`EventTasks`] is dropped.
     pub fn log_events(
         &self,

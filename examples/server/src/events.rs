@@ -1,8 +1,8 @@
-//! The server's event consumer and sweeper. Every change committed to the database — through
+//! The server's event consumer and reclaimer. Every change committed to the database — through
 //! this server, another one, or a caller's own transaction — is logged once it commits, from
 //! the database's event log: at least once, resuming after a restart where the previous run
 //! acknowledged (the cursor is stored in the database under [`CONSUMER`]). Expired holds are
-//! swept every [`SWEEP_PERIOD`], so their `hold_expired` events come soon after the expiry.
+//! swept every [`RECLAIM_PERIOD`], so their `hold_expired` events come soon after the expiry.
 //!
 //! Each process consumes under the same name, through its lease: of several servers on one
 //! database one logs at a time (the holder of the lease, renewed before every read), and
@@ -14,7 +14,7 @@
 use std::time::Duration;
 
 use slot_booking::events::{Event, EventStore};
-use slot_booking::sweeper::{SweepStats, Sweeper};
+use slot_booking::reclaimer::{ReclaimStats, Reclaimer};
 use slot_booking::{BookingEngine, BookingError, ConsumerId, LeaseHolder};
 use tokio::sync::watch;
 
@@ -25,7 +25,7 @@ pub const CONSUMER: &str = "server-log";
 pub const POLL_PERIOD: Duration = Duration::from_millis(500);
 
 /// How often expired holds are swept.
-pub const SWEEP_PERIOD: Duration = Duration::from_secs(5);
+pub const RECLAIM_PERIOD: Duration = Duration::from_secs(5);
 
 /// Events read, and expired holds reclaimed, per store call.
 pub const BATCH: u32 = 500;
@@ -112,24 +112,24 @@ pub fn log(event: &Event) {
     );
 }
 
-/// The running consumer and sweeper; dropping it stops both (without releasing the lease,
+/// The running consumer and reclaimer; dropping it stops both (without releasing the lease,
 /// which then lapses): call [`stop`](Self::stop) to hand the log over at once.
 #[derive(Debug)]
-#[must_use = "dropping EventTasks stops the event log and the sweeper"]
+#[must_use = "dropping EventTasks stops the event log and the reclaimer"]
 pub struct EventTasks {
     consumer: tokio::task::JoinHandle<()>,
     stop: watch::Sender<bool>,
-    sweeper: Sweeper,
+    reclaimer: Reclaimer,
 }
 
 impl EventTasks {
     /// Starts logging `engine`'s events with `handle` (under a lease of its own, see the
-    /// module docs) and sweeping its expired holds.
+    /// module docs) and reclaiming its expired holds.
     pub fn start<S: EventStore>(
         engine: BookingEngine<S>,
         handle: impl FnMut(&Event) + Send + 'static,
     ) -> Result<EventTasks, BookingError> {
-        let sweeper = engine.sweep_expired(SWEEP_PERIOD, BATCH)?;
+        let reclaimer = engine.reclaim_expired_every(RECLAIM_PERIOD, BATCH)?;
         // A constant: never fails (a unit test checks it).
         let consumer = ConsumerId::new(CONSUMER).expect("CONSUMER is a valid consumer id");
         let (stop, stopped) = watch::channel(false);
@@ -145,18 +145,18 @@ impl EventTasks {
         Ok(EventTasks {
             consumer,
             stop,
-            sweeper,
+            reclaimer,
         })
     }
 
-    /// What the sweeper has done so far.
-    pub fn sweeps(&self) -> SweepStats {
-        self.sweeper.stats()
+    /// What the reclaimer has done so far.
+    pub fn reclaims(&self) -> ReclaimStats {
+        self.reclaimer.stats()
     }
 
     /// Stops the consumer after the batch in hand (releasing its lease, so another server
-    /// takes the log over at once; given up after [`STOP_WAIT`]) and the sweeper, logging
-    /// the sweeper's counts.
+    /// takes the log over at once; given up after [`STOP_WAIT`]) and the reclaimer, logging
+    /// the reclaimer's counts.
     pub async fn stop(mut self) {
         let _ = self.stop.send(true);
         if tokio::time::timeout(STOP_WAIT, &mut self.consumer)
@@ -165,12 +165,12 @@ impl EventTasks {
         {
             self.consumer.abort();
         }
-        let SweepStats {
-            sweeps,
+        let ReclaimStats {
+            rounds,
             reclaimed,
             failures,
-        } = self.sweeps();
-        tracing::info!(sweeps, reclaimed, failures, "event log stopped");
+        } = self.reclaims();
+        tracing::info!(rounds, reclaimed, failures, "event log stopped");
     }
 }
 

@@ -10,7 +10,7 @@ use axum::http::header::LOCATION;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use slot_booking::{HoldId, HoldPage, NewHold, SlotId};
+use slot_booking::{BookingError, HoldId, HoldPage, NewHold, SlotId};
 
 use crate::body::{Answer, HoldBody, HoldOptions, OptionalJson, RenewOptions};
 use crate::extract::{Caller, IdempotencyKey, On, PathId};
@@ -28,7 +28,10 @@ pub(crate) async fn hold(
     IdempotencyKey(key): IdempotencyKey,
     OptionalJson(options): OptionalJson<HoldOptions>,
 ) -> Result<Response, Problem> {
-    let mut request = NewHold::new(slot_id, key).quantity(options.quantity.unwrap_or(1));
+    let quantity = options.quantity.unwrap_or(1);
+    let quantity =
+        i32::try_from(quantity).map_err(|_| BookingError::InvalidQuantity { quantity })?;
+    let mut request = NewHold::new(slot_id, key).quantity(quantity);
     if let Some(owner) = owner {
         request = request.owner(owner);
     }

@@ -307,7 +307,7 @@ async fn bad_hold_bodies_are_refused_and_change_nothing(app: App) {
     let before = app.state(&[slot], &[existing]).await;
 
     // (body, status, code)
-    let cases: [(&str, u16, &str); 20] = [
+    let cases: [(&str, u16, &str); 22] = [
         ("{", 400, "invalid_body"),
         ("[3, 600]", 400, "invalid_body"),
         ("quantity=3", 400, "invalid_body"),
@@ -321,6 +321,12 @@ async fn bad_hold_bodies_are_refused_and_change_nothing(app: App) {
         (r#"{"quantity": 0}"#, 400, "invalid_quantity"),
         (r#"{"quantity": 1001}"#, 400, "invalid_quantity"),
         (r#"{"quantity": -1}"#, 400, "invalid_quantity"),
+        (r#"{"quantity": 2147483648}"#, 400, "invalid_quantity"),
+        (
+            r#"{"quantity": -9223372036854775808}"#,
+            400,
+            "invalid_quantity",
+        ),
         (r#"{"quantity": 6}"#, 422, "quantity_exceeds_capacity"),
         (r#"{"quantity": 1000}"#, 422, "quantity_exceeds_capacity"),
         (r#"{"lifetime_seconds": 0}"#, 400, "invalid_lifetime"),

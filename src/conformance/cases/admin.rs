@@ -121,11 +121,11 @@ pub(super) async fn lowering_capacity_takes_only_free_units<S: HoldStore + SlotA
     f.assert_invariant(slot, &holds).await;
 }
 
-/// Capacities outside `1..=i32::MAX` and unknown slots are refused before anything changes.
+/// Capacities below 1 and unknown slots are refused before anything changes.
 pub(super) async fn capacity_changes_are_validated<S: HoldStore + SlotAdmin>(store: S) {
     let f = Fixture::new(store);
     let slot = f.slot(3, hours(1)).await;
-    for bad in [0, -1, -5, i64::from(i32::MAX) + 1, i64::MAX] {
+    for bad in [0, -1, -5, i32::MIN] {
         let error = assert_err!(
             f.engine.change_capacity(slot, bad).await,
             BookingError::InvalidSlot(InvalidSlot::Capacity(_))
@@ -143,11 +143,7 @@ pub(super) async fn capacity_changes_are_validated<S: HoldStore + SlotAdmin>(sto
     ] {
         assert_err!(result, BookingError::SlotNotFound { .. });
     }
-    let top = f
-        .engine
-        .change_capacity(slot, i64::from(i32::MAX))
-        .await
-        .unwrap();
+    let top = f.engine.change_capacity(slot, i32::MAX).await.unwrap();
     assert_eq!((top.capacity, top.stored_remaining), (i32::MAX, i32::MAX));
     let back = f.engine.change_capacity(slot, 1).await.unwrap();
     assert_eq!((back.capacity, back.stored_remaining), (1, 1));

@@ -31,7 +31,7 @@ pub(super) async fn race_lowering_capacity_while_holds_race<S: HoldStore + SlotA
                 .map(|i| {
                     let f = Arc::clone(&f);
                     let key = format!("r{round}-w{wave}-{i}");
-                    let quantity = 1 + i64::from(i % 3 == 0);
+                    let quantity = 1 + i32::from(i % 3 == 0);
                     tokio::spawn(async move {
                         f.engine
                             .place_hold(NewHold::new(slot, key).quantity(quantity))
@@ -46,7 +46,7 @@ pub(super) async fn race_lowering_capacity_while_holds_race<S: HoldStore + SlotA
             }
             match lowering.await.expect("task") {
                 Ok(changed) => {
-                    assert_eq!(i64::from(changed.capacity), target);
+                    assert_eq!(changed.capacity, target);
                     applied += 1;
                 }
                 Err(BookingError::CapacityTaken {
@@ -71,12 +71,9 @@ pub(super) async fn race_lowering_capacity_while_holds_race<S: HoldStore + SlotA
             f.assert_invariant(slot, &granted).await;
         }
         // Down to exactly the units sold works; one below is refused with exactly that many.
-        f.engine
-            .change_capacity(slot, i64::from(units))
-            .await
-            .unwrap();
+        f.engine.change_capacity(slot, units).await.unwrap();
         assert!(matches!(
-            f.engine.change_capacity(slot, i64::from(units) - 1).await,
+            f.engine.change_capacity(slot, units - 1).await,
             Err(BookingError::CapacityTaken { taken, .. }) if taken == units
         ));
         f.assert_invariant(slot, &granted).await;

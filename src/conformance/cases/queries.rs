@@ -17,7 +17,7 @@ pub(super) async fn owner_holds_and_rosters_page_by_id<S: HoldStore + HoldQuerie
     let b = f.slot(10, hours(1)).await;
     let mut alices = Vec::new();
     for (i, slot) in [a, b, a, b, a].into_iter().enumerate() {
-        let quantity = i as i64 % 2 + 1;
+        let quantity = i as i32 % 2 + 1;
         let key = format!("alice-{i}");
         alices.push(
             place(&f, slot, &key, quantity, Some("alice"))

@@ -34,14 +34,14 @@ pub struct Batch {
 fn batch() -> impl Strategy<Value = Batch> {
     let ttl = HOLD_TTL.as_micros() as i64;
     let op = prop_oneof![
-        5 => (0..3usize, 0..12u8, 1..=3i64, 0..3u8).prop_map(|(slot, key, quantity, owner)| ModelOp::Hold {
+        5 => (0..3usize, 0..12u8, 1..=3i32, 0..3u8).prop_map(|(slot, key, quantity, owner)| ModelOp::Hold {
             slot, key, quantity, owner, lifetime: None,
         }),
         2 => (0..16usize).prop_map(|hold| ModelOp::Confirm { hold, scope: 4 }),
         2 => (0..16usize).prop_map(|hold| ModelOp::Cancel { hold, scope: 4 }),
         1 => (0..16usize).prop_map(|hold| ModelOp::Renew { hold, scope: 4, lifetime: None }),
         1 => (0..3u8).prop_map(|resource| ModelOp::Availability { resource }),
-        1 => (0..3usize, 1..=8i64).prop_map(|(slot, capacity)| ModelOp::SetCapacity { slot, capacity }),
+        1 => (0..3usize, 1..=8i32).prop_map(|(slot, capacity)| ModelOp::SetCapacity { slot, capacity }),
         1 => (0..3usize, any::<bool>()).prop_map(|(slot, closed)| ModelOp::SetClosed { slot, closed }),
     ];
     (

@@ -239,7 +239,7 @@ impl<S: crate::Store + EventStore> StepCheck<S> for EventsMatchTheModel {
     }
 }
 
-/// Runs `cases` random sequences like [`check`](super::check), with sweeps of expired holds
+/// Runs `cases` random sequences like [`check`](super::check), with reclaims of expired holds
 /// among the operations, and after every step compares the events the store appended with
 /// those the model's change of state implies: one per change, none for a refusal.
 ///

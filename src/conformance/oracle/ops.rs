@@ -30,7 +30,7 @@ pub enum ModelOp {
         /// Slot index.
         slot: usize,
         /// The new capacity.
-        capacity: i64,
+        capacity: i32,
     },
     /// Close (`true`) or reopen slot number `slot`'s sales.
     SetClosed {
@@ -60,7 +60,7 @@ pub enum ModelOp {
         /// Key number.
         key: u8,
         /// Units asked for (some out of bounds on purpose).
-        quantity: i64,
+        quantity: i32,
         /// Owner number, 0 for anonymous.
         owner: u8,
         /// Requested lifetime in seconds (some out of bounds on purpose).
@@ -128,7 +128,7 @@ pub enum ModelOp {
         /// -1, 0 or +1 microseconds.
         offset: i64,
     },
-    /// Reclaim every expired hold (an [`EventStore`](crate::events::EventStore) sweep; drawn
+    /// Reclaim every expired hold (an [`EventStore`](crate::events::EventStore) reclaim; drawn
     /// only by [`check_events`](super::check_events)).
     ReclaimExpired,
     /// Take or extend the lease of the consumer `leased` for [`LEASE`] as holder number

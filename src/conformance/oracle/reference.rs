@@ -67,7 +67,7 @@ pub(super) enum Seen {
     CapacityTaken(i32),
     /// `slot_in_use`, with the units held and confirmed.
     InUse(i32, i32),
-    /// The holds a sweep reclaimed, by id.
+    /// The holds a reclaim reclaimed, by id.
     Reclaimed(Vec<HoldId>),
     /// Whether a lease was granted.
     Leased(bool),
@@ -187,7 +187,6 @@ impl Model {
         if !(1..=1000).contains(&quantity) {
             return Seen::Error("invalid_quantity");
         }
-        let quantity = quantity as i32;
         let lifetime = match pick_lifetime(lifetime) {
             Ok(lifetime) => lifetime,
             Err(refused) => return refused,
@@ -408,20 +407,10 @@ impl Model {
         Seen::Slot(self.slots[index].as_slot())
     }
 
-    pub(super) fn set_capacity(&mut self, index: usize, capacity: i64, now: Timestamp) -> Seen {
-        let Ok(capacity) =
-            i32::try_from(capacity).map_err(|_| ()).and_then(
-                |c| {
-                    if c >= 1 {
-                        Ok(c)
-                    } else {
-                        Err(())
-                    }
-                },
-            )
-        else {
+    pub(super) fn set_capacity(&mut self, index: usize, capacity: i32, now: Timestamp) -> Seen {
+        if capacity < 1 {
             return Seen::Error("invalid_slot");
-        };
+        }
         self.take_free_units(
             index,
             now,

@@ -32,7 +32,7 @@ pub fn op() -> impl Strategy<Value = ModelOp> {
 /// confirm, cancel, renew or read a hold, read the availability listing, move the clock.
 pub fn lifecycle_op() -> impl Strategy<Value = ModelOp> {
     let ttl = HOLD_TTL.as_micros() as i64;
-    let quantity = prop_oneof![8 => Just(1i64), 4 => 2..=3i64, 1 => Just(0i64), 1 => Just(7i64), 1 => Just(1001i64)];
+    let quantity = prop_oneof![8 => Just(1i32), 4 => 2..=3i32, 1 => Just(0i32), 1 => Just(7i32), 1 => Just(1001i32)];
     prop_oneof![
         1 => (1..=6i32, 1..=40i64, 0..3u8).prop_map(|(capacity, m, resource)| ModelOp::CreateSlot { capacity, starts_in: m * 60, resource }),
         6 => (0..4usize, 0..8u8, quantity, 0..3u8, lifetime())
@@ -51,7 +51,8 @@ pub fn lifecycle_op() -> impl Strategy<Value = ModelOp> {
 /// The generator for one administration operation: change a capacity (some out of bounds on
 /// purpose), close or reopen sales, remove a slot, read the operator's listing.
 pub fn admin_op() -> impl Strategy<Value = ModelOp> {
-    let capacity = prop_oneof![8 => 1..=8i64, 1 => Just(0i64), 1 => Just(-1i64), 1 => Just(i64::from(i32::MAX) + 1)];
+    let capacity =
+        prop_oneof![8 => 1..=8i32, 1 => Just(0i32), 1 => Just(-1i32), 1 => Just(i32::MIN)];
     prop_oneof![
         2 => (0..5usize, capacity).prop_map(|(slot, capacity)| ModelOp::SetCapacity { slot, capacity }),
         1 => (0..5usize, any::<bool>()).prop_map(|(slot, closed)| ModelOp::SetClosed { slot, closed }),

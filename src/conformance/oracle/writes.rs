@@ -61,7 +61,7 @@ pub(super) trait Writer {
     ) -> Result<Hold, BookingError>;
     async fn get_hold_as(&mut self, scope: &Scope, hold: HoldId) -> Result<Hold, BookingError>;
     async fn create_slot(&mut self, slot: NewSlot) -> Result<Slot, BookingError>;
-    async fn change_capacity(&mut self, slot: SlotId, capacity: i64) -> Result<Slot, BookingError>;
+    async fn change_capacity(&mut self, slot: SlotId, capacity: i32) -> Result<Slot, BookingError>;
     async fn close_sales(&mut self, slot: SlotId) -> Result<Slot, BookingError>;
     async fn reopen_sales(&mut self, slot: SlotId) -> Result<Slot, BookingError>;
     async fn remove_slot(&mut self, slot: SlotId) -> Result<Slot, BookingError>;
@@ -89,7 +89,7 @@ macro_rules! writer {
             async fn create_slot(&mut self, slot: NewSlot) -> Result<Slot, BookingError> {
                 (*self).create_slot(slot).await
             }
-            async fn change_capacity(&mut self, slot: SlotId, capacity: i64) -> Result<Slot, BookingError> {
+            async fn change_capacity(&mut self, slot: SlotId, capacity: i32) -> Result<Slot, BookingError> {
                 (*self).change_capacity(slot, capacity).await
             }
             async fn close_sales(&mut self, slot: SlotId) -> Result<Slot, BookingError> {

@@ -1,11 +1,11 @@
 //! Expiry notices without a job scheduler: a task that reclaims expired holds periodically.
 //!
 //! Correctness never needs it — an expired hold stops counting the moment its `expires_at`
-//! passes, and its units come back lazily when a slot looks full. What the sweeper adds is a
+//! passes, and its units come back lazily when a slot looks full. What the reclaimer adds is a
 //! `hold_expired` [event](crate::events) soon after each expiry (for "your hold lapsed"
-//! emails, releasing a payment authorisation) and exact stored counts. Each sweep calls
-//! [`BookingEngine::reclaim_expired`] until a batch comes back short, so one sweep touches at
-//! most `batch` holds per store call; several sweepers on several instances may run at once,
+//! emails, releasing a payment authorisation) and exact stored counts. Each round calls
+//! [`BookingEngine::reclaim_expired`] until a batch comes back short, so one round touches at
+//! most `batch` holds per store call; several reclaimers on several instances may run at once,
 //! and each expired hold is still reported once (the store decides by the rows its update
 //! changed).
 
@@ -19,27 +19,28 @@ use crate::engine::BookingEngine;
 use crate::error::BookingError;
 use crate::events::{EventStore, MAX_BATCH};
 
-/// The shortest period a sweeper accepts; shorter ones are raised to it.
-pub const MIN_SWEEP_PERIOD: Duration = Duration::from_millis(1);
+/// The shortest period a reclaimer accepts; shorter ones are raised to it.
+pub const MIN_RECLAIM_PERIOD: Duration = Duration::from_millis(1);
 
-/// What a [`Sweeper`] has done so far.
+/// What a [`Reclaimer`] has done so far.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SweepStats {
-    /// Sweeps finished (each one or more `reclaim_expired` calls).
-    pub sweeps: u64,
-    /// Holds this sweeper reclaimed.
+pub struct ReclaimStats {
+    /// Rounds finished (each one or more `reclaim_expired` calls, until a batch came back
+    /// short).
+    pub rounds: u64,
+    /// Holds this reclaimer reclaimed.
     pub reclaimed: u64,
-    /// Sweeps that ended on a store error (retried at the next period).
+    /// Rounds that ended on a store error (retried at the next period).
     pub failures: u64,
 }
 
-/// A running sweeper from [`BookingEngine::sweep_expired`]. Dropping it stops the task; so
+/// A running reclaimer from [`BookingEngine::reclaim_expired_every`]. Dropping it stops the task; so
 /// does dropping the engine (at the next period). Keep it for as long as expired holds should
-/// be swept, and [`stop`](Sweeper::stop) it, or drop it, to end sweeping.
+/// be reclaimed, and [`stop`](Reclaimer::stop) it, or drop it, to end it.
 ///
-/// A sweeper dropped where it is made would stop at once; the compiler says so (doc tests
+/// A reclaimer dropped where it is made would stop at once; the compiler says so (doc tests
 /// deny the warning, so this one fails to compile, unlike the example of
-/// [`sweep_expired`](BookingEngine::sweep_expired) that keeps it):
+/// [`reclaim_expired_every`](BookingEngine::reclaim_expired_every) that keeps it):
 ///
 /// ```compile_fail
 /// # tokio_test::block_on(async {
@@ -47,28 +48,28 @@ pub struct SweepStats {
 /// use slot_booking::{BookingEngine, MemoryStore};
 ///
 /// let engine = BookingEngine::new(MemoryStore::new());
-/// engine.sweep_expired(Duration::from_secs(30), 500)?; // error: unused `Sweeper`
+/// engine.reclaim_expired_every(Duration::from_secs(30), 500)?; // error: unused `Reclaimer`
 /// # Ok::<(), slot_booking::BookingError>(())
 /// # }).unwrap();
 /// ```
 #[derive(Debug)]
-#[must_use = "dropping a Sweeper stops it at once: keep it for as long as expired holds should be swept"]
-pub struct Sweeper {
+#[must_use = "dropping a Reclaimer stops it at once: keep it for as long as expired holds should be swept"]
+pub struct Reclaimer {
     task: tokio::task::JoinHandle<()>,
-    stats: watch::Receiver<SweepStats>,
+    stats: watch::Receiver<ReclaimStats>,
 }
 
-impl Sweeper {
+impl Reclaimer {
     /// Counts so far.
-    pub fn stats(&self) -> SweepStats {
+    pub fn stats(&self) -> ReclaimStats {
         *self.stats.borrow()
     }
 
-    /// Waits until at least `sweeps` sweeps have finished; returns the counts then, or `None`
-    /// if the sweeper ended first (its engine was dropped).
-    pub async fn wait_for_sweeps(&mut self, sweeps: u64) -> Option<SweepStats> {
+    /// Waits until at least `rounds` rounds have finished; returns the counts then, or `None`
+    /// if the reclaimer ended first (its engine was dropped).
+    pub async fn wait_for_rounds(&mut self, rounds: u64) -> Option<ReclaimStats> {
         self.stats
-            .wait_for(|stats| stats.sweeps >= sweeps)
+            .wait_for(|stats| stats.rounds >= rounds)
             .await
             .ok()
             .map(|stats| *stats)
@@ -87,17 +88,17 @@ impl Sweeper {
     }
 }
 
-impl Drop for Sweeper {
+impl Drop for Reclaimer {
     fn drop(&mut self) {
         self.task.abort();
     }
 }
 
 impl<S: EventStore> BookingEngine<S> {
-    /// Starts a task that sweeps expired holds every `every` (the first sweep at once),
+    /// Starts a task that reclaims expired holds every `every` (the first round at once),
     /// reclaiming them `batch` (1–1000) per store call until a call comes back short. A
-    /// failed sweep is counted and retried at the next period. The task holds the engine
-    /// only while it sweeps, so it ends when the engine is dropped. Needs a tokio runtime.
+    /// failed round is counted and retried at the next period. The task holds the engine
+    /// only while it reclaims, so it ends when the engine is dropped. Needs a tokio runtime.
     ///
     /// ```
     /// # tokio_test::block_on(async {
@@ -105,20 +106,24 @@ impl<S: EventStore> BookingEngine<S> {
     /// use slot_booking::{BookingEngine, MemoryStore};
     ///
     /// let engine = BookingEngine::new(MemoryStore::new());
-    /// let mut sweeper = engine.sweep_expired(Duration::from_secs(30), 500)?;
-    /// let first = sweeper.wait_for_sweeps(1).await;
+    /// let mut reclaimer = engine.reclaim_expired_every(Duration::from_secs(30), 500)?;
+    /// let first = reclaimer.wait_for_rounds(1).await;
     /// assert_eq!(first.map(|stats| stats.reclaimed), Some(0));
     /// # Ok::<(), slot_booking::BookingError>(())
     /// # }).unwrap();
     /// ```
-    pub fn sweep_expired(&self, every: Duration, batch: u32) -> Result<Sweeper, BookingError> {
+    pub fn reclaim_expired_every(
+        &self,
+        every: Duration,
+        batch: u32,
+    ) -> Result<Reclaimer, BookingError> {
         if !(1..=MAX_BATCH).contains(&batch) {
             return Err(BookingError::InvalidPage { limit: batch });
         }
         let engine = self.downgrade();
-        let (report, stats) = watch::channel(SweepStats::default());
+        let (report, stats) = watch::channel(ReclaimStats::default());
         let report = Arc::new(report);
-        let mut ticks = tokio::time::interval(every.max(MIN_SWEEP_PERIOD));
+        let mut ticks = tokio::time::interval(every.max(MIN_RECLAIM_PERIOD));
         ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let task = tokio::spawn(async move {
             loop {
@@ -126,22 +131,33 @@ impl<S: EventStore> BookingEngine<S> {
                 let Some(engine) = engine.upgrade() else {
                     return;
                 };
-                let (reclaimed, failed) = sweep(&engine, batch).await;
+                let (reclaimed, failed) = reclaim_round(&engine, batch).await;
                 drop(engine);
                 report.send_modify(|stats| {
-                    stats.sweeps += 1;
+                    stats.rounds += 1;
                     stats.reclaimed += reclaimed;
                     stats.failures += u64::from(failed);
                 });
             }
         });
-        Ok(Sweeper { task, stats })
+        Ok(Reclaimer { task, stats })
     }
 }
 
-/// One sweep: reclaims until a batch comes back short. Returns the holds reclaimed and
+impl<S: EventStore> BookingEngine<S> {
+    /// The old name of [`reclaim_expired_every`](BookingEngine::reclaim_expired_every).
+    #[deprecated(
+        since = "0.2.0",
+        note = "one verb for one act: use `reclaim_expired_every` (a `Reclaimer`), beside `reclaim_expired` (one batch)"
+    )]
+    pub fn sweep_expired(&self, every: Duration, batch: u32) -> Result<Reclaimer, BookingError> {
+        self.reclaim_expired_every(every, batch)
+    }
+}
+
+/// One round: reclaims until a batch comes back short. Returns the holds reclaimed and
 /// whether it ended on an error.
-async fn sweep<S: EventStore>(engine: &BookingEngine<S>, batch: u32) -> (u64, bool) {
+async fn reclaim_round<S: EventStore>(engine: &BookingEngine<S>, batch: u32) -> (u64, bool) {
     let mut reclaimed = 0;
     loop {
         match engine.reclaim_expired(batch).await {
@@ -164,7 +180,7 @@ mod tests {
     use chrono::TimeZone;
 
     #[tokio::test(start_paused = true)]
-    async fn sweeps_each_period_in_batches_and_ends_with_its_engine() {
+    async fn reclaims_each_period_in_batches_and_ends_with_its_engine() {
         let t0 = chrono::Utc
             .with_ymd_and_hms(2030, 1, 1, 9, 0, 0)
             .single()
@@ -186,19 +202,21 @@ mod tests {
             let request = NewHold::new(slot, key).lifetime(Duration::from_secs(60));
             engine.place_hold(request).await.unwrap();
         }
-        let mut sweeper = engine.sweep_expired(Duration::from_secs(10), 2).unwrap();
-        let first = sweeper.wait_for_sweeps(1).await.unwrap();
+        let mut reclaimer = engine
+            .reclaim_expired_every(Duration::from_secs(10), 2)
+            .unwrap();
+        let first = reclaimer.wait_for_rounds(1).await.unwrap();
         assert_eq!(
-            (first.sweeps, first.reclaimed),
+            (first.rounds, first.reclaimed),
             (1, 0),
             "nothing expired yet"
         );
 
         clock.advance(chrono::Duration::seconds(61));
-        let second = sweeper.wait_for_sweeps(2).await.unwrap();
+        let second = reclaimer.wait_for_rounds(2).await.unwrap();
         assert_eq!(
             second.reclaimed, 5,
-            "three batches of at most two in one sweep"
+            "three batches of at most two in one round"
         );
         let log = ConsumerId::new("log").unwrap();
         let events = engine.read_events(&log, 100).await.unwrap();
@@ -209,21 +227,26 @@ mod tests {
         assert_eq!(expired, 5);
         assert_eq!(engine.get_slot(slot).await.unwrap().stored_remaining, 10);
 
-        // The task holds the engine only while sweeping: dropping it ends the task.
+        // The task holds the engine only while reclaiming: dropping it ends the task.
         drop(engine);
-        let ended =
-            tokio::time::timeout(Duration::from_secs(3600), sweeper.wait_for_sweeps(u64::MAX));
-        assert_eq!(ended.await, Ok(None), "the sweeper outlived its engine");
-        assert!(sweeper.is_finished());
-        assert_eq!(sweeper.stats().failures, 0);
+        let ended = tokio::time::timeout(
+            Duration::from_secs(3600),
+            reclaimer.wait_for_rounds(u64::MAX),
+        );
+        assert_eq!(ended.await, Ok(None), "the reclaimer outlived its engine");
+        assert!(reclaimer.is_finished());
+        assert_eq!(reclaimer.stats().failures, 0);
     }
 
     #[tokio::test]
     async fn batch_sizes_outside_the_bounds_are_refused() {
         let engine = BookingEngine::new(MemoryStore::new());
         for batch in [0, MAX_BATCH + 1] {
-            let refused = engine.sweep_expired(Duration::from_secs(1), batch);
+            let refused = engine.reclaim_expired_every(Duration::from_secs(1), batch);
             assert!(matches!(refused, Err(BookingError::InvalidPage { .. })));
+            #[allow(deprecated)]
+            let old_name = engine.sweep_expired(Duration::from_secs(1), batch);
+            assert!(matches!(old_name, Err(BookingError::InvalidPage { .. })));
         }
     }
 }
