@@ -16,8 +16,8 @@ use crate::changes::Invalidator;
 use crate::clock::{Clock, SystemClock};
 use crate::error::BookingError;
 use crate::model::{
-    truncate_to_micros, AvailabilityQuery, Hold, HoldId, HoldStatus, IdempotencyKey, NewSlot,
-    OwnerId, SlotId, Timestamp, MAX_PAGE_SIZE,
+    truncate_to_micros, AvailabilityQuery, Booking, Hold, HoldId, HoldStatus, IdempotencyKey,
+    NewSlot, OwnerId, SlotId, Timestamp, MAX_PAGE_SIZE,
 };
 use crate::observe::{Op, Operation};
 use crate::store::{Decided, HoldOutcome, HoldRequest, HoldStore, StoreError, Transition};
@@ -308,10 +308,10 @@ impl NewHold {
 impl<S: HoldStore> Inner<S> {
     /// Invalidates the cached availability once a transition has committed (R3): after the
     /// store call returned, never before.
-    pub(crate) fn invalidate_if_applied(
+    pub(crate) fn invalidate_if_applied<T>(
         &self,
-        transition: Result<Decided<Transition>, StoreError>,
-    ) -> Result<Decided<Transition>, StoreError> {
+        transition: Result<Decided<Transition<T>>, StoreError>,
+    ) -> Result<Decided<Transition<T>>, StoreError> {
         if let Ok(Decided {
             outcome: Transition::Applied(_),
             ..
@@ -398,21 +398,21 @@ pub(crate) fn prepare_slot(slot: NewSlot) -> Result<NewSlot, BookingError> {
 /// store decided at. A hold the operation did not change is returned as it is when its status
 /// is `unchanged_ok` (confirming a confirmed hold, cancelling a cancelled one, renewing a
 /// confirmed one), and is an error otherwise.
-pub(crate) fn settle(
+pub(crate) fn settle<T: Settled>(
     op: &Op,
-    transition: Decided<Transition>,
+    transition: Decided<Transition<T>>,
     hold_id: HoldId,
     unchanged_ok: HoldStatus,
-) -> Result<Hold, BookingError> {
+) -> Result<T, BookingError> {
     let now = transition.at;
     match transition.outcome {
         Transition::Applied(hold) => {
-            op.record_slot(hold.slot_id);
+            op.record_slot(hold.slot_id());
             Ok(hold.at(now))
         }
         Transition::NotFound => Err(BookingError::HoldNotFound { hold_id }),
         Transition::NotApplied(hold) => {
-            op.record_slot(hold.slot_id);
+            op.record_slot(hold.slot_id());
             match hold.status_at(now) {
                 status if status == unchanged_ok => Ok(hold.at(now)),
                 HoldStatus::Cancelled => Err(BookingError::HoldCancelled { hold_id }),
@@ -423,6 +423,40 @@ pub(crate) fn settle(
                 )))),
             }
         }
+    }
+}
+
+/// What a transition returns, a hold or a whole booking: its status resolved at an instant.
+pub(crate) trait Settled {
+    /// The status clients see at `now`.
+    fn status_at(&self, now: Timestamp) -> HoldStatus;
+    /// Itself with every status resolved at `now`.
+    fn at(self, now: Timestamp) -> Self;
+    /// The slot to record on the operation's span (a booking's first line's).
+    fn slot_id(&self) -> SlotId;
+}
+
+impl Settled for Hold {
+    fn status_at(&self, now: Timestamp) -> HoldStatus {
+        Hold::status_at(self, now)
+    }
+    fn at(self, now: Timestamp) -> Self {
+        Hold::at(self, now)
+    }
+    fn slot_id(&self) -> SlotId {
+        self.slot_id
+    }
+}
+
+impl Settled for Booking {
+    fn status_at(&self, now: Timestamp) -> HoldStatus {
+        Booking::status_at(self, now)
+    }
+    fn at(self, now: Timestamp) -> Self {
+        Booking::at(self, now)
+    }
+    fn slot_id(&self) -> SlotId {
+        self.lead().slot_id
     }
 }
 

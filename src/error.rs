@@ -1,7 +1,8 @@
 //! The engine's error type.
 
 use crate::model::{
-    ConsumerId, HoldId, InvalidIdempotencyKey, InvalidOwnerId, InvalidSlot, SlotId,
+    ConsumerId, HoldId, InvalidBooking, InvalidIdempotencyKey, InvalidOwnerId, InvalidSlot,
+    LineProblem, LineShortfall, SlotId,
 };
 use crate::store::StoreError;
 
@@ -125,6 +126,18 @@ pub enum BookingError {
         /// The hold asked for.
         hold_id: HoldId,
     },
+    /// The booking's lines are not valid: none, more than
+    /// [`MAX_LINES`](crate::model::MAX_LINES), a slot twice, or a quantity out of bounds.
+    #[error("invalid booking: {0}")]
+    InvalidBooking(#[from] InvalidBooking),
+    /// At least one line of a booking of several lines cannot be had; nothing was taken.
+    /// Every such line is named, by slot id, each with the code a hold on it alone would have
+    /// been refused with.
+    #[error("{}", lines_unavailable_message(.lines))]
+    LinesUnavailable {
+        /// Every line that cannot be had, by slot id.
+        lines: Vec<LineShortfall>,
+    },
     /// The consumer's lease is held by another holder (it took the lease over after this
     /// holder's lapsed): nothing was acknowledged. Stop handling the consumer's events and
     /// roll back what was done for the unacknowledged ones; the new holder delivers them.
@@ -176,6 +189,8 @@ impl BookingError {
         "hold_not_found",
         "hold_cancelled",
         "hold_expired",
+        "invalid_booking",
+        "lines_unavailable",
         "lease_lost",
         STORE_UNAVAILABLE,
         STORE_FAILED,
@@ -205,6 +220,8 @@ impl BookingError {
             BookingError::HoldNotFound { .. } => "hold_not_found",
             BookingError::HoldCancelled { .. } => "hold_cancelled",
             BookingError::HoldExpired { .. } => "hold_expired",
+            BookingError::InvalidBooking(_) => "invalid_booking",
+            BookingError::LinesUnavailable { .. } => "lines_unavailable",
             BookingError::LeaseLost { .. } => "lease_lost",
             BookingError::Store(error) => store_code(error),
         }
@@ -215,6 +232,28 @@ impl BookingError {
     pub fn is_transient(&self) -> bool {
         matches!(self, BookingError::Store(error) if error.is_transient())
     }
+}
+
+fn lines_unavailable_message(lines: &[LineShortfall]) -> String {
+    let each: Vec<String> = lines
+        .iter()
+        .map(|line| {
+            let slot = line.slot_id;
+            match line.problem {
+                LineProblem::SoldOut { free } => {
+                    format!("slot {slot}: {free} free, {} asked", line.quantity)
+                }
+                LineProblem::ExceedsCapacity { capacity } => {
+                    format!("slot {slot}: {capacity} in all, {} asked", line.quantity)
+                }
+                problem => format!("slot {slot}: {}", problem.code()),
+            }
+        })
+        .collect();
+    format!(
+        "no unit was taken; lines that cannot be had: {}",
+        each.join("; ")
+    )
 }
 
 fn key_reused_message(
@@ -279,6 +318,14 @@ mod tests {
             BookingError::HoldNotFound { hold_id },
             BookingError::HoldCancelled { hold_id },
             BookingError::HoldExpired { hold_id },
+            BookingError::InvalidBooking(InvalidBooking::NoLines),
+            BookingError::LinesUnavailable {
+                lines: vec![LineShortfall {
+                    slot_id,
+                    quantity: 2,
+                    problem: LineProblem::SoldOut { free: 1 },
+                }],
+            },
             BookingError::LeaseLost {
                 consumer: ConsumerId::new("mailer").unwrap(),
             },
@@ -308,8 +355,10 @@ mod tests {
             BookingError::HoldNotFound { .. } => 14,
             BookingError::HoldCancelled { .. } => 15,
             BookingError::HoldExpired { .. } => 16,
-            BookingError::LeaseLost { .. } => 17,
-            BookingError::Store(_) => 18,
+            BookingError::InvalidBooking(_) => 17,
+            BookingError::LinesUnavailable { .. } => 18,
+            BookingError::LeaseLost { .. } => 19,
+            BookingError::Store(_) => 20,
         }
     }
 
@@ -317,7 +366,7 @@ mod tests {
     fn codes_lists_every_code_once_and_nothing_else() {
         let errors = one_of_each();
         let variants: BTreeSet<usize> = errors.iter().map(variant).collect();
-        assert_eq!(variants, (0..=18).collect(), "a value of every variant");
+        assert_eq!(variants, (0..=20).collect(), "a value of every variant");
 
         for error in &errors {
             assert!(

@@ -206,6 +206,7 @@
 
 pub mod admin;
 pub mod availability;
+pub mod bookings;
 pub mod cache;
 pub mod changes;
 pub mod clock;
@@ -240,6 +241,7 @@ pub mod sweeper {
 pub mod transaction;
 
 pub use availability::{Availability, AvailabilitySnapshot};
+pub use bookings::{BookingPlaced, NewBooking};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use engine::{BookingEngine, EngineBuilder, HoldPlaced, NewHold};
 pub use error::BookingError;
@@ -247,16 +249,16 @@ pub use memory::MemoryStore;
 #[allow(deprecated)]
 pub use model::SlotPageRequest;
 pub use model::{
-    AvailabilityEntry, AvailabilityQuery, ConsumerId, Event, EventKind, EventPosition, Hold,
-    HoldId, HoldPage, HoldStatus, IdempotencyKey, LeaseHolder, NewSlot, OwnerId, Page, PageItem,
-    PageRequest, Purged, ResourceId, Slot, SlotCursor, SlotId, SlotPage, SlotSummary, SlotUsage,
-    Timestamp,
+    AvailabilityEntry, AvailabilityQuery, Booking, BookingLine, ConsumerId, Event, EventKind,
+    EventPosition, Hold, HoldId, HoldPage, HoldStatus, IdempotencyKey, LeaseHolder, NewSlot,
+    OwnerId, Page, PageItem, PageRequest, Purged, ResourceId, Slot, SlotCursor, SlotId, SlotPage,
+    SlotSummary, SlotUsage, Timestamp,
 };
 pub use scope::Scope;
 pub use store::{
-    Decided, EventStore, HoldOutcome, HoldQueries, HoldRequest, HoldStore, RenewRequest, SlotAdmin,
-    SlotChange, SlotLimits, Store, StoreError, StoreErrorKind, TransactionWrites,
-    TransactionalStore, Transition,
+    BookingOutcome, BookingRequest, BookingStore, Decided, EventStore, HoldOutcome, HoldQueries,
+    HoldRequest, HoldStore, RenewRequest, SlotAdmin, SlotChange, SlotLimits, Store, StoreError,
+    StoreErrorKind, TransactionWrites, TransactionalStore, Transition,
 };
 pub use transaction::Within;
 

@@ -30,10 +30,14 @@ use crate::store::{
 };
 
 mod admin;
+mod bookings;
 mod events;
 mod holds;
 
 const SHARDS: usize = 16;
+
+/// A booking's line holds and their slots, by slot id ascending.
+type Lines = Arc<[(HoldId, SlotId)]>;
 
 /// A [`Store`](crate::Store) kept in process memory. Cheap to create; nothing survives a restart.
 ///
@@ -50,6 +54,10 @@ pub struct MemoryStore {
     keys: [Mutex<HashMap<IdempotencyKey, (HoldId, SlotId)>>; SHARDS],
     /// Which slot each hold belongs to, sharded by hold id.
     hold_slots: [Mutex<HashMap<HoldId, SlotId>>; SHARDS],
+    /// The lines of every booking of several lines, by each line's hold id: the booking's
+    /// line holds and their slots, by slot id (the first is the booking's id). A leaf lock:
+    /// nothing else is taken while it is held.
+    bookings: Mutex<HashMap<HoldId, Lines>>,
     /// Owned holds by owner, then id: the twin of the SQL index on `(owner, id)`.
     owners: Mutex<BTreeSet<(OwnerId, HoldId)>>,
     last_hold_id: AtomicI64,
@@ -232,37 +240,6 @@ impl MemoryStore {
         self.slot_row(slot_id)
     }
 
-    /// Applies `change` to the hold if it is in `scope` and `change` allows it (it names the
-    /// event of the change, `None` when refused), and logs that event at `now` if the hold
-    /// really changed (a renewal already at its maximum life moves nothing and logs nothing).
-    fn transition(
-        &self,
-        hold_id: HoldId,
-        scope: &Scope,
-        now: Timestamp,
-        change: impl FnOnce(&mut SlotRow, HoldId) -> Option<EventKind>,
-    ) -> Transition {
-        let Some(row) = self.slot_of_hold(hold_id) else {
-            return Transition::NotFound;
-        };
-        let mut row = lock(&row);
-        if !row.holds.get(&hold_id).is_some_and(|h| scope.admits(h)) {
-            return Transition::NotFound;
-        }
-        let before = row.holds.get(&hold_id).cloned();
-        let applied = change(&mut row, hold_id);
-        match (row.holds.get(&hold_id), applied) {
-            (Some(hold), Some(kind)) => {
-                if before.as_ref() != Some(hold) {
-                    lock(&self.log).append(NewEvent::of_hold(kind, hold, now));
-                }
-                Transition::Applied(hold.clone())
-            }
-            (Some(hold), None) => Transition::NotApplied(hold.clone()),
-            (None, _) => Transition::NotFound,
-        }
-    }
-
     /// The hold as stored, whatever its scope.
     fn read_hold(&self, hold_id: HoldId) -> Option<Hold> {
         self.slot_of_hold(hold_id)
@@ -276,11 +253,8 @@ impl MemoryStore {
         let mut keys = lock(self.key_shard(request.key));
         let vacant = match keys.entry(request.key.clone()) {
             Entry::Occupied(taken) => {
-                let (hold_id, _) = *taken.get();
-                let holder = self.read_hold(hold_id).ok_or_else(|| {
-                    StoreError::failed("idempotency key points at a missing hold")
-                })?;
-                return Ok(HoldOutcome::refused(request, Some(holder), None));
+                let holder = self.key_holder(taken.get().0)?;
+                return Ok(HoldOutcome::key_taken(request, holder));
             }
             Entry::Vacant(vacant) => vacant,
         };

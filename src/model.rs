@@ -1,4 +1,4 @@
-//! Domain types: slots, holds, availability, pages and the identifiers they use.
+//! Domain types: slots, holds, bookings of several lines, availability, pages and the identifiers they use.
 //!
 //! Every timestamp is a [`Timestamp`] (UTC) truncated to whole microseconds, so that every
 //! backend stores and returns exactly the same value. On the wire timestamps are RFC 3339 with
@@ -6,6 +6,7 @@
 //!
 //! Nothing here depends on the engine or on a store: these are the words both speak.
 
+mod booking;
 mod event;
 mod hold;
 mod ids;
@@ -14,6 +15,9 @@ mod slot;
 mod time;
 mod usage;
 
+pub use booking::{
+    canonical_lines, Booking, BookingLine, InvalidBooking, LineProblem, LineShortfall, MAX_LINES,
+};
 pub use event::{
     Event, EventKind, EventPosition, InvalidEventPosition, NewEvent, Purged, UnknownEventKind,
 };

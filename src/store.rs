@@ -4,6 +4,7 @@
 //! | trait | what it covers | needed by |
 //! |---|---|---|
 //! | [`HoldStore`] | create and read a slot, availability, hold, confirm, cancel, renew, read a hold | every store; the seed's four operations |
+//! | [`BookingStore`] | bookings of several lines: all or nothing, confirmed, cancelled and renewed whole | [`crate::bookings`] |
 //! | [`SlotAdmin`] | change capacity, close and reopen sales, remove, list every slot | the engine's administration ([`crate::admin`]) |
 //! | [`HoldQueries`] | an owner's holds, a slot's roster, by page | [`BookingEngine::owner_holds`](crate::BookingEngine::owner_holds), [`slot_holds`](crate::BookingEngine::slot_holds) |
 //! | [`EventStore`] | the event log, consumers' cursors and leases, reclaiming, purging | [`crate::events`], [`crate::consumers`], [`crate::reclaimer`] |
@@ -266,6 +267,7 @@
 use std::sync::Arc;
 
 mod admin;
+mod bookings;
 mod error;
 mod events;
 mod forward;
@@ -275,6 +277,7 @@ mod queries;
 mod transaction;
 
 pub use admin::SlotAdmin;
+pub use bookings::{BookingOutcome, BookingRequest, BookingStore, LineState};
 pub use error::{StoreError, StoreErrorKind};
 pub use events::EventStore;
 pub use holds::HoldStore;
@@ -293,10 +296,12 @@ pub trait Store: HoldStore + SlotAdmin + HoldQueries {}
 impl<T: HoldStore + SlotAdmin + HoldQueries + ?Sized> Store for T {}
 
 crate::forward_store!(impl[T: HoldStore + ?Sized] HoldStore for Arc<T>, |this| &**this);
+crate::forward_store!(impl[T: BookingStore + ?Sized] BookingStore for Arc<T>, |this| &**this);
 crate::forward_store!(impl[T: SlotAdmin + ?Sized] SlotAdmin for Arc<T>, |this| &**this);
 crate::forward_store!(impl[T: HoldQueries + ?Sized] HoldQueries for Arc<T>, |this| &**this);
 crate::forward_store!(impl[T: EventStore + ?Sized] EventStore for Arc<T>, |this| &**this);
 crate::forward_store!(impl[T: HoldStore + ?Sized] HoldStore for Box<T>, |this| &**this);
+crate::forward_store!(impl[T: BookingStore + ?Sized] BookingStore for Box<T>, |this| &**this);
 crate::forward_store!(impl[T: SlotAdmin + ?Sized] SlotAdmin for Box<T>, |this| &**this);
 crate::forward_store!(impl[T: HoldQueries + ?Sized] HoldQueries for Box<T>, |this| &**this);
 crate::forward_store!(impl[T: EventStore + ?Sized] EventStore for Box<T>, |this| &**this);

@@ -131,24 +131,28 @@ impl EventStore for MemoryStore {
                     .values()
                     .filter(|hold| ended_before(hold, before))
                     .take(left)
-                    .filter_map(|hold| {
-                        let key = row_guard.keys.get(&hold.hold_id)?.clone();
-                        Some((Arc::clone(row), hold.hold_id, key))
+                    .map(|hold| {
+                        // Only a booking's first line carries its key.
+                        let key = row_guard.keys.get(&hold.hold_id).cloned();
+                        (Arc::clone(row), hold.hold_id, key)
                     }),
             );
         }
         let mut purged = Purged::default();
         for (row, hold_id, key) in candidates {
-            let mut keys = lock(self.key_shard(&key));
+            let mut keys = key.as_ref().map(|key| lock(self.key_shard(key)));
             let mut row = lock(&row);
             let Some(hold) = row.holds.remove(&hold_id) else {
                 continue;
             };
             row.keys.remove(&hold_id);
-            if keys.get(&key).is_some_and(|(id, _)| *id == hold_id) {
-                keys.remove(&key);
+            if let (Some(keys), Some(key)) = (keys.as_mut(), key.as_ref()) {
+                if keys.get(key).is_some_and(|(id, _)| *id == hold_id) {
+                    keys.remove(key);
+                }
             }
             lock(self.hold_shard(hold_id)).remove(&hold_id);
+            lock(&self.bookings).remove(&hold_id);
             if let Some(owner) = hold.owner {
                 lock(&self.owners).remove(&(owner, hold_id));
             }

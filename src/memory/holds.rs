@@ -2,6 +2,7 @@
 
 use async_trait::async_trait;
 
+use super::bookings::Change;
 use super::*;
 
 #[async_trait]
@@ -78,17 +79,7 @@ impl HoldStore for MemoryStore {
         scope: &Scope,
         now: Timestamp,
     ) -> Result<Decided<Transition>, StoreError> {
-        let transition = self.transition(hold_id, scope, now, |row, hold_id| {
-            let hold = row.holds.get_mut(&hold_id)?;
-            if hold.status != HoldStatus::Held || hold.expires_at <= now {
-                return None;
-            }
-            hold.status = HoldStatus::Confirmed;
-            hold.confirmed_at = Some(now);
-            let expiry = (hold.expires_at, hold_id);
-            row.held_by_expiry.remove(&expiry);
-            Some(EventKind::HoldConfirmed)
-        });
+        let transition = self.change_hold(hold_id, scope, now, Change::Confirm);
         Ok(Decided::new(now, transition))
     }
 
@@ -98,22 +89,7 @@ impl HoldStore for MemoryStore {
         scope: &Scope,
         now: Timestamp,
     ) -> Result<Decided<Transition>, StoreError> {
-        let transition = self.transition(hold_id, scope, now, |row, hold_id| {
-            let hold = row.holds.get_mut(&hold_id)?;
-            let was_held = match hold.status {
-                HoldStatus::Held if hold.expires_at > now => true,
-                HoldStatus::Confirmed => false,
-                _ => return None,
-            };
-            hold.status = HoldStatus::Cancelled;
-            hold.cancelled_at = Some(now);
-            let (expiry, quantity) = ((hold.expires_at, hold_id), hold.quantity);
-            if was_held {
-                row.held_by_expiry.remove(&expiry);
-            }
-            row.slot.stored_remaining += quantity;
-            Some(EventKind::HoldCancelled)
-        });
+        let transition = self.change_hold(hold_id, scope, now, Change::Cancel);
         Ok(Decided::new(now, transition))
     }
 
@@ -121,19 +97,8 @@ impl HoldStore for MemoryStore {
         &self,
         request: RenewRequest<'_>,
     ) -> Result<Decided<Transition>, StoreError> {
-        let now = request.now;
-        let transition = self.transition(request.hold_id, request.scope, now, |row, hold_id| {
-            let hold = row.holds.get_mut(&hold_id)?;
-            if hold.status != HoldStatus::Held || hold.expires_at <= now {
-                return None;
-            }
-            let old = (hold.expires_at, hold_id);
-            hold.expires_at = request.renewed_expiry(hold);
-            let new = (hold.expires_at, hold_id);
-            row.held_by_expiry.remove(&old);
-            row.held_by_expiry.insert(new);
-            Some(EventKind::HoldRenewed)
-        });
+        let (hold_id, now) = (request.hold_id, request.now);
+        let transition = self.change_hold(hold_id, request.scope, now, Change::Renew(&request));
         Ok(Decided::new(now, transition))
     }
 

@@ -10,7 +10,7 @@
 /// that awaits it (the default is `call.await`). `TARGET` may itself await and use `?`
 /// (`StoreError`), so it can acquire a connection for the call.
 ///
-/// The traits: [`HoldStore`](crate::HoldStore), [`SlotAdmin`](crate::SlotAdmin),
+/// The traits: [`HoldStore`](crate::HoldStore), [`BookingStore`](crate::BookingStore), [`SlotAdmin`](crate::SlotAdmin),
 /// [`HoldQueries`](crate::HoldQueries), [`EventStore`](crate::EventStore) (methods on
 /// `&self`) and [`TransactionWrites`](crate::TransactionWrites) (on `&mut self`).
 ///
@@ -85,6 +85,26 @@ macro_rules! forward_store {
             }
             async fn get_hold(&self, hold_id: $crate::HoldId, scope: &$crate::Scope, now: $crate::Timestamp) -> Result<$crate::Decided<Option<$crate::Hold>>, $crate::StoreError> {
                 $crate::forward_store!(@call self; $this; $get; $call; $wrap; get_hold(hold_id, scope, now))
+            }
+        }
+    };
+    (@BookingStore [$($generics:tt)*] $ty:ty; $this:ident; $get:expr; $call:ident; $wrap:expr) => {
+        #[$crate::__private::async_trait]
+        impl<$($generics)*> $crate::BookingStore for $ty {
+            async fn create_booking(&self, request: $crate::BookingRequest<'_>) -> Result<$crate::Decided<$crate::BookingOutcome>, $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; create_booking(request))
+            }
+            async fn get_booking(&self, booking_id: $crate::HoldId, scope: &$crate::Scope, now: $crate::Timestamp) -> Result<$crate::Decided<Option<$crate::Booking>>, $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; get_booking(booking_id, scope, now))
+            }
+            async fn confirm_booking(&self, booking_id: $crate::HoldId, scope: &$crate::Scope, now: $crate::Timestamp) -> Result<$crate::Decided<$crate::Transition<$crate::Booking>>, $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; confirm_booking(booking_id, scope, now))
+            }
+            async fn cancel_booking(&self, booking_id: $crate::HoldId, scope: &$crate::Scope, now: $crate::Timestamp) -> Result<$crate::Decided<$crate::Transition<$crate::Booking>>, $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; cancel_booking(booking_id, scope, now))
+            }
+            async fn renew_booking(&self, request: $crate::RenewRequest<'_>) -> Result<$crate::Decided<$crate::Transition<$crate::Booking>>, $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; renew_booking(request))
             }
         }
     };

@@ -175,14 +175,16 @@ impl HoldOutcome {
 }
 
 /// What [`HoldStore::confirm_hold`](super::HoldStore::confirm_hold), [`HoldStore::cancel_hold`](super::HoldStore::cancel_hold) or [`HoldStore::renew_hold`](super::HoldStore::renew_hold) did.
+/// The same for a whole booking ([`BookingStore`](super::BookingStore)) with `T` =
+/// [`Booking`](crate::model::Booking).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Transition {
+pub enum Transition<T = Hold> {
     /// The hold changed; here it is after the change.
-    Applied(Hold),
+    Applied(T),
     /// The hold exists in the caller's scope but was not in a state the operation applies to;
     /// nothing changed. Here it is as stored now. The engine decides what that means for the
     /// caller.
-    NotApplied(Hold),
+    NotApplied(T),
     /// No hold has this id in the caller's scope.
     NotFound,
 }

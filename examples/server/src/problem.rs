@@ -163,7 +163,8 @@ impl From<BookingError> for Problem {
             | BookingError::HoldCancelled { .. }
             | BookingError::HoldExpired { .. }
             | BookingError::CapacityTaken { .. }
-            | BookingError::SlotInUse { .. } => StatusCode::CONFLICT,
+            | BookingError::SlotInUse { .. }
+            | BookingError::LinesUnavailable { .. } => StatusCode::CONFLICT,
             BookingError::IdempotencyKeyReused { .. }
             | BookingError::QuantityExceedsCapacity { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             BookingError::InvalidIdempotencyKey(_)
@@ -172,7 +173,8 @@ impl From<BookingError> for Problem {
             | BookingError::InvalidQuantity { .. }
             | BookingError::InvalidLifetime { .. }
             | BookingError::InvalidOwner(_)
-            | BookingError::InvalidPage { .. } => StatusCode::BAD_REQUEST,
+            | BookingError::InvalidPage { .. }
+            | BookingError::InvalidBooking(_) => StatusCode::BAD_REQUEST,
             // A transient failure is worth a retry (503 + Retry-After); anything else is a
             // fault a retry only repeats (500, no Retry-After).
             BookingError::Store(store) if store.is_transient() => {

@@ -1,0 +1,366 @@
+//! Bookings of several lines in [`MemoryStore`], and the one transition path every change of
+//! an existing hold takes: a hold is a booking of one line, a line of a bigger booking changes
+//! with all its lines.
+//!
+//! A booking's slots are locked by slot id ascending (after the key shard, like a hold's one
+//! slot), so two bookings over the same slots never deadlock.
+
+use async_trait::async_trait;
+
+use super::*;
+use crate::model::{Booking, BookingLine};
+use crate::store::{BookingOutcome, BookingRequest, BookingStore, LineState};
+
+/// A change of an existing hold: the rule deciding whether it applies to a line as stored at
+/// `now`, and what it does to the line and its slot. A booking changes only when the rule
+/// applies to every line; its lines share status and expiry, so it does to all or none.
+#[derive(Clone, Copy)]
+pub(super) enum Change<'a> {
+    Confirm,
+    Cancel,
+    Renew(&'a RenewRequest<'a>),
+}
+
+impl Change<'_> {
+    fn applies(self, hold: &Hold, now: Timestamp) -> bool {
+        let active = hold.status == HoldStatus::Held && hold.expires_at > now;
+        match self {
+            Change::Confirm | Change::Renew(_) => active,
+            Change::Cancel => active || hold.status == HoldStatus::Confirmed,
+        }
+    }
+
+    /// Applies the change to the line `hold_id` of `row` (the rule applies) and names its
+    /// event.
+    fn apply(self, row: &mut SlotRow, hold_id: HoldId, now: Timestamp) -> EventKind {
+        let Some(hold) = row.holds.get_mut(&hold_id) else {
+            return EventKind::HoldConfirmed;
+        };
+        let expiry = (hold.expires_at, hold_id);
+        match self {
+            Change::Confirm => {
+                hold.status = HoldStatus::Confirmed;
+                hold.confirmed_at = Some(now);
+                row.held_by_expiry.remove(&expiry);
+                EventKind::HoldConfirmed
+            }
+            Change::Cancel => {
+                let was_held = hold.status == HoldStatus::Held;
+                hold.status = HoldStatus::Cancelled;
+                hold.cancelled_at = Some(now);
+                let quantity = hold.quantity;
+                if was_held {
+                    row.held_by_expiry.remove(&expiry);
+                }
+                row.slot.stored_remaining += quantity;
+                EventKind::HoldCancelled
+            }
+            Change::Renew(request) => {
+                hold.expires_at = request.renewed_expiry(hold);
+                let renewed = (hold.expires_at, hold_id);
+                row.held_by_expiry.remove(&expiry);
+                row.held_by_expiry.insert(renewed);
+                EventKind::HoldRenewed
+            }
+        }
+    }
+}
+
+impl MemoryStore {
+    /// The lines of the booking `hold_id` belongs to: its own when it is a plain hold.
+    fn lines_of(&self, hold_id: HoldId) -> Option<Lines> {
+        if let Some(lines) = lock(&self.bookings).get(&hold_id) {
+            return Some(Arc::clone(lines));
+        }
+        let slot_id = *lock(self.hold_shard(hold_id)).get(&hold_id)?;
+        Some(Arc::from([(hold_id, slot_id)]))
+    }
+
+    /// The booking `lines` make, read under their slots' locks (lines purged since are left
+    /// out).
+    fn read_lines(&self, lines: &Lines) -> Option<Booking> {
+        let rows = self.rows_of(lines)?;
+        let guards: Vec<_> = rows.iter().map(|row| lock(row)).collect();
+        let holds = lines
+            .iter()
+            .zip(&guards)
+            .filter_map(|((id, _), row)| row.holds.get(id).cloned())
+            .collect();
+        Booking::of_lines(holds)
+    }
+
+    fn rows_of(&self, lines: &Lines) -> Option<Vec<Arc<Mutex<SlotRow>>>> {
+        lines.iter().map(|(_, slot)| self.slot_row(*slot)).collect()
+    }
+
+    /// The booking (or hold) whose key `request`'s key is, as stored.
+    pub(super) fn key_holder(&self, hold_id: HoldId) -> Result<Booking, StoreError> {
+        self.lines_of(hold_id)
+            .and_then(|lines| self.read_lines(&lines))
+            .ok_or_else(|| StoreError::failed("idempotency key points at a missing hold"))
+    }
+
+    /// Applies `change` to every line of the booking `lines` make, in one step under all their
+    /// slots' locks (by slot id), if the booking is in `scope` and the rule applies to every
+    /// line; logs each line's event if it really changed (a renewal already at its maximum
+    /// life moves nothing and logs nothing).
+    fn change_lines(
+        &self,
+        lines: &Lines,
+        scope: &Scope,
+        now: Timestamp,
+        change: Change<'_>,
+    ) -> Transition<Booking> {
+        let Some(rows) = self.rows_of(lines) else {
+            return Transition::NotFound;
+        };
+        let mut guards: Vec<_> = rows.iter().map(|row| lock(row)).collect();
+        let present: Vec<(HoldId, usize)> = lines
+            .iter()
+            .enumerate()
+            .filter(|(i, (id, _))| guards[*i].holds.contains_key(id))
+            .map(|(i, (id, _))| (*id, i))
+            .collect();
+        let holds = |guards: &[MutexGuard<'_, SlotRow>]| {
+            let holds = present
+                .iter()
+                .filter_map(|(id, i)| guards[*i].holds.get(id).cloned())
+                .collect();
+            Booking::of_lines(holds)
+        };
+        let Some(before) = holds(&guards) else {
+            return Transition::NotFound;
+        };
+        if !scope.admits(before.lead()) {
+            return Transition::NotFound;
+        }
+        if !before.lines.iter().all(|hold| change.applies(hold, now)) {
+            return Transition::NotApplied(before);
+        }
+        let mut events = Vec::new();
+        for (id, i) in &present {
+            let was = guards[*i].holds.get(id).cloned();
+            let kind = change.apply(&mut guards[*i], *id, now);
+            if let Some(hold) = guards[*i]
+                .holds
+                .get(id)
+                .filter(|h| Some(*h) != was.as_ref())
+            {
+                events.push(NewEvent::of_hold(kind, hold, now));
+            }
+        }
+        let mut log = lock(&self.log);
+        for event in events {
+            log.append(event);
+        }
+        drop(log);
+        holds(&guards).map_or(Transition::NotFound, Transition::Applied)
+    }
+
+    /// A change of one hold: of the whole booking when the hold is a line of one.
+    pub(super) fn change_hold(
+        &self,
+        hold_id: HoldId,
+        scope: &Scope,
+        now: Timestamp,
+        change: Change<'_>,
+    ) -> Transition {
+        let Some(lines) = self.lines_of(hold_id) else {
+            return Transition::NotFound;
+        };
+        let line = |booking: Booking| booking.lines.into_iter().find(|h| h.hold_id == hold_id);
+        match self.change_lines(&lines, scope, now, change) {
+            Transition::Applied(booking) => {
+                line(booking).map_or(Transition::NotFound, Transition::Applied)
+            }
+            Transition::NotApplied(booking) => {
+                line(booking).map_or(Transition::NotFound, Transition::NotApplied)
+            }
+            Transition::NotFound => Transition::NotFound,
+        }
+    }
+
+    /// A change of a whole booking by its id (its first line's hold id).
+    fn change_booking(
+        &self,
+        booking_id: HoldId,
+        scope: &Scope,
+        now: Timestamp,
+        change: Change<'_>,
+    ) -> Transition<Booking> {
+        match self.lines_of(booking_id) {
+            Some(lines) if lines.first().is_some_and(|(id, _)| *id == booking_id) => {
+                self.change_lines(&lines, scope, now, change)
+            }
+            _ => Transition::NotFound,
+        }
+    }
+
+    /// [`BookingStore::create_booking`]'s decision, under the key shard's lock and then every
+    /// line's slot lock, by slot id.
+    fn place_booking(&self, request: &BookingRequest<'_>) -> Result<BookingOutcome, StoreError> {
+        let mut keys = lock(self.key_shard(request.key));
+        let vacant = match keys.entry(request.key.clone()) {
+            Entry::Occupied(taken) => {
+                let holder = self.key_holder(taken.get().0)?;
+                return Ok(BookingOutcome::refused(request, Some(holder), &[]));
+            }
+            Entry::Vacant(vacant) => vacant,
+        };
+        let rows: Vec<Option<Arc<Mutex<SlotRow>>>> = request
+            .lines
+            .iter()
+            .map(|line| self.slot_row(line.slot_id))
+            .collect();
+        let mut guards: Vec<Option<MutexGuard<'_, SlotRow>>> = rows
+            .iter()
+            .map(|row| row.as_ref().map(|row| lock(row)))
+            .collect();
+        let now = request.now;
+        let mut fits = Vec::with_capacity(request.lines.len());
+        for (line, guard) in request.lines.iter().zip(&mut guards) {
+            let fit = guard.as_mut().is_some_and(|row| {
+                let open = row.slot.is_selling_at(now);
+                let (remaining, q) = (row.slot.stored_remaining, line.quantity);
+                // A short line reclaims its slot's expired holds only when that makes it fit.
+                if open && remaining < q && remaining + row.expired_units(now) >= q {
+                    row.reclaim(now, usize::MAX, &self.log);
+                }
+                open && row.slot.stored_remaining >= q
+            });
+            fits.push(fit);
+        }
+        if fits.contains(&false) {
+            let states: Vec<LineState> = request
+                .lines
+                .iter()
+                .zip(&guards)
+                .zip(&fits)
+                .map(|((line, row), fit)| LineState {
+                    line: *line,
+                    slot: row.as_ref().map(|row| row.limits()),
+                    free: row
+                        .as_ref()
+                        .map_or(0, |row| row.slot.stored_remaining + row.expired_units(now)),
+                    failed: !fit,
+                })
+                .collect();
+            return Ok(BookingOutcome::refused(request, None, &states));
+        }
+
+        let mut lines = Vec::with_capacity(request.lines.len());
+        let mut holds = Vec::with_capacity(request.lines.len());
+        let mut key = Some(vacant);
+        for (line, row) in request.lines.iter().zip(guards.iter_mut().flatten()) {
+            let hold = self.take_line(row, line, request);
+            // The first line's hold carries the key: the unique constraint is the booking's.
+            if let Some(vacant) = key.take() {
+                row.keys.insert(hold.hold_id, request.key.clone());
+                vacant.insert((hold.hold_id, line.slot_id));
+            }
+            lines.push((hold.hold_id, line.slot_id));
+            holds.push(hold);
+        }
+        let lines: Lines = Arc::from(lines);
+        let mut bookings = lock(&self.bookings);
+        for (hold_id, _) in lines.iter() {
+            bookings.insert(*hold_id, Arc::clone(&lines));
+        }
+        drop(bookings);
+        let mut log = lock(&self.log);
+        for hold in &holds {
+            log.append(NewEvent::of_hold(EventKind::HoldPlaced, hold, now));
+        }
+        drop(log);
+        Booking::of_lines(holds)
+            .map(BookingOutcome::Created)
+            .ok_or_else(|| StoreError::failed("a booking of no lines"))
+    }
+
+    /// Takes `line`'s units of `row` (they fit) and stores its hold.
+    fn take_line(
+        &self,
+        row: &mut SlotRow,
+        line: &BookingLine,
+        request: &BookingRequest<'_>,
+    ) -> Hold {
+        row.slot.stored_remaining -= line.quantity;
+        let hold_id = HoldId(self.last_hold_id.fetch_add(1, Ordering::Relaxed) + 1);
+        let hold = Hold {
+            hold_id,
+            slot_id: line.slot_id,
+            status: HoldStatus::Held,
+            expires_at: request.expires_at,
+            confirmed_at: None,
+            cancelled_at: None,
+            quantity: line.quantity,
+            owner: request.owner.cloned(),
+            created_at: request.now,
+        };
+        row.holds.insert(hold_id, hold.clone());
+        row.held_by_expiry.insert((hold.expires_at, hold_id));
+        lock(self.hold_shard(hold_id)).insert(hold_id, line.slot_id);
+        if let Some(owner) = request.owner {
+            lock(&self.owners).insert((owner.clone(), hold_id));
+        }
+        hold
+    }
+}
+
+#[async_trait]
+impl BookingStore for MemoryStore {
+    async fn create_booking(
+        &self,
+        request: BookingRequest<'_>,
+    ) -> Result<Decided<BookingOutcome>, StoreError> {
+        let outcome = self.place_booking(&request)?;
+        Ok(Decided::new(request.now, outcome))
+    }
+
+    async fn get_booking(
+        &self,
+        booking_id: HoldId,
+        scope: &Scope,
+        now: Timestamp,
+    ) -> Result<Decided<Option<Booking>>, StoreError> {
+        let booking = self
+            .lines_of(booking_id)
+            .filter(|lines| lines.first().is_some_and(|(id, _)| *id == booking_id))
+            .and_then(|lines| self.read_lines(&lines))
+            .filter(|booking| scope.admits(booking.lead()));
+        Ok(Decided::new(now, booking))
+    }
+
+    async fn confirm_booking(
+        &self,
+        booking_id: HoldId,
+        scope: &Scope,
+        now: Timestamp,
+    ) -> Result<Decided<Transition<Booking>>, StoreError> {
+        let change = self.change_booking(booking_id, scope, now, Change::Confirm);
+        Ok(Decided::new(now, change))
+    }
+
+    async fn cancel_booking(
+        &self,
+        booking_id: HoldId,
+        scope: &Scope,
+        now: Timestamp,
+    ) -> Result<Decided<Transition<Booking>>, StoreError> {
+        let change = self.change_booking(booking_id, scope, now, Change::Cancel);
+        Ok(Decided::new(now, change))
+    }
+
+    async fn renew_booking(
+        &self,
+        request: RenewRequest<'_>,
+    ) -> Result<Decided<Transition<Booking>>, StoreError> {
+        let change = self.change_booking(
+            request.hold_id,
+            request.scope,
+            request.now,
+            Change::Renew(&request),
+        );
+        Ok(Decided::new(request.now, change))
+    }
+}
