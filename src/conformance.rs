@@ -210,6 +210,23 @@ macro_rules! event_conformance_tests {
     };
 }
 
+/// Expands to one `#[test]` per booking case, for a store implementing
+/// [`BookingStore`](crate::BookingStore) and [`SlotAdmin`](crate::SlotAdmin): bookings of
+/// several lines, all or none, changed whole, replayed by key, raced. Same forms as
+/// [`conformance_tests!`](crate::conformance_tests).
+#[macro_export]
+macro_rules! booking_conformance_tests {
+    (optional: $factory:expr) => {
+        $crate::__booking_case_list!($crate::__conformance_case_tests; $factory, cases);
+    };
+    ($factory:expr) => {
+        $crate::booking_conformance_tests!(optional: || {
+            let store = ($factory)();
+            async move { Some(store.await) }
+        });
+    };
+}
+
 /// Expands to one `#[test]` per case of the hold lifecycle alone (slots, availability, holds,
 /// confirms, cancels, renewals, owners' scopes, quantities, their races, faults and dropped
 /// calls), each on a fresh store from `$factory`: for a store that implements only

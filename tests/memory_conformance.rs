@@ -5,3 +5,7 @@ slot_booking::conformance_tests!(|| async { slot_booking::MemoryStore::new() });
 mod events {
     slot_booking::event_conformance_tests!(|| async { slot_booking::MemoryStore::new() });
 }
+
+mod bookings {
+    slot_booking::booking_conformance_tests!(|| async { slot_booking::MemoryStore::new() });
+}

@@ -11,6 +11,7 @@
 mod admin;
 mod admin_races;
 mod availability;
+mod bookings;
 mod lifecycle;
 mod lifetimes;
 mod owners;
@@ -24,6 +25,7 @@ mod bodies {
     pub(super) use super::admin::*;
     pub(super) use super::admin_races::*;
     pub(super) use super::availability::*;
+    pub(super) use super::bookings::*;
     pub(super) use super::lifecycle::*;
     pub(super) use super::lifetimes::*;
     pub(super) use super::owners::*;
@@ -127,6 +129,27 @@ macro_rules! __admin_case_list {
     };
 }
 
+/// The booking cases (file `bookings`): several lines all or none, refusals naming every
+/// line, whole-booking changes, replays, owners, expiry, validation and a race of overlapping
+/// bookings. [`booking_conformance_tests!`](crate::booking_conformance_tests) makes a `#[test]`
+/// of each. Not part of the API.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __booking_case_list {
+    ($callback:path; $($args:tt)*) => {
+        $callback! { $($args)*;
+            booking_takes_every_line_or_none
+            booking_refusal_names_every_line
+            booking_lines_change_together
+            booking_replays_by_key_in_any_order
+            booking_belongs_to_its_owner
+            booking_expires_whole
+            invalid_bookings_change_nothing
+            race_overlapping_bookings_never_oversell
+        }
+    };
+}
+
 /// A public function of each case a list names.
 macro_rules! public_cases {
     ($bound:tt; $($case:ident)*) => {
@@ -143,6 +166,7 @@ macro_rules! public_cases {
 crate::__lifecycle_case_list!(public_cases; [crate::store::HoldStore]);
 crate::__query_case_list!(public_cases; [crate::store::HoldStore + crate::store::HoldQueries]);
 crate::__admin_case_list!(public_cases; [crate::store::HoldStore + crate::store::SlotAdmin]);
+crate::__booking_case_list!(public_cases; [crate::store::BookingStore + crate::store::SlotAdmin]);
 
 /// [`check_hold_store`] from the lifecycle list.
 macro_rules! lifecycle_check {
