@@ -217,19 +217,19 @@ impl MemoryStore {
             .map(|row| row.as_ref().map(|row| lock(row)))
             .collect();
         let now = request.now;
-        let mut fits = Vec::with_capacity(request.lines.len());
-        for (line, guard) in request.lines.iter().zip(&mut guards) {
-            let fit = guard.as_mut().is_some_and(|row| {
-                let open = row.slot.is_selling_at(now);
-                let (remaining, q) = (row.slot.stored_remaining, line.quantity);
-                // A short line reclaims its slot's expired holds only when that makes it fit.
-                if open && remaining < q && remaining + row.expired_units(now) >= q {
-                    row.reclaim(now, usize::MAX, &self.log);
-                }
-                open && row.slot.stored_remaining >= q
-            });
-            fits.push(fit);
-        }
+        // Whether each line fits, counting its slot's expired holds as free; they are reclaimed
+        // below only when every line fits: a refused booking changes nothing.
+        let fits: Vec<bool> = request
+            .lines
+            .iter()
+            .zip(&guards)
+            .map(|(line, row)| {
+                row.as_ref().is_some_and(|row| {
+                    row.slot.is_selling_at(now)
+                        && row.slot.stored_remaining + row.expired_units(now) >= line.quantity
+                })
+            })
+            .collect();
         if fits.contains(&false) {
             let states: Vec<LineState> = request
                 .lines
@@ -252,6 +252,9 @@ impl MemoryStore {
         let mut holds = Vec::with_capacity(request.lines.len());
         let mut key = Some(vacant);
         for (line, row) in request.lines.iter().zip(guards.iter_mut().flatten()) {
+            if row.slot.stored_remaining < line.quantity {
+                row.reclaim(now, usize::MAX, &self.log);
+            }
             let hold = self.take_line(row, line, request);
             // The first line's hold carries the key: the unique constraint is the booking's.
             if let Some(vacant) = key.take() {

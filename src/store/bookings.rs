@@ -47,8 +47,9 @@ pub trait BookingStore: HoldStore {
     ///    once more;
     /// 3. if every line affected a row, insert one hold per line (`created_at = now`, the
     ///    request's owner and expiry; the first line's hold under the unique key), else undo
-    ///    every decrement (reclaimed holds may stay reclaimed: they were free already) and
-    ///    answer [`BookingOutcome::refused`] from each line's [`LineState`].
+    ///    every write of the booking, reclaims included (a refused booking changes nothing,
+    ///    like a refused hold), and answer [`BookingOutcome::refused`] from each line's
+    ///    [`LineState`].
     async fn create_booking(
         &self,
         request: BookingRequest<'_>,

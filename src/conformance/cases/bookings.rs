@@ -369,6 +369,19 @@ pub(super) async fn booking_expires_whole<S: BookingStore>(store: S) {
         (f.available(a).await, f.available(b).await),
         (Some(2), Some(1))
     );
+    // A refused booking changes nothing, not even by reclaiming the expired lines its other
+    // lines would have needed.
+    let full = f.slot(1, hours(1)).await;
+    f.engine.hold(full, "full").await.unwrap();
+    assert_err!(
+        f.book("refused", &[(a, 2), (full, 1)]).await,
+        BookingError::LinesUnavailable { .. }
+    );
+    assert_eq!(
+        f.stored_status(brief.lines[0].hold_id).await,
+        Some(HoldStatus::Held),
+        "a refused booking reclaimed an expired hold"
+    );
     let next = f.book("next", &[(a, 2), (b, 1)]).await.unwrap();
     assert_eq!((f.remaining(a).await, f.remaining(b).await), (0, 0));
     f.assert_booked(&[a, b], &[brief, next]).await;
