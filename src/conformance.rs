@@ -65,6 +65,11 @@ pub const MODEL_CASES: u32 = 256;
 /// runs against the model per store (`PROPTEST_CASES` overrides it).
 pub const TRANSACTION_MODEL_CASES: u32 = 64;
 
+/// Random sequences with bookings of several lines
+/// [`booking_conformance_tests!`](crate::booking_conformance_tests) runs against the model per
+/// store (`PROPTEST_CASES` overrides it).
+pub const BOOKING_MODEL_CASES: u32 = 128;
+
 /// Random sequences [`event_conformance_tests!`](crate::event_conformance_tests) runs against
 /// the model, event log included, per store (`PROPTEST_CASES` overrides it).
 pub const EVENT_MODEL_CASES: u32 = 128;
@@ -218,6 +223,15 @@ macro_rules! event_conformance_tests {
 macro_rules! booking_conformance_tests {
     (optional: $factory:expr) => {
         $crate::__booking_case_list!($crate::__conformance_case_tests; $factory, cases);
+
+        $crate::__conformance_property_test!(
+            /// Random sequences with bookings against the sequential model.
+            model_based_bookings,
+            $factory,
+            $crate::conformance::oracle::check_bookings,
+            $crate::conformance::BOOKING_MODEL_CASES,
+            40
+        );
     };
     ($factory:expr) => {
         $crate::booking_conformance_tests!(optional: || {

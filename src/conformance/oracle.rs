@@ -31,6 +31,7 @@ macro_rules! ensure {
     };
 }
 
+mod bookings;
 mod concurrent;
 mod expected_events;
 mod ops;
@@ -40,6 +41,7 @@ mod strategies;
 mod transaction_steps;
 mod writes;
 
+pub use bookings::{booking_op, check_bookings};
 pub use concurrent::{check_concurrent, Batch};
 pub use expected_events::check_events;
 pub use ops::{ModelOp, LEASE};

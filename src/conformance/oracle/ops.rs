@@ -66,6 +66,36 @@ pub enum ModelOp {
         /// Requested lifetime in seconds (some out of bounds on purpose).
         lifetime: Option<u64>,
     },
+    /// Book `lines` (slot index, units; slots may repeat and quantities be out of bounds, on
+    /// purpose) with key number `key` for owner number `owner`, with a lifetime of its own if
+    /// given (drawn only by [`check_bookings`](super::check_bookings)).
+    Book {
+        /// (slot index, units) per line.
+        lines: Vec<(usize, i32)>,
+        /// Key number (shared with holds).
+        key: u8,
+        /// Owner number, 0 for anonymous.
+        owner: u8,
+        /// Requested lifetime in seconds.
+        lifetime: Option<u64>,
+    },
+    /// Confirm (`Some(true)`), cancel (`Some(false)`) or renew (`None`) the booking whose id
+    /// is hold number `hold`'s, in scope number `scope`: every line at once.
+    ChangeBooking {
+        /// Hold index (its id as a booking id: a line that is not a booking's first is none).
+        hold: usize,
+        /// Scope number.
+        scope: u8,
+        /// Confirm, cancel, or renew.
+        confirm: Option<bool>,
+    },
+    /// Read the booking whose id is hold number `hold`'s, in scope number `scope`.
+    GetBooking {
+        /// Hold index.
+        hold: usize,
+        /// Scope number.
+        scope: u8,
+    },
     /// Confirm hold number `hold` in scope number `scope`.
     Confirm {
         /// Hold index.

@@ -45,6 +45,9 @@ pub(super) struct Model {
     pub(super) slots: Vec<ModelSlot>,
     pub(super) holds: Vec<Hold>,
     pub(super) keys: HashMap<u8, usize>,
+    /// The lines of each booking of several lines (indexes into `holds`, by slot id), under
+    /// each line's index. A hold not here is a booking of one line.
+    pub(super) lines: HashMap<usize, Vec<usize>>,
 }
 
 /// What an operation returned, with store-assigned ids kept as they are.
@@ -56,6 +59,13 @@ pub(super) enum Seen {
     },
     /// `idempotency_key_reused`, with the existing hold's id when it may be shown.
     KeyReused(Option<HoldId>),
+    /// A booking's lines (by slot id), and whether the request was a replay.
+    Booking {
+        lines: Vec<Hold>,
+        replayed: bool,
+    },
+    /// `lines_unavailable`, with every line that cannot be had.
+    Lines(Vec<crate::model::LineShortfall>),
     Listing(Vec<(SlotId, i32)>),
     /// Every page of a query, in order.
     Pages(Vec<Vec<Hold>>),
@@ -80,8 +90,58 @@ pub(super) enum Seen {
     Done,
 }
 
+/// Confirms a line at `now`, as the outcome table says.
+pub(super) fn confirming(
+    now: Timestamp,
+) -> impl FnMut(&mut Hold, HoldStatus) -> Result<(), &'static str> {
+    move |hold, status| match status {
+        HoldStatus::Held => {
+            hold.status = HoldStatus::Confirmed;
+            hold.confirmed_at = Some(now);
+            Ok(())
+        }
+        HoldStatus::Confirmed => Ok(()),
+        HoldStatus::Cancelled => Err("hold_cancelled"),
+        HoldStatus::Expired => Err("hold_expired"),
+    }
+}
+
+/// Cancels a line at `now`, noting in `freed` the units it gives back.
+pub(super) fn cancelling(
+    now: Timestamp,
+    freed: &mut Vec<(SlotId, i32)>,
+) -> impl FnMut(&mut Hold, HoldStatus) -> Result<(), &'static str> + '_ {
+    move |hold, status| match status {
+        HoldStatus::Held | HoldStatus::Confirmed => {
+            hold.status = HoldStatus::Cancelled;
+            hold.cancelled_at = Some(now);
+            freed.push((hold.slot_id, hold.quantity));
+            Ok(())
+        }
+        HoldStatus::Cancelled => Ok(()),
+        HoldStatus::Expired => Err("hold_expired"),
+    }
+}
+
+/// Renews a line at `now` for `lifetime`, capped by the maximum hold life.
+pub(super) fn renewing(
+    now: Timestamp,
+    lifetime: Duration,
+) -> impl FnMut(&mut Hold, HoldStatus) -> Result<(), &'static str> {
+    move |hold, status| match status {
+        HoldStatus::Held => {
+            let cap = hold.created_at + Duration::from_std(MAX_HOLD_LIFE).unwrap_or(Duration::MAX);
+            hold.expires_at = (now + lifetime).min(cap).max(hold.expires_at);
+            Ok(())
+        }
+        HoldStatus::Confirmed => Ok(()),
+        HoldStatus::Cancelled => Err("hold_cancelled"),
+        HoldStatus::Expired => Err("hold_expired"),
+    }
+}
+
 /// The lifetime the engine picks, or its refusal.
-fn pick_lifetime(seconds: Option<u64>) -> Result<Duration, Seen> {
+pub(super) fn pick_lifetime(seconds: Option<u64>) -> Result<Duration, Seen> {
     let lifetime = duration_of(seconds).unwrap_or(HOLD_TTL);
     if lifetime < MIN_REQUESTED_TTL || lifetime > MAX_REQUESTED_TTL {
         return Err(Seen::Error("invalid_lifetime"));
@@ -194,7 +254,10 @@ impl Model {
         let owner = owner(owner_number);
         if let Some(&existing) = self.keys.get(&key) {
             let hold = &self.holds[existing];
-            if hold.slot_id == slot_id && hold.quantity == quantity && hold.owner == owner {
+            // A booking of several lines is never the same request as a hold.
+            let single = self.group(existing).len() == 1;
+            if single && hold.slot_id == slot_id && hold.quantity == quantity && hold.owner == owner
+            {
                 return Seen::Hold {
                     hold: hold.clone().at(now),
                     replayed: true,
@@ -251,61 +314,70 @@ impl Model {
         }
     }
 
-    /// The expected result of a transition of hold `index` called in `scope`: `change`
-    /// applies it to the hold, given the hold's status now, or refuses it with an error code;
-    /// then the hold as it is now.
+    /// The indexes of the lines of the booking hold `i` belongs to (its own alone for a
+    /// plain hold).
+    pub(super) fn group(&self, i: usize) -> Vec<usize> {
+        self.lines.get(&i).cloned().unwrap_or_else(|| vec![i])
+    }
+
+    /// The expected result of a transition of hold `index` called in `scope`, which acts on
+    /// every line of its booking: `change` applies it to a line, given the line's status
+    /// now, or refuses it with an error code (the same for every line: they share status
+    /// and expiry); then the hold as it is now.
     fn transition(
         &mut self,
         index: usize,
         scope: &Scope,
         now: Timestamp,
-        change: impl FnOnce(&mut Hold, HoldStatus) -> Result<(), &'static str>,
+        change: impl FnMut(&mut Hold, HoldStatus) -> Result<(), &'static str>,
     ) -> Seen {
         let Some(i) = self.scoped(index, scope) else {
             return Seen::Error("hold_not_found");
         };
-        let hold = &mut self.holds[i];
-        let status = hold.status_at(now);
-        if let Err(code) = change(hold, status) {
+        if let Err(code) = self.change_group(i, now, change) {
             return Seen::Error(code);
         }
         Seen::Hold {
-            hold: hold.clone().at(now),
+            hold: self.holds[i].clone().at(now),
             replayed: false,
         }
     }
 
+    /// Applies `change` to every line of hold `i`'s booking, or to none when it refuses.
+    pub(super) fn change_group(
+        &mut self,
+        i: usize,
+        now: Timestamp,
+        mut change: impl FnMut(&mut Hold, HoldStatus) -> Result<(), &'static str>,
+    ) -> Result<(), &'static str> {
+        let group = self.group(i);
+        let mut changed = self.holds.clone();
+        for &line in &group {
+            let status = changed[line].status_at(now);
+            change(&mut changed[line], status)?;
+        }
+        self.holds = changed;
+        Ok(())
+    }
+
     pub(super) fn confirm(&mut self, index: usize, scope: &Scope, now: Timestamp) -> Seen {
-        self.transition(index, scope, now, |hold, status| match status {
-            HoldStatus::Held => {
-                hold.status = HoldStatus::Confirmed;
-                hold.confirmed_at = Some(now);
-                Ok(())
-            }
-            HoldStatus::Confirmed => Ok(()),
-            HoldStatus::Cancelled => Err("hold_cancelled"),
-            HoldStatus::Expired => Err("hold_expired"),
-        })
+        self.transition(index, scope, now, confirming(now))
     }
 
     pub(super) fn cancel(&mut self, index: usize, scope: &Scope, now: Timestamp) -> Seen {
-        let mut freed = None;
-        let seen = self.transition(index, scope, now, |hold, status| match status {
-            HoldStatus::Held | HoldStatus::Confirmed => {
-                hold.status = HoldStatus::Cancelled;
-                hold.cancelled_at = Some(now);
-                freed = Some((hold.slot_id, hold.quantity));
-                Ok(())
-            }
-            HoldStatus::Cancelled => Ok(()),
-            HoldStatus::Expired => Err("hold_expired"),
-        });
-        if let Some((slot_id, quantity)) = freed {
+        let mut freed = Vec::new();
+        let seen = self.transition(index, scope, now, cancelling(now, &mut freed));
+        self.give_back(freed);
+        seen
+    }
+
+    /// Gives each `(slot, units)` back to its slot.
+    pub(super) fn give_back(&mut self, freed: Vec<(SlotId, i32)>) {
+        for (slot_id, quantity) in freed {
             if let Some(slot) = self.slots.iter_mut().find(|s| s.id == slot_id) {
                 slot.remaining += quantity;
             }
         }
-        seen
     }
 
     pub(super) fn renew(
@@ -319,17 +391,7 @@ impl Model {
             Ok(lifetime) => lifetime,
             Err(refused) => return refused,
         };
-        self.transition(index, scope, now, |hold, status| match status {
-            HoldStatus::Held => {
-                let cap =
-                    hold.created_at + Duration::from_std(MAX_HOLD_LIFE).unwrap_or(Duration::MAX);
-                hold.expires_at = (now + lifetime).min(cap).max(hold.expires_at);
-                Ok(())
-            }
-            HoldStatus::Confirmed => Ok(()),
-            HoldStatus::Cancelled => Err("hold_cancelled"),
-            HoldStatus::Expired => Err("hold_expired"),
-        })
+        self.transition(index, scope, now, renewing(now, lifetime))
     }
 
     pub(super) fn get(&self, index: usize, scope: &Scope, now: Timestamp) -> Seen {

@@ -109,7 +109,7 @@ pub(super) trait StepCheck<S: Store>: Send {
 }
 
 /// The plain run: no event log.
-struct NoEvents;
+pub(super) struct NoEvents;
 
 #[async_trait::async_trait]
 impl<S: Store> StepCheck<S> for NoEvents {
@@ -145,6 +145,9 @@ pub(super) async fn run_checked<S: Store, C: StepCheck<S>>(
         let before = model.clone();
         let (expected, actual) = match *op {
             ModelOp::ReclaimExpired
+            | ModelOp::Book { .. }
+            | ModelOp::ChangeBooking { .. }
+            | ModelOp::GetBooking { .. }
             | ModelOp::Lease { .. }
             | ModelOp::Release { .. }
             | ModelOp::AcknowledgeLeased { .. } => {
