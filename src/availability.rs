@@ -45,6 +45,21 @@ impl AvailabilitySnapshot {
         }
     }
 
+    /// This snapshot after `units` of each slot named were taken (negative: given back) by a
+    /// change this process committed: the cache's patch for its own holds and bookings, so
+    /// they show at once (entries not listed are left alone; no entry goes below zero).
+    pub fn taking(&self, units: &[(SlotId, i32)]) -> AvailabilitySnapshot {
+        let mut entries = self.entries.clone();
+        for entry in &mut entries {
+            for &(slot_id, taken) in units {
+                if entry.slot_id == slot_id {
+                    entry.remaining = entry.remaining.saturating_sub(taken).max(0);
+                }
+            }
+        }
+        AvailabilitySnapshot::new(self.read_at, entries)
+    }
+
     /// The entries a query of `resource` (or of every resource) looks through.
     fn list(&self, group: Option<usize>) -> &[AvailabilityEntry] {
         match group.and_then(|i| self.by_resource.get(i)) {

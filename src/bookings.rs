@@ -159,7 +159,20 @@ impl<S: BookingStore> BookingEngine<S> {
                         now,
                         expires_at,
                     };
-                    inner.store.create_booking(request).await
+                    let outcome = inner.store.create_booking(request).await;
+                    if let Ok(Decided {
+                        outcome: BookingOutcome::Created(booking),
+                        ..
+                    }) = &outcome
+                    {
+                        let units: Vec<_> = booking
+                            .lines
+                            .iter()
+                            .map(|h| (h.slot_id, h.quantity))
+                            .collect();
+                        inner.show_taken(&units);
+                    }
+                    outcome
                 }))
                 .await?;
             booking_placed(&op, outcome, first)

@@ -32,5 +32,5 @@ mod snapshot;
 mod tests;
 
 pub use config::{CacheConfig, CacheError};
-pub use single_flight::SingleFlightCache;
+pub use single_flight::{Patched, SingleFlightCache};
 pub use snapshot::{Served, Snapshot};

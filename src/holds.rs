@@ -15,7 +15,7 @@ use crate::model::{
 };
 use crate::observe::{Op, Operation};
 use crate::scope::Scope;
-use crate::store::{Decided, HoldQueries, HoldStore, RenewRequest, StoreError};
+use crate::store::{Decided, HoldOutcome, HoldQueries, HoldStore, RenewRequest, StoreError};
 
 impl<S: HoldStore> BookingEngine<S> {
     /// Places an anonymous hold on one unit of `slot_id` for the engine's hold lifetime: the
@@ -43,7 +43,15 @@ impl<S: HoldStore> BookingEngine<S> {
             let (slot_id, quantity) = (prepared.slot_id, prepared.quantity);
             let outcome = op
                 .store(detached(async move {
-                    inner.store.create_hold(prepared.request()).await
+                    let outcome = inner.store.create_hold(prepared.request()).await;
+                    if let Ok(Decided {
+                        outcome: HoldOutcome::Created(hold),
+                        ..
+                    }) = &outcome
+                    {
+                        inner.show_taken(&[(hold.slot_id, hold.quantity)]);
+                    }
+                    outcome
                 }))
                 .await?;
             hold_placed(&op, outcome, slot_id, quantity)

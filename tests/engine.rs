@@ -218,7 +218,7 @@ async fn r3_cancel_invalidates_only_after_its_commit() {
 }
 
 #[tokio::test]
-async fn r3_confirm_and_create_slot_invalidate_but_hold_does_not() {
+async fn r3_confirm_and_create_slot_invalidate_but_a_hold_patches_the_listing() {
     let clock = ManualClock::new(start());
     let engine = engine(Probe::default(), &clock);
     let slot = slot(&engine, 3, chrono::Duration::hours(1)).await;
@@ -226,8 +226,17 @@ async fn r3_confirm_and_create_slot_invalidate_but_hold_does_not() {
     let hold = engine.hold(slot, "k").await.unwrap().hold;
     let listing = engine.availability(AvailabilityQuery::all()).await.unwrap();
     assert_eq!(
-        listing[0].remaining, 3,
-        "a hold does not invalidate (advisory listing)"
+        listing[0].remaining, 2,
+        "the engine's own hold shows in its listing at once"
+    );
+    assert_eq!(engine.store().reads(), 1, "patched, not reloaded");
+    engine.hold(slot, "k").await.unwrap();
+    let big = slot_booking::NewHold::new(slot, "big").quantity(3);
+    assert!(engine.place_hold(big).await.is_err());
+    let listing = engine.availability(AvailabilityQuery::all()).await.unwrap();
+    assert_eq!(
+        listing[0].remaining, 2,
+        "a replay or a refusal takes nothing"
     );
     assert_eq!(engine.store().reads(), 1);
     engine

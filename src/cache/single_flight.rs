@@ -153,6 +153,32 @@ where
         self.inner.generation.fetch_add(1, Ordering::SeqCst);
     }
 
+    /// Replaces the cached value with `change` of it, keeping its age: for a change this
+    /// process has just committed and knows exactly, so readers see it at once without a
+    /// load. A load in flight may have read before that change, so it cannot be patched: the
+    /// cache is invalidated instead (the next read waits for a load that sees the change).
+    /// Nothing cached, nothing to patch.
+    pub fn patch(&self, change: impl FnOnce(&T) -> T) -> Patched {
+        let mut state = self.lock();
+        let generation = self.inner.generation.load(Ordering::SeqCst);
+        if state
+            .inflight
+            .as_ref()
+            .is_some_and(|inflight| inflight.generation == generation)
+        {
+            drop(state);
+            self.invalidate();
+            return Patched::Invalidated;
+        }
+        match state.value.as_mut().filter(|c| c.generation == generation) {
+            Some(cached) => {
+                cached.value = Arc::new(change(&cached.value));
+                Patched::Patched
+            }
+            None => Patched::NothingCached,
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, State<T, E>> {
         // The state is only ever replaced whole, never left half-updated, so a poisoned lock
         // still holds consistent state.
@@ -249,6 +275,17 @@ where
         });
         Some(receiver)
     }
+}
+
+/// What [`SingleFlightCache::patch`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Patched {
+    /// The cached value now includes the change.
+    Patched,
+    /// A load was in flight, so the cache was invalidated instead.
+    Invalidated,
+    /// No current value was cached: the next read loads one, which sees the change.
+    NothingCached,
 }
 
 fn aborted<T, E>() -> watch::Receiver<Option<LoadResult<T, E>>> {

@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 use tokio_test::{assert_pending, assert_ready, task};
 
-use super::{CacheConfig, CacheError, Served, SingleFlightCache, Snapshot};
+use super::{CacheConfig, CacheError, Patched, Served, SingleFlightCache, Snapshot};
 
 const FRESH: Duration = Duration::from_secs(10);
 const STALE: Duration = Duration::from_secs(30);
@@ -412,4 +412,44 @@ fn without_a_runtime_a_read_fails_instead_of_panicking() {
         CacheError::LoadAborted
     );
     assert_eq!(loader.calls(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn c7_a_patch_changes_the_value_without_a_load_and_keeps_its_age() {
+    let loader = Loader::open();
+    let cache = cache();
+    assert_eq!(cache.patch(|v| v + 100), Patched::NothingCached);
+    cache.get(loader.ok()).await.unwrap();
+    tokio::time::advance(Duration::from_secs(4)).await;
+    assert_eq!(cache.patch(|v| v + 100), Patched::Patched);
+    let read = cache.get(loader.ok()).await.unwrap();
+    assert_eq!((*read, loader.calls()), (101, 1), "patched, not loaded");
+    assert_eq!(
+        read.age(),
+        Duration::from_secs(4),
+        "a patch keeps the value's age"
+    );
+    tokio::time::advance(FRESH).await;
+    let stale = cache.get(loader.ok()).await.unwrap();
+    assert_eq!(stale.served(), Served::Stale);
+    assert_eq!(*stale, 101);
+}
+
+#[tokio::test(start_paused = true)]
+async fn c7_a_patch_during_a_load_invalidates_it_instead() {
+    let cache = cache();
+    let gated = Loader::new();
+    let mut first = waiting_read(&cache, &gated);
+    // The load in flight may have read before the change: it cannot be patched.
+    assert_eq!(cache.patch(|v| v + 100), Patched::Invalidated);
+    finish_load(&gated).await;
+    assert_eq!(
+        *assert_ready!(first.poll()).unwrap(),
+        1,
+        "its reader still gets it"
+    );
+    let mut second = waiting_read(&cache, &gated);
+    assert_eq!(gated.calls(), 2, "the next read loads again");
+    finish_load(&gated).await;
+    assert_eq!(*assert_ready!(second.poll()).unwrap(), 2);
 }

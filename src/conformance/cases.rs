@@ -146,6 +146,7 @@ macro_rules! __booking_case_list {
             booking_expires_whole
             invalid_bookings_change_nothing
             race_overlapping_bookings_never_oversell
+            bookings_show_in_the_cached_listing_at_once
         }
     };
 }

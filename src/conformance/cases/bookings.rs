@@ -10,8 +10,11 @@ use chrono::Duration;
 use crate::bookings::NewBooking;
 use crate::conformance::support::{hours, owner};
 use crate::conformance::Fixture;
+use crate::engine::BookingEngine;
 use crate::error::BookingError;
-use crate::model::{Booking, HoldId, HoldStatus, LineProblem, LineShortfall, SlotId};
+use crate::model::{
+    AvailabilityQuery, Booking, HoldId, HoldStatus, LineProblem, LineShortfall, NewSlot, SlotId,
+};
 use crate::scope::Scope;
 use crate::store::{BookingStore, SlotAdmin};
 
@@ -482,4 +485,49 @@ pub(super) async fn race_overlapping_bookings_never_oversell<S: BookingStore>(st
         assert_eq!(stored.lines.len(), booking.lines.len(), "all or nothing");
     }
     f.assert_booked(&slots, &bookings).await;
+}
+
+/// The engine's own bookings and holds show in its cached listing at once, without a reload;
+/// a refusal or a replay changes nothing there; a cancel shows at the next read.
+pub(super) async fn bookings_show_in_the_cached_listing_at_once<S: BookingStore>(store: S) {
+    let (engine, start) = crate::conformance::fixture::cached_engine(store);
+    let mut slots = Vec::new();
+    for capacity in [3, 2] {
+        let slot = NewSlot::new(start, start + hours(1), capacity);
+        slots.push(engine.create_slot(slot).await.unwrap().slot_id);
+    }
+    let (a, b) = (slots[0], slots[1]);
+    let read = |engine: BookingEngine<S>| async move {
+        let listing = engine.availability(AvailabilityQuery::all()).await.unwrap();
+        listing.iter().map(|e| e.remaining).collect::<Vec<_>>()
+    };
+    assert_eq!(read(engine.clone()).await, vec![3, 2]);
+    let request = NewBooking::new("pair").line(a, 2).line(b, 1);
+    let booking = engine.book(request.clone()).await.unwrap().booking;
+    assert_eq!(
+        read(engine.clone()).await,
+        vec![1, 1],
+        "the booking, at once"
+    );
+    engine.book(request).await.unwrap();
+    assert!(engine
+        .book(NewBooking::new("too-many").line(a, 2).line(b, 1))
+        .await
+        .is_err());
+    assert_eq!(
+        read(engine.clone()).await,
+        vec![1, 1],
+        "a replay and a refusal take nothing"
+    );
+    engine.hold(b, "one").await.unwrap();
+    assert_eq!(read(engine.clone()).await, vec![1, 0], "a hold, at once");
+    engine
+        .cancel_booking_as(&ANY, booking.booking_id)
+        .await
+        .unwrap();
+    assert_eq!(
+        read(engine.clone()).await,
+        vec![3, 1],
+        "a cancel, at the next read"
+    );
 }
