@@ -218,9 +218,31 @@ macro_rules! event_conformance_tests {
 /// Expands to one `#[test]` per booking case, for a store implementing
 /// [`BookingStore`](crate::BookingStore) and [`SlotAdmin`](crate::SlotAdmin): bookings of
 /// several lines, all or none, changed whole, replayed by key, raced. Same forms as
-/// [`conformance_tests!`](crate::conformance_tests).
+/// [`conformance_tests!`](crate::conformance_tests); the `events,` forms (`events, $factory`,
+/// `events, optional: $factory`) add the cases that read the event log, for a store that is
+/// also an [`EventStore`](crate::EventStore).
 #[macro_export]
 macro_rules! booking_conformance_tests {
+    (events, optional: $factory:expr) => {
+        $crate::booking_conformance_tests!(optional: $factory);
+        $crate::__booking_event_case_list!($crate::__conformance_case_tests; $factory, cases);
+
+        $crate::__conformance_property_test!(
+            /// Random sequences with bookings and reclaims, the event log checked against the
+            /// model's changes.
+            model_based_booking_events,
+            $factory,
+            $crate::conformance::oracle::check_booking_events,
+            $crate::conformance::EVENT_MODEL_CASES,
+            40
+        );
+    };
+    (events, $factory:expr) => {
+        $crate::booking_conformance_tests!(events, optional: || {
+            let store = ($factory)();
+            async move { Some(store.await) }
+        });
+    };
     (optional: $factory:expr) => {
         $crate::__booking_case_list!($crate::__conformance_case_tests; $factory, cases);
 

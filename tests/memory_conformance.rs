@@ -7,5 +7,5 @@ mod events {
 }
 
 mod bookings {
-    slot_booking::booking_conformance_tests!(|| async { slot_booking::MemoryStore::new() });
+    slot_booking::booking_conformance_tests!(events, || async { slot_booking::MemoryStore::new() });
 }

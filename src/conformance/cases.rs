@@ -11,6 +11,7 @@
 mod admin;
 mod admin_races;
 mod availability;
+mod booking_events;
 mod bookings;
 mod lifecycle;
 mod lifetimes;
@@ -25,6 +26,7 @@ mod bodies {
     pub(super) use super::admin::*;
     pub(super) use super::admin_races::*;
     pub(super) use super::availability::*;
+    pub(super) use super::booking_events::*;
     pub(super) use super::bookings::*;
     pub(super) use super::lifecycle::*;
     pub(super) use super::lifetimes::*;
@@ -151,6 +153,19 @@ macro_rules! __booking_case_list {
     };
 }
 
+/// The booking cases that read the event log (file `booking_events`).
+/// [`booking_conformance_tests!`](crate::booking_conformance_tests)'s `events:` form makes a
+/// `#[test]` of each. Not part of the API.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __booking_event_case_list {
+    ($callback:path; $($args:tt)*) => {
+        $callback! { $($args)*;
+            a_consumer_rebuilds_every_slots_units_from_events
+        }
+    };
+}
+
 /// A public function of each case a list names.
 macro_rules! public_cases {
     ($bound:tt; $($case:ident)*) => {
@@ -168,6 +183,7 @@ crate::__lifecycle_case_list!(public_cases; [crate::store::HoldStore]);
 crate::__query_case_list!(public_cases; [crate::store::HoldStore + crate::store::HoldQueries]);
 crate::__admin_case_list!(public_cases; [crate::store::HoldStore + crate::store::SlotAdmin]);
 crate::__booking_case_list!(public_cases; [crate::store::BookingStore + crate::store::SlotAdmin]);
+crate::__booking_event_case_list!(public_cases; [crate::store::BookingStore + crate::store::SlotAdmin + crate::store::EventStore]);
 
 /// [`check_hold_store`] from the lifecycle list.
 macro_rules! lifecycle_check {

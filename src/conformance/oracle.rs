@@ -41,7 +41,7 @@ mod strategies;
 mod transaction_steps;
 mod writes;
 
-pub use bookings::{booking_op, check_bookings};
+pub use bookings::{booking_op, check_booking_events, check_bookings};
 pub use concurrent::{check_concurrent, Batch};
 pub use expected_events::check_events;
 pub use ops::{ModelOp, LEASE};

@@ -8,10 +8,12 @@ use proptest::prelude::*;
 use crate::bookings::NewBooking;
 use crate::engine::BookingEngine;
 use crate::error::BookingError;
+use crate::events::EventStore;
 use crate::model::{Booking, HoldStatus, LineProblem, LineShortfall, SlotId, Timestamp};
 use crate::scope::Scope;
 use crate::store::{BookingStore, Store};
 
+use super::expected_events::EventsMatchTheModel;
 use super::ops::{duration_of, owner, ModelOp};
 use super::reference::{cancelling, confirming, pick_lifetime, renewing, Model, Seen};
 use super::runner::{run_checked, run_property, NoEvents, StepCheck};
@@ -234,11 +236,12 @@ fn seen(result: Result<Booking, BookingError>, replayed: bool) -> Seen {
     }
 }
 
-/// Runs the booking operations, against the engine and the model side by side.
-pub(super) struct BookingSteps;
+/// Runs the booking operations, against the engine and the model side by side, and hands
+/// every other check to `inner` (the event log's, or none).
+pub(super) struct BookingSteps<C>(C);
 
 #[async_trait::async_trait]
-impl<S: Store + BookingStore> StepCheck<S> for BookingSteps {
+impl<S: Store + BookingStore, C: StepCheck<S>> StepCheck<S> for BookingSteps<C> {
     async fn extra_op(
         &mut self,
         engine: &BookingEngine<S>,
@@ -286,7 +289,7 @@ impl<S: Store + BookingStore> StepCheck<S> for BookingSteps {
                 let actual = engine.get_booking_as(&scope, id).await;
                 Some((model.get_booking(hold, &scope, now), seen(actual, false)))
             }
-            _ => None,
+            _ => self.0.extra_op(engine, model, op, now).await,
         }
     }
 
@@ -296,7 +299,7 @@ impl<S: Store + BookingStore> StepCheck<S> for BookingSteps {
         before: &Model,
         after: &Model,
     ) -> Result<(), Mismatch> {
-        <NoEvents as StepCheck<S>>::after_step(&mut NoEvents, engine, before, after).await
+        self.0.after_step(engine, before, after).await
     }
 }
 
@@ -340,6 +343,40 @@ where
         2,
         &sequences,
         factory,
-        |store, ops| async move { run_checked(store, &ops, &mut BookingSteps).await },
+        |store, ops| async move { run_checked(store, &ops, &mut BookingSteps(NoEvents)).await },
+    );
+}
+
+/// Runs `cases` random sequences like [`check_bookings`], with reclaims of expired holds among
+/// the operations, and after every step compares the events the store appended with those
+/// the model's change of state implies: one per line a booking's step changed, none for a
+/// refusal.
+///
+/// # Panics
+///
+/// When a sequence's outcomes, state or events differ from the model's.
+pub fn check_booking_events<S, F, Fut>(factory: F, cases: u32, max_len: usize)
+where
+    S: Store + BookingStore + EventStore,
+    F: Fn() -> Fut,
+    Fut: Future<Output = S>,
+{
+    let step = prop_oneof![
+        12 => lifecycle_op(),
+        3 => admin_op(),
+        8 => booking_op(),
+        2 => Just(ModelOp::ReclaimExpired),
+    ];
+    let sequences = after_opening(proptest::collection::vec(step, 1..=max_len));
+    run_property(
+        "booking event model check",
+        cases,
+        2,
+        &sequences,
+        factory,
+        |store, ops| async move {
+            let mut checks = BookingSteps(EventsMatchTheModel::new());
+            run_checked(store, &ops, &mut checks).await
+        },
     );
 }

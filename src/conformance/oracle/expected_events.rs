@@ -81,7 +81,7 @@ pub(super) fn expected_events(before: &Model, after: &Model) -> Vec<ExpectedEven
 
 /// The event log checked against the model after every step, through one consumer that
 /// acknowledges what it read.
-struct EventsMatchTheModel {
+pub(super) struct EventsMatchTheModel {
     consumer: crate::model::ConsumerId,
     last: Option<crate::events::EventPosition>,
     /// The model of the consumer `leased`: its lease (holder number, end) and its cursor.
@@ -90,7 +90,7 @@ struct EventsMatchTheModel {
 }
 
 impl EventsMatchTheModel {
-    fn new() -> Self {
+    pub(super) fn new() -> Self {
         EventsMatchTheModel {
             consumer: crate::model::ConsumerId::new("model").expect("a valid consumer id"),
             last: None,
