@@ -43,9 +43,7 @@ use std::time::Duration;
 
 use crate::engine::{detached, guarded, settle, BookingEngine, NewHold};
 use crate::error::BookingError;
-use crate::model::{
-    canonical_lines, Booking, BookingLine, HoldId, HoldStatus, IdempotencyKey, OwnerId, SlotId,
-};
+use crate::model::{canonical_lines, Booking, BookingLine, HoldId, HoldStatus, OwnerId, SlotId};
 use crate::observe::{Op, Operation};
 use crate::scope::Scope;
 use crate::store::{BookingOutcome, BookingRequest, BookingStore, Decided, RenewRequest};
@@ -140,7 +138,7 @@ impl<S: BookingStore> BookingEngine<S> {
         }
         let op = Op::new(Operation::Book).slot(lines[0].slot_id);
         op.run(async {
-            let key = IdempotencyKey::new(request.key)?;
+            let key = self.inner.stored_key(request.key, request.owner.as_ref())?;
             let (lifetime, now) = (
                 self.inner.lifetimes.pick(request.lifetime)?,
                 self.clock().now(),

@@ -73,6 +73,24 @@ pub(crate) struct Inner<S> {
     alive: tokio::sync::watch::Sender<()>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) lifetimes: Lifetimes,
+    /// Whether idempotency keys are scoped to their owner.
+    keys_per_owner: bool,
+}
+
+impl<S> Inner<S> {
+    /// The key a request's `key` is stored under: checked, and scoped to `owner` when the
+    /// engine scopes keys.
+    pub(crate) fn stored_key(
+        &self,
+        key: String,
+        owner: Option<&OwnerId>,
+    ) -> Result<IdempotencyKey, BookingError> {
+        let key = IdempotencyKey::new(key)?;
+        Ok(match owner {
+            Some(owner) if self.keys_per_owner => IdempotencyKey::of_owner(owner, &key),
+            _ => key,
+        })
+    }
 }
 
 /// The engine's hold lifetimes: the default, the bounds a request may ask within, and the
@@ -153,9 +171,21 @@ pub struct EngineBuilder<S> {
     requested_ttl: (Duration, Duration),
     max_hold_life: Duration,
     clock: Arc<dyn Clock>,
+    keys_per_owner: bool,
 }
 
 impl<S: HoldStore> EngineBuilder<S> {
+    /// Scopes idempotency keys to their owner (default: off, one key space for everybody, as
+    /// the seed has it). With it, two owners may both send `cart-1` and get two holds, where
+    /// by default the second is `idempotency_key_reused`; anonymous holds keep one shared key
+    /// space. Stored keys stay unique ([`IdempotencyKey::of_owner`]). Switch it on for a new
+    /// database, or knowing that an owner's retry of a hold placed before the switch makes a
+    /// new hold.
+    pub fn keys_per_owner(mut self, scoped: bool) -> Self {
+        self.keys_per_owner = scoped;
+        self
+    }
+
     /// How long an availability snapshot is fresh (default 10 s): served with no store read.
     /// Zero disables caching of fresh values; reads still share one load in flight.
     pub fn cache_period(mut self, period: Duration) -> Self {
@@ -233,6 +263,7 @@ impl<S: HoldStore> EngineBuilder<S> {
                 alive: tokio::sync::watch::Sender::new(()),
                 clock: self.clock,
                 lifetimes,
+                keys_per_owner: self.keys_per_owner,
             }),
         }
     }
@@ -541,6 +572,7 @@ impl<S: HoldStore> BookingEngine<S> {
             requested_ttl: (DEFAULT_MIN_REQUESTED_TTL, DEFAULT_MAX_REQUESTED_TTL),
             max_hold_life: DEFAULT_MAX_HOLD_LIFE,
             clock: Arc::new(SystemClock),
+            keys_per_owner: false,
         }
     }
 

@@ -10,8 +10,8 @@ use crate::engine::{
 };
 use crate::error::BookingError;
 use crate::model::{
-    Hold, HoldId, HoldPage, HoldStatus, IdempotencyKey, NewSlot, OwnerId, Page, PageRequest, Slot,
-    SlotId, Timestamp, MAX_QUANTITY,
+    Hold, HoldId, HoldPage, HoldStatus, NewSlot, OwnerId, Page, PageRequest, Slot, SlotId,
+    Timestamp, MAX_QUANTITY,
 };
 use crate::observe::{Op, Operation};
 use crate::scope::Scope;
@@ -62,7 +62,7 @@ impl<S: HoldStore> BookingEngine<S> {
     /// Checks a hold request and fixes its instant and expiry: everything the store is
     /// handed, before any store sees it.
     pub(crate) fn prepare_hold(&self, request: NewHold) -> Result<PreparedHold, BookingError> {
-        let key = IdempotencyKey::new(request.key)?;
+        let key = self.inner.stored_key(request.key, request.owner.as_ref())?;
         let quantity = request.quantity;
         if !(1..=MAX_QUANTITY).contains(&quantity) {
             return Err(BookingError::InvalidQuantity {

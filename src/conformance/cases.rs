@@ -83,6 +83,7 @@ macro_rules! __lifecycle_case_list {
             owned_holds_answer_only_in_their_owners_scope
             a_key_replays_only_the_same_request
             a_key_of_another_owner_reveals_nothing
+            keys_scoped_to_their_owner_let_owners_share_a_key
             a_hold_takes_its_quantity_all_or_nothing
             quantities_out_of_bounds_are_refused
             cancel_and_expiry_return_every_unit_of_a_hold

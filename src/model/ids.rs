@@ -91,6 +91,15 @@ impl IdempotencyKey {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// The key as stored when keys are scoped to their owner
+    /// ([`EngineBuilder::keys_per_owner`](crate::EngineBuilder::keys_per_owner)): the owner id,
+    /// a space, the client's key. Neither part has a space, so two owners' keys never meet,
+    /// and none meets an anonymous client's key (which has no space); stores keep it unique like
+    /// any key, so no two holds share a stored key.
+    pub fn of_owner(owner: &OwnerId, key: &IdempotencyKey) -> Self {
+        IdempotencyKey(format!("{} {}", owner.as_str(), key.as_str()))
+    }
 }
 
 impl fmt::Display for IdempotencyKey {

@@ -148,3 +148,45 @@ pub(super) async fn a_key_of_another_owner_reveals_nothing<S: HoldStore>(store: 
     f.assert_invariant(slot, &[alices.hold_id, anons.hold_id])
         .await;
 }
+
+/// With keys scoped to their owner, two owners' holds under one key are two holds, each
+/// replayed only by its owner; anonymous holds keep one shared key space, which no owner's key
+/// meets.
+pub(super) async fn keys_scoped_to_their_owner_let_owners_share_a_key<S: HoldStore>(store: S) {
+    let clock = crate::clock::ManualClock::new(crate::conformance::fixture::epoch());
+    let engine = crate::BookingEngine::builder(store)
+        .cache_period(std::time::Duration::ZERO)
+        .keys_per_owner(true)
+        .clock(clock)
+        .build();
+    let start = crate::conformance::fixture::epoch() + hours(1);
+    let slot = crate::model::NewSlot::new(start, start + hours(1), 5);
+    let slot = engine.create_slot(slot).await.unwrap().slot_id;
+    let place = |who: Option<&str>, key: &str| {
+        let mut request = crate::NewHold::new(slot, key);
+        request.owner = who.map(owner);
+        engine.place_hold(request)
+    };
+    let alice = place(Some("alice"), "cart-1").await.unwrap();
+    let bob = place(Some("bob"), "cart-1").await.unwrap();
+    assert!(!alice.replayed && !bob.replayed);
+    assert_ne!(alice.hold.hold_id, bob.hold.hold_id);
+    let again = place(Some("alice"), "cart-1").await.unwrap();
+    assert!(again.replayed);
+    assert_eq!(again.hold.hold_id, alice.hold.hold_id);
+    let anonymous = place(None, "cart-1").await.unwrap();
+    assert!(!anonymous.replayed, "an anonymous key meets no owner's key");
+    assert!(place(None, "cart-1").await.unwrap().replayed);
+    // The stored key is the owner's and the key: a client key with a space is still refused.
+    assert!(matches!(
+        place(Some("alice"), "alice cart-1").await,
+        Err(BookingError::InvalidIdempotencyKey(_))
+    ));
+    let stored = engine
+        .store()
+        .get_slot(slot)
+        .await
+        .unwrap()
+        .map(|s| s.stored_remaining);
+    assert_eq!(stored, Some(2));
+}
