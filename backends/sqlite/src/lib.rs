@@ -169,6 +169,7 @@ use sqlx::{AssertSqlSafe, Row, Sqlite};
 use tokio::sync::Mutex;
 
 mod admin;
+mod bookings;
 mod changes;
 mod events;
 mod group;

@@ -61,6 +61,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         description: "consumer leases",
         sql: include_str!("../migrations/0007_consumer_leases.sql"),
     },
+    Migration {
+        version: 8,
+        description: "bookings",
+        sql: include_str!("../migrations/0008_bookings.sql"),
+    },
 ];
 
 /// The ledger 0.1 kept for its unprefixed tables.

@@ -33,6 +33,29 @@ const EVENT_COLUMNS: &str = "id, kind, slot_id, hold_id, owner, quantity, occurr
 const S_SLOT_COLUMNS: &str =
     "s.id, s.starts_at, s.ends_at, s.capacity, s.remaining, s.resource, s.closed, s.removed_at";
 
+/// The scope of confirm and cancel: `?3` any, `?4` owner.
+const SCOPE_3_4: &str = "(?3 OR owner IS ?4)";
+
+const CONFIRM_SET: &str = "status = 'confirmed', confirmed_at = ?1";
+const CANCEL_SET: &str = "status = 'cancelled', cancelled_at = ?1";
+const RENEW_SET: &str = "expires_at = min(?1 + ?3, created_at + ?4)";
+
+/// A held hold that has not expired at `?1`, its columns qualified by `table` (`""` or `"o."`).
+fn active(table: &str) -> String {
+    format!("{table}status = 'held' AND {table}expires_at > ?1")
+}
+
+/// The ids of the lines of the booking whose id is `booking` (an SQL expression): the hold
+/// itself when it is a plain hold (`booking_id` NULL), else every hold whose `booking_id` it is
+/// (through `holds_by_booking`, migration 8). The id of a line that is not the first is no
+/// booking's: nothing.
+fn lines_of(holds: &str, booking: &str) -> String {
+    format!(
+        "SELECT id FROM {holds} WHERE id = {booking} AND booking_id IS NULL \
+         UNION ALL SELECT id FROM {holds} WHERE booking_id = {booking}"
+    )
+}
+
 /// A table prefix that is not a plain identifier start.
 ///
 /// Accepted: 1 to 32 characters, lowercase ASCII letters, digits and `_`, starting with a
@@ -90,7 +113,6 @@ pub(crate) struct Statements {
     pub(crate) hold_by_id: String,
     pub(crate) owner_holds: String,
     pub(crate) slot_holds: String,
-    pub(crate) hold_by_key: String,
     pub(crate) availability: String,
     pub(crate) insert_hold: String,
     pub(crate) reclaim: String,
@@ -116,6 +138,15 @@ pub(crate) struct Statements {
     pub(crate) reclaim_expired_every: String,
     pub(crate) purge_holds: String,
     pub(crate) purge_events: String,
+    pub(crate) booking_lines: String,
+    pub(crate) booking_by_key: String,
+    pub(crate) insert_line: String,
+    pub(crate) mark_booking: String,
+    pub(crate) line_state: String,
+    pub(crate) confirm_booking: String,
+    pub(crate) cancel_booking: String,
+    pub(crate) renew_booking: String,
+    pub(crate) renew_booking_unmoved: String,
     /// The holds table's name, for [`Statements::insert_holds`].
     holds: String,
     /// [`Statements::insert_holds`]'s texts, made on first use: `insert_holds_texts[k - 1]`
@@ -147,6 +178,29 @@ impl Statements {
         let page_tail = "s.starts_at >= ?2 AND s.starts_at < ?3 \
                          AND (s.starts_at, s.id) > (?4, ?5) \
                          ORDER BY s.starts_at, s.id LIMIT ?6";
+        // The lines of the booking the hold ?2 belongs to, and of the booking whose id is ?2.
+        let of_hold = lines_of(
+            &holds,
+            &format!("coalesce((SELECT booking_id FROM {holds} WHERE id = ?2), ?2)"),
+        );
+        let of_booking = lines_of(&holds, "?2");
+        // Each rule for a line as stored (and for the line `o` of the guard).
+        let cancellable = |t: &str| format!("({t}status = 'confirmed' OR ({}))", active(t));
+        let (renewable, renewable_o) = (active(""), active("o."));
+        let confirmable = (active(""), active("o."));
+        let cancellable = (cancellable(""), cancellable("o."));
+        let renewable_rule = (renewable.clone(), renewable_o.clone());
+        let renew_scope = "(?5 OR owner IS ?6) AND min(?1 + ?3, created_at + ?4) > expires_at";
+        let change = |lines: &str, set: &str, rule: &(String, String), scope: &str| {
+            let (applies, applies_o) = rule;
+            format!(
+                "UPDATE {holds} SET {set} \
+                 WHERE id IN ({lines}) AND {applies} AND {scope} \
+                   AND NOT EXISTS (SELECT 1 FROM {holds} o \
+                                   WHERE o.id IN ({lines}) AND NOT ({applies_o})) \
+                 RETURNING {HOLD_COLUMNS}"
+            )
+        };
         Statements {
             create_slot: format!(
                 "INSERT INTO {slots} (starts_at, ends_at, capacity, remaining, resource) \
@@ -167,7 +221,6 @@ impl Statements {
             slot_holds: format!(
                 "SELECT {HOLD_COLUMNS} FROM {holds} WHERE slot_id = ?1 AND id > ?2 ORDER BY id LIMIT ?3"
             ),
-            hold_by_key: format!("SELECT {HOLD_COLUMNS} FROM {holds} WHERE idempotency_key = ?1"),
             // The correlated count walks the partial index over held holds of one slot, for
             // selling slots only (not started, sales open, not removed): abandoned holds on
             // past slots are never read. A slot with every unit free has no held hold to
@@ -200,29 +253,19 @@ impl Statements {
                  RETURNING {HOLD_COLUMNS}"
             ),
             give_back: format!("UPDATE {slots} SET remaining = remaining + ?1 WHERE id = ?2"),
-            confirm: format!(
-                "UPDATE {holds} SET status = 'confirmed', confirmed_at = ?1 \
-                 WHERE id = ?2 AND status = 'held' AND expires_at > ?1 \
-                   AND (?3 OR owner IS ?4) \
-                 RETURNING {HOLD_COLUMNS}"
-            ),
-            cancel: format!(
-                "UPDATE {holds} SET status = 'cancelled', cancelled_at = ?1 \
-                 WHERE id = ?2 AND (status = 'confirmed' OR (status = 'held' AND expires_at > ?1)) \
-                   AND (?3 OR owner IS ?4) \
-                 RETURNING {HOLD_COLUMNS}"
-            ),
+            // Confirm, cancel and renew act on every line of the booking the hold ?2 belongs
+            // to (a plain hold is a booking of one line), in one statement, and only when the
+            // rule applies to every line: the guard finds no line it does not apply to. The
+            // rows returned are the lines changed, all of them or none.
+            confirm: change(&of_hold, CONFIRM_SET, &confirmable, SCOPE_3_4),
+            cancel: change(&of_hold, CANCEL_SET, &cancellable, SCOPE_3_4),
             // ?1 now, ?2 hold id, ?3 lifetime, ?4 maximum life (microseconds): the new expiry
             // is now + lifetime, capped at created_at + maximum life, never earlier than it was.
-            // The row changes only when that moves its expiry, so a returned row is a renewal
-            // that happened (and appends `hold_renewed`); `renew_unmoved` then tells a renewal
+            // The rows change only when that moves their expiry (every line of a booking has
+            // the same `created_at` and `expires_at`), so a returned row is a renewal that
+            // happened (and appends `hold_renewed`); `renew_unmoved` then tells a renewal
             // with nothing to move (already at its maximum life) from a refusal.
-            renew: format!(
-                "UPDATE {holds} SET expires_at = min(?1 + ?3, created_at + ?4) \
-                 WHERE id = ?2 AND status = 'held' AND expires_at > ?1 \
-                   AND (?5 OR owner IS ?6) AND min(?1 + ?3, created_at + ?4) > expires_at \
-                 RETURNING {HOLD_COLUMNS}"
-            ),
+            renew: change(&of_hold, RENEW_SET, &renewable_rule, renew_scope),
             // Read after `renew` changed no row, in the same unit of work, with the same
             // parameters: the hold if it is renewable (active, held, in scope) and the renewal
             // would not move it. Such a renewal is applied, unchanged, and appends nothing.
@@ -230,6 +273,52 @@ impl Statements {
                 "SELECT {HOLD_COLUMNS} FROM {holds} \
                  WHERE id = ?2 AND status = 'held' AND expires_at > ?1 \
                    AND (?5 OR owner IS ?6) AND min(?1 + ?3, created_at + ?4) <= expires_at"
+            ),
+            // The same four for a booking by its id ?2 (its first line's hold id): the id of
+            // a line that is not the first names no booking and changes nothing.
+            confirm_booking: change(&of_booking, CONFIRM_SET, &confirmable, SCOPE_3_4),
+            cancel_booking: change(&of_booking, CANCEL_SET, &cancellable, SCOPE_3_4),
+            renew_booking: change(&of_booking, RENEW_SET, &renewable_rule, renew_scope),
+            renew_booking_unmoved: format!(
+                "SELECT {HOLD_COLUMNS} FROM {holds} \
+                 WHERE id IN ({of_booking}) AND {renewable} AND {renew_scope} \
+                   AND min(?1 + ?3, created_at + ?4) <= expires_at \
+                   AND NOT EXISTS (SELECT 1 FROM {holds} o \
+                                   WHERE o.id IN ({of_booking}) AND NOT ({renewable_o}))"
+            ),
+            // ?1 booking id, ?2 and ?3 the scope: every line of the booking, through
+            // `holds_by_booking` (migration 8); a plain hold is a booking of one line.
+            booking_lines: format!(
+                "SELECT {HOLD_COLUMNS} FROM {holds} \
+                 WHERE id IN ({}) AND (?2 OR owner IS ?3)",
+                lines_of(&holds, "?1")
+            ),
+            // ?1 key: every line of the booking (or the hold) whose first line has the key.
+            booking_by_key: format!(
+                "SELECT {HOLD_COLUMNS} FROM {holds} WHERE id IN ({})",
+                lines_of(
+                    &holds,
+                    &format!("(SELECT id FROM {holds} WHERE idempotency_key = ?1)")
+                )
+            ),
+            // A line of a booking: `insert_hold` with ?7, the booking's id (NULL for the first
+            // line, which `mark_booking` sets once every line is in). The `take_a_unit`
+            // trigger is the line's conditional decrement.
+            insert_line: format!(
+                "INSERT INTO {holds} \
+                     (slot_id, idempotency_key, status, expires_at, created_at, quantity, owner, \
+                      booking_id) \
+                 VALUES (?1, ?2, 'held', ?4, ?3, ?5, ?6, ?7) RETURNING {HOLD_COLUMNS}"
+            ),
+            mark_booking: format!("UPDATE {holds} SET booking_id = id WHERE id = ?1"),
+            // ?1 slot id, ?2 now: a refused line's slot, and the units a hold could take of it
+            // (its `remaining` and its held holds expired by ?2).
+            line_state: format!(
+                "SELECT s.starts_at, s.capacity, s.closed, s.removed_at, \
+                        s.remaining + (SELECT coalesce(SUM(h.quantity), 0) FROM {holds} h \
+                                       WHERE h.slot_id = s.id AND h.status = 'held' \
+                                         AND h.expires_at <= ?2) AS free \
+                 FROM {slots} s WHERE s.id = ?1"
             ),
             // The administrative writes' reclaim: on any slot, started or not (a capacity
             // change or a removal applies to both). Run under a savepoint that is rolled back
@@ -432,6 +521,16 @@ mod tests {
             &sql.reclaim_expired_every,
             &sql.purge_holds,
             &sql.purge_events,
+            &sql.booking_lines,
+            &sql.booking_by_key,
+            &sql.insert_line,
+            &sql.mark_booking,
+            &sql.line_state,
+            &sql.confirm,
+            &sql.confirm_booking,
+            &sql.cancel_booking,
+            &sql.renew_booking,
+            &sql.renew_booking_unmoved,
             &sql.insert_holds(3).unwrap().to_owned(),
         ] {
             assert!(statement.contains("zz_"), "{statement}");

@@ -17,6 +17,7 @@ use sqlx::sqlite::{SqliteArguments, SqliteConnection};
 use sqlx::{AssertSqlSafe, Connection, Sqlite, Transaction};
 use std::sync::Arc;
 
+use crate::bookings::{booking_by_key, change_lines};
 use crate::group::Held;
 use crate::group::{insert_hold, sold_out, Insert};
 use crate::rows::{from_micros, hold_from_row, slot_from_row, to_micros};
@@ -152,7 +153,8 @@ pub(crate) async fn hold(
     }
 }
 
-/// The answer to a hold whose key is taken: the key's hold, replayed or refused.
+/// The answer to a hold whose key is taken: the key's hold, replayed or refused, or the
+/// booking of several lines it is the first line of, refused.
 pub(crate) async fn key_taken<'e, E>(
     sql: &Statements,
     executor: E,
@@ -161,9 +163,9 @@ pub(crate) async fn key_taken<'e, E>(
 where
     E: sqlx::Executor<'e, Database = Sqlite>,
 {
-    hold_by_key(sql, executor, request.key.as_str())
+    booking_by_key(sql, executor, request.key.as_str())
         .await?
-        .map(|holder| HoldOutcome::refused(request, Some(holder), None))
+        .map(|holder| HoldOutcome::key_taken(request, holder))
         .ok_or_else(|| StoreError::failed(KEY_TAKEN_BY_NONE))
 }
 
@@ -187,9 +189,11 @@ pub(crate) async fn hold_after_reclaim(
         Insert::SoldOut => return Ok(Step::undo(sold_out())),
         Insert::KeyTaken | Insert::NoUnit => {}
     }
-    // Nothing was stored: say why.
-    let key_holder = hold_by_key(sql, &mut *conn, request.key.as_str()).await?;
-    if key_holder.is_none() && matches!(insert, Insert::KeyTaken) {
+    // Nothing was stored: say why. A key in use wins over every other answer.
+    if let Some(holder) = booking_by_key(sql, &mut *conn, request.key.as_str()).await? {
+        return Ok(Step::undo(HoldOutcome::key_taken(request, holder)));
+    }
+    if matches!(insert, Insert::KeyTaken) {
         return Err(StoreError::failed(KEY_TAKEN_BY_NONE));
     }
     let limits: Option<(i64, i32, bool, Option<i64>)> =
@@ -207,36 +211,26 @@ pub(crate) async fn hold_after_reclaim(
         }),
         None => None,
     };
-    Ok(Step::undo(HoldOutcome::refused(
-        request, key_holder, limits,
-    )))
+    Ok(Step::undo(HoldOutcome::refused(request, None, limits)))
 }
 
-/// Runs one of the conditional updates on a hold (confirm, renew); when it changes a row,
-/// appends the event `kind` about it at `now`, and when it changes nothing, reads the hold in
-/// the same scope to say why.
-async fn transition(
-    sql: &Statements,
-    conn: &mut SqliteConnection,
-    update: Query<'_>,
-    kind: EventKind,
-    now: Timestamp,
-    hold_id: HoldId,
-    scope: &Scope,
-) -> Result<Step<Transition>, StoreError> {
-    let updated = update.fetch_optional(&mut *conn).await.map_err(map_err)?;
-    let transition = match updated {
-        Some(row) => {
-            let hold = hold_from_row(&row)?;
-            log_hold(sql, conn, kind, &hold, now).await?;
-            Transition::Applied(hold)
-        }
-        None => not_applied(hold_by_id(sql, conn, hold_id, scope).await?),
-    };
-    Ok(Step::keep(transition))
+/// The line `hold_id` of the booking whose lines a change returned: `None` when it changed
+/// nothing.
+fn line_of(lines: Vec<Hold>, hold_id: HoldId) -> Result<Option<Hold>, StoreError> {
+    if lines.is_empty() {
+        return Ok(None);
+    }
+    lines
+        .into_iter()
+        .find(|hold| hold.hold_id == hold_id)
+        .map(Some)
+        .ok_or_else(|| {
+            StoreError::failed("a change of a booking left out the line it was asked of")
+        })
 }
 
-/// Confirms an active held hold.
+/// Confirms the active held hold `hold_id` with every line of its booking (see
+/// [`change_lines`](crate::bookings::change_lines)).
 pub(crate) async fn confirm(
     sql: &Statements,
     conn: &mut SqliteConnection,
@@ -250,52 +244,37 @@ pub(crate) async fn confirm(
         .bind(hold_id.get())
         .bind(any)
         .bind(owner);
-    transition(
-        sql,
-        conn,
-        update,
-        EventKind::HoldConfirmed,
-        now,
-        hold_id,
-        scope,
-    )
-    .await
+    let lines = change_lines(sql, conn, update, EventKind::HoldConfirmed, now).await?;
+    let transition = match line_of(lines, hold_id)? {
+        Some(hold) => Transition::Applied(hold),
+        None => not_applied(hold_by_id(sql, conn, hold_id, scope).await?),
+    };
+    Ok(Step::keep(transition))
 }
 
-/// Renews an active held hold. The update changes the row only when the renewal moves its
-/// expiry (and then appends `hold_renewed`); when it changes nothing, a read with the same
-/// parameters tells a renewal with nothing to move (applied, the hold unchanged, no event)
-/// from a refusal.
+/// Renews the active held hold `hold_id` with every line of its booking. The update changes
+/// the rows only when the renewal moves their expiry (and then appends `hold_renewed` for each
+/// line); when it changes nothing, a read with the same parameters tells a renewal with nothing
+/// to move (applied, the hold unchanged, no event) from a refusal.
 pub(crate) async fn renew(
     sql: &Statements,
     conn: &mut SqliteConnection,
     request: &RenewRequest<'_>,
 ) -> Result<Step<Transition>, StoreError> {
-    let micros = |d: chrono::Duration| {
-        d.num_microseconds()
-            .ok_or_else(|| StoreError::failed("a hold lifetime overflows microseconds"))
-    };
-    let (lifetime, max_life) = (micros(request.lifetime)?, micros(request.max_life)?);
-    let (any, owner) = request.scope.as_filter();
-    let bind = |statement: &str| {
-        sqlx::query(AssertSqlSafe(statement))
-            .bind(to_micros(request.now))
-            .bind(request.hold_id.get())
-            .bind(lifetime)
-            .bind(max_life)
-            .bind(any)
-            .bind(owner)
-    };
-    let updated = bind(&sql.renew)
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(map_err)?;
-    if let Some(row) = updated {
-        let hold = hold_from_row(&row)?;
-        log_hold(sql, conn, EventKind::HoldRenewed, &hold, request.now).await?;
+    let renewal = Renewal::of(request)?;
+    let lines = change_lines(
+        sql,
+        conn,
+        renewal.bind(&sql.renew),
+        EventKind::HoldRenewed,
+        request.now,
+    )
+    .await?;
+    if let Some(hold) = line_of(lines, request.hold_id)? {
         return Ok(Step::keep(Transition::Applied(hold)));
     }
-    let unmoved = bind(&sql.renew_unmoved)
+    let unmoved = renewal
+        .bind(&sql.renew_unmoved)
         .fetch_optional(&mut *conn)
         .await
         .map_err(map_err)?;
@@ -306,7 +285,42 @@ pub(crate) async fn renew(
     Ok(Step::keep(transition))
 }
 
-/// Cancels an active held or a confirmed hold and gives its units back.
+/// A renewal's parameters, bound the same way to each of its statements: `?1` now, `?2` the
+/// hold's (or booking's) id, `?3` lifetime and `?4` maximum life in microseconds, `?5` and `?6`
+/// the scope.
+pub(crate) struct Renewal<'r> {
+    request: &'r RenewRequest<'r>,
+    lifetime: i64,
+    max_life: i64,
+}
+
+impl<'r> Renewal<'r> {
+    pub(crate) fn of(request: &'r RenewRequest<'r>) -> Result<Self, StoreError> {
+        let micros = |d: chrono::Duration| {
+            d.num_microseconds()
+                .ok_or_else(|| StoreError::failed("a hold lifetime overflows microseconds"))
+        };
+        Ok(Renewal {
+            request,
+            lifetime: micros(request.lifetime)?,
+            max_life: micros(request.max_life)?,
+        })
+    }
+
+    pub(crate) fn bind<'q>(&self, statement: &'q str) -> Query<'q> {
+        let (any, owner) = self.request.scope.as_filter();
+        sqlx::query(AssertSqlSafe(statement))
+            .bind(to_micros(self.request.now))
+            .bind(self.request.hold_id.get())
+            .bind(self.lifetime)
+            .bind(self.max_life)
+            .bind(any)
+            .bind(owner.map(str::to_owned))
+    }
+}
+
+/// Cancels the active held or confirmed hold `hold_id` with every line of its booking, giving
+/// each line's units back to its slot.
 pub(crate) async fn cancel(
     sql: &Statements,
     conn: &mut SqliteConnection,
@@ -315,21 +329,14 @@ pub(crate) async fn cancel(
     now: Timestamp,
 ) -> Result<Step<Transition>, StoreError> {
     let (any, owner) = scope.as_filter();
-    let updated = sqlx::query(AssertSqlSafe(sql.cancel.as_str()))
+    let update = sqlx::query(AssertSqlSafe(sql.cancel.as_str()))
         .bind(to_micros(now))
         .bind(hold_id.get())
         .bind(any)
-        .bind(owner)
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(map_err)?;
-    let transition = match updated {
-        Some(row) => {
-            let hold = hold_from_row(&row)?;
-            give_back(sql, conn, i64::from(hold.quantity), hold.slot_id.get()).await?;
-            log_hold(sql, conn, EventKind::HoldCancelled, &hold, now).await?;
-            Transition::Applied(hold)
-        }
+        .bind(owner);
+    let lines = change_lines(sql, conn, update, EventKind::HoldCancelled, now).await?;
+    let transition = match line_of(lines, hold_id)? {
+        Some(hold) => Transition::Applied(hold),
         None => not_applied(hold_by_id(sql, conn, hold_id, scope).await?),
     };
     Ok(Step::keep(transition))
@@ -485,25 +492,6 @@ impl Run<'_> {
         let step = renew(&sql, unit.connection(), &request).await;
         Ok(Decided::new(request.now, unit.finish(step).await?))
     }
-}
-
-/// The hold an idempotency key belongs to, if any.
-pub(crate) async fn hold_by_key<'e, E>(
-    sql: &Statements,
-    executor: E,
-    key: &str,
-) -> Result<Option<Hold>, StoreError>
-where
-    E: sqlx::Executor<'e, Database = Sqlite>,
-{
-    sqlx::query(AssertSqlSafe(sql.hold_by_key.as_str()))
-        .bind(key)
-        .fetch_optional(executor)
-        .await
-        .map_err(map_err)?
-        .as_ref()
-        .map(hold_from_row)
-        .transpose()
 }
 
 /// Marks the slot's held holds that expired by `now` as expired with `statement` (`reclaim`,

@@ -9,8 +9,9 @@ use std::path::Path;
 use common::*;
 use slot_booking::conformance::kit::check_previous_release_sells_on;
 use slot_booking::{
-    AvailabilityQuery, ConsumerId, EventKind, EventStore, HoldId, HoldOutcome, PageRequest, Purged,
-    SlotChange, SlotId,
+    AvailabilityQuery, Booking, BookingLine, BookingOutcome, BookingRequest, BookingStore,
+    ConsumerId, EventKind, EventStore, HoldId, HoldOutcome, PageRequest, Purged, Scope, SlotChange,
+    SlotId, Transition,
 };
 use slot_booking_sqlite::SqliteStore;
 use sqlx::migrate::Migrator;
@@ -122,6 +123,7 @@ async fn migrations_coexist_with_host_sqlx_migrations() {
             (5, "events".to_owned()),
             (6, "sold out in one statement".to_owned()),
             (7, "consumer leases".to_owned()),
+            (8, "bookings".to_owned()),
         ]
     );
     let theirs: Vec<i64> = column(
@@ -162,7 +164,7 @@ async fn concurrent_migrations_apply_once() {
         .fetch_one(store.pool())
         .await
         .unwrap();
-    assert_eq!(n, 7, "each of the seven migrations applied once");
+    assert_eq!(n, 8, "each of the eight migrations applied once");
 }
 
 #[tokio::test]
@@ -219,6 +221,12 @@ async fn create_recorded_schema(pool: &SqlitePool, dir: &str, up_to: i64) {
         (3, "0003_owners_quantities.sql", "owners and quantities"),
         (4, "0004_slot_administration.sql", "slot administration"),
         (5, "0005_events.sql", "events"),
+        (
+            6,
+            "0006_sold_out_in_one_statement.sql",
+            "sold out in one statement",
+        ),
+        (7, "0007_consumer_leases.sql", "consumer leases"),
     ]
     .into_iter()
     .filter(|(version, _, _)| *version <= up_to)
@@ -502,7 +510,7 @@ async fn a_database_made_by_migrations_1_to_3_upgrades_in_place() {
         "SELECT version FROM slot_booking_migrations ORDER BY version",
     )
     .await;
-    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7]);
+    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7, 8]);
     for id in 1..=3 {
         let slot = store.get_slot(SlotId(id)).await.unwrap().unwrap();
         assert_eq!(
@@ -604,7 +612,7 @@ async fn a_database_made_by_migrations_1_to_4_upgrades_in_place() {
         "SELECT version FROM slot_booking_migrations ORDER BY version",
     )
     .await;
-    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7]);
+    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7, 8]);
     let reader = ConsumerId::new("reader").unwrap();
     assert!(store.read_events(&reader, 100).await.unwrap().is_empty());
 
@@ -699,7 +707,7 @@ async fn a_database_made_by_migrations_1_to_5_upgrades_in_place() {
         "SELECT version FROM slot_booking_migrations ORDER BY version",
     )
     .await;
-    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7]);
+    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7, 8]);
 
     // The old rows sell on (the old expired hold reclaimed lazily), filling slot 1.
     assert_previous_release_sells_on(&store).await;
@@ -726,4 +734,140 @@ async fn a_database_made_by_migrations_1_to_5_upgrades_in_place() {
         HoldOutcome::Replayed(h) if h.hold_id == HoldId(1)
     ));
     assert_counts(&pool, SlotId(1), (5, 0, 4, 1)).await;
+}
+
+/// Bookings arrive by an additive migration (a nullable `booking_id` and its index): a database
+/// made by migrations 1 to 7 keeps every slot, hold, event and consumer as it was, its holds
+/// come out as plain holds (bookings of one line), their keys still answer for them, and it
+/// then takes bookings of several lines, changed whole by any line.
+#[tokio::test]
+async fn a_database_made_by_migrations_1_to_7_upgrades_in_place() {
+    let db = TempDb::new("before_bookings");
+    let pool = previous_release_database(&db, 7).await;
+    execute(
+        &pool,
+        "INSERT INTO slot_booking_event_consumers (name, acknowledged, holder, lease_until) \
+         VALUES ('reader', 2, 'worker-1', 5)",
+    )
+    .await;
+    let slot_rows = "SELECT id, starts_at, ends_at, capacity, remaining, resource, closed, \
+                     removed_at FROM slot_booking_slots ORDER BY id";
+    let hold_rows = "SELECT id, slot_id, idempotency_key, status, expires_at, confirmed_at, \
+                     cancelled_at, created_at, quantity, owner FROM slot_booking_holds ORDER BY id";
+    let event_rows = "SELECT id, kind, slot_id, hold_id, quantity, occurred_at \
+                      FROM slot_booking_events ORDER BY id";
+    let consumer_rows = "SELECT name, acknowledged, holder, lease_until \
+                         FROM slot_booking_event_consumers ORDER BY name";
+    type SlotRow = (i64, i64, i64, i64, i64, Option<String>, i64, Option<i64>);
+    type HoldRow = (
+        i64,
+        i64,
+        String,
+        String,
+        i64,
+        Option<i64>,
+        Option<i64>,
+        i64,
+        i64,
+        Option<String>,
+    );
+    type EventRow = (i64, String, i64, Option<i64>, i64, i64);
+    type ConsumerRow = (String, i64, Option<String>, Option<i64>);
+    let slots_before: Vec<SlotRow> = rows(&pool, slot_rows).await;
+    let holds_before: Vec<HoldRow> = rows(&pool, hold_rows).await;
+    let events_before: Vec<EventRow> = rows(&pool, event_rows).await;
+    let consumers_before: Vec<ConsumerRow> = rows(&pool, consumer_rows).await;
+    assert_eq!(
+        (slots_before.len(), holds_before.len(), events_before.len()),
+        (1, 4, 4)
+    );
+
+    let store = SqliteStore::new(pool.clone());
+    store.migrate().await.unwrap();
+    store.migrate().await.unwrap();
+
+    assert_eq!(rows::<SlotRow>(&pool, slot_rows).await, slots_before);
+    assert_eq!(rows::<HoldRow>(&pool, hold_rows).await, holds_before);
+    assert_eq!(rows::<EventRow>(&pool, event_rows).await, events_before);
+    assert_eq!(
+        rows::<ConsumerRow>(&pool, consumer_rows).await,
+        consumers_before
+    );
+    let versions: Vec<i64> = column(
+        &pool,
+        "SELECT version FROM slot_booking_migrations ORDER BY version",
+    )
+    .await;
+    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7, 8]);
+    let marked: Vec<Option<i64>> = column(
+        &pool,
+        "SELECT booking_id FROM slot_booking_holds ORDER BY id",
+    )
+    .await;
+    assert_eq!(marked, vec![None; 4], "old holds are plain holds");
+    assert_counts(&pool, SlotId(1), (5, 2, 2, 1)).await;
+
+    // An old hold is a booking of one line, and its key still answers for it.
+    let anyone = Scope::Anonymous;
+    let old = store
+        .get_hold(HoldId(1), &anyone, at(1))
+        .await
+        .unwrap()
+        .outcome
+        .unwrap();
+    let as_booking = store
+        .get_booking(HoldId(1), &anyone, at(1))
+        .await
+        .unwrap()
+        .outcome;
+    assert_eq!(as_booking, Some(Booking::of_hold(old.clone())));
+    let b = slot(&store, 3).await;
+    let lines = [BookingLine::new(SlotId(1), 2), BookingLine::new(b, 1)];
+    let book = |k| BookingRequest {
+        key: k,
+        owner: None,
+        lines: &lines,
+        now: at(1),
+        expires_at: at(301),
+    };
+    let old_key = key("held-key");
+    assert_eq!(
+        store.create_booking(book(&old_key)).await.unwrap().outcome,
+        BookingOutcome::KeyReused(Some(Booking::of_hold(old)))
+    );
+
+    // A booking of two lines on the old slot and a new one.
+    let cart = key("cart");
+    let booking = match store.create_booking(book(&cart)).await.unwrap().outcome {
+        BookingOutcome::Created(booking) => booking,
+        other => panic!("expected a booking, got {other:?}"),
+    };
+    assert_eq!(booking.booking_id, HoldId(5));
+    assert_eq!(booking.booked_lines(), lines.to_vec());
+    let marked: Vec<Option<i64>> = column(
+        &pool,
+        "SELECT booking_id FROM slot_booking_holds WHERE id > 4 ORDER BY id",
+    )
+    .await;
+    assert_eq!(marked, vec![Some(5), Some(5)]);
+    // Confirming its second line confirms it whole.
+    let second = booking.lines[1].hold_id;
+    let confirmed = store
+        .confirm_hold(second, &anyone, at(2))
+        .await
+        .unwrap()
+        .outcome;
+    assert!(matches!(confirmed, Transition::Applied(ref h) if h.hold_id == second));
+    let whole = store
+        .get_booking(booking.booking_id, &anyone, at(2))
+        .await
+        .unwrap()
+        .outcome
+        .unwrap();
+    assert!(whole
+        .lines
+        .iter()
+        .all(|h| h.status == slot_booking::HoldStatus::Confirmed));
+    assert_counts(&pool, SlotId(1), (5, 0, 2, 3)).await;
+    assert_counts(&pool, b, (3, 2, 0, 1)).await;
 }

@@ -1,0 +1,416 @@
+//! Bookings of several lines (migration 8): the store's [`BookingStore`], on the one write
+//! path ([`Run`]) that serves the pool and the caller's transaction alike.
+//!
+//! A booking of N lines is N hold rows, inserted in one unit of work in slot id order, so the
+//! first line gets the lowest id, which is the booking's id and the `booking_id` of every line.
+//! Only the first line carries the client's idempotency key; each other line carries a key of
+//! the store's own (see [`line_key`]), since the column is `NOT NULL` and unique. Each line's
+//! insert is its conditional decrement (the `holds_take_a_unit` trigger), and appends its
+//! `hold_placed` event (the `holds_placed_event` trigger) in the same statement.
+//!
+//! Every change of an existing hold (confirm, cancel, renew, through the store or on the
+//! caller's connection) is one `UPDATE … RETURNING` of every line of the booking the hold
+//! belongs to, guarded so that it changes every line or none ([`change_lines`]).
+
+use slot_booking::store::LineState;
+use slot_booking::{
+    Booking, BookingLine, BookingOutcome, BookingRequest, Decided, EventKind, Hold, HoldId,
+    RenewRequest, Scope, SlotLimits, StoreError, Timestamp, Transition,
+};
+use sqlx::sqlite::SqliteConnection;
+use sqlx::{AssertSqlSafe, Sqlite};
+use std::sync::Arc;
+
+use crate::group::{insert_outcome, Insert};
+use crate::map_err;
+use crate::rows::{from_micros, hold_from_row, to_micros};
+use crate::sql::Statements;
+use crate::writes::{give_back, log_hold, reclaim, Query, Renewal, Run, Step};
+
+/// The key of a line that is not its booking's first: a leading space (no client's key has
+/// one: keys are visible ASCII), the booking's id and the line's slot id, unique as the pair
+/// is. `booking` is `None` while the first line was not taken: the booking is refused then, and
+/// the line's row rolled back.
+pub(crate) fn line_key(booking: Option<HoldId>, line: &BookingLine) -> String {
+    match booking {
+        Some(booking) => format!(" line {}/{}", booking.get(), line.slot_id.get()),
+        None => format!(" line -/{}", line.slot_id.get()),
+    }
+}
+
+/// Every line of the booking (or the plain hold) whose first line has `key`, if any.
+pub(crate) async fn booking_by_key<'e, E>(
+    sql: &Statements,
+    executor: E,
+    key: &str,
+) -> Result<Option<Booking>, StoreError>
+where
+    E: sqlx::Executor<'e, Database = Sqlite>,
+{
+    let rows = sqlx::query(AssertSqlSafe(sql.booking_by_key.as_str()))
+        .bind(key)
+        .fetch_all(executor)
+        .await
+        .map_err(map_err)?;
+    let lines = rows.iter().map(hold_from_row).collect::<Result<_, _>>()?;
+    Ok(Booking::of_lines(lines))
+}
+
+/// Every line of the booking whose id is `booking_id`, if it exists in `scope` (a plain hold is
+/// a booking of one line; the id of a line that is not the first is no booking's).
+pub(crate) async fn booking_by_id(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    booking_id: HoldId,
+    scope: &Scope,
+) -> Result<Option<Booking>, StoreError> {
+    let (any, owner) = scope.as_filter();
+    let rows = sqlx::query(AssertSqlSafe(sql.booking_lines.as_str()))
+        .bind(booking_id.get())
+        .bind(any)
+        .bind(owner)
+        .fetch_all(conn)
+        .await
+        .map_err(map_err)?;
+    let lines = rows.iter().map(hold_from_row).collect::<Result<_, _>>()?;
+    Ok(Booking::of_lines(lines))
+}
+
+/// Runs `update`, one change of every line of a booking (confirm, cancel or renew: it returns
+/// every line it changed, all of them or none), and for each line changed, by slot id, gives
+/// its units back (a cancel, `kind` [`EventKind::HoldCancelled`]) and appends its event `kind`
+/// at `now`. The lines changed, by slot id: none when the change did not apply.
+pub(crate) async fn change_lines(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    update: Query<'_>,
+    kind: EventKind,
+    now: Timestamp,
+) -> Result<Vec<Hold>, StoreError> {
+    let rows = update.fetch_all(&mut *conn).await.map_err(map_err)?;
+    let mut lines = rows
+        .iter()
+        .map(hold_from_row)
+        .collect::<Result<Vec<_>, _>>()?;
+    lines.sort_by_key(|hold| (hold.slot_id, hold.hold_id));
+    for hold in &lines {
+        if kind == EventKind::HoldCancelled {
+            give_back(sql, conn, i64::from(hold.quantity), hold.slot_id.get()).await?;
+        }
+        log_hold(sql, conn, kind, hold, now).await?;
+    }
+    Ok(lines)
+}
+
+/// A whole booking's change by the rows it returned: applied, or (nothing changed) the
+/// booking as it is now in `scope`, or not found.
+async fn booking_transition(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    lines: Vec<Hold>,
+    booking_id: HoldId,
+    scope: &Scope,
+) -> Result<Transition<Booking>, StoreError> {
+    if let Some(booking) = Booking::of_lines(lines) {
+        return Ok(Transition::Applied(booking));
+    }
+    Ok(match booking_by_id(sql, conn, booking_id, scope).await? {
+        Some(booking) => Transition::NotApplied(booking),
+        None => Transition::NotFound,
+    })
+}
+
+/// What one line's insert did.
+enum Taken {
+    /// The line's hold, its units taken.
+    Line(Hold),
+    /// The line did not fit (or its slot does not sell).
+    Short,
+}
+
+/// Inserts `line`'s hold (its conditional decrement); when it finds no unit for a reason the
+/// statement could not settle, reclaims the slot's expired holds and inserts once more. `key`
+/// is the client's key for the first line, [`line_key`] for the others. A key in use is
+/// answered by `Err(None)` (only the first line's can be, and only if a racing writer on
+/// another connection took it).
+async fn take_line(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    request: &BookingRequest<'_>,
+    line: &BookingLine,
+    key: &str,
+    booking: Option<HoldId>,
+) -> Result<Option<Taken>, StoreError> {
+    let slot_id = line.slot_id.get();
+    let mut reclaimed = false;
+    loop {
+        let inserted = sqlx::query(AssertSqlSafe(sql.insert_line.as_str()))
+            .bind(slot_id)
+            .bind(key)
+            .bind(to_micros(request.now))
+            .bind(to_micros(request.expires_at))
+            .bind(line.quantity)
+            .bind(request.owner.map(|o| o.as_str()))
+            .bind(booking.map(HoldId::get))
+            // Stepped to its end, as a hold's insert is (see `run_insert`).
+            .fetch_all(&mut *conn)
+            .await;
+        match insert_outcome(inserted).map_err(map_err)? {
+            Insert::Created(hold) => return Ok(Some(Taken::Line(hold))),
+            Insert::KeyTaken => return Ok(None),
+            // Settled inside the statement: nothing expired to reclaim.
+            Insert::SoldOut => return Ok(Some(Taken::Short)),
+            Insert::NoUnit if reclaimed => return Ok(Some(Taken::Short)),
+            Insert::NoUnit => {
+                // Only a selling slot is reclaimed; the booking's unit of work is rolled back
+                // (and the reclaim with it) if any line stays short.
+                reclaim(sql, &sql.reclaim, conn, slot_id, request.now).await?;
+                reclaimed = true;
+            }
+        }
+    }
+}
+
+/// [`BookingStore::create_booking`](slot_booking::BookingStore::create_booking) in the unit of
+/// work `conn` is in: the key first, then each line's insert in slot id order (the request's
+/// lines come so), then the first line marked as the booking's. Refused, its step undoes every
+/// line taken and every reclaim.
+pub(crate) async fn create_booking(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    request: &BookingRequest<'_>,
+) -> Result<Step<BookingOutcome>, StoreError> {
+    // Read under the write lock the unit holds: no other writer can take the key before this
+    // unit ends, and the first line's insert is under the unique key all the same.
+    if let Some(holder) = booking_by_key(sql, &mut *conn, request.key.as_str()).await? {
+        return Ok(Step::undo(BookingOutcome::refused(
+            request,
+            Some(holder),
+            &[],
+        )));
+    }
+    let mut taken: Vec<Option<Hold>> = Vec::with_capacity(request.lines.len());
+    let mut booking: Option<HoldId> = None;
+    for (i, line) in request.lines.iter().enumerate() {
+        let key = if i == 0 {
+            request.key.as_str().to_owned()
+        } else {
+            line_key(booking, line)
+        };
+        match take_line(sql, conn, request, line, &key, booking).await? {
+            Some(Taken::Line(hold)) => {
+                if i == 0 {
+                    booking = Some(hold.hold_id);
+                }
+                taken.push(Some(hold));
+            }
+            Some(Taken::Short) => taken.push(None),
+            None if i == 0 => {
+                let holder = booking_by_key(sql, &mut *conn, request.key.as_str()).await?;
+                let holder = holder.ok_or_else(|| {
+                    StoreError::failed(
+                        "a unique violation on the booking's key, but no hold has it",
+                    )
+                })?;
+                return Ok(Step::undo(BookingOutcome::refused(
+                    request,
+                    Some(holder),
+                    &[],
+                )));
+            }
+            None => {
+                return Err(StoreError::failed(format!(
+                    "the line key {key:?} of a new booking is taken"
+                )))
+            }
+        }
+    }
+    if taken.iter().all(Option::is_some) {
+        let Some(booking_id) = booking else {
+            return Err(StoreError::failed("a booking of no lines"));
+        };
+        let marked = sqlx::query(AssertSqlSafe(sql.mark_booking.as_str()))
+            .bind(booking_id.get())
+            .execute(&mut *conn)
+            .await
+            .map_err(map_err)?;
+        if marked.rows_affected() != 1 {
+            return Err(StoreError::failed(
+                "the first line of a new booking is gone",
+            ));
+        }
+        let booking = Booking::of_lines(taken.into_iter().flatten().collect())
+            .ok_or_else(|| StoreError::failed("a booking of no lines"))?;
+        return Ok(Step::keep(BookingOutcome::Created(booking)));
+    }
+    // Some line is short: read each line's slot in this unit (every line taken still counts
+    // its own units as free: they are given back with the rollback), then undo everything.
+    let mut states = Vec::with_capacity(request.lines.len());
+    for (line, hold) in request.lines.iter().zip(&taken) {
+        let own = hold.as_ref().map_or(0, |hold| hold.quantity);
+        states.push(line_state(sql, conn, line, request.now, own, hold.is_none()).await?);
+    }
+    Ok(Step::undo(BookingOutcome::refused(request, None, &states)))
+}
+
+/// What the store reads of `line`'s slot after the booking was refused: its limits and the
+/// units a hold could take, `own` (the line's own units, taken in this unit) counted free.
+async fn line_state(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    line: &BookingLine,
+    now: Timestamp,
+    own: i32,
+    failed: bool,
+) -> Result<LineState, StoreError> {
+    let row: Option<(i64, i32, bool, Option<i64>, i64)> =
+        sqlx::query_as(AssertSqlSafe(sql.line_state.as_str()))
+            .bind(line.slot_id.get())
+            .bind(to_micros(now))
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(map_err)?;
+    let Some((starts_at, capacity, closed, removed_at, free)) = row else {
+        return Ok(LineState {
+            line: *line,
+            slot: None,
+            free: 0,
+            failed,
+        });
+    };
+    let free = free.saturating_add(i64::from(own));
+    Ok(LineState {
+        line: *line,
+        slot: Some(SlotLimits {
+            starts_at: from_micros(starts_at)?,
+            capacity,
+            closed,
+            removed: removed_at.is_some(),
+        }),
+        free: i32::try_from(free).unwrap_or(i32::MAX),
+        failed,
+    })
+}
+
+/// Confirms every line of the booking `booking_id` (see [`change_lines`]).
+async fn confirm_booking(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    booking_id: HoldId,
+    scope: &Scope,
+    now: Timestamp,
+) -> Result<Step<Transition<Booking>>, StoreError> {
+    let (any, owner) = scope.as_filter();
+    let update = sqlx::query(AssertSqlSafe(sql.confirm_booking.as_str()))
+        .bind(to_micros(now))
+        .bind(booking_id.get())
+        .bind(any)
+        .bind(owner);
+    let lines = change_lines(sql, conn, update, EventKind::HoldConfirmed, now).await?;
+    let transition = booking_transition(sql, conn, lines, booking_id, scope).await?;
+    Ok(Step::keep(transition))
+}
+
+/// Cancels every line of the booking `booking_id`, giving each line's units back.
+async fn cancel_booking(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    booking_id: HoldId,
+    scope: &Scope,
+    now: Timestamp,
+) -> Result<Step<Transition<Booking>>, StoreError> {
+    let (any, owner) = scope.as_filter();
+    let update = sqlx::query(AssertSqlSafe(sql.cancel_booking.as_str()))
+        .bind(to_micros(now))
+        .bind(booking_id.get())
+        .bind(any)
+        .bind(owner);
+    let lines = change_lines(sql, conn, update, EventKind::HoldCancelled, now).await?;
+    let transition = booking_transition(sql, conn, lines, booking_id, scope).await?;
+    Ok(Step::keep(transition))
+}
+
+/// Renews every line of the booking `request.hold_id`; a renewal with nothing to move is
+/// applied, unchanged, as for a hold.
+async fn renew_booking(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    request: &RenewRequest<'_>,
+) -> Result<Step<Transition<Booking>>, StoreError> {
+    let renewal = Renewal::of(request)?;
+    let update = renewal.bind(&sql.renew_booking);
+    let lines = change_lines(sql, conn, update, EventKind::HoldRenewed, request.now).await?;
+    if let Some(booking) = Booking::of_lines(lines) {
+        return Ok(Step::keep(Transition::Applied(booking)));
+    }
+    let rows = renewal
+        .bind(&sql.renew_booking_unmoved)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(map_err)?;
+    let unmoved = rows.iter().map(hold_from_row).collect::<Result<_, _>>()?;
+    if let Some(booking) = Booking::of_lines(unmoved) {
+        return Ok(Step::keep(Transition::Applied(booking)));
+    }
+    let transition =
+        booking_transition(sql, conn, Vec::new(), request.hold_id, request.scope).await?;
+    Ok(Step::keep(transition))
+}
+
+impl Run<'_> {
+    pub(crate) async fn create_booking(
+        &mut self,
+        request: BookingRequest<'_>,
+    ) -> Result<Decided<BookingOutcome>, StoreError> {
+        let sql = Arc::clone(&self.sql);
+        let mut unit = self.unit().await?;
+        let step = create_booking(&sql, unit.connection(), &request).await;
+        Ok(Decided::new(request.now, unit.finish(step).await?))
+    }
+
+    pub(crate) async fn get_booking(
+        &mut self,
+        booking_id: HoldId,
+        scope: &Scope,
+        now: Timestamp,
+    ) -> Result<Decided<Option<Booking>>, StoreError> {
+        let sql = Arc::clone(&self.sql);
+        let mut conn = self.conn().await?;
+        let booking = booking_by_id(&sql, &mut conn, booking_id, scope).await?;
+        Ok(Decided::new(now, booking))
+    }
+
+    pub(crate) async fn confirm_booking(
+        &mut self,
+        booking_id: HoldId,
+        scope: &Scope,
+        now: Timestamp,
+    ) -> Result<Decided<Transition<Booking>>, StoreError> {
+        let sql = Arc::clone(&self.sql);
+        let mut unit = self.unit().await?;
+        let step = confirm_booking(&sql, unit.connection(), booking_id, scope, now).await;
+        Ok(Decided::new(now, unit.finish(step).await?))
+    }
+
+    pub(crate) async fn cancel_booking(
+        &mut self,
+        booking_id: HoldId,
+        scope: &Scope,
+        now: Timestamp,
+    ) -> Result<Decided<Transition<Booking>>, StoreError> {
+        let sql = Arc::clone(&self.sql);
+        let mut unit = self.unit().await?;
+        let step = cancel_booking(&sql, unit.connection(), booking_id, scope, now).await;
+        Ok(Decided::new(now, unit.finish(step).await?))
+    }
+
+    pub(crate) async fn renew_booking(
+        &mut self,
+        request: RenewRequest<'_>,
+    ) -> Result<Decided<Transition<Booking>>, StoreError> {
+        let sql = Arc::clone(&self.sql);
+        let mut unit = self.unit().await?;
+        let step = renew_booking(&sql, unit.connection(), &request).await;
+        Ok(Decided::new(request.now, unit.finish(step).await?))
+    }
+}
