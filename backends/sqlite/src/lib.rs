@@ -494,6 +494,59 @@ mod tests {
         }
     }
 
+    /// A change of a hold and a read of a booking find the lines through the rowid and
+    /// `holds_by_booking` (migration 8), a key through its unique index: never a scan of the
+    /// holds, however many there are.
+    #[tokio::test]
+    async fn booking_lines_are_found_through_their_index() {
+        let store = SqliteStore::connect("sqlite::memory:").await.unwrap();
+        store.migrate().await.unwrap();
+        sqlx::raw_sql(
+            "INSERT INTO slot_booking_slots (starts_at, ends_at, capacity, remaining) \
+                 VALUES (10, 20, 1000000, 1000000); \
+             WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < 4000) \
+             INSERT INTO slot_booking_holds \
+                 (slot_id, idempotency_key, status, expires_at, created_at, quantity, \
+                  booking_id) \
+             SELECT 1, 'k' || n, 'confirmed', 0, 0, 1, CASE WHEN n % 4 > 0 THEN n - n % 4 + 1 END \
+             FROM g; \
+             ANALYZE;",
+        )
+        .execute(store.pool())
+        .await
+        .unwrap();
+        for sql in [
+            &store.sql.confirm,
+            &store.sql.cancel,
+            &store.sql.renew,
+            &store.sql.confirm_booking,
+            &store.sql.cancel_booking,
+            &store.sql.renew_booking,
+            &store.sql.renew_booking_unmoved,
+            &store.sql.booking_lines,
+            &store.sql.booking_by_key,
+        ] {
+            let plan = query_plan(
+                &store,
+                sql,
+                &[
+                    Param::Int(100_i64),
+                    Param::Int(5_i64),
+                    Param::Int(0_i64),
+                    Param::Int(0_i64),
+                    Param::Int(0_i64),
+                    Param::Int(0_i64),
+                ],
+            )
+            .await;
+            assert!(
+                plan.iter().all(|step| !step.starts_with("SCAN")
+                    && !step.contains("holds_held_by_expiry")),
+                "{sql}: {plan:?}"
+            );
+        }
+    }
+
     /// The reclaimer reads held holds by expiry and the purge ended holds by when they ended,
     /// each through its own index (migration 5), never a scan of the holds: confirmed history
     /// is not read. Readers and the event purge read a range of the events' primary key.

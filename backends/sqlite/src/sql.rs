@@ -40,11 +40,6 @@ const CONFIRM_SET: &str = "status = 'confirmed', confirmed_at = ?1";
 const CANCEL_SET: &str = "status = 'cancelled', cancelled_at = ?1";
 const RENEW_SET: &str = "expires_at = min(?1 + ?3, created_at + ?4)";
 
-/// A held hold that has not expired at `?1`, its columns qualified by `table` (`""` or `"o."`).
-fn active(table: &str) -> String {
-    format!("{table}status = 'held' AND {table}expires_at > ?1")
-}
-
 /// The ids of the lines of the booking whose id is `booking` (an SQL expression): the hold
 /// itself when it is a plain hold (`booking_id` NULL), else every hold whose `booking_id` it is
 /// (through `holds_by_booking`, migration 8). The id of a line that is not the first is no
@@ -184,20 +179,20 @@ impl Statements {
             &format!("coalesce((SELECT booking_id FROM {holds} WHERE id = ?2), ?2)"),
         );
         let of_booking = lines_of(&holds, "?2");
-        // Each rule for a line as stored (and for the line `o` of the guard).
-        let cancellable = |t: &str| format!("({t}status = 'confirmed' OR ({}))", active(t));
-        let (renewable, renewable_o) = (active(""), active("o."));
-        let confirmable = (active(""), active("o."));
-        let cancellable = (cancellable(""), cancellable("o."));
-        let renewable_rule = (renewable.clone(), renewable_o.clone());
+        // Each change's rule, for the line `o` of its guard: an active held line (confirm,
+        // renew), or that or a confirmed one (cancel).
+        let active = "o.status = 'held' AND o.expires_at > ?1".to_owned();
+        let cancellable = format!("(o.status = 'confirmed' OR ({active}))");
         let renew_scope = "(?5 OR owner IS ?6) AND min(?1 + ?3, created_at + ?4) > expires_at";
-        let change = |lines: &str, set: &str, rule: &(String, String), scope: &str| {
-            let (applies, applies_o) = rule;
+        // The rule is checked by the guard alone, on every line: written on the updated row as
+        // well, it would tempt the planner into a range of `holds_held_by_expiry` instead of
+        // the lines' rowids.
+        let change = |lines: &str, set: &str, rule: &str, scope: &str| {
             format!(
                 "UPDATE {holds} SET {set} \
-                 WHERE id IN ({lines}) AND {applies} AND {scope} \
+                 WHERE id IN ({lines}) AND {scope} \
                    AND NOT EXISTS (SELECT 1 FROM {holds} o \
-                                   WHERE o.id IN ({lines}) AND NOT ({applies_o})) \
+                                   WHERE o.id IN ({lines}) AND NOT ({rule})) \
                  RETURNING {HOLD_COLUMNS}"
             )
         };
@@ -257,7 +252,7 @@ impl Statements {
             // to (a plain hold is a booking of one line), in one statement, and only when the
             // rule applies to every line: the guard finds no line it does not apply to. The
             // rows returned are the lines changed, all of them or none.
-            confirm: change(&of_hold, CONFIRM_SET, &confirmable, SCOPE_3_4),
+            confirm: change(&of_hold, CONFIRM_SET, &active, SCOPE_3_4),
             cancel: change(&of_hold, CANCEL_SET, &cancellable, SCOPE_3_4),
             // ?1 now, ?2 hold id, ?3 lifetime, ?4 maximum life (microseconds): the new expiry
             // is now + lifetime, capped at created_at + maximum life, never earlier than it was.
@@ -265,7 +260,7 @@ impl Statements {
             // the same `created_at` and `expires_at`), so a returned row is a renewal that
             // happened (and appends `hold_renewed`); `renew_unmoved` then tells a renewal
             // with nothing to move (already at its maximum life) from a refusal.
-            renew: change(&of_hold, RENEW_SET, &renewable_rule, renew_scope),
+            renew: change(&of_hold, RENEW_SET, &active, renew_scope),
             // Read after `renew` changed no row, in the same unit of work, with the same
             // parameters: the hold if it is renewable (active, held, in scope) and the renewal
             // would not move it. Such a renewal is applied, unchanged, and appends nothing.
@@ -276,15 +271,15 @@ impl Statements {
             ),
             // The same four for a booking by its id ?2 (its first line's hold id): the id of
             // a line that is not the first names no booking and changes nothing.
-            confirm_booking: change(&of_booking, CONFIRM_SET, &confirmable, SCOPE_3_4),
+            confirm_booking: change(&of_booking, CONFIRM_SET, &active, SCOPE_3_4),
             cancel_booking: change(&of_booking, CANCEL_SET, &cancellable, SCOPE_3_4),
-            renew_booking: change(&of_booking, RENEW_SET, &renewable_rule, renew_scope),
+            renew_booking: change(&of_booking, RENEW_SET, &active, renew_scope),
             renew_booking_unmoved: format!(
                 "SELECT {HOLD_COLUMNS} FROM {holds} \
-                 WHERE id IN ({of_booking}) AND {renewable} AND {renew_scope} \
+                 WHERE id IN ({of_booking}) AND (?5 OR owner IS ?6) \
                    AND min(?1 + ?3, created_at + ?4) <= expires_at \
                    AND NOT EXISTS (SELECT 1 FROM {holds} o \
-                                   WHERE o.id IN ({of_booking}) AND NOT ({renewable_o}))"
+                                   WHERE o.id IN ({of_booking}) AND NOT ({active}))"
             ),
             // ?1 booking id, ?2 and ?3 the scope: every line of the booking, through
             // `holds_by_booking` (migration 8); a plain hold is a booking of one line.
