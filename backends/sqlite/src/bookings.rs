@@ -121,18 +121,20 @@ async fn booking_transition(
 }
 
 /// What one line's insert did.
-enum Taken {
+enum LineInsert {
     /// The line's hold, its units taken.
-    Line(Hold),
+    Taken(Hold),
     /// The line did not fit (or its slot does not sell).
     Short,
+    /// The key is taken (only the first line's can be: see [`take_line`]).
+    KeyInUse,
 }
 
 /// Inserts `line`'s hold (its conditional decrement); when it finds no unit for a reason the
 /// statement could not settle, reclaims the slot's expired holds and inserts once more. `key`
-/// is the client's key for the first line, [`line_key`] for the others. A key in use is
-/// answered by `Err(None)` (only the first line's can be, and only if a racing writer on
-/// another connection took it).
+/// is the client's key for the first line, [`line_key`] for the others. The first line's key
+/// was read free in this unit, under the write lock; it is taken at its insert only if that
+/// read was somehow not the last word, and the unique key then refuses the insert.
 async fn take_line(
     sql: &Statements,
     conn: &mut SqliteConnection,
@@ -140,7 +142,7 @@ async fn take_line(
     line: &BookingLine,
     key: &str,
     booking: Option<HoldId>,
-) -> Result<Option<Taken>, StoreError> {
+) -> Result<LineInsert, StoreError> {
     let slot_id = line.slot_id.get();
     let mut reclaimed = false;
     loop {
@@ -156,11 +158,11 @@ async fn take_line(
             .fetch_all(&mut *conn)
             .await;
         match insert_outcome(inserted).map_err(map_err)? {
-            Insert::Created(hold) => return Ok(Some(Taken::Line(hold))),
-            Insert::KeyTaken => return Ok(None),
+            Insert::Created(hold) => return Ok(LineInsert::Taken(hold)),
+            Insert::KeyTaken => return Ok(LineInsert::KeyInUse),
             // Settled inside the statement: nothing expired to reclaim.
-            Insert::SoldOut => return Ok(Some(Taken::Short)),
-            Insert::NoUnit if reclaimed => return Ok(Some(Taken::Short)),
+            Insert::SoldOut => return Ok(LineInsert::Short),
+            Insert::NoUnit if reclaimed => return Ok(LineInsert::Short),
             Insert::NoUnit => {
                 // Only a selling slot is reclaimed; the booking's unit of work is rolled back
                 // (and the reclaim with it) if any line stays short.
@@ -198,14 +200,14 @@ pub(crate) async fn create_booking(
             line_key(booking, line)
         };
         match take_line(sql, conn, request, line, &key, booking).await? {
-            Some(Taken::Line(hold)) => {
+            LineInsert::Taken(hold) => {
                 if i == 0 {
                     booking = Some(hold.hold_id);
                 }
                 taken.push(Some(hold));
             }
-            Some(Taken::Short) => taken.push(None),
-            None if i == 0 => {
+            LineInsert::Short => taken.push(None),
+            LineInsert::KeyInUse if i == 0 => {
                 let holder = booking_by_key(sql, &mut *conn, request.key.as_str()).await?;
                 let holder = holder.ok_or_else(|| {
                     StoreError::failed(
@@ -218,7 +220,7 @@ pub(crate) async fn create_booking(
                     &[],
                 )));
             }
-            None => {
+            LineInsert::KeyInUse => {
                 return Err(StoreError::failed(format!(
                     "the line key {key:?} of a new booking is taken"
                 )))

@@ -111,6 +111,35 @@
 //!   [`SqliteTransaction`] that holds the write queue and a `BEGIN IMMEDIATE` transaction for
 //!   its whole life, written through [`SqliteWrites`] as above.
 //!
+//! # Bookings
+//!
+//! [`SqliteStore`] is a [`BookingStore`](slot_booking::BookingStore) (migration 8): a booking
+//! of several lines is one hold row per line, so availability, rosters, reclaiming, purging and
+//! the event log see each line as a hold.
+//!
+//! * **Storage.** Migration 8 adds a nullable `booking_id` to the holds (and a partial index
+//!   on it): `NULL` for a plain hold (every hold made before the upgrade is one), and on every
+//!   line of a booking of several lines, the first included, the booking's id, which is the
+//!   first line's hold id (lines are inserted by slot id, so it is the lowest). Only the first
+//!   line carries the client's idempotency key. The key column is `NOT NULL` and unique, and
+//!   SQLite cannot relax that without rebuilding the table, so each other line carries a key of
+//!   the store's own, ` line <booking id>/<slot id>`: its leading space keeps it out of every
+//!   client's reach (keys are visible ASCII), and purging a line frees it with the row.
+//! * **Placing** a booking is one write unit (the store's `BEGIN IMMEDIATE` transaction in its
+//!   write queue, or a savepoint on the caller's connection): the key is read first, under the
+//!   write lock (a key in use answers for its hold or booking), then each line is inserted in
+//!   slot id order, each insert being its slot's conditional decrement (the
+//!   `holds_take_a_unit` trigger) and appending its `hold_placed` event. A line that finds no
+//!   unit for a reason its statement could not settle reclaims its slot's expired holds and is
+//!   inserted once more. When every line is in, the first is marked as the booking's and the
+//!   unit commits; otherwise each line's slot is read in the unit to say why, and the unit is
+//!   rolled back, every line, reclaim and event with it.
+//! * **Changing** a hold — confirm, cancel, renew, through the store or on the caller's
+//!   connection, by the hold's id or (as the booking transitions) by the booking's — is one
+//!   `UPDATE … RETURNING` of every line of the booking the hold belongs to, guarded by a
+//!   `NOT EXISTS` over the lines so that it changes all of them or none; each line changed
+//!   appends its own event, and a cancel gives each line's units back to its slot.
+//!
 //! # Events
 //!
 //! [`SqliteStore`] is an [`EventStore`]: the event log (migration 5) is kept in the same file.
