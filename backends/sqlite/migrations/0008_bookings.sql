@@ -8,8 +8,9 @@
 -- `booking_id` of every line, the first included. The first line carries the client's
 -- idempotency key. `idempotency_key` is NOT NULL and unique (migration 1), and SQLite cannot
 -- relax that without rebuilding the table, so every other line carries a key of the store's
--- own, made of the booking's id and the line's slot id behind a leading space: no client key
--- can be one (client keys are visible ASCII only), so it never answers a client's request.
+-- own, made of the booking's id and the line's slot id behind a leading space: no stored client
+-- key can be one (a client's key is visible ASCII, and one scoped to its owner starts with the
+-- owner's id), so it never answers a client's request.
 --
 -- Confirm, cancel and renew of any line change every line of its booking in one statement,
 -- finding the lines through this index; so do `get_booking` and a key's booking.

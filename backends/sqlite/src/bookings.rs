@@ -27,9 +27,9 @@ use crate::rows::{from_micros, hold_from_row, to_micros};
 use crate::sql::Statements;
 use crate::writes::{give_back, log_hold, reclaim, Query, Renewal, Run, Step};
 
-/// The key of a line that is not its booking's first: a leading space (no client's key has
-/// one: keys are visible ASCII), the booking's id and the line's slot id, unique as the pair
-/// is. `booking` is `None` while the first line was not taken: the booking is refused then, and
+/// The key of a line that is not its booking's first: a leading space (no stored client key
+/// starts with one: a client's key is visible ASCII, and a key scoped to its owner starts with
+/// the owner's id), the booking's id and the line's slot id, unique as the pair is. `booking` is `None` while the first line was not taken: the booking is refused then, and
 /// the line's row rolled back.
 pub(crate) fn line_key(booking: Option<HoldId>, line: &BookingLine) -> String {
     match booking {

@@ -124,7 +124,8 @@
 //!   line carries the client's idempotency key. The key column is `NOT NULL` and unique, and
 //!   SQLite cannot relax that without rebuilding the table, so each other line carries a key of
 //!   the store's own, ` line <booking id>/<slot id>`: its leading space keeps it out of every
-//!   client's reach (keys are visible ASCII), and purging a line frees it with the row.
+//!   client's reach (a client's key is visible ASCII, one scoped to its owner starts with the
+//!   owner's id), and purging a line frees it with the row.
 //! * **Placing** a booking is one write unit (the store's `BEGIN IMMEDIATE` transaction in its
 //!   write queue, or a savepoint on the caller's connection): the key is read first, under the
 //!   write lock (a key in use answers for its hold or booking), then each line is inserted in

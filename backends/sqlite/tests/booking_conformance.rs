@@ -1,5 +1,6 @@
 //! The core crate's booking conformance suite, each case on a fresh SQLite database file
-//! (removed when the case ends).
+//! (removed when the case ends), the cases that read the event log and the model-based
+//! sequences included.
 //!
 //! The core's `conformance::kit::Owned` does not forward `BookingStore` (yet), so the store and
 //! its file are kept together here by a wrapper of this file's own, which forwards every trait
@@ -16,7 +17,7 @@ struct BookingDb {
 }
 
 slot_booking::forward_store!(
-    impl[] HoldStore, BookingStore, SlotAdmin, HoldQueries for BookingDb,
+    impl[] HoldStore, BookingStore, SlotAdmin, HoldQueries, EventStore for BookingDb,
     |this| &this.store
 );
 
@@ -28,4 +29,4 @@ async fn booking_db() -> BookingDb {
     }
 }
 
-slot_booking::booking_conformance_tests!(booking_db);
+slot_booking::booking_conformance_tests!(events, booking_db);
