@@ -225,6 +225,7 @@ use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions, PgRow};
 use sqlx::{AssertSqlSafe, Executor, Postgres, Row};
 
 mod admin;
+mod bookings;
 mod changes;
 mod events;
 mod migrate;
@@ -285,6 +286,8 @@ struct Inner {
     sql: Statements,
     /// The event log's statements, beside the code that runs them (`events.rs`).
     events: events::EventStatements,
+    /// The booking statements, beside the code that runs them (`bookings.rs`).
+    bookings: bookings::BookingStatements,
 }
 
 fn validate_schema(schema: &str) -> Result<(), InvalidSchemaName> {
@@ -321,12 +324,14 @@ impl PostgresStore {
     fn build(pool: PgPool, schema: String) -> Self {
         let sql = Statements::new(&schema);
         let events = events::EventStatements::new(&sql::quote(&schema));
+        let bookings = bookings::BookingStatements::new(&sql::quote(&schema));
         PostgresStore {
             pool,
             inner: Arc::new(Inner {
                 schema,
                 sql,
                 events,
+                bookings,
             }),
             database_clock: false,
             horizon_interval: DEFAULT_HORIZON_INTERVAL,

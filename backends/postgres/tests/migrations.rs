@@ -115,6 +115,7 @@ async fn migrations_coexist_with_host_sqlx_migrations() {
             (6, "change notifications".to_owned()),
             (7, "events".to_owned()),
             (8, "event horizons and consumer leases".to_owned()),
+            (9, "bookings".to_owned()),
         ]
     );
     let theirs: Vec<i64> = sqlx::query_scalar(AssertSqlSafe(format!(
@@ -185,7 +186,7 @@ async fn concurrent_migrations_apply_once() {
     .fetch_one(&admin)
     .await
     .unwrap();
-    assert_eq!(n, 8, "each of the eight migrations applied once");
+    assert_eq!(n, 9, "each of the nine migrations applied once");
     admin.close().await;
 }
 
@@ -553,7 +554,7 @@ async fn a_schema_from_before_slot_administration_upgrades_in_place() {
     let versions: Vec<(i64,)> = old
         .rows("SELECT version FROM {s}.slot_booking_migrations ORDER BY version")
         .await;
-    assert_eq!(versions, [(1,), (2,), (3,), (4,), (5,), (6,), (7,), (8,)]);
+    assert_eq!(versions, [(1,), (2,), (3,), (4,), (5,), (6,), (7,), (8,), (9,)]);
     let slots_after: Vec<SlotRow> = old.rows(slot_rows).await;
     let holds_after: Vec<HoldRow> = old.rows(hold_rows).await;
     let keys_after: Vec<(String, i64)> = old.rows(key_rows).await;
@@ -690,7 +691,7 @@ async fn a_schema_from_before_events_upgrades_in_place() {
     let versions: Vec<(i64,)> = old
         .rows("SELECT version FROM {s}.slot_booking_migrations ORDER BY version")
         .await;
-    assert_eq!(versions.last(), Some(&(8,)));
+    assert_eq!(versions.last(), Some(&(9,)));
     assert_eq!(old.rows::<SlotRow>(slot_rows).await, slots_before);
     assert_eq!(old.rows::<HoldRow>(hold_rows).await, holds_before);
     assert_eq!(old.rows::<(String, i64)>(key_rows).await, keys_before);
