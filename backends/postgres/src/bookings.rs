@@ -130,9 +130,7 @@ fn change(s: &str, by: By, change: Change) -> String {
     };
     let events = append_events(
         s,
-        &format!(
-            "SELECT '{kind}', slot_id, id, owner, quantity, {now2} FROM c{moved} ORDER BY id"
-        ),
+        &format!("SELECT '{kind}', slot_id, id, owner, quantity, {now2} FROM c{moved} ORDER BY id"),
     );
     // `o` locks hold rows only once every slot row of `lk` is locked: its one-time filter on
     // `lk` runs before it reads (let alone locks) a hold.

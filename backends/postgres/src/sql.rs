@@ -47,7 +47,12 @@
 //!    expired, and two reclaims on two slots, each about to insert the key the other had
 //!    rewritten, waited for each other: `tests/lock_paths.rs` replays that interleaving.)
 //!
-//! The reclaim (`reclaim_expired`) is the one statement that locks several slot rows: in
+//! Bookings of several lines (`bookings.rs`) lock several slot rows too, always all of them
+//! in ascending id order before any hold row, as the reclaim below does. A plain hold's
+//! confirm, cancel and renewal above touch only holds with no `booking_id`; a line of a
+//! booking is changed with its whole booking by those statements instead.
+//!
+//! The reclaim (`reclaim_expired`) is the other statement that locks several slot rows: in
 //! ascending id order (its `ORDER BY` runs below the row locks), and before any hold row; it
 //! then locks held holds of those slots with `SKIP LOCKED`, so it waits only for slot rows, in
 //! one order, holding no hold row. A statement above that holds one slot row and waits for a

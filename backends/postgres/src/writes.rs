@@ -262,10 +262,7 @@ impl Run<'_> {
         let (read, booking) = self.get_line(hold_id, scope, now).await?;
         if read.outcome.is_some() && booking.is_some() {
             // A line of a booking of several lines: every line changes, or none.
-            if let Some(changed) = self
-                .change_lines(lines, hold_id, scope, now, extra)
-                .await?
-            {
+            if let Some(changed) = self.change_lines(lines, hold_id, scope, now, extra).await? {
                 let line = changed
                     .outcome
                     .lines
