@@ -329,7 +329,7 @@ fn line_state(row: &PgRow) -> Result<LineState, StoreError> {
 }
 
 impl Run<'_> {
-    fn booking_sql(&self) -> Arc<Inner> {
+    fn statements(&self) -> Arc<Inner> {
         Arc::clone(&self.store.inner)
     }
 
@@ -339,7 +339,7 @@ impl Run<'_> {
         &mut self,
         request: BookingRequest<'_>,
     ) -> Result<Decided<BookingOutcome>, StoreError> {
-        let inner = self.booking_sql();
+        let inner = self.statements();
         let slots: Vec<i64> = request.lines.iter().map(|l| l.slot_id.get()).collect();
         let quantities: Vec<i32> = request.lines.iter().map(|l| l.quantity).collect();
         let lifetime = interval(request.expires_at - request.now)?;
@@ -421,7 +421,7 @@ impl Run<'_> {
         key: &str,
         now: Timestamp,
     ) -> Result<Decided<Option<Booking>>, StoreError> {
-        let inner = self.booking_sql();
+        let inner = self.statements();
         let rows = sqlx::query(AssertSqlSafe(inner.bookings.key_holder.as_str()))
             .bind(key)
             .bind(self.now_param(now))
@@ -438,7 +438,7 @@ impl Run<'_> {
         scope: &Scope,
         now: Timestamp,
     ) -> Result<Decided<Option<Booking>>, StoreError> {
-        let inner = self.booking_sql();
+        let inner = self.statements();
         let (any, owner) = scope.as_filter();
         let rows = sqlx::query(AssertSqlSafe(inner.bookings.get.as_str()))
             .bind(booking_id.get())
@@ -506,7 +506,7 @@ impl Run<'_> {
         scope: &Scope,
         now: Timestamp,
     ) -> Result<Decided<Transition<Booking>>, StoreError> {
-        let inner = self.booking_sql();
+        let inner = self.statements();
         let sql = &inner.bookings.confirm_booking;
         self.change_booking(sql, booking_id, scope, now, &[]).await
     }
@@ -517,7 +517,7 @@ impl Run<'_> {
         scope: &Scope,
         now: Timestamp,
     ) -> Result<Decided<Transition<Booking>>, StoreError> {
-        let inner = self.booking_sql();
+        let inner = self.statements();
         let sql = &inner.bookings.cancel_booking;
         self.change_booking(sql, booking_id, scope, now, &[]).await
     }
@@ -526,7 +526,7 @@ impl Run<'_> {
         &mut self,
         request: RenewRequest<'_>,
     ) -> Result<Decided<Transition<Booking>>, StoreError> {
-        let inner = self.booking_sql();
+        let inner = self.statements();
         let sql = &inner.bookings.renew_booking;
         let extra = [request.lifetime, request.max_life];
         self.change_booking(sql, request.hold_id, request.scope, request.now, &extra)
