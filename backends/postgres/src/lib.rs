@@ -102,6 +102,21 @@
 //!   Events name slots and holds by id without a foreign key: an event outlives a purged
 //!   hold.
 //!
+//! # Bookings
+//!
+//! The store implements [`BookingStore`](slot_booking::BookingStore): a booking of several
+//! lines is one hold per line, placed in **one statement** that locks the lines' slot rows by
+//! id ascending, reclaims a short line's expired holds when that makes it fit, and, only when
+//! every line fits on its locked row, takes every line's units and inserts the lines (in
+//! slot-id order: the first line has the lowest id, the booking's) with one `hold_placed`
+//! event each and, last, the first line's key. A refused booking takes nothing, and the same
+//! statement's rows say what was read of each line's slot. Every line carries `booking_id`
+//! (migration 9; NULL on a plain hold). Confirming, cancelling or renewing a booking, or any
+//! line of one ([`HoldStore::confirm_hold`](slot_booking::HoldStore::confirm_hold) and the
+//! others, on the pool or through [`PostgresStore::on`]), is one statement that locks the
+//! lines' slots by id, then the lines, and changes every line or none, with one event per line
+//! changed. A plain hold's statements are unchanged.
+//!
 //! # Storage
 //!
 //! * Tables `slots`, `holds`, `hold_keys`, `events` and `event_consumers` live in a schema of
@@ -162,6 +177,10 @@
 //!   the partial index of held holds.
 //!
 //! # Lock paths
+//!
+//! (The booking statements, which lock several slot rows by id and then hold rows of those
+//! slots as the reclaim does, are described in `bookings.rs`; the paragraph below is about the
+//! plain hold's and the slot changes'.)
 //!
 //! On the pool, every statement but the reclaim runs in a transaction of its own and takes at
 //! most one slot row, first;
@@ -225,6 +244,7 @@ use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions, PgRow};
 use sqlx::{AssertSqlSafe, Executor, Postgres, Row};
 
 mod admin;
+mod bookings;
 mod changes;
 mod events;
 mod migrate;
@@ -285,6 +305,8 @@ struct Inner {
     sql: Statements,
     /// The event log's statements, beside the code that runs them (`events.rs`).
     events: events::EventStatements,
+    /// The booking statements, beside the code that runs them (`bookings.rs`).
+    bookings: bookings::BookingStatements,
 }
 
 fn validate_schema(schema: &str) -> Result<(), InvalidSchemaName> {
@@ -321,12 +343,14 @@ impl PostgresStore {
     fn build(pool: PgPool, schema: String) -> Self {
         let sql = Statements::new(&schema);
         let events = events::EventStatements::new(&sql::quote(&schema));
+        let bookings = bookings::BookingStatements::new(&sql::quote(&schema));
         PostgresStore {
             pool,
             inner: Arc::new(Inner {
                 schema,
                 sql,
                 events,
+                bookings,
             }),
             database_clock: false,
             horizon_interval: DEFAULT_HORIZON_INTERVAL,

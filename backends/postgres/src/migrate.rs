@@ -63,6 +63,11 @@ const MIGRATIONS: &[Migration] = &[
         description: "event horizons and consumer leases",
         sql: include_str!("../migrations/0008_event_horizons.sql"),
     },
+    Migration {
+        version: 9,
+        description: "bookings",
+        sql: include_str!("../migrations/0009_bookings.sql"),
+    },
 ];
 
 /// The advisory lock key of a schema's migrations: FNV-1a (64 bit) of a fixed prefix and the

@@ -47,6 +47,26 @@ impl Run<'_> {
         decided(&row, optional_hold(&row)?)
     }
 
+    /// [`Run::get_hold`], with the id of the booking of several lines the hold is a line of.
+    pub(crate) async fn get_line(
+        &mut self,
+        hold_id: HoldId,
+        scope: &Scope,
+        now: Timestamp,
+    ) -> Result<(Decided<Option<Hold>>, Option<i64>), StoreError> {
+        let (any, owner) = scope.as_filter();
+        let row = sqlx::query(AssertSqlSafe(self.store.sql().hold_by_id.as_str()))
+            .bind(hold_id.get())
+            .bind(self.now_param(now))
+            .bind(any)
+            .bind(owner)
+            .fetch_one(&mut *self.conn)
+            .await
+            .map_err(map_err)?;
+        let booking: Option<i64> = row.try_get("booking_id").map_err(map_err)?;
+        Ok((decided(&row, optional_hold(&row)?)?, booking))
+    }
+
     /// One keyset page of holds (`sql` is the owner's or the slot's query).
     pub(crate) async fn page<'q>(
         &mut self,

@@ -47,7 +47,12 @@
 //!    expired, and two reclaims on two slots, each about to insert the key the other had
 //!    rewritten, waited for each other: `tests/lock_paths.rs` replays that interleaving.)
 //!
-//! The reclaim (`reclaim_expired`) is the one statement that locks several slot rows: in
+//! Bookings of several lines (`bookings.rs`) lock several slot rows too, always all of them
+//! in ascending id order before any hold row, as the reclaim below does. A plain hold's
+//! confirm, cancel and renewal above touch only holds with no `booking_id`; a line of a
+//! booking is changed with its whole booking by those statements instead.
+//!
+//! The reclaim (`reclaim_expired`) is the other statement that locks several slot rows: in
 //! ascending id order (its `ORDER BY` runs below the row locks), and before any hold row; it
 //! then locks held holds of those slots with `SKIP LOCKED`, so it waits only for slot rows, in
 //! one order, holding no hold row. A statement above that holds one slot row and waits for a
@@ -344,14 +349,16 @@ impl Statements {
             "SELECT true AS took, {HOLD_COLUMNS}, {now3} AS decided_at, \
                     NULL::timestamptz AS slot_starts_at, NULL::int4 AS slot_capacity, \
                     NULL::bool AS slot_closed, NULL::timestamptz AS slot_removed_at, \
-                    NULL::int4 AS slot_remaining, NULL::bool AS slot_has_expired \
+                    NULL::int4 AS slot_remaining, NULL::bool AS slot_has_expired, \
+                    NULL::int8 AS key_booking_id \
              FROM ins \
              UNION ALL \
              SELECT false, {H_COLUMNS}, {now3}, sl.starts_at, sl.capacity, sl.closed, \
                     sl.removed_at, sl.remaining, \
                     EXISTS (SELECT 1 FROM {s}.holds x \
                             WHERE x.slot_id = $1 AND x.status = 'held' \
-                              AND x.expires_at <= {now3}) \
+                              AND x.expires_at <= {now3}), \
+                    h.booking_id \
              FROM (SELECT 1) AS one \
              LEFT JOIN {s}.hold_keys hk ON hk.idempotency_key = $2 \
              LEFT JOIN {s}.holds h ON h.id = hk.hold_id \
@@ -379,7 +386,7 @@ impl Statements {
             slot_by_id: format!("SELECT {SLOT_COLUMNS} FROM {s}.slots WHERE id = $1"),
             // Always one row: the instant even when there is no such hold.
             hold_by_id: format!(
-                "SELECT {now2} AS decided_at, {H_COLUMNS} \
+                "SELECT {now2} AS decided_at, {H_COLUMNS}, h.booking_id \
                  FROM (SELECT 1) AS one LEFT JOIN {s}.holds h ON h.id = $1 AND {IN_SCOPE}"
             ),
             // Keyset pages through `holds_by_owner` and `holds_by_slot` (migration 4), with
@@ -483,7 +490,8 @@ impl Statements {
             explain_hold: format!(
                 "SELECT {now3} AS decided_at, sl.starts_at AS slot_starts_at, \
                         sl.capacity AS slot_capacity, sl.closed AS slot_closed, \
-                        sl.removed_at AS slot_removed_at, {H_COLUMNS} \
+                        sl.removed_at AS slot_removed_at, {H_COLUMNS}, \
+                        h.booking_id AS key_booking_id \
                  FROM (SELECT 1) AS one \
                  LEFT JOIN {s}.hold_keys k ON k.idempotency_key = $2 \
                  LEFT JOIN {s}.holds h ON h.id = k.hold_id \
@@ -494,6 +502,7 @@ impl Statements {
                 "WITH c AS ( \
                      UPDATE {s}.holds h SET status = 'confirmed', confirmed_at = {now2} \
                      WHERE id = $1 AND status = 'held' AND expires_at > {now2} AND {IN_SCOPE} \
+                       AND h.booking_id IS NULL \
                      RETURNING {H_COLUMNS}), \
                  ev AS ({}) \
                  SELECT {HOLD_COLUMNS}, {now2} AS decided_at FROM c",
@@ -516,7 +525,7 @@ impl Statements {
                 "WITH o AS ( \
                      SELECT h.id, h.expires_at, h.created_at FROM {s}.holds h \
                      WHERE h.id = $1 AND h.status = 'held' AND h.expires_at > {now2} \
-                       AND {IN_SCOPE} \
+                       AND {IN_SCOPE} AND h.booking_id IS NULL \
                      FOR NO KEY UPDATE), \
                  c AS ( \
                      UPDATE {s}.holds h \
@@ -539,7 +548,8 @@ impl Statements {
             cancel: format!(
                 "WITH target AS ( \
                      SELECT sl.id FROM {s}.holds h JOIN {s}.slots sl ON sl.id = h.slot_id \
-                     WHERE h.id = $1 AND {IN_SCOPE} FOR NO KEY UPDATE OF sl), \
+                     WHERE h.id = $1 AND {IN_SCOPE} AND h.booking_id IS NULL \
+                     FOR NO KEY UPDATE OF sl), \
                  c AS ( \
                      UPDATE {s}.holds h SET status = 'cancelled', cancelled_at = {now2} \
                      FROM target t \

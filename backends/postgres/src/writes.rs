@@ -185,6 +185,8 @@ impl Run<'_> {
             .fetch_optional(&mut *self.conn)
             .await;
         match inserted {
+            // The key belongs to a booking of several lines: `explain` reads all of it.
+            Ok(Some(row)) if !took(&row)? && key_booking(&row)?.is_some() => Ok(Insert::KeyTaken),
             // The fast statement's refusal row (the reclaiming one returns no row instead).
             Ok(Some(row)) if !took(&row)? => {
                 Ok(final_refusal(&row, request)?.map_or(Insert::NoUnit, Insert::Refused))
@@ -210,15 +212,31 @@ impl Run<'_> {
             .await
             .map_err(map_err)?;
         let (at, key_holder, limits) = refusal_facts(&row)?;
+        if key_booking(&row)?.is_some() {
+            // A booking of several lines holds the key: never this hold request made again.
+            let read = self.key_holder_of(request.key.as_str(), at).await?;
+            if let Some(booking) = read.outcome {
+                let request = HoldRequest {
+                    now: read.at,
+                    ..*request
+                };
+                return Ok(Decided::new(
+                    read.at,
+                    HoldOutcome::key_taken(&request, booking),
+                ));
+            }
+        }
         Ok(refused(request, at, key_holder, limits))
     }
 
-    /// Runs a conditional update of one hold (confirm, cancel, renew) whose first four
+    /// Runs a conditional update of one plain hold (confirm, cancel, renew) whose first four
     /// parameters are the hold id, now and the scope, then `extra` intervals; when it changes
-    /// nothing, reads the hold in the same scope to say why.
+    /// nothing, reads the hold in the same scope to say why. A line of a booking of several
+    /// lines is changed with the whole booking (`lines`, the same change of every line).
     pub(crate) async fn transition(
         &mut self,
         sql: &str,
+        lines: &str,
         hold_id: HoldId,
         scope: &Scope,
         now: Timestamp,
@@ -241,7 +259,23 @@ impl Run<'_> {
             return decided(&row, Transition::Applied(hold_from_row(&row)?));
         }
         // Nothing changed: the hold as it is now, at the instant of that read.
-        let read = self.get_hold(hold_id, scope, now).await?;
+        let (read, booking) = self.get_line(hold_id, scope, now).await?;
+        if read.outcome.is_some() && booking.is_some() {
+            // A line of a booking of several lines: every line changes, or none.
+            if let Some(changed) = self.change_lines(lines, hold_id, scope, now, extra).await? {
+                let line = changed
+                    .outcome
+                    .lines
+                    .into_iter()
+                    .find(|hold| hold.hold_id == hold_id);
+                return Ok(Decided::new(
+                    changed.at,
+                    line.map_or(Transition::NotFound, Transition::Applied),
+                ));
+            }
+            let read = self.get_hold(hold_id, scope, now).await?;
+            return Ok(read.map(|hold| hold.map_or(Transition::NotFound, Transition::NotApplied)));
+        }
         Ok(Decided::new(
             read.at,
             match read.outcome {
@@ -259,7 +293,8 @@ impl Run<'_> {
     ) -> Result<Decided<Transition>, StoreError> {
         let inner = Arc::clone(&self.store.inner);
         let sql = &inner.sql;
-        self.transition(&sql.confirm, hold_id, scope, now, &[])
+        let lines = &inner.bookings.confirm_lines;
+        self.transition(&sql.confirm, lines, hold_id, scope, now, &[])
             .await
     }
 
@@ -271,7 +306,9 @@ impl Run<'_> {
     ) -> Result<Decided<Transition>, StoreError> {
         let inner = Arc::clone(&self.store.inner);
         let sql = &inner.sql;
-        self.transition(&sql.cancel, hold_id, scope, now, &[]).await
+        let lines = &inner.bookings.cancel_lines;
+        self.transition(&sql.cancel, lines, hold_id, scope, now, &[])
+            .await
     }
 
     pub(crate) async fn renew_hold(
@@ -282,6 +319,7 @@ impl Run<'_> {
         let sql = &inner.sql;
         self.transition(
             &sql.renew,
+            &inner.bookings.renew_lines,
             request.hold_id,
             request.scope,
             request.now,
@@ -304,6 +342,11 @@ impl Run<'_> {
 /// Whether a row of the fast hold statement is the created hold (`took`) or its refusal.
 pub(crate) fn took(row: &PgRow) -> Result<bool, StoreError> {
     row.try_get("took").map_err(map_err)
+}
+
+/// The booking of several lines whose key a refusal row's key holder is (`key_booking_id`).
+pub(crate) fn key_booking(row: &PgRow) -> Result<Option<i64>, StoreError> {
+    row.try_get("key_booking_id").map_err(map_err)
 }
 
 /// What a refusal row (the fast hold statement's, or the explaining read's) says: the instant

@@ -865,3 +865,103 @@ async fn three_instances_handle_every_event_once_with_the_acknowledgement_in_the
     .unwrap();
     assert!(holders >= 2, "the lease passed from holder to holder");
 }
+
+/// A booking logs each line's event exactly as a hold does, in the statement that changes it:
+/// one `hold_placed` per line (by hold id), then, for a hold change of its second line, one
+/// `hold_confirmed` per line, and one `hold_renewed`/`hold_cancelled` per line for the
+/// booking's own changes. A booking refused for a short line logs nothing but the expired
+/// holds it reclaimed on the way, and a refused change logs nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_booking_logs_every_line_like_a_hold() {
+    use slot_booking::{BookingLine, BookingOutcome, BookingRequest, BookingStore, RenewRequest};
+    let Some(ctx) = setup("booking_events").await else {
+        return;
+    };
+    let store = &ctx.store;
+    let (x, y) = (slot(store, 2).await, slot(store, 1).await);
+    let log = consumer("log");
+    drain(store, &log).await;
+    // An expired hold on `y`, reclaimed by the refused booking below.
+    let brief = hold_for(store, y, "brief", at(0), 10).await;
+    drain(store, &log).await;
+
+    let lines = [BookingLine::new(x, 2), BookingLine::new(y, 2)];
+    let k = key("too-much");
+    let refused = BookingRequest {
+        key: &k,
+        owner: None,
+        lines: &lines,
+        now: at(60),
+        expires_at: at(360),
+    };
+    assert!(matches!(
+        store.create_booking(refused).await.unwrap().outcome,
+        BookingOutcome::Refused(_)
+    ));
+    let kinds = |events: Vec<Event>| {
+        events
+            .into_iter()
+            .map(|e| (e.kind, e.hold_id, e.slot_id))
+            .collect::<Vec<_>>()
+    };
+    // The short line's slot (capacity 1) cannot fit 2 even after reclaiming: nothing reclaimed.
+    assert_eq!(kinds(drain(store, &log).await), []);
+
+    let lines = [BookingLine::new(x, 2), BookingLine::new(y, 1)];
+    let k = key("cart");
+    let request = BookingRequest {
+        key: &k,
+        owner: None,
+        lines: &lines,
+        now: at(60),
+        expires_at: at(360),
+    };
+    let booking = match store.create_booking(request).await.unwrap().outcome {
+        BookingOutcome::Created(booking) => booking,
+        other => panic!("expected a booking, got {other:?}"),
+    };
+    let (first, second) = (booking.lines[0].hold_id, booking.lines[1].hold_id);
+    assert_eq!(
+        kinds(drain(store, &log).await),
+        [
+            (EventKind::HoldExpired, Some(brief), y),
+            (EventKind::HoldPlaced, Some(first), x),
+            (EventKind::HoldPlaced, Some(second), y),
+        ]
+    );
+
+    let renew = RenewRequest {
+        hold_id: first,
+        scope: &Scope::Anonymous,
+        now: at(120),
+        lifetime: Duration::minutes(5),
+        max_life: Duration::minutes(30),
+    };
+    store.renew_booking(renew).await.unwrap();
+    store
+        .confirm_hold(second, &Scope::Anonymous, at(130))
+        .await
+        .unwrap();
+    // Refused: confirmed already; nothing logged.
+    store
+        .confirm_booking(first, &Scope::Anonymous, at(140))
+        .await
+        .unwrap();
+    store
+        .cancel_booking(first, &Scope::Anonymous, at(150))
+        .await
+        .unwrap();
+    assert_eq!(
+        kinds(drain(store, &log).await),
+        [
+            (EventKind::HoldRenewed, Some(first), x),
+            (EventKind::HoldRenewed, Some(second), y),
+            (EventKind::HoldConfirmed, Some(first), x),
+            (EventKind::HoldConfirmed, Some(second), y),
+            (EventKind::HoldCancelled, Some(first), x),
+            (EventKind::HoldCancelled, Some(second), y),
+        ]
+    );
+    assert_invariant(store, x).await;
+    assert_invariant(store, y).await;
+}

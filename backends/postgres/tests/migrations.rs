@@ -115,6 +115,7 @@ async fn migrations_coexist_with_host_sqlx_migrations() {
             (6, "change notifications".to_owned()),
             (7, "events".to_owned()),
             (8, "event horizons and consumer leases".to_owned()),
+            (9, "bookings".to_owned()),
         ]
     );
     let theirs: Vec<i64> = sqlx::query_scalar(AssertSqlSafe(format!(
@@ -185,7 +186,7 @@ async fn concurrent_migrations_apply_once() {
     .fetch_one(&admin)
     .await
     .unwrap();
-    assert_eq!(n, 8, "each of the eight migrations applied once");
+    assert_eq!(n, 9, "each of the nine migrations applied once");
     admin.close().await;
 }
 
@@ -304,6 +305,10 @@ async fn recorded_schema(
             include_str!("../migrations/0006_change_notifications.sql"),
         ),
         ("events", include_str!("../migrations/0007_events.sql")),
+        (
+            "event horizons and consumer leases",
+            include_str!("../migrations/0008_event_horizons.sql"),
+        ),
     ];
     let mut tx = pool.begin().await.unwrap();
     tx.execute(AssertSqlSafe(format!(
@@ -553,7 +558,10 @@ async fn a_schema_from_before_slot_administration_upgrades_in_place() {
     let versions: Vec<(i64,)> = old
         .rows("SELECT version FROM {s}.slot_booking_migrations ORDER BY version")
         .await;
-    assert_eq!(versions, [(1,), (2,), (3,), (4,), (5,), (6,), (7,), (8,)]);
+    assert_eq!(
+        versions,
+        [(1,), (2,), (3,), (4,), (5,), (6,), (7,), (8,), (9,)]
+    );
     let slots_after: Vec<SlotRow> = old.rows(slot_rows).await;
     let holds_after: Vec<HoldRow> = old.rows(hold_rows).await;
     let keys_after: Vec<(String, i64)> = old.rows(key_rows).await;
@@ -690,7 +698,7 @@ async fn a_schema_from_before_events_upgrades_in_place() {
     let versions: Vec<(i64,)> = old
         .rows("SELECT version FROM {s}.slot_booking_migrations ORDER BY version")
         .await;
-    assert_eq!(versions.last(), Some(&(8,)));
+    assert_eq!(versions.last(), Some(&(9,)));
     assert_eq!(old.rows::<SlotRow>(slot_rows).await, slots_before);
     assert_eq!(old.rows::<HoldRow>(hold_rows).await, holds_before);
     assert_eq!(old.rows::<(String, i64)>(key_rows).await, keys_before);
@@ -816,5 +824,138 @@ async fn a_schema_from_before_event_horizons_upgrades_in_place() {
         .unwrap();
     let later: Timestamp = "2030-03-18T00:00:00Z".parse().unwrap();
     assert_eq!(store.purge(later, 100).await.unwrap().events, 5);
+    old.admin.close().await;
+}
+
+/// Bookings of several lines arrive by an additive migration (9): a schema made by migrations
+/// 1 to 8, with slots, holds and keys, upgrades in place with every row and key kept and no
+/// hold a line of a booking. An old hold is then a booking of one line (read as one, its key
+/// refusing a booking), a booking placed across old slots takes every line, and a hold change
+/// of its second line changes all of it; the old hold still changes alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_from_before_bookings_upgrades_in_place() {
+    use slot_booking::{
+        Booking, BookingLine, BookingOutcome, BookingRequest, BookingStore, IdempotencyKey, Scope,
+        Transition,
+    };
+    let Some(old) = OldSchema::new(
+        "a_schema_from_before_bookings_upgrades_in_place",
+        8,
+        "INSERT INTO slots (starts_at, ends_at, capacity, remaining, resource) VALUES \
+           ('2030-03-17 10:00:00+00', '2030-03-17 11:00:00+00', 5, 3, 'room-1'), \
+           ('2030-03-17 10:00:00+00', '2030-03-17 11:00:00+00', 4, 4, NULL); \
+         INSERT INTO holds (slot_id, idempotency_key, status, expires_at, confirmed_at, \
+                            cancelled_at, created_at, quantity, owner) VALUES \
+           (1, 'held-key', 'held', '2030-03-17 09:05:00+00', NULL, NULL, \
+            '2030-03-17 09:00:00+00', 1, NULL), \
+           (1, 'confirmed-key', 'confirmed', '2030-03-17 09:05:00+00', \
+            '2030-03-17 09:01:00+00', NULL, '2030-03-17 09:00:00+00', 1, 'cart-2'); \
+         INSERT INTO hold_keys (idempotency_key, hold_id) \
+           SELECT idempotency_key, id FROM holds;",
+    )
+    .await
+    else {
+        return;
+    };
+    let slot_rows = "SELECT id, capacity, remaining, resource, closed FROM {s}.slots ORDER BY id";
+    let hold_rows = "SELECT id, status, expires_at, quantity, owner FROM {s}.holds ORDER BY id";
+    let key_rows = "SELECT idempotency_key, hold_id FROM {s}.hold_keys ORDER BY hold_id";
+    type SlotRow = (i64, i32, i32, Option<String>, bool);
+    type HoldRow = (i64, String, Timestamp, i32, Option<String>);
+    let slots_before: Vec<SlotRow> = old.rows(slot_rows).await;
+    let holds_before: Vec<HoldRow> = old.rows(hold_rows).await;
+    let keys_before: Vec<(String, i64)> = old.rows(key_rows).await;
+
+    let store = old.upgrade().await;
+
+    let versions: Vec<(i64,)> = old
+        .rows("SELECT version FROM {s}.slot_booking_migrations ORDER BY version")
+        .await;
+    assert_eq!(versions.last(), Some(&(9,)));
+    assert_eq!(old.rows::<SlotRow>(slot_rows).await, slots_before);
+    assert_eq!(old.rows::<HoldRow>(hold_rows).await, holds_before);
+    assert_eq!(old.rows::<(String, i64)>(key_rows).await, keys_before);
+    let lines: Vec<(i64,)> = old
+        .rows("SELECT id FROM {s}.holds WHERE booking_id IS NOT NULL")
+        .await;
+    assert_eq!(lines, []);
+
+    let now: Timestamp = "2030-03-17T09:02:00Z".parse().unwrap();
+    let back_office = Scope::BackOffice;
+    let old_hold = store
+        .get_hold(HoldId(1), &back_office, now)
+        .await
+        .unwrap()
+        .outcome
+        .unwrap();
+    let read = store
+        .get_booking(HoldId(1), &back_office, now)
+        .await
+        .unwrap();
+    assert_eq!(read.outcome, Some(Booking::of_hold(old_hold.clone())));
+
+    let booking_lines = [
+        BookingLine::new(SlotId(1), 2),
+        BookingLine::new(SlotId(2), 4),
+    ];
+    let request = |key| BookingRequest {
+        key,
+        owner: None,
+        lines: &booking_lines,
+        now,
+        expires_at: now + chrono::Duration::minutes(5),
+    };
+    let held_key = IdempotencyKey::new("held-key").unwrap();
+    assert_eq!(
+        store
+            .create_booking(request(&held_key))
+            .await
+            .unwrap()
+            .outcome,
+        BookingOutcome::KeyReused(Some(Booking::of_hold(old_hold))),
+        "an old hold's key is a booking's of one line"
+    );
+    let cart = IdempotencyKey::new("cart").unwrap();
+    let booking = match store.create_booking(request(&cart)).await.unwrap().outcome {
+        BookingOutcome::Created(booking) => booking,
+        other => panic!("expected a booking, got {other:?}"),
+    };
+    // Ids after the old ones (the refused attempt drew two that are left unused), the
+    // first line's the lowest: the booking's.
+    let (first, second) = (booking.lines[0].hold_id, booking.lines[1].hold_id);
+    assert_eq!(booking.booking_id, first);
+    assert!(HoldId(2) < first && first < second);
+    assert_eq!(
+        booking.lines.iter().map(|h| h.slot_id).collect::<Vec<_>>(),
+        [SlotId(1), SlotId(2)]
+    );
+    assert_eq!(counts(&store, SlotId(1)).await, (5, 1, 3, 1));
+    assert_eq!(counts(&store, SlotId(2)).await, (4, 0, 4, 0));
+
+    // The second line's confirm confirms the booking; the old hold still changes alone.
+    let confirmed = store
+        .confirm_hold(second, &Scope::Anonymous, now)
+        .await
+        .unwrap();
+    assert!(matches!(confirmed.outcome, Transition::Applied(h) if h.hold_id == second));
+    let whole = store
+        .get_booking(first, &Scope::Anonymous, now)
+        .await
+        .unwrap()
+        .outcome
+        .unwrap();
+    assert!(whole
+        .lines
+        .iter()
+        .all(|h| h.status == HoldStatus::Confirmed));
+    let alone = store
+        .confirm_hold(HoldId(1), &Scope::Anonymous, now)
+        .await
+        .unwrap();
+    assert!(matches!(alone.outcome, Transition::Applied(h) if h.hold_id == HoldId(1)));
+    assert_eq!(counts(&store, SlotId(1)).await, (5, 1, 0, 4));
+    for slot_id in [SlotId(1), SlotId(2)] {
+        assert_invariant(&store, slot_id).await;
+    }
     old.admin.close().await;
 }

@@ -546,3 +546,69 @@ async fn racing_transactions_never_oversell() {
     assert_eq!(remaining, 5 - confirmed);
     assert_invariant(&ctx.store, slot_id).await;
 }
+
+/// A hold change of any line of a booking of several lines, in the caller's transaction, acts
+/// on the whole booking: rolled back, every line is as it was (units and all); committed, every
+/// line changed. A hold's key that is a booking's is refused in the transaction, which stays
+/// usable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_line_changed_in_a_transaction_changes_its_whole_booking() {
+    use slot_booking::NewBooking;
+    let Some(ctx) = setup("tx_booking_lines").await else {
+        return;
+    };
+    let (engine, _clock) = engine(&ctx.store);
+    let (x, y) = (slot(&ctx.store, 3).await, slot(&ctx.store, 3).await);
+    let booking = engine
+        .book(NewBooking::new("cart").line(x, 1).line(y, 2))
+        .await
+        .unwrap()
+        .booking;
+    let (first, second) = (booking.lines[0].hold_id, booking.lines[1].hold_id);
+    let scope = Scope::Anonymous;
+    let remaining = |slot| {
+        let store = ctx.store.clone();
+        async move {
+            slot_booking::HoldStore::get_slot(&store, slot)
+                .await
+                .unwrap()
+                .unwrap()
+                .stored_remaining
+        }
+    };
+
+    // Cancelled by its second line, then rolled back: nothing changed.
+    let mut tx = ctx.pool().begin().await.unwrap();
+    let mut within = engine.within(ctx.store.on(&mut tx));
+    let cancelled = within.cancel_as(&scope, second).await.unwrap();
+    assert_eq!(cancelled.status, HoldStatus::Cancelled);
+    let line = within.get_hold_as(&scope, first).await.unwrap();
+    assert_eq!(line.status, HoldStatus::Cancelled, "the first line too");
+    assert!(matches!(
+        within.hold(x, "cart").await,
+        Err(BookingError::IdempotencyKeyReused { .. })
+    ));
+    drop(within);
+    tx.rollback().await.unwrap();
+    for line in [first, second] {
+        assert_eq!(stored_status(&ctx, line).await.as_deref(), Some("held"));
+    }
+    assert_eq!((remaining(x).await, remaining(y).await), (2, 1));
+
+    // Renewed and confirmed by its second line, committed: every line changed.
+    let mut tx = ctx.pool().begin().await.unwrap();
+    let mut within = engine.within(ctx.store.on(&mut tx));
+    let renewed = within.renew_as(&scope, second, None).await.unwrap();
+    let confirmed = within.confirm_as(&scope, second).await.unwrap();
+    assert_eq!(confirmed.status, HoldStatus::Confirmed);
+    drop(within);
+    tx.commit().await.unwrap();
+    let whole = engine.get_booking_as(&scope, first).await.unwrap();
+    assert!(whole
+        .lines
+        .iter()
+        .all(|h| h.status == HoldStatus::Confirmed && h.expires_at == renewed.expires_at));
+    assert_eq!((remaining(x).await, remaining(y).await), (2, 1));
+    assert_invariant(&ctx.store, x).await;
+    assert_invariant(&ctx.store, y).await;
+}
