@@ -49,7 +49,10 @@ pub trait BookingStore: HoldStore {
     ///    request's owner and expiry; the first line's hold under the unique key), else undo
     ///    every write of the booking, reclaims included (a refused booking changes nothing,
     ///    like a refused hold), and answer [`BookingOutcome::refused`] from each line's
-    ///    [`LineState`].
+    ///    [`LineState`]. A store that decides whether to reclaim by an estimate made under
+    ///    the slots' locks may keep reclaims when a concurrent change made the estimate wrong
+    ///    (a hold confirmed by a clock that had not yet seen it expire): those units were free
+    ///    already, so availability and the invariant are the same either way.
     async fn create_booking(
         &self,
         request: BookingRequest<'_>,

@@ -183,14 +183,16 @@ impl BookingStatements {
             lines_of(s, By::Booking, true)
         );
         // Placing a booking, in one statement. `lk` locks the lines' slot rows by id; each
-        // line's decision is on its row as locked (`st`), the expired holds of a short line's
-        // slot reclaimed (`r`) only when that makes the line fit, by the rows the reclaim
-        // affected (`fit`). Only when every line fits (`ok`) does one update of each slot take
-        // its line's units (and give reclaimed ones back) and are the lines inserted, in
-        // slot-id order, with ids drawn in that order (the first line's the lowest: the
-        // booking's id, on every line), then the first line's key, last: a key in use fails
-        // the whole statement, reclaims included. Otherwise only the reclaims stay (those
-        // units were free already), and one row per line says what was read of its slot.
+        // line's decision is on its row as locked (`st`). Only when every line would fit with
+        // its slot's expired holds counted free (`est`) are a short line's expired holds
+        // reclaimed (`r`), and each line then fits by the rows the reclaim affected (`fit`):
+        // a refused booking reclaims nothing, but for the rare case of a concurrent change
+        // that made the estimate wrong (those units were free already). Only when every line
+        // fits (`ok`) does one update of each slot take its line's units (and give reclaimed
+        // ones back) and are the lines inserted, in slot-id order, with ids drawn in that
+        // order (the first line's the lowest: the booking's id, on every line), then the first
+        // line's key, last: a key in use fails the whole statement, reclaims included.
+        // Otherwise one row per line says what was read of its slot.
         let expired = hold_event_rows(1, "hold_expired", "r");
         let placed = hold_event_rows(2, "hold_placed", "ins");
         let events = append_events(
@@ -217,9 +219,13 @@ impl BookingStatements {
                                   WHERE h.slot_id = lk.id AND h.status = 'held' \
                                     AND h.expires_at <= {now4}), 0)::int4 AS expired \
                  FROM l LEFT JOIN lk ON lk.id = l.slot_id), \
+             est AS ( \
+                 SELECT coalesce(bool_and(selling AND remaining + expired >= quantity), false) \
+                        AS all_fit FROM st), \
              r AS ( \
-                 UPDATE {s}.holds h SET status = 'expired' FROM st \
-                 WHERE h.slot_id = st.slot_id AND st.selling AND st.remaining < st.quantity \
+                 UPDATE {s}.holds h SET status = 'expired' FROM st, est \
+                 WHERE est.all_fit AND h.slot_id = st.slot_id AND st.selling \
+                   AND st.remaining < st.quantity \
                    AND st.remaining + st.expired >= st.quantity \
                    AND h.status = 'held' AND h.expires_at <= {now4} \
                  RETURNING h.id, h.slot_id, h.owner, h.quantity), \
@@ -260,11 +266,12 @@ impl BookingStatements {
                     f.closed AS slot_closed, f.removed_at AS slot_removed_at, \
                     (coalesce(f.remaining, 0) + greatest(f.expired, f.reclaimed))::int4 \
                         AS line_free, \
-                    f.fits AS line_fits, \
+                    (f.fits OR (NOT est.all_fit AND f.selling \
+                                AND f.remaining + f.expired >= f.quantity)) AS line_fits, \
                     (SELECT hk.hold_id FROM {s}.hold_keys hk WHERE hk.idempotency_key = $3) \
                         AS key_hold_id, \
                     {H_COLUMNS} \
-             FROM fit f CROSS JOIN ok LEFT JOIN ins h ON h.slot_id = f.slot_id \
+             FROM fit f CROSS JOIN ok CROSS JOIN est LEFT JOIN ins h ON h.slot_id = f.slot_id \
              ORDER BY f.n"
         );
         BookingStatements {
