@@ -254,6 +254,7 @@ pub use model::{
     OwnerId, Page, PageItem, PageRequest, Purged, ResourceId, Slot, SlotCursor, SlotId, SlotPage,
     SlotSummary, SlotUsage, Timestamp,
 };
+pub use model::{LineProblem, LineShortfall};
 pub use scope::Scope;
 pub use store::{
     BookingOutcome, BookingRequest, BookingStore, Decided, EventStore, HoldOutcome, HoldQueries,

@@ -1,13 +1,14 @@
 //! The database a `DATABASE_URL` names, opened and migrated, and the demo slots added to it
 //! once however many servers start on it together.
 
+use crate::state::ServerStore;
 use std::sync::Arc;
 
 use chrono::{Duration, DurationRound};
 use slot_booking::changes::{Follower, Invalidator};
 use slot_booking::events::Event;
 use slot_booking::{
-    BookingEngine, BookingError, NewSlot, Store, StoreError, Timestamp, TransactionWrites,
+    BookingEngine, BookingError, NewSlot, StoreError, Timestamp, TransactionWrites,
 };
 
 use crate::events::EventTasks;
@@ -57,7 +58,7 @@ impl Database {
     }
 
     /// The store, for an engine.
-    pub fn store(&self) -> Arc<dyn Store> {
+    pub fn store(&self) -> Arc<dyn ServerStore> {
         match self {
             Database::Sqlite(store) => Arc::new(store.clone()),
             Database::Postgres(store) => Arc::new(store.clone()),

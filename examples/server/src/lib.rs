@@ -40,6 +40,17 @@
 //! * a JSON body on `POST /slots/{slot}/hold`: `{"quantity": 3, "lifetime_seconds": 600}`,
 //!   both optional (one unit and the server's hold lifetime by default);
 //! * `POST /holds/{hold}/renew`, optionally with `{"lifetime_seconds": 600}`;
+//! * bookings of several lines: `POST /bookings` with `Idempotency-Key` (and `Owner-Id` if
+//!   any) and `{"lines": [{"slot_id": 1, "quantity": 2}, {"slot_id": 4}], "lifetime_seconds":
+//!   600}` (quantity 1 and the hold lifetime by default) takes every line or none: 201 with the
+//!   booking (`booking_id`, `status`, `expires_at`, `confirmed_at`, `cancelled_at`, `owner`,
+//!   `created_at`, `lines` of `hold_id`, `slot_id`, `quantity`), or 409 `lines_unavailable`
+//!   whose `lines` name every line that cannot be had, each with its `problem` (`code`
+//!   `sold_out` with `free`, `quantity_exceeds_capacity` with `capacity`, `slot_closed`,
+//!   `slot_not_found`); 400 `invalid_booking` for no lines, more than 50, a slot twice or a
+//!   bad quantity. `GET /bookings/{id}`, `POST /bookings/{id}/confirm`,
+//!   `DELETE /bookings/{id}` and `POST /bookings/{id}/renew` act on every line at once, and so
+//!   do the hold routes on any line's `hold_id` (answering that line in six fields);
 //! * `GET /holds`, the `Owner-Id`'s holds in pages by id, with quantity, owner and
 //!   `created_at` (`limit` 1–1000, default 100; `after` the `next_after` of the previous
 //!   page);
@@ -100,6 +111,7 @@
 mod admin;
 pub mod availability;
 mod body;
+mod bookings;
 pub mod config;
 pub mod database;
 pub mod events;
@@ -125,4 +137,4 @@ pub use owner::OwnerSecret;
 pub use problem::{Problem, RETRY_AFTER_SECONDS};
 pub use router::{router, router_with_config};
 pub use serve::{listen, serve};
-pub use state::Engine;
+pub use state::{Engine, ServerStore};

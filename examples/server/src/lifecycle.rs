@@ -2,12 +2,13 @@
 //! database, the engine, the event log, the listener), serving until a signal
 //! ([`shutdown_signal`]) and stopping.
 
+use crate::state::ServerStore;
 use std::future::Future;
 use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use slot_booking::{BookingEngine, Store, StoreError};
+use slot_booking::{BookingEngine, StoreError};
 
 use crate::{
     demo_slots, events, install_metrics, router_with_config, serve, CommandLineExit, Config,
@@ -134,6 +135,6 @@ pub async fn shutdown_signal() {
 
 /// Opens the store a `DATABASE_URL` names (`sqlite:` or `postgres:`/`postgresql:`) and applies
 /// its migrations. Time comes from the engine's clock (see [`Database::on_database_clock`]).
-pub async fn open_store(database_url: &str) -> Result<Arc<dyn Store>, StoreError> {
+pub async fn open_store(database_url: &str) -> Result<Arc<dyn ServerStore>, StoreError> {
     Ok(Database::open(database_url).await?.store())
 }

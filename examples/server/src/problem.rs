@@ -11,7 +11,7 @@ use axum::http::header::{CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
-use slot_booking::BookingError;
+use slot_booking::{BookingError, LineShortfall};
 
 use crate::{MAX_BODY_BYTES, MAX_HEADER_BYTES, MAX_URI_BYTES};
 
@@ -24,6 +24,8 @@ pub struct Problem {
     status: StatusCode,
     code: &'static str,
     detail: String,
+    /// `lines_unavailable`'s extension member: every line that cannot be had.
+    lines: Option<Vec<LineShortfall>>,
 }
 
 /// The body of a [`Problem`].
@@ -34,6 +36,8 @@ struct ProblemBody<'a> {
     status: u16,
     detail: &'a str,
     code: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lines: Option<&'a [LineShortfall]>,
 }
 
 impl Problem {
@@ -43,6 +47,7 @@ impl Problem {
             status,
             code,
             detail: detail.into(),
+            lines: None,
         }
     }
 
@@ -195,7 +200,11 @@ impl From<BookingError> for Problem {
             BookingError::Store(_) => "the booking store failed; see the server log".to_owned(),
             other => other.to_string(),
         };
-        Problem::new(status, error.code(), detail)
+        let mut problem = Problem::new(status, error.code(), detail);
+        if let BookingError::LinesUnavailable { lines } = error {
+            problem.lines = Some(lines);
+        }
+        problem
     }
 }
 
@@ -207,6 +216,7 @@ impl IntoResponse for Problem {
             status: self.status.as_u16(),
             detail: &self.detail,
             code: self.code,
+            lines: self.lines.as_deref(),
         };
         let json = serde_json::to_vec(&body).unwrap_or_default();
         let mut response = (self.status, json).into_response();

@@ -6,7 +6,7 @@ use axum::routing::{get, post};
 use axum::{middleware, Extension, Router};
 
 use crate::state::{Engine, OwnerSigning, PathPrefix};
-use crate::{admin, availability, holds, install_metrics, observe, Config, Problem};
+use crate::{admin, availability, bookings, holds, install_metrics, observe, Config, Problem};
 
 /// The routes, at the root of the path space, with the default limits.
 pub fn router(engine: Engine) -> Router {
@@ -41,6 +41,13 @@ pub fn router_with_config(engine: Engine, config: &Config) -> Router {
         .route("/holds/{hold}", get(holds::get_hold).delete(holds::cancel))
         .route("/holds/{hold}/renew", post(holds::renew))
         .route("/holds", get(holds::list_holds))
+        .route("/bookings", post(bookings::book))
+        .route(
+            "/bookings/{hold}",
+            get(bookings::get_booking).delete(bookings::cancel),
+        )
+        .route("/bookings/{hold}/confirm", post(bookings::confirm))
+        .route("/bookings/{hold}/renew", post(bookings::renew))
         .route("/metrics", get(observe::metrics));
     if let Some(token) = &config.admin_token {
         routes = routes.merge(admin::routes(token.clone(), method_not_allowed));

@@ -3,12 +3,19 @@
 
 use std::sync::Arc;
 
-use slot_booking::{BookingEngine, Store};
+use slot_booking::{BookingEngine, BookingStore, Store};
 
 use crate::OwnerSecret;
 
+/// What the server asks of a store: the hold lifecycle, administration, queries
+/// ([`Store`]) and bookings of several lines ([`BookingStore`]). Implemented for every type
+/// that has them (the in-memory, SQLite and PostgreSQL stores).
+pub trait ServerStore: Store + BookingStore {}
+
+impl<T: Store + BookingStore + ?Sized> ServerStore for T {}
+
 /// The engine the router serves: any store behind a trait object.
-pub type Engine = BookingEngine<Arc<dyn Store>>;
+pub type Engine = BookingEngine<Arc<dyn ServerStore>>;
 
 /// Where the routes are mounted, for the `Location` of a new hold or slot.
 #[derive(Debug, Clone)]

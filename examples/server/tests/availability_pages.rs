@@ -3,6 +3,7 @@
 //! client that asks for no page; a seed client's body and headers are as before; bad
 //! `limit`s and cursors are 400 problems that change nothing.
 
+use slot_booking_server::ServerStore;
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -13,7 +14,7 @@ use http_body_util::BodyExt;
 use serde_json::Value;
 use slot_booking::{
     Availability, AvailabilityEntry, AvailabilityQuery, BookingEngine, MemoryStore, NewSlot,
-    ResourceId, Store,
+    ResourceId,
 };
 use slot_booking_server::{router_with_config, Config, Engine};
 use tower::ServiceExt;
@@ -21,7 +22,7 @@ use tower::ServiceExt;
 /// An engine over `count` slots: starts in groups of three sharing a time (so the order
 /// needs the id too), created out of start order, every other one of resource `room-a`.
 async fn engine_with_slots(count: usize) -> Engine {
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let store: Arc<dyn ServerStore> = Arc::new(MemoryStore::new());
     let engine: Engine = BookingEngine::new(store);
     let base = Utc::now() + Duration::days(1);
     for i in (0..count).rev() {

@@ -3,10 +3,11 @@
 //! idle keep-alive connection makes room for a newcomer while a busy one never does, bodies have
 //! a timeout, malformed bodies are 400 (not 413), and shutdown ends within its grace period.
 
+use slot_booking_server::ServerStore;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use slot_booking::{BookingEngine, MemoryStore, Store};
+use slot_booking::{BookingEngine, MemoryStore};
 use slot_booking_server::{router_with_config, serve, Config, Engine};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -21,7 +22,7 @@ struct Running {
 }
 
 async fn start(config: Config) -> Running {
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let store: Arc<dyn ServerStore> = Arc::new(MemoryStore::new());
     let engine: Engine = BookingEngine::new(store);
     start_app(router_with_config(engine, &config), config).await
 }

@@ -1,12 +1,13 @@
 //! Arbitrary requests at the router: whatever the path, method, headers or body, the answer is
 //! never a 5xx and nothing panics.
 
+use slot_booking_server::ServerStore;
 use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::{HeaderValue, Method, Request};
 use proptest::prelude::*;
-use slot_booking::{BookingEngine, MemoryStore, NewSlot, Store};
+use slot_booking::{BookingEngine, MemoryStore, NewSlot};
 use tower::ServiceExt;
 
 fn segment() -> impl Strategy<Value = String> {
@@ -82,7 +83,7 @@ proptest! {
     ) {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         runtime.block_on(async move {
-            let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+            let store: Arc<dyn ServerStore> = Arc::new(MemoryStore::new());
             let engine = BookingEngine::new(store);
             let start = chrono::Utc::now() + chrono::Duration::hours(1);
             for capacity in [1, 3] {

@@ -1,18 +1,19 @@
 //! Router behaviour that needs no socket (`oneshot`): the `Location` of a new hold under a
 //! path prefix, and problem bodies for URIs and headers over the limits.
 
+use slot_booking_server::ServerStore;
 use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use chrono::{Duration, Utc};
 use http_body_util::BodyExt;
-use slot_booking::{BookingEngine, MemoryStore, NewSlot, Store};
+use slot_booking::{BookingEngine, MemoryStore, NewSlot};
 use slot_booking_server::{router_with_config, Config, Engine, MAX_HEADER_BYTES, MAX_URI_BYTES};
 use tower::ServiceExt;
 
 fn engine() -> Engine {
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let store: Arc<dyn ServerStore> = Arc::new(MemoryStore::new());
     BookingEngine::new(store)
 }
 

@@ -5,6 +5,7 @@
 
 #![allow(dead_code)]
 
+use slot_booking_server::ServerStore;
 use std::fmt::Display;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -17,7 +18,7 @@ use axum::Router;
 use chrono::TimeZone;
 use http_body_util::BodyExt;
 use serde_json::Value;
-use slot_booking::{BookingEngine, ManualClock, NewSlot, SlotId, Store, Timestamp};
+use slot_booking::{BookingEngine, ManualClock, NewSlot, SlotId, Timestamp};
 use slot_booking_server::{Config, Engine};
 use sqlx::{AssertSqlSafe, Connection};
 use tower::ServiceExt;
@@ -65,7 +66,7 @@ pub struct TestServer {
     pub engine: Engine,
     pub clock: ManualClock,
     pub http: reqwest::Client,
-    pub store: Arc<dyn Store>,
+    pub store: Arc<dyn ServerStore>,
     _cleanup: Cleanup,
 }
 
@@ -131,7 +132,7 @@ impl TestServer {
     }
 
     pub async fn with_store(
-        store: Arc<dyn Store>,
+        store: Arc<dyn ServerStore>,
         cleanup_dir: Option<std::path::PathBuf>,
     ) -> Self {
         let clock = ManualClock::new(epoch());
@@ -340,7 +341,7 @@ pub struct Oneshot {
     pub router: Router,
     pub engine: Engine,
     pub clock: ManualClock,
-    pub store: Arc<dyn Store>,
+    pub store: Arc<dyn ServerStore>,
     _cleanup: Cleanup,
 }
 
