@@ -41,7 +41,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::engine::{detached, guarded, settle, BookingEngine, NewHold};
+use crate::answers::settle;
+use crate::engine::{detached, guarded, BookingEngine, NewHold};
 use crate::error::BookingError;
 use crate::model::{canonical_lines, Booking, BookingLine, HoldId, HoldStatus, OwnerId, SlotId};
 use crate::observe::{Op, Operation};

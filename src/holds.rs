@@ -4,9 +4,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::answers::{hold_placed, settle};
 use crate::engine::{
-    check_limit, chrono_duration, detached, guarded, hold_placed, prepare_slot, settle,
-    BookingEngine, HoldPlaced, NewHold, PreparedHold,
+    check_limit, chrono_duration, detached, guarded, prepare_slot, BookingEngine, HoldPlaced,
+    NewHold, PreparedHold,
 };
 use crate::error::BookingError;
 use crate::model::{

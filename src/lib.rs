@@ -205,6 +205,7 @@
 #![doc(test(attr(deny(unused_must_use))))]
 
 pub mod admin;
+mod answers;
 pub mod availability;
 pub mod bookings;
 pub mod cache;

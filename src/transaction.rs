@@ -41,9 +41,8 @@
 //!   the caller rolls back (sqlx does so when a transaction is dropped uncommitted).
 
 use crate::admin::{checked_capacity, sales_operation, SlotOperation};
-use crate::engine::{
-    guarded, hold_placed, prepare_slot, settle, BookingEngine, HoldPlaced, NewHold,
-};
+use crate::answers::{hold_placed, settle};
+use crate::engine::{guarded, prepare_slot, BookingEngine, HoldPlaced, NewHold};
 use crate::error::BookingError;
 use crate::model::{Hold, HoldId, HoldStatus, NewSlot, Slot, SlotId};
 use crate::observe::{Op, Operation};

@@ -3,7 +3,8 @@
 
 use super::*;
 use crate::rows::usage_from_row;
-use crate::writes::{finish, log_slot, reclaim, Query, Run, Step};
+use crate::units::{log_slot, reclaim, Query};
+use crate::writes::{finish, Run, Step};
 use slot_booking::SlotChange;
 use sqlx::Connection;
 

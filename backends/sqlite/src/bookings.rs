@@ -18,14 +18,16 @@ use slot_booking::{
     RenewRequest, Scope, SlotLimits, StoreError, Timestamp, Transition,
 };
 use sqlx::sqlite::SqliteConnection;
-use sqlx::{AssertSqlSafe, Sqlite};
+use sqlx::AssertSqlSafe;
 use std::sync::Arc;
 
 use crate::group::{insert_outcome, Insert};
+use crate::lines::{booking_by_id, booking_by_key, change_lines};
 use crate::map_err;
 use crate::rows::{from_micros, hold_from_row, to_micros};
 use crate::sql::Statements;
-use crate::writes::{give_back, log_hold, reclaim, Query, Renewal, Run, Step};
+use crate::units::reclaim;
+use crate::writes::{Renewal, Run, Step};
 
 /// The key of a line that is not its booking's first: a leading space (no stored client key
 /// starts with one: a client's key is visible ASCII, and a key scoped to its owner starts with
@@ -36,70 +38,6 @@ pub(crate) fn line_key(booking: Option<HoldId>, line: &BookingLine) -> String {
         Some(booking) => format!(" line {}/{}", booking.get(), line.slot_id.get()),
         None => format!(" line -/{}", line.slot_id.get()),
     }
-}
-
-/// Every line of the booking (or the plain hold) whose first line has `key`, if any.
-pub(crate) async fn booking_by_key<'e, E>(
-    sql: &Statements,
-    executor: E,
-    key: &str,
-) -> Result<Option<Booking>, StoreError>
-where
-    E: sqlx::Executor<'e, Database = Sqlite>,
-{
-    let rows = sqlx::query(AssertSqlSafe(sql.booking_by_key.as_str()))
-        .bind(key)
-        .fetch_all(executor)
-        .await
-        .map_err(map_err)?;
-    let lines = rows.iter().map(hold_from_row).collect::<Result<_, _>>()?;
-    Ok(Booking::of_lines(lines))
-}
-
-/// Every line of the booking whose id is `booking_id`, if it exists in `scope` (a plain hold is
-/// a booking of one line; the id of a line that is not the first is no booking's).
-pub(crate) async fn booking_by_id(
-    sql: &Statements,
-    conn: &mut SqliteConnection,
-    booking_id: HoldId,
-    scope: &Scope,
-) -> Result<Option<Booking>, StoreError> {
-    let (any, owner) = scope.as_filter();
-    let rows = sqlx::query(AssertSqlSafe(sql.booking_lines.as_str()))
-        .bind(booking_id.get())
-        .bind(any)
-        .bind(owner)
-        .fetch_all(conn)
-        .await
-        .map_err(map_err)?;
-    let lines = rows.iter().map(hold_from_row).collect::<Result<_, _>>()?;
-    Ok(Booking::of_lines(lines))
-}
-
-/// Runs `update`, one change of every line of a booking (confirm, cancel or renew: it returns
-/// every line it changed, all of them or none), and for each line changed, by slot id, gives
-/// its units back (a cancel, `kind` [`EventKind::HoldCancelled`]) and appends its event `kind`
-/// at `now`. The lines changed, by slot id: none when the change did not apply.
-pub(crate) async fn change_lines(
-    sql: &Statements,
-    conn: &mut SqliteConnection,
-    update: Query<'_>,
-    kind: EventKind,
-    now: Timestamp,
-) -> Result<Vec<Hold>, StoreError> {
-    let rows = update.fetch_all(&mut *conn).await.map_err(map_err)?;
-    let mut lines = rows
-        .iter()
-        .map(hold_from_row)
-        .collect::<Result<Vec<_>, _>>()?;
-    lines.sort_by_key(|hold| (hold.slot_id, hold.hold_id));
-    for hold in &lines {
-        if kind == EventKind::HoldCancelled {
-            give_back(sql, conn, i64::from(hold.quantity), hold.slot_id.get()).await?;
-        }
-        log_hold(sql, conn, kind, hold, now).await?;
-    }
-    Ok(lines)
 }
 
 /// A whole booking's change by the rows it returned: applied, or (nothing changed) the

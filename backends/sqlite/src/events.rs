@@ -4,7 +4,8 @@
 use super::*;
 use std::collections::BTreeMap;
 
-use crate::writes::{give_back, log_hold, Run, Step, Target};
+use crate::units::{give_back, log_hold};
+use crate::writes::{Run, Step, Target};
 
 /// The event log lives in the store's database (migration 5): every write above appends its
 /// events in its own unit of work (see [`SqliteStore`]'s docs), and these read it, keep the

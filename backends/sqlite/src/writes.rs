@@ -8,25 +8,22 @@
 //! [`finish`] then commits or releases the unit, or rolls it back, so both paths share one
 //! implementation of each rule and differ only in how the unit is opened.
 
-use slot_booking::events::NewEvent;
 use slot_booking::{
-    Decided, EventKind, Hold, HoldId, HoldOutcome, HoldRequest, NewSlot, OwnerId, RenewRequest,
-    ResourceId, Scope, Slot, SlotLimits, StoreError, Timestamp, Transition,
+    Decided, EventKind, Hold, HoldId, HoldOutcome, HoldRequest, NewSlot, RenewRequest, ResourceId,
+    Scope, Slot, SlotLimits, StoreError, Timestamp, Transition,
 };
-use sqlx::sqlite::{SqliteArguments, SqliteConnection};
+use sqlx::sqlite::SqliteConnection;
 use sqlx::{AssertSqlSafe, Connection, Sqlite, Transaction};
 use std::sync::Arc;
 
-use crate::bookings::{booking_by_key, change_lines};
 use crate::group::Held;
 use crate::group::{insert_hold, sold_out, Insert};
+use crate::lines::{booking_by_key, change_lines};
 use crate::rows::{from_micros, hold_from_row, slot_from_row, to_micros};
 use crate::sql::Statements;
+use crate::units::{log_slot, reclaim, Query};
 use crate::{map_err, SqliteStore};
 use tokio::sync::OwnedMutexGuard;
-
-/// A conditional update of one row, returning it when it changed.
-pub(crate) type Query<'q> = sqlx::query::Query<'q, Sqlite, SqliteArguments>;
 
 /// What an operation decided, and whether its writes stay.
 pub(crate) struct Step<T> {
@@ -102,29 +99,6 @@ pub(crate) async fn create_slot(
     let slot = slot_from_row(&row)?;
     log_slot(sql, conn, EventKind::SlotCreated, &slot, now).await?;
     Ok(Step::keep(slot))
-}
-
-/// Appends the event `kind` about `slot` as it is after the change, at `now`.
-pub(crate) async fn log_slot(
-    sql: &Statements,
-    conn: &mut SqliteConnection,
-    kind: EventKind,
-    slot: &Slot,
-    now: Timestamp,
-) -> Result<(), StoreError> {
-    let event = NewEvent::of_slot(kind, slot.slot_id, slot.capacity, now);
-    append_event(sql, conn, &event).await
-}
-
-/// Appends the event `kind` about `hold` as it is after the change, at `now`.
-pub(crate) async fn log_hold(
-    sql: &Statements,
-    conn: &mut SqliteConnection,
-    kind: EventKind,
-    hold: &Hold,
-    now: Timestamp,
-) -> Result<(), StoreError> {
-    append_event(sql, conn, &NewEvent::of_hold(kind, hold, now)).await
 }
 
 /// A hold on the caller's connection: the insert as the slot is stored, outside any unit of
@@ -230,7 +204,7 @@ fn line_of(lines: Vec<Hold>, hold_id: HoldId) -> Result<Option<Hold>, StoreError
 }
 
 /// Confirms the active held hold `hold_id` with every line of its booking (see
-/// [`change_lines`](crate::bookings::change_lines)).
+/// [`change_lines`](crate::lines::change_lines)).
 pub(crate) async fn confirm(
     sql: &Statements,
     conn: &mut SqliteConnection,
@@ -492,84 +466,6 @@ impl Run<'_> {
         let step = renew(&sql, unit.connection(), &request).await;
         Ok(Decided::new(request.now, unit.finish(step).await?))
     }
-}
-
-/// Marks the slot's held holds that expired by `now` as expired with `statement` (`reclaim`,
-/// which touches only a selling slot, or `reclaim_expired`, any slot), gives their units back
-/// and appends one `hold_expired` event each, at `now`; returns the holds it reclaimed (the
-/// rows the update returned), as stored after.
-pub(crate) async fn reclaim(
-    sql: &Statements,
-    statement: &str,
-    conn: &mut SqliteConnection,
-    slot_id: i64,
-    now: Timestamp,
-) -> Result<Vec<Hold>, StoreError> {
-    let rows = sqlx::query(AssertSqlSafe(statement))
-        .bind(slot_id)
-        .bind(to_micros(now))
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(map_err)?;
-    let reclaimed = rows
-        .iter()
-        .map(hold_from_row)
-        .collect::<Result<Vec<_>, _>>()?;
-    let units: i64 = reclaimed.iter().map(|h| i64::from(h.quantity)).sum();
-    if units > 0 {
-        give_back(sql, conn, units, slot_id).await?;
-    }
-    for hold in &reclaimed {
-        append_event(
-            sql,
-            &mut *conn,
-            &NewEvent::of_hold(EventKind::HoldExpired, hold, now),
-        )
-        .await?;
-    }
-    Ok(reclaimed)
-}
-
-/// Appends `event` to the log, in the unit of work `conn` is in: it commits or rolls back with
-/// the change it reports. Its id is handed out now, under the write lock the unit holds until
-/// it ends, so ids follow commit order (see migration 5).
-pub(crate) async fn append_event(
-    sql: &Statements,
-    conn: &mut SqliteConnection,
-    event: &NewEvent,
-) -> Result<(), StoreError> {
-    sqlx::query(AssertSqlSafe(sql.append_event.as_str()))
-        .bind(event.kind.as_str())
-        .bind(event.slot_id.get())
-        .bind(event.hold_id.map(HoldId::get))
-        .bind(event.owner.as_ref().map(OwnerId::as_str))
-        .bind(event.quantity)
-        .bind(to_micros(event.at))
-        .execute(conn)
-        .await
-        .map_err(map_err)?;
-    Ok(())
-}
-
-/// Adds `units` back to the slot's `remaining`.
-pub(crate) async fn give_back(
-    sql: &Statements,
-    conn: &mut SqliteConnection,
-    units: i64,
-    slot_id: i64,
-) -> Result<(), StoreError> {
-    let done = sqlx::query(AssertSqlSafe(sql.give_back.as_str()))
-        .bind(units)
-        .bind(slot_id)
-        .execute(conn)
-        .await
-        .map_err(map_err)?;
-    if done.rows_affected() != 1 {
-        return Err(StoreError::failed(format!(
-            "could not give {units} units back to slot {slot_id}: no such slot"
-        )));
-    }
-    Ok(())
 }
 
 /// A hold an update did not change: as it is now, or not found in the caller's scope.

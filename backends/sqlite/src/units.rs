@@ -1,0 +1,116 @@
+//! The small statements every write shares, below all of them: giving a slot's units back,
+//! reclaiming a slot's expired holds, and appending the events of a change in the same unit of
+//! work.
+
+use slot_booking::events::NewEvent;
+use slot_booking::{EventKind, Hold, HoldId, OwnerId, Slot, StoreError, Timestamp};
+use sqlx::sqlite::{SqliteArguments, SqliteConnection};
+use sqlx::{AssertSqlSafe, Sqlite};
+
+use crate::map_err;
+use crate::rows::{hold_from_row, to_micros};
+use crate::sql::Statements;
+
+/// A conditional update of one row, returning it when it changed.
+pub(crate) type Query<'q> = sqlx::query::Query<'q, Sqlite, SqliteArguments>;
+
+/// Appends the event `kind` about `slot` as it is after the change, at `now`.
+pub(crate) async fn log_slot(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    kind: EventKind,
+    slot: &Slot,
+    now: Timestamp,
+) -> Result<(), StoreError> {
+    let event = NewEvent::of_slot(kind, slot.slot_id, slot.capacity, now);
+    append_event(sql, conn, &event).await
+}
+
+/// Appends the event `kind` about `hold` as it is after the change, at `now`.
+pub(crate) async fn log_hold(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    kind: EventKind,
+    hold: &Hold,
+    now: Timestamp,
+) -> Result<(), StoreError> {
+    append_event(sql, conn, &NewEvent::of_hold(kind, hold, now)).await
+}
+
+/// Marks the slot's held holds that expired by `now` as expired with `statement` (`reclaim`,
+/// which touches only a selling slot, or `reclaim_expired`, any slot), gives their units back
+/// and appends one `hold_expired` event each, at `now`; returns the holds it reclaimed (the
+/// rows the update returned), as stored after.
+pub(crate) async fn reclaim(
+    sql: &Statements,
+    statement: &str,
+    conn: &mut SqliteConnection,
+    slot_id: i64,
+    now: Timestamp,
+) -> Result<Vec<Hold>, StoreError> {
+    let rows = sqlx::query(AssertSqlSafe(statement))
+        .bind(slot_id)
+        .bind(to_micros(now))
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(map_err)?;
+    let reclaimed = rows
+        .iter()
+        .map(hold_from_row)
+        .collect::<Result<Vec<_>, _>>()?;
+    let units: i64 = reclaimed.iter().map(|h| i64::from(h.quantity)).sum();
+    if units > 0 {
+        give_back(sql, conn, units, slot_id).await?;
+    }
+    for hold in &reclaimed {
+        append_event(
+            sql,
+            &mut *conn,
+            &NewEvent::of_hold(EventKind::HoldExpired, hold, now),
+        )
+        .await?;
+    }
+    Ok(reclaimed)
+}
+
+/// Appends `event` to the log, in the unit of work `conn` is in: it commits or rolls back with
+/// the change it reports. Its id is handed out now, under the write lock the unit holds until
+/// it ends, so ids follow commit order (see migration 5).
+pub(crate) async fn append_event(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    event: &NewEvent,
+) -> Result<(), StoreError> {
+    sqlx::query(AssertSqlSafe(sql.append_event.as_str()))
+        .bind(event.kind.as_str())
+        .bind(event.slot_id.get())
+        .bind(event.hold_id.map(HoldId::get))
+        .bind(event.owner.as_ref().map(OwnerId::as_str))
+        .bind(event.quantity)
+        .bind(to_micros(event.at))
+        .execute(conn)
+        .await
+        .map_err(map_err)?;
+    Ok(())
+}
+
+/// Adds `units` back to the slot's `remaining`.
+pub(crate) async fn give_back(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    units: i64,
+    slot_id: i64,
+) -> Result<(), StoreError> {
+    let done = sqlx::query(AssertSqlSafe(sql.give_back.as_str()))
+        .bind(units)
+        .bind(slot_id)
+        .execute(conn)
+        .await
+        .map_err(map_err)?;
+    if done.rows_affected() != 1 {
+        return Err(StoreError::failed(format!(
+            "could not give {units} units back to slot {slot_id}: no such slot"
+        )));
+    }
+    Ok(())
+}
