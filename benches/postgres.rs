@@ -29,7 +29,9 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use criterion::Criterion;
-use slot_booking::{BookingEngine, BookingError, HoldPlaced, HoldStore, NewSlot, Scope, SlotId};
+use slot_booking::{
+    BookingEngine, BookingError, HoldPlaced, HoldStore, NewBooking, NewSlot, Scope, SlotId,
+};
 use slot_booking_postgres::PostgresStore;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::AssertSqlSafe;
@@ -130,7 +132,18 @@ async fn engine_requests(
 
 /// Transactions per second `pgbench` reports for the same statement, 8 clients for `RUN`.
 fn pgbench_holds(url: &str, schema: &str, first: SlotId, last: SlotId) -> Option<f64> {
-    let script = PGBENCH_SCRIPT.replace("{schema}", schema);
+    pgbench(
+        url,
+        schema,
+        &PGBENCH_SCRIPT.replace("{schema}", schema),
+        first,
+        last,
+    )
+}
+
+/// Transactions per second `pgbench` reports for `script`, 8 clients for `RUN`, with
+/// `first` and `last` defined.
+fn pgbench(url: &str, schema: &str, script: &str, first: SlotId, last: SlotId) -> Option<f64> {
     let path = std::env::temp_dir().join(format!("sb_pgbench_{}_{schema}.sql", std::process::id()));
     std::fs::write(&path, script).ok()?;
     let output = Command::new("pgbench")
@@ -202,6 +215,126 @@ async fn refusals(url: &str) {
     .await
     .unwrap();
     assert_eq!(held.0, 1, "every request after the first was refused");
+}
+
+/// Requests per second: 8 tasks for `RUN`, task `t`'s `i`-th request made by `request(t, i)`.
+async fn per_second<F, Fut>(request: F) -> f64
+where
+    F: Fn(u32, u64) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let done = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..CONNECTIONS)
+        .map(|t| {
+            let (done, stop, request) = (done.clone(), stop.clone(), request.clone());
+            tokio::spawn(async move {
+                let mut i = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    i += 1;
+                    request(t, i).await;
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(RUN).await;
+    stop.store(true, Ordering::Relaxed);
+    for task in tasks {
+        task.await.unwrap();
+    }
+    done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64()
+}
+
+/// The block of 5 consecutive slots (of 200 blocks) task `t` books on its `i`-th request: a
+/// fixed pseudo-random spread, the same for every configuration.
+fn block(t: u32, i: u64) -> usize {
+    let mut x = (u64::from(t) << 32 | i).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    x ^= x >> 29;
+    (x % 200) as usize
+}
+
+/// The `pgbench` script that runs the store's own placing statement for a booking of one
+/// unit of each of 5 consecutive slots from `:first`, with a key of its own per transaction.
+fn booking_script(statement: &str) -> String {
+    let slots = (0..5)
+        .map(|n| format!(":first + :b * 5 + {n}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let statement = statement
+        .replace("$6", "NULL::text")
+        .replace("$5", "interval '5 minutes'")
+        .replace("$4", "NULL::timestamptz")
+        .replace("$3", "('pgb-' || :client_id || '-' || :k)")
+        .replace("$2", "ARRAY[1, 1, 1, 1, 1]::int4[]")
+        .replace("$1", &format!("ARRAY[{slots}]::int8[]"));
+    format!("\\set b random(0, 199)\n\\set k random(1, 9000000000000000)\n{statement};\n")
+}
+
+/// Bookings of 5 lines (one unit of each of 5 slots) over 1,000 slots with 8 connections:
+/// the engine against `pgbench` running the store's own placing statement, and against the
+/// same 5 units taken by 5 single holds one after another.
+async fn bookings(url: &str) {
+    let schema = "sb_bench_bookings";
+    let store = Arc::new(fresh_store(url, schema).await);
+    let engine = BookingEngine::new(Arc::clone(&store));
+    let ids = Arc::new(slots(&engine, 1_000, i32::MAX).await);
+    assert!(
+        ids.windows(2).all(|w| w[1].0 == w[0].0 + 1),
+        "consecutive slot ids"
+    );
+    let (e, s) = (engine.clone(), Arc::clone(&ids));
+    let booked = per_second(move |t, i| {
+        let (engine, ids) = (e.clone(), Arc::clone(&s));
+        async move {
+            let first = block(t, i) * 5;
+            let request = (first..first + 5).fold(NewBooking::new(format!("b-{t}-{i}")), |r, n| {
+                r.line(ids[n], 1)
+            });
+            let placed = engine.book(request).await.unwrap();
+            assert_eq!(placed.booking.lines.len(), 5);
+        }
+    })
+    .await;
+    let (e, s) = (engine.clone(), Arc::clone(&ids));
+    let held = per_second(move |t, i| {
+        let (engine, ids) = (e.clone(), Arc::clone(&s));
+        async move {
+            let first = block(t, i) * 5;
+            for n in first..first + 5 {
+                engine
+                    .hold(ids[n], &format!("h-{t}-{i}-{n}"))
+                    .await
+                    .unwrap();
+            }
+        }
+    })
+    .await;
+    let script = booking_script(store.booking_statement());
+    let baseline = pgbench(url, schema, &script, ids[0], ids[ids.len() - 1]);
+    match baseline {
+        Some(baseline) => println!(
+            "postgres 5-line bookings, 8 connections, 1,000 slots: engine {booked:.0}/s, pgbench \
+             {baseline:.0}/s, ratio {:.2}x",
+            booked / baseline
+        ),
+        None => println!("postgres 5-line bookings: engine {booked:.0}/s (pgbench unavailable)"),
+    }
+    println!(
+        "  the same 5 units as 5 single holds: {held:.0} groups/s; a booking costs {:.2}x the \
+         time of 5 holds",
+        held / booked
+    );
+    let broken: (i64,) = sqlx::query_as(AssertSqlSafe(format!(
+        "SELECT count(*) FROM {schema}.slots s WHERE s.remaining + \
+         (SELECT coalesce(sum(quantity), 0) FROM {schema}.holds h \
+          WHERE h.slot_id = s.id AND h.status IN ('held', 'confirmed')) <> s.capacity"
+    )))
+    .fetch_one(store.pool())
+    .await
+    .unwrap();
+    assert_eq!(broken.0, 0, "the invariant held under load");
 }
 
 async fn throughput(url: &str) {
@@ -648,6 +781,9 @@ fn main() {
         .is_none_or(|f| "holds".contains(f) || f.contains("hold"))
     {
         rt.block_on(throughput(&url));
+    }
+    if filter.as_deref().is_none_or(|f| "bookings".contains(f)) {
+        rt.block_on(bookings(&url));
     }
     if filter.as_deref().is_none_or(|f| "refusals".contains(f)) {
         rt.block_on(refusals(&url));

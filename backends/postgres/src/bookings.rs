@@ -56,7 +56,7 @@ enum By {
 /// and `$6` the maximum life.
 #[derive(Debug)]
 pub(crate) struct BookingStatements {
-    create: String,
+    pub(crate) create: String,
     key_holder: String,
     get: String,
     confirm_booking: String,

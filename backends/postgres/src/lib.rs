@@ -465,6 +465,15 @@ impl PostgresStore {
         }
     }
 
+    /// The text of the statement that places a booking of several lines, with its parameters
+    /// (`$1` slot ids, `$2` quantities, `$3` key, `$4` now or NULL for the database's clock,
+    /// `$5` lifetime, `$6` owner): for a benchmark that runs the very same statement through
+    /// another client (`pgbench`). Not part of the API.
+    #[doc(hidden)]
+    pub fn booking_statement(&self) -> &str {
+        &self.inner.bookings.create
+    }
+
     /// The pool this store uses.
     pub fn pool(&self) -> &PgPool {
         &self.pool
