@@ -254,6 +254,15 @@ macro_rules! booking_conformance_tests {
             $crate::conformance::BOOKING_MODEL_CASES,
             40
         );
+
+        $crate::__conformance_property_test!(
+            /// Random concurrent batches of bookings and whole-booking changes: every booking
+            /// whole, every success shown, every invariant held after each batch.
+            concurrent_random_booking_batches,
+            $factory,
+            $crate::conformance::oracle::check_concurrent_bookings,
+            $crate::conformance::CONCURRENT_CASES
+        );
     };
     ($factory:expr) => {
         $crate::booking_conformance_tests!(optional: || {

@@ -33,6 +33,7 @@ macro_rules! ensure {
 
 mod bookings;
 mod concurrent;
+mod concurrent_bookings;
 mod expected_events;
 mod ops;
 mod reference;
@@ -43,6 +44,7 @@ mod writes;
 
 pub use bookings::{booking_op, check_booking_events, check_bookings};
 pub use concurrent::{check_concurrent, Batch};
+pub use concurrent_bookings::{check_concurrent_bookings, BookingStep};
 pub use expected_events::check_events;
 pub use ops::{ModelOp, LEASE};
 
