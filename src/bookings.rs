@@ -47,7 +47,9 @@ use crate::error::BookingError;
 use crate::model::{canonical_lines, Booking, BookingLine, HoldId, HoldStatus, OwnerId, SlotId};
 use crate::observe::{Op, Operation};
 use crate::scope::Scope;
-use crate::store::{BookingOutcome, BookingRequest, BookingStore, Decided, RenewRequest};
+use crate::store::{
+    BookingOutcome, BookingRequest, BookingStore, Decided, RenewRequest, StoreError, Transition,
+};
 
 /// A booking to place: lines, one idempotency key, one owner, one lifetime.
 ///
@@ -174,6 +176,7 @@ impl<S: BookingStore> BookingEngine<S> {
                     outcome
                 }))
                 .await?;
+            let outcome = Decided::new(outcome.at, whole_outcome(outcome.outcome)?);
             booking_placed(&op, outcome, first)
         })
         .await
@@ -194,7 +197,7 @@ impl<S: BookingStore> BookingEngine<S> {
                 .store(guarded(self.store().get_booking(booking_id, scope, now)))
                 .await?;
             match read.outcome {
-                Some(booking) => Ok(booking.at(read.at)),
+                Some(booking) => Ok(whole(booking)?.at(read.at)),
                 None => Err(BookingError::HoldNotFound {
                     hold_id: booking_id,
                 }),
@@ -251,7 +254,12 @@ impl<S: BookingStore> BookingEngine<S> {
                     inner.store.renew_booking(request).await
                 }))
                 .await?;
-            settle(&op, transition, booking_id, HoldStatus::Confirmed)
+            settle(
+                &op,
+                whole_transition(transition)?,
+                booking_id,
+                HoldStatus::Confirmed,
+            )
         })
         .await
     }
@@ -285,10 +293,43 @@ impl<S: BookingStore> BookingEngine<S> {
                     inner.invalidate_if_applied(done)
                 }))
                 .await?;
-            settle(&op, transition, booking_id, to)
+            settle(&op, whole_transition(transition)?, booking_id, to)
         })
         .await
     }
+}
+
+/// `booking` if it has lines: a store that answers a booking of none is broken, and the
+/// engine says so rather than reading a first line that is not there.
+fn whole(booking: Booking) -> Result<Booking, StoreError> {
+    if booking.lines.is_empty() {
+        return Err(StoreError::failed(format!(
+            "the store answered booking {} with no lines",
+            booking.booking_id
+        )));
+    }
+    Ok(booking)
+}
+
+fn whole_outcome(outcome: BookingOutcome) -> Result<BookingOutcome, StoreError> {
+    Ok(match outcome {
+        BookingOutcome::Created(b) => BookingOutcome::Created(whole(b)?),
+        BookingOutcome::Replayed(b) => BookingOutcome::Replayed(whole(b)?),
+        BookingOutcome::KeyReused(Some(b)) => BookingOutcome::KeyReused(Some(whole(b)?)),
+        other => other,
+    })
+}
+
+fn whole_transition(
+    transition: Decided<Transition<Booking>>,
+) -> Result<Decided<Transition<Booking>>, StoreError> {
+    let at = transition.at;
+    let outcome = match transition.outcome {
+        Transition::Applied(b) => Transition::Applied(whole(b)?),
+        Transition::NotApplied(b) => Transition::NotApplied(whole(b)?),
+        Transition::NotFound => Transition::NotFound,
+    };
+    Ok(Decided::new(at, outcome))
 }
 
 /// Turns what the store did with a booking request into the caller's answer.

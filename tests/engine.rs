@@ -902,3 +902,104 @@ async fn deprecated_short_forms_act_as_the_anonymous_scope() {
         HoldStatus::Confirmed
     );
 }
+
+/// A store that answers bookings with no lines: broken, and the engine says so with a store
+/// error instead of panicking on a first line that is not there.
+struct LinelessBookings(MemoryStore);
+
+slot_booking::forward_store!(impl[] HoldStore for LinelessBookings, |this| &this.0);
+
+#[async_trait]
+impl slot_booking::BookingStore for LinelessBookings {
+    async fn create_booking(
+        &self,
+        request: slot_booking::BookingRequest<'_>,
+    ) -> Result<Decided<slot_booking::BookingOutcome>, StoreError> {
+        let empty = slot_booking::Booking {
+            booking_id: HoldId(1),
+            lines: Vec::new(),
+        };
+        Ok(Decided::new(
+            request.now,
+            slot_booking::BookingOutcome::Created(empty),
+        ))
+    }
+    async fn get_booking(
+        &self,
+        booking_id: HoldId,
+        _: &Scope,
+        now: Timestamp,
+    ) -> Result<Decided<Option<slot_booking::Booking>>, StoreError> {
+        let lines = Vec::new();
+        Ok(Decided::new(
+            now,
+            Some(slot_booking::Booking { booking_id, lines }),
+        ))
+    }
+    async fn confirm_booking(
+        &self,
+        booking_id: HoldId,
+        _: &Scope,
+        now: Timestamp,
+    ) -> Result<Decided<Transition<slot_booking::Booking>>, StoreError> {
+        let lines = Vec::new();
+        let empty = slot_booking::Booking { booking_id, lines };
+        Ok(Decided::new(now, Transition::NotApplied(empty)))
+    }
+    async fn cancel_booking(
+        &self,
+        booking_id: HoldId,
+        scope: &Scope,
+        now: Timestamp,
+    ) -> Result<Decided<Transition<slot_booking::Booking>>, StoreError> {
+        self.confirm_booking(booking_id, scope, now).await
+    }
+    async fn renew_booking(
+        &self,
+        request: RenewRequest<'_>,
+    ) -> Result<Decided<Transition<slot_booking::Booking>>, StoreError> {
+        self.confirm_booking(request.hold_id, request.scope, request.now)
+            .await
+    }
+}
+
+#[tokio::test]
+async fn a_store_answering_a_booking_of_no_lines_fails_the_call_without_a_panic() {
+    let engine = BookingEngine::new(LinelessBookings(MemoryStore::new()));
+    let starts_at = chrono::Utc::now() + chrono::Duration::hours(2);
+    let mut slots = Vec::new();
+    for _ in 0..2 {
+        let slot = NewSlot::new(starts_at, starts_at + chrono::Duration::hours(1), 4);
+        slots.push(engine.create_slot(slot).await.unwrap().slot_id);
+    }
+    let request = slot_booking::NewBooking::new("k")
+        .line(slots[0], 1)
+        .line(slots[1], 1);
+    let any = Scope::Anonymous;
+    let errors = [
+        engine.book(request).await.map(|_| ()).unwrap_err(),
+        engine
+            .get_booking_as(&any, HoldId(1))
+            .await
+            .map(|_| ())
+            .unwrap_err(),
+        engine
+            .confirm_booking_as(&any, HoldId(1))
+            .await
+            .map(|_| ())
+            .unwrap_err(),
+        engine
+            .cancel_booking_as(&any, HoldId(1))
+            .await
+            .map(|_| ())
+            .unwrap_err(),
+        engine
+            .renew_booking_as(&any, HoldId(1), None)
+            .await
+            .map(|_| ())
+            .unwrap_err(),
+    ];
+    for error in errors {
+        assert_eq!(error.code(), "store_failed", "{error}");
+    }
+}

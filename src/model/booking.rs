@@ -146,6 +146,11 @@ impl Booking {
     }
 
     /// The first line's hold: the booking's owner, expiry, creation and status.
+    ///
+    /// # Panics
+    ///
+    /// On a booking of no lines, which no constructor here makes and the engine never answers
+    /// (a store that answers one fails the call with a store error instead).
     pub fn lead(&self) -> &Hold {
         // Never empty: every constructor refuses an empty booking.
         &self.lines[0]
