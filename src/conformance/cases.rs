@@ -150,6 +150,7 @@ macro_rules! __booking_case_list {
             invalid_bookings_change_nothing
             race_overlapping_bookings_never_oversell
             bookings_show_in_the_cached_listing_at_once
+            booking_keys_scoped_to_their_owner
         }
     };
 }

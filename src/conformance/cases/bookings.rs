@@ -542,3 +542,38 @@ pub(super) async fn bookings_show_in_the_cached_listing_at_once<S: BookingStore>
         "a cancel, at the next read"
     );
 }
+
+/// With keys scoped to their owner, two owners' bookings under one key are two bookings, each
+/// replayed only by its owner, and a hold of a third owner under that key is a hold of its own.
+pub(super) async fn booking_keys_scoped_to_their_owner<S: BookingStore>(store: S) {
+    let start = crate::conformance::fixture::epoch() + hours(1);
+    let engine = BookingEngine::builder(store)
+        .cache_period(StdDuration::ZERO)
+        .keys_per_owner(true)
+        .clock(crate::clock::ManualClock::new(
+            crate::conformance::fixture::epoch(),
+        ))
+        .build();
+    let mut slots = Vec::new();
+    for _ in 0..2 {
+        let slot = NewSlot::new(start, start + hours(1), 5);
+        slots.push(engine.create_slot(slot).await.unwrap().slot_id);
+    }
+    let request = |who: &str| {
+        NewBooking::new("cart-1")
+            .line(slots[0], 1)
+            .line(slots[1], 1)
+            .owner(owner(who))
+    };
+    let alice = engine.book(request("alice")).await.unwrap();
+    let bob = engine.book(request("bob")).await.unwrap();
+    assert!(!alice.replayed && !bob.replayed);
+    assert_ne!(alice.booking.booking_id, bob.booking.booking_id);
+    let again = engine.book(request("alice")).await.unwrap();
+    assert!(again.replayed);
+    assert_eq!(again.booking.booking_id, alice.booking.booking_id);
+    let carol = crate::NewHold::new(slots[0], "cart-1").owner(owner("carol"));
+    assert!(!engine.place_hold(carol).await.unwrap().replayed);
+    let left = engine.store().get_slot(slots[0]).await.unwrap().unwrap();
+    assert_eq!(left.stored_remaining, 2);
+}
