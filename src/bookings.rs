@@ -44,7 +44,10 @@ use std::time::Duration;
 use crate::answers::settle;
 use crate::engine::{detached, guarded, BookingEngine, NewHold};
 use crate::error::BookingError;
-use crate::model::{canonical_lines, Booking, BookingLine, HoldId, HoldStatus, OwnerId, SlotId};
+use crate::model::{
+    canonical_lines, Booking, BookingLine, HoldId, HoldStatus, IdempotencyKey, OwnerId, SlotId,
+    Timestamp,
+};
 use crate::observe::{Op, Operation};
 use crate::scope::Scope;
 use crate::store::{
@@ -128,39 +131,18 @@ impl<S: BookingStore> BookingEngine<S> {
     /// A booking of one line is [`place_hold`](BookingEngine::place_hold): the same hold, the
     /// same errors (`sold_out`, `slot_closed`, …) and events.
     pub async fn book(&self, request: NewBooking) -> Result<BookingPlaced, BookingError> {
-        let lines = canonical_lines(request.lines)?;
-        if let [line] = lines[..] {
-            let mut hold = NewHold::new(line.slot_id, request.key).quantity(line.quantity);
-            hold.owner = request.owner;
-            hold.lifetime = request.lifetime;
-            let placed = self.place_hold(hold).await?;
-            return Ok(BookingPlaced {
-                booking: Booking::of_hold(placed.hold),
-                replayed: placed.replayed,
-            });
-        }
-        let op = Op::new(Operation::Book).slot(lines[0].slot_id);
+        let request = match checked(request)? {
+            Checked::One(hold) => return Ok(self.place_hold(hold).await?.into()),
+            Checked::Several(request) => request,
+        };
+        let op = Op::new(Operation::Book).slot(request.lines[0].slot_id);
         op.run(async {
-            let key = self.inner.stored_key(request.key, request.owner.as_ref())?;
-            let (lifetime, now) = (
-                self.inner.lifetimes.pick(request.lifetime)?,
-                self.clock().now(),
-            );
-            let expires_at = now
-                .checked_add_signed(lifetime)
-                .ok_or_else(|| crate::StoreError::failed("the expiry is past the end of time"))?;
-            let (inner, owner) = (Arc::clone(&self.inner), request.owner);
-            let first = lines[0].slot_id;
+            let prepared = self.prepare_booking(request)?;
+            let first = prepared.lines[0].slot_id;
+            let inner = Arc::clone(&self.inner);
             let outcome = op
                 .store(detached(async move {
-                    let request = BookingRequest {
-                        key: &key,
-                        owner: owner.as_ref(),
-                        lines: &lines,
-                        now,
-                        expires_at,
-                    };
-                    let outcome = inner.store.create_booking(request).await;
+                    let outcome = inner.store.create_booking(prepared.request()).await;
                     if let Ok(Decided {
                         outcome: BookingOutcome::Created(booking),
                         ..
@@ -176,7 +158,6 @@ impl<S: BookingStore> BookingEngine<S> {
                     outcome
                 }))
                 .await?;
-            let outcome = Decided::new(outcome.at, whole_outcome(outcome.outcome)?);
             booking_placed(&op, outcome, first)
         })
         .await
@@ -299,9 +280,83 @@ impl<S: BookingStore> BookingEngine<S> {
     }
 }
 
+/// A booking request whose lines were checked: one line (a hold), or several.
+pub(crate) enum Checked {
+    One(NewHold),
+    Several(NewBooking),
+}
+
+/// Checks `request`'s lines and puts them in lock order; a booking of one line becomes the
+/// hold it is.
+pub(crate) fn checked(mut request: NewBooking) -> Result<Checked, BookingError> {
+    let lines = canonical_lines(std::mem::take(&mut request.lines))?;
+    if let [line] = lines[..] {
+        let mut hold = NewHold::new(line.slot_id, request.key).quantity(line.quantity);
+        hold.owner = request.owner;
+        hold.lifetime = request.lifetime;
+        return Ok(Checked::One(hold));
+    }
+    request.lines = lines;
+    Ok(Checked::Several(request))
+}
+
+/// A checked booking of several lines with its instant and expiry: what the store is handed.
+pub(crate) struct PreparedBooking {
+    key: IdempotencyKey,
+    owner: Option<OwnerId>,
+    pub(crate) lines: Vec<BookingLine>,
+    now: Timestamp,
+    expires_at: Timestamp,
+}
+
+impl PreparedBooking {
+    /// The request as the store takes it.
+    pub(crate) fn request(&self) -> BookingRequest<'_> {
+        BookingRequest {
+            key: &self.key,
+            owner: self.owner.as_ref(),
+            lines: &self.lines,
+            now: self.now,
+            expires_at: self.expires_at,
+        }
+    }
+}
+
+impl<S: crate::HoldStore> BookingEngine<S> {
+    /// Fixes a checked booking's stored key (scoped to its owner if the engine scopes keys),
+    /// lifetime, instant and expiry, before any store sees it.
+    pub(crate) fn prepare_booking(
+        &self,
+        request: NewBooking,
+    ) -> Result<PreparedBooking, BookingError> {
+        let key = self.inner.stored_key(request.key, request.owner.as_ref())?;
+        let lifetime = self.inner.lifetimes.pick(request.lifetime)?;
+        let now = self.clock().now();
+        let expires_at = now
+            .checked_add_signed(lifetime)
+            .ok_or_else(|| StoreError::failed("the expiry is past the end of time"))?;
+        Ok(PreparedBooking {
+            key,
+            owner: request.owner,
+            lines: request.lines,
+            now,
+            expires_at,
+        })
+    }
+}
+
+impl From<crate::HoldPlaced> for BookingPlaced {
+    fn from(placed: crate::HoldPlaced) -> Self {
+        BookingPlaced {
+            booking: Booking::of_hold(placed.hold),
+            replayed: placed.replayed,
+        }
+    }
+}
+
 /// `booking` if it has lines: a store that answers a booking of none is broken, and the
 /// engine says so rather than reading a first line that is not there.
-fn whole(booking: Booking) -> Result<Booking, StoreError> {
+pub(crate) fn whole(booking: Booking) -> Result<Booking, StoreError> {
     if booking.lines.is_empty() {
         return Err(StoreError::failed(format!(
             "the store answered booking {} with no lines",
@@ -320,7 +375,7 @@ fn whole_outcome(outcome: BookingOutcome) -> Result<BookingOutcome, StoreError> 
     })
 }
 
-fn whole_transition(
+pub(crate) fn whole_transition(
     transition: Decided<Transition<Booking>>,
 ) -> Result<Decided<Transition<Booking>>, StoreError> {
     let at = transition.at;
@@ -333,12 +388,13 @@ fn whole_transition(
 }
 
 /// Turns what the store did with a booking request into the caller's answer.
-fn booking_placed(
+pub(crate) fn booking_placed(
     op: &Op,
     outcome: Decided<BookingOutcome>,
     first_slot: SlotId,
 ) -> Result<BookingPlaced, BookingError> {
     let now = outcome.at;
+    let outcome = whole_outcome(outcome.outcome)?;
     let placed = |booking: Booking, replayed| {
         op.record_hold(booking.booking_id);
         op.record_replayed(replayed);
@@ -347,7 +403,7 @@ fn booking_placed(
             replayed,
         })
     };
-    match outcome.outcome {
+    match outcome {
         BookingOutcome::Created(booking) => placed(booking, false),
         BookingOutcome::Replayed(booking) => placed(booking, true),
         BookingOutcome::KeyReused(booking) => Err(BookingError::IdempotencyKeyReused {

@@ -220,9 +220,23 @@ macro_rules! event_conformance_tests {
 /// several lines, all or none, changed whole, replayed by key, raced. Same forms as
 /// [`conformance_tests!`](crate::conformance_tests); the `events,` forms (`events, $factory`,
 /// `events, optional: $factory`) add the cases that read the event log, for a store that is
-/// also an [`EventStore`](crate::EventStore).
+/// also an [`EventStore`](crate::EventStore). `transactions, optional: $factory` makes the
+/// cases of bookings inside the caller's transaction, for a
+/// [`TransactionalStore`](crate::TransactionalStore) whose writes have
+/// [`TransactionBookings`](crate::TransactionBookings).
 #[macro_export]
 macro_rules! booking_conformance_tests {
+    (transactions, optional: $factory:expr) => {
+        $crate::__conformance_case_tests!($factory, transactions;
+            bookings_commit_with_the_callers_transaction
+        );
+    };
+    (transactions, $factory:expr) => {
+        $crate::booking_conformance_tests!(transactions, optional: || {
+            let store = ($factory)();
+            async move { Some(store.await) }
+        });
+    };
     (events, optional: $factory:expr) => {
         $crate::booking_conformance_tests!(optional: $factory);
         $crate::__booking_event_case_list!($crate::__conformance_case_tests; $factory, cases);

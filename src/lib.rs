@@ -260,7 +260,7 @@ pub use scope::Scope;
 pub use store::{
     BookingOutcome, BookingRequest, BookingStore, Decided, EventStore, HoldOutcome, HoldQueries,
     HoldRequest, HoldStore, RenewRequest, SlotAdmin, SlotChange, SlotLimits, Store, StoreError,
-    StoreErrorKind, TransactionWrites, TransactionalStore, Transition,
+    StoreErrorKind, TransactionBookings, TransactionWrites, TransactionalStore, Transition,
 };
 pub use transaction::Within;
 

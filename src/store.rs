@@ -285,7 +285,7 @@ pub use outcome::{
     Decided, HoldOutcome, HoldRequest, RenewRequest, SlotChange, SlotLimits, Transition,
 };
 pub use queries::HoldQueries;
-pub use transaction::{TransactionWrites, TransactionalStore};
+pub use transaction::{TransactionBookings, TransactionWrites, TransactionalStore};
 
 /// A store with the hold lifecycle, slot administration and hold queries: every operation of
 /// [`BookingEngine`](crate::BookingEngine) but the event log's. Implemented for every type that

@@ -48,8 +48,12 @@ use crate::model::{Hold, HoldId, HoldStatus, NewSlot, Slot, SlotId};
 use crate::observe::{Op, Operation};
 use crate::scope::Scope;
 
-use crate::store::{HoldStore, RenewRequest};
-pub use crate::store::{TransactionWrites, TransactionalStore};
+use crate::bookings::{
+    booking_placed, checked, whole, whole_transition, BookingPlaced, Checked, NewBooking,
+};
+use crate::model::Booking;
+use crate::store::{BookingStore, HoldStore, RenewRequest};
+pub use crate::store::{TransactionBookings, TransactionWrites, TransactionalStore};
 
 /// The engine's writes on the caller's transaction; made by [`BookingEngine::within`].
 ///
@@ -288,6 +292,133 @@ impl<S: HoldStore, W: TransactionWrites> Within<'_, S, W> {
                 .store(guarded(self.writes.remove_slot(slot_id, now)))
                 .await?;
             SlotOperation::Remove.answer(change.outcome, slot_id)
+        })
+        .await
+    }
+}
+
+/// Bookings of several lines inside the caller's transaction, for a store whose writes also
+/// have [`TransactionBookings`]: a booking and the application's own rows commit or roll back
+/// together.
+impl<S: BookingStore, W: TransactionWrites + TransactionBookings> Within<'_, S, W> {
+    /// As [`BookingEngine::book`]; a booking of one line is [`Within::place_hold`].
+    pub async fn book(&mut self, request: NewBooking) -> Result<BookingPlaced, BookingError> {
+        let request = match checked(request)? {
+            Checked::One(hold) => return Ok(self.place_hold(hold).await?.into()),
+            Checked::Several(request) => request,
+        };
+        let op = Op::new(Operation::Book)
+            .slot(request.lines[0].slot_id)
+            .in_transaction();
+        op.run(async {
+            let prepared = self.engine.prepare_booking(request)?;
+            let first = prepared.lines[0].slot_id;
+            let outcome = op
+                .store(guarded(self.writes.create_booking(prepared.request())))
+                .await?;
+            booking_placed(&op, outcome, first)
+        })
+        .await
+    }
+
+    /// As [`BookingEngine::get_booking_as`], seeing the transaction's own writes.
+    pub async fn get_booking_as(
+        &mut self,
+        scope: &Scope,
+        booking_id: HoldId,
+    ) -> Result<Booking, BookingError> {
+        let op = Op::new(Operation::GetBooking)
+            .hold(booking_id)
+            .in_transaction();
+        op.run(async {
+            let now = self.engine.clock().now();
+            let read = op
+                .store(guarded(self.writes.get_booking(booking_id, scope, now)))
+                .await?;
+            match read.outcome {
+                Some(booking) => Ok(whole(booking)?.at(read.at)),
+                None => Err(BookingError::HoldNotFound {
+                    hold_id: booking_id,
+                }),
+            }
+        })
+        .await
+    }
+
+    /// As [`BookingEngine::confirm_booking_as`].
+    pub async fn confirm_booking_as(
+        &mut self,
+        scope: &Scope,
+        booking_id: HoldId,
+    ) -> Result<Booking, BookingError> {
+        let op = Op::new(Operation::ConfirmBooking)
+            .hold(booking_id)
+            .in_transaction();
+        op.run(async {
+            let now = self.engine.clock().now();
+            let changed = self.writes.confirm_booking(booking_id, scope, now);
+            let transition = op.store(guarded(changed)).await?;
+            settle(
+                &op,
+                whole_transition(transition)?,
+                booking_id,
+                HoldStatus::Confirmed,
+            )
+        })
+        .await
+    }
+
+    /// As [`BookingEngine::cancel_booking_as`].
+    pub async fn cancel_booking_as(
+        &mut self,
+        scope: &Scope,
+        booking_id: HoldId,
+    ) -> Result<Booking, BookingError> {
+        let op = Op::new(Operation::CancelBooking)
+            .hold(booking_id)
+            .in_transaction();
+        op.run(async {
+            let now = self.engine.clock().now();
+            let changed = self.writes.cancel_booking(booking_id, scope, now);
+            let transition = op.store(guarded(changed)).await?;
+            settle(
+                &op,
+                whole_transition(transition)?,
+                booking_id,
+                HoldStatus::Cancelled,
+            )
+        })
+        .await
+    }
+
+    /// As [`BookingEngine::renew_booking_as`].
+    pub async fn renew_booking_as(
+        &mut self,
+        scope: &Scope,
+        booking_id: HoldId,
+        lifetime: Option<std::time::Duration>,
+    ) -> Result<Booking, BookingError> {
+        let op = Op::new(Operation::RenewBooking)
+            .hold(booking_id)
+            .in_transaction();
+        op.run(async {
+            let (lifetime, max_life, now) = self.engine.prepare_renew(lifetime)?;
+            let request = RenewRequest {
+                hold_id: booking_id,
+                scope,
+                now,
+                lifetime,
+                max_life,
+            };
+            let transition = op
+                .store(guarded(self.writes.renew_booking(request)))
+                .await?;
+            settle(
+                &op,
+                whole_transition(transition)?,
+                booking_id,
+                HoldStatus::Confirmed,
+            )
         })
         .await
     }

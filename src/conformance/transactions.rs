@@ -264,3 +264,69 @@ pub async fn race_transactions_never_oversell<S: crate::Store + TransactionalSto
     }
     f.assert_invariant(slot, &committed).await;
 }
+
+/// Bookings of several lines inside the caller's transaction: placed, read, confirmed and
+/// refused there (a refusal leaves the transaction usable), invisible outside until it
+/// commits; rolled back, nothing of them stays.
+pub async fn bookings_commit_with_the_callers_transaction<S>(store: S)
+where
+    S: crate::Store + crate::BookingStore + TransactionalStore,
+    for<'t> S::Writes<'t>: crate::TransactionBookings,
+{
+    let f = Fixture::new(store);
+    let (a, b) = (f.slot(3, hours(1)).await, f.slot(3, hours(1)).await);
+    let any = Scope::Anonymous;
+    let request = |key: &str, qa: i32, qb: i32| crate::NewBooking::new(key).line(a, qa).line(b, qb);
+    for commit in [false, true] {
+        let store = f.engine.store();
+        let mut tx = store.begin().await.expect("begin");
+        let mut w = f.engine.within(store.writes(&mut tx));
+        let key = if commit { "kept" } else { "rolled-back" };
+        let placed = w.book(request(key, 2, 1)).await.unwrap().booking;
+        assert!(
+            w.book(request(key, 2, 1)).await.unwrap().replayed,
+            "a replay inside"
+        );
+        let id = placed.booking_id;
+        assert_err!(
+            w.book(request("too-many", 2, 1)).await,
+            BookingError::LinesUnavailable { .. }
+        );
+        let confirmed = w.confirm_booking_as(&any, id).await.unwrap();
+        assert!(confirmed
+            .lines
+            .iter()
+            .all(|h| h.status == HoldStatus::Confirmed));
+        let read = w.get_booking_as(&any, id).await.unwrap();
+        assert_eq!(read, confirmed, "the transaction sees its own booking");
+        let renewed = w.renew_booking_as(&any, id, None).await.unwrap();
+        assert_eq!(renewed, confirmed, "a confirmed booking renews unchanged");
+        drop(w);
+        if commit {
+            store.commit(tx).await.expect("commit");
+        } else {
+            store.rollback(tx).await.expect("rollback");
+        }
+        let outside = f.engine.get_booking_as(&any, id).await;
+        if commit {
+            assert_eq!(outside.unwrap().lines.len(), 2);
+            assert_eq!((f.remaining(a).await, f.remaining(b).await), (1, 2));
+        } else {
+            assert_err!(outside, BookingError::HoldNotFound { .. });
+            assert_eq!((f.remaining(a).await, f.remaining(b).await), (3, 3));
+        }
+    }
+    // A booking cancelled in the transaction that placed it gives every unit back at commit.
+    let store = f.engine.store();
+    let mut tx = store.begin().await.expect("begin");
+    let mut w = f.engine.within(store.writes(&mut tx));
+    let later = w.book(request("later", 1, 1)).await.unwrap().booking;
+    let cancelled = w.cancel_booking_as(&any, later.booking_id).await.unwrap();
+    assert!(cancelled
+        .lines
+        .iter()
+        .all(|h| h.status == HoldStatus::Cancelled));
+    drop(w);
+    store.commit(tx).await.expect("commit");
+    assert_eq!((f.remaining(a).await, f.remaining(b).await), (1, 2));
+}

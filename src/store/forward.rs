@@ -12,7 +12,8 @@
 ///
 /// The traits: [`HoldStore`](crate::HoldStore), [`BookingStore`](crate::BookingStore), [`SlotAdmin`](crate::SlotAdmin),
 /// [`HoldQueries`](crate::HoldQueries), [`EventStore`](crate::EventStore) (methods on
-/// `&self`) and [`TransactionWrites`](crate::TransactionWrites) (on `&mut self`).
+/// `&self`), [`TransactionWrites`](crate::TransactionWrites) and
+/// [`TransactionBookings`](crate::TransactionBookings) (on `&mut self`).
 ///
 /// A wrapper store that counts every call, in a few lines:
 ///
@@ -162,6 +163,26 @@ macro_rules! forward_store {
             }
             async fn purge(&self, before: $crate::Timestamp, limit: u32) -> Result<$crate::Purged, $crate::StoreError> {
                 $crate::forward_store!(@call self; $this; $get; $call; $wrap; purge(before, limit))
+            }
+        }
+    };
+    (@TransactionBookings [$($generics:tt)*] $ty:ty; $this:ident; $get:expr; $call:ident; $wrap:expr) => {
+        #[$crate::__private::async_trait]
+        impl<$($generics)*> $crate::TransactionBookings for $ty {
+            async fn create_booking(&mut self, request: $crate::BookingRequest<'_>) -> Result<$crate::Decided<$crate::BookingOutcome>, $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; create_booking(request))
+            }
+            async fn get_booking(&mut self, booking_id: $crate::HoldId, scope: &$crate::Scope, now: $crate::Timestamp) -> Result<$crate::Decided<Option<$crate::Booking>>, $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; get_booking(booking_id, scope, now))
+            }
+            async fn confirm_booking(&mut self, booking_id: $crate::HoldId, scope: &$crate::Scope, now: $crate::Timestamp) -> Result<$crate::Decided<$crate::Transition<$crate::Booking>>, $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; confirm_booking(booking_id, scope, now))
+            }
+            async fn cancel_booking(&mut self, booking_id: $crate::HoldId, scope: &$crate::Scope, now: $crate::Timestamp) -> Result<$crate::Decided<$crate::Transition<$crate::Booking>>, $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; cancel_booking(booking_id, scope, now))
+            }
+            async fn renew_booking(&mut self, request: $crate::RenewRequest<'_>) -> Result<$crate::Decided<$crate::Transition<$crate::Booking>>, $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; renew_booking(request))
             }
         }
     };

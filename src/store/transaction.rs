@@ -9,7 +9,7 @@ use super::error::StoreError;
 use super::holds::HoldStore;
 use super::outcome::{Decided, HoldOutcome, HoldRequest, RenewRequest, SlotChange, Transition};
 use crate::model::{
-    ConsumerId, EventPosition, Hold, HoldId, LeaseHolder, NewSlot, Slot, SlotId, Timestamp,
+    Booking, ConsumerId, EventPosition, Hold, HoldId, LeaseHolder, NewSlot, Slot, SlotId, Timestamp,
 };
 use crate::scope::Scope;
 
@@ -94,6 +94,50 @@ pub trait TransactionWrites: Send {
         holder: Option<&LeaseHolder>,
         through: EventPosition,
     ) -> Result<bool, StoreError>;
+}
+
+/// Bookings of several lines on a connection or transaction the caller owns: the operations of
+/// [`BookingStore`](super::BookingStore), each with the same contract, run on the caller's
+/// connection, so a booking and the application's own rows commit or roll back together. A
+/// store's [`TransactionWrites`] type implements it when the store has bookings.
+#[async_trait]
+pub trait TransactionBookings: Send {
+    /// As [`BookingStore::create_booking`](super::BookingStore::create_booking).
+    async fn create_booking(
+        &mut self,
+        request: super::BookingRequest<'_>,
+    ) -> Result<Decided<super::BookingOutcome>, StoreError>;
+
+    /// As [`BookingStore::get_booking`](super::BookingStore::get_booking), seeing the
+    /// transaction's own writes.
+    async fn get_booking(
+        &mut self,
+        booking_id: HoldId,
+        scope: &Scope,
+        now: Timestamp,
+    ) -> Result<Decided<Option<Booking>>, StoreError>;
+
+    /// As [`BookingStore::confirm_booking`](super::BookingStore::confirm_booking).
+    async fn confirm_booking(
+        &mut self,
+        booking_id: HoldId,
+        scope: &Scope,
+        now: Timestamp,
+    ) -> Result<Decided<Transition<Booking>>, StoreError>;
+
+    /// As [`BookingStore::cancel_booking`](super::BookingStore::cancel_booking).
+    async fn cancel_booking(
+        &mut self,
+        booking_id: HoldId,
+        scope: &Scope,
+        now: Timestamp,
+    ) -> Result<Decided<Transition<Booking>>, StoreError>;
+
+    /// As [`BookingStore::renew_booking`](super::BookingStore::renew_booking).
+    async fn renew_booking(
+        &mut self,
+        request: RenewRequest<'_>,
+    ) -> Result<Decided<Transition<Booking>>, StoreError>;
 }
 
 /// A store that can open a transaction of its own for the engine's writes, hand out its

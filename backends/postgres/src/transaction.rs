@@ -31,7 +31,7 @@ impl PostgresWrites<'_> {
 
 // Every write on the caller's connection, through the same statements as the pool's.
 slot_booking::forward_store!(
-    impl['c] TransactionWrites for PostgresWrites<'c>,
+    impl['c] TransactionWrites, TransactionBookings for PostgresWrites<'c>,
     |this| &mut this.run
 );
 

@@ -6,3 +6,9 @@
 mod common;
 
 slot_booking::transaction_conformance_tests!(optional: || common::owned_store("txconf"));
+
+mod bookings {
+    use super::common;
+
+    slot_booking::booking_conformance_tests!(transactions, optional: || common::owned_store("txbook"));
+}

@@ -94,7 +94,7 @@ impl SqliteStore {
 
 // Every write on the caller's connection, through the same statements as the store's own.
 slot_booking::forward_store!(
-    impl['c] TransactionWrites for SqliteWrites<'c>,
+    impl['c] TransactionWrites, TransactionBookings for SqliteWrites<'c>,
     |this| &mut this.run
 );
 
