@@ -59,7 +59,10 @@ impl SqliteStore {
     /// # ) -> Result<(), Box<dyn std::error::Error>> {
     /// let store = engine.store();
     /// let mut tx = store.pool().begin_with("BEGIN IMMEDIATE").await?;
-    /// let booked = engine.within(store.on(&mut tx)).confirm(hold_id).await?;
+    /// let booked = engine
+    ///     .within(store.on(&mut tx))
+    ///     .confirm_as(&slot_booking::Scope::Anonymous, hold_id)
+    ///     .await?;
     /// slot_booking_sqlite::sqlx::query("INSERT INTO orders (hold_id) VALUES (?1)")
     ///     .bind(booked.hold_id.get())
     ///     .execute(&mut *tx)
