@@ -22,7 +22,15 @@ pub struct AvailabilitySnapshot {
     /// of `entries`: a query for one resource is a window onto its group, so it costs no store
     /// read and copies nothing.
     pub by_resource: Vec<(ResourceId, Vec<AvailabilityEntry>)>,
+    /// Where each slot's entry is: its index in `entries` and, for a slot with a resource, its
+    /// group's index and its index there. Built by the first patch (a load does not pay for
+    /// it), so each patch after finds its entries at once.
+    places: Option<Places>,
 }
+
+/// Each slot's index in a snapshot's `entries`, and its group and index there if it has a
+/// resource.
+type Places = std::collections::HashMap<SlotId, (usize, Option<(usize, usize)>)>;
 
 impl AvailabilitySnapshot {
     /// A snapshot of `entries` (in listing order) read at `read_at`, grouped by resource.
@@ -42,22 +50,49 @@ impl AvailabilitySnapshot {
             read_at,
             entries,
             by_resource,
+            places: None,
         }
     }
 
-    /// This snapshot after `units` of each slot named were taken (negative: given back) by a
-    /// change this process committed: the cache's patch for its own holds and bookings, so
-    /// they show at once (entries not listed are left alone; no entry goes below zero).
-    pub fn taking(&self, units: &[(SlotId, i32)]) -> AvailabilitySnapshot {
-        let mut entries = self.entries.clone();
-        for entry in &mut entries {
-            for &(slot_id, taken) in units {
-                if entry.slot_id == slot_id {
-                    entry.remaining = entry.remaining.saturating_sub(taken).max(0);
+    /// Where each slot's entry is, built now if it was not.
+    fn places(&mut self) -> &Places {
+        let (entries, groups) = (&self.entries, &self.by_resource);
+        self.places.get_or_insert_with(|| {
+            let mut places: Places = entries
+                .iter()
+                .enumerate()
+                .map(|(i, entry)| (entry.slot_id, (i, None)))
+                .collect();
+            for (g, (_, group)) in groups.iter().enumerate() {
+                for (j, entry) in group.iter().enumerate() {
+                    if let Some(place) = places.get_mut(&entry.slot_id) {
+                        place.1 = Some((g, j));
+                    }
                 }
             }
+            places
+        })
+    }
+
+    /// Takes `units` of each slot named (negative: gives them back), in place, for a change
+    /// this process committed: the cache's patch for its own holds and bookings, so they show
+    /// at once. Entries not listed are left alone; none goes below zero.
+    pub fn take(&mut self, units: &[(SlotId, i32)]) {
+        let take = |entry: Option<&mut AvailabilityEntry>, taken: i32| {
+            if let Some(entry) = entry {
+                entry.remaining = entry.remaining.saturating_sub(taken).max(0);
+            }
+        };
+        for &(slot_id, taken) in units {
+            let Some(&(i, group)) = self.places().get(&slot_id) else {
+                continue;
+            };
+            take(self.entries.get_mut(i), taken);
+            if let Some((g, j)) = group {
+                let group = self.by_resource.get_mut(g);
+                take(group.and_then(|(_, entries)| entries.get_mut(j)), taken);
+            }
         }
-        AvailabilitySnapshot::new(self.read_at, entries)
     }
 
     /// The entries a query of `resource` (or of every resource) looks through.
@@ -155,4 +190,46 @@ pub(crate) fn window(
         None => entries.len(),
     };
     start..end.max(start)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    #[test]
+    fn taking_units_changes_the_entry_and_its_resource_group_in_place() {
+        let at = chrono::Utc.with_ymd_and_hms(2030, 1, 1, 9, 0, 0).unwrap();
+        let entry = |id: i64, remaining, resource: Option<&str>| AvailabilityEntry {
+            slot_id: SlotId(id),
+            starts_at: at + chrono::Duration::hours(id),
+            ends_at: at + chrono::Duration::hours(id + 1),
+            capacity: 5,
+            remaining,
+            resource: resource.map(|r| r.parse().unwrap()),
+        };
+        let mut snapshot = AvailabilitySnapshot::new(
+            at,
+            vec![
+                entry(1, 5, Some("room")),
+                entry(2, 3, None),
+                entry(3, 1, Some("room")),
+            ],
+        );
+        snapshot.take(&[(SlotId(3), 1), (SlotId(2), 2), (SlotId(9), 4)]);
+        snapshot.take(&[(SlotId(1), 7), (SlotId(2), -1)]);
+        let remaining: Vec<i32> = snapshot.entries.iter().map(|e| e.remaining).collect();
+        assert_eq!(
+            remaining,
+            vec![0, 2, 0],
+            "never below zero; unknown slots ignored"
+        );
+        let (_, group) = &snapshot.by_resource[0];
+        let in_group: Vec<(i64, i32)> = group.iter().map(|e| (e.slot_id.0, e.remaining)).collect();
+        assert_eq!(
+            in_group,
+            vec![(1, 0), (3, 0)],
+            "the resource's window agrees"
+        );
+    }
 }

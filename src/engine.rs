@@ -340,7 +340,7 @@ impl<S: HoldStore> Inner<S> {
     /// Shows units this engine's own committed hold or booking took in its cached listing at
     /// once (a patch of the snapshot: no reload, no store read).
     pub(crate) fn show_taken(&self, units: &[(SlotId, i32)]) {
-        self.cache.patch(|snapshot| snapshot.taking(units));
+        self.cache.patch(|snapshot| snapshot.take(units));
     }
 
     /// Invalidates the cached availability once a transition has committed (R3): after the

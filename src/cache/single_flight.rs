@@ -153,12 +153,16 @@ where
         self.inner.generation.fetch_add(1, Ordering::SeqCst);
     }
 
-    /// Replaces the cached value with `change` of it, keeping its age: for a change this
-    /// process has just committed and knows exactly, so readers see it at once without a
-    /// load. A load in flight may have read before that change, so it cannot be patched: the
-    /// cache is invalidated instead (the next read waits for a load that sees the change).
-    /// Nothing cached, nothing to patch.
-    pub fn patch(&self, change: impl FnOnce(&T) -> T) -> Patched {
+    /// Changes the cached value in place, keeping its age: for a change this process has just
+    /// committed and knows exactly, so readers see it at once without a load. Copy on write:
+    /// when no reader holds the value it is changed where it is (no copy), else a copy is
+    /// changed and replaces it, the readers keeping theirs. A load in flight may have read
+    /// before that change, so it cannot be patched: the cache is invalidated instead (the next
+    /// read waits for a load that sees the change). Nothing cached, nothing to patch.
+    pub fn patch(&self, change: impl FnOnce(&mut T)) -> Patched
+    where
+        T: Clone,
+    {
         let mut state = self.lock();
         let generation = self.inner.generation.load(Ordering::SeqCst);
         if state
@@ -172,7 +176,7 @@ where
         }
         match state.value.as_mut().filter(|c| c.generation == generation) {
             Some(cached) => {
-                cached.value = Arc::new(change(&cached.value));
+                change(Arc::make_mut(&mut cached.value));
                 Patched::Patched
             }
             None => Patched::NothingCached,

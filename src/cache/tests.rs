@@ -418,10 +418,10 @@ fn without_a_runtime_a_read_fails_instead_of_panicking() {
 async fn c7_a_patch_changes_the_value_without_a_load_and_keeps_its_age() {
     let loader = Loader::open();
     let cache = cache();
-    assert_eq!(cache.patch(|v| v + 100), Patched::NothingCached);
+    assert_eq!(cache.patch(|v| *v += 100), Patched::NothingCached);
     cache.get(loader.ok()).await.unwrap();
     tokio::time::advance(Duration::from_secs(4)).await;
-    assert_eq!(cache.patch(|v| v + 100), Patched::Patched);
+    assert_eq!(cache.patch(|v| *v += 100), Patched::Patched);
     let read = cache.get(loader.ok()).await.unwrap();
     assert_eq!((*read, loader.calls()), (101, 1), "patched, not loaded");
     assert_eq!(
@@ -441,7 +441,7 @@ async fn c7_a_patch_during_a_load_invalidates_it_instead() {
     let gated = Loader::new();
     let mut first = waiting_read(&cache, &gated);
     // The load in flight may have read before the change: it cannot be patched.
-    assert_eq!(cache.patch(|v| v + 100), Patched::Invalidated);
+    assert_eq!(cache.patch(|v| *v += 100), Patched::Invalidated);
     finish_load(&gated).await;
     assert_eq!(
         *assert_ready!(first.poll()).unwrap(),
