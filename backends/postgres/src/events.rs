@@ -1,6 +1,18 @@
 //! [`EventStore`] for [`PostgresStore`]: reading the event log, consumers' cursors, the reclaim
 //! of expired holds and the purge of old history. The events themselves are appended by the
 //! write statements in `sql.rs`, each in the statement that makes its change.
+//!
+//! # Lock path of the reclaim
+//!
+//! The reclaim (`reclaim_expired`) locks several slot rows: in
+//! ascending id order (its `ORDER BY` runs below the row locks), and before any hold row; it
+//! then locks held holds of those slots with `SKIP LOCKED`, so it waits only for slot rows, in
+//! one order, holding no hold row. A statement of `sql.rs` that holds one slot row and waits
+//! for a hold row of that slot never waits for the reclaim (which does not wait on hold rows), and two
+//! reclaims lock slots in the same order. Had it locked holds first and then their slots, a hold
+//! statement holding a slot row and reclaiming that slot's expired holds would wait for the
+//! reclaim's hold rows while the reclaim waited for its slot row: `tests/events.rs` replays that
+//! interleaving.
 
 use std::str::FromStr;
 use std::time::Duration;

@@ -47,23 +47,14 @@
 //!    expired, and two reclaims on two slots, each about to insert the key the other had
 //!    rewritten, waited for each other: `tests/lock_paths.rs` replays that interleaving.)
 //!
-//! Bookings of several lines (`bookings.rs`) lock several slot rows too, always all of them
-//! in ascending id order before any hold row, as the reclaim below does. A plain hold's
-//! confirm, cancel and renewal above touch only holds with no `booking_id`; a line of a
-//! booking is changed with its whole booking by those statements instead.
-//!
-//! The reclaim (`reclaim_expired`) is the other statement that locks several slot rows: in
-//! ascending id order (its `ORDER BY` runs below the row locks), and before any hold row; it
-//! then locks held holds of those slots with `SKIP LOCKED`, so it waits only for slot rows, in
-//! one order, holding no hold row. A statement above that holds one slot row and waits for a
-//! hold row of that slot never waits for the reclaim (which does not wait on hold rows), and two
-//! reclaims lock slots in the same order. Had it locked holds first and then their slots, a hold
-//! statement holding a slot row and reclaiming that slot's expired holds would wait for the
-//! reclaim's hold rows while the reclaim waited for its slot row: `tests/events.rs` replays that
-//! interleaving. The purge locks ended holds only (cancelled or expired: no other statement
-//! updates or locks those), with `SKIP LOCKED`, then deletes their keys: a hold inserting the
-//! same key waits for the purge, which waits for nothing. Appending an event inserts a new
-//! primary key `(tx, id)` unique to the transaction: no statement waits on it.
+//! Bookings of several lines (`bookings.rs`) and the reclaim (`reclaim_expired`, in
+//! `events.rs`) lock several slot rows, always by id ascending and before any hold row: see
+//! their lock paths there. A plain hold's confirm, cancel and renewal above touch only holds
+//! with no `booking_id`; a line of a booking is changed with its whole booking instead. The
+//! purge locks ended holds only (cancelled or expired: no other statement updates or locks
+//! those), with `SKIP LOCKED`, then deletes their keys: a hold inserting the same key waits for
+//! the purge, which waits for nothing. Appending an event inserts a new primary key `(tx, id)`
+//! unique to the transaction: no statement waits on it.
 //!
 //! Inside a caller's transaction ([`PostgresStore::on`](crate::PostgresStore::on)) the locks
 //! a statement takes last until the caller ends the transaction, and the caller's own
