@@ -351,21 +351,8 @@ impl<S: BookingStore, W: TransactionWrites + TransactionBookings> Within<'_, S, 
         scope: &Scope,
         booking_id: HoldId,
     ) -> Result<Booking, BookingError> {
-        let op = Op::new(Operation::ConfirmBooking)
-            .hold(booking_id)
-            .in_transaction();
-        op.run(async {
-            let now = self.engine.clock().now();
-            let changed = self.writes.confirm_booking(booking_id, scope, now);
-            let transition = op.store(guarded(changed)).await?;
-            settle(
-                &op,
-                whole_transition(transition)?,
-                booking_id,
-                HoldStatus::Confirmed,
-            )
-        })
-        .await
+        self.end_booking(scope, booking_id, HoldStatus::Confirmed)
+            .await
     }
 
     /// As [`BookingEngine::cancel_booking_as`].
@@ -374,19 +361,33 @@ impl<S: BookingStore, W: TransactionWrites + TransactionBookings> Within<'_, S, 
         scope: &Scope,
         booking_id: HoldId,
     ) -> Result<Booking, BookingError> {
-        let op = Op::new(Operation::CancelBooking)
-            .hold(booking_id)
-            .in_transaction();
+        self.end_booking(scope, booking_id, HoldStatus::Cancelled)
+            .await
+    }
+
+    /// Confirms or cancels (`to`) a whole booking on the caller's connection.
+    async fn end_booking(
+        &mut self,
+        scope: &Scope,
+        booking_id: HoldId,
+        to: HoldStatus,
+    ) -> Result<Booking, BookingError> {
+        let confirm = to == HoldStatus::Confirmed;
+        let operation = if confirm {
+            Operation::ConfirmBooking
+        } else {
+            Operation::CancelBooking
+        };
+        let op = Op::new(operation).hold(booking_id).in_transaction();
         op.run(async {
             let now = self.engine.clock().now();
-            let changed = self.writes.cancel_booking(booking_id, scope, now);
+            let changed = if confirm {
+                self.writes.confirm_booking(booking_id, scope, now)
+            } else {
+                self.writes.cancel_booking(booking_id, scope, now)
+            };
             let transition = op.store(guarded(changed)).await?;
-            settle(
-                &op,
-                whole_transition(transition)?,
-                booking_id,
-                HoldStatus::Cancelled,
-            )
+            settle(&op, whole_transition(transition)?, booking_id, to)
         })
         .await
     }

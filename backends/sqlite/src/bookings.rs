@@ -232,40 +232,25 @@ async fn line_state(
     })
 }
 
-/// Confirms every line of the booking `booking_id` (see [`change_lines`]).
-async fn confirm_booking(
+/// Confirms (`kind` [`EventKind::HoldConfirmed`], with `statement` `confirm_booking`) or
+/// cancels ([`EventKind::HoldCancelled`], `cancel_booking`, giving each line's units back)
+/// every line of the booking `booking_id` (see [`change_lines`]).
+async fn end_booking(
     sql: &Statements,
     conn: &mut SqliteConnection,
+    statement: &str,
+    kind: EventKind,
     booking_id: HoldId,
     scope: &Scope,
     now: Timestamp,
 ) -> Result<Step<Transition<Booking>>, StoreError> {
     let (any, owner) = scope.as_filter();
-    let update = sqlx::query(AssertSqlSafe(sql.confirm_booking.as_str()))
+    let update = sqlx::query(AssertSqlSafe(statement))
         .bind(to_micros(now))
         .bind(booking_id.get())
         .bind(any)
         .bind(owner);
-    let lines = change_lines(sql, conn, update, EventKind::HoldConfirmed, now).await?;
-    let transition = booking_transition(sql, conn, lines, booking_id, scope).await?;
-    Ok(Step::keep(transition))
-}
-
-/// Cancels every line of the booking `booking_id`, giving each line's units back.
-async fn cancel_booking(
-    sql: &Statements,
-    conn: &mut SqliteConnection,
-    booking_id: HoldId,
-    scope: &Scope,
-    now: Timestamp,
-) -> Result<Step<Transition<Booking>>, StoreError> {
-    let (any, owner) = scope.as_filter();
-    let update = sqlx::query(AssertSqlSafe(sql.cancel_booking.as_str()))
-        .bind(to_micros(now))
-        .bind(booking_id.get())
-        .bind(any)
-        .bind(owner);
-    let lines = change_lines(sql, conn, update, EventKind::HoldCancelled, now).await?;
+    let lines = change_lines(sql, conn, update, kind, now).await?;
     let transition = booking_transition(sql, conn, lines, booking_id, scope).await?;
     Ok(Step::keep(transition))
 }
@@ -326,10 +311,8 @@ impl Run<'_> {
         scope: &Scope,
         now: Timestamp,
     ) -> Result<Decided<Transition<Booking>>, StoreError> {
-        let sql = Arc::clone(&self.sql);
-        let mut unit = self.unit().await?;
-        let step = confirm_booking(&sql, unit.connection(), booking_id, scope, now).await;
-        Ok(Decided::new(now, unit.finish(step).await?))
+        let kind = EventKind::HoldConfirmed;
+        self.end_booking(kind, booking_id, scope, now).await
     }
 
     pub(crate) async fn cancel_booking(
@@ -338,9 +321,27 @@ impl Run<'_> {
         scope: &Scope,
         now: Timestamp,
     ) -> Result<Decided<Transition<Booking>>, StoreError> {
+        let kind = EventKind::HoldCancelled;
+        self.end_booking(kind, booking_id, scope, now).await
+    }
+
+    /// Confirms or cancels (`kind`) a whole booking in a unit of work of its own.
+    async fn end_booking(
+        &mut self,
+        kind: EventKind,
+        booking_id: HoldId,
+        scope: &Scope,
+        now: Timestamp,
+    ) -> Result<Decided<Transition<Booking>>, StoreError> {
         let sql = Arc::clone(&self.sql);
+        let statement = if kind == EventKind::HoldConfirmed {
+            &sql.confirm_booking
+        } else {
+            &sql.cancel_booking
+        };
         let mut unit = self.unit().await?;
-        let step = cancel_booking(&sql, unit.connection(), booking_id, scope, now).await;
+        let conn = unit.connection();
+        let step = end_booking(&sql, conn, statement, kind, booking_id, scope, now).await;
         Ok(Decided::new(now, unit.finish(step).await?))
     }
 
