@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use serde::ser::{Serialize, Serializer};
 
-use crate::model::{AvailabilityEntry, AvailabilityQuery, ResourceId, SlotId, Timestamp};
+use crate::model::{
+    AvailabilityEntry, AvailabilityQuery, PoolId, PoolUsage, ResourceId, SlotId, Timestamp,
+};
 
 /// One store read of availability, as the cache shares it between readers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,6 +28,31 @@ pub struct AvailabilitySnapshot {
     /// group's index and its index there. Built by the first patch (a load does not pay for
     /// it), so each patch after finds its entries at once.
     places: Option<Places>,
+    /// The pools read with the entries, for the slots that draw from one: `None` when no
+    /// slot does.
+    pools: Option<Box<PoolLimits>>,
+}
+
+/// What a snapshot keeps of pools to serve each slot the least of its own and its pools'
+/// free units, and to patch them all when one of their slots' units are taken.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct PoolLimits {
+    /// Each pool's free units (expired holds included) and its slots.
+    pools: Vec<(PoolId, i32, Vec<SlotId>)>,
+    /// For each slot drawing from a pool: its own free units and its pools' indices.
+    slots: std::collections::HashMap<SlotId, (i32, Vec<usize>)>,
+}
+
+impl PoolLimits {
+    /// The free units to show for `slot`: the least of its own and its pools'.
+    fn shown(&self, slot: SlotId) -> Option<i32> {
+        let (own, pools) = self.slots.get(&slot)?;
+        let least = pools
+            .iter()
+            .filter_map(|&i| self.pools.get(i).map(|pool| pool.1))
+            .fold(*own, i32::min);
+        Some(least.max(0))
+    }
 }
 
 /// Each slot's index in a snapshot's `entries`, and its group and index there if it has a
@@ -51,7 +78,45 @@ impl AvailabilitySnapshot {
             entries,
             by_resource,
             places: None,
+            pools: None,
         }
+    }
+
+    /// The same snapshot with `pools` (read at the same time) applied: each slot that draws
+    /// from a pool shows the least of its own free units and its pools'.
+    pub fn with_pools(mut self, pools: Vec<PoolUsage>) -> Self {
+        if pools.iter().all(|usage| usage.pool.slots.is_empty()) {
+            return self;
+        }
+        let mut limits = PoolLimits {
+            pools: Vec::with_capacity(pools.len()),
+            slots: std::collections::HashMap::new(),
+        };
+        for (i, usage) in pools.into_iter().enumerate() {
+            let free = usage.available();
+            for &slot in &usage.pool.slots {
+                limits.slots.entry(slot).or_insert((0, Vec::new())).1.push(i);
+            }
+            limits.pools.push((usage.pool.pool_id, free, usage.pool.slots));
+        }
+        for entry in &self.entries {
+            if let Some(own) = limits.slots.get_mut(&entry.slot_id) {
+                own.0 = entry.remaining;
+            }
+        }
+        // Slots not listed (started, closed) keep no units of their own here: none is shown.
+        limits.slots.retain(|slot, _| self.entries.iter().any(|e| e.slot_id == *slot));
+        let shown = |entry: &mut AvailabilityEntry| {
+            if let Some(units) = limits.shown(entry.slot_id) {
+                entry.remaining = units;
+            }
+        };
+        self.entries.iter_mut().for_each(shown);
+        for (_, group) in &mut self.by_resource {
+            group.iter_mut().for_each(shown);
+        }
+        self.pools = Some(Box::new(limits));
+        self
     }
 
     /// Where each slot's entry is, built now if it was not.
@@ -76,21 +141,59 @@ impl AvailabilitySnapshot {
 
     /// Takes `units` of each slot named (negative: gives them back), in place, for a change
     /// this process committed: the cache's patch for its own holds and bookings, so they show
-    /// at once. Entries not listed are left alone; none goes below zero.
+    /// at once. A slot drawing from pools takes the units from them too, and every slot of
+    /// those pools shows their new least. Entries not listed are left alone; none goes below
+    /// zero.
     pub fn take(&mut self, units: &[(SlotId, i32)]) {
-        let take = |entry: Option<&mut AvailabilityEntry>, taken: i32| {
-            if let Some(entry) = entry {
-                entry.remaining = entry.remaining.saturating_sub(taken).max(0);
-            }
-        };
+        let mut touched = Vec::new();
         for &(slot_id, taken) in units {
-            let Some(&(i, group)) = self.places().get(&slot_id) else {
-                continue;
-            };
-            take(self.entries.get_mut(i), taken);
-            if let Some((g, j)) = group {
-                let group = self.by_resource.get_mut(g);
-                take(group.and_then(|(_, entries)| entries.get_mut(j)), taken);
+            match self.pools.as_mut().and_then(|p| p.slots.get_mut(&slot_id).map(|s| (s, &mut p.pools))) {
+                Some(((own, of), pools)) => {
+                    *own = own.saturating_sub(taken);
+                    for &i in of.iter() {
+                        if let Some(pool) = pools.get_mut(i) {
+                            pool.1 = pool.1.saturating_sub(taken);
+                            touched.extend_from_slice(&pool.2);
+                        }
+                    }
+                    touched.push(slot_id);
+                }
+                None => {
+                    let remaining = self.shown_now(slot_id).map(|r| r.saturating_sub(taken));
+                    if let Some(remaining) = remaining {
+                        self.show(slot_id, remaining);
+                    }
+                }
+            }
+        }
+        touched.sort_unstable();
+        touched.dedup();
+        for slot_id in touched {
+            if let Some(units) = self.pools.as_ref().and_then(|p| p.shown(slot_id)) {
+                self.show(slot_id, units);
+            }
+        }
+    }
+
+    /// The units the snapshot shows now for `slot_id`, if it lists it.
+    fn shown_now(&mut self, slot_id: SlotId) -> Option<i32> {
+        let &(i, _) = self.places().get(&slot_id)?;
+        self.entries.get(i).map(|entry| entry.remaining)
+    }
+
+    /// Shows `remaining` (at least zero) for `slot_id` in its entry and its resource group.
+    fn show(&mut self, slot_id: SlotId, remaining: i32) {
+        let Some(&(i, group)) = self.places().get(&slot_id) else {
+            return;
+        };
+        let remaining = remaining.max(0);
+        if let Some(entry) = self.entries.get_mut(i) {
+            entry.remaining = remaining;
+        }
+        if let Some((g, j)) = group {
+            let group = self.by_resource.get_mut(g);
+            if let Some(entry) = group.and_then(|(_, entries)| entries.get_mut(j)) {
+                entry.remaining = remaining;
             }
         }
     }

@@ -544,7 +544,8 @@ impl<S: HoldStore> BookingEngine<S> {
             async move {
                 load.run(async {
                     let read = load.store(guarded(store.availability(read_at))).await?;
-                    Ok(AvailabilitySnapshot::new(read.at, read.outcome))
+                    let pools = load.store(guarded(store.pools(read_at))).await?;
+                    Ok(AvailabilitySnapshot::new(read.at, read.outcome).with_pools(pools.outcome))
                 })
                 .await
             }

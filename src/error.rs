@@ -1,7 +1,7 @@
 //! The engine's error type.
 
 use crate::model::{
-    ConsumerId, HoldId, InvalidBooking, InvalidIdempotencyKey, InvalidOwnerId, InvalidSlot,
+    ConsumerId, HoldId, InvalidBooking, PoolId, InvalidIdempotencyKey, InvalidOwnerId, InvalidSlot,
     LineProblem, LineShortfall, SlotId,
 };
 use crate::store::StoreError;
@@ -138,6 +138,37 @@ pub enum BookingError {
         /// Every line that cannot be had, by slot id.
         lines: Vec<LineShortfall>,
     },
+    /// No pool has this id.
+    #[error("pool {pool_id} not found")]
+    PoolNotFound {
+        /// The pool asked for.
+        pool_id: PoolId,
+    },
+    /// The pool change would take units held or confirmed on its slots (a capacity below
+    /// them, or a slot whose taken units the pool has not free); nothing changed.
+    #[error("pool {pool_id} has {taken} units held or confirmed on its slots; {requested} units in all cannot hold them")]
+    PoolInUse {
+        /// The pool asked for.
+        pool_id: PoolId,
+        /// Units the pool would have to hold: the capacity asked for, or the units held and
+        /// confirmed on the slot to attach plus those already on the pool.
+        requested: i32,
+        /// Units held by active holds or confirmed that stand in the way.
+        taken: i32,
+    },
+    /// The slot already belongs to [`MAX_POOLS_PER_SLOT`](crate::model::MAX_POOLS_PER_SLOT)
+    /// pools; nothing changed.
+    #[error("slot {slot_id} already belongs to the most pools a slot may have")]
+    TooManyPools {
+        /// The slot asked for.
+        slot_id: SlotId,
+    },
+    /// A pool's capacity below zero.
+    #[error("a pool's capacity must be between 0 and 2147483647, got {capacity}")]
+    InvalidPool {
+        /// The capacity asked for.
+        capacity: i64,
+    },
     /// The consumer's lease is held by another holder (it took the lease over after this
     /// holder's lapsed): nothing was acknowledged. Stop handling the consumer's events and
     /// roll back what was done for the unacknowledged ones; the new holder delivers them.
@@ -191,6 +222,10 @@ impl BookingError {
         "hold_expired",
         "invalid_booking",
         "lines_unavailable",
+        "pool_not_found",
+        "pool_in_use",
+        "too_many_pools",
+        "invalid_pool",
         "lease_lost",
         STORE_UNAVAILABLE,
         STORE_FAILED,
@@ -222,6 +257,10 @@ impl BookingError {
             BookingError::HoldExpired { .. } => "hold_expired",
             BookingError::InvalidBooking(_) => "invalid_booking",
             BookingError::LinesUnavailable { .. } => "lines_unavailable",
+            BookingError::PoolNotFound { .. } => "pool_not_found",
+            BookingError::PoolInUse { .. } => "pool_in_use",
+            BookingError::TooManyPools { .. } => "too_many_pools",
+            BookingError::InvalidPool { .. } => "invalid_pool",
             BookingError::LeaseLost { .. } => "lease_lost",
             BookingError::Store(error) => store_code(error),
         }
@@ -326,6 +365,16 @@ mod tests {
                     problem: LineProblem::SoldOut { free: 1 },
                 }],
             },
+            BookingError::PoolNotFound {
+                pool_id: PoolId(1),
+            },
+            BookingError::PoolInUse {
+                pool_id: PoolId(1),
+                requested: 1,
+                taken: 2,
+            },
+            BookingError::TooManyPools { slot_id },
+            BookingError::InvalidPool { capacity: -1 },
             BookingError::LeaseLost {
                 consumer: ConsumerId::new("mailer").unwrap(),
             },
@@ -357,8 +406,12 @@ mod tests {
             BookingError::HoldExpired { .. } => 16,
             BookingError::InvalidBooking(_) => 17,
             BookingError::LinesUnavailable { .. } => 18,
-            BookingError::LeaseLost { .. } => 19,
-            BookingError::Store(_) => 20,
+            BookingError::PoolNotFound { .. } => 19,
+            BookingError::PoolInUse { .. } => 20,
+            BookingError::TooManyPools { .. } => 21,
+            BookingError::InvalidPool { .. } => 22,
+            BookingError::LeaseLost { .. } => 23,
+            BookingError::Store(_) => 24,
         }
     }
 

@@ -11,6 +11,7 @@ mod event;
 mod hold;
 mod ids;
 mod page;
+mod pool;
 mod slot;
 mod time;
 mod usage;
@@ -25,7 +26,7 @@ pub use hold::{Hold, HoldStatus, UnknownStatus, MAX_QUANTITY};
 pub use ids::{
     ConsumerId, HoldId, IdempotencyKey, InvalidConsumerId, InvalidIdempotencyKey,
     InvalidLeaseHolder, InvalidOwnerId, InvalidResourceId, LeaseHolder, OwnerId, ParseIdError,
-    ResourceId, SlotId,
+    PoolId, ResourceId, SlotId,
 };
 #[allow(deprecated)]
 pub use page::SlotPageRequest;
@@ -33,6 +34,7 @@ pub use page::{
     HoldPage, InvalidSlotCursor, Page, PageItem, PageRequest, SlotCursor, SlotPage,
     DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE,
 };
+pub use pool::{NewPool, Pool, PoolSummary, PoolUsage, MAX_POOLS_PER_SLOT};
 pub use slot::{AvailabilityEntry, AvailabilityQuery, InvalidSlot, NewSlot, Slot};
 pub use time::{rfc3339, truncate_to_micros, Timestamp};
 pub use usage::{SlotSummary, SlotUsage};

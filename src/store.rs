@@ -5,6 +5,7 @@
 //! |---|---|---|
 //! | [`HoldStore`] | create and read a slot, availability, hold, confirm, cancel, renew, read a hold | every store; the seed's four operations |
 //! | [`BookingStore`] | bookings of several lines: all or nothing, confirmed, cancelled and renewed whole | [`crate::bookings`] |
+//! | [`PoolStore`] | capacities shared by several slots: pools, their slots, their capacity | [`crate::pools`] |
 //! | [`SlotAdmin`] | change capacity, close and reopen sales, remove, list every slot | the engine's administration ([`crate::admin`]) |
 //! | [`HoldQueries`] | an owner's holds, a slot's roster, by page | [`BookingEngine::owner_holds`](crate::BookingEngine::owner_holds), [`slot_holds`](crate::BookingEngine::slot_holds) |
 //! | [`EventStore`] | the event log, consumers' cursors and leases, reclaiming, purging | [`crate::events`], [`crate::consumers`], [`crate::reclaimer`] |
@@ -273,6 +274,7 @@ mod events;
 mod forward;
 mod holds;
 mod outcome;
+mod pools;
 mod queries;
 mod transaction;
 
@@ -284,6 +286,7 @@ pub use holds::HoldStore;
 pub use outcome::{
     Decided, HoldOutcome, HoldRequest, RenewRequest, SlotChange, SlotLimits, Transition,
 };
+pub use pools::{PoolChange, PoolStore, TransactionPools};
 pub use queries::HoldQueries;
 pub use transaction::{TransactionBookings, TransactionWrites, TransactionalStore};
 
@@ -297,11 +300,13 @@ impl<T: HoldStore + SlotAdmin + HoldQueries + ?Sized> Store for T {}
 
 crate::forward_store!(impl[T: HoldStore + ?Sized] HoldStore for Arc<T>, |this| &**this);
 crate::forward_store!(impl[T: BookingStore + ?Sized] BookingStore for Arc<T>, |this| &**this);
+crate::forward_store!(impl[T: PoolStore + ?Sized] PoolStore for Arc<T>, |this| &**this);
 crate::forward_store!(impl[T: SlotAdmin + ?Sized] SlotAdmin for Arc<T>, |this| &**this);
 crate::forward_store!(impl[T: HoldQueries + ?Sized] HoldQueries for Arc<T>, |this| &**this);
 crate::forward_store!(impl[T: EventStore + ?Sized] EventStore for Arc<T>, |this| &**this);
 crate::forward_store!(impl[T: HoldStore + ?Sized] HoldStore for Box<T>, |this| &**this);
 crate::forward_store!(impl[T: BookingStore + ?Sized] BookingStore for Box<T>, |this| &**this);
+crate::forward_store!(impl[T: PoolStore + ?Sized] PoolStore for Box<T>, |this| &**this);
 crate::forward_store!(impl[T: SlotAdmin + ?Sized] SlotAdmin for Box<T>, |this| &**this);
 crate::forward_store!(impl[T: HoldQueries + ?Sized] HoldQueries for Box<T>, |this| &**this);
 crate::forward_store!(impl[T: EventStore + ?Sized] EventStore for Box<T>, |this| &**this);

@@ -424,3 +424,41 @@ impl<S: BookingStore, W: TransactionWrites + TransactionBookings> Within<'_, S, 
         .await
     }
 }
+
+/// Units of slots and pools read on the caller's connection, for a store whose writes also
+/// have [`TransactionPools`](crate::TransactionPools): what the transaction sees, its own
+/// writes included, with no raw SQL over the crate's tables.
+impl<S: HoldStore, W: TransactionWrites + crate::store::TransactionPools> Within<'_, S, W> {
+    /// As [`BookingEngine::get_pool`], seeing the transaction's own writes.
+    pub async fn get_pool(
+        &mut self,
+        pool_id: crate::model::PoolId,
+    ) -> Result<crate::model::PoolSummary, BookingError> {
+        let op = Op::new(Operation::GetPool).in_transaction();
+        op.run(async {
+            let now = self.engine.clock().now();
+            op.store(guarded(self.writes.get_pool(pool_id, now)))
+                .await?
+                .map(crate::model::PoolSummary::from)
+                .ok_or(BookingError::PoolNotFound { pool_id })
+        })
+        .await
+    }
+
+    /// The slot with its units free (expired holds included), held and confirmed, seeing the
+    /// transaction's own writes; `slot_not_found` when no slot has this id.
+    pub async fn slot_usage(
+        &mut self,
+        slot_id: SlotId,
+    ) -> Result<crate::model::SlotSummary, BookingError> {
+        let op = Op::new(Operation::GetSlot).slot(slot_id).in_transaction();
+        op.run(async {
+            let now = self.engine.clock().now();
+            op.store(guarded(self.writes.slot_usage(slot_id, now)))
+                .await?
+                .map(crate::model::SlotSummary::from)
+                .ok_or(BookingError::SlotNotFound { slot_id })
+        })
+        .await
+    }
+}

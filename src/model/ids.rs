@@ -48,6 +48,10 @@ id_type!(
     /// Identifies a hold.
     HoldId
 );
+id_type!(
+    /// Identifies a pool: a capacity shared by several slots.
+    PoolId
+);
 
 /// Why a string is not an id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]

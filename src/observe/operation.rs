@@ -83,7 +83,7 @@ macro_rules! operations {
 operations! {
     // Every index of OUTCOMES, in order: the keys they build are an array of OUTCOMES.len(),
     // so the compiler refuses a list too short or too long.
-    outcomes: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22];
+    outcomes: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26];
     /// [`BookingEngine::availability`](crate::BookingEngine::availability).
     Availability => "availability",
     /// [`BookingEngine::place_hold`](crate::BookingEngine::place_hold) (and `hold`).
@@ -124,6 +124,16 @@ operations! {
     GetSlot => "get_slot",
     /// [`BookingEngine::list_slots`](crate::BookingEngine::list_slots).
     ListSlots => "list_slots",
+    /// [`BookingEngine::create_pool`](crate::BookingEngine::create_pool).
+    CreatePool => "create_pool",
+    /// [`BookingEngine::get_pool`](crate::BookingEngine::get_pool).
+    GetPool => "get_pool",
+    /// [`BookingEngine::attach_slot`](crate::BookingEngine::attach_slot).
+    AttachSlot => "attach_slot",
+    /// [`BookingEngine::detach_slot`](crate::BookingEngine::detach_slot).
+    DetachSlot => "detach_slot",
+    /// [`BookingEngine::change_pool_capacity`](crate::BookingEngine::change_pool_capacity).
+    ChangePoolCapacity => "change_pool_capacity",
     /// [`BookingEngine::read_events`](crate::BookingEngine::read_events).
     ReadEvents => "read_events",
     /// [`BookingEngine::acknowledge_events`](crate::BookingEngine::acknowledge_events).

@@ -10,10 +10,10 @@
 /// that awaits it (the default is `call.await`). `TARGET` may itself await and use `?`
 /// (`StoreError`), so it can acquire a connection for the call.
 ///
-/// The traits: [`HoldStore`](crate::HoldStore), [`BookingStore`](crate::BookingStore), [`SlotAdmin`](crate::SlotAdmin),
+/// The traits: [`HoldStore`](crate::HoldStore), [`BookingStore`](crate::BookingStore), [`PoolStore`](crate::PoolStore), [`SlotAdmin`](crate::SlotAdmin),
 /// [`HoldQueries`](crate::HoldQueries), [`EventStore`](crate::EventStore) (methods on
 /// `&self`), [`TransactionWrites`](crate::TransactionWrites) and
-/// [`TransactionBookings`](crate::TransactionBookings) (on `&mut self`).
+/// [`TransactionBookings`](crate::TransactionBookings) and [`TransactionPools`](crate::TransactionPools) (on `&mut self`).
 ///
 /// A wrapper store that counts every call, in a few lines:
 ///
@@ -72,6 +72,9 @@ macro_rules! forward_store {
             async fn availability(&self, now: $crate::Timestamp) -> Result<$crate::Decided<Vec<$crate::AvailabilityEntry>>, $crate::StoreError> {
                 $crate::forward_store!(@call self; $this; $get; $call; $wrap; availability(now))
             }
+            async fn pools(&self, now: $crate::Timestamp) -> Result<$crate::Decided<Vec<$crate::PoolUsage>>, $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; pools(now))
+            }
             async fn create_hold(&self, request: $crate::HoldRequest<'_>) -> Result<$crate::Decided<$crate::HoldOutcome>, $crate::StoreError> {
                 $crate::forward_store!(@call self; $this; $get; $call; $wrap; create_hold(request))
             }
@@ -106,6 +109,37 @@ macro_rules! forward_store {
             }
             async fn renew_booking(&self, request: $crate::RenewRequest<'_>) -> Result<$crate::Decided<$crate::Transition<$crate::Booking>>, $crate::StoreError> {
                 $crate::forward_store!(@call self; $this; $get; $call; $wrap; renew_booking(request))
+            }
+        }
+    };
+    (@PoolStore [$($generics:tt)*] $ty:ty; $this:ident; $get:expr; $call:ident; $wrap:expr) => {
+        #[$crate::__private::async_trait]
+        impl<$($generics)*> $crate::PoolStore for $ty {
+            async fn create_pool(&self, pool: &$crate::NewPool, now: $crate::Timestamp) -> Result<$crate::Pool, $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; create_pool(pool, now))
+            }
+            async fn get_pool(&self, pool_id: $crate::PoolId, now: $crate::Timestamp) -> Result<$crate::Decided<Option<$crate::PoolUsage>>, $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; get_pool(pool_id, now))
+            }
+            async fn attach_slot(&self, pool_id: $crate::PoolId, slot_id: $crate::SlotId, now: $crate::Timestamp) -> Result<$crate::Decided<$crate::PoolChange>, $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; attach_slot(pool_id, slot_id, now))
+            }
+            async fn detach_slot(&self, pool_id: $crate::PoolId, slot_id: $crate::SlotId, now: $crate::Timestamp) -> Result<$crate::Decided<$crate::PoolChange>, $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; detach_slot(pool_id, slot_id, now))
+            }
+            async fn change_pool_capacity(&self, pool_id: $crate::PoolId, capacity: i32, now: $crate::Timestamp) -> Result<$crate::Decided<$crate::PoolChange>, $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; change_pool_capacity(pool_id, capacity, now))
+            }
+        }
+    };
+    (@TransactionPools [$($generics:tt)*] $ty:ty; $this:ident; $get:expr; $call:ident; $wrap:expr) => {
+        #[$crate::__private::async_trait]
+        impl<$($generics)*> $crate::TransactionPools for $ty {
+            async fn get_pool(&mut self, pool_id: $crate::PoolId, now: $crate::Timestamp) -> Result<Option<$crate::PoolUsage>, $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; get_pool(pool_id, now))
+            }
+            async fn slot_usage(&mut self, slot_id: $crate::SlotId, now: $crate::Timestamp) -> Result<Option<$crate::SlotUsage>, $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; slot_usage(slot_id, now))
             }
         }
     };

@@ -5,7 +5,7 @@ use async_trait::async_trait;
 
 use super::error::StoreError;
 use super::outcome::{Decided, HoldOutcome, HoldRequest, RenewRequest, Transition};
-use crate::model::{AvailabilityEntry, Hold, HoldId, NewSlot, Slot, SlotId, Timestamp};
+use crate::model::{AvailabilityEntry, Hold, HoldId, NewSlot, PoolUsage, Slot, SlotId, Timestamp};
 use crate::scope::Scope;
 
 /// The hold lifecycle, operation by operation: the one capability every store has. Object
@@ -35,6 +35,14 @@ pub trait HoldStore: Send + Sync + 'static {
         &self,
         now: Timestamp,
     ) -> Result<Decided<Vec<AvailabilityEntry>>, StoreError>;
+
+    /// Every pool with its units at `now` ([`PoolStore`](super::PoolStore)): the engine
+    /// reads it with [`availability`](HoldStore::availability), so a slot's units in the
+    /// listing are the least of its own and its pools'. A store without pools keeps this
+    /// default, no pools.
+    async fn pools(&self, now: Timestamp) -> Result<Decided<Vec<PoolUsage>>, StoreError> {
+        Ok(Decided::new(now, Vec::new()))
+    }
 
     /// Places a hold, atomically:
     ///
