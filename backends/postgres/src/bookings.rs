@@ -117,14 +117,19 @@ fn change(s: &str, by: By, change: Change) -> String {
             " WHERE expires_at <> old_expires_at",
         ),
     };
-    // A cancel gives each line's units back to its slot, computed from the locked row.
+    // A cancel gives each line's units back to its slot, computed from the locked row, and
+    // to the pools that row names (`pools.rs`).
     let give_back = match change {
         Change::Cancel => format!(
             "inc AS ( \
                  UPDATE {s}.slots sl SET remaining = lk.remaining + c.quantity, \
                      capacity = lk.capacity \
                  FROM c JOIN lk ON lk.id = c.slot_id WHERE sl.id = lk.id \
-                 RETURNING sl.id), "
+                 RETURNING sl.id), {}, ",
+            crate::pools::give_back(
+                s,
+                "SELECT lk.pools, c.quantity AS units FROM c JOIN lk ON lk.id = c.slot_id"
+            )
         ),
         _ => String::new(),
     };
@@ -137,7 +142,7 @@ fn change(s: &str, by: By, change: Change) -> String {
     format!(
         "WITH {lines}, \
          lk AS ( \
-             SELECT sl.id, sl.remaining, sl.capacity FROM {s}.slots sl \
+             SELECT sl.id, sl.remaining, sl.capacity, sl.pools FROM {s}.slots sl \
              WHERE sl.id IN (SELECT slot_id FROM ln) ORDER BY sl.id FOR NO KEY UPDATE), \
          o AS ( \
              SELECT h.id, h.status, h.expires_at, h.created_at, h.owner FROM {s}.holds h \
@@ -202,17 +207,20 @@ impl BookingStatements {
                  FROM ({expired} UNION ALL {placed}) x ORDER BY ord, hold_id"
             ),
         );
+        let (pools_locked, pools_estimate, pools_fit, pools_take) = crate::pools::booking_pools(s);
         let create = format!(
             "WITH l AS ( \
                  SELECT x.slot_id, x.quantity, x.n \
                  FROM unnest($1::int8[], $2::int4[]) WITH ORDINALITY AS x(slot_id, quantity, n)), \
              lk AS ( \
-                 SELECT sl.id, sl.remaining, sl.capacity, sl.starts_at, sl.closed, sl.removed_at \
+                 SELECT sl.id, sl.remaining, sl.capacity, sl.starts_at, sl.closed, sl.removed_at, \
+                        sl.pools \
                  FROM {s}.slots sl WHERE sl.id = ANY($1::int8[]) \
                  ORDER BY sl.id FOR NO KEY UPDATE), \
+             {pools_locked}
              st AS ( \
                  SELECT l.slot_id, l.quantity, l.n, lk.id IS NOT NULL AS found, lk.remaining, \
-                        lk.capacity, lk.starts_at, lk.closed, lk.removed_at, \
+                        lk.capacity, lk.starts_at, lk.closed, lk.removed_at, lk.pools, \
                         coalesce(lk.starts_at > {now4} AND NOT lk.closed \
                                  AND lk.removed_at IS NULL, false) AS selling, \
                         coalesce((SELECT sum(h.quantity) FROM {s}.holds h \
@@ -221,7 +229,7 @@ impl BookingStatements {
                  FROM l LEFT JOIN lk ON lk.id = l.slot_id), \
              est AS ( \
                  SELECT coalesce(bool_and(selling AND remaining + expired >= quantity), false) \
-                        AS all_fit FROM st), \
+                        AND {pools_estimate} AS all_fit FROM st), \
              r AS ( \
                  UPDATE {s}.holds h SET status = 'expired' FROM st, est \
                  WHERE est.all_fit AND h.slot_id = st.slot_id AND st.selling \
@@ -234,7 +242,8 @@ impl BookingStatements {
                  SELECT st.*, coalesce(u.units, 0) AS reclaimed, \
                         st.selling AND st.remaining + coalesce(u.units, 0) >= st.quantity AS fits \
                  FROM st LEFT JOIN u ON u.slot_id = st.slot_id), \
-             ok AS (SELECT coalesce(bool_and(fits), false) AS ok FROM fit), \
+             {pools_fit} \
+             ok AS (SELECT coalesce(bool_and(fits AND pools_fit), false) AS ok FROM pf), \
              dec AS ( \
                  UPDATE {s}.slots sl \
                  SET remaining = f.remaining + f.reclaimed \
@@ -242,6 +251,7 @@ impl BookingStatements {
                      capacity = f.capacity \
                  FROM fit f, ok WHERE sl.id = f.slot_id AND (ok.ok OR f.reclaimed > 0) \
                  RETURNING sl.id), \
+             {pools_take} \
              ids AS ( \
                  SELECT nextval(pg_get_serial_sequence('{s}.holds', 'id')) AS id \
                  FROM generate_series(1, cardinality($1::int8[])) \
@@ -264,14 +274,15 @@ impl BookingStatements {
                     f.quantity AS line_quantity, f.found AS slot_found, \
                     f.starts_at AS slot_starts_at, f.capacity AS slot_capacity, \
                     f.closed AS slot_closed, f.removed_at AS slot_removed_at, \
-                    (coalesce(f.remaining, 0) + greatest(f.expired, f.reclaimed))::int4 \
-                        AS line_free, \
+                    least(coalesce(f.remaining, 0) + greatest(f.expired, f.reclaimed), \
+                          f.pool_free)::int4 AS line_free, \
                     (f.fits OR (NOT est.all_fit AND f.selling \
-                                AND f.remaining + f.expired >= f.quantity)) AS line_fits, \
+                                AND f.remaining + f.expired >= f.quantity)) \
+                        AND cardinality(f.short_pools) = 0 AS line_fits, f.short_pools, \
                     (SELECT hk.hold_id FROM {s}.hold_keys hk WHERE hk.idempotency_key = $3) \
                         AS key_hold_id, \
                     {H_COLUMNS} \
-             FROM fit f CROSS JOIN ok CROSS JOIN est LEFT JOIN ins h ON h.slot_id = f.slot_id \
+             FROM pf f CROSS JOIN ok CROSS JOIN est LEFT JOIN ins h ON h.slot_id = f.slot_id \
              ORDER BY f.n"
         );
         BookingStatements {
@@ -351,7 +362,9 @@ impl Run<'_> {
         let quantities: Vec<i32> = request.lines.iter().map(|l| l.quantity).collect();
         let lifetime = interval(request.expires_at - request.now)?;
         // A key whose holder is purged between the failed statement and the read is free
-        // again: place the booking once more.
+        // again: place the booking once more. Short only in pools whose slots have expired
+        // holds: give those back in a step of their own and place it once more (`pools.rs`).
+        let mut pools_reclaimed = false;
         for _ in 0..3 {
             let placed = sqlx::query(AssertSqlSafe(inner.bookings.create.as_str()))
                 .bind(&slots)
@@ -389,6 +402,18 @@ impl Run<'_> {
                 let booking = booking_of(&rows)?
                     .ok_or_else(|| StoreError::failed("a booking placed without lines"))?;
                 return Ok(Decided::new(at, BookingOutcome::Created(booking)));
+            }
+            if !pools_reclaimed {
+                pools_reclaimed = true;
+                let mut short = Vec::new();
+                for row in &rows {
+                    short.extend(row.try_get::<Vec<i64>, _>("short_pools").map_err(map_err)?);
+                }
+                short.sort_unstable();
+                short.dedup();
+                if !short.is_empty() && self.reclaim_pools(&short, &[], request.now).await? > 0 {
+                    continue;
+                }
             }
             let states = rows.iter().map(line_state).collect::<Result<Vec<_>, _>>()?;
             let mut key_taken = false;

@@ -436,6 +436,12 @@ impl EventStatements {
                          FROM r ORDER BY id"
                     ),
                 );
+                // The units go back to each pool the locked slot rows name, those pool rows
+                // locked by id after every slot row (`pools.rs`).
+                let give = crate::pools::give_back(
+                    s,
+                    "SELECT s.pools, per.units FROM s JOIN per ON per.slot_id = s.id",
+                );
                 format!(
                     "WITH cand AS ( \
                          SELECT DISTINCT x.slot_id FROM ( \
@@ -443,7 +449,7 @@ impl EventStatements {
                              WHERE h.status = 'held' AND h.expires_at <= {now1} \
                              ORDER BY h.slot_id, h.expires_at LIMIT $2) x), \
                      s AS ( \
-                         SELECT sl.id, sl.remaining, sl.capacity FROM {s}.slots sl \
+                         SELECT sl.id, sl.remaining, sl.capacity, sl.pools FROM {s}.slots sl \
                          WHERE sl.id IN (SELECT slot_id FROM cand) \
                          ORDER BY sl.id FOR NO KEY UPDATE OF sl), \
                      pick AS ( \
@@ -463,6 +469,7 @@ impl EventStatements {
                          SET remaining = s.remaining + per.units, capacity = s.capacity \
                          FROM s JOIN per ON per.slot_id = s.id WHERE sl.id = s.id \
                          RETURNING sl.id), \
+                     {give}, \
                      ev AS ({expired}) \
                      SELECT (SELECT count(*) FROM cand) AS candidates, \
                             {now1} AS decided_at, {H_COLUMNS} \

@@ -117,6 +117,18 @@
 //! lines' slots by id, then the lines, and changes every line or none, with one event per line
 //! changed. A plain hold's statements are unchanged.
 //!
+//! # Pools
+//!
+//! The store implements [`PoolStore`](slot_booking::PoolStore): a pool is a capacity several
+//! slots draw from (migration 10: `pools`, `slot_pools`, and each slot's pools on its own row).
+//! Every statement that takes or gives back units of a slot takes or gives them back to each
+//! of its pools in the same statement, locking slot rows first (by id) and then pool rows
+//! (by id), deciding on the rows it locked. A slot drawing from no pool takes the same path
+//! as before, one round trip; a hold on a slot drawing from pools takes two (the fast
+//! statement takes only slots without pools, then the reclaiming one locks the slot and its
+//! pools). A hold or booking short only in a pool whose other slots have expired holds gets
+//! them given back in a step of its own, then is tried once more: `pools.rs` says more.
+//!
 //! # Storage
 //!
 //! * Tables `slots`, `holds`, `hold_keys`, `events` and `event_consumers` live in a schema of
@@ -248,6 +260,7 @@ mod bookings;
 mod changes;
 mod events;
 mod migrate;
+mod pools;
 mod reads;
 mod rows;
 mod sql;
@@ -307,6 +320,8 @@ struct Inner {
     events: events::EventStatements,
     /// The booking statements, beside the code that runs them (`bookings.rs`).
     bookings: bookings::BookingStatements,
+    /// The pool statements, beside the code that runs them (`pools.rs`).
+    pools: pools::PoolStatements,
 }
 
 fn validate_schema(schema: &str) -> Result<(), InvalidSchemaName> {
@@ -344,6 +359,7 @@ impl PostgresStore {
         let sql = Statements::new(&schema);
         let events = events::EventStatements::new(&sql::quote(&schema));
         let bookings = bookings::BookingStatements::new(&sql::quote(&schema));
+        let pools = pools::PoolStatements::new(&sql::quote(&schema));
         PostgresStore {
             pool,
             inner: Arc::new(Inner {
@@ -351,6 +367,7 @@ impl PostgresStore {
                 sql,
                 events,
                 bookings,
+                pools,
             }),
             database_clock: false,
             horizon_interval: DEFAULT_HORIZON_INTERVAL,

@@ -68,6 +68,11 @@ const MIGRATIONS: &[Migration] = &[
         description: "bookings",
         sql: include_str!("../migrations/0009_bookings.sql"),
     },
+    Migration {
+        version: 10,
+        description: "pools",
+        sql: include_str!("../migrations/0010_pools.sql"),
+    },
 ];
 
 /// The advisory lock key of a schema's migrations: FNV-1a (64 bit) of a fixed prefix and the

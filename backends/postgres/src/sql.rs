@@ -47,6 +47,9 @@
 //!    expired, and two reclaims on two slots, each about to insert the key the other had
 //!    rewritten, waited for each other: `tests/lock_paths.rs` replays that interleaving.)
 //!
+//! Pools (`pools.rs`) come after slot rows: a statement moving units of a slot with pools
+//! locks the pool rows its locked slot rows name, by id, after every slot row it locks.
+//!
 //! Bookings of several lines (`bookings.rs`) and the reclaim (`reclaim_expired`, in
 //! `events.rs`) lock several slot rows, always by id ascending and before any hold row: see
 //! their lock paths there. A plain hold's confirm, cancel and renewal above touch only holds
@@ -191,9 +194,11 @@ fn reclaim_then_change(
              ORDER BY ord, hold_id"
         ),
     );
+    // The units reclaimed go back to the slot's pools too (`pools.rs`).
+    let give = crate::pools::give_back(s, "SELECT s.pools, u.units FROM s, u WHERE u.units > 0");
     format!(
         "WITH s AS ( \
-             SELECT id, remaining, capacity FROM {s}.slots \
+             SELECT id, remaining, capacity, pools FROM {s}.slots \
              WHERE id = $1 AND removed_at IS NULL FOR NO KEY UPDATE), \
          e AS ( \
              SELECT coalesce(sum(h.quantity), 0) AS units \
@@ -208,7 +213,7 @@ fn reclaim_then_change(
          ch AS ( \
              UPDATE {s}.slots sl SET {set} \
              FROM s, u WHERE sl.id = s.id AND (u.units > 0 OR {fits_locked}) \
-             RETURNING {SL_COLUMNS}, s.capacity AS old_capacity), \
+             RETURNING {SL_COLUMNS}, s.capacity AS old_capacity), {give}, \
          ev AS ({events}) \
          SELECT {SLOT_COLUMNS}, {applied} AS applied, {now} AS decided_at FROM ch"
     )
@@ -329,7 +334,6 @@ impl Statements {
                  {answer}"
             )
         };
-        let created = format!("SELECT true AS took, {HOLD_COLUMNS}, {now3} AS decided_at FROM ins");
         // The fast path answers a refusal in the same round trip: when `dec` took no unit, one
         // row with what `HoldOutcome::refused` needs (the key's hold, the slot's limits, read
         // at the statement's snapshot) and what tells whether the refusal is final without
@@ -356,10 +360,7 @@ impl Statements {
              LEFT JOIN {s}.slots sl ON sl.id = $1 \
              WHERE NOT EXISTS (SELECT 1 FROM dec)"
         );
-        let (insert_fast, insert_reclaiming) = (
-            insert_hold(false, &created_or_refusal),
-            insert_hold(true, &created),
-        );
+        let insert_fast = insert_hold(false, &created_or_refusal);
         Statements {
             // The slot and its `slot_created` event; `$5` is now.
             create_slot: format!(
@@ -423,7 +424,8 @@ impl Statements {
             ),
             // One statement: the conditional decrement (a unit is taken only if the update
             // affected the row, which must still be selling: not started, not closed, not
-            // removed, all re-checked on the row's latest version), the hold and its key. No
+            // removed, drawing from no pool (`pools.rs` takes those), all re-checked on the
+            // row's latest version), the hold and its key. No
             // unit: no row from `dec`, nothing inserted, nothing changed, and the row returned
             // is the refusal's (see `created_or_refusal`). Key taken: the unique violation
             // aborts the statement, decrement included.
@@ -431,51 +433,13 @@ impl Statements {
                 "WITH dec AS ( \
                      UPDATE {s}.slots SET remaining = remaining - $5 \
                      WHERE id = $1 AND remaining >= $5 AND starts_at > {now3} \
-                       AND NOT closed AND removed_at IS NULL \
+                       AND NOT closed AND removed_at IS NULL AND cardinality(pools) = 0 \
                      RETURNING id, true AS took), \
                  {insert_fast}"
             ),
-            // The slow path, also one statement: lock the selling slot's row first (a row lock
-            // returns the slot's latest `remaining`), then, only if the slot's expired units
-            // would make the hold fit (a refused hold changes nothing), mark its held holds
-            // that expired by now as expired. One update of the slot gives their units back
-            // and takes the hold's if they fit; the hold is inserted only then. Rows affected
-            // decide everything: two racing reclaims serialize on the slot lock and the second
-            // finds the holds no longer `held`. Should the estimate `e` (read before the lock)
-            // be off, the units reclaimed are still given back: the invariant holds either way.
-            // Whether the hold fits is decided on `s.remaining`, the value the lock returned,
-            // which nobody can change while the statement holds it: a condition on `sl` would
-            // first be tested on the row as of the statement's snapshot, and a row that failed
-            // it there (a unit freed by a statement that committed while this one waited for
-            // the lock) would be skipped without a look at its latest version. The new
-            // `remaining` is computed from `s` as well, and `capacity` written from it, for the
-            // reason `reclaim_then_change` gives: the decision and the write read the same,
-            // latest, row, and the row checked before the update is of one version.
-            hold_reclaim: format!(
-                "WITH s AS ( \
-                     SELECT id, remaining, capacity FROM {s}.slots \
-                     WHERE id = $1 AND starts_at > {now3} \
-                       AND NOT closed AND removed_at IS NULL \
-                     FOR NO KEY UPDATE), \
-                 e AS ( \
-                     SELECT coalesce(sum(h.quantity), 0)::int4 AS units \
-                     FROM s JOIN {s}.holds h ON h.slot_id = s.id \
-                     WHERE h.status = 'held' AND h.expires_at <= {now3}), \
-                 r AS ( \
-                     UPDATE {s}.holds h SET status = 'expired' FROM s, e \
-                     WHERE h.slot_id = s.id AND h.status = 'held' AND h.expires_at <= {now3} \
-                       AND s.remaining + e.units >= $5 \
-                     RETURNING h.id, h.slot_id, h.owner, h.quantity), \
-                 u AS (SELECT coalesce(sum(quantity), 0)::int4 AS units FROM r), \
-                 dec AS ( \
-                     UPDATE {s}.slots sl \
-                     SET remaining = s.remaining + u.units \
-                         - CASE WHEN s.remaining + u.units >= $5 THEN $5 ELSE 0 END, \
-                         capacity = s.capacity \
-                     FROM s, u WHERE sl.id = s.id AND (u.units > 0 OR s.remaining >= $5) \
-                     RETURNING sl.id, s.remaining + u.units >= $5 AS took), \
-                 {insert_reclaiming}"
-            ),
+            // The slow path, also one statement, and the path of a slot drawing from pools:
+            // see `pools::hold_reclaim`.
+            hold_reclaim: crate::pools::hold_reclaim(&s, &now3, |answer| insert_hold(true, answer)),
             // After a hold statement changed nothing: the key's hold, if any, and the slot's
             // limits, in one read, with the instant it was read at.
             explain_hold: format!(
@@ -535,10 +499,11 @@ impl Statements {
                 )
             ),
             // One statement: lock the hold's slot row (slot before hold, as everywhere), flip
-            // a confirmed or still active held hold to cancelled, and give its unit back.
+            // a confirmed or still active held hold to cancelled, and give its unit back (to
+            // the slot and to each pool its locked row names, locked after it: `pools.rs`).
             cancel: format!(
                 "WITH target AS ( \
-                     SELECT sl.id FROM {s}.holds h JOIN {s}.slots sl ON sl.id = h.slot_id \
+                     SELECT sl.id, sl.pools FROM {s}.holds h JOIN {s}.slots sl ON sl.id = h.slot_id \
                      WHERE h.id = $1 AND {IN_SCOPE} AND h.booking_id IS NULL \
                      FOR NO KEY UPDATE OF sl), \
                  c AS ( \
@@ -551,9 +516,10 @@ impl Statements {
                  inc AS ( \
                      UPDATE {s}.slots sl SET remaining = sl.remaining + c.quantity \
                      FROM c WHERE sl.id = c.slot_id \
-                     RETURNING sl.id), \
+                     RETURNING sl.id), {}, \
                  ev AS ({}) \
                  SELECT {HOLD_COLUMNS}, {now2} AS decided_at FROM c",
+                crate::pools::give_back(&s, "SELECT t.pools, c.quantity AS units FROM c JOIN target t ON t.id = c.slot_id"),
                 append_events(
                     &s,
                     &format!(

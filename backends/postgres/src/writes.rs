@@ -111,7 +111,7 @@ impl Run<'_> {
         // On the pool path each statement is its own transaction: a unique violation undoes
         // that statement alone, and the fast path stays one round trip.
         let savepoint = matches!(self.conn, Conn::Caller(_)) && self.open_savepoint().await?;
-        let inserted = self.insert_hold(request).await;
+        let inserted = self.insert_hold(request, savepoint).await;
         let inserted = if savepoint {
             // Keep a stored hold. Undo anything else: a refused attempt (a unique violation
             // that aborted the savepoint, or a reclaim that gave expired units back without
@@ -155,6 +155,7 @@ impl Run<'_> {
     pub(crate) async fn insert_hold(
         &mut self,
         request: &HoldRequest<'_>,
+        savepoint: bool,
     ) -> Result<Insert, StoreError> {
         let inner = Arc::clone(&self.store.inner);
         let sql = &inner.sql;
@@ -163,12 +164,14 @@ impl Run<'_> {
             Insert::NoUnit => {}
             done => return Ok(done),
         }
-        // No unit: lock the slot, reclaim its expired holds, decrement once more and insert,
-        // all in one statement (atomic; a unique violation undoes the reclaim as well).
-        self.try_insert_hold(&sql.hold_reclaim, request).await
+        // No unit (or a slot drawing from pools): lock the slot, then its pools, reclaim its
+        // expired holds, decrement once more and insert, all in one statement (atomic; a
+        // unique violation undoes the reclaim as well); when only pools were short, give back
+        // their slots' expired holds in a step of its own and try once more (`pools.rs`).
+        self.hold_reclaiming(request, savepoint).await
     }
 
-    /// Runs one of the two hold-inserting statements.
+    /// Runs the fast hold-inserting statement.
     pub(crate) async fn try_insert_hold(
         &mut self,
         sql: &str,
