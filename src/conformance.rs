@@ -286,6 +286,33 @@ macro_rules! booking_conformance_tests {
     };
 }
 
+/// Expands to one `#[test]` per pool case, for a store implementing
+/// [`PoolStore`](crate::PoolStore), [`BookingStore`](crate::BookingStore) and
+/// [`SlotAdmin`](crate::SlotAdmin): capacities shared by several slots, taken with every unit
+/// of their slots, given back with them, shown in availability, raced; plus the model-based
+/// tests with pools. Same forms as [`conformance_tests!`](crate::conformance_tests).
+#[macro_export]
+macro_rules! pool_conformance_tests {
+    (optional: $factory:expr) => {
+        $crate::__pool_case_list!($crate::__conformance_case_tests; $factory, cases);
+        $crate::__pool_model_tests!($factory);
+    };
+    ($factory:expr) => {
+        $crate::pool_conformance_tests!(optional: || {
+            let store = ($factory)();
+            async move { Some(store.await) }
+        });
+    };
+}
+
+/// The model-based tests of [`pool_conformance_tests!`](crate::pool_conformance_tests). Not
+/// part of the API.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __pool_model_tests {
+    ($factory:expr) => {};
+}
+
 /// Expands to one `#[test]` per case of the hold lifecycle alone (slots, availability, holds,
 /// confirms, cancels, renewals, owners' scopes, quantities, their races, faults and dropped
 /// calls), each on a fresh store from `$factory`: for a store that implements only
