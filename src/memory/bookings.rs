@@ -281,7 +281,7 @@ impl MemoryStore {
             return Ok(Placed::PoolShort(short));
         }
         if !short.is_empty() || fits.contains(&false) {
-            return decided(self.refusal(request, &guards, fits, &short));
+            return decided(self.refusal(request, guards, fits, keys));
         }
         for (line, row) in request.lines.iter().zip(guards.iter_mut().flatten()) {
             if row.slot.stored_remaining < line.quantity || tight {
@@ -291,7 +291,7 @@ impl MemoryStore {
         if let Err(short) = lock(&self.pools).take(&units) {
             // A hold on another slot of the pool took its units since the check above.
             return match last {
-                true => decided(self.refusal(request, &guards, fits, &short)),
+                true => decided(self.refusal(request, guards, fits, keys)),
                 false => Ok(Placed::PoolShort(short)),
             };
         }
@@ -324,43 +324,51 @@ impl MemoryStore {
             .ok_or_else(|| StoreError::failed("a booking of no lines"))
     }
 
-    /// The refusal of a booking whose lines `fits` says fit (or not) by their slots, and whose
-    /// `short` pools cannot give their units: every line on a short pool's slot is short, its
-    /// free units the least of its slot's and the pool's.
+    /// The refusal of a booking whose lines `fits` says fit (or not) by their slots: the
+    /// slots read under their locks, which are released here, then the pools of their slots
+    /// read (each slot's free units, expired holds included), as
+    /// [`PoolStore`](crate::PoolStore) says.
     fn refusal(
         &self,
         request: &BookingRequest<'_>,
-        guards: &[Option<MutexGuard<'_, SlotRow>>],
+        guards: Vec<Option<MutexGuard<'_, SlotRow>>>,
         fits: Vec<bool>,
-        short: &[PoolId],
+        keys: MutexGuard<'_, HashMap<IdempotencyKey, (HoldId, SlotId)>>,
     ) -> BookingOutcome {
         let now = request.now;
-        let table = lock(&self.pools);
+        let slots: Vec<Option<(SlotLimits, i32, Vec<PoolId>)>> = guards
+            .iter()
+            .map(|row| {
+                let row = row.as_ref()?;
+                let free = row.slot.stored_remaining + row.expired_units(now);
+                Some((row.limits(), free, row.pools.clone()))
+            })
+            .collect();
+        drop(guards);
+        drop(keys);
+        let mut pool_ids: Vec<PoolId> = slots.iter().flatten().flat_map(|s| s.2.clone()).collect();
+        pool_ids.sort_unstable();
+        pool_ids.dedup();
+        let pools = self.usage_of(Some(&pool_ids), now);
         let states: Vec<LineState> = request
             .lines
             .iter()
-            .zip(guards)
+            .zip(slots)
             .zip(fits)
-            .map(|((line, row), mut fit)| {
-                let Some(row) = row else {
-                    return LineState {
-                        line: *line,
-                        slot: None,
-                        free: 0,
-                        failed: true,
-                    };
-                };
-                let mut free = row.slot.stored_remaining + row.expired_units(now);
-                for pool_id in row.pools.iter().filter(|p| short.contains(p)) {
-                    fit = false;
-                    free = free.min(table.remaining(*pool_id));
-                }
-                LineState {
+            .map(|((line, slot), fit)| match slot {
+                None => LineState {
                     line: *line,
-                    slot: Some(row.limits()),
+                    slot: None,
+                    free: 0,
+                    failed: true,
+                },
+                Some((limits, free, _)) => LineState {
+                    line: *line,
+                    slot: Some(limits),
                     free,
                     failed: !fit,
                 }
+                .within_pools(request, &pools),
             })
             .collect();
         BookingOutcome::refused(request, None, &states)

@@ -64,13 +64,6 @@ impl PoolTable {
             }
         }
     }
-
-    /// Free units of `pool_id` as stored.
-    pub(super) fn remaining(&self, pool_id: PoolId) -> i32 {
-        self.by_id
-            .get(&pool_id)
-            .map_or(0, |pool| pool.stored_remaining)
-    }
 }
 
 impl MemoryStore {
@@ -101,7 +94,7 @@ impl MemoryStore {
 
     /// `pool_ids` with their units at `now`, read under their slots' locks (by id) and then
     /// the pool table's, so each is one consistent state.
-    fn usage_of(&self, pool_ids: Option<&[PoolId]>, now: Timestamp) -> Vec<PoolUsage> {
+    pub(super) fn usage_of(&self, pool_ids: Option<&[PoolId]>, now: Timestamp) -> Vec<PoolUsage> {
         loop {
             let wanted = |table: &PoolTable| -> Vec<Pool> {
                 match pool_ids {
