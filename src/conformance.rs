@@ -70,6 +70,10 @@ pub const TRANSACTION_MODEL_CASES: u32 = 64;
 /// store (`PROPTEST_CASES` overrides it).
 pub const BOOKING_MODEL_CASES: u32 = 128;
 
+/// Random sequences [`pool_conformance_tests!`](crate::pool_conformance_tests) runs against the
+/// model per store (`PROPTEST_CASES` overrides it).
+pub const POOL_MODEL_CASES: u32 = 128;
+
 /// Random sequences [`event_conformance_tests!`](crate::event_conformance_tests) runs against
 /// the model, event log included, per store (`PROPTEST_CASES` overrides it).
 pub const EVENT_MODEL_CASES: u32 = 128;
@@ -310,7 +314,16 @@ macro_rules! pool_conformance_tests {
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __pool_model_tests {
-    ($factory:expr) => {};
+    ($factory:expr) => {
+        $crate::__conformance_property_test!(
+            /// Random sequences with bookings and pools against the sequential model.
+            model_based_pools,
+            $factory,
+            $crate::conformance::oracle::check_pools,
+            $crate::conformance::POOL_MODEL_CASES,
+            40
+        );
+    };
 }
 
 /// Expands to one `#[test]` per case of the hold lifecycle alone (slots, availability, holds,

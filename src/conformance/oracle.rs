@@ -36,6 +36,7 @@ mod concurrent;
 mod concurrent_bookings;
 mod expected_events;
 mod ops;
+mod pools;
 mod reference;
 mod runner;
 mod strategies;
@@ -47,6 +48,7 @@ pub use concurrent::{check_concurrent, Batch};
 pub use concurrent_bookings::{check_concurrent_bookings, BookingStep};
 pub use expected_events::check_events;
 pub use ops::{ModelOp, LEASE};
+pub use pools::{check_pools, pool_op};
 
 /// The former name of [`ModelOp`], renamed so that it is not taken for the crate's own
 /// `Op` of its metrics and traces (`observe`).
