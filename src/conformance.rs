@@ -323,6 +323,15 @@ macro_rules! __pool_model_tests {
             $crate::conformance::POOL_MODEL_CASES,
             40
         );
+
+        $crate::__conformance_property_test!(
+            /// Random concurrent batches of bookings over slots sharing pools: every slot's
+            /// and pool's invariant after each batch.
+            concurrent_random_pool_batches,
+            $factory,
+            $crate::conformance::oracle::check_concurrent_pools,
+            $crate::conformance::CONCURRENT_CASES
+        );
     };
 }
 

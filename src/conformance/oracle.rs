@@ -34,6 +34,7 @@ macro_rules! ensure {
 mod bookings;
 mod concurrent;
 mod concurrent_bookings;
+mod concurrent_pools;
 mod expected_events;
 mod ops;
 mod pools;
@@ -46,6 +47,7 @@ mod writes;
 pub use bookings::{booking_op, check_booking_events, check_bookings};
 pub use concurrent::{check_concurrent, Batch};
 pub use concurrent_bookings::{check_concurrent_bookings, BookingStep};
+pub use concurrent_pools::check_concurrent_pools;
 pub use expected_events::check_events;
 pub use ops::{ModelOp, LEASE};
 pub use pools::{check_pools, pool_op};
