@@ -274,8 +274,8 @@ impl BookingStatements {
                     f.quantity AS line_quantity, f.found AS slot_found, \
                     f.starts_at AS slot_starts_at, f.capacity AS slot_capacity, \
                     f.closed AS slot_closed, f.removed_at AS slot_removed_at, \
-                    least(coalesce(f.remaining, 0) + greatest(f.expired, f.reclaimed), \
-                          f.pool_free)::int4 AS line_free, \
+                    (coalesce(f.remaining, 0) + greatest(f.expired, f.reclaimed))::int4 \
+                        AS line_free, f.pools AS slot_pools, \
                     (f.fits OR (NOT est.all_fit AND f.selling \
                                 AND f.remaining + f.expired >= f.quantity)) \
                         AND cardinality(f.short_pools) = 0 AS line_fits, f.short_pools, \
@@ -416,6 +416,7 @@ impl Run<'_> {
                 }
             }
             let states = rows.iter().map(line_state).collect::<Result<Vec<_>, _>>()?;
+            let states = self.within_pools(&rows, &request, states).await?;
             let mut key_taken = false;
             for row in &rows {
                 key_taken |= row

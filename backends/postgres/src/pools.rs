@@ -140,7 +140,7 @@ pub(crate) fn hold_reclaim(s: &str, now3: &str, insert: impl Fn(&str) -> String)
 /// of its lines with the expired units the statement would reclaim counted free); after
 /// `fit`, `pn` (units asked of each pool), `pr` (units reclaimed on its slots), `pp` (each
 /// pool's free units, decided on the locked row, and as shown), and `pf`, each line with
-/// whether all its pools fit, the least they show free and the short ones; after `dec`,
+/// whether all its pools fit and the short ones; after `dec`,
 /// `pdec`, one update per pool giving back what was reclaimed and taking the lines' units only
 /// when the whole booking is placed. A short pool fails every line on its slots.
 pub(crate) fn booking_pools(s: &str) -> (String, String, String, String) {
@@ -172,8 +172,6 @@ pub(crate) fn booking_pools(s: &str) -> (String, String, String, String) {
              SELECT f.*, \
                     coalesce((SELECT bool_and(pp.free >= pp.need) FROM pp \
                               WHERE pp.id = ANY(f.pools)), true) AS pools_fit, \
-                    coalesce((SELECT min(pp.shown) FROM pp WHERE pp.id = ANY(f.pools)), \
-                             2147483647) AS pool_free, \
                     ARRAY(SELECT pp.id FROM pp WHERE pp.id = ANY(f.pools) \
                           AND pp.shown < pp.need ORDER BY pp.id) AS short_pools \
              FROM fit f), "
@@ -191,7 +189,7 @@ pub(crate) fn booking_pools(s: &str) -> (String, String, String, String) {
 /// The pool statements, with table names qualified by the schema.
 ///
 /// Parameters: of `create`, `$1` capacity, `$2` now; of `get`, `$1` pool id, `$2` now; of
-/// `all`, `$1` now; of `attach` and `detach`, `$1` pool id, `$2` slot id, `$3` the most pools
+/// `all`, `$1` now; of `some`, `$1` now and `$2` pool ids (`int8[]`); of `attach` and `detach`, `$1` pool id, `$2` slot id, `$3` the most pools
 /// a slot may have; of `capacity`, `$1` pool id, `$2` the new capacity; of `reclaim`, `$1`
 /// pool ids (`int8[]`), `$2` now, `$3` more slot ids (`int8[]`).
 #[derive(Debug)]
@@ -199,6 +197,7 @@ pub(crate) struct PoolStatements {
     create: String,
     get: String,
     all: String,
+    some: String,
     attach: String,
     detach: String,
     capacity: String,
@@ -295,6 +294,7 @@ impl PoolStatements {
             ),
             get: usage(s, &now2, "p.id = $1"),
             all: usage(s, &now1, "true"),
+            some: usage(s, &now1, "p.id = ANY($2::int8[])"),
             attach: change("attach"),
             detach: change("detach"),
             // One conditional update of the pool row alone, decided on the row it locked.
@@ -506,6 +506,39 @@ impl Run<'_> {
             .await
             .map_err(map_err)?;
         listed(&rows, "the pools", usage_from)
+    }
+
+    /// The lines' states of a refused booking's rows with the pools of their slots counted, as
+    /// read now (after the refusal), as every store with pools explains one
+    /// ([`LineState::within_pools`](slot_booking::store::LineState::within_pools)).
+    pub(crate) async fn within_pools(
+        &mut self,
+        rows: &[PgRow],
+        request: &slot_booking::BookingRequest<'_>,
+        states: Vec<slot_booking::store::LineState>,
+    ) -> Result<Vec<slot_booking::store::LineState>, StoreError> {
+        let mut ids = Vec::new();
+        for row in rows {
+            let pools: Option<Vec<i64>> = row.try_get("slot_pools").map_err(map_err)?;
+            ids.extend(pools.unwrap_or_default());
+        }
+        if ids.is_empty() {
+            return Ok(states);
+        }
+        ids.sort_unstable();
+        ids.dedup();
+        let inner = self.pool_sql();
+        let rows = sqlx::query(AssertSqlSafe(inner.pools.some.as_str()))
+            .bind(self.now_param(request.now))
+            .bind(&ids)
+            .fetch_all(&mut *self.conn)
+            .await
+            .map_err(map_err)?;
+        let pools = listed(&rows, "the booking's pools", usage_from)?.outcome;
+        Ok(states
+            .into_iter()
+            .map(|state| state.within_pools(request, &pools))
+            .collect())
     }
 
     /// The slot and its units at `now`, on this connection.

@@ -94,7 +94,9 @@ async fn migrations_coexist_with_host_sqlx_migrations() {
             "events",
             "hold_keys",
             "holds",
+            "pools",
             "slot_booking_migrations",
+            "slot_pools",
             "slots"
         ]
     );
@@ -116,6 +118,7 @@ async fn migrations_coexist_with_host_sqlx_migrations() {
             (7, "events".to_owned()),
             (8, "event horizons and consumer leases".to_owned()),
             (9, "bookings".to_owned()),
+            (10, "pools".to_owned()),
         ]
     );
     let theirs: Vec<i64> = sqlx::query_scalar(AssertSqlSafe(format!(
@@ -186,7 +189,7 @@ async fn concurrent_migrations_apply_once() {
     .fetch_one(&admin)
     .await
     .unwrap();
-    assert_eq!(n, 9, "each of the nine migrations applied once");
+    assert_eq!(n, 10, "each of the ten migrations applied once");
     admin.close().await;
 }
 
@@ -309,6 +312,7 @@ async fn recorded_schema(
             "event horizons and consumer leases",
             include_str!("../migrations/0008_event_horizons.sql"),
         ),
+        ("bookings", include_str!("../migrations/0009_bookings.sql")),
     ];
     let mut tx = pool.begin().await.unwrap();
     tx.execute(AssertSqlSafe(format!(
@@ -560,7 +564,7 @@ async fn a_schema_from_before_slot_administration_upgrades_in_place() {
         .await;
     assert_eq!(
         versions,
-        [(1,), (2,), (3,), (4,), (5,), (6,), (7,), (8,), (9,)]
+        [(1,), (2,), (3,), (4,), (5,), (6,), (7,), (8,), (9,), (10,)]
     );
     let slots_after: Vec<SlotRow> = old.rows(slot_rows).await;
     let holds_after: Vec<HoldRow> = old.rows(hold_rows).await;
@@ -698,7 +702,7 @@ async fn a_schema_from_before_events_upgrades_in_place() {
     let versions: Vec<(i64,)> = old
         .rows("SELECT version FROM {s}.slot_booking_migrations ORDER BY version")
         .await;
-    assert_eq!(versions.last(), Some(&(9,)));
+    assert_eq!(versions.last(), Some(&(10,)));
     assert_eq!(old.rows::<SlotRow>(slot_rows).await, slots_before);
     assert_eq!(old.rows::<HoldRow>(hold_rows).await, holds_before);
     assert_eq!(old.rows::<(String, i64)>(key_rows).await, keys_before);
@@ -871,7 +875,7 @@ async fn a_schema_from_before_bookings_upgrades_in_place() {
     let versions: Vec<(i64,)> = old
         .rows("SELECT version FROM {s}.slot_booking_migrations ORDER BY version")
         .await;
-    assert_eq!(versions.last(), Some(&(9,)));
+    assert_eq!(versions.last(), Some(&(10,)));
     assert_eq!(old.rows::<SlotRow>(slot_rows).await, slots_before);
     assert_eq!(old.rows::<HoldRow>(hold_rows).await, holds_before);
     assert_eq!(old.rows::<(String, i64)>(key_rows).await, keys_before);
@@ -954,6 +958,95 @@ async fn a_schema_from_before_bookings_upgrades_in_place() {
         .unwrap();
     assert!(matches!(alone.outcome, Transition::Applied(h) if h.hold_id == HoldId(1)));
     assert_eq!(counts(&store, SlotId(1)).await, (5, 1, 0, 4));
+    for slot_id in [SlotId(1), SlotId(2)] {
+        assert_invariant(&store, slot_id).await;
+    }
+    old.admin.close().await;
+}
+
+/// Pools arrive by an additive migration (10): a schema made by migrations 1 to 9, with
+/// slots, holds, keys and a booking, upgrades in place with every row kept and every slot in
+/// no pool. Its slots then join a pool, which takes their units held and confirmed; a hold
+/// takes from both and a cancel of the old hold gives back to both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_from_before_pools_upgrades_in_place() {
+    use slot_booking::{
+        BookingEngine, HoldStatus, ManualClock, NewHold, NewPool, PoolStore, Scope,
+    };
+    let Some(old) = OldSchema::new(
+        "a_schema_from_before_pools_upgrades_in_place",
+        9,
+        "INSERT INTO slots (starts_at, ends_at, capacity, remaining, resource) VALUES \
+           ('2030-03-17 10:00:00+00', '2030-03-17 11:00:00+00', 5, 2, 'room-1'), \
+           ('2030-03-17 10:00:00+00', '2030-03-17 11:00:00+00', 4, 3, NULL); \
+         INSERT INTO holds (slot_id, idempotency_key, status, expires_at, confirmed_at, \
+                            cancelled_at, created_at, quantity, owner, booking_id) VALUES \
+           (1, 'held-key', 'held', '2030-03-17 09:05:00+00', NULL, NULL, \
+            '2030-03-17 09:00:00+00', 1, NULL, NULL), \
+           (1, 'confirmed-key', 'confirmed', '2030-03-17 09:05:00+00', \
+            '2030-03-17 09:01:00+00', NULL, '2030-03-17 09:00:00+00', 1, 'cart-2', NULL), \
+           (1, 'line-key', 'held', '2030-03-17 09:05:00+00', NULL, NULL, \
+            '2030-03-17 09:00:00+00', 1, NULL, 3), \
+           (2, 'line-key', 'held', '2030-03-17 09:05:00+00', NULL, NULL, \
+            '2030-03-17 09:00:00+00', 1, NULL, 3); \
+         INSERT INTO hold_keys (idempotency_key, hold_id) VALUES \
+           ('held-key', 1), ('confirmed-key', 2), ('line-key', 3);",
+    )
+    .await
+    else {
+        return;
+    };
+    let slot_rows = "SELECT id, capacity, remaining, resource, closed FROM {s}.slots ORDER BY id";
+    let hold_rows =
+        "SELECT id, status, expires_at, quantity, owner, booking_id FROM {s}.holds ORDER BY id";
+    let key_rows = "SELECT idempotency_key, hold_id FROM {s}.hold_keys ORDER BY hold_id";
+    type SlotRow = (i64, i32, i32, Option<String>, bool);
+    type HoldRow = (i64, String, Timestamp, i32, Option<String>, Option<i64>);
+    let slots_before: Vec<SlotRow> = old.rows(slot_rows).await;
+    let holds_before: Vec<HoldRow> = old.rows(hold_rows).await;
+    let keys_before: Vec<(String, i64)> = old.rows(key_rows).await;
+
+    let store = old.upgrade().await;
+
+    let versions: Vec<(i64,)> = old
+        .rows("SELECT version FROM {s}.slot_booking_migrations ORDER BY version")
+        .await;
+    assert_eq!(versions.last(), Some(&(10,)));
+    assert_eq!(old.rows::<SlotRow>(slot_rows).await, slots_before);
+    assert_eq!(old.rows::<HoldRow>(hold_rows).await, holds_before);
+    assert_eq!(old.rows::<(String, i64)>(key_rows).await, keys_before);
+    let pooled: Vec<(i64,)> = old
+        .rows("SELECT id FROM {s}.slots WHERE cardinality(pools) > 0")
+        .await;
+    assert_eq!(pooled, []);
+
+    let now: Timestamp = "2030-03-17T09:02:00Z".parse().unwrap();
+    let engine = BookingEngine::builder(store.clone())
+        .clock(ManualClock::new(now))
+        .cache_period(std::time::Duration::ZERO)
+        .build();
+    let pool = engine.create_pool(NewPool::new(8)).await.unwrap();
+    engine.attach_slot(pool.pool_id, SlotId(1)).await.unwrap();
+    let both = engine.attach_slot(pool.pool_id, SlotId(2)).await.unwrap();
+    assert_eq!((both.remaining, both.held, both.confirmed), (4, 3, 1));
+    engine
+        .place_hold(NewHold::new(SlotId(2), "new").quantity(3))
+        .await
+        .unwrap();
+    let cancelled = engine
+        .cancel_as(&Scope::Anonymous, HoldId(1))
+        .await
+        .unwrap();
+    assert_eq!(cancelled.status, HoldStatus::Cancelled);
+    let read = store
+        .get_pool(pool.pool_id, now)
+        .await
+        .unwrap()
+        .outcome
+        .unwrap();
+    assert_eq!((read.pool.stored_remaining, read.held), (2, 5));
+    assert_eq!(counts(&store, SlotId(1)).await, (5, 3, 1, 1));
+    assert_eq!(counts(&store, SlotId(2)).await, (4, 0, 4, 0));
     for slot_id in [SlotId(1), SlotId(2)] {
         assert_invariant(&store, slot_id).await;
     }
