@@ -567,6 +567,41 @@ impl Run<'_> {
     }
 }
 
+impl Run<'_> {
+    /// The lines' states of a refused booking's rows with the pools of their slots counted, as
+    /// read now (after the refusal), as every store with pools explains one
+    /// ([`LineState::within_pools`](slot_booking::store::LineState::within_pools)).
+    pub(crate) async fn within_pools(
+        &mut self,
+        rows: &[PgRow],
+        request: &slot_booking::BookingRequest<'_>,
+        states: Vec<slot_booking::store::LineState>,
+    ) -> Result<Vec<slot_booking::store::LineState>, StoreError> {
+        let mut ids = Vec::new();
+        for row in rows {
+            let pools: Option<Vec<i64>> = row.try_get("slot_pools").map_err(map_err)?;
+            ids.extend(pools.unwrap_or_default());
+        }
+        if ids.is_empty() {
+            return Ok(states);
+        }
+        ids.sort_unstable();
+        ids.dedup();
+        let inner = self.pool_sql();
+        let rows = sqlx::query(AssertSqlSafe(inner.pools.some.as_str()))
+            .bind(self.now_param(request.now))
+            .bind(&ids)
+            .fetch_all(&mut *self.conn)
+            .await
+            .map_err(map_err)?;
+        let pools = listed(&rows, "the booking's pools", crate::pools::usage_from)?.outcome;
+        Ok(states
+            .into_iter()
+            .map(|state| state.within_pools(request, &pools))
+            .collect())
+    }
+}
+
 // Every booking operation on a connection of the pool, through the same statements.
 slot_booking::forward_store!(
     impl[] BookingStore for PostgresStore,

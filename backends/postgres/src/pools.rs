@@ -197,7 +197,7 @@ pub(crate) struct PoolStatements {
     create: String,
     get: String,
     all: String,
-    some: String,
+    pub(crate) some: String,
     attach: String,
     detach: String,
     capacity: String,
@@ -345,7 +345,7 @@ impl PoolStatements {
 }
 
 /// A pool and its units of a row of `get` or `all` (`None`: the one row of no pool).
-fn usage_from(row: &PgRow) -> Result<Option<PoolUsage>, StoreError> {
+pub(crate) fn usage_from(row: &PgRow) -> Result<Option<PoolUsage>, StoreError> {
     let Some(id) = row_id(row)? else {
         return Ok(None);
     };
@@ -371,7 +371,7 @@ enum Reclaimed {
 }
 
 impl Run<'_> {
-    fn pool_sql(&self) -> Arc<Inner> {
+    pub(crate) fn pool_sql(&self) -> Arc<Inner> {
         Arc::clone(&self.store.inner)
     }
 
@@ -508,54 +508,6 @@ impl Run<'_> {
         listed(&rows, "the pools", usage_from)
     }
 
-    /// The lines' states of a refused booking's rows with the pools of their slots counted, as
-    /// read now (after the refusal), as every store with pools explains one
-    /// ([`LineState::within_pools`](slot_booking::store::LineState::within_pools)).
-    pub(crate) async fn within_pools(
-        &mut self,
-        rows: &[PgRow],
-        request: &slot_booking::BookingRequest<'_>,
-        states: Vec<slot_booking::store::LineState>,
-    ) -> Result<Vec<slot_booking::store::LineState>, StoreError> {
-        let mut ids = Vec::new();
-        for row in rows {
-            let pools: Option<Vec<i64>> = row.try_get("slot_pools").map_err(map_err)?;
-            ids.extend(pools.unwrap_or_default());
-        }
-        if ids.is_empty() {
-            return Ok(states);
-        }
-        ids.sort_unstable();
-        ids.dedup();
-        let inner = self.pool_sql();
-        let rows = sqlx::query(AssertSqlSafe(inner.pools.some.as_str()))
-            .bind(self.now_param(request.now))
-            .bind(&ids)
-            .fetch_all(&mut *self.conn)
-            .await
-            .map_err(map_err)?;
-        let pools = listed(&rows, "the booking's pools", usage_from)?.outcome;
-        Ok(states
-            .into_iter()
-            .map(|state| state.within_pools(request, &pools))
-            .collect())
-    }
-
-    /// The slot and its units at `now`, on this connection.
-    pub(crate) async fn slot_usage_at(
-        &mut self,
-        slot_id: SlotId,
-        now: Timestamp,
-    ) -> Result<Option<SlotUsage>, StoreError> {
-        let row = sqlx::query(AssertSqlSafe(self.store.sql().slot_usage.as_str()))
-            .bind(slot_id.get())
-            .bind(self.now_param(now))
-            .fetch_one(&mut *self.conn)
-            .await
-            .map_err(map_err)?;
-        usage_from_row(&row)
-    }
-
     /// The pool as read now, as `change` says (`Applied` or `InUse`), or `PoolNotFound`.
     async fn pool_answer(
         &mut self,
@@ -674,23 +626,3 @@ slot_booking::forward_store!(
     impl[] PoolStore for PostgresStore,
     |this| this.pooled().await?
 );
-
-/// Units of pools and slots read on the caller's connection, inside its transaction.
-#[async_trait]
-impl slot_booking::TransactionPools for PostgresWrites<'_> {
-    async fn get_pool(
-        &mut self,
-        pool_id: PoolId,
-        now: Timestamp,
-    ) -> Result<Option<PoolUsage>, StoreError> {
-        Ok(self.run.get_pool(pool_id, now).await?.outcome)
-    }
-
-    async fn slot_usage(
-        &mut self,
-        slot_id: SlotId,
-        now: Timestamp,
-    ) -> Result<Option<SlotUsage>, StoreError> {
-        self.run.slot_usage_at(slot_id, now).await
-    }
-}

@@ -1,6 +1,8 @@
 //! The store's traits on the pool and on the caller's connection, each generated from the
 //! one write path ([`Run`](crate::writes::Run)), and transactions the store opens itself.
 
+use slot_booking::{PoolId, PoolUsage};
+
 use super::*;
 
 // Every operation on a connection of the pool, through the same statements as the caller's.
@@ -59,5 +61,42 @@ impl TransactionalStore for PostgresStore {
 
     async fn rollback(&self, transaction: Self::Transaction) -> Result<(), StoreError> {
         transaction.rollback().await.map_err(map_err)
+    }
+}
+
+impl Run<'_> {
+    /// The slot and its units at `now`, on this connection.
+    pub(crate) async fn slot_usage_at(
+        &mut self,
+        slot_id: SlotId,
+        now: Timestamp,
+    ) -> Result<Option<SlotUsage>, StoreError> {
+        let row = sqlx::query(AssertSqlSafe(self.store.sql().slot_usage.as_str()))
+            .bind(slot_id.get())
+            .bind(self.now_param(now))
+            .fetch_one(&mut *self.conn)
+            .await
+            .map_err(map_err)?;
+        usage_from_row(&row)
+    }
+}
+
+/// Units of pools and slots read on the caller's connection, inside its transaction.
+#[async_trait]
+impl slot_booking::TransactionPools for PostgresWrites<'_> {
+    async fn get_pool(
+        &mut self,
+        pool_id: PoolId,
+        now: Timestamp,
+    ) -> Result<Option<PoolUsage>, StoreError> {
+        Ok(self.run.get_pool(pool_id, now).await?.outcome)
+    }
+
+    async fn slot_usage(
+        &mut self,
+        slot_id: SlotId,
+        now: Timestamp,
+    ) -> Result<Option<SlotUsage>, StoreError> {
+        self.run.slot_usage_at(slot_id, now).await
     }
 }

@@ -167,7 +167,9 @@ async fn tables_live_in_the_configured_schema() {
             "events",
             "hold_keys",
             "holds",
+            "pools",
             "slot_booking_migrations",
+            "slot_pools",
             "slots"
         ]
     );
@@ -191,6 +193,8 @@ async fn tables_live_in_the_configured_schema() {
         "holds_by_slot ON",
         "slots_by_resource ON",
         "(resource, starts_at, id) WHERE (resource IS NOT NULL)",
+        "slot_pools_by_pool ON",
+        "(pool_id, slot_id)",
     ] {
         assert!(
             indexes.iter().any(|d| d.contains(wanted)),
@@ -203,7 +207,7 @@ async fn tables_live_in_the_configured_schema() {
         "SELECT indexdef FROM pg_indexes WHERE schemaname = $1 AND tablename = 'slots'",
     )
     .await;
-    for written in ["capacity", "remaining", "closed", "removed_at"] {
+    for written in ["capacity", "remaining", "closed", "removed_at", "pools"] {
         assert!(
             slot_indexes.iter().all(|d| !d.contains(written)),
             "{written}: {slot_indexes:?}"
