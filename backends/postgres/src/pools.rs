@@ -230,10 +230,10 @@ impl PoolStatements {
         // `capacity - remaining` on its locked row (its invariant), never holds counted at the
         // snapshot; they are taken from the pool by a conditional update (`go`).
         let change = |kind: &str| {
-            let (removed, go, pools, pool, link) = match kind {
+            let (go, pools, pool, link) = match kind {
+                // A removed slot joins no pool (it may still leave one).
                 "attach" => (
-                    " AND removed_at IS NULL",
-                    "NOT (p.id = ANY(s.pools)) AND cardinality(s.pools) < $3 \
+                    "s.removed_at IS NULL AND NOT (p.id = ANY(s.pools)) AND cardinality(s.pools) < $3 \
                      AND p.remaining >= s.capacity - s.remaining",
                     "array_append(s.pools, $1)",
                     "p.remaining - go.units",
@@ -242,7 +242,6 @@ impl PoolStatements {
                     ),
                 ),
                 _ => (
-                    " AND removed_at IS NULL",
                     "p.id = ANY(s.pools) AND $3 > 0",
                     "array_remove(s.pools, $1)",
                     "p.remaining + go.units",
@@ -254,8 +253,8 @@ impl PoolStatements {
             };
             format!(
                 "WITH s AS ( \
-                     SELECT id, remaining, capacity, pools FROM {s}.slots \
-                     WHERE id = $2{removed} FOR NO KEY UPDATE), \
+                     SELECT id, remaining, capacity, pools, removed_at FROM {s}.slots \
+                     WHERE id = $2 FOR NO KEY UPDATE), \
                  p AS ( \
                      SELECT id, remaining FROM {s}.pools \
                      WHERE id = $1 AND EXISTS (SELECT 1 FROM s) FOR NO KEY UPDATE), \
@@ -269,6 +268,7 @@ impl PoolStatements {
                      RETURNING x.id), \
                  link AS ({link}) \
                  SELECT EXISTS (SELECT 1 FROM s) AS slot_found, \
+                        EXISTS (SELECT 1 FROM s WHERE removed_at IS NOT NULL) AS removed, \
                         EXISTS (SELECT 1 FROM p) AS pool_found, \
                         coalesce((SELECT $1 = ANY(pools) FROM s), false) AS attached, \
                         coalesce((SELECT cardinality(pools) >= $3 FROM s), false) AS full, \
@@ -551,6 +551,10 @@ impl Run<'_> {
             if !flag("pool_found")? {
                 let read = self.get_pool(pool_id, now).await?;
                 return Ok(read.map(|_| PoolChange::PoolNotFound));
+            }
+            if attach && flag("removed")? {
+                let read = self.get_pool(pool_id, now).await?;
+                return Ok(read.map(|_| PoolChange::SlotNotFound));
             }
             if flag("applied")? || flag("attached")? == attach {
                 // Applied, or already as asked (attached, or not attached for a detach).

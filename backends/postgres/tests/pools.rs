@@ -345,6 +345,8 @@ async fn every_reclaim_and_administrative_change_gives_units_back_to_pools() {
         engine.attach_slot(q, a).await.unwrap_err().code(),
         "slot_not_found"
     );
+    // A removed slot may still leave its pools.
+    assert_eq!(engine.detach_slot(p, a).await.unwrap().slots, vec![b]);
 }
 
 #[tokio::test]
