@@ -121,8 +121,8 @@ async fn pools_cap_holds_and_bookings_across_their_slots(app: App) {
         ),
         (json!(1), json!(4), json!([a.0, b.0]))
     );
-    let listing = app.send(Request::get("/slots"), "").await;
-    let entries = listing.ok(200).as_array().unwrap().clone();
+    let listing = app.send(Request::get("/slots/availability"), "").await;
+    let entries = listing.ok(200)["slots"].as_array().unwrap().clone();
     let shown = |slot: SlotId| {
         entries
             .iter()
