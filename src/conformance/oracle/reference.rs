@@ -105,6 +105,20 @@ pub(super) enum Seen {
     Done,
 }
 
+impl Seen {
+    /// The answer without what a store's own way of giving back expired holds may change: a
+    /// changed slot's stored `remaining`.
+    pub(super) fn as_read(self) -> Seen {
+        match self {
+            Seen::Slot(mut slot) => {
+                slot.stored_remaining = 0;
+                Seen::Slot(slot)
+            }
+            other => other,
+        }
+    }
+}
+
 /// Confirms a line at `now`, as the outcome table says.
 pub(super) fn confirming(
     now: Timestamp,
