@@ -24,6 +24,7 @@ use std::sync::Arc;
 use crate::group::{insert_outcome, Insert};
 use crate::lines::{booking_by_id, booking_by_key, change_lines};
 use crate::map_err;
+use crate::pools::pool_line_states;
 use crate::rows::{from_micros, hold_from_row, to_micros};
 use crate::sql::Statements;
 use crate::units::reclaim;
@@ -69,7 +70,8 @@ enum LineInsert {
 }
 
 /// Inserts `line`'s hold (its conditional decrement); when it finds no unit for a reason the
-/// statement could not settle, reclaims the slot's expired holds and inserts once more. `key`
+/// statement could not settle, reclaims the expired holds of the slot and of the other slots of
+/// its pools and inserts once more. `key`
 /// is the client's key for the first line, [`line_key`] for the others. The first line's key
 /// was read free in this unit, under the write lock; it is taken at its insert only if that
 /// read was somehow not the last word, and the unique key then refuses the insert.
@@ -190,6 +192,7 @@ pub(crate) async fn create_booking(
         let own = hold.as_ref().map_or(0, |hold| hold.quantity);
         states.push(line_state(sql, conn, line, request.now, own, hold.is_none()).await?);
     }
+    pool_line_states(sql, conn, request.lines, &taken, &mut states, request.now).await?;
     Ok(Step::undo(BookingOutcome::refused(request, None, &states)))
 }
 

@@ -9,6 +9,8 @@
 use std::fmt;
 use std::sync::OnceLock;
 
+use crate::pools::PoolStatements;
+
 /// The prefix [`SqliteStore::new`](crate::SqliteStore::new) and
 /// [`SqliteStore::connect`](crate::SqliteStore::connect) give their tables:
 /// `slot_booking_slots`, `slot_booking_holds`, `slot_booking_migrations`.
@@ -19,7 +21,7 @@ pub const DEFAULT_TABLE_PREFIX: &str = "slot_booking_";
 pub(crate) const MAX_INSERTS_AT_ONCE: usize = 32;
 
 /// The columns [`hold_from_row`](crate::hold_from_row) reads.
-const HOLD_COLUMNS: &str =
+pub(crate) const HOLD_COLUMNS: &str =
     "id, slot_id, status, expires_at, confirmed_at, cancelled_at, quantity, owner, created_at";
 
 /// The columns [`slot_from_row`](crate::slot_from_row) reads.
@@ -142,6 +144,8 @@ pub(crate) struct Statements {
     pub(crate) cancel_booking: String,
     pub(crate) renew_booking: String,
     pub(crate) renew_booking_unmoved: String,
+    /// The pools' statements (`pools.rs`).
+    pub(crate) pools: PoolStatements,
     /// The holds table's name, for [`Statements::insert_holds`].
     holds: String,
     /// [`Statements::insert_holds`]'s texts, made on first use: `insert_holds_texts[k - 1]`
@@ -155,6 +159,7 @@ impl Statements {
         let holds = format!("{prefix}holds");
         let events = format!("{prefix}events");
         let consumers = format!("{prefix}event_consumers");
+        let slot_pools = format!("{prefix}slot_pools");
         // A slot's units still stored as held, split at ?1 (now) into active and expired: two
         // correlated sums, each one range of the partial index `holds_held_by_slot_expiry`
         // (slot_id, expires_at, quantity), which covers them: a `SlotUsage` per row.
@@ -238,16 +243,27 @@ impl Statements {
                      (slot_id, idempotency_key, status, expires_at, created_at, quantity, owner) \
                  VALUES (?1, ?2, 'held', ?4, ?3, ?5, ?6) RETURNING {HOLD_COLUMNS}"
             ),
-            // Only a selling slot (not started, sales open, not removed) is reclaimed, so a
-            // hold refused because the slot is not selling changes nothing.
+            // Only for a selling slot (not started, sales open, not removed), so a hold refused
+            // because the slot is not selling changes nothing. The slot's expired holds and
+            // those of the other slots of its pools (migration 9), which a pool short of units
+            // needs: one statement either way, each slot one range of the partial index over
+            // held holds.
             reclaim: format!(
                 "UPDATE {holds} SET status = 'expired' \
-                 WHERE slot_id = ?1 AND status = 'held' AND expires_at <= ?2 \
+                 WHERE slot_id IN (SELECT ?1 UNION SELECT o.slot_id FROM {slot_pools} m \
+                                   JOIN {slot_pools} o ON o.pool_id = m.pool_id \
+                                   WHERE m.slot_id = ?1) \
+                   AND status = 'held' AND expires_at <= ?2 \
                    AND EXISTS (SELECT 1 FROM {slots} WHERE id = ?1 AND starts_at > ?2 \
                                  AND closed = 0 AND removed_at IS NULL) \
                  RETURNING {HOLD_COLUMNS}"
             ),
-            give_back: format!("UPDATE {slots} SET remaining = remaining + ?1 WHERE id = ?2"),
+            // ?1 units, ?2 slot id; returns whether the slot belongs to a pool, whose units
+            // go back too (`PoolStatements::give_back`, in the same unit of work).
+            give_back: format!(
+                "UPDATE {slots} SET remaining = remaining + ?1 WHERE id = ?2 \
+                 RETURNING EXISTS (SELECT 1 FROM {slot_pools} WHERE slot_id = ?2) AS pooled"
+            ),
             // Confirm, cancel and renew act on every line of the booking the hold ?2 belongs
             // to (a plain hold is a booking of one line), in one statement, and only when the
             // rule applies to every line: the guard finds no line it does not apply to. The
@@ -431,6 +447,7 @@ impl Statements {
                                   FROM {consumers}) \
                      ORDER BY id LIMIT ?2)"
             ),
+            pools: PoolStatements::new(prefix),
             holds,
             insert_holds_texts: (0..MAX_INSERTS_AT_ONCE).map(|_| OnceLock::new()).collect(),
         }

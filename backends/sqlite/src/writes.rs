@@ -145,8 +145,8 @@ where
 
 const KEY_TAKEN_BY_NONE: &str = "a unique violation on the idempotency key, but no hold has it";
 
-/// A hold that found no unit: reclaims the slot's expired holds (one `hold_expired` event each)
-/// and inserts once more. Tried even if this reclaimed nothing: a racing hold may have
+/// A hold that found no unit: reclaims the slot's expired holds and those of the other slots
+/// of its pools (one `hold_expired` event each) and inserts once more. Tried even if this reclaimed nothing: a racing hold may have
 /// reclaimed units since. Refused, it says why and undoes the reclaim and its events (the next
 /// hold that needs the units redoes it).
 pub(crate) async fn hold_after_reclaim(
