@@ -95,9 +95,16 @@ impl AvailabilitySnapshot {
         for (i, usage) in pools.into_iter().enumerate() {
             let free = usage.available();
             for &slot in &usage.pool.slots {
-                limits.slots.entry(slot).or_insert((0, Vec::new())).1.push(i);
+                limits
+                    .slots
+                    .entry(slot)
+                    .or_insert((0, Vec::new()))
+                    .1
+                    .push(i);
             }
-            limits.pools.push((usage.pool.pool_id, free, usage.pool.slots));
+            limits
+                .pools
+                .push((usage.pool.pool_id, free, usage.pool.slots));
         }
         for entry in &self.entries {
             if let Some(own) = limits.slots.get_mut(&entry.slot_id) {
@@ -105,7 +112,9 @@ impl AvailabilitySnapshot {
             }
         }
         // Slots not listed (started, closed) keep no units of their own here: none is shown.
-        limits.slots.retain(|slot, _| self.entries.iter().any(|e| e.slot_id == *slot));
+        limits
+            .slots
+            .retain(|slot, _| self.entries.iter().any(|e| e.slot_id == *slot));
         let shown = |entry: &mut AvailabilityEntry| {
             if let Some(units) = limits.shown(entry.slot_id) {
                 entry.remaining = units;
@@ -147,7 +156,11 @@ impl AvailabilitySnapshot {
     pub fn take(&mut self, units: &[(SlotId, i32)]) {
         let mut touched = Vec::new();
         for &(slot_id, taken) in units {
-            match self.pools.as_mut().and_then(|p| p.slots.get_mut(&slot_id).map(|s| (s, &mut p.pools))) {
+            match self
+                .pools
+                .as_mut()
+                .and_then(|p| p.slots.get_mut(&slot_id).map(|s| (s, &mut p.pools)))
+            {
                 Some(((own, of), pools)) => {
                     *own = own.saturating_sub(taken);
                     for &i in of.iter() {

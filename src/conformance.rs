@@ -70,6 +70,10 @@ pub const TRANSACTION_MODEL_CASES: u32 = 64;
 /// store (`PROPTEST_CASES` overrides it).
 pub const BOOKING_MODEL_CASES: u32 = 128;
 
+/// Random sequences [`pool_conformance_tests!`](crate::pool_conformance_tests) runs against the
+/// model per store (`PROPTEST_CASES` overrides it).
+pub const POOL_MODEL_CASES: u32 = 128;
+
 /// Random sequences [`event_conformance_tests!`](crate::event_conformance_tests) runs against
 /// the model, event log included, per store (`PROPTEST_CASES` overrides it).
 pub const EVENT_MODEL_CASES: u32 = 128;
@@ -283,6 +287,51 @@ macro_rules! booking_conformance_tests {
             let store = ($factory)();
             async move { Some(store.await) }
         });
+    };
+}
+
+/// Expands to one `#[test]` per pool case, for a store implementing
+/// [`PoolStore`](crate::PoolStore), [`BookingStore`](crate::BookingStore) and
+/// [`SlotAdmin`](crate::SlotAdmin): capacities shared by several slots, taken with every unit
+/// of their slots, given back with them, shown in availability, raced; plus the model-based
+/// tests with pools. Same forms as [`conformance_tests!`](crate::conformance_tests).
+#[macro_export]
+macro_rules! pool_conformance_tests {
+    (optional: $factory:expr) => {
+        $crate::__pool_case_list!($crate::__conformance_case_tests; $factory, cases);
+        $crate::__pool_model_tests!($factory);
+    };
+    ($factory:expr) => {
+        $crate::pool_conformance_tests!(optional: || {
+            let store = ($factory)();
+            async move { Some(store.await) }
+        });
+    };
+}
+
+/// The model-based tests of [`pool_conformance_tests!`](crate::pool_conformance_tests). Not
+/// part of the API.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __pool_model_tests {
+    ($factory:expr) => {
+        $crate::__conformance_property_test!(
+            /// Random sequences with bookings and pools against the sequential model.
+            model_based_pools,
+            $factory,
+            $crate::conformance::oracle::check_pools,
+            $crate::conformance::POOL_MODEL_CASES,
+            40
+        );
+
+        $crate::__conformance_property_test!(
+            /// Random concurrent batches of bookings over slots sharing pools: every slot's
+            /// and pool's invariant after each batch.
+            concurrent_random_pool_batches,
+            $factory,
+            $crate::conformance::oracle::check_concurrent_pools,
+            $crate::conformance::CONCURRENT_CASES
+        );
     };
 }
 

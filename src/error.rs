@@ -1,8 +1,8 @@
 //! The engine's error type.
 
 use crate::model::{
-    ConsumerId, HoldId, InvalidBooking, PoolId, InvalidIdempotencyKey, InvalidOwnerId, InvalidSlot,
-    LineProblem, LineShortfall, SlotId,
+    ConsumerId, HoldId, InvalidBooking, InvalidIdempotencyKey, InvalidOwnerId, InvalidSlot,
+    LineProblem, LineShortfall, PoolId, SlotId,
 };
 use crate::store::StoreError;
 
@@ -365,9 +365,7 @@ mod tests {
                     problem: LineProblem::SoldOut { free: 1 },
                 }],
             },
-            BookingError::PoolNotFound {
-                pool_id: PoolId(1),
-            },
+            BookingError::PoolNotFound { pool_id: PoolId(1) },
             BookingError::PoolInUse {
                 pool_id: PoolId(1),
                 requested: 1,

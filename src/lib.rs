@@ -256,13 +256,14 @@ pub use model::{
     OwnerId, Page, PageItem, PageRequest, Purged, ResourceId, Slot, SlotCursor, SlotId, SlotPage,
     SlotSummary, SlotUsage, Timestamp,
 };
-pub use model::{NewPool, Pool, PoolId, PoolSummary, PoolUsage, MAX_POOLS_PER_SLOT};
 pub use model::{LineProblem, LineShortfall};
+pub use model::{NewPool, Pool, PoolId, PoolSummary, PoolUsage, MAX_POOLS_PER_SLOT};
 pub use scope::Scope;
 pub use store::{
     BookingOutcome, BookingRequest, BookingStore, Decided, EventStore, HoldOutcome, HoldQueries,
-    HoldRequest, HoldStore, PoolChange, PoolStore, RenewRequest, SlotAdmin, SlotChange, SlotLimits, Store, StoreError,
-    StoreErrorKind, TransactionBookings, TransactionPools, TransactionWrites, TransactionalStore, Transition,
+    HoldRequest, HoldStore, PoolChange, PoolStore, RenewRequest, SlotAdmin, SlotChange, SlotLimits,
+    Store, StoreError, StoreErrorKind, TransactionBookings, TransactionPools, TransactionWrites,
+    TransactionalStore, Transition,
 };
 pub use transaction::Within;
 

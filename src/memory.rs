@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use crate::model::{
     AvailabilityEntry, AvailabilityQuery, ConsumerId, Event, EventKind, EventPosition, Hold,
     HoldId, HoldStatus, IdempotencyKey, LeaseHolder, NewEvent, NewSlot, OwnerId, PageRequest,
-    Purged, Slot, SlotCursor, SlotId, SlotUsage, Timestamp,
+    PoolId, Purged, Slot, SlotCursor, SlotId, SlotUsage, Timestamp,
 };
 use crate::scope::Scope;
 use crate::store::{
@@ -33,6 +33,9 @@ mod admin;
 mod bookings;
 mod events;
 mod holds;
+mod pools;
+
+use pools::PoolTable;
 
 const SHARDS: usize = 16;
 
@@ -58,6 +61,8 @@ pub struct MemoryStore {
     /// line holds and their slots, by slot id (the first is the booking's id). A leaf lock:
     /// nothing else is taken while it is held.
     bookings: Mutex<HashMap<HoldId, Lines>>,
+    /// Every pool, locked after the slots an operation holds (see [`pools`]).
+    pools: Mutex<PoolTable>,
     /// Owned holds by owner, then id: the twin of the SQL index on `(owner, id)`.
     owners: Mutex<BTreeSet<(OwnerId, HoldId)>>,
     last_hold_id: AtomicI64,
@@ -117,6 +122,8 @@ struct SlotRow {
     held_by_expiry: BTreeSet<(Timestamp, HoldId)>,
     /// Each hold's idempotency key, to free it when the hold is purged.
     keys: HashMap<HoldId, IdempotencyKey>,
+    /// The pools the slot draws from, by id.
+    pools: Vec<PoolId>,
 }
 
 impl SlotRow {
@@ -155,6 +162,7 @@ impl SlotRow {
         &mut self,
         now: Timestamp,
         log: &Mutex<EventLog>,
+        pools: &Mutex<PoolTable>,
         fits: impl Fn(&Slot, i32) -> bool,
         change: impl FnOnce(&mut Slot) -> EventKind,
     ) -> SlotChange {
@@ -165,7 +173,7 @@ impl SlotRow {
             if !fits(&self.slot, self.expired_units(now)) {
                 return SlotChange::InUse(self.usage(now));
             }
-            self.reclaim(now, usize::MAX, log);
+            self.reclaim(now, usize::MAX, log, pools);
         }
         let before = self.slot.clone();
         let kind = change(&mut self.slot);
@@ -176,8 +184,14 @@ impl SlotRow {
     }
 
     /// Marks up to `limit` held holds with `expires_at <= now` as expired, gives their units
-    /// back and logs one `hold_expired` event each; returns them.
-    fn reclaim(&mut self, now: Timestamp, limit: usize, log: &Mutex<EventLog>) -> Vec<Hold> {
+    /// back to the slot and its pools and logs one `hold_expired` event each; returns them.
+    fn reclaim(
+        &mut self,
+        now: Timestamp,
+        limit: usize,
+        log: &Mutex<EventLog>,
+        pools: &Mutex<PoolTable>,
+    ) -> Vec<Hold> {
         let expired: Vec<(Timestamp, HoldId)> =
             self.expired_held(now).take(limit).copied().collect();
         let mut reclaimed = Vec::with_capacity(expired.len());
@@ -190,6 +204,8 @@ impl SlotRow {
             }
         }
         if !reclaimed.is_empty() {
+            let units = reclaimed.iter().map(|hold| hold.quantity).sum();
+            lock(pools).give_back(&self.pools, units);
             let mut log = lock(log);
             for hold in &reclaimed {
                 log.append(NewEvent::of_hold(EventKind::HoldExpired, hold, now));
@@ -248,32 +264,55 @@ impl MemoryStore {
 }
 
 impl MemoryStore {
-    /// [`HoldStore::create_hold`](crate::HoldStore::create_hold)'s decision, made under the key shard's lock and then the slot's.
-    fn place_hold(&self, request: &HoldRequest<'_>) -> Result<HoldOutcome, StoreError> {
+    /// [`HoldStore::create_hold`](crate::HoldStore::create_hold): placed, or tried once more
+    /// after giving back the expired holds of a pool that was short.
+    fn create_hold_now(&self, request: &HoldRequest<'_>) -> Result<HoldOutcome, StoreError> {
+        match self.place_hold(request)? {
+            Placed::Decided(outcome) => Ok(outcome),
+            Placed::PoolShort(short) if self.reclaim_pools(&short, request.now) => {
+                match self.place_hold(request)? {
+                    Placed::Decided(outcome) => Ok(outcome),
+                    Placed::PoolShort(_) => Ok(HoldOutcome::SoldOut),
+                }
+            }
+            Placed::PoolShort(_) => Ok(HoldOutcome::SoldOut),
+        }
+    }
+
+    /// The hold's decision, made under the key shard's lock, then the slot's, then the pool
+    /// table's.
+    fn place_hold(&self, request: &HoldRequest<'_>) -> Result<Placed<HoldOutcome>, StoreError> {
+        let decided = |outcome| Ok(Placed::Decided(outcome));
         let mut keys = lock(self.key_shard(request.key));
         let vacant = match keys.entry(request.key.clone()) {
             Entry::Occupied(taken) => {
                 let holder = self.key_holder(taken.get().0)?;
-                return Ok(HoldOutcome::key_taken(request, holder));
+                return decided(HoldOutcome::key_taken(request, holder));
             }
             Entry::Vacant(vacant) => vacant,
         };
 
         let Some(row) = self.slot_row(request.slot_id) else {
-            return Ok(HoldOutcome::refused(request, None, None));
+            return decided(HoldOutcome::refused(request, None, None));
         };
         let mut row = lock(&row);
-        let open = row.slot.is_selling_at(request.now);
-        // Reclaim expired holds only when that makes the hold fit: a refused hold changes
-        // nothing.
-        if open
-            && row.slot.stored_remaining < request.quantity
-            && row.slot.stored_remaining + row.expired_units(request.now) >= request.quantity
-        {
-            row.reclaim(request.now, usize::MAX, &self.log);
+        let now = request.now;
+        let expired = row.expired_units(now);
+        if !row.slot.is_selling_at(now) || row.slot.stored_remaining + expired < request.quantity {
+            return decided(HoldOutcome::refused(request, None, Some(row.limits())));
         }
-        if !open || row.slot.stored_remaining < request.quantity {
-            return Ok(HoldOutcome::refused(request, None, Some(row.limits())));
+        let needs: Vec<(PoolId, i32)> = row.pools.iter().map(|&p| (p, request.quantity)).collect();
+        // Reclaim expired holds only when that makes the hold fit: a refused hold changes
+        // nothing. The slot's expired units are its pools' too.
+        let (short, tight) = lock(&self.pools).short_of(&needs, |_| expired);
+        if !short.is_empty() {
+            return Ok(Placed::PoolShort(short));
+        }
+        if row.slot.stored_remaining < request.quantity || tight {
+            row.reclaim(now, usize::MAX, &self.log, &self.pools);
+        }
+        if let Err(short) = lock(&self.pools).take(&needs) {
+            return Ok(Placed::PoolShort(short));
         }
         row.slot.stored_remaining -= request.quantity;
 
@@ -287,7 +326,7 @@ impl MemoryStore {
             cancelled_at: None,
             quantity: request.quantity,
             owner: request.owner.cloned(),
-            created_at: request.now,
+            created_at: now,
         };
         row.holds.insert(hold_id, hold.clone());
         row.held_by_expiry.insert((hold.expires_at, hold_id));
@@ -297,9 +336,16 @@ impl MemoryStore {
         if let Some(owner) = request.owner {
             lock(&self.owners).insert((owner.clone(), hold_id));
         }
-        lock(&self.log).append(NewEvent::of_hold(EventKind::HoldPlaced, &hold, request.now));
-        Ok(HoldOutcome::Created(hold))
+        lock(&self.log).append(NewEvent::of_hold(EventKind::HoldPlaced, &hold, now));
+        decided(HoldOutcome::Created(hold))
     }
+}
+
+/// A placement's result: decided, or short in these pools (nothing changed but reclaims of
+/// units that were free already).
+pub(super) enum Placed<T> {
+    Decided(T),
+    PoolShort(Vec<PoolId>),
 }
 
 /// Whether `hold` ended (cancelled, or expired and reclaimed) before `before`: history a purge

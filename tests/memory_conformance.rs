@@ -9,3 +9,7 @@ mod events {
 mod bookings {
     slot_booking::booking_conformance_tests!(events, || async { slot_booking::MemoryStore::new() });
 }
+
+mod pools {
+    slot_booking::pool_conformance_tests!(|| async { slot_booking::MemoryStore::new() });
+}

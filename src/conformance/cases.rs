@@ -16,6 +16,7 @@ mod bookings;
 mod lifecycle;
 mod lifetimes;
 mod owners;
+mod pools;
 mod quantities;
 mod queries;
 mod races;
@@ -31,6 +32,7 @@ mod bodies {
     pub(super) use super::lifecycle::*;
     pub(super) use super::lifetimes::*;
     pub(super) use super::owners::*;
+    pub(super) use super::pools::*;
     pub(super) use super::quantities::*;
     pub(super) use super::queries::*;
     pub(super) use super::races::*;
@@ -168,6 +170,26 @@ macro_rules! __booking_event_case_list {
     };
 }
 
+/// The pool cases (file `pools`): capacities shared by several slots, taken and given back
+/// with their slots' units, shown in availability, administered without selling a unit twice.
+/// [`pool_conformance_tests!`](crate::pool_conformance_tests) makes a `#[test]` of each. Not
+/// part of the API.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __pool_case_list {
+    ($callback:path; $($args:tt)*) => {
+        $callback! { $($args)*;
+            pool_caps_its_slots_together
+            pool_refusal_takes_nothing
+            pool_reclaims_expired_holds_of_its_slots
+            attaching_and_detaching_move_the_slots_units
+            pool_capacity_never_below_its_taken_units
+            pools_show_in_the_cached_listing_at_once
+            race_over_shared_pools_never_oversells
+        }
+    };
+}
+
 /// A public function of each case a list names.
 macro_rules! public_cases {
     ($bound:tt; $($case:ident)*) => {
@@ -185,6 +207,7 @@ crate::__lifecycle_case_list!(public_cases; [crate::store::HoldStore]);
 crate::__query_case_list!(public_cases; [crate::store::HoldStore + crate::store::HoldQueries]);
 crate::__admin_case_list!(public_cases; [crate::store::HoldStore + crate::store::SlotAdmin]);
 crate::__booking_case_list!(public_cases; [crate::store::BookingStore + crate::store::SlotAdmin]);
+crate::__pool_case_list!(public_cases; [crate::store::PoolStore + crate::store::BookingStore + crate::store::SlotAdmin]);
 crate::__booking_event_case_list!(public_cases; [crate::store::BookingStore + crate::store::SlotAdmin + crate::store::EventStore]);
 
 /// [`check_hold_store`] from the lifecycle list.

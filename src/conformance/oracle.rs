@@ -34,8 +34,10 @@ macro_rules! ensure {
 mod bookings;
 mod concurrent;
 mod concurrent_bookings;
+mod concurrent_pools;
 mod expected_events;
 mod ops;
+mod pools;
 mod reference;
 mod runner;
 mod strategies;
@@ -45,8 +47,10 @@ mod writes;
 pub use bookings::{booking_op, check_booking_events, check_bookings};
 pub use concurrent::{check_concurrent, Batch};
 pub use concurrent_bookings::{check_concurrent_bookings, BookingStep};
+pub use concurrent_pools::check_concurrent_pools;
 pub use expected_events::check_events;
 pub use ops::{ModelOp, LEASE};
+pub use pools::{check_pools, pool_op};
 
 /// The former name of [`ModelOp`], renamed so that it is not taken for the crate's own
 /// `Op` of its metrics and traces (`observe`).

@@ -24,6 +24,7 @@ impl SlotAdmin for MemoryStore {
         let change = row.change_taking_free_units(
             now,
             &self.log,
+            &self.pools,
             |slot, extra| remaining_after(slot, extra) >= 0,
             |slot| {
                 slot.stored_remaining += capacity - slot.capacity;
@@ -78,6 +79,7 @@ impl SlotAdmin for MemoryStore {
         let change = row.change_taking_free_units(
             now,
             &self.log,
+            &self.pools,
             |slot, extra| slot.stored_remaining + extra == slot.capacity,
             |slot| {
                 slot.removed_at = Some(now);

@@ -7,6 +7,8 @@
 
 use async_trait::async_trait;
 
+use std::collections::BTreeMap;
+
 use super::*;
 use crate::model::{Booking, BookingLine};
 use crate::store::{BookingOutcome, BookingRequest, BookingStore, LineState};
@@ -138,9 +140,14 @@ impl MemoryStore {
             return Transition::NotApplied(before);
         }
         let mut events = Vec::new();
+        let mut table = matches!(change, Change::Cancel).then(|| lock(&self.pools));
         for (id, i) in &present {
             let was = guards[*i].holds.get(id).cloned();
             let kind = change.apply(&mut guards[*i], *id, now);
+            // A cancel gives the line's units back to its slot's pools too.
+            if let (Some(table), Some(hold)) = (table.as_mut(), &was) {
+                table.give_back(&guards[*i].pools, hold.quantity);
+            }
             if let Some(hold) = guards[*i]
                 .holds
                 .get(id)
@@ -149,6 +156,7 @@ impl MemoryStore {
                 events.push(NewEvent::of_hold(kind, hold, now));
             }
         }
+        drop(table);
         let mut log = lock(&self.log);
         for event in events {
             log.append(event);
@@ -196,14 +204,37 @@ impl MemoryStore {
         }
     }
 
-    /// [`BookingStore::create_booking`]'s decision, under the key shard's lock and then every
-    /// line's slot lock, by slot id.
-    fn place_booking(&self, request: &BookingRequest<'_>) -> Result<BookingOutcome, StoreError> {
+    /// [`BookingStore::create_booking`]: placed, or tried once more after giving back the
+    /// expired holds of the pools that were short.
+    fn create_booking_now(
+        &self,
+        request: &BookingRequest<'_>,
+    ) -> Result<BookingOutcome, StoreError> {
+        match self.place_booking(request, false)? {
+            Placed::Decided(outcome) => Ok(outcome),
+            Placed::PoolShort(short) => {
+                self.reclaim_pools(&short, request.now);
+                match self.place_booking(request, true)? {
+                    Placed::Decided(outcome) => Ok(outcome),
+                    Placed::PoolShort(_) => Err(StoreError::failed("a last try left undecided")),
+                }
+            }
+        }
+    }
+
+    /// The booking's decision, under the key shard's lock, then every line's slot lock by
+    /// slot id, then the pool table's. On the `last` try a short pool refuses the booking.
+    fn place_booking(
+        &self,
+        request: &BookingRequest<'_>,
+        last: bool,
+    ) -> Result<Placed<BookingOutcome>, StoreError> {
+        let decided = |outcome| Ok(Placed::Decided(outcome));
         let mut keys = lock(self.key_shard(request.key));
         let vacant = match keys.entry(request.key.clone()) {
             Entry::Occupied(taken) => {
                 let holder = self.key_holder(taken.get().0)?;
-                return Ok(BookingOutcome::refused(request, Some(holder), &[]));
+                return decided(BookingOutcome::refused(request, Some(holder), &[]));
             }
             Entry::Vacant(vacant) => vacant,
         };
@@ -217,6 +248,7 @@ impl MemoryStore {
             .map(|row| row.as_ref().map(|row| lock(row)))
             .collect();
         let now = request.now;
+        let free = |row: &SlotRow| row.slot.stored_remaining + row.expired_units(now);
         // Whether each line fits, counting its slot's expired holds as free; they are reclaimed
         // below only when every line fits: a refused booking changes nothing.
         let fits: Vec<bool> = request
@@ -224,37 +256,49 @@ impl MemoryStore {
             .iter()
             .zip(&guards)
             .map(|(line, row)| {
-                row.as_ref().is_some_and(|row| {
-                    row.slot.is_selling_at(now)
-                        && row.slot.stored_remaining + row.expired_units(now) >= line.quantity
-                })
+                row.as_ref()
+                    .is_some_and(|row| row.slot.is_selling_at(now) && free(row) >= line.quantity)
             })
             .collect();
-        if fits.contains(&false) {
-            let states: Vec<LineState> = request
-                .lines
-                .iter()
-                .zip(&guards)
-                .zip(&fits)
-                .map(|((line, row), fit)| LineState {
-                    line: *line,
-                    slot: row.as_ref().map(|row| row.limits()),
-                    free: row
-                        .as_ref()
-                        .map_or(0, |row| row.slot.stored_remaining + row.expired_units(now)),
-                    failed: !fit,
-                })
-                .collect();
-            return Ok(BookingOutcome::refused(request, None, &states));
+        // Each pool's units over the lines on its slots, and the expired units of those
+        // slots (theirs too).
+        let mut needs: BTreeMap<PoolId, (i32, i32)> = BTreeMap::new();
+        for (line, row) in request.lines.iter().zip(&guards) {
+            let Some(row) = row else { continue };
+            for pool_id in &row.pools {
+                let need = needs.entry(*pool_id).or_default();
+                need.0 += line.quantity;
+                need.1 += row.expired_units(now);
+            }
         }
-
+        let needs: Vec<(PoolId, i32, i32)> =
+            needs.into_iter().map(|(p, (n, e))| (p, n, e)).collect();
+        let units: Vec<(PoolId, i32)> = needs.iter().map(|&(p, n, _)| (p, n)).collect();
+        let (short, tight) = lock(&self.pools).short_of(&units, |pool_id| {
+            needs.iter().find(|n| n.0 == pool_id).map_or(0, |n| n.2)
+        });
+        if !short.is_empty() && !fits.contains(&false) && !last {
+            return Ok(Placed::PoolShort(short));
+        }
+        if !short.is_empty() || fits.contains(&false) {
+            return decided(self.refusal(request, guards, fits, keys));
+        }
+        for (line, row) in request.lines.iter().zip(guards.iter_mut().flatten()) {
+            if row.slot.stored_remaining < line.quantity || tight {
+                row.reclaim(now, usize::MAX, &self.log, &self.pools);
+            }
+        }
+        if let Err(short) = lock(&self.pools).take(&units) {
+            // A hold on another slot of the pool took its units since the check above.
+            return match last {
+                true => decided(self.refusal(request, guards, fits, keys)),
+                false => Ok(Placed::PoolShort(short)),
+            };
+        }
         let mut lines = Vec::with_capacity(request.lines.len());
         let mut holds = Vec::with_capacity(request.lines.len());
         let mut key = Some(vacant);
         for (line, row) in request.lines.iter().zip(guards.iter_mut().flatten()) {
-            if row.slot.stored_remaining < line.quantity {
-                row.reclaim(now, usize::MAX, &self.log);
-            }
             let hold = self.take_line(row, line, request);
             // The first line's hold carries the key: the unique constraint is the booking's.
             if let Some(vacant) = key.take() {
@@ -276,8 +320,58 @@ impl MemoryStore {
         }
         drop(log);
         Booking::of_lines(holds)
-            .map(BookingOutcome::Created)
+            .map(|booking| Placed::Decided(BookingOutcome::Created(booking)))
             .ok_or_else(|| StoreError::failed("a booking of no lines"))
+    }
+
+    /// The refusal of a booking whose lines `fits` says fit (or not) by their slots: the
+    /// slots read under their locks, which are released here, then the pools of their slots
+    /// read (each slot's free units, expired holds included), as
+    /// [`PoolStore`](crate::PoolStore) says.
+    fn refusal(
+        &self,
+        request: &BookingRequest<'_>,
+        guards: Vec<Option<MutexGuard<'_, SlotRow>>>,
+        fits: Vec<bool>,
+        keys: MutexGuard<'_, HashMap<IdempotencyKey, (HoldId, SlotId)>>,
+    ) -> BookingOutcome {
+        let now = request.now;
+        let slots: Vec<Option<(SlotLimits, i32, Vec<PoolId>)>> = guards
+            .iter()
+            .map(|row| {
+                let row = row.as_ref()?;
+                let free = row.slot.stored_remaining + row.expired_units(now);
+                Some((row.limits(), free, row.pools.clone()))
+            })
+            .collect();
+        drop(guards);
+        drop(keys);
+        let mut pool_ids: Vec<PoolId> = slots.iter().flatten().flat_map(|s| s.2.clone()).collect();
+        pool_ids.sort_unstable();
+        pool_ids.dedup();
+        let pools = self.usage_of(Some(&pool_ids), now);
+        let states: Vec<LineState> = request
+            .lines
+            .iter()
+            .zip(slots)
+            .zip(fits)
+            .map(|((line, slot), fit)| match slot {
+                None => LineState {
+                    line: *line,
+                    slot: None,
+                    free: 0,
+                    failed: true,
+                },
+                Some((limits, free, _)) => LineState {
+                    line: *line,
+                    slot: Some(limits),
+                    free,
+                    failed: !fit,
+                }
+                .within_pools(request, &pools),
+            })
+            .collect();
+        BookingOutcome::refused(request, None, &states)
     }
 
     /// Takes `line`'s units of `row` (they fit) and stores its hold.
@@ -316,7 +410,7 @@ impl BookingStore for MemoryStore {
         &self,
         request: BookingRequest<'_>,
     ) -> Result<Decided<BookingOutcome>, StoreError> {
-        let outcome = self.place_booking(&request)?;
+        let outcome = self.create_booking_now(&request)?;
         Ok(Decided::new(request.now, outcome))
     }
 

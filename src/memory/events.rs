@@ -106,7 +106,7 @@ impl EventStore for MemoryStore {
             if left == 0 {
                 break;
             }
-            reclaimed.extend(lock(&row).reclaim(now, left, &self.log));
+            reclaimed.extend(lock(&row).reclaim(now, left, &self.log, &self.pools));
         }
         Ok(reclaimed)
     }

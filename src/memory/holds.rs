@@ -25,6 +25,7 @@ impl HoldStore for MemoryStore {
             holds: BTreeMap::new(),
             held_by_expiry: BTreeSet::new(),
             keys: HashMap::new(),
+            pools: Vec::new(),
         };
         row.log_slot(EventKind::SlotCreated, now, &self.log);
         table.by_start.insert((slot.starts_at, slot.slot_id));
@@ -65,11 +66,18 @@ impl HoldStore for MemoryStore {
         Ok(Decided::new(now, entries))
     }
 
+    async fn pools(
+        &self,
+        now: Timestamp,
+    ) -> Result<Decided<Vec<crate::model::PoolUsage>>, StoreError> {
+        Ok(Decided::new(now, self.every_pool(now)))
+    }
+
     async fn create_hold(
         &self,
         request: HoldRequest<'_>,
     ) -> Result<Decided<HoldOutcome>, StoreError> {
-        let outcome = self.place_hold(&request)?;
+        let outcome = self.create_hold_now(&request)?;
         Ok(Decided::new(request.now, outcome))
     }
 

@@ -121,8 +121,14 @@ mod tests {
             held: 2,
             expired: 1,
         };
-        assert_eq!((usage.available(), usage.confirmed(), usage.taken()), (4, 4, 6));
+        assert_eq!(
+            (usage.available(), usage.confirmed(), usage.taken()),
+            (4, 4, 6)
+        );
         let summary = PoolSummary::from(usage);
-        assert_eq!((summary.remaining, summary.held, summary.confirmed), (4, 2, 4));
+        assert_eq!(
+            (summary.remaining, summary.held, summary.confirmed),
+            (4, 2, 4)
+        );
     }
 }

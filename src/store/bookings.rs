@@ -7,7 +7,7 @@ use super::holds::HoldStore;
 use super::outcome::{Decided, HoldOutcome, HoldRequest, RenewRequest, SlotLimits, Transition};
 use crate::model::{
     Booking, BookingLine, Hold, HoldId, IdempotencyKey, LineProblem, LineShortfall, OwnerId,
-    Timestamp,
+    PoolUsage, Timestamp,
 };
 use crate::scope::Scope;
 
@@ -140,6 +140,29 @@ pub struct LineState {
     /// Whether the line's conditional decrement affected no row (so it is short even if the
     /// units read since look enough).
     pub failed: bool,
+}
+
+impl LineState {
+    /// The line's state once the pools read after the refusal are counted: `pools` (any of
+    /// them; those the line's slot is not in are left out) each with its units at the
+    /// decision. The line's `free` becomes the least of its slot's and its pools' available
+    /// units, and it has `failed` when any of its slot's pools has fewer available units than
+    /// every line of `request` on that pool's slots asks together. Every store with pools
+    /// explains a refused booking through this.
+    pub fn within_pools(mut self, request: &BookingRequest<'_>, pools: &[PoolUsage]) -> Self {
+        let slot = self.line.slot_id;
+        for usage in pools.iter().filter(|u| u.pool.slots.contains(&slot)) {
+            let asked: i32 = request
+                .lines
+                .iter()
+                .filter(|line| usage.pool.slots.contains(&line.slot_id))
+                .map(|line| line.quantity)
+                .sum();
+            self.free = self.free.min(usage.available());
+            self.failed |= usage.available() < asked;
+        }
+        self
+    }
 }
 
 /// What [`BookingStore::create_booking`] did.

@@ -4,6 +4,15 @@
 use super::*;
 
 impl Run<'_> {
+    /// No pools yet: the store's pools land with its `PoolStore` (the engine reads this with
+    /// availability).
+    pub(crate) async fn pools(
+        &mut self,
+        now: Timestamp,
+    ) -> Result<Decided<Vec<slot_booking::PoolUsage>>, StoreError> {
+        Ok(Decided::new(now, Vec::new()))
+    }
+
     pub(crate) async fn availability(
         &mut self,
         now: Timestamp,

@@ -30,7 +30,7 @@ impl<S: BookingStore> Fixture<S> {
     }
 
     /// Each slot's stored `remaining`, in order.
-    async fn remainders(&self, slots: &[SlotId]) -> Vec<i32> {
+    pub(super) async fn remainders(&self, slots: &[SlotId]) -> Vec<i32> {
         let mut left = Vec::new();
         for slot in slots {
             left.push(self.remaining(*slot).await);

@@ -93,7 +93,12 @@ impl Model {
         let short: Vec<LineShortfall> = asked
             .iter()
             .filter_map(|&(slot_id, quantity, _)| {
-                let problem = self.line_problem(slot_id, quantity, now)?;
+                let problem = match self.line_problem(slot_id, quantity, now) {
+                    None | Some(LineProblem::SoldOut { .. }) => {
+                        self.within_pools(slot_id, quantity, &asked, now)?
+                    }
+                    problem => problem?,
+                };
                 Some(LineShortfall {
                     slot_id,
                     quantity,
@@ -238,7 +243,7 @@ fn seen(result: Result<Booking, BookingError>, replayed: bool) -> Seen {
 
 /// Runs the booking operations, against the engine and the model side by side, and hands
 /// every other check to `inner` (the event log's, or none).
-pub(super) struct BookingSteps<C>(C);
+pub(super) struct BookingSteps<C>(pub(super) C);
 
 #[async_trait::async_trait]
 impl<S: Store + BookingStore, C: StepCheck<S>> StepCheck<S> for BookingSteps<C> {

@@ -42,7 +42,7 @@ pub enum BookingStep {
     },
 }
 
-fn step() -> impl Strategy<Value = BookingStep> {
+pub(super) fn step() -> impl Strategy<Value = BookingStep> {
     prop_oneof![
         5 => (proptest::collection::vec(0..4usize, 1..=3), 0..10u8)
             .prop_map(|(slots, key)| BookingStep::Book { slots, key }),
@@ -115,22 +115,43 @@ async fn run_step<S: Store + BookingStore>(
     }
 }
 
-/// Runs batches concurrently against a fresh store; `Err` describes the first violation.
-async fn run_batches<S: Store + BookingStore>(
-    store: S,
-    batches: &[(Vec<BookingStep>, i64)],
-) -> Result<(), Mismatch> {
-    let Fixture { engine, clock } = Fixture::new(store);
+/// The slots every concurrent booking run books from: capacities 1, 2, 3 and 5.
+pub(super) async fn batch_slots<S: Store>(f: &Fixture<S>) -> Result<Vec<SlotId>, Mismatch> {
     let mut slots = Vec::new();
     for capacity in [1, 2, 3, 5] {
-        let starts_at = clock.now() + Duration::hours(2);
+        let starts_at = f.clock.now() + Duration::hours(2);
         let slot = NewSlot::new(starts_at, starts_at + Duration::hours(1), capacity);
-        let slot = engine
+        let slot = f
+            .engine
             .create_slot(slot)
             .await
             .map_err(|e| Mismatch(format!("create_slot: {e}")))?;
         slots.push(slot.slot_id);
     }
+    Ok(slots)
+}
+
+/// Runs batches concurrently against a fresh store; `Err` describes the first violation.
+async fn run_batches<S: Store + BookingStore>(
+    store: S,
+    batches: &[(Vec<BookingStep>, i64)],
+) -> Result<(), Mismatch> {
+    let f = Fixture::new(store);
+    let slots = batch_slots(&f).await?;
+    run_batches_on(&f, &slots, batches, async |_, _| Ok(())).await
+}
+
+/// Runs `batches` concurrently on `f`'s engine over `slots`; after each batch, checks every
+/// booking, every slot's invariant, and whatever `check` checks of the lines stored (by
+/// slot) at the clock's time.
+pub(super) async fn run_batches_on<S: Store + BookingStore>(
+    f: &Fixture<S>,
+    slots: &[SlotId],
+    batches: &[(Vec<BookingStep>, i64)],
+    check: impl AsyncFn(&HashMap<SlotId, Vec<crate::Hold>>, crate::Timestamp) -> Result<(), Mismatch>,
+) -> Result<(), Mismatch> {
+    let (engine, clock) = (&f.engine, &f.clock);
+    let slots = slots.to_vec();
     let mut bookings: Vec<Booking> = Vec::new();
     let mut acked: HashMap<HoldId, Acknowledged> = HashMap::new();
     for (number, (steps, advance)) in batches.iter().enumerate() {
@@ -222,6 +243,9 @@ async fn run_batches<S: Store + BookingStore>(
                 per_slot.entry(line.slot_id).or_default().push(line);
             }
         }
+        check(&per_slot, now)
+            .await
+            .map_err(|Mismatch(m)| Mismatch(format!("after batch {number}: {m}")))?;
         for &slot_id in &slots {
             let slot = engine
                 .store()

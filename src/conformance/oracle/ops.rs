@@ -96,6 +96,33 @@ pub enum ModelOp {
         /// Scope number.
         scope: u8,
     },
+    /// Create a pool of `capacity` units (some below zero on purpose; drawn only by
+    /// [`check_pools`](super::check_pools)).
+    CreatePool {
+        /// Units.
+        capacity: i32,
+    },
+    /// Attach (`attach`) slot number `slot` to pool number `pool`, or detach it.
+    PoolMember {
+        /// Pool index (of the pools created so far).
+        pool: usize,
+        /// Slot index.
+        slot: usize,
+        /// Attach or detach.
+        attach: bool,
+    },
+    /// Set pool number `pool`'s capacity (some below zero on purpose).
+    SetPoolCapacity {
+        /// Pool index.
+        pool: usize,
+        /// The new capacity.
+        capacity: i32,
+    },
+    /// Read pool number `pool`.
+    GetPool {
+        /// Pool index.
+        pool: usize,
+    },
     /// Confirm hold number `hold` in scope number `scope`.
     Confirm {
         /// Hold index.

@@ -48,6 +48,8 @@ pub(super) struct Model {
     /// The lines of each booking of several lines (indexes into `holds`, by slot id), under
     /// each line's index. A hold not here is a booking of one line.
     pub(super) lines: HashMap<usize, Vec<usize>>,
+    /// The pools created so far, in order (see `pools.rs`).
+    pub(super) pools: Vec<super::pools::ModelPool>,
 }
 
 /// What an operation returned, with store-assigned ids kept as they are.
@@ -77,6 +79,10 @@ pub(super) enum Seen {
     CapacityTaken(i32),
     /// `slot_in_use`, with the units held and confirmed.
     InUse(i32, i32),
+    /// A pool after a change or read.
+    Pool(crate::model::PoolSummary),
+    /// `pool_in_use`, with the units asked for and those taken.
+    PoolInUse(i32, i32),
     /// The holds a reclaim reclaimed, by id.
     Reclaimed(Vec<HoldId>),
     /// Whether a lease was granted.
@@ -274,6 +280,11 @@ impl Model {
         if model_slot.closed || model_slot.starts_at <= now {
             return Seen::Error("slot_closed");
         }
+        let slot_free = model_slot.remaining + self.held_units(slot_id, now).1;
+        if slot_free >= quantity && self.pool_short(slot_id, &[(slot_id, quantity)], now) {
+            return Seen::Error("sold_out");
+        }
+        let model_slot = &self.slots[slot];
         if model_slot.remaining < quantity {
             let (_, free) = self.held_units(slot_id, now);
             // Reclaim only when it makes the hold fit: a refused hold changes nothing.
@@ -417,7 +428,10 @@ impl Model {
                 .into_iter()
                 .map(|s| {
                     let (_, expired) = self.held_units(s.id, now);
-                    (s.id, s.remaining + expired)
+                    (
+                        s.id,
+                        self.pool_free_of(s.id, now).min(s.remaining + expired),
+                    )
                 })
                 .collect(),
         )
