@@ -31,8 +31,9 @@ CREATE INDEX {p}slot_pools_by_pool ON {p}slot_pools (pool_id, slot_id);
 -- (`remaining >= quantity`), decided by the rows it changed: fewer than the slot's pools and
 -- the statement aborts, the slot's decrement with it. A pool short with no held hold expired
 -- on any slot of the slot's pools (and the key free) is settled here as sold out, as the
--- slot's own refusal is; otherwise the store reclaims the expired holds of the slot and of its
--- pools' slots and inserts once more. A slot of no pool pays one lookup of the (empty) range of
+-- slot's own refusal is; otherwise it aborts with a message of its own, and the store
+-- reclaims the slot's expired holds and inserts once more, then (a pool still short) those of
+-- the short pools' slots and once more. A slot of no pool pays one lookup of the (empty) range of
 -- `slot_pools`' primary key, twice.
 DROP TRIGGER {p}holds_take_a_unit;
 CREATE TRIGGER {p}holds_take_a_unit BEFORE INSERT ON {p}holds

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use crate::group::{insert_outcome, Insert};
 use crate::lines::{booking_by_id, booking_by_key, change_lines};
 use crate::map_err;
-use crate::pools::pool_line_states;
+use crate::pools::{pool_line_states, reclaim_short_pools};
 use crate::rows::{from_micros, hold_from_row, to_micros};
 use crate::sql::Statements;
 use crate::units::reclaim;
@@ -70,8 +70,8 @@ enum LineInsert {
 }
 
 /// Inserts `line`'s hold (its conditional decrement); when it finds no unit for a reason the
-/// statement could not settle, reclaims the expired holds of the slot and of the other slots of
-/// its pools and inserts once more. `key`
+/// statement could not settle, reclaims the slot's expired holds and inserts once more, and
+/// when a pool of the slot is short then, those of the short pools' slots and once more. `key`
 /// is the client's key for the first line, [`line_key`] for the others. The first line's key
 /// was read free in this unit, under the write lock; it is taken at its insert only if that
 /// read was somehow not the last word, and the unique key then refuses the insert.
@@ -84,7 +84,8 @@ async fn take_line(
     booking: Option<HoldId>,
 ) -> Result<LineInsert, StoreError> {
     let slot_id = line.slot_id.get();
-    let mut reclaimed = false;
+    // 0: as stored; 1: the slot's expired holds reclaimed; 2: and those of its short pools.
+    let mut reclaimed = 0;
     loop {
         let inserted = sqlx::query(AssertSqlSafe(sql.insert_line.as_str()))
             .bind(slot_id)
@@ -102,13 +103,17 @@ async fn take_line(
             Insert::KeyTaken => return Ok(LineInsert::KeyInUse),
             // Settled inside the statement: nothing expired to reclaim.
             Insert::SoldOut => return Ok(LineInsert::Short),
-            Insert::NoUnit if reclaimed => return Ok(LineInsert::Short),
-            Insert::NoUnit => {
+            Insert::NoUnit | Insert::PoolShort if reclaimed == 0 => {
                 // Only a selling slot is reclaimed; the booking's unit of work is rolled back
                 // (and the reclaim with it) if any line stays short.
                 reclaim(sql, &sql.reclaim, conn, slot_id, request.now).await?;
-                reclaimed = true;
+                reclaimed = 1;
             }
+            Insert::PoolShort if reclaimed == 1 => {
+                reclaim_short_pools(sql, conn, slot_id, line.quantity, request.now).await?;
+                reclaimed = 2;
+            }
+            Insert::NoUnit | Insert::PoolShort => return Ok(LineInsert::Short),
         }
     }
 }
@@ -192,7 +197,7 @@ pub(crate) async fn create_booking(
         let own = hold.as_ref().map_or(0, |hold| hold.quantity);
         states.push(line_state(sql, conn, line, request.now, own, hold.is_none()).await?);
     }
-    pool_line_states(sql, conn, request.lines, &taken, &mut states, request.now).await?;
+    let states = pool_line_states(sql, conn, request, &taken, states).await?;
     Ok(Step::undo(BookingOutcome::refused(request, None, &states)))
 }
 

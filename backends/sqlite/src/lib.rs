@@ -153,8 +153,9 @@
 //!   aborts the statement, the slot's decrement with it. So a hold, a booking's line and a
 //!   group commit's insert still take their units in their one statement, from the slot and
 //!   its pools or from none. A pool short with no expired hold on its slots is answered as
-//!   sold out by the statement itself; otherwise the reclaim path also reclaims the expired
-//!   holds of the other slots of the slot's pools before inserting once more. A booking
+//!   sold out by the statement itself; otherwise it aborts with a message of its own, and the
+//!   reclaim path, once the slot's own expired holds are reclaimed and a pool is still short,
+//!   reclaims the expired holds of the short pools' slots and inserts once more. A booking
 //!   refused by a pool marks every line on that pool's slots failed.
 //! * **Giving back.** Every give-back of a slot's units (cancel, the lazy, administrative and
 //!   reclaimer's reclaims) is one update of the slot that returns whether it belongs to a pool;
@@ -480,7 +481,7 @@ impl SqliteStore {
             Insert::KeyTaken => return writes::key_taken(&self.sql, &self.pool, request).await,
             // Settled by the statement itself: no further statement, no transaction.
             Insert::SoldOut => return Ok(sold_out()),
-            Insert::NoUnit => {}
+            Insert::NoUnit | Insert::PoolShort => {}
         }
         let mut w = self.begin_write().await?;
         let step = writes::hold_after_reclaim(&self.sql, w.connection(), request).await;

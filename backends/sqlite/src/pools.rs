@@ -8,10 +8,11 @@
 //!   conditional decrement, decrements every pool of the slot conditionally in the same
 //!   statement and aborts it when fewer rows changed than the slot has pools, so a hold, a
 //!   booking's line and a group commit's insert take from the slot and its pools or from
-//!   none. A pool short with expired holds on its slots aborts as "no unit": the store then
-//!   reclaims the expired holds of the slot and of its pools' other slots (the `reclaim`
-//!   statement, sql.rs) and inserts once more, in the unit of work that is rolled back if it
-//!   is still refused.
+//!   none. A pool short with expired holds on its slots aborts with a message of its own
+//!   ([`Insert::PoolShort`](crate::group::Insert)): the store then reclaims the slot's expired
+//!   holds and inserts once more, and if a pool is still short, the expired holds of the short
+//!   pools' slots ([`reclaim_short_pools`]) and once more, in the unit of work that is rolled
+//!   back if it is still refused.
 //! * **Giving back**: every give-back of a slot's units (cancel, the lazy and administrative
 //!   reclaims, [`reclaim_expired`](slot_booking::EventStore::reclaim_expired)) goes through
 //!   [`units::give_back`](crate::units::give_back), whose update returns whether the slot
@@ -29,7 +30,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use slot_booking::store::LineState;
 use slot_booking::{
-    BookingLine, Decided, Hold, NewPool, Pool, PoolChange, PoolId, PoolUsage, SlotId, SlotUsage,
+    BookingRequest, Decided, Hold, NewPool, Pool, PoolChange, PoolId, PoolUsage, SlotId, SlotUsage,
     StoreError, Timestamp, TransactionPools, MAX_POOLS_PER_SLOT,
 };
 use sqlx::sqlite::{SqliteConnection, SqliteRow};
@@ -39,7 +40,7 @@ use crate::map_err;
 use crate::rows::{to_micros, usage_from_row};
 use crate::sql::{Statements, TablePrefix, HOLD_COLUMNS};
 use crate::transaction::SqliteWrites;
-use crate::units::reclaim;
+use crate::units::{reclaim, reclaim_by};
 use crate::writes::{Run, Step};
 
 /// The pools' statements, with this store's table names.
@@ -51,6 +52,7 @@ pub(crate) struct PoolStatements {
     give_back: String,
     pools_of_slot: String,
     reclaim_pool: String,
+    reclaim_short_pools: String,
     attach: String,
     add_member: String,
     attach_refusal: String,
@@ -108,6 +110,20 @@ impl PoolStatements {
             pools_of_slot: format!(
                 "SELECT pool_id FROM {slot_pools} WHERE slot_id = ?1 ORDER BY pool_id"
             ),
+            // ?1 slot id, ?2 now, ?3 units: the expired held holds of the slots of the slot's
+            // pools that have fewer than ?3 units (a hold's or line's insert aborted by one of
+            // them), if the slot is selling.
+            reclaim_short_pools: format!(
+                "UPDATE {holds} SET status = 'expired' \
+                 WHERE slot_id IN (SELECT o.slot_id FROM {slot_pools} m \
+                                   JOIN {pools} p ON p.id = m.pool_id AND p.remaining < ?3 \
+                                   JOIN {slot_pools} o ON o.pool_id = m.pool_id \
+                                   WHERE m.slot_id = ?1) \
+                   AND status = 'held' AND expires_at <= ?2 \
+                   AND EXISTS (SELECT 1 FROM {slots} WHERE id = ?1 AND starts_at > ?2 \
+                                 AND closed = 0 AND removed_at IS NULL) \
+                 RETURNING {HOLD_COLUMNS}"
+            ),
             // ?1 pool id, ?2 now: the expired held holds of the pool's slots.
             reclaim_pool: format!(
                 "UPDATE {holds} SET status = 'expired' \
@@ -126,9 +142,10 @@ impl PoolStatements {
                    AND (SELECT count(*) FROM {slot_pools} WHERE slot_id = ?1) < ?3"
             ),
             add_member: format!("INSERT INTO {slot_pools} (slot_id, pool_id) VALUES (?1, ?2)"),
-            // ?1 slot id, ?2 pool id: why `attach` changed no row.
+            // ?1 slot id, ?2 pool id: why `attach` changed no row (or `detach` deleted none).
             attach_refusal: format!(
-                "SELECT EXISTS (SELECT 1 FROM {pools} WHERE id = ?2), \
+                "SELECT EXISTS (SELECT 1 FROM {slots} WHERE id = ?1), \
+                        EXISTS (SELECT 1 FROM {pools} WHERE id = ?2), \
                         EXISTS (SELECT 1 FROM {slots} WHERE id = ?1 AND removed_at IS NULL), \
                         EXISTS (SELECT 1 FROM {slot_pools} WHERE slot_id = ?1 AND pool_id = ?2), \
                         (SELECT count(*) FROM {slot_pools} WHERE slot_id = ?1)"
@@ -211,55 +228,71 @@ pub(crate) async fn give_back(
     Ok(())
 }
 
-/// A refused booking's line states with its pools: for each pool of the lines' slots, the
-/// units the booking's lines on its slots ask for against the pool's free units (expired holds
-/// and the units the lines taken in this unit count as free); a pool short of them marks every
-/// line on its slots `failed`, its `free` the least of the slot's and the pool's.
+/// For a hold (or a booking's line) of `quantity` units on `slot_id` that a pool refused after
+/// the slot's own expired holds were reclaimed: reclaims the expired holds of every slot of
+/// the slot's pools short of `quantity`, giving them back to their slots and all their pools.
+/// The caller's unit of work is rolled back, and this with it, if it is refused all the same.
+pub(crate) async fn reclaim_short_pools(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    slot_id: i64,
+    quantity: i32,
+    now: Timestamp,
+) -> Result<(), StoreError> {
+    let update = sqlx::query(AssertSqlSafe(sql.pools.reclaim_short_pools.as_str()))
+        .bind(slot_id)
+        .bind(to_micros(now))
+        .bind(quantity);
+    reclaim_by(sql, conn, update, now).await?;
+    Ok(())
+}
+
+/// A refused booking's line states with its pools ([`LineState::within_pools`], as every
+/// store explains one): each pool of the lines' slots read in this unit, the units the lines
+/// taken in it on the pool's slots counted free (they go back with the rollback), as the
+/// slots' own are.
 pub(crate) async fn pool_line_states(
     sql: &Statements,
     conn: &mut SqliteConnection,
-    lines: &[BookingLine],
+    request: &BookingRequest<'_>,
     taken: &[Option<Hold>],
-    states: &mut [LineState],
-    now: Timestamp,
-) -> Result<(), StoreError> {
-    // Per pool, by id: units asked, units taken in this unit, and its lines.
-    let mut by_pool: BTreeMap<i64, (i64, i64, Vec<usize>)> = BTreeMap::new();
-    for (i, (line, hold)) in lines.iter().zip(taken).enumerate() {
+    states: Vec<LineState>,
+) -> Result<Vec<LineState>, StoreError> {
+    // Per pool, by id: the units the lines taken in this unit took from it.
+    let mut own: BTreeMap<i64, i64> = BTreeMap::new();
+    for (line, hold) in request.lines.iter().zip(taken) {
         let pools: Vec<i64> = sqlx::query_scalar(AssertSqlSafe(sql.pools.pools_of_slot.as_str()))
             .bind(line.slot_id.get())
             .fetch_all(&mut *conn)
             .await
             .map_err(map_err)?;
         for pool in pools {
-            let entry = by_pool.entry(pool).or_default();
-            entry.0 += i64::from(line.quantity);
-            entry.1 += hold.as_ref().map_or(0, |hold| i64::from(hold.quantity));
-            entry.2.push(i);
+            *own.entry(pool).or_default() += hold.as_ref().map_or(0, |h| i64::from(h.quantity));
         }
     }
-    for (pool_id, (asked, own, indices)) in by_pool {
-        let Some(usage) = pool_usage(sql, conn, PoolId(pool_id), now).await? else {
-            continue;
-        };
-        let free = i64::from(usage.available()) + own;
-        if asked <= free {
-            continue;
-        }
-        let free = i32::try_from(free).unwrap_or(i32::MAX);
-        for i in indices {
-            if let Some(state) = states.get_mut(i) {
-                state.failed = true;
-                state.free = state.free.min(free);
-            }
+    if own.is_empty() {
+        return Ok(states);
+    }
+    let mut pools = Vec::with_capacity(own.len());
+    for (pool_id, own) in own {
+        if let Some(mut usage) = pool_usage(sql, conn, PoolId(pool_id), request.now).await? {
+            let remaining = i64::from(usage.pool.stored_remaining) + own;
+            usage.pool.stored_remaining = i32::try_from(remaining).unwrap_or(i32::MAX);
+            pools.push(usage);
         }
     }
-    Ok(())
+    Ok(states
+        .into_iter()
+        .map(|state| state.within_pools(request, &pools))
+        .collect())
 }
 
-/// What `attach_refusal` read: why `attach` changed no row.
+/// What `attach_refusal` read: why `attach` changed no row (or `detach` deleted none).
 struct AttachRefusal {
+    /// A slot has the id, removed or not.
+    slot_stored: bool,
     pool: bool,
+    /// The slot exists and is not removed.
     slot: bool,
     attached: bool,
     pools_of_slot: i64,
@@ -271,7 +304,7 @@ async fn attach_refusal(
     pool_id: PoolId,
     slot_id: SlotId,
 ) -> Result<AttachRefusal, StoreError> {
-    let (pool, slot, attached, pools_of_slot): (bool, bool, bool, i64) =
+    let (slot_stored, pool, slot, attached, pools_of_slot): (bool, bool, bool, bool, i64) =
         sqlx::query_as(AssertSqlSafe(sql.pools.attach_refusal.as_str()))
             .bind(slot_id.get())
             .bind(pool_id.get())
@@ -279,6 +312,7 @@ async fn attach_refusal(
             .await
             .map_err(map_err)?;
     Ok(AttachRefusal {
+        slot_stored,
         pool,
         slot,
         attached,
@@ -342,7 +376,12 @@ async fn attach_slot(
             usage_now(sql, conn, pool_id, now).await?,
         )));
     }
+    // Checked in the order every store answers: no such slot, no such pool, a removed slot,
+    // attached already, too many pools, then units.
     let refusal = attach_refusal(sql, conn, pool_id, slot_id).await?;
+    if !refusal.slot_stored {
+        return Ok(Step::undo(PoolChange::SlotNotFound));
+    }
     if !refusal.pool {
         return Ok(Step::undo(PoolChange::PoolNotFound));
     }
@@ -388,7 +427,14 @@ async fn detach_slot(
         .execute(&mut *conn)
         .await
         .map_err(map_err)?;
-    if deleted.rows_affected() == 1 {
+    if deleted.rows_affected() == 0 {
+        // Nothing deleted: no such slot (a removed one is detached as any other), no such
+        // pool, or not attached (applied, unchanged).
+        let refusal = attach_refusal(sql, conn, pool_id, slot_id).await?;
+        if !refusal.slot_stored {
+            return Ok(Step::undo(PoolChange::SlotNotFound));
+        }
+    } else {
         let given = sqlx::query(AssertSqlSafe(sql.pools.detach_give_back.as_str()))
             .bind(slot_id.get())
             .bind(pool_id.get())
@@ -585,5 +631,53 @@ impl TransactionPools for SqliteWrites<'_> {
         now: Timestamp,
     ) -> Result<Option<SlotUsage>, StoreError> {
         self.run.slot_usage(slot_id, now).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_pool_statement_names_only_prefixed_tables() {
+        let sql = PoolStatements::new(&TablePrefix::new("zz_").unwrap());
+        let PoolStatements {
+            create_pool,
+            pool_usage,
+            every_pool,
+            give_back,
+            pools_of_slot,
+            reclaim_pool,
+            reclaim_short_pools,
+            attach,
+            add_member,
+            attach_refusal,
+            detach,
+            detach_give_back,
+            change_capacity,
+        } = &sql;
+        for statement in [
+            create_pool,
+            pool_usage,
+            every_pool,
+            give_back,
+            pools_of_slot,
+            reclaim_pool,
+            reclaim_short_pools,
+            attach,
+            add_member,
+            attach_refusal,
+            detach,
+            detach_give_back,
+            change_capacity,
+        ] {
+            assert!(statement.contains("zz_"), "{statement}");
+            for table in ["slots", "holds", "pools", "slot_pools"] {
+                for verb in ["FROM", "JOIN", "INTO", "UPDATE"] {
+                    let bare = format!("{verb} {table} ");
+                    assert!(!statement.contains(&bare), "{statement}");
+                }
+            }
+        }
     }
 }

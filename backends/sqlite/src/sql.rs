@@ -243,17 +243,11 @@ impl Statements {
                      (slot_id, idempotency_key, status, expires_at, created_at, quantity, owner) \
                  VALUES (?1, ?2, 'held', ?4, ?3, ?5, ?6) RETURNING {HOLD_COLUMNS}"
             ),
-            // Only for a selling slot (not started, sales open, not removed), so a hold refused
-            // because the slot is not selling changes nothing. The slot's expired holds and
-            // those of the other slots of its pools (migration 9), which a pool short of units
-            // needs: one statement either way, each slot one range of the partial index over
-            // held holds.
+            // Only a selling slot (not started, sales open, not removed) is reclaimed, so a
+            // hold refused because the slot is not selling changes nothing.
             reclaim: format!(
                 "UPDATE {holds} SET status = 'expired' \
-                 WHERE slot_id IN (SELECT ?1 UNION SELECT o.slot_id FROM {slot_pools} m \
-                                   JOIN {slot_pools} o ON o.pool_id = m.pool_id \
-                                   WHERE m.slot_id = ?1) \
-                   AND status = 'held' AND expires_at <= ?2 \
+                 WHERE slot_id = ?1 AND status = 'held' AND expires_at <= ?2 \
                    AND EXISTS (SELECT 1 FROM {slots} WHERE id = ?1 AND starts_at > ?2 \
                                  AND closed = 0 AND removed_at IS NULL) \
                  RETURNING {HOLD_COLUMNS}"

@@ -40,10 +40,8 @@ pub(crate) async fn log_hold(
 }
 
 /// Marks held holds that expired by `now` as expired with `statement`, bound to `(id, now)`:
-/// `reclaim` (a selling slot's and its pools' other slots'), `reclaim_expired` (any slot's),
-/// or a pool's slots' (`pools.rs`). Gives their units back, slot by slot in id order (to each
-/// slot's pools too), and appends one `hold_expired` event each, at `now`; returns the holds it
-/// reclaimed (the rows the update returned), as stored after.
+/// `reclaim` (a selling slot's), `reclaim_expired` (any slot's), or a pool's slots'
+/// (`pools.rs`); see [`reclaim_by`].
 pub(crate) async fn reclaim(
     sql: &Statements,
     statement: &str,
@@ -51,12 +49,22 @@ pub(crate) async fn reclaim(
     id: i64,
     now: Timestamp,
 ) -> Result<Vec<Hold>, StoreError> {
-    let rows = sqlx::query(AssertSqlSafe(statement))
+    let update = sqlx::query(AssertSqlSafe(statement))
         .bind(id)
-        .bind(to_micros(now))
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(map_err)?;
+        .bind(to_micros(now));
+    reclaim_by(sql, conn, update, now).await
+}
+
+/// Runs `update`, a reclaim that marks held holds expired by `now` as expired and returns them;
+/// gives their units back, slot by slot in id order (to each slot's pools too), and appends one
+/// `hold_expired` event each, at `now`. Returns the holds it reclaimed, as stored after.
+pub(crate) async fn reclaim_by(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    update: Query<'_>,
+    now: Timestamp,
+) -> Result<Vec<Hold>, StoreError> {
+    let rows = update.fetch_all(&mut *conn).await.map_err(map_err)?;
     let reclaimed = rows
         .iter()
         .map(hold_from_row)
