@@ -208,6 +208,22 @@ async fn attaching_is_refused_for_what_it_cannot_do() {
         engine.attach_slot(one_more, gone).await.unwrap_err().code(),
         "slot_not_found"
     );
+    // Detaching: no slot at all is not found, before the pool is looked at; a removed slot
+    // or one not attached changes nothing.
+    assert_eq!(
+        engine
+            .detach_slot(missing, SlotId(999))
+            .await
+            .unwrap_err()
+            .code(),
+        "slot_not_found"
+    );
+    assert_eq!(
+        engine.detach_slot(missing, a).await.unwrap_err().code(),
+        "pool_not_found"
+    );
+    let unchanged = engine.detach_slot(one_more, gone).await.unwrap();
+    assert_eq!((unchanged.remaining, unchanged.slots.len()), (10, 0));
     assert_pools(store.pool()).await;
 }
 
@@ -550,4 +566,60 @@ async fn hold_quantity(
         .await
         .unwrap()
         .outcome
+}
+
+/// A hold short only on its own slot reclaims that slot's expired holds and no other's; one
+/// refused by a pool reclaims the short pool's slots, and a refusal reclaims nothing.
+#[tokio::test]
+async fn only_what_makes_the_hold_fit_is_reclaimed() {
+    let db = TempDb::new("pools_reclaim_scope");
+    let store = db.store().await;
+    let clock = ManualClock::new(t0());
+    let engine = engine(store.clone(), &clock);
+    let (a, b) = (slot(&store, 2).await, slot(&store, 5).await);
+    let p = engine.create_pool(NewPool::new(4)).await.unwrap().pool_id;
+    engine.attach_slot(p, a).await.unwrap();
+    engine.attach_slot(p, b).await.unwrap();
+    let on_a = engine
+        .place_hold(NewHold::new(a, "a").quantity(2))
+        .await
+        .unwrap()
+        .hold;
+    let on_b = engine.place_hold(NewHold::new(b, "b")).await.unwrap().hold;
+    clock.advance(Duration::minutes(6));
+    let status = |hold_id| {
+        let store = store.clone();
+        let now = clock_now(&clock);
+        async move {
+            store
+                .get_hold(hold_id, &ANYONE, now)
+                .await
+                .unwrap()
+                .outcome
+                .unwrap()
+                .status
+        }
+    };
+    // Slot a is short by its own expired hold; the pool has 1 free and 3 after that.
+    engine
+        .place_hold(NewHold::new(a, "a2").quantity(2))
+        .await
+        .unwrap();
+    assert_eq!(status(on_a.hold_id).await, HoldStatus::Expired);
+    assert_eq!(status(on_b.hold_id).await, HoldStatus::Held);
+    // Refused even with b's expired unit: nothing reclaimed.
+    let refused = engine
+        .place_hold(NewHold::new(b, "b4").quantity(4))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), "sold_out");
+    assert_eq!(status(on_b.hold_id).await, HoldStatus::Held);
+    // The pool has 1 stored free and b's expired unit: 2 fit once it is reclaimed.
+    engine
+        .place_hold(NewHold::new(b, "b2").quantity(2))
+        .await
+        .unwrap();
+    assert_eq!(status(on_b.hold_id).await, HoldStatus::Expired);
+    assert_eq!(stored(store.pool(), p).await, 0);
+    assert_pools(store.pool()).await;
 }
