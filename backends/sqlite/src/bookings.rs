@@ -14,17 +14,18 @@
 
 use slot_booking::store::LineState;
 use slot_booking::{
-    Booking, BookingLine, BookingOutcome, BookingRequest, Decided, EventKind, Hold, HoldId,
+    Booking, BookingLine, BookingOutcome, BookingRequest, Decided, EventKind, Hold, HoldId, PoolId,
     RenewRequest, Scope, SlotLimits, StoreError, Timestamp, Transition,
 };
 use sqlx::sqlite::SqliteConnection;
 use sqlx::AssertSqlSafe;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::group::{insert_outcome, Insert};
 use crate::lines::{booking_by_id, booking_by_key, change_lines};
 use crate::map_err;
-use crate::pools::{pool_line_states, reclaim_short_pools};
+use crate::pools::{pool_usage, reclaim_short_pools};
 use crate::rows::{from_micros, hold_from_row, to_micros};
 use crate::sql::Statements;
 use crate::units::reclaim;
@@ -238,6 +239,46 @@ async fn line_state(
         free: i32::try_from(free).unwrap_or(i32::MAX),
         failed,
     })
+}
+
+/// A refused booking's line states with its pools ([`LineState::within_pools`], as every
+/// store explains one): each pool of the lines' slots read in this unit, the units the lines
+/// taken in it on the pool's slots counted free (they go back with the rollback), as the
+/// slots' own are.
+pub(crate) async fn pool_line_states(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    request: &BookingRequest<'_>,
+    taken: &[Option<Hold>],
+    states: Vec<LineState>,
+) -> Result<Vec<LineState>, StoreError> {
+    // Per pool, by id: the units the lines taken in this unit took from it.
+    let mut own: BTreeMap<i64, i64> = BTreeMap::new();
+    for (line, hold) in request.lines.iter().zip(taken) {
+        let pools: Vec<i64> = sqlx::query_scalar(AssertSqlSafe(sql.pools.pools_of_slot.as_str()))
+            .bind(line.slot_id.get())
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(map_err)?;
+        for pool in pools {
+            *own.entry(pool).or_default() += hold.as_ref().map_or(0, |h| i64::from(h.quantity));
+        }
+    }
+    if own.is_empty() {
+        return Ok(states);
+    }
+    let mut pools = Vec::with_capacity(own.len());
+    for (pool_id, own) in own {
+        if let Some(mut usage) = pool_usage(sql, conn, PoolId(pool_id), request.now).await? {
+            let remaining = i64::from(usage.pool.stored_remaining) + own;
+            usage.pool.stored_remaining = i32::try_from(remaining).unwrap_or(i32::MAX);
+            pools.push(usage);
+        }
+    }
+    Ok(states
+        .into_iter()
+        .map(|state| state.within_pools(request, &pools))
+        .collect())
 }
 
 /// Confirms (`kind` [`EventKind::HoldConfirmed`], with `statement` `confirm_booking`) or

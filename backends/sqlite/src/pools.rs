@@ -24,14 +24,12 @@
 //! SQLite admits one writer at a time, so no two of these interleave; give-backs still run by
 //! slot id ascending, as the PostgreSQL store locks.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use slot_booking::store::LineState;
 use slot_booking::{
-    BookingRequest, Decided, Hold, NewPool, Pool, PoolChange, PoolId, PoolUsage, SlotId, SlotUsage,
-    StoreError, Timestamp, TransactionPools, MAX_POOLS_PER_SLOT,
+    Decided, NewPool, Pool, PoolChange, PoolId, PoolUsage, SlotId, SlotUsage, StoreError,
+    Timestamp, TransactionPools, MAX_POOLS_PER_SLOT,
 };
 use sqlx::sqlite::{SqliteConnection, SqliteRow};
 use sqlx::{AssertSqlSafe, Row};
@@ -50,7 +48,7 @@ pub(crate) struct PoolStatements {
     pool_usage: String,
     every_pool: String,
     give_back: String,
-    pools_of_slot: String,
+    pub(crate) pools_of_slot: String,
     reclaim_pool: String,
     reclaim_short_pools: String,
     attach: String,
@@ -194,7 +192,8 @@ fn pool_usage_from_row(row: &SqliteRow) -> Result<PoolUsage, StoreError> {
     })
 }
 
-async fn pool_usage(
+/// The pool with its units at `now`, if it exists.
+pub(crate) async fn pool_usage(
     sql: &Statements,
     conn: &mut SqliteConnection,
     pool_id: PoolId,
@@ -245,46 +244,6 @@ pub(crate) async fn reclaim_short_pools(
         .bind(quantity);
     reclaim_by(sql, conn, update, now).await?;
     Ok(())
-}
-
-/// A refused booking's line states with its pools ([`LineState::within_pools`], as every
-/// store explains one): each pool of the lines' slots read in this unit, the units the lines
-/// taken in it on the pool's slots counted free (they go back with the rollback), as the
-/// slots' own are.
-pub(crate) async fn pool_line_states(
-    sql: &Statements,
-    conn: &mut SqliteConnection,
-    request: &BookingRequest<'_>,
-    taken: &[Option<Hold>],
-    states: Vec<LineState>,
-) -> Result<Vec<LineState>, StoreError> {
-    // Per pool, by id: the units the lines taken in this unit took from it.
-    let mut own: BTreeMap<i64, i64> = BTreeMap::new();
-    for (line, hold) in request.lines.iter().zip(taken) {
-        let pools: Vec<i64> = sqlx::query_scalar(AssertSqlSafe(sql.pools.pools_of_slot.as_str()))
-            .bind(line.slot_id.get())
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(map_err)?;
-        for pool in pools {
-            *own.entry(pool).or_default() += hold.as_ref().map_or(0, |h| i64::from(h.quantity));
-        }
-    }
-    if own.is_empty() {
-        return Ok(states);
-    }
-    let mut pools = Vec::with_capacity(own.len());
-    for (pool_id, own) in own {
-        if let Some(mut usage) = pool_usage(sql, conn, PoolId(pool_id), request.now).await? {
-            let remaining = i64::from(usage.pool.stored_remaining) + own;
-            usage.pool.stored_remaining = i32::try_from(remaining).unwrap_or(i32::MAX);
-            pools.push(usage);
-        }
-    }
-    Ok(states
-        .into_iter()
-        .map(|state| state.within_pools(request, &pools))
-        .collect())
 }
 
 /// What `attach_refusal` read: why `attach` changed no row (or `detach` deleted none).
