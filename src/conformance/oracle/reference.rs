@@ -39,6 +39,15 @@ impl ModelSlot {
     }
 }
 
+/// A pool in the model.
+#[derive(Debug, Clone)]
+pub(super) struct ModelPool {
+    pub(super) id: crate::model::PoolId,
+    pub(super) capacity: i32,
+    /// Its slots, by id.
+    pub(super) slots: Vec<SlotId>,
+}
+
 /// The sequential model of the booking rules (the outcome table of the crate docs).
 #[derive(Debug, Default, Clone)]
 pub(super) struct Model {
@@ -49,7 +58,7 @@ pub(super) struct Model {
     /// each line's index. A hold not here is a booking of one line.
     pub(super) lines: HashMap<usize, Vec<usize>>,
     /// The pools created so far, in order (see `pools.rs`).
-    pub(super) pools: Vec<super::pools::ModelPool>,
+    pub(super) pools: Vec<ModelPool>,
 }
 
 /// What an operation returned, with store-assigned ids kept as they are.
