@@ -108,7 +108,7 @@ pub(super) enum Seen {
 impl Seen {
     /// The answer without what a store's own way of giving back expired holds may change: a
     /// changed slot's stored `remaining`.
-    pub(super) fn as_read(self) -> Seen {
+    pub(super) fn into_read(self) -> Seen {
         match self {
             Seen::Slot(mut slot) => {
                 slot.stored_remaining = 0;

@@ -230,7 +230,7 @@ pub(super) async fn run_checked<S: Store, C: StepCheck<S>>(
         // gave back (they were free either way): a changed slot is compared without it.
         let (expected, actual) = match model.pools.is_empty() {
             true => (expected, actual),
-            false => (expected.as_read(), actual.as_read()),
+            false => (expected.into_read(), actual.into_read()),
         };
         ensure!(
             expected == actual,
