@@ -294,9 +294,23 @@ macro_rules! booking_conformance_tests {
 /// [`PoolStore`](crate::PoolStore), [`BookingStore`](crate::BookingStore) and
 /// [`SlotAdmin`](crate::SlotAdmin): capacities shared by several slots, taken with every unit
 /// of their slots, given back with them, shown in availability, raced; plus the model-based
-/// tests with pools. Same forms as [`conformance_tests!`](crate::conformance_tests).
+/// tests with pools. Same forms as [`conformance_tests!`](crate::conformance_tests);
+/// `transactions, optional: $factory` makes the case of units read inside the caller's
+/// transaction, for a [`TransactionalStore`](crate::TransactionalStore) whose writes have
+/// [`TransactionPools`](crate::TransactionPools).
 #[macro_export]
 macro_rules! pool_conformance_tests {
+    (transactions, optional: $factory:expr) => {
+        $crate::__conformance_case_tests!($factory, transactions;
+            pools_read_in_the_callers_transaction
+        );
+    };
+    (transactions, $factory:expr) => {
+        $crate::pool_conformance_tests!(transactions, optional: || {
+            let store = ($factory)();
+            async move { Some(store.await) }
+        });
+    };
     (optional: $factory:expr) => {
         $crate::__pool_case_list!($crate::__conformance_case_tests; $factory, cases);
         $crate::__pool_model_tests!($factory);

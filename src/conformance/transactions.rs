@@ -330,3 +330,49 @@ where
     store.commit(tx).await.expect("commit");
     assert_eq!((f.remaining(a).await, f.remaining(b).await), (1, 2));
 }
+
+/// Units of slots and pools read inside the caller's transaction: the transaction sees its
+/// own holds in its pool's and slot's units, nothing shows outside until it commits, and a
+/// rollback leaves the pool as it was.
+pub async fn pools_read_in_the_callers_transaction<S>(store: S)
+where
+    S: crate::Store + crate::BookingStore + crate::PoolStore + TransactionalStore,
+    for<'t> S::Writes<'t>: crate::TransactionPools,
+{
+    let f = Fixture::new(store);
+    let (a, b) = (f.slot(4, hours(1)).await, f.slot(4, hours(2)).await);
+    let pool = f.pool(5, &[a, b]).await;
+    for commit in [false, true] {
+        let store = f.engine.store();
+        let mut tx = store.begin().await.expect("begin");
+        let mut w = f.engine.within(store.writes(&mut tx));
+        let key = if commit { "kept" } else { "rolled-back" };
+        w.place_hold(crate::NewHold::new(a, key).quantity(3))
+            .await
+            .unwrap();
+        let inside = w.get_pool(pool).await.unwrap();
+        assert_eq!(
+            (inside.remaining, inside.held),
+            (2, 3),
+            "the transaction sees its hold"
+        );
+        let slot = w.slot_usage(a).await.unwrap();
+        assert_eq!((slot.capacity, slot.remaining, slot.held), (4, 1, 3));
+        assert_err!(
+            w.get_pool(crate::PoolId(i64::MAX)).await,
+            BookingError::PoolNotFound { .. }
+        );
+        assert_err!(
+            w.slot_usage(SlotId(i64::MAX)).await,
+            BookingError::SlotNotFound { .. }
+        );
+        drop(w);
+        if commit {
+            store.commit(tx).await.expect("commit");
+        } else {
+            store.rollback(tx).await.expect("rollback");
+        }
+        let outside = f.read_pool(pool).await;
+        assert_eq!(outside.remaining, if commit { 2 } else { 5 });
+    }
+}

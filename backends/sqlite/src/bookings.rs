@@ -14,16 +14,18 @@
 
 use slot_booking::store::LineState;
 use slot_booking::{
-    Booking, BookingLine, BookingOutcome, BookingRequest, Decided, EventKind, Hold, HoldId,
+    Booking, BookingLine, BookingOutcome, BookingRequest, Decided, EventKind, Hold, HoldId, PoolId,
     RenewRequest, Scope, SlotLimits, StoreError, Timestamp, Transition,
 };
 use sqlx::sqlite::SqliteConnection;
 use sqlx::AssertSqlSafe;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::group::{insert_outcome, Insert};
 use crate::lines::{booking_by_id, booking_by_key, change_lines};
 use crate::map_err;
+use crate::pools::{pool_usage, reclaim_short_pools};
 use crate::rows::{from_micros, hold_from_row, to_micros};
 use crate::sql::Statements;
 use crate::units::reclaim;
@@ -69,7 +71,8 @@ enum LineInsert {
 }
 
 /// Inserts `line`'s hold (its conditional decrement); when it finds no unit for a reason the
-/// statement could not settle, reclaims the slot's expired holds and inserts once more. `key`
+/// statement could not settle, reclaims the slot's expired holds and inserts once more, and
+/// when a pool of the slot is short then, those of the short pools' slots and once more. `key`
 /// is the client's key for the first line, [`line_key`] for the others. The first line's key
 /// was read free in this unit, under the write lock; it is taken at its insert only if that
 /// read was somehow not the last word, and the unique key then refuses the insert.
@@ -82,7 +85,8 @@ async fn take_line(
     booking: Option<HoldId>,
 ) -> Result<LineInsert, StoreError> {
     let slot_id = line.slot_id.get();
-    let mut reclaimed = false;
+    // 0: as stored; 1: the slot's expired holds reclaimed; 2: and those of its short pools.
+    let mut reclaimed = 0;
     loop {
         let inserted = sqlx::query(AssertSqlSafe(sql.insert_line.as_str()))
             .bind(slot_id)
@@ -100,13 +104,17 @@ async fn take_line(
             Insert::KeyTaken => return Ok(LineInsert::KeyInUse),
             // Settled inside the statement: nothing expired to reclaim.
             Insert::SoldOut => return Ok(LineInsert::Short),
-            Insert::NoUnit if reclaimed => return Ok(LineInsert::Short),
-            Insert::NoUnit => {
+            Insert::NoUnit | Insert::PoolShort if reclaimed == 0 => {
                 // Only a selling slot is reclaimed; the booking's unit of work is rolled back
                 // (and the reclaim with it) if any line stays short.
                 reclaim(sql, &sql.reclaim, conn, slot_id, request.now).await?;
-                reclaimed = true;
+                reclaimed = 1;
             }
+            Insert::PoolShort if reclaimed == 1 => {
+                reclaim_short_pools(sql, conn, slot_id, line.quantity, request.now).await?;
+                reclaimed = 2;
+            }
+            Insert::NoUnit | Insert::PoolShort => return Ok(LineInsert::Short),
         }
     }
 }
@@ -190,6 +198,7 @@ pub(crate) async fn create_booking(
         let own = hold.as_ref().map_or(0, |hold| hold.quantity);
         states.push(line_state(sql, conn, line, request.now, own, hold.is_none()).await?);
     }
+    let states = pool_line_states(sql, conn, request, &taken, states).await?;
     Ok(Step::undo(BookingOutcome::refused(request, None, &states)))
 }
 
@@ -230,6 +239,46 @@ async fn line_state(
         free: i32::try_from(free).unwrap_or(i32::MAX),
         failed,
     })
+}
+
+/// A refused booking's line states with its pools ([`LineState::within_pools`], as every
+/// store explains one): each pool of the lines' slots read in this unit, the units the lines
+/// taken in it on the pool's slots counted free (they go back with the rollback), as the
+/// slots' own are.
+pub(crate) async fn pool_line_states(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    request: &BookingRequest<'_>,
+    taken: &[Option<Hold>],
+    states: Vec<LineState>,
+) -> Result<Vec<LineState>, StoreError> {
+    // Per pool, by id: the units the lines taken in this unit took from it.
+    let mut own: BTreeMap<i64, i64> = BTreeMap::new();
+    for (line, hold) in request.lines.iter().zip(taken) {
+        let pools: Vec<i64> = sqlx::query_scalar(AssertSqlSafe(sql.pools.pools_of_slot.as_str()))
+            .bind(line.slot_id.get())
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(map_err)?;
+        for pool in pools {
+            *own.entry(pool).or_default() += hold.as_ref().map_or(0, |h| i64::from(h.quantity));
+        }
+    }
+    if own.is_empty() {
+        return Ok(states);
+    }
+    let mut pools = Vec::with_capacity(own.len());
+    for (pool_id, own) in own {
+        if let Some(mut usage) = pool_usage(sql, conn, PoolId(pool_id), request.now).await? {
+            let remaining = i64::from(usage.pool.stored_remaining) + own;
+            usage.pool.stored_remaining = i32::try_from(remaining).unwrap_or(i32::MAX);
+            pools.push(usage);
+        }
+    }
+    Ok(states
+        .into_iter()
+        .map(|state| state.within_pools(request, &pools))
+        .collect())
 }
 
 /// Confirms (`kind` [`EventKind::HoldConfirmed`], with `statement` `confirm_booking`) or

@@ -403,6 +403,10 @@ pub(crate) enum Insert {
     SoldOut,
     /// The key is taken; nothing changed.
     KeyTaken,
+    /// The slot had the units, but a pool of the slot is short of them, for a reason the
+    /// statement could not settle (a held hold expired on one of its slots; migration 9):
+    /// nothing changed.
+    PoolShort,
 }
 
 /// Stores a held hold: one statement, atomic on its own. The `holds_take_a_unit` trigger
@@ -487,6 +491,7 @@ pub(crate) fn insert_outcome(
         },
         Err(error) if is_unique_violation(&error) => Ok(Insert::KeyTaken),
         Err(error) if is_sold_out(&error) => Ok(Insert::SoldOut),
+        Err(error) if is_pool_short(&error) => Ok(Insert::PoolShort),
         Err(error) if is_no_unit(&error) => Ok(Insert::NoUnit),
         Err(error) => Err(error),
     }
@@ -500,7 +505,18 @@ pub(crate) const SQLITE_CONSTRAINT_TRIGGER: &str = "1811";
 /// (migration 6). Both of its aborts carry the same code, so the message tells them apart.
 pub(crate) const SOLD_OUT_MESSAGE: &str = "slot_booking: sold out";
 
-/// The `holds_take_a_unit` trigger's abort, either message.
+/// The message of `holds_take_a_unit`'s abort when a pool of the slot is short and a held hold
+/// expired on one of its slots (migration 9): reclaiming them may make it fit.
+pub(crate) const POOL_SHORT_MESSAGE: &str = "slot_booking: no unit in a pool";
+
+/// The `holds_take_a_unit` trigger's abort for a short pool (migration 9).
+pub(crate) fn is_pool_short(error: &sqlx::Error) -> bool {
+    matches!(error, sqlx::Error::Database(db)
+        if db.code().as_deref() == Some(SQLITE_CONSTRAINT_TRIGGER)
+            && db.message() == POOL_SHORT_MESSAGE)
+}
+
+/// The `holds_take_a_unit` trigger's abort, any message.
 pub(crate) fn is_no_unit(error: &sqlx::Error) -> bool {
     matches!(error, sqlx::Error::Database(db) if db.code().as_deref() == Some(SQLITE_CONSTRAINT_TRIGGER))
 }

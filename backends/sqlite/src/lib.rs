@@ -141,6 +141,34 @@
 //!   `NOT EXISTS` over the lines so that it changes all of them or none; each line changed
 //!   appends its own event, and a cancel gives each line's units back to its slot.
 //!
+//! # Pools
+//!
+//! [`SqliteStore`] is a [`PoolStore`](slot_booking::PoolStore) (migration 9): a pool is a row
+//! of `<prefix>pools` (`capacity`, `remaining`, `CHECK (0 <= remaining <= capacity)`), and its
+//! slots are rows of `<prefix>slot_pools` (`(slot_id, pool_id)`, with an index by pool).
+//!
+//! * **Taking.** Migration 9 recreates the `holds_take_a_unit` trigger with one more step:
+//!   once the slot's conditional decrement changed its row, every pool of the slot is
+//!   decremented where `remaining >= quantity`, and fewer rows changed than the slot has pools
+//!   aborts the statement, the slot's decrement with it. So a hold, a booking's line and a
+//!   group commit's insert still take their units in their one statement, from the slot and
+//!   its pools or from none. A pool short with no expired hold on its slots is answered as
+//!   sold out by the statement itself; otherwise it aborts with a message of its own, and the
+//!   reclaim path, once the slot's own expired holds are reclaimed and a pool is still short,
+//!   reclaims the expired holds of the short pools' slots and inserts once more. A booking
+//!   refused by a pool marks every line on that pool's slots failed.
+//! * **Giving back.** Every give-back of a slot's units (cancel, the lazy, administrative and
+//!   reclaimer's reclaims) is one update of the slot that returns whether it belongs to a pool;
+//!   only then a second statement gives the units back to its pools, so a store without pools
+//!   runs the statements it ran before.
+//! * **Administration.** Attaching takes the slot's held and confirmed units
+//!   (`capacity - remaining` of the slot) from the pool by one conditional update, which also
+//!   checks the slot is live, not attached and in fewer than
+//!   [`MAX_POOLS_PER_SLOT`](slot_booking::MAX_POOLS_PER_SLOT) pools; detaching gives them back;
+//!   a capacity change moves `remaining` by the difference where it stays `>= 0`. When the
+//!   update changes nothing, reads in the same unit of work say why, and a pool short of units
+//!   reclaims the expired holds of its slots and tries once more, rolled back if still refused.
+//!
 //! # Events
 //!
 //! [`SqliteStore`] is an [`EventStore`]: the event log (migration 5) is kept in the same file.
@@ -205,6 +233,7 @@ mod events;
 mod group;
 mod lines;
 mod migrate;
+mod pools;
 mod reads;
 mod rows;
 mod sql;
@@ -452,7 +481,7 @@ impl SqliteStore {
             Insert::KeyTaken => return writes::key_taken(&self.sql, &self.pool, request).await,
             // Settled by the statement itself: no further statement, no transaction.
             Insert::SoldOut => return Ok(sold_out()),
-            Insert::NoUnit => {}
+            Insert::NoUnit | Insert::PoolShort => {}
         }
         let mut w = self.begin_write().await?;
         let step = writes::hold_after_reclaim(&self.sql, w.connection(), request).await;

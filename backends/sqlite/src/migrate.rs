@@ -66,6 +66,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         description: "bookings",
         sql: include_str!("../migrations/0008_bookings.sql"),
     },
+    Migration {
+        version: 9,
+        description: "pools",
+        sql: include_str!("../migrations/0009_pools.sql"),
+    },
 ];
 
 /// The ledger 0.1 kept for its unprefixed tables.

@@ -22,15 +22,6 @@ async fn page<'q>(
 
 /// Every answer is decided at the `now` the engine passed: SQLite keeps no clock of its own.
 impl Run<'_> {
-    /// No pools yet: the store's pools land with its `PoolStore` (the engine reads this with
-    /// availability).
-    pub(crate) async fn pools(
-        &mut self,
-        now: Timestamp,
-    ) -> Result<Decided<Vec<slot_booking::PoolUsage>>, StoreError> {
-        Ok(Decided::new(now, Vec::new()))
-    }
-
     pub(crate) async fn availability(
         &mut self,
         now: Timestamp,

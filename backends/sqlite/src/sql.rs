@@ -9,6 +9,8 @@
 use std::fmt;
 use std::sync::OnceLock;
 
+use crate::pools::PoolStatements;
+
 /// The prefix [`SqliteStore::new`](crate::SqliteStore::new) and
 /// [`SqliteStore::connect`](crate::SqliteStore::connect) give their tables:
 /// `slot_booking_slots`, `slot_booking_holds`, `slot_booking_migrations`.
@@ -19,7 +21,7 @@ pub const DEFAULT_TABLE_PREFIX: &str = "slot_booking_";
 pub(crate) const MAX_INSERTS_AT_ONCE: usize = 32;
 
 /// The columns [`hold_from_row`](crate::hold_from_row) reads.
-const HOLD_COLUMNS: &str =
+pub(crate) const HOLD_COLUMNS: &str =
     "id, slot_id, status, expires_at, confirmed_at, cancelled_at, quantity, owner, created_at";
 
 /// The columns [`slot_from_row`](crate::slot_from_row) reads.
@@ -142,6 +144,8 @@ pub(crate) struct Statements {
     pub(crate) cancel_booking: String,
     pub(crate) renew_booking: String,
     pub(crate) renew_booking_unmoved: String,
+    /// The pools' statements (`pools.rs`).
+    pub(crate) pools: PoolStatements,
     /// The holds table's name, for [`Statements::insert_holds`].
     holds: String,
     /// [`Statements::insert_holds`]'s texts, made on first use: `insert_holds_texts[k - 1]`
@@ -155,6 +159,7 @@ impl Statements {
         let holds = format!("{prefix}holds");
         let events = format!("{prefix}events");
         let consumers = format!("{prefix}event_consumers");
+        let slot_pools = format!("{prefix}slot_pools");
         // A slot's units still stored as held, split at ?1 (now) into active and expired: two
         // correlated sums, each one range of the partial index `holds_held_by_slot_expiry`
         // (slot_id, expires_at, quantity), which covers them: a `SlotUsage` per row.
@@ -247,7 +252,12 @@ impl Statements {
                                  AND closed = 0 AND removed_at IS NULL) \
                  RETURNING {HOLD_COLUMNS}"
             ),
-            give_back: format!("UPDATE {slots} SET remaining = remaining + ?1 WHERE id = ?2"),
+            // ?1 units, ?2 slot id; returns whether the slot belongs to a pool, whose units
+            // go back too (`PoolStatements::give_back`, in the same unit of work).
+            give_back: format!(
+                "UPDATE {slots} SET remaining = remaining + ?1 WHERE id = ?2 \
+                 RETURNING EXISTS (SELECT 1 FROM {slot_pools} WHERE slot_id = ?2) AS pooled"
+            ),
             // Confirm, cancel and renew act on every line of the booking the hold ?2 belongs
             // to (a plain hold is a booking of one line), in one statement, and only when the
             // rule applies to every line: the guard finds no line it does not apply to. The
@@ -431,6 +441,7 @@ impl Statements {
                                   FROM {consumers}) \
                      ORDER BY id LIMIT ?2)"
             ),
+            pools: PoolStatements::new(prefix),
             holds,
             insert_holds_texts: (0..MAX_INSERTS_AT_ONCE).map(|_| OnceLock::new()).collect(),
         }

@@ -7,7 +7,7 @@ use crate::writes::{Run, SqliteTransaction, Target};
 
 // Every operation of the store's own, through the same statements as the caller's writes.
 slot_booking::forward_store!(
-    impl[] HoldStore, BookingStore, SlotAdmin, HoldQueries for SqliteStore,
+    impl[] HoldStore, BookingStore, PoolStore, SlotAdmin, HoldQueries for SqliteStore,
     |this| this.run()
 );
 
@@ -27,7 +27,7 @@ slot_booking::forward_store!(
 /// (a hold's first `INSERT` autocommits on its own: it writes first, so it takes the write lock
 /// up front all the same).
 pub struct SqliteWrites<'c> {
-    run: Run<'c>,
+    pub(crate) run: Run<'c>,
 }
 
 impl std::fmt::Debug for SqliteWrites<'_> {

@@ -2,6 +2,8 @@
 //! reclaiming a slot's expired holds, and appending the events of a change in the same unit of
 //! work.
 
+use std::collections::BTreeMap;
+
 use slot_booking::events::NewEvent;
 use slot_booking::{EventKind, Hold, HoldId, OwnerId, Slot, StoreError, Timestamp};
 use sqlx::sqlite::{SqliteArguments, SqliteConnection};
@@ -37,29 +39,41 @@ pub(crate) async fn log_hold(
     append_event(sql, conn, &NewEvent::of_hold(kind, hold, now)).await
 }
 
-/// Marks the slot's held holds that expired by `now` as expired with `statement` (`reclaim`,
-/// which touches only a selling slot, or `reclaim_expired`, any slot), gives their units back
-/// and appends one `hold_expired` event each, at `now`; returns the holds it reclaimed (the
-/// rows the update returned), as stored after.
+/// Marks held holds that expired by `now` as expired with `statement`, bound to `(id, now)`:
+/// `reclaim` (a selling slot's), `reclaim_expired` (any slot's), or a pool's slots'
+/// (`pools.rs`); see [`reclaim_by`].
 pub(crate) async fn reclaim(
     sql: &Statements,
     statement: &str,
     conn: &mut SqliteConnection,
-    slot_id: i64,
+    id: i64,
     now: Timestamp,
 ) -> Result<Vec<Hold>, StoreError> {
-    let rows = sqlx::query(AssertSqlSafe(statement))
-        .bind(slot_id)
-        .bind(to_micros(now))
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(map_err)?;
+    let update = sqlx::query(AssertSqlSafe(statement))
+        .bind(id)
+        .bind(to_micros(now));
+    reclaim_by(sql, conn, update, now).await
+}
+
+/// Runs `update`, a reclaim that marks held holds expired by `now` as expired and returns them;
+/// gives their units back, slot by slot in id order (to each slot's pools too), and appends one
+/// `hold_expired` event each, at `now`. Returns the holds it reclaimed, as stored after.
+pub(crate) async fn reclaim_by(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    update: Query<'_>,
+    now: Timestamp,
+) -> Result<Vec<Hold>, StoreError> {
+    let rows = update.fetch_all(&mut *conn).await.map_err(map_err)?;
     let reclaimed = rows
         .iter()
         .map(hold_from_row)
         .collect::<Result<Vec<_>, _>>()?;
-    let units: i64 = reclaimed.iter().map(|h| i64::from(h.quantity)).sum();
-    if units > 0 {
+    let mut units: BTreeMap<i64, i64> = BTreeMap::new();
+    for hold in &reclaimed {
+        *units.entry(hold.slot_id.get()).or_default() += i64::from(hold.quantity);
+    }
+    for (slot_id, units) in units {
         give_back(sql, conn, units, slot_id).await?;
     }
     for hold in &reclaimed {
@@ -94,23 +108,26 @@ pub(crate) async fn append_event(
     Ok(())
 }
 
-/// Adds `units` back to the slot's `remaining`.
+/// Adds `units` back to the slot's `remaining` and, when the slot belongs to pools (as the
+/// slot's update returns), to each of its pools' in the same unit of work: a slot of no pool
+/// costs the one statement.
 pub(crate) async fn give_back(
     sql: &Statements,
     conn: &mut SqliteConnection,
     units: i64,
     slot_id: i64,
 ) -> Result<(), StoreError> {
-    let done = sqlx::query(AssertSqlSafe(sql.give_back.as_str()))
+    let pooled: Option<bool> = sqlx::query_scalar(AssertSqlSafe(sql.give_back.as_str()))
         .bind(units)
         .bind(slot_id)
-        .execute(conn)
+        .fetch_optional(&mut *conn)
         .await
         .map_err(map_err)?;
-    if done.rows_affected() != 1 {
-        return Err(StoreError::failed(format!(
+    match pooled {
+        None => Err(StoreError::failed(format!(
             "could not give {units} units back to slot {slot_id}: no such slot"
-        )));
+        ))),
+        Some(false) => Ok(()),
+        Some(true) => crate::pools::give_back(sql, conn, units, slot_id).await,
     }
-    Ok(())
 }

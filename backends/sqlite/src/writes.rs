@@ -19,6 +19,7 @@ use std::sync::Arc;
 use crate::group::Held;
 use crate::group::{insert_hold, sold_out, Insert};
 use crate::lines::{booking_by_key, change_lines};
+use crate::pools::reclaim_short_pools;
 use crate::rows::{from_micros, hold_from_row, slot_from_row, to_micros};
 use crate::sql::Statements;
 use crate::units::{log_slot, reclaim, Query};
@@ -119,7 +120,7 @@ pub(crate) async fn hold(
         Insert::Created(hold) => Ok(HoldOutcome::Created(hold)),
         Insert::KeyTaken => key_taken(sql, conn, request).await,
         Insert::SoldOut => Ok(sold_out()),
-        Insert::NoUnit => {
+        Insert::NoUnit | Insert::PoolShort => {
             let mut unit = begin_unit(conn).await?;
             let step = hold_after_reclaim(sql, &mut unit, request).await;
             finish(unit, step).await
@@ -146,7 +147,8 @@ where
 const KEY_TAKEN_BY_NONE: &str = "a unique violation on the idempotency key, but no hold has it";
 
 /// A hold that found no unit: reclaims the slot's expired holds (one `hold_expired` event each)
-/// and inserts once more. Tried even if this reclaimed nothing: a racing hold may have
+/// and inserts once more; when a pool of the slot is short then, reclaims the expired holds of
+/// the short pools' slots ([`reclaim_short_pools`]) and inserts once more. Tried even if this reclaimed nothing: a racing hold may have
 /// reclaimed units since. Refused, it says why and undoes the reclaim and its events (the next
 /// hold that needs the units redoes it).
 pub(crate) async fn hold_after_reclaim(
@@ -156,12 +158,16 @@ pub(crate) async fn hold_after_reclaim(
 ) -> Result<Step<HoldOutcome>, StoreError> {
     let slot_id = request.slot_id.get();
     reclaim(sql, &sql.reclaim, conn, slot_id, request.now).await?;
-    let insert = insert_hold(sql, &mut *conn, request).await?;
+    let mut insert = insert_hold(sql, &mut *conn, request).await?;
+    if matches!(insert, Insert::PoolShort) {
+        reclaim_short_pools(sql, conn, slot_id, request.quantity, request.now).await?;
+        insert = insert_hold(sql, &mut *conn, request).await?;
+    }
     match insert {
         Insert::Created(hold) => return Ok(Step::keep(HoldOutcome::Created(hold))),
         // Settled by the trigger after the reclaim: nothing left to read.
         Insert::SoldOut => return Ok(Step::undo(sold_out())),
-        Insert::KeyTaken | Insert::NoUnit => {}
+        Insert::KeyTaken | Insert::NoUnit | Insert::PoolShort => {}
     }
     // Nothing was stored: say why. A key in use wins over every other answer.
     if let Some(holder) = booking_by_key(sql, &mut *conn, request.key.as_str()).await? {

@@ -11,6 +11,8 @@
 //! | POST | /admin/slots/{slot}/reopen | 200, the slot |
 //! | DELETE | /admin/slots/{slot} | 200, the slot with `removed_at` |
 //! | GET | /admin/slots/{slot}/holds?after=&limit= | 200 `{"holds":[...],"next_after":id}` |
+//!
+//! And the pool routes of [`pools`](crate::pools) (`/admin/pools…`).
 
 use axum::extract::{Request, State};
 use axum::http::header::{AUTHORIZATION, LOCATION};
@@ -48,6 +50,7 @@ where
         .route("/admin/slots/{slot}/close", post(close_sales))
         .route("/admin/slots/{slot}/reopen", post(reopen_sales))
         .route("/admin/slots/{slot}/holds", get(roster))
+        .merge(crate::pools::routes())
         .method_not_allowed_fallback(method_not_allowed)
         // `layer`, not `route_layer`: the token is checked before the 405 fallback too.
         .layer(middleware::from_fn_with_state(token, require_token))

@@ -6,7 +6,7 @@ use axum::extract::{FromRequestParts, Path};
 use axum::http::request::Parts;
 use axum::http::HeaderMap;
 use slot_booking::model::ParseIdError;
-use slot_booking::{HoldId, OwnerId, Scope, SlotId};
+use slot_booking::{HoldId, OwnerId, PoolId, Scope, SlotId};
 
 use crate::state::{Engine, OwnerSigning};
 use crate::Problem;
@@ -22,6 +22,11 @@ pub(crate) trait Captured: std::str::FromStr<Err = ParseIdError> {
 impl Captured for SlotId {
     const NOT_FOUND: &'static str = "slot_not_found";
     const NAME: &'static str = "slot";
+}
+
+impl Captured for PoolId {
+    const NOT_FOUND: &'static str = "pool_not_found";
+    const NAME: &'static str = "pool";
 }
 
 impl Captured for HoldId {
@@ -41,13 +46,18 @@ impl<Id: Captured, S: Send + Sync> FromRequestParts<S> for PathId<Id> {
         let Ok(Path(raw)) = Path::<String>::from_request_parts(parts, state).await else {
             return Err(Problem::not_found());
         };
-        raw.parse::<Id>().map(PathId).map_err(|error| match error {
-            ParseIdError::NotDigits => Problem::not_found(),
-            ParseIdError::TooLarge => {
-                Problem::resource_not_found(Id::NOT_FOUND, format!("{} {raw} not found", Id::NAME))
-            }
-        })
+        parse_id(&raw).map(PathId)
     }
+}
+
+/// An id a path captured, refused as [`PathId`] says.
+pub(crate) fn parse_id<Id: Captured>(raw: &str) -> Result<Id, Problem> {
+    raw.parse::<Id>().map_err(|error| match error {
+        ParseIdError::NotDigits => Problem::not_found(),
+        ParseIdError::TooLarge => {
+            Problem::resource_not_found(Id::NOT_FOUND, format!("{} {raw} not found", Id::NAME))
+        }
+    })
 }
 
 /// A call on the one resource the path names: the engine and the id (`{slot}` or `{hold}`,

@@ -122,6 +122,7 @@ mod middleware;
 pub mod observe;
 pub mod owner;
 mod params;
+mod pools;
 mod problem;
 mod router;
 mod secret;

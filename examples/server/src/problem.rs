@@ -160,16 +160,18 @@ impl From<QueryRejection> for Problem {
 impl From<BookingError> for Problem {
     fn from(error: BookingError) -> Self {
         let status = match &error {
-            BookingError::SlotNotFound { .. } | BookingError::HoldNotFound { .. } => {
-                StatusCode::NOT_FOUND
-            }
+            BookingError::SlotNotFound { .. }
+            | BookingError::HoldNotFound { .. }
+            | BookingError::PoolNotFound { .. } => StatusCode::NOT_FOUND,
             BookingError::SlotClosed { .. }
             | BookingError::SoldOut { .. }
             | BookingError::HoldCancelled { .. }
             | BookingError::HoldExpired { .. }
             | BookingError::CapacityTaken { .. }
             | BookingError::SlotInUse { .. }
-            | BookingError::LinesUnavailable { .. } => StatusCode::CONFLICT,
+            | BookingError::LinesUnavailable { .. }
+            | BookingError::PoolInUse { .. }
+            | BookingError::TooManyPools { .. } => StatusCode::CONFLICT,
             BookingError::IdempotencyKeyReused { .. }
             | BookingError::QuantityExceedsCapacity { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             BookingError::InvalidIdempotencyKey(_)
@@ -179,7 +181,8 @@ impl From<BookingError> for Problem {
             | BookingError::InvalidLifetime { .. }
             | BookingError::InvalidOwner(_)
             | BookingError::InvalidPage { .. }
-            | BookingError::InvalidBooking(_) => StatusCode::BAD_REQUEST,
+            | BookingError::InvalidBooking(_)
+            | BookingError::InvalidPool { .. } => StatusCode::BAD_REQUEST,
             // A transient failure is worth a retry (503 + Retry-After); anything else is a
             // fault a retry only repeats (500, no Retry-After).
             BookingError::Store(store) if store.is_transient() => {

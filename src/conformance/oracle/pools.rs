@@ -21,19 +21,10 @@ use crate::store::{BookingStore, HoldStore, PoolStore, Store};
 
 use super::bookings::{booking_op, BookingSteps};
 use super::ops::ModelOp;
-use super::reference::{Model, Seen};
+use super::reference::{Model, ModelPool, Seen};
 use super::runner::{run_checked, run_property, NoEvents, StepCheck};
 use super::strategies::{admin_op, after_opening, lifecycle_op};
 use super::Mismatch;
-
-/// A pool in the model.
-#[derive(Debug, Clone)]
-pub(super) struct ModelPool {
-    pub(super) id: PoolId,
-    pub(super) capacity: i32,
-    /// Its slots, by id.
-    pub(super) slots: Vec<SlotId>,
-}
 
 impl Model {
     /// Units of slot `id` held by active holds and confirmed at `now`.

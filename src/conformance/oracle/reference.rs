@@ -39,6 +39,15 @@ impl ModelSlot {
     }
 }
 
+/// A pool in the model.
+#[derive(Debug, Clone)]
+pub(super) struct ModelPool {
+    pub(super) id: crate::model::PoolId,
+    pub(super) capacity: i32,
+    /// Its slots, by id.
+    pub(super) slots: Vec<SlotId>,
+}
+
 /// The sequential model of the booking rules (the outcome table of the crate docs).
 #[derive(Debug, Default, Clone)]
 pub(super) struct Model {
@@ -49,7 +58,7 @@ pub(super) struct Model {
     /// each line's index. A hold not here is a booking of one line.
     pub(super) lines: HashMap<usize, Vec<usize>>,
     /// The pools created so far, in order (see `pools.rs`).
-    pub(super) pools: Vec<super::pools::ModelPool>,
+    pub(super) pools: Vec<ModelPool>,
 }
 
 /// What an operation returned, with store-assigned ids kept as they are.
@@ -94,6 +103,20 @@ pub(super) enum Seen {
     ),
     Error(&'static str),
     Done,
+}
+
+impl Seen {
+    /// The answer without what a store's own way of giving back expired holds may change: a
+    /// changed slot's stored `remaining`.
+    pub(super) fn into_read(self) -> Seen {
+        match self {
+            Seen::Slot(mut slot) => {
+                slot.stored_remaining = 0;
+                Seen::Slot(slot)
+            }
+            other => other,
+        }
+    }
 }
 
 /// Confirms a line at `now`, as the outcome table says.

@@ -1,0 +1,126 @@
+//! The pool administration routes (capacities shared by several slots), mounted with the
+//! other administration routes behind `ADMIN_TOKEN`:
+//!
+//! | method | path | success |
+//! |---|---|---|
+//! | POST | /admin/pools `{"capacity": n}` | 201, `Location`, the pool |
+//! | GET | /admin/pools/{pool} | 200, the pool |
+//! | POST | /admin/pools/{pool}/capacity `{"capacity": n}` | 200, the pool |
+//! | PUT | /admin/pools/{pool}/slots/{slot} | 200, the pool with the slot attached |
+//! | DELETE | /admin/pools/{pool}/slots/{slot} | 200, the pool without it |
+//!
+//! A pool reads `{"pool_id", "capacity", "remaining", "held", "confirmed", "slots"}`; its
+//! refusals are `pool_not_found` (404), `pool_in_use` and `too_many_pools` (409) and
+//! `invalid_pool` (400).
+
+use axum::extract::{FromRequestParts, Path, State};
+use axum::http::header::LOCATION;
+use axum::http::request::Parts;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{post, put};
+use axum::{Extension, Json, Router};
+use serde::Deserialize;
+use slot_booking::{BookingError, NewPool, PoolId, PoolSummary, SlotId};
+
+use crate::body::{Answer, JsonObject};
+use crate::extract::{parse_id, On};
+use crate::state::{Engine, PathPrefix};
+use crate::Problem;
+
+/// The pool routes, for [`admin::routes`](crate::admin) to mount behind its token.
+pub(crate) fn routes() -> Router<Engine> {
+    Router::new()
+        .route("/admin/pools", post(create_pool))
+        .route("/admin/pools/{pool}", axum::routing::get(get_pool))
+        .route("/admin/pools/{pool}/capacity", post(change_capacity))
+        .route(
+            "/admin/pools/{pool}/slots/{slot}",
+            put(attach_slot).delete(detach_slot),
+        )
+}
+
+/// The body of `POST /admin/pools` and `POST /admin/pools/{pool}/capacity`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CapacityBody {
+    capacity: serde_json::Number,
+}
+
+/// A pool's capacity from a body: a whole number that fits `i32` (the engine checks it is not
+/// negative); anything else is `invalid_pool` with what was sent.
+fn capacity(number: &serde_json::Number) -> Result<i32, Problem> {
+    match number.as_i64() {
+        Some(wide) => {
+            i32::try_from(wide).map_err(|_| BookingError::InvalidPool { capacity: wide }.into())
+        }
+        None => Err(Problem::bad_request(
+            "invalid_pool",
+            format!(
+                "a pool's capacity must be a whole number between 0 and 2147483647, got {number}"
+            ),
+        )),
+    }
+}
+
+/// `POST /admin/pools`: 201 with the pool and its `Location`.
+async fn create_pool(
+    State(engine): State<Engine>,
+    Extension(PathPrefix(prefix)): Extension<PathPrefix>,
+    JsonObject(body): JsonObject<CapacityBody>,
+) -> Result<Response, Problem> {
+    let pool = engine
+        .create_pool(NewPool::new(capacity(&body.capacity)?))
+        .await?;
+    let location = format!("{prefix}/admin/pools/{}", pool.pool_id);
+    Ok((StatusCode::CREATED, [(LOCATION, location)], Json(pool)).into_response())
+}
+
+/// `GET /admin/pools/{pool}`.
+async fn get_pool(pool: On<PoolId>) -> Answer<PoolSummary> {
+    Ok(Json(pool.engine.get_pool(pool.id).await?))
+}
+
+/// `POST /admin/pools/{pool}/capacity` with `{"capacity": n}`.
+async fn change_capacity(
+    pool: On<PoolId>,
+    JsonObject(body): JsonObject<CapacityBody>,
+) -> Answer<PoolSummary> {
+    let capacity = capacity(&body.capacity)?;
+    Ok(Json(
+        pool.engine.change_pool_capacity(pool.id, capacity).await?,
+    ))
+}
+
+/// `PUT /admin/pools/{pool}/slots/{slot}`: the slot draws from the pool too.
+async fn attach_slot(State(engine): State<Engine>, ids: PoolSlot) -> Answer<PoolSummary> {
+    Ok(Json(engine.attach_slot(ids.pool, ids.slot).await?))
+}
+
+/// `DELETE /admin/pools/{pool}/slots/{slot}`.
+async fn detach_slot(State(engine): State<Engine>, ids: PoolSlot) -> Answer<PoolSummary> {
+    Ok(Json(engine.detach_slot(ids.pool, ids.slot).await?))
+}
+
+/// The path's `{pool}` and `{slot}`: anything but digits matches no route (404); digits too
+/// large for an id are `pool_not_found` or `slot_not_found`.
+struct PoolSlot {
+    pool: PoolId,
+    slot: SlotId,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for PoolSlot {
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Problem> {
+        let Ok(Path((pool, slot))) =
+            Path::<(String, String)>::from_request_parts(parts, state).await
+        else {
+            return Err(Problem::not_found());
+        };
+        Ok(PoolSlot {
+            pool: parse_id(&pool)?,
+            slot: parse_id(&slot)?,
+        })
+    }
+}
