@@ -543,8 +543,13 @@ impl<S: HoldStore> BookingEngine<S> {
             let load = Op::cache_load(&op);
             async move {
                 load.run(async {
-                    let read = load.store(guarded(store.availability(read_at))).await?;
-                    let pools = load.store(guarded(store.pools(read_at))).await?;
+                    // The slots, then their pools: one store read as the metrics count it.
+                    let (read, pools) = load
+                        .store(guarded(async {
+                            let read = store.availability(read_at).await?;
+                            Ok((read, store.pools(read_at).await?))
+                        }))
+                        .await?;
                     Ok(AvailabilitySnapshot::new(read.at, read.outcome).with_pools(pools.outcome))
                 })
                 .await
