@@ -17,8 +17,8 @@
 //! let evening = engine.create_slot(NewSlot::new(start + Duration::hours(8), start + Duration::hours(9), 4)).await?;
 //! // The trainer teaches at most 5 seats a day over both classes.
 //! let day = engine.create_pool(NewPool::new(5)).await?;
-//! engine.attach_slot(day.pool.pool_id, morning.slot_id).await?;
-//! engine.attach_slot(day.pool.pool_id, evening.slot_id).await?;
+//! engine.attach_slot(day.pool_id, morning.slot_id).await?;
+//! engine.attach_slot(day.pool_id, evening.slot_id).await?;
 //!
 //! engine.place_hold(NewHold::new(morning.slot_id, "a").quantity(4)).await?;
 //! let refused = engine.place_hold(NewHold::new(evening.slot_id, "b").quantity(2)).await.unwrap_err();
