@@ -254,7 +254,7 @@ impl BookingStatements {
              {pools_take} \
              ids AS ( \
                  SELECT nextval(pg_get_serial_sequence('{s}.holds', 'id')) AS id \
-                 FROM generate_series(1, cardinality($1::int8[])) \
+                 FROM unnest($1::int8[]) \
                  WHERE (SELECT ok FROM ok) AND (SELECT count(*) FROM dec) >= 0), \
              nid AS (SELECT id, row_number() OVER (ORDER BY id) AS n FROM ids), \
              ins AS ( \

@@ -152,7 +152,8 @@ pub(crate) fn booking_pools(s: &str) -> (String, String, String, String) {
     let locked = format!(
         "pl AS ( \
              SELECT p.id, p.remaining FROM {s}.pools p \
-             WHERE p.id IN (SELECT unnest(lk.pools) FROM lk) ORDER BY p.id FOR NO KEY UPDATE), "
+             WHERE p.id = ANY(ARRAY(SELECT unnest(lk.pools) FROM lk)) \
+             ORDER BY p.id FOR NO KEY UPDATE), "
     );
     let estimate = format!(
         "(SELECT coalesce(bool_and(pl.remaining + n.est >= n.need), true) \
