@@ -45,13 +45,11 @@
 //! # }).unwrap();
 //! ```
 
-use std::sync::Arc;
-
-use crate::engine::{check_limit, detached, guarded, BookingEngine};
+use crate::engine::{check_limit, guarded, BookingEngine};
 use crate::error::BookingError;
 use crate::model::{AvailabilityQuery, InvalidSlot, Page, PageRequest, Slot, SlotId};
 use crate::observe::{Op, Operation};
-use crate::store::{Decided, HoldStore, SlotAdmin, SlotChange};
+use crate::store::{HoldStore, SlotAdmin, SlotChange};
 
 #[allow(deprecated)]
 pub use crate::model::SlotPageRequest;
@@ -125,9 +123,11 @@ impl<S: HoldStore + SlotAdmin> BookingEngine<S> {
             let capacity = checked_capacity(capacity)?;
             let now = self.clock().now();
             let change = self
-                .admin_write(&op, move |store| async move {
-                    store.change_capacity(slot_id, capacity, now).await
-                })
+                .changing_write(
+                    &op,
+                    move |store| async move { store.change_capacity(slot_id, capacity, now).await },
+                    |change| matches!(change, SlotChange::Applied(_)),
+                )
                 .await?;
             SlotOperation::Capacity(capacity).answer(change.outcome, slot_id)
         })
@@ -151,9 +151,11 @@ impl<S: HoldStore + SlotAdmin> BookingEngine<S> {
         op.run(async {
             let now = self.clock().now();
             let change = self
-                .admin_write(&op, move |store| async move {
-                    store.set_closed(slot_id, closed, now).await
-                })
+                .changing_write(
+                    &op,
+                    move |store| async move { store.set_closed(slot_id, closed, now).await },
+                    |change| matches!(change, SlotChange::Applied(_)),
+                )
                 .await?;
             SlotOperation::Sales.answer(change.outcome, slot_id)
         })
@@ -173,9 +175,11 @@ impl<S: HoldStore + SlotAdmin> BookingEngine<S> {
         op.run(async {
             let now = self.clock().now();
             let change = self
-                .admin_write(&op, move |store| async move {
-                    store.remove_slot(slot_id, now).await
-                })
+                .changing_write(
+                    &op,
+                    move |store| async move { store.remove_slot(slot_id, now).await },
+                    |change| matches!(change, SlotChange::Applied(_)),
+                )
                 .await?;
             SlotOperation::Remove.answer(change.outcome, slot_id)
         })
@@ -215,32 +219,6 @@ impl<S: HoldStore + SlotAdmin> BookingEngine<S> {
             Ok(Page::of(slots, page.limit))
         })
         .await
-    }
-
-    /// Runs an administrative write to its end whatever happens to the caller, and
-    /// invalidates the cached availability once it has committed a change (R3).
-    async fn admin_write<F, Fut>(
-        &self,
-        op: &Op,
-        write: F,
-    ) -> Result<Decided<SlotChange>, BookingError>
-    where
-        F: FnOnce(Arc<S>) -> Fut + Send + 'static,
-        Fut: std::future::Future<Output = Result<Decided<SlotChange>, crate::StoreError>>
-            + Send
-            + 'static,
-    {
-        let store = self.store_handle();
-        let engine = self.clone();
-        Ok(op
-            .store(detached(async move {
-                let change = write(store).await?;
-                if matches!(change.outcome, SlotChange::Applied(_)) {
-                    engine.invalidate_availability();
-                }
-                Ok(change)
-            }))
-            .await?)
     }
 }
 

@@ -406,6 +406,35 @@ pub(crate) async fn guarded<T>(
         .unwrap_or_else(|_| Err(StoreError::failed("the store panicked")))
 }
 
+impl<S: HoldStore> BookingEngine<S> {
+    /// Runs an administrative write (of a slot or a pool) to its end whatever happens to the
+    /// caller, and invalidates the cached availability once it has committed a change, which
+    /// `changed` tells from the store's answer (R3).
+    pub(crate) async fn changing_write<T, F, Fut>(
+        &self,
+        op: &Op,
+        write: F,
+        changed: fn(&T) -> bool,
+    ) -> Result<Decided<T>, BookingError>
+    where
+        T: Send + 'static,
+        F: FnOnce(Arc<S>) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<Decided<T>, StoreError>> + Send + 'static,
+    {
+        let store = self.store_handle();
+        let engine = self.clone();
+        Ok(op
+            .store(detached(async move {
+                let change = write(store).await?;
+                if changed(&change.outcome) {
+                    engine.invalidate_availability();
+                }
+                Ok(change)
+            }))
+            .await?)
+    }
+}
+
 /// Runs a store write so that dropping the caller's future never cancels it half way: the
 /// write and the cache invalidation after its commit (R3) always run to the end, as if only the
 /// answer had been lost (the idempotency key lets a client ask again). A panic in the store

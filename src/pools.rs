@@ -29,13 +29,11 @@
 //! # }).unwrap();
 //! ```
 
-use std::sync::Arc;
-
 use crate::engine::{detached, guarded, BookingEngine};
 use crate::error::BookingError;
 use crate::model::{NewPool, PoolId, PoolSummary, PoolUsage, SlotId};
 use crate::observe::{Op, Operation};
-use crate::store::{Decided, PoolChange, PoolStore};
+use crate::store::{PoolChange, PoolStore};
 
 impl<S: PoolStore> BookingEngine<S> {
     /// Creates a pool of `capacity` units (`0..=i32::MAX`) with no slots.
@@ -90,9 +88,11 @@ impl<S: PoolStore> BookingEngine<S> {
         op.run(async {
             let now = self.clock().now();
             let change = self
-                .pool_write(&op, move |store| async move {
-                    store.attach_slot(pool_id, slot_id, now).await
-                })
+                .changing_write(
+                    &op,
+                    move |store| async move { store.attach_slot(pool_id, slot_id, now).await },
+                    |change| matches!(change, PoolChange::Applied(_)),
+                )
                 .await?;
             answer(change.outcome, pool_id, slot_id, None)
         })
@@ -110,9 +110,11 @@ impl<S: PoolStore> BookingEngine<S> {
         op.run(async {
             let now = self.clock().now();
             let change = self
-                .pool_write(&op, move |store| async move {
-                    store.detach_slot(pool_id, slot_id, now).await
-                })
+                .changing_write(
+                    &op,
+                    move |store| async move { store.detach_slot(pool_id, slot_id, now).await },
+                    |change| matches!(change, PoolChange::Applied(_)),
+                )
                 .await?;
             answer(change.outcome, pool_id, slot_id, None)
         })
@@ -136,39 +138,13 @@ impl<S: PoolStore> BookingEngine<S> {
             }
             let now = self.clock().now();
             let change = self
-                .pool_write(&op, move |store| async move {
+                .changing_write(&op, move |store| async move {
                     store.change_pool_capacity(pool_id, capacity, now).await
-                })
+                }, |change| matches!(change, PoolChange::Applied(_)))
                 .await?;
             answer(change.outcome, pool_id, SlotId(0), Some(capacity))
         })
         .await
-    }
-
-    /// Runs a pool write to its end whatever happens to the caller, and invalidates the
-    /// cached availability once it has committed a change.
-    async fn pool_write<F, Fut>(
-        &self,
-        op: &Op,
-        write: F,
-    ) -> Result<Decided<PoolChange>, BookingError>
-    where
-        F: FnOnce(Arc<S>) -> Fut + Send + 'static,
-        Fut: std::future::Future<Output = Result<Decided<PoolChange>, crate::StoreError>>
-            + Send
-            + 'static,
-    {
-        let store = self.store_handle();
-        let engine = self.clone();
-        Ok(op
-            .store(detached(async move {
-                let change = write(store).await?;
-                if matches!(change.outcome, PoolChange::Applied(_)) {
-                    engine.invalidate_availability();
-                }
-                Ok(change)
-            }))
-            .await?)
     }
 }
 
