@@ -197,7 +197,11 @@ impl BookingStatements {
         // ones back) and are the lines inserted, in slot-id order, with ids drawn in that
         // order (the first line's the lowest: the booking's id, on every line), then the first
         // line's key, last: a key in use fails the whole statement, reclaims included.
-        // Otherwise one row per line says what was read of its slot.
+        // Otherwise one row per line says what was read of its slot. The reclaim and the
+        // update also name the lines' slots by `= ANY($1)`, so that the generic plan of the
+        // prepared statement (which knows nothing of `$1`'s length) reaches the holds and slots
+        // through their indexes, not by a scan of every expired hold or of the slots table
+        // (`tests/queries.rs`).
         let expired = hold_event_rows(1, "hold_expired", "r");
         let placed = hold_event_rows(2, "hold_placed", "ins");
         let events = append_events(
@@ -232,7 +236,8 @@ impl BookingStatements {
                         AND {pools_estimate} AS all_fit FROM st), \
              r AS ( \
                  UPDATE {s}.holds h SET status = 'expired' FROM st, est \
-                 WHERE est.all_fit AND h.slot_id = st.slot_id AND st.selling \
+                 WHERE est.all_fit AND h.slot_id = ANY($1::int8[]) \
+                   AND h.slot_id = st.slot_id AND st.selling \
                    AND st.remaining < st.quantity \
                    AND st.remaining + st.expired >= st.quantity \
                    AND h.status = 'held' AND h.expires_at <= {now4} \
@@ -249,7 +254,9 @@ impl BookingStatements {
                  SET remaining = f.remaining + f.reclaimed \
                          - CASE WHEN ok.ok THEN f.quantity ELSE 0 END, \
                      capacity = f.capacity \
-                 FROM fit f, ok WHERE sl.id = f.slot_id AND (ok.ok OR f.reclaimed > 0) \
+                 FROM fit f, ok \
+                 WHERE sl.id = ANY($1::int8[]) AND sl.id = f.slot_id \
+                   AND (ok.ok OR f.reclaimed > 0) \
                  RETURNING sl.id), \
              {pools_take} \
              ids AS ( \
