@@ -6,7 +6,7 @@ use crate::engine::HoldPlaced;
 use crate::error::BookingError;
 use crate::model::{Booking, Hold, HoldId, HoldStatus, SlotId, Timestamp};
 use crate::observe::Op;
-use crate::store::{Decided, HoldOutcome, StoreError, Transition};
+use crate::store::{AnyHoldOutcome, Decided, HoldOutcome, StoreError, Transition};
 
 /// Turns what the store did with a hold request into the caller's answer, statuses resolved
 /// at the instant the store decided at.
@@ -41,6 +41,31 @@ pub(crate) fn hold_placed(
         }),
         HoldOutcome::SlotNotFound => Err(BookingError::SlotNotFound { slot_id }),
         HoldOutcome::SlotClosed => Err(BookingError::SlotClosed { slot_id }),
+    }
+}
+
+/// Turns what the store did with an "any one of these" hold into the caller's answer;
+/// `first` is the candidate tried first (named by `idempotency_key_reused`).
+pub(crate) fn any_hold_placed(
+    op: &Op,
+    outcome: Decided<AnyHoldOutcome>,
+    first: SlotId,
+) -> Result<HoldPlaced, BookingError> {
+    let at = outcome.at;
+    let one = |outcome| hold_placed(op, Decided::new(at, outcome), first, 0);
+    match outcome.outcome {
+        AnyHoldOutcome::Created(hold) => {
+            op.record_slot(hold.slot_id);
+            one(HoldOutcome::Created(hold))
+        }
+        AnyHoldOutcome::Replayed(hold) => {
+            op.record_slot(hold.slot_id);
+            one(HoldOutcome::Replayed(hold))
+        }
+        AnyHoldOutcome::KeyReused(hold) => one(HoldOutcome::KeyReused(hold)),
+        AnyHoldOutcome::Refused(candidates) => {
+            Err(BookingError::NoCandidateAvailable { candidates })
+        }
     }
 }
 

@@ -75,6 +75,8 @@ pub(crate) struct Inner<S> {
     pub(crate) lifetimes: Lifetimes,
     /// Whether idempotency keys are scoped to their owner.
     keys_per_owner: bool,
+    /// The turn of the next round-robin "any one of these" hold.
+    pub(crate) turn: std::sync::atomic::AtomicUsize,
 }
 
 impl<S> Inner<S> {
@@ -264,6 +266,7 @@ impl<S: HoldStore> EngineBuilder<S> {
                 clock: self.clock,
                 lifetimes,
                 keys_per_owner: self.keys_per_owner,
+                turn: std::sync::atomic::AtomicUsize::new(0),
             }),
         }
     }

@@ -1,8 +1,8 @@
 //! The engine's error type.
 
 use crate::model::{
-    ConsumerId, HoldId, InvalidBooking, InvalidIdempotencyKey, InvalidOwnerId, InvalidSlot,
-    LineProblem, LineShortfall, PoolId, SlotId,
+    CandidateProblem, CandidateRefused, ConsumerId, HoldId, InvalidBooking, InvalidCandidates,
+    InvalidIdempotencyKey, InvalidOwnerId, InvalidSlot, LineProblem, LineShortfall, PoolId, SlotId,
 };
 use crate::store::StoreError;
 
@@ -138,6 +138,17 @@ pub enum BookingError {
         /// Every line that cannot be had, by slot id.
         lines: Vec<LineShortfall>,
     },
+    /// The candidate slots of an "any one of these" hold are not valid: none, more than
+    /// [`MAX_CANDIDATES`](crate::model::MAX_CANDIDATES), or a slot twice.
+    #[error("invalid candidates: {0}")]
+    InvalidCandidates(#[from] InvalidCandidates),
+    /// No candidate of an "any one of these" hold could be had; nothing was taken. Every
+    /// candidate is named, in the order tried, with the code a hold on it alone got.
+    #[error("{}", no_candidate_message(.candidates))]
+    NoCandidateAvailable {
+        /// Every candidate, in the order tried, and why it could not be had.
+        candidates: Vec<CandidateRefused>,
+    },
     /// No pool has this id.
     #[error("pool {pool_id} not found")]
     PoolNotFound {
@@ -222,6 +233,8 @@ impl BookingError {
         "hold_expired",
         "invalid_booking",
         "lines_unavailable",
+        "invalid_candidates",
+        "no_candidate_available",
         "pool_not_found",
         "pool_in_use",
         "too_many_pools",
@@ -257,6 +270,8 @@ impl BookingError {
             BookingError::HoldExpired { .. } => "hold_expired",
             BookingError::InvalidBooking(_) => "invalid_booking",
             BookingError::LinesUnavailable { .. } => "lines_unavailable",
+            BookingError::InvalidCandidates(_) => "invalid_candidates",
+            BookingError::NoCandidateAvailable { .. } => "no_candidate_available",
             BookingError::PoolNotFound { .. } => "pool_not_found",
             BookingError::PoolInUse { .. } => "pool_in_use",
             BookingError::TooManyPools { .. } => "too_many_pools",
@@ -291,6 +306,22 @@ fn lines_unavailable_message(lines: &[LineShortfall]) -> String {
         .collect();
     format!(
         "no unit was taken; lines that cannot be had: {}",
+        each.join("; ")
+    )
+}
+
+fn no_candidate_message(candidates: &[CandidateRefused]) -> String {
+    let each: Vec<String> = candidates
+        .iter()
+        .map(|c| match c.problem {
+            CandidateProblem::ExceedsCapacity { capacity } => {
+                format!("slot {}: {capacity} in all", c.slot_id)
+            }
+            problem => format!("slot {}: {}", c.slot_id, problem.code()),
+        })
+        .collect();
+    format!(
+        "no unit was taken; no candidate could be had: {}",
         each.join("; ")
     )
 }
@@ -365,6 +396,13 @@ mod tests {
                     problem: LineProblem::SoldOut { free: 1 },
                 }],
             },
+            BookingError::InvalidCandidates(InvalidCandidates::None),
+            BookingError::NoCandidateAvailable {
+                candidates: vec![CandidateRefused {
+                    slot_id,
+                    problem: CandidateProblem::SoldOut,
+                }],
+            },
             BookingError::PoolNotFound { pool_id: PoolId(1) },
             BookingError::PoolInUse {
                 pool_id: PoolId(1),
@@ -404,12 +442,14 @@ mod tests {
             BookingError::HoldExpired { .. } => 16,
             BookingError::InvalidBooking(_) => 17,
             BookingError::LinesUnavailable { .. } => 18,
-            BookingError::PoolNotFound { .. } => 19,
-            BookingError::PoolInUse { .. } => 20,
-            BookingError::TooManyPools { .. } => 21,
-            BookingError::InvalidPool { .. } => 22,
-            BookingError::LeaseLost { .. } => 23,
-            BookingError::Store(_) => 24,
+            BookingError::InvalidCandidates(_) => 19,
+            BookingError::NoCandidateAvailable { .. } => 20,
+            BookingError::PoolNotFound { .. } => 21,
+            BookingError::PoolInUse { .. } => 22,
+            BookingError::TooManyPools { .. } => 23,
+            BookingError::InvalidPool { .. } => 24,
+            BookingError::LeaseLost { .. } => 25,
+            BookingError::Store(_) => 26,
         }
     }
 
@@ -417,7 +457,7 @@ mod tests {
     fn codes_lists_every_code_once_and_nothing_else() {
         let errors = one_of_each();
         let variants: BTreeSet<usize> = errors.iter().map(variant).collect();
-        assert_eq!(variants, (0..=24).collect(), "a value of every variant");
+        assert_eq!(variants, (0..=26).collect(), "a value of every variant");
 
         for error in &errors {
             assert!(

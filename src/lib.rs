@@ -209,6 +209,7 @@ mod answers;
 pub mod availability;
 pub mod bookings;
 pub mod cache;
+pub mod candidates;
 pub mod changes;
 pub mod clock;
 #[cfg(feature = "conformance")]
@@ -256,14 +257,15 @@ pub use model::{
     OwnerId, Page, PageItem, PageRequest, Purged, ResourceId, Slot, SlotCursor, SlotId, SlotPage,
     SlotSummary, SlotUsage, Timestamp,
 };
+pub use model::{CandidateProblem, CandidateRefused, Strategy, MAX_CANDIDATES};
 pub use model::{LineProblem, LineShortfall};
 pub use model::{NewPool, Pool, PoolId, PoolSummary, PoolUsage, MAX_POOLS_PER_SLOT};
 pub use scope::Scope;
 pub use store::{
-    BookingOutcome, BookingRequest, BookingStore, Decided, EventStore, HoldOutcome, HoldQueries,
-    HoldRequest, HoldStore, PoolChange, PoolStore, RenewRequest, SlotAdmin, SlotChange, SlotLimits,
-    Store, StoreError, StoreErrorKind, TransactionBookings, TransactionPools, TransactionWrites,
-    TransactionalStore, Transition,
+    AnyHoldOutcome, AnyHoldRequest, BookingOutcome, BookingRequest, BookingStore, Decided,
+    EventStore, HoldOutcome, HoldQueries, HoldRequest, HoldStore, PlaceOne, PoolChange, PoolStore,
+    RenewRequest, SlotAdmin, SlotChange, SlotLimits, Store, StoreError, StoreErrorKind,
+    TransactionBookings, TransactionPools, TransactionWrites, TransactionalStore, Transition,
 };
 pub use transaction::Within;
 

@@ -7,6 +7,7 @@
 //! Nothing here depends on the engine or on a store: these are the words both speak.
 
 mod booking;
+mod candidates;
 mod event;
 mod hold;
 mod ids;
@@ -18,6 +19,10 @@ mod usage;
 
 pub use booking::{
     canonical_lines, Booking, BookingLine, InvalidBooking, LineProblem, LineShortfall, MAX_LINES,
+};
+pub use candidates::{
+    check_candidates, CandidateProblem, CandidateRefused, InvalidCandidates, Strategy,
+    MAX_CANDIDATES,
 };
 pub use event::{
     Event, EventKind, EventPosition, InvalidEventPosition, NewEvent, Purged, UnknownEventKind,

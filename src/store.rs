@@ -269,6 +269,7 @@ use std::sync::Arc;
 
 mod admin;
 mod bookings;
+mod candidates;
 mod error;
 mod events;
 mod forward;
@@ -280,6 +281,9 @@ mod transaction;
 
 pub use admin::SlotAdmin;
 pub use bookings::{BookingOutcome, BookingRequest, BookingStore, LineState};
+pub use candidates::{
+    candidate_outcome, first_that_fits, try_candidate, AnyHoldOutcome, AnyHoldRequest, PlaceOne,
+};
 pub use error::{StoreError, StoreErrorKind};
 pub use events::EventStore;
 pub use holds::HoldStore;

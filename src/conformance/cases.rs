@@ -13,6 +13,7 @@ mod admin_races;
 mod availability;
 mod booking_events;
 mod bookings;
+mod candidates;
 mod lifecycle;
 mod lifetimes;
 mod owners;
@@ -29,6 +30,7 @@ mod bodies {
     pub(super) use super::availability::*;
     pub(super) use super::booking_events::*;
     pub(super) use super::bookings::*;
+    pub(super) use super::candidates::*;
     pub(super) use super::lifecycle::*;
     pub(super) use super::lifetimes::*;
     pub(super) use super::owners::*;
@@ -95,6 +97,11 @@ macro_rules! __lifecycle_case_list {
             renew_refuses_expired_and_cancelled_holds
             requested_lifetimes_are_bounded
             race_owners_touch_only_their_own_holds
+            any_hold_takes_the_first_candidate_that_fits
+            any_hold_refusal_names_every_candidate
+            any_hold_replays_on_the_slot_it_took
+            any_hold_strategies_spread_holds
+            race_any_holds_never_take_a_unit_twice
         }
     };
 }

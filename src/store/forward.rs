@@ -78,6 +78,9 @@ macro_rules! forward_store {
             async fn create_hold(&self, request: $crate::HoldRequest<'_>) -> Result<$crate::Decided<$crate::HoldOutcome>, $crate::StoreError> {
                 $crate::forward_store!(@call self; $this; $get; $call; $wrap; create_hold(request))
             }
+            async fn create_hold_any(&self, request: $crate::AnyHoldRequest<'_>) -> Result<$crate::Decided<$crate::AnyHoldOutcome>, $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; create_hold_any(request))
+            }
             async fn confirm_hold(&self, hold_id: $crate::HoldId, scope: &$crate::Scope, now: $crate::Timestamp) -> Result<$crate::Decided<$crate::Transition>, $crate::StoreError> {
                 $crate::forward_store!(@call self; $this; $get; $call; $wrap; confirm_hold(hold_id, scope, now))
             }

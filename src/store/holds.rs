@@ -3,6 +3,7 @@
 
 use async_trait::async_trait;
 
+use super::candidates::{first_that_fits, AnyHoldOutcome, AnyHoldRequest};
 use super::error::StoreError;
 use super::outcome::{Decided, HoldOutcome, HoldRequest, RenewRequest, Transition};
 use crate::model::{AvailabilityEntry, Hold, HoldId, NewSlot, PoolUsage, Slot, SlotId, Timestamp};
@@ -60,6 +61,19 @@ pub trait HoldStore: Send + Sync + 'static {
         &self,
         request: HoldRequest<'_>,
     ) -> Result<Decided<HoldOutcome>, StoreError>;
+
+    /// Places a hold on any one of `request.candidates`: the first, in their order, that
+    /// fits. The default, [`first_that_fits`], gives each candidate in turn
+    /// [`create_hold`](HoldStore::create_hold) until one stores a hold; a store may do better
+    /// (PostgreSQL first takes the first candidate that fits and that no other transaction
+    /// has locked, without waiting), as long as what it answers is what the default could
+    /// have: a hold on one candidate, a replay, a key in use, or every candidate refused.
+    async fn create_hold_any(
+        &self,
+        request: AnyHoldRequest<'_>,
+    ) -> Result<Decided<AnyHoldOutcome>, StoreError> {
+        first_that_fits(self, request).await
+    }
 
     /// Confirms a hold in `scope` stored as held with `expires_at > now`, setting
     /// `confirmed_at = now`. Capacity does not change.

@@ -257,6 +257,7 @@ use sqlx::{AssertSqlSafe, Executor, Postgres, Row};
 
 mod admin;
 mod bookings;
+mod candidates;
 mod changes;
 mod events;
 mod migrate;

@@ -16,6 +16,9 @@ use sqlx::sqlite::SqliteConnection;
 use sqlx::{AssertSqlSafe, Connection, Sqlite, Transaction};
 use std::sync::Arc;
 
+use slot_booking::store::first_that_fits;
+use slot_booking::{AnyHoldOutcome, AnyHoldRequest, PlaceOne};
+
 use crate::group::Held;
 use crate::group::{insert_hold, sold_out, Insert};
 use crate::lines::{booking_by_key, change_lines};
@@ -439,6 +442,14 @@ impl Run<'_> {
         Ok(Decided::new(request.now, outcome))
     }
 
+    /// An "any one of these" hold: the core's rule, each candidate's attempt on this target.
+    pub(crate) async fn create_hold_any(
+        &mut self,
+        request: AnyHoldRequest<'_>,
+    ) -> Result<Decided<AnyHoldOutcome>, StoreError> {
+        first_that_fits(self, request).await
+    }
+
     pub(crate) async fn confirm_hold(
         &mut self,
         hold_id: HoldId,
@@ -562,5 +573,15 @@ impl SqliteTransaction {
         let done = finish(tx, step).await;
         drop(gate);
         done
+    }
+}
+
+#[slot_booking::async_trait]
+impl PlaceOne for Run<'_> {
+    async fn place_one(
+        &mut self,
+        request: HoldRequest<'_>,
+    ) -> Result<Decided<HoldOutcome>, StoreError> {
+        self.create_hold(request).await
     }
 }
