@@ -1,7 +1,8 @@
 //! The hold routes: the seed's `POST /slots/{slot}/hold`, `POST /holds/{hold}/confirm` and
 //! `DELETE /holds/{hold}`, and the extensions `GET /holds/{hold}`,
-//! `POST /holds/{hold}/renew` and `GET /holds`. Every hold is answered as a [`HoldBody`] of
-//! six fields, except in the owner's listing, which shows all of a hold's fields.
+//! `POST /holds/{hold}/renew`, `GET /holds` and `POST /holds` (a hold on any one of several
+//! slots). Every hold is answered as a [`HoldBody`] of six fields, except in the owner's
+//! listing, which shows all of a hold's fields.
 
 use std::time::Duration;
 
@@ -10,9 +11,11 @@ use axum::http::header::LOCATION;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use slot_booking::{BookingError, HoldId, HoldPage, NewHold, SlotId};
+use serde::Deserialize;
+use slot_booking::candidates::NewAnyHold;
+use slot_booking::{BookingError, HoldId, HoldPage, HoldPlaced, NewHold, SlotId, Strategy};
 
-use crate::body::{Answer, HoldBody, HoldOptions, OptionalJson, RenewOptions};
+use crate::body::{Answer, HoldBody, HoldOptions, JsonObject, OptionalJson, RenewOptions};
 use crate::extract::{Caller, IdempotencyKey, On, PathId};
 use crate::params::{PageParams, QueryParams};
 use crate::state::{Engine, PathPrefix};
@@ -39,6 +42,48 @@ pub(crate) async fn hold(
         request = request.lifetime(Duration::from_secs(seconds));
     }
     let placed = engine.place_hold(request).await?;
+    Ok(created(&prefix, placed))
+}
+
+/// The body of `POST /holds`: a hold on any one of several slots.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct AnyHoldBody {
+    /// The candidate slots, 1 to 20, each once, in order of preference.
+    candidates: Vec<SlotId>,
+    /// `listed` (default), `least_booked` or `round_robin`.
+    #[serde(default)]
+    strategy: Strategy,
+    /// Units of the one slot taken (default 1).
+    quantity: Option<i64>,
+    /// How long the hold lasts (default: the server's hold lifetime).
+    lifetime_seconds: Option<u64>,
+}
+
+/// `POST /holds`: a hold on the first of `candidates` (in the order of `strategy`) that has
+/// the units free; answered as `POST /slots/{slot}/hold` answers, the body naming the slot
+/// taken. 409 `no_candidate_available` names every candidate with its reason.
+pub(crate) async fn hold_any(
+    State(engine): State<Engine>,
+    Extension(PathPrefix(prefix)): Extension<PathPrefix>,
+    Caller(owner): Caller,
+    IdempotencyKey(key): IdempotencyKey,
+    JsonObject(body): JsonObject<AnyHoldBody>,
+) -> Result<Response, Problem> {
+    let quantity = body.quantity.unwrap_or(1);
+    let quantity =
+        i32::try_from(quantity).map_err(|_| BookingError::InvalidQuantity { quantity })?;
+    let mut request = NewAnyHold::new(body.candidates, key)
+        .strategy(body.strategy)
+        .quantity(quantity);
+    request.owner = owner;
+    request.lifetime = body.lifetime_seconds.map(Duration::from_secs);
+    let placed = engine.hold_any(request).await?;
+    Ok(created(&prefix, placed))
+}
+
+/// 201 with the hold and its `Location`, and `Idempotent-Replayed: true` on a replay.
+fn created(prefix: &str, placed: HoldPlaced) -> Response {
     let location = format!("{prefix}/holds/{}", placed.hold.hold_id);
     let mut response = (
         StatusCode::CREATED,
@@ -51,7 +96,7 @@ pub(crate) async fn hold(
             .headers_mut()
             .insert("idempotent-replayed", HeaderValue::from_static("true"));
     }
-    Ok(response)
+    response
 }
 
 /// `POST /holds/{hold}/confirm`.

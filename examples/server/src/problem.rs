@@ -11,7 +11,7 @@ use axum::http::header::{CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
-use slot_booking::{BookingError, LineShortfall};
+use slot_booking::{BookingError, CandidateRefused, LineShortfall};
 
 use crate::{MAX_BODY_BYTES, MAX_HEADER_BYTES, MAX_URI_BYTES};
 
@@ -26,6 +26,8 @@ pub struct Problem {
     detail: String,
     /// `lines_unavailable`'s extension member: every line that cannot be had.
     lines: Option<Vec<LineShortfall>>,
+    /// `no_candidate_available`'s extension member: every candidate and why.
+    candidates: Option<Vec<CandidateRefused>>,
 }
 
 /// The body of a [`Problem`].
@@ -38,6 +40,8 @@ struct ProblemBody<'a> {
     code: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     lines: Option<&'a [LineShortfall]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    candidates: Option<&'a [CandidateRefused]>,
 }
 
 impl Problem {
@@ -48,6 +52,7 @@ impl Problem {
             code,
             detail: detail.into(),
             lines: None,
+            candidates: None,
         }
     }
 
@@ -170,6 +175,7 @@ impl From<BookingError> for Problem {
             | BookingError::CapacityTaken { .. }
             | BookingError::SlotInUse { .. }
             | BookingError::LinesUnavailable { .. }
+            | BookingError::NoCandidateAvailable { .. }
             | BookingError::PoolInUse { .. }
             | BookingError::TooManyPools { .. } => StatusCode::CONFLICT,
             BookingError::IdempotencyKeyReused { .. }
@@ -182,6 +188,7 @@ impl From<BookingError> for Problem {
             | BookingError::InvalidOwner(_)
             | BookingError::InvalidPage { .. }
             | BookingError::InvalidBooking(_)
+            | BookingError::InvalidCandidates(_)
             | BookingError::InvalidPool { .. } => StatusCode::BAD_REQUEST,
             // A transient failure is worth a retry (503 + Retry-After); anything else is a
             // fault a retry only repeats (500, no Retry-After).
@@ -204,8 +211,12 @@ impl From<BookingError> for Problem {
             other => other.to_string(),
         };
         let mut problem = Problem::new(status, error.code(), detail);
-        if let BookingError::LinesUnavailable { lines } = error {
-            problem.lines = Some(lines);
+        match error {
+            BookingError::LinesUnavailable { lines } => problem.lines = Some(lines),
+            BookingError::NoCandidateAvailable { candidates } => {
+                problem.candidates = Some(candidates)
+            }
+            _ => {}
         }
         problem
     }
@@ -220,6 +231,7 @@ impl IntoResponse for Problem {
             detail: &self.detail,
             code: self.code,
             lines: self.lines.as_deref(),
+            candidates: self.candidates.as_deref(),
         };
         let json = serde_json::to_vec(&body).unwrap_or_default();
         let mut response = (self.status, json).into_response();

@@ -40,7 +40,7 @@ pub fn router_with_config(engine: Engine, config: &Config) -> Router {
         .route("/holds/{hold}/confirm", post(holds::confirm))
         .route("/holds/{hold}", get(holds::get_hold).delete(holds::cancel))
         .route("/holds/{hold}/renew", post(holds::renew))
-        .route("/holds", get(holds::list_holds))
+        .route("/holds", get(holds::list_holds).post(holds::hold_any))
         .route("/bookings", post(bookings::book))
         .route(
             "/bookings/{hold}",

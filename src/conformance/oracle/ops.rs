@@ -66,6 +66,18 @@ pub enum ModelOp {
         /// Requested lifetime in seconds (some out of bounds on purpose).
         lifetime: Option<u64>,
     },
+    /// Hold `quantity` units of any one of `slots` (slot indexes, tried in this order; some
+    /// repeated or past the end on purpose) with key number `key` for owner number `owner`.
+    HoldAny {
+        /// Slot indexes, in order.
+        slots: Vec<usize>,
+        /// Key number (shared with holds).
+        key: u8,
+        /// Units asked for.
+        quantity: i32,
+        /// Owner number, 0 for anonymous.
+        owner: u8,
+    },
     /// Book `lines` (slot index, units; slots may repeat and quantities be out of bounds, on
     /// purpose) with key number `key` for owner number `owner`, with a lifetime of its own if
     /// given (drawn only by [`check_bookings`](super::check_bookings)).

@@ -7,6 +7,7 @@ use chrono::Duration;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
+use crate::candidates::NewAnyHold;
 use crate::conformance::kit::SlotTally;
 use crate::conformance::Fixture;
 use crate::engine::BookingEngine;
@@ -20,7 +21,7 @@ use crate::Clock;
 use super::ops::{owner, resource, ModelOp};
 use super::reference::{Model, Seen};
 use super::strategies::sequence;
-use super::writes::write_step;
+use super::writes::{seen_hold, write_step};
 use super::Mismatch;
 
 /// Walks every page of the operator's listing `limit` at a time, checking each page's limit
@@ -171,6 +172,28 @@ pub(super) async fn run_checked<S: Store, C: StepCheck<S>>(
             | ModelOp::Get { .. } => {
                 let mut writer = &engine;
                 write_step(&mut writer, &mut model, op, now).await
+            }
+            ModelOp::HoldAny {
+                ref slots,
+                key,
+                quantity,
+                owner: owner_number,
+            } => {
+                let candidates = slots.iter().map(|&slot| model.slot_id(slot)).collect();
+                let mut request =
+                    NewAnyHold::new(candidates, format!("key-{key}")).quantity(quantity);
+                if let Some(owner) = owner(owner_number) {
+                    request = request.owner(owner);
+                }
+                let actual = seen_hold(engine.hold_any(request).await);
+                let new_id = match &actual {
+                    Seen::Hold {
+                        hold,
+                        replayed: false,
+                    } => Some(hold.hold_id),
+                    _ => None,
+                };
+                (model.hold_any(op, now, new_id), actual)
             }
             ModelOp::ListSlots {
                 limit,

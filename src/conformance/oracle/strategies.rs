@@ -29,7 +29,7 @@ pub fn op() -> impl Strategy<Value = ModelOp> {
 }
 
 /// The generator for one lifecycle operation, which any store must run: create a slot, hold,
-/// confirm, cancel, renew or read a hold, read the availability listing, move the clock.
+/// hold on any one of several slots, confirm, cancel, renew or read a hold, read the availability listing, move the clock.
 pub fn lifecycle_op() -> impl Strategy<Value = ModelOp> {
     let ttl = HOLD_TTL.as_micros() as i64;
     let quantity = prop_oneof![8 => Just(1i32), 4 => 2..=3i32, 1 => Just(0i32), 1 => Just(7i32), 1 => Just(1001i32)];
@@ -37,6 +37,8 @@ pub fn lifecycle_op() -> impl Strategy<Value = ModelOp> {
         1 => (1..=6i32, 1..=40i64, 0..3u8).prop_map(|(capacity, m, resource)| ModelOp::CreateSlot { capacity, starts_in: m * 60, resource }),
         6 => (0..4usize, 0..8u8, quantity, 0..3u8, lifetime())
             .prop_map(|(slot, key, quantity, owner, lifetime)| ModelOp::Hold { slot, key, quantity, owner, lifetime }),
+        3 => (proptest::collection::vec(0..5usize, 0..=3), 0..8u8, prop_oneof![4 => Just(1i32), 2 => 2..=3i32, 1 => Just(0i32)], 0..3u8)
+            .prop_map(|(slots, key, quantity, owner)| ModelOp::HoldAny { slots, key, quantity, owner }),
         2 => (0..10usize, 0..7u8).prop_map(|(hold, scope)| ModelOp::Confirm { hold, scope }),
         2 => (0..10usize, 0..7u8).prop_map(|(hold, scope)| ModelOp::Cancel { hold, scope }),
         2 => (0..10usize, 0..7u8, lifetime()).prop_map(|(hold, scope, lifetime)| ModelOp::Renew { hold, scope, lifetime }),

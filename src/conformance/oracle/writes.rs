@@ -13,7 +13,7 @@ use crate::transaction::{TransactionWrites, Within};
 use super::ops::{duration_of, owner, resource, ModelOp};
 use super::reference::{Model, ModelSlot, Seen};
 
-fn seen_hold(result: Result<crate::HoldPlaced, BookingError>) -> Seen {
+pub(super) fn seen_hold(result: Result<crate::HoldPlaced, BookingError>) -> Seen {
     match result {
         Ok(placed) => Seen::Hold {
             hold: placed.hold,
