@@ -28,20 +28,37 @@ pub(crate) fn hold_placed(
     match outcome.outcome {
         HoldOutcome::Created(hold) => placed(hold, false),
         HoldOutcome::Replayed(hold) => placed(hold, true),
-        HoldOutcome::KeyReused(hold) => Err(BookingError::IdempotencyKeyReused {
+        refused => Err(hold_refused(refused, slot_id, quantity).unwrap_or_else(|| {
+            BookingError::Store(StoreError::failed(
+                "a hold outcome that is neither placed nor refused",
+            ))
+        })),
+    }
+}
+
+/// The error of a hold request on `slot_id` for `quantity` units that the store refused;
+/// `None` for a hold placed or replayed.
+pub(crate) fn hold_refused(
+    outcome: HoldOutcome,
+    slot_id: SlotId,
+    quantity: i32,
+) -> Option<BookingError> {
+    Some(match outcome {
+        HoldOutcome::Created(_) | HoldOutcome::Replayed(_) => return None,
+        HoldOutcome::KeyReused(hold) => BookingError::IdempotencyKeyReused {
             slot_id,
             existing_hold_id: hold.as_ref().map(|h| h.hold_id),
             existing_slot_id: hold.as_ref().map(|h| h.slot_id),
-        }),
-        HoldOutcome::SoldOut => Err(BookingError::SoldOut { slot_id }),
-        HoldOutcome::ExceedsCapacity { capacity } => Err(BookingError::QuantityExceedsCapacity {
+        },
+        HoldOutcome::SoldOut => BookingError::SoldOut { slot_id },
+        HoldOutcome::ExceedsCapacity { capacity } => BookingError::QuantityExceedsCapacity {
             slot_id,
             quantity,
             capacity,
-        }),
-        HoldOutcome::SlotNotFound => Err(BookingError::SlotNotFound { slot_id }),
-        HoldOutcome::SlotClosed => Err(BookingError::SlotClosed { slot_id }),
-    }
+        },
+        HoldOutcome::SlotNotFound => BookingError::SlotNotFound { slot_id },
+        HoldOutcome::SlotClosed => BookingError::SlotClosed { slot_id },
+    })
 }
 
 /// Turns what the store did with an "any one of these" hold into the caller's answer;

@@ -323,6 +323,25 @@ macro_rules! pool_conformance_tests {
     };
 }
 
+/// Expands to one `#[test]` per waitlist case, for a store implementing
+/// [`WaitlistStore`](crate::WaitlistStore), [`SlotAdmin`](crate::SlotAdmin),
+/// [`EventStore`](crate::EventStore) and [`PoolStore`](crate::PoolStore): lines served in
+/// strict order in the step that frees units, offers expiring to the next, priority, leaving,
+/// replays and refusals, and a race of cancels and newcomers. Same forms as
+/// [`conformance_tests!`](crate::conformance_tests).
+#[macro_export]
+macro_rules! waitlist_conformance_tests {
+    (optional: $factory:expr) => {
+        $crate::__waitlist_case_list!($crate::__conformance_case_tests; $factory, cases);
+    };
+    ($factory:expr) => {
+        $crate::waitlist_conformance_tests!(optional: || {
+            let store = ($factory)();
+            async move { Some(store.await) }
+        });
+    };
+}
+
 /// The model-based tests of [`pool_conformance_tests!`](crate::pool_conformance_tests). Not
 /// part of the API.
 #[doc(hidden)]

@@ -1,8 +1,9 @@
 //! The engine's error type.
 
 use crate::model::{
-    CandidateProblem, CandidateRefused, ConsumerId, HoldId, InvalidBooking, InvalidCandidates,
-    InvalidIdempotencyKey, InvalidOwnerId, InvalidSlot, LineProblem, LineShortfall, PoolId, SlotId,
+    CandidateProblem, CandidateRefused, ConsumerId, EntryId, HoldId, InvalidBooking,
+    InvalidCandidates, InvalidIdempotencyKey, InvalidOwnerId, InvalidSlot, LineProblem,
+    LineShortfall, PoolId, SlotId,
 };
 use crate::store::StoreError;
 
@@ -149,6 +150,19 @@ pub enum BookingError {
         /// Every candidate, in the order tried, and why it could not be had.
         candidates: Vec<CandidateRefused>,
     },
+    /// No entry with this id waits in the caller's scope (an entry offered its units is a
+    /// hold now).
+    #[error("waitlist entry {entry_id} not found")]
+    EntryNotFound {
+        /// The entry asked for.
+        entry_id: EntryId,
+    },
+    /// The slot cannot have a waitlist: it belongs to a pool.
+    #[error("slot {slot_id} belongs to a pool and has no waitlist")]
+    WaitlistNotAllowed {
+        /// The slot asked for.
+        slot_id: SlotId,
+    },
     /// No pool has this id.
     #[error("pool {pool_id} not found")]
     PoolNotFound {
@@ -235,6 +249,8 @@ impl BookingError {
         "lines_unavailable",
         "invalid_candidates",
         "no_candidate_available",
+        "entry_not_found",
+        "waitlist_not_allowed",
         "pool_not_found",
         "pool_in_use",
         "too_many_pools",
@@ -272,6 +288,8 @@ impl BookingError {
             BookingError::LinesUnavailable { .. } => "lines_unavailable",
             BookingError::InvalidCandidates(_) => "invalid_candidates",
             BookingError::NoCandidateAvailable { .. } => "no_candidate_available",
+            BookingError::EntryNotFound { .. } => "entry_not_found",
+            BookingError::WaitlistNotAllowed { .. } => "waitlist_not_allowed",
             BookingError::PoolNotFound { .. } => "pool_not_found",
             BookingError::PoolInUse { .. } => "pool_in_use",
             BookingError::TooManyPools { .. } => "too_many_pools",
@@ -403,6 +421,10 @@ mod tests {
                     problem: CandidateProblem::SoldOut,
                 }],
             },
+            BookingError::EntryNotFound {
+                entry_id: EntryId(3),
+            },
+            BookingError::WaitlistNotAllowed { slot_id },
             BookingError::PoolNotFound { pool_id: PoolId(1) },
             BookingError::PoolInUse {
                 pool_id: PoolId(1),
@@ -444,12 +466,14 @@ mod tests {
             BookingError::LinesUnavailable { .. } => 18,
             BookingError::InvalidCandidates(_) => 19,
             BookingError::NoCandidateAvailable { .. } => 20,
-            BookingError::PoolNotFound { .. } => 21,
-            BookingError::PoolInUse { .. } => 22,
-            BookingError::TooManyPools { .. } => 23,
-            BookingError::InvalidPool { .. } => 24,
-            BookingError::LeaseLost { .. } => 25,
-            BookingError::Store(_) => 26,
+            BookingError::EntryNotFound { .. } => 21,
+            BookingError::WaitlistNotAllowed { .. } => 22,
+            BookingError::PoolNotFound { .. } => 23,
+            BookingError::PoolInUse { .. } => 24,
+            BookingError::TooManyPools { .. } => 25,
+            BookingError::InvalidPool { .. } => 26,
+            BookingError::LeaseLost { .. } => 27,
+            BookingError::Store(_) => 28,
         }
     }
 
@@ -457,7 +481,7 @@ mod tests {
     fn codes_lists_every_code_once_and_nothing_else() {
         let errors = one_of_each();
         let variants: BTreeSet<usize> = errors.iter().map(variant).collect();
-        assert_eq!(variants, (0..=26).collect(), "a value of every variant");
+        assert_eq!(variants, (0..=28).collect(), "a value of every variant");
 
         for error in &errors {
             assert!(

@@ -242,6 +242,7 @@ pub mod sweeper {
     pub const MIN_SWEEP_PERIOD: std::time::Duration = crate::reclaimer::MIN_RECLAIM_PERIOD;
 }
 pub mod transaction;
+pub mod waitlists;
 
 pub use availability::{Availability, AvailabilitySnapshot};
 pub use bookings::{BookingPlaced, NewBooking};
@@ -258,6 +259,7 @@ pub use model::{
     SlotSummary, SlotUsage, Timestamp,
 };
 pub use model::{CandidateProblem, CandidateRefused, Strategy, MAX_CANDIDATES};
+pub use model::{EntryId, WaitlistEntry};
 pub use model::{LineProblem, LineShortfall};
 pub use model::{NewPool, Pool, PoolId, PoolSummary, PoolUsage, MAX_POOLS_PER_SLOT};
 pub use scope::Scope;
@@ -267,6 +269,7 @@ pub use store::{
     RenewRequest, SlotAdmin, SlotChange, SlotLimits, Store, StoreError, StoreErrorKind,
     TransactionBookings, TransactionPools, TransactionWrites, TransactionalStore, Transition,
 };
+pub use store::{JoinOutcome, JoinRequest, WaitlistStore};
 pub use transaction::Within;
 
 /// The operator's listing filter.

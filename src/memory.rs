@@ -34,6 +34,7 @@ mod bookings;
 mod events;
 mod holds;
 mod pools;
+mod waitlists;
 
 use pools::PoolTable;
 
@@ -124,6 +125,8 @@ struct SlotRow {
     keys: HashMap<HoldId, IdempotencyKey>,
     /// The pools the slot draws from, by id.
     pools: Vec<PoolId>,
+    /// The slot's waitlist, in line order (see [`waitlists`]).
+    waiting: waitlists::Line,
 }
 
 impl SlotRow {
@@ -286,8 +289,11 @@ impl MemoryStore {
         let mut keys = lock(self.key_shard(request.key));
         let vacant = match keys.entry(request.key.clone()) {
             Entry::Occupied(taken) => {
-                let holder = self.key_holder(taken.get().0)?;
-                return decided(HoldOutcome::key_taken(request, holder));
+                let (id, slot_id) = *taken.get();
+                return decided(match self.key_holder(id, slot_id)? {
+                    Some(holder) => HoldOutcome::key_taken(request, holder),
+                    None => HoldOutcome::KeyReused(None),
+                });
             }
             Entry::Vacant(vacant) => vacant,
         };
@@ -298,7 +304,11 @@ impl MemoryStore {
         let mut row = lock(&row);
         let now = request.now;
         let expired = row.expired_units(now);
-        if !row.slot.is_selling_at(now) || row.slot.stored_remaining + expired < request.quantity {
+        // Nobody takes units past a waiting line.
+        if !row.slot.is_selling_at(now)
+            || !row.waiting.is_empty()
+            || row.slot.stored_remaining + expired < request.quantity
+        {
             return decided(HoldOutcome::refused(request, None, Some(row.limits())));
         }
         let needs: Vec<(PoolId, i32)> = row.pools.iter().map(|&p| (p, request.quantity)).collect();

@@ -16,6 +16,7 @@ mod pool;
 mod slot;
 mod time;
 mod usage;
+mod waitlist;
 
 pub use booking::{
     canonical_lines, Booking, BookingLine, InvalidBooking, LineProblem, LineShortfall, MAX_LINES,
@@ -29,7 +30,7 @@ pub use event::{
 };
 pub use hold::{Hold, HoldStatus, UnknownStatus, MAX_QUANTITY};
 pub use ids::{
-    ConsumerId, HoldId, IdempotencyKey, InvalidConsumerId, InvalidIdempotencyKey,
+    ConsumerId, EntryId, HoldId, IdempotencyKey, InvalidConsumerId, InvalidIdempotencyKey,
     InvalidLeaseHolder, InvalidOwnerId, InvalidResourceId, LeaseHolder, OwnerId, ParseIdError,
     PoolId, ResourceId, SlotId,
 };
@@ -43,6 +44,7 @@ pub use pool::{NewPool, Pool, PoolSummary, PoolUsage, MAX_POOLS_PER_SLOT};
 pub use slot::{AvailabilityEntry, AvailabilityQuery, InvalidSlot, NewSlot, Slot};
 pub use time::{rfc3339, truncate_to_micros, Timestamp};
 pub use usage::{SlotSummary, SlotUsage};
+pub use waitlist::{served, WaitlistEntry};
 
 #[cfg(test)]
 mod tests {

@@ -5,6 +5,7 @@
 //! |---|---|---|
 //! | [`HoldStore`] | create and read a slot, availability, hold, confirm, cancel, renew, read a hold | every store; the seed's four operations |
 //! | [`BookingStore`] | bookings of several lines: all or nothing, confirmed, cancelled and renewed whole | [`crate::bookings`] |
+//! | [`WaitlistStore`] | waitlists of slots: join, leave, position; offers in the step that frees units | [`crate::waitlists`] |
 //! | [`PoolStore`] | capacities shared by several slots: pools, their slots, their capacity | [`crate::pools`] |
 //! | [`SlotAdmin`] | change capacity, close and reopen sales, remove, list every slot | the engine's administration ([`crate::admin`]) |
 //! | [`HoldQueries`] | an owner's holds, a slot's roster, by page | [`BookingEngine::owner_holds`](crate::BookingEngine::owner_holds), [`slot_holds`](crate::BookingEngine::slot_holds) |
@@ -278,6 +279,7 @@ mod outcome;
 mod pools;
 mod queries;
 mod transaction;
+mod waitlists;
 
 pub use admin::SlotAdmin;
 pub use bookings::{BookingOutcome, BookingRequest, BookingStore, LineState};
@@ -293,6 +295,7 @@ pub use outcome::{
 pub use pools::{PoolChange, PoolStore, TransactionPools};
 pub use queries::HoldQueries;
 pub use transaction::{TransactionBookings, TransactionWrites, TransactionalStore};
+pub use waitlists::{JoinOutcome, JoinRequest, WaitlistStore};
 
 /// A store with the hold lifecycle, slot administration and hold queries: every operation of
 /// [`BookingEngine`](crate::BookingEngine) but the event log's. Implemented for every type that
@@ -305,12 +308,14 @@ impl<T: HoldStore + SlotAdmin + HoldQueries + ?Sized> Store for T {}
 crate::forward_store!(impl[T: HoldStore + ?Sized] HoldStore for Arc<T>, |this| &**this);
 crate::forward_store!(impl[T: BookingStore + ?Sized] BookingStore for Arc<T>, |this| &**this);
 crate::forward_store!(impl[T: PoolStore + ?Sized] PoolStore for Arc<T>, |this| &**this);
+crate::forward_store!(impl[T: WaitlistStore + ?Sized] WaitlistStore for Arc<T>, |this| &**this);
 crate::forward_store!(impl[T: SlotAdmin + ?Sized] SlotAdmin for Arc<T>, |this| &**this);
 crate::forward_store!(impl[T: HoldQueries + ?Sized] HoldQueries for Arc<T>, |this| &**this);
 crate::forward_store!(impl[T: EventStore + ?Sized] EventStore for Arc<T>, |this| &**this);
 crate::forward_store!(impl[T: HoldStore + ?Sized] HoldStore for Box<T>, |this| &**this);
 crate::forward_store!(impl[T: BookingStore + ?Sized] BookingStore for Box<T>, |this| &**this);
 crate::forward_store!(impl[T: PoolStore + ?Sized] PoolStore for Box<T>, |this| &**this);
+crate::forward_store!(impl[T: WaitlistStore + ?Sized] WaitlistStore for Box<T>, |this| &**this);
 crate::forward_store!(impl[T: SlotAdmin + ?Sized] SlotAdmin for Box<T>, |this| &**this);
 crate::forward_store!(impl[T: HoldQueries + ?Sized] HoldQueries for Box<T>, |this| &**this);
 crate::forward_store!(impl[T: EventStore + ?Sized] EventStore for Box<T>, |this| &**this);

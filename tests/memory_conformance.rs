@@ -13,3 +13,7 @@ mod bookings {
 mod pools {
     slot_booking::pool_conformance_tests!(|| async { slot_booking::MemoryStore::new() });
 }
+
+mod waitlists {
+    slot_booking::waitlist_conformance_tests!(|| async { slot_booking::MemoryStore::new() });
+}

@@ -22,6 +22,7 @@ mod quantities;
 mod queries;
 mod races;
 mod resilience;
+mod waitlists;
 
 /// Every case body, by name, for the public functions below.
 mod bodies {
@@ -39,6 +40,7 @@ mod bodies {
     pub(super) use super::queries::*;
     pub(super) use super::races::*;
     pub(super) use super::resilience::*;
+    pub(super) use super::waitlists::*;
 }
 
 /// The lifecycle cases (files `lifecycle`, `availability`, `owners`, `quantities`, `lifetimes`,
@@ -197,6 +199,24 @@ macro_rules! __pool_case_list {
     };
 }
 
+/// The waitlist cases (file `waitlists`): strict order, offers in the freeing step, expiry
+/// to the next, priority, leaving, replays and refusals, and a race with newcomers.
+/// [`waitlist_conformance_tests!`](crate::waitlist_conformance_tests) makes a `#[test]` of
+/// each. Not part of the API.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __waitlist_case_list {
+    ($callback:path; $($args:tt)*) => {
+        $callback! { $($args)*;
+            waitlist_serves_freed_units_in_strict_order
+            waitlist_offers_expire_to_the_next
+            waitlist_orders_by_priority_and_can_be_left
+            waitlist_joins_replay_and_refuse_like_holds
+            race_waitlists_never_give_a_unit_to_a_newcomer
+        }
+    };
+}
+
 /// A public function of each case a list names.
 macro_rules! public_cases {
     ($bound:tt; $($case:ident)*) => {
@@ -215,6 +235,7 @@ crate::__query_case_list!(public_cases; [crate::store::HoldStore + crate::store:
 crate::__admin_case_list!(public_cases; [crate::store::HoldStore + crate::store::SlotAdmin]);
 crate::__booking_case_list!(public_cases; [crate::store::BookingStore + crate::store::SlotAdmin]);
 crate::__pool_case_list!(public_cases; [crate::store::PoolStore + crate::store::BookingStore + crate::store::SlotAdmin]);
+crate::__waitlist_case_list!(public_cases; [crate::store::WaitlistStore + crate::store::SlotAdmin + crate::store::EventStore + crate::store::PoolStore]);
 crate::__booking_event_case_list!(public_cases; [crate::store::BookingStore + crate::store::SlotAdmin + crate::store::EventStore]);
 
 /// [`check_hold_store`] from the lifecycle list.

@@ -139,6 +139,7 @@ pub struct Owned<S, G> {
 crate::forward_store!(impl[S: HoldStore, G: Send + Sync + 'static] HoldStore for Owned<S, G>, |this| &this.store);
 crate::forward_store!(impl[S: crate::store::BookingStore, G: Send + Sync + 'static] BookingStore for Owned<S, G>, |this| &this.store);
 crate::forward_store!(impl[S: crate::store::PoolStore, G: Send + Sync + 'static] PoolStore for Owned<S, G>, |this| &this.store);
+crate::forward_store!(impl[S: crate::store::WaitlistStore, G: Send + Sync + 'static] WaitlistStore for Owned<S, G>, |this| &this.store);
 crate::forward_store!(impl[S: SlotAdmin, G: Send + Sync + 'static] SlotAdmin for Owned<S, G>, |this| &this.store);
 crate::forward_store!(impl[S: HoldQueries, G: Send + Sync + 'static] HoldQueries for Owned<S, G>, |this| &this.store);
 crate::forward_store!(impl[S: crate::Store + EventStore, G: Send + Sync + 'static] EventStore for Owned<S, G>, |this| &this.store);

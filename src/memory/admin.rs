@@ -32,6 +32,8 @@ impl SlotAdmin for MemoryStore {
                 EventKind::SlotCapacityChanged
             },
         );
+        // A raise (or expired holds reclaimed to make room) serves the line in this step.
+        self.serve(&mut row, now);
         Ok(Decided::new(now, change))
     }
 
@@ -58,6 +60,8 @@ impl SlotAdmin for MemoryStore {
                         };
                         row.log_slot(kind, now, &self.log);
                     }
+                    // Reopened: units freed while closed go to the line now.
+                    self.serve(&mut row, now);
                     SlotChange::Applied(row.slot.clone())
                 }
             }

@@ -95,11 +95,29 @@ impl MemoryStore {
         lines.iter().map(|(_, slot)| self.slot_row(*slot)).collect()
     }
 
-    /// The booking (or hold) whose key `request`'s key is, as stored.
-    pub(super) fn key_holder(&self, hold_id: HoldId) -> Result<Booking, StoreError> {
-        self.lines_of(hold_id)
-            .and_then(|lines| self.read_lines(&lines))
-            .ok_or_else(|| StoreError::failed("idempotency key points at a missing hold"))
+    /// The booking (or hold) whose key `request`'s key is, as stored; `None` when the key is
+    /// a waitlist entry's, still waiting in `slot_id`'s line.
+    pub(super) fn key_holder(
+        &self,
+        hold_id: HoldId,
+        slot_id: SlotId,
+    ) -> Result<Option<Booking>, StoreError> {
+        if let Some(booking) = self.lines_of(hold_id).and_then(|l| self.read_lines(&l)) {
+            return Ok(Some(booking));
+        }
+        let waiting = self.slot_row(slot_id).is_some_and(|row| {
+            lock(&row)
+                .waiting
+                .iter()
+                .any(|(entry, _)| entry.entry_id.0 == hold_id.0)
+        });
+        if waiting {
+            Ok(None)
+        } else {
+            Err(StoreError::failed(
+                "idempotency key points at a missing hold",
+            ))
+        }
     }
 
     /// Applies `change` to every line of the booking `lines` make, in one step under all their
@@ -162,6 +180,12 @@ impl MemoryStore {
             log.append(event);
         }
         drop(log);
+        // Units a cancel gave back go to the slots' lines in the same step.
+        if matches!(change, Change::Cancel) {
+            for (_, i) in &present {
+                self.serve(&mut guards[*i], now);
+            }
+        }
         holds(&guards).map_or(Transition::NotFound, Transition::Applied)
     }
 
@@ -233,8 +257,11 @@ impl MemoryStore {
         let mut keys = lock(self.key_shard(request.key));
         let vacant = match keys.entry(request.key.clone()) {
             Entry::Occupied(taken) => {
-                let holder = self.key_holder(taken.get().0)?;
-                return decided(BookingOutcome::refused(request, Some(holder), &[]));
+                let (id, slot_id) = *taken.get();
+                return decided(match self.key_holder(id, slot_id)? {
+                    Some(holder) => BookingOutcome::refused(request, Some(holder), &[]),
+                    None => BookingOutcome::KeyReused(None),
+                });
             }
             Entry::Vacant(vacant) => vacant,
         };
@@ -248,7 +275,11 @@ impl MemoryStore {
             .map(|row| row.as_ref().map(|row| lock(row)))
             .collect();
         let now = request.now;
-        let free = |row: &SlotRow| row.slot.stored_remaining + row.expired_units(now);
+        // Nobody takes units past a waiting line.
+        let free = |row: &SlotRow| match row.waiting.is_empty() {
+            true => row.slot.stored_remaining + row.expired_units(now),
+            false => 0,
+        };
         // Whether each line fits, counting its slot's expired holds as free; they are reclaimed
         // below only when every line fits: a refused booking changes nothing.
         let fits: Vec<bool> = request

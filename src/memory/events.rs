@@ -106,7 +106,10 @@ impl EventStore for MemoryStore {
             if left == 0 {
                 break;
             }
-            reclaimed.extend(lock(&row).reclaim(now, left, &self.log, &self.pools));
+            let mut row = lock(&row);
+            reclaimed.extend(row.reclaim(now, left, &self.log, &self.pools));
+            // Units given back go to the slot's line in the same step.
+            self.serve(&mut row, now);
         }
         Ok(reclaimed)
     }

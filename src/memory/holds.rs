@@ -26,6 +26,7 @@ impl HoldStore for MemoryStore {
             held_by_expiry: BTreeSet::new(),
             keys: HashMap::new(),
             pools: Vec::new(),
+            waiting: Vec::new(),
         };
         row.log_slot(EventKind::SlotCreated, now, &self.log);
         table.by_start.insert((slot.starts_at, slot.slot_id));
@@ -59,7 +60,11 @@ impl HoldStore for MemoryStore {
                 starts_at: row.slot.starts_at,
                 ends_at: row.slot.ends_at,
                 capacity: row.slot.capacity,
-                remaining: row.slot.stored_remaining + row.expired_units(now),
+                // A slot with a waiting line has no unit for anyone else.
+                remaining: match row.waiting.is_empty() {
+                    true => row.slot.stored_remaining + row.expired_units(now),
+                    false => 0,
+                },
                 resource: row.slot.resource.clone(),
             });
         }

@@ -32,11 +32,14 @@ pub enum EventKind {
     SlotReopened,
     /// A slot was removed.
     SlotRemoved,
+    /// A waitlist entry was offered its units: the hold of the same number, placed just
+    /// before (its `hold_placed` event counts the units; this one says why).
+    WaitlistOffered,
 }
 
 impl EventKind {
     /// Every kind, in declaration order.
-    pub const ALL: [EventKind; 10] = [
+    pub const ALL: [EventKind; 11] = [
         EventKind::HoldPlaced,
         EventKind::HoldConfirmed,
         EventKind::HoldCancelled,
@@ -47,6 +50,7 @@ impl EventKind {
         EventKind::SlotClosed,
         EventKind::SlotReopened,
         EventKind::SlotRemoved,
+        EventKind::WaitlistOffered,
     ];
 
     /// The snake_case name used in storage and on the wire.
@@ -62,6 +66,7 @@ impl EventKind {
             EventKind::SlotClosed => "slot_closed",
             EventKind::SlotReopened => "slot_reopened",
             EventKind::SlotRemoved => "slot_removed",
+            EventKind::WaitlistOffered => "waitlist_offered",
         }
     }
 }

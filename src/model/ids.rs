@@ -52,6 +52,11 @@ id_type!(
     /// Identifies a pool: a capacity shared by several slots.
     PoolId
 );
+id_type!(
+    /// Identifies a waitlist entry. An entry and the hold offered to it share one number: the
+    /// offer is hold `HoldId(entry_id.0)`.
+    EntryId
+);
 
 /// Why a string is not an id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]

@@ -83,7 +83,7 @@ macro_rules! operations {
 operations! {
     // Every index of OUTCOMES, in order: the keys they build are an array of OUTCOMES.len(),
     // so the compiler refuses a list too short or too long.
-    outcomes: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28];
+    outcomes: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30];
     /// [`BookingEngine::availability`](crate::BookingEngine::availability).
     Availability => "availability",
     /// [`BookingEngine::place_hold`](crate::BookingEngine::place_hold) (and `hold`).
@@ -98,6 +98,12 @@ operations! {
     GetHold => "get_hold",
     /// [`BookingEngine::hold_any`](crate::BookingEngine::hold_any).
     HoldAny => "hold_any",
+    /// [`BookingEngine::join_waitlist`](crate::BookingEngine::join_waitlist).
+    JoinWaitlist => "join_waitlist",
+    /// [`BookingEngine::leave_waitlist`](crate::BookingEngine::leave_waitlist).
+    LeaveWaitlist => "leave_waitlist",
+    /// [`BookingEngine::waitlist_entry`](crate::BookingEngine::waitlist_entry).
+    WaitlistEntry => "waitlist_entry",
     /// [`BookingEngine::book`](crate::BookingEngine::book).
     Book => "book",
     /// [`BookingEngine::get_booking_as`](crate::BookingEngine::get_booking_as).

@@ -10,7 +10,7 @@
 /// that awaits it (the default is `call.await`). `TARGET` may itself await and use `?`
 /// (`StoreError`), so it can acquire a connection for the call.
 ///
-/// The traits: [`HoldStore`](crate::HoldStore), [`BookingStore`](crate::BookingStore), [`PoolStore`](crate::PoolStore), [`SlotAdmin`](crate::SlotAdmin),
+/// The traits: [`HoldStore`](crate::HoldStore), [`BookingStore`](crate::BookingStore), [`PoolStore`](crate::PoolStore), [`WaitlistStore`](crate::WaitlistStore), [`SlotAdmin`](crate::SlotAdmin),
 /// [`HoldQueries`](crate::HoldQueries), [`EventStore`](crate::EventStore) (methods on
 /// `&self`), [`TransactionWrites`](crate::TransactionWrites) and
 /// [`TransactionBookings`](crate::TransactionBookings) and [`TransactionPools`](crate::TransactionPools) (on `&mut self`).
@@ -132,6 +132,20 @@ macro_rules! forward_store {
             }
             async fn change_pool_capacity(&self, pool_id: $crate::PoolId, capacity: i32, now: $crate::Timestamp) -> Result<$crate::Decided<$crate::PoolChange>, $crate::StoreError> {
                 $crate::forward_store!(@call self; $this; $get; $call; $wrap; change_pool_capacity(pool_id, capacity, now))
+            }
+        }
+    };
+    (@WaitlistStore [$($generics:tt)*] $ty:ty; $this:ident; $get:expr; $call:ident; $wrap:expr) => {
+        #[$crate::__private::async_trait]
+        impl<$($generics)*> $crate::WaitlistStore for $ty {
+            async fn join_waitlist(&self, request: $crate::JoinRequest<'_>) -> Result<$crate::Decided<$crate::JoinOutcome>, $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; join_waitlist(request))
+            }
+            async fn leave_waitlist(&self, entry_id: $crate::EntryId, scope: &$crate::Scope, now: $crate::Timestamp) -> Result<$crate::Decided<Option<$crate::WaitlistEntry>>, $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; leave_waitlist(entry_id, scope, now))
+            }
+            async fn waitlist_entry(&self, entry_id: $crate::EntryId, scope: &$crate::Scope, now: $crate::Timestamp) -> Result<$crate::Decided<Option<($crate::WaitlistEntry, u32)>>, $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; waitlist_entry(entry_id, scope, now))
             }
         }
     };

@@ -1,0 +1,111 @@
+//! [`WaitlistStore`]: waitlists of slots, served in strict order in the same atomic step that
+//! frees units.
+
+use async_trait::async_trait;
+
+use super::error::StoreError;
+use super::holds::HoldStore;
+use super::outcome::{Decided, HoldOutcome, HoldRequest};
+use crate::model::{EntryId, Hold, WaitlistEntry};
+use crate::scope::Scope;
+
+/// A request to join a slot's waitlist, as the engine hands it to the store: the hold it
+/// wants (its lifetime is the offer window: an offer expires that long after it is made),
+/// and its priority.
+#[derive(Debug, Clone, Copy)]
+pub struct JoinRequest<'a> {
+    /// The hold wanted: slot, key, owner, quantity, `now` and the expiry a hold placed now
+    /// would have.
+    pub hold: HoldRequest<'a>,
+    /// Higher is served first; equal priorities by arrival.
+    pub priority: i32,
+}
+
+impl JoinRequest<'_> {
+    /// Whether `entry`, the entry this request's key already belongs to, is this request
+    /// made again: same slot, quantity, owner and priority.
+    pub fn is_replay_of_entry(&self, entry: &WaitlistEntry) -> bool {
+        entry.slot_id == self.hold.slot_id
+            && entry.quantity == self.hold.quantity
+            && entry.owner.as_ref() == self.hold.owner
+            && entry.priority == self.priority
+    }
+}
+
+/// What [`WaitlistStore::join_waitlist`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JoinOutcome {
+    /// Nobody waited and the units were free: a hold was placed at once (its id is the
+    /// entry's number). `replayed` when the key's request was this one and already held.
+    Held {
+        /// The hold.
+        hold: Hold,
+        /// Whether an earlier call with this key placed it (or it was offered since).
+        replayed: bool,
+    },
+    /// The request waits in line, at `position` (1 is the head).
+    Waiting {
+        /// The entry.
+        entry: WaitlistEntry,
+        /// Its place in line.
+        position: u32,
+        /// Whether an earlier call with this key made it.
+        replayed: bool,
+    },
+    /// Refused as a hold would be (`KeyReused`, `SlotNotFound`, `SlotClosed`,
+    /// `ExceedsCapacity`); nothing changed.
+    Refused(HoldOutcome),
+    /// The slot belongs to a pool, so it has no waitlist; nothing changed.
+    InPool,
+}
+
+/// Waitlists: a request joins a slot's line when its units are short, and is offered them
+/// (a hold of its owner, for its offer window) as soon as they free up. Lines are served by
+/// priority, then arrival, in strict order ([`served`](crate::model::served)): the head waits
+/// until its whole quantity is free, and nobody behind it is served first.
+///
+/// What a store must do, beyond its methods here:
+///
+/// - **Offers in the step that frees.** Every atomic step that gives units back to a slot with
+///   a waiting line (a cancel, an expiry reclaim, a capacity raise, a leave) serves the line in
+///   that same step: each served entry becomes a hold (`HoldId(entry_id.0)`, held, the entry's
+///   owner and quantity, created now, expiring after its offer window), logged as
+///   `hold_placed` then `waitlist_offered`. An offer not confirmed in time expires like any
+///   hold, and its reclaim serves the line again.
+/// - **Nobody jumps the line.** While a slot's line is not empty, a hold or booking line on
+///   it (not an offer) is refused as sold out, and availability lists the slot with 0 units.
+/// - **Keys.** An entry's key is taken like a hold's: no hold or other entry may use it while
+///   the entry waits; its offer is stored under it. Leaving frees it.
+///
+/// A slot that belongs to a pool has no waitlist (`waitlist_not_allowed`): its units can free
+/// up in steps that never touch the slot.
+#[async_trait]
+pub trait WaitlistStore: HoldStore {
+    /// Joins the slot's line, atomically: if the key is taken, the replay (a hold or an entry
+    /// of this same request) or `KeyReused`; else, if the slot is not selling or the quantity
+    /// is more than its capacity, the hold's refusal; else the entry is added to the line and
+    /// the line is served (reclaiming the slot's expired holds when that serves its head), so
+    /// a request that finds nobody waiting and its units free is held at once.
+    async fn join_waitlist(
+        &self,
+        request: JoinRequest<'_>,
+    ) -> Result<Decided<JoinOutcome>, StoreError>;
+
+    /// Leaves the line, atomically: the entry in `scope` that still waits is removed (its key
+    /// freed) and the line served. `None` when no entry waits with this id in `scope`
+    /// (offered entries are holds now).
+    async fn leave_waitlist(
+        &self,
+        entry_id: EntryId,
+        scope: &Scope,
+        now: crate::model::Timestamp,
+    ) -> Result<Decided<Option<WaitlistEntry>>, StoreError>;
+
+    /// The entry in `scope` that still waits, with its place in line (1 is the head).
+    async fn waitlist_entry(
+        &self,
+        entry_id: EntryId,
+        scope: &Scope,
+        now: crate::model::Timestamp,
+    ) -> Result<Decided<Option<(WaitlistEntry, u32)>>, StoreError>;
+}
