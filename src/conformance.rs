@@ -327,12 +327,22 @@ macro_rules! pool_conformance_tests {
 /// [`WaitlistStore`](crate::WaitlistStore), [`SlotAdmin`](crate::SlotAdmin),
 /// [`EventStore`](crate::EventStore) and [`PoolStore`](crate::PoolStore): lines served in
 /// strict order in the step that frees units, offers expiring to the next, priority, leaving,
-/// replays and refusals, and a race of cancels and newcomers. Same forms as
+/// replays and refusals, a race of cancels and newcomers, and the model-based sequences with
+/// waitlist steps. Same forms as
 /// [`conformance_tests!`](crate::conformance_tests).
 #[macro_export]
 macro_rules! waitlist_conformance_tests {
     (optional: $factory:expr) => {
         $crate::__waitlist_case_list!($crate::__conformance_case_tests; $factory, cases);
+
+        $crate::__conformance_property_test!(
+            /// Random sequences with joins, leaves, places and reclaims against the model.
+            model_based_waitlists,
+            $factory,
+            $crate::conformance::oracle::check_waitlists,
+            $crate::conformance::BOOKING_MODEL_CASES,
+            40
+        );
     };
     ($factory:expr) => {
         $crate::waitlist_conformance_tests!(optional: || {

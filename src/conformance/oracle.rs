@@ -32,6 +32,7 @@ macro_rules! ensure {
 }
 
 mod bookings;
+mod candidates;
 mod concurrent;
 mod concurrent_bookings;
 mod concurrent_pools;
@@ -42,6 +43,7 @@ mod reference;
 mod runner;
 mod strategies;
 mod transaction_steps;
+mod waitlists;
 mod writes;
 
 pub use bookings::{booking_op, check_booking_events, check_bookings};
@@ -59,3 +61,4 @@ pub type Op = ModelOp;
 pub use runner::check;
 pub use strategies::{admin_op, lifecycle_op, op, query_op, sequence};
 pub use transaction_steps::{check_transactional, TransactionStep};
+pub use waitlists::check_waitlists;

@@ -32,8 +32,11 @@ impl SlotAdmin for MemoryStore {
                 EventKind::SlotCapacityChanged
             },
         );
-        // A raise (or expired holds reclaimed to make room) serves the line in this step.
-        self.serve(&mut row, now);
+        // An applied change (a raise, or expired holds reclaimed to make room) serves the
+        // line in this step.
+        if let SlotChange::Applied(_) = change {
+            self.serve(&mut row, now);
+        }
         Ok(Decided::new(now, change))
     }
 
@@ -60,9 +63,11 @@ impl SlotAdmin for MemoryStore {
                         };
                         row.log_slot(kind, now, &self.log);
                     }
-                    // Reopened: units freed while closed go to the line now.
+                    let changed = SlotChange::Applied(row.slot.clone());
+                    // Reopened: units freed while closed go to the line now (the answer is
+                    // the change itself, before the line took any).
                     self.serve(&mut row, now);
-                    SlotChange::Applied(row.slot.clone())
+                    changed
                 }
             }
             None => SlotChange::NotFound,

@@ -210,7 +210,11 @@ impl Model {
                 Err(refused) => return refused,
             },
         };
+        let slots: Vec<SlotId> = freed.iter().map(|&(slot, _)| slot).collect();
         self.give_back(freed);
+        for slot in slots {
+            self.serve_line(slot, now);
+        }
         match changed {
             Ok(()) => self.booking_seen(&group, now),
             Err(code) => Seen::Error(code),

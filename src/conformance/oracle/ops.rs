@@ -66,6 +66,38 @@ pub enum ModelOp {
         /// Requested lifetime in seconds (some out of bounds on purpose).
         lifetime: Option<u64>,
     },
+    /// Join slot `slot`'s waitlist (held at once when nobody waits and the units are free)
+    /// with key number `key` for owner number `owner` at `priority`, with a lifetime (the
+    /// offer window) of its own if given (drawn only by
+    /// [`check_waitlists`](super::check_waitlists)).
+    Join {
+        /// Slot index.
+        slot: usize,
+        /// Key number (shared with holds).
+        key: u8,
+        /// Units asked for.
+        quantity: i32,
+        /// Owner number, 0 for anonymous.
+        owner: u8,
+        /// Higher first.
+        priority: i32,
+        /// Requested lifetime in seconds.
+        lifetime: Option<u64>,
+    },
+    /// Leave waitlist entry number `entry` (in the order made) in scope number `scope`.
+    Leave {
+        /// Entry index.
+        entry: usize,
+        /// Scope number, as for holds.
+        scope: u8,
+    },
+    /// Read waitlist entry number `entry` and its place in scope number `scope`.
+    EntryPlace {
+        /// Entry index.
+        entry: usize,
+        /// Scope number, as for holds.
+        scope: u8,
+    },
     /// Hold `quantity` units of any one of `slots` (slot indexes, tried in this order; some
     /// repeated or past the end on purpose) with key number `key` for owner number `owner`.
     HoldAny {

@@ -59,6 +59,8 @@ pub(super) struct Model {
     pub(super) lines: HashMap<usize, Vec<usize>>,
     /// The pools created so far, in order (see `pools.rs`).
     pub(super) pools: Vec<ModelPool>,
+    /// Every waitlist entry made so far, in order (see `waitlists.rs`).
+    pub(super) entries: Vec<super::waitlists::ModelEntry>,
 }
 
 /// What an operation returned, with store-assigned ids kept as they are.
@@ -94,6 +96,14 @@ pub(super) enum Seen {
     PoolInUse(i32, i32),
     /// The holds a reclaim reclaimed, by id.
     Reclaimed(Vec<HoldId>),
+    /// A join that waits in line: the entry, its place, whether a replay.
+    Waiting {
+        entry: crate::model::WaitlistEntry,
+        position: u32,
+        replayed: bool,
+    },
+    /// A waitlist entry left (no place) or read (its place).
+    Entry(crate::model::WaitlistEntry, Option<u32>),
     /// Whether a lease was granted.
     Leased(bool),
     /// An acknowledgement's answer (`Ok`, or its error code) and the cursor after it.
@@ -261,66 +271,6 @@ impl Model {
 impl Model {
     /// The expected result of placing a hold; `hold_id` is what the store assigned if it
     /// created one (the model cannot know ids in advance).
-    /// A hold on any one of several slots: candidates checked (1 to 20 distinct slots), the
-    /// quantity checked, the key's hold replayed when it is a hold on a candidate of the same
-    /// quantity and owner, else each candidate in turn as a hold on it alone, the first that
-    /// places one taken; when none does, `no_candidate_available`.
-    pub(super) fn hold_any(
-        &mut self,
-        op: &ModelOp,
-        now: Timestamp,
-        new_id: Option<HoldId>,
-    ) -> Seen {
-        let ModelOp::HoldAny {
-            ref slots,
-            key,
-            quantity,
-            owner: owner_number,
-        } = *op
-        else {
-            return Seen::Error("(not a hold on any of several slots)");
-        };
-        let ids: Vec<SlotId> = slots.iter().map(|&slot| self.slot_id(slot)).collect();
-        let mut distinct = ids.clone();
-        distinct.sort_unstable();
-        distinct.dedup();
-        if ids.is_empty() || distinct.len() != ids.len() {
-            return Seen::Error("invalid_candidates");
-        }
-        if !(1..=1000).contains(&quantity) {
-            return Seen::Error("invalid_quantity");
-        }
-        let owner = owner(owner_number);
-        if let Some(&existing) = self.keys.get(&key) {
-            let hold = &self.holds[existing];
-            let single = self.group(existing).len() == 1;
-            if single
-                && ids.contains(&hold.slot_id)
-                && hold.quantity == quantity
-                && hold.owner == owner
-            {
-                return Seen::Hold {
-                    hold: hold.clone().at(now),
-                    replayed: true,
-                };
-            }
-            return Seen::KeyReused((hold.owner == owner).then_some(hold.hold_id));
-        }
-        for &slot in slots {
-            let one = ModelOp::Hold {
-                slot,
-                key,
-                quantity,
-                owner: owner_number,
-                lifetime: None,
-            };
-            if let seen @ Seen::Hold { .. } = self.hold(&one, now, new_id) {
-                return seen;
-            }
-        }
-        Seen::Error("no_candidate_available")
-    }
-
     pub(super) fn hold(&mut self, op: &ModelOp, now: Timestamp, new_id: Option<HoldId>) -> Seen {
         let ModelOp::Hold {
             slot,
@@ -341,6 +291,9 @@ impl Model {
             Err(refused) => return refused,
         };
         let owner = owner(owner_number);
+        if self.waiting_key(key).is_some() {
+            return Seen::KeyReused(None);
+        }
         if let Some(&existing) = self.keys.get(&key) {
             let hold = &self.holds[existing];
             // A booking of several lines is never the same request as a hold.
@@ -362,6 +315,14 @@ impl Model {
         }
         if model_slot.closed || model_slot.starts_at <= now {
             return Seen::Error("slot_closed");
+        }
+        // Nobody takes units past a waiting line.
+        if self.line(slot_id).next().is_some() {
+            return Seen::Error(if quantity > model_slot.capacity {
+                "quantity_exceeds_capacity"
+            } else {
+                "sold_out"
+            });
         }
         let slot_free = model_slot.remaining + self.held_units(slot_id, now).1;
         if slot_free >= quantity && self.pool_short(slot_id, &[(slot_id, quantity)], now) {
@@ -461,7 +422,11 @@ impl Model {
     pub(super) fn cancel(&mut self, index: usize, scope: &Scope, now: Timestamp) -> Seen {
         let mut freed = Vec::new();
         let seen = self.transition(index, scope, now, cancelling(now, &mut freed));
+        let slots: Vec<SlotId> = freed.iter().map(|&(slot, _)| slot).collect();
         self.give_back(freed);
+        for slot in slots {
+            self.serve_line(slot, now);
+        }
         seen
     }
 
@@ -511,10 +476,11 @@ impl Model {
                 .into_iter()
                 .map(|s| {
                     let (_, expired) = self.held_units(s.id, now);
-                    (
-                        s.id,
-                        self.pool_free_of(s.id, now).min(s.remaining + expired),
-                    )
+                    let free = match self.line(s.id).next() {
+                        Some(_) => 0,
+                        None => self.pool_free_of(s.id, now).min(s.remaining + expired),
+                    };
+                    (s.id, free)
                 })
                 .collect(),
         )
@@ -570,7 +536,7 @@ impl Model {
         if capacity < 1 {
             return Seen::Error("invalid_slot");
         }
-        self.take_free_units(
+        let seen = self.take_free_units(
             index,
             now,
             |s, extra| {
@@ -584,7 +550,11 @@ impl Model {
                 let (active, _) = model.held_units(id, now);
                 Seen::CapacityTaken(active + model.confirmed_units(id))
             },
-        )
+        );
+        if let Seen::Slot(slot) = &seen {
+            self.serve_line(slot.slot_id, now);
+        }
+        seen
     }
 
     pub(super) fn remove(&mut self, index: usize, now: Timestamp) -> Seen {
@@ -597,14 +567,18 @@ impl Model {
         )
     }
 
-    pub(super) fn set_closed(&mut self, index: usize, closed: bool) -> Seen {
-        match self.slots.get_mut(index).filter(|s| s.removed_at.is_none()) {
+    pub(super) fn set_closed(&mut self, index: usize, closed: bool, now: Timestamp) -> Seen {
+        let seen = match self.slots.get_mut(index).filter(|s| s.removed_at.is_none()) {
             Some(slot) => {
                 slot.closed = closed;
                 Seen::Slot(slot.as_slot())
             }
             None => Seen::Error("slot_not_found"),
+        };
+        if let Seen::Slot(slot) = &seen {
+            self.serve_line(slot.slot_id, now);
         }
+        seen
     }
 
     /// Every page of the operator's listing, narrowed to `only`.

@@ -155,7 +155,10 @@ pub(super) async fn run_checked<S: Store, C: StepCheck<S>>(
             | ModelOp::GetPool { .. }
             | ModelOp::Lease { .. }
             | ModelOp::Release { .. }
-            | ModelOp::AcknowledgeLeased { .. } => {
+            | ModelOp::AcknowledgeLeased { .. }
+            | ModelOp::Join { .. }
+            | ModelOp::Leave { .. }
+            | ModelOp::EntryPlace { .. } => {
                 match checks.extra_op(&engine, &mut model, op, now).await {
                     Some(seen) => seen,
                     None => continue,

@@ -173,7 +173,7 @@ pub(super) async fn write_step(
             } else {
                 writer.reopen_sales(slot_id).await
             };
-            (model.set_closed(slot, closed), seen_slot(result))
+            (model.set_closed(slot, closed, now), seen_slot(result))
         }
         ModelOp::Remove { slot } => {
             let actual = seen_slot(writer.remove_slot(model.slot_id(slot)).await);

@@ -1,0 +1,380 @@
+//! Waitlists in the model: joining (held at once or waiting), leaving, reading a place, and
+//! the serving every freeing step does (the model's cancel, capacity change, reopening,
+//! reclaim, join and leave call [`Model::serve_lines`]); the step check that runs them
+//! against a store, and their property test.
+
+use std::future::Future;
+
+use proptest::prelude::*;
+
+use crate::engine::{BookingEngine, NewHold};
+use crate::error::BookingError;
+use crate::model::{served, EntryId, HoldId, HoldStatus, SlotId, Timestamp, WaitlistEntry};
+use crate::store::{EventStore, Store, WaitlistStore};
+use crate::waitlists::Joined;
+
+use super::ops::{duration_of, owner, scope_of, ModelOp};
+use super::reference::{pick_lifetime, Model, Seen};
+use super::runner::{run_checked, run_property, StepCheck};
+use super::strategies::{admin_op, after_opening, lifecycle_op, lifetime};
+use super::Mismatch;
+
+/// A waitlist entry in the model, with its key number and whether it still waits.
+#[derive(Debug, Clone)]
+pub(super) struct ModelEntry {
+    entry: WaitlistEntry,
+    key: u8,
+    waiting: bool,
+}
+
+impl Model {
+    /// The waiting entry (index) whose key is key number `key`.
+    pub(super) fn waiting_key(&self, key: u8) -> Option<usize> {
+        self.entries.iter().position(|e| e.waiting && e.key == key)
+    }
+
+    /// Slot `id`'s line, in line order.
+    pub(super) fn line(&self, id: SlotId) -> impl Iterator<Item = &WaitlistEntry> {
+        let mut line: Vec<&WaitlistEntry> = self
+            .entries
+            .iter()
+            .filter(|e| e.waiting && e.entry.slot_id == id)
+            .map(|e| &e.entry)
+            .collect();
+        line.sort_by_key(|e| e.line_order());
+        line.into_iter()
+    }
+
+    /// Entry `entry_id`'s place in its line, if it waits.
+    fn place(&self, entry_id: EntryId) -> Option<u32> {
+        let entry = &self
+            .entries
+            .iter()
+            .find(|e| e.entry.entry_id == entry_id)?
+            .entry;
+        let index = self
+            .line(entry.slot_id)
+            .position(|e| e.entry_id == entry_id)?;
+        u32::try_from(index + 1).ok()
+    }
+
+    /// Serves every slot's line, as a reclaim of every slot does.
+    pub(super) fn serve_lines(&mut self, now: Timestamp) {
+        for index in 0..self.slots.len() {
+            self.serve_line(self.slots[index].id, now);
+        }
+    }
+
+    /// Serves slot `id`'s line in strict order, as each step that frees its units does:
+    /// while the slot sells and its head fits in its free units (its expired holds reclaimed
+    /// first when only that makes the head fit), the head becomes its offer.
+    pub(super) fn serve_line(&mut self, id: SlotId, now: Timestamp) {
+        let Some(index) = self.slots.iter().position(|s| s.id == id) else {
+            return;
+        };
+        loop {
+            let slot = &self.slots[index];
+            if slot.closed || slot.removed_at.is_some() || slot.starts_at <= now {
+                return;
+            }
+            let Some(head) = self.line(id).next().cloned() else {
+                return;
+            };
+            if served(slot.remaining, [&head]) == 0 {
+                let (_, expired) = self.held_units(id, now);
+                if served(slot.remaining + expired, [&head]) == 0 {
+                    return;
+                }
+                let units = self.reclaim(id, now);
+                self.slots[index].remaining += units;
+            }
+            self.slots[index].remaining -= head.quantity;
+            let Some(entry) = self
+                .entries
+                .iter_mut()
+                .find(|e| e.entry.entry_id == head.entry_id)
+            else {
+                return;
+            };
+            entry.waiting = false;
+            let key = entry.key;
+            self.holds.push(head.offer(now));
+            self.keys.insert(key, self.holds.len() - 1);
+        }
+    }
+
+    fn entry_id(&self, index: usize) -> EntryId {
+        self.entries.get(index).map_or(
+            EntryId(self.holds.iter().map(|h| h.hold_id.0).max().unwrap_or(0) + 5_000),
+            |e| e.entry.entry_id,
+        )
+    }
+
+    /// The expected result of a join; `made` is the entry the store made, if it made one.
+    fn join(&mut self, op: &ModelOp, now: Timestamp, made: Option<EntryId>) -> Seen {
+        let ModelOp::Join {
+            slot,
+            key,
+            quantity,
+            owner: owner_number,
+            priority,
+            lifetime,
+        } = *op
+        else {
+            return Seen::Error("(not a join)");
+        };
+        if !(1..=1000).contains(&quantity) {
+            return Seen::Error("invalid_quantity");
+        }
+        let lifetime = match pick_lifetime(lifetime) {
+            Ok(lifetime) => lifetime,
+            Err(refused) => return refused,
+        };
+        let slot_id = self.slot_id(slot);
+        let owner = owner(owner_number);
+        if let Some(index) = self.waiting_key(key) {
+            let entry = self.entries[index].entry.clone();
+            let same = entry.slot_id == slot_id
+                && entry.quantity == quantity
+                && entry.owner == owner
+                && entry.priority == priority;
+            if same {
+                let position = self.place(entry.entry_id).unwrap_or(u32::MAX);
+                return Seen::Waiting {
+                    entry,
+                    position,
+                    replayed: true,
+                };
+            }
+            return Seen::KeyReused((entry.owner == owner).then_some(entry.offer_id()));
+        }
+        if let Some(&existing) = self.keys.get(&key) {
+            let hold = &self.holds[existing];
+            let single = self.group(existing).len() == 1;
+            if single && hold.slot_id == slot_id && hold.quantity == quantity && hold.owner == owner
+            {
+                return Seen::Hold {
+                    hold: hold.clone().at(now),
+                    replayed: true,
+                };
+            }
+            return Seen::KeyReused((hold.owner == owner).then_some(hold.hold_id));
+        }
+        let Some(model_slot) = self.slots.get(slot).filter(|s| s.removed_at.is_none()) else {
+            return Seen::Error("slot_not_found");
+        };
+        if model_slot.closed || model_slot.starts_at <= now {
+            return Seen::Error("slot_closed");
+        }
+        if quantity > model_slot.capacity {
+            return Seen::Error("quantity_exceeds_capacity");
+        }
+        let Some(entry_id) = made else {
+            return Seen::Error("(model expected a new entry here)");
+        };
+        let entry = WaitlistEntry {
+            entry_id,
+            slot_id,
+            quantity,
+            owner,
+            priority,
+            joined_at: now,
+            offer_micros: lifetime.num_microseconds().unwrap_or(i64::MAX),
+        };
+        self.entries.push(ModelEntry {
+            entry: entry.clone(),
+            key,
+            waiting: true,
+        });
+        self.serve_line(slot_id, now);
+        match self.place(entry_id) {
+            Some(position) => Seen::Waiting {
+                entry,
+                position,
+                replayed: false,
+            },
+            None => Seen::Hold {
+                hold: entry.offer(now),
+                replayed: false,
+            },
+        }
+    }
+
+    /// The expected result of leaving (`leave`) or reading entry number `index` in scope
+    /// number `scope`.
+    fn entry_op(&mut self, index: usize, scope: u8, leave: bool, now: Timestamp) -> Seen {
+        let entry_id = self.entry_id(index);
+        let Some(found) = self
+            .entries
+            .iter()
+            .position(|e| e.waiting && e.entry.entry_id == entry_id)
+        else {
+            return Seen::Error("entry_not_found");
+        };
+        let entry = self.entries[found].entry.clone();
+        let offer = entry.offer(now);
+        if !scope_of(scope, Some(&offer)).admits(&offer) {
+            return Seen::Error("entry_not_found");
+        }
+        if !leave {
+            return Seen::Entry(entry.clone(), self.place(entry_id));
+        }
+        self.entries[found].waiting = false;
+        self.serve_line(entry.slot_id, now);
+        Seen::Entry(entry, None)
+    }
+}
+
+/// The step check of the waitlist sequences: joins, leaves, places and reclaims run against
+/// the store and the model.
+struct WaitlistSteps;
+
+#[async_trait::async_trait]
+impl<S: Store + WaitlistStore + EventStore> StepCheck<S> for WaitlistSteps {
+    async fn extra_op(
+        &mut self,
+        engine: &BookingEngine<S>,
+        model: &mut Model,
+        op: &ModelOp,
+        now: Timestamp,
+    ) -> Option<(Seen, Seen)> {
+        match *op {
+            ModelOp::Join {
+                slot,
+                key,
+                quantity,
+                owner: owner_number,
+                priority,
+                lifetime,
+            } => {
+                let mut request =
+                    NewHold::new(model.slot_id(slot), format!("key-{key}")).quantity(quantity);
+                if let Some(owner) = owner(owner_number) {
+                    request = request.owner(owner);
+                }
+                if let Some(lifetime) = duration_of(lifetime) {
+                    request = request.lifetime(lifetime);
+                }
+                let (actual, made) = match engine.join_waitlist(request, priority).await {
+                    Ok(Joined::Held { hold, replayed }) => {
+                        let made = (!replayed).then_some(EntryId(hold.hold_id.0));
+                        (Seen::Hold { hold, replayed }, made)
+                    }
+                    Ok(Joined::Waiting {
+                        entry,
+                        position,
+                        replayed,
+                    }) => {
+                        let made = (!replayed).then_some(entry.entry_id);
+                        let seen = Seen::Waiting {
+                            entry,
+                            position,
+                            replayed,
+                        };
+                        (seen, made)
+                    }
+                    Err(BookingError::IdempotencyKeyReused {
+                        existing_hold_id, ..
+                    }) => (Seen::KeyReused(existing_hold_id), None),
+                    Err(error) => (Seen::Error(error.code()), None),
+                };
+                Some((model.join(op, now, made), actual))
+            }
+            ModelOp::Leave { entry, scope } | ModelOp::EntryPlace { entry, scope } => {
+                let leave = matches!(op, ModelOp::Leave { .. });
+                let entry_id = model.entry_id(entry);
+                let scope_used = model
+                    .entries
+                    .get(entry)
+                    .map(|e| e.entry.offer(now))
+                    .map_or_else(|| scope_of(scope, None), |h| scope_of(scope, Some(&h)));
+                let actual = if leave {
+                    match engine.leave_waitlist(&scope_used, entry_id).await {
+                        Ok(entry) => Seen::Entry(entry, None),
+                        Err(error) => Seen::Error(error.code()),
+                    }
+                } else {
+                    match engine.waitlist_entry(&scope_used, entry_id).await {
+                        Ok((entry, place)) => Seen::Entry(entry, Some(place)),
+                        Err(error) => Seen::Error(error.code()),
+                    }
+                };
+                Some((model.entry_op(entry, scope, leave, now), actual))
+            }
+            ModelOp::ReclaimExpired => {
+                let mut expected: Vec<HoldId> = model
+                    .holds
+                    .iter()
+                    .filter(|h| h.status == HoldStatus::Held && h.expires_at <= now)
+                    .map(|h| h.hold_id)
+                    .collect();
+                expected.sort();
+                for i in 0..model.slots.len() {
+                    let units = model.reclaim(model.slots[i].id, now);
+                    model.slots[i].remaining += units;
+                }
+                model.serve_lines(now);
+                let actual = match engine.reclaim_expired(crate::events::MAX_BATCH).await {
+                    Ok(holds) => {
+                        let mut ids: Vec<HoldId> = holds.iter().map(|h| h.hold_id).collect();
+                        ids.sort();
+                        Seen::Reclaimed(ids)
+                    }
+                    Err(error) => Seen::Error(error.code()),
+                };
+                Some((Seen::Reclaimed(expected), actual))
+            }
+            _ => None,
+        }
+    }
+
+    async fn after_step(
+        &mut self,
+        _: &BookingEngine<S>,
+        _: &Model,
+        _: &Model,
+    ) -> Result<(), Mismatch> {
+        Ok(())
+    }
+}
+
+/// The generator of one waitlist operation: join (some with a priority or a lifetime of its
+/// own), leave, read a place.
+fn waitlist_op() -> impl Strategy<Value = ModelOp> {
+    let quantity = prop_oneof![6 => Just(1i32), 3 => 2..=3i32, 1 => Just(0i32)];
+    prop_oneof![
+        5 => (0..3usize, 0..8u8, quantity, 0..3u8, prop_oneof![4 => Just(0i32), 1 => Just(5i32)], lifetime())
+            .prop_map(|(slot, key, quantity, owner, priority, lifetime)| ModelOp::Join { slot, key, quantity, owner, priority, lifetime }),
+        2 => (0..8usize, 0..5u8).prop_map(|(entry, scope)| ModelOp::Leave { entry, scope }),
+        1 => (0..8usize, 0..5u8).prop_map(|(entry, scope)| ModelOp::EntryPlace { entry, scope }),
+    ]
+}
+
+/// Random sequences of lifecycle, administration and waitlist operations and reclaims,
+/// against the model: every answer, the state after each step and the invariant.
+///
+/// # Panics
+///
+/// When a sequence's outcomes or state differ from the model's.
+pub fn check_waitlists<S, F, Fut>(factory: F, cases: u32, max_len: usize)
+where
+    S: Store + WaitlistStore + EventStore,
+    F: Fn() -> Fut,
+    Fut: Future<Output = S>,
+{
+    let step = prop_oneof![
+        12 => lifecycle_op(),
+        3 => admin_op(),
+        8 => waitlist_op(),
+        2 => Just(ModelOp::ReclaimExpired),
+    ];
+    let sequences = after_opening(proptest::collection::vec(step, 1..=max_len));
+    run_property(
+        "waitlist model check",
+        cases,
+        2,
+        &sequences,
+        factory,
+        |store, ops| async move { run_checked(store, &ops, &mut WaitlistSteps).await },
+    );
+}
