@@ -8,10 +8,11 @@ use std::time::Duration as StdDuration;
 
 use chrono::Duration;
 
-use crate::conformance::support::{hours, owner};
+use crate::conformance::support::{consumer, hours, owner};
 use crate::conformance::Fixture;
 use crate::engine::NewHold;
 use crate::error::BookingError;
+use crate::events::EventKind;
 use crate::model::{EntryId, HoldId, HoldStatus, NewPool, SlotId, WaitlistEntry};
 use crate::scope::Scope;
 use crate::store::{EventStore, PoolStore, SlotAdmin, WaitlistStore};
@@ -98,6 +99,36 @@ pub(super) async fn waitlist_serves_freed_units_in_strict_order<S: Waitlists>(st
         f.available(slot).await,
         Some(0),
         "the line's demand is taken"
+    );
+    // The log says so, in the order of the step: the cancel, then the offer's placing and
+    // why it was placed.
+    let reader = consumer("offers");
+    let mut events = Vec::new();
+    loop {
+        let batch = f.engine.read_events(&reader, 100).await.unwrap();
+        let Some(last) = batch.last() else {
+            break;
+        };
+        f.engine
+            .acknowledge_events(&reader, last.position)
+            .await
+            .unwrap();
+        events.extend(batch);
+    }
+    let tail: Vec<(EventKind, Option<HoldId>, i32)> = events
+        .iter()
+        .rev()
+        .take(3)
+        .rev()
+        .map(|e| (e.kind, e.hold_id, e.quantity))
+        .collect();
+    assert_eq!(
+        tail,
+        vec![
+            (EventKind::HoldCancelled, Some(full.hold_id), 3),
+            (EventKind::HoldPlaced, Some(offered.hold_id), 1),
+            (EventKind::WaitlistOffered, Some(offered.hold_id), 1),
+        ]
     );
     let newcomer = f.engine.hold(slot, "newcomer").await.unwrap_err();
     assert_eq!(newcomer.code(), "sold_out");
