@@ -239,6 +239,7 @@ mod rows;
 mod sql;
 mod transaction;
 mod units;
+mod waitlists;
 mod writes;
 
 pub use changes::{DataVersionFeed, DEFAULT_POLL_INTERVAL};
@@ -481,6 +482,7 @@ impl SqliteStore {
             Insert::KeyTaken => return writes::key_taken(&self.sql, &self.pool, request).await,
             // Settled by the statement itself: no further statement, no transaction.
             Insert::SoldOut => return Ok(sold_out()),
+            Insert::KeyWaits => return Ok(HoldOutcome::KeyReused(None)),
             Insert::NoUnit | Insert::PoolShort => {}
         }
         let mut w = self.begin_write().await?;

@@ -125,6 +125,7 @@ async fn migrations_coexist_with_host_sqlx_migrations() {
             (7, "consumer leases".to_owned()),
             (8, "bookings".to_owned()),
             (9, "pools".to_owned()),
+            (10, "waitlists".to_owned()),
         ]
     );
     let theirs: Vec<i64> = column(
@@ -165,7 +166,7 @@ async fn concurrent_migrations_apply_once() {
         .fetch_one(store.pool())
         .await
         .unwrap();
-    assert_eq!(n, 9, "each of the nine migrations applied once");
+    assert_eq!(n, 10, "each of the ten migrations applied once");
 }
 
 #[tokio::test]
@@ -229,6 +230,7 @@ async fn create_recorded_schema(pool: &SqlitePool, dir: &str, up_to: i64) {
         ),
         (7, "0007_consumer_leases.sql", "consumer leases"),
         (8, "0008_bookings.sql", "bookings"),
+        (9, "0009_pools.sql", "pools"),
     ]
     .into_iter()
     .filter(|(version, _, _)| *version <= up_to)
@@ -512,7 +514,7 @@ async fn a_database_made_by_migrations_1_to_3_upgrades_in_place() {
         "SELECT version FROM slot_booking_migrations ORDER BY version",
     )
     .await;
-    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7, 8, 9]);
+    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
     for id in 1..=3 {
         let slot = store.get_slot(SlotId(id)).await.unwrap().unwrap();
         assert_eq!(
@@ -614,7 +616,7 @@ async fn a_database_made_by_migrations_1_to_4_upgrades_in_place() {
         "SELECT version FROM slot_booking_migrations ORDER BY version",
     )
     .await;
-    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7, 8, 9]);
+    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
     let reader = ConsumerId::new("reader").unwrap();
     assert!(store.read_events(&reader, 100).await.unwrap().is_empty());
 
@@ -709,7 +711,7 @@ async fn a_database_made_by_migrations_1_to_5_upgrades_in_place() {
         "SELECT version FROM slot_booking_migrations ORDER BY version",
     )
     .await;
-    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7, 8, 9]);
+    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
 
     // The old rows sell on (the old expired hold reclaimed lazily), filling slot 1.
     assert_previous_release_sells_on(&store).await;
@@ -800,7 +802,7 @@ async fn a_database_made_by_migrations_1_to_7_upgrades_in_place() {
         "SELECT version FROM slot_booking_migrations ORDER BY version",
     )
     .await;
-    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7, 8, 9]);
+    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
     let marked: Vec<Option<i64>> = column(
         &pool,
         "SELECT booking_id FROM slot_booking_holds ORDER BY id",
