@@ -61,7 +61,7 @@ fn lines_of(holds: &str, booking: &str) -> String {
 pub(crate) fn next_hold_id(prefix: &str) -> String {
     format!(
         "max(coalesce((SELECT max(id) FROM {prefix}holds), 0), \
-             coalesce((SELECT last_id FROM {prefix}waitlist_ids), 0)) + 1"
+             coalesce((SELECT last_id FROM {prefix}waitlist_ids WHERE one = 1), 0)) + 1"
     )
 }
 
