@@ -4,6 +4,7 @@
 use super::*;
 use crate::rows::usage_from_row;
 use crate::units::{log_slot, reclaim, Query};
+use crate::waitlists::serve;
 use crate::writes::{finish, Run, Step};
 use slot_booking::SlotChange;
 use sqlx::Connection;
@@ -17,7 +18,11 @@ impl Run<'_> {
     ) -> Result<Decided<SlotChange>, StoreError> {
         let sql = Arc::clone(&self.sql);
         let mut unit = self.unit().await?;
-        let step = change_capacity(&sql, unit.connection(), slot_id, capacity, now).await;
+        let conn = unit.connection();
+        let step = match change_capacity(&sql, conn, slot_id, capacity, now).await {
+            Ok(step) => served_after(&sql, conn, step, now).await,
+            Err(error) => Err(error),
+        };
         Ok(Decided::new(now, unit.finish(step).await?))
     }
 
@@ -29,7 +34,12 @@ impl Run<'_> {
     ) -> Result<Decided<SlotChange>, StoreError> {
         let sql = Arc::clone(&self.sql);
         let mut unit = self.unit().await?;
-        let step = set_closed(&sql, unit.connection(), slot_id, closed, now).await;
+        let conn = unit.connection();
+        let step = match set_closed(&sql, conn, slot_id, closed, now).await {
+            // Reopened (or open): units freed while sales were closed go to the line now.
+            Ok(step) if !closed => served_after(&sql, conn, step, now).await,
+            other => other,
+        };
         Ok(Decided::new(now, unit.finish(step).await?))
     }
 
@@ -42,6 +52,29 @@ impl Run<'_> {
         let mut unit = self.unit().await?;
         let step = remove_slot(&sql, unit.connection(), slot_id, now).await;
         Ok(Decided::new(now, unit.finish(step).await?))
+    }
+}
+
+/// After an administrative change of a slot that applied (a capacity change, sales reopened or
+/// open), serves the slot's line in the same unit of work: a raise, the expired holds the
+/// change reclaimed, or reopened sales may let its head in. When that offered anything, the
+/// slot is answered as it is after the offers.
+async fn served_after(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    step: Step<SlotChange>,
+    now: Timestamp,
+) -> Result<Step<SlotChange>, StoreError> {
+    let slot_id = match step.value() {
+        SlotChange::Applied(slot) => slot.slot_id,
+        _ => return Ok(step),
+    };
+    if serve(sql, conn, slot_id, now).await?.is_empty() {
+        return Ok(step);
+    }
+    match live_slot(sql, conn, slot_id).await? {
+        Some(slot) => Ok(Step::keep(SlotChange::Applied(slot))),
+        None => Err(StoreError::failed("a slot whose line was served is gone")),
     }
 }
 

@@ -68,6 +68,8 @@ enum LineInsert {
     Short,
     /// The key is taken (only the first line's can be: see [`take_line`]).
     KeyInUse,
+    /// The key is a waiting entry's (only the first line's can be).
+    KeyWaits,
 }
 
 /// Inserts `line`'s hold (its conditional decrement); when it finds no unit for a reason the
@@ -102,6 +104,7 @@ async fn take_line(
         match insert_outcome(inserted).map_err(map_err)? {
             Insert::Created(hold) => return Ok(LineInsert::Taken(hold)),
             Insert::KeyTaken => return Ok(LineInsert::KeyInUse),
+            Insert::KeyWaits => return Ok(LineInsert::KeyWaits),
             // Settled inside the statement: nothing expired to reclaim.
             Insert::SoldOut => return Ok(LineInsert::Short),
             Insert::NoUnit | Insert::PoolShort if reclaimed == 0 => {
@@ -166,7 +169,11 @@ pub(crate) async fn create_booking(
                     &[],
                 )));
             }
-            LineInsert::KeyInUse => {
+            // A waiting entry's key: taken, by no hold or booking to show.
+            LineInsert::KeyWaits if i == 0 => {
+                return Ok(Step::undo(BookingOutcome::KeyReused(None)));
+            }
+            LineInsert::KeyInUse | LineInsert::KeyWaits => {
                 return Err(StoreError::failed(format!(
                     "the line key {key:?} of a new booking is taken"
                 )))

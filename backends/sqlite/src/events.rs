@@ -5,6 +5,7 @@ use super::*;
 use std::collections::BTreeMap;
 
 use crate::units::{give_back, log_hold};
+use crate::waitlists::serve;
 use crate::writes::{Run, Step, Target};
 
 /// The event log lives in the store's database (migration 5): every write above appends its
@@ -112,7 +113,8 @@ impl EventStore for SqliteStore {
 /// The reclaimer's reclaim ([`EventStore::reclaim_expired`](slot_booking::EventStore)): marks
 /// up to `limit` held holds that expired by `now` as expired (on any slot, decided by the rows
 /// the update returned, so a hold reclaimed by a racing reclaimer or a lazy reclaim is not among
-/// them), gives their units back slot by slot and appends one `hold_expired` event each.
+/// them), gives their units back slot by slot and appends one `hold_expired` event each, then
+/// serves the line of every such slot anyone waits in.
 pub(crate) async fn reclaim_expired_every(
     sql: &Statements,
     conn: &mut SqliteConnection,
@@ -133,11 +135,18 @@ pub(crate) async fn reclaim_expired_every(
     for hold in &reclaimed {
         *units.entry(hold.slot_id.get()).or_default() += i64::from(hold.quantity);
     }
+    let mut lined = Vec::new();
     for (slot_id, units) in units {
-        give_back(sql, conn, units, slot_id).await?;
+        if give_back(sql, conn, units, slot_id).await? {
+            lined.push(SlotId(slot_id));
+        }
     }
     for hold in &reclaimed {
         log_hold(sql, conn, EventKind::HoldExpired, hold, now).await?;
+    }
+    // Units given back to a line go to it in this same transaction, slot by slot.
+    for slot_id in lined {
+        serve(sql, conn, slot_id, now).await?;
     }
     Ok(Step::keep(reclaimed))
 }

@@ -403,6 +403,9 @@ pub(crate) enum Insert {
     SoldOut,
     /// The key is taken; nothing changed.
     KeyTaken,
+    /// The key is a waiting entry's (migration 10): nothing changed; the hold is refused as
+    /// [`HoldOutcome::KeyReused`] with no hold to show, as the key's holder is no hold.
+    KeyWaits,
     /// The slot had the units, but a pool of the slot is short of them, for a reason the
     /// statement could not settle (a held hold expired on one of its slots; migration 9):
     /// nothing changed.
@@ -490,6 +493,7 @@ pub(crate) fn insert_outcome(
             )),
         },
         Err(error) if is_unique_violation(&error) => Ok(Insert::KeyTaken),
+        Err(error) if is_key_waiting(&error) => Ok(Insert::KeyWaits),
         Err(error) if is_sold_out(&error) => Ok(Insert::SoldOut),
         Err(error) if is_pool_short(&error) => Ok(Insert::PoolShort),
         Err(error) if is_no_unit(&error) => Ok(Insert::NoUnit),
@@ -508,6 +512,17 @@ pub(crate) const SOLD_OUT_MESSAGE: &str = "slot_booking: sold out";
 /// The message of `holds_take_a_unit`'s abort when a pool of the slot is short and a held hold
 /// expired on one of its slots (migration 9): reclaiming them may make it fit.
 pub(crate) const POOL_SHORT_MESSAGE: &str = "slot_booking: no unit in a pool";
+
+/// The message of `holds_take_a_unit`'s abort when a waiting entry has the hold's key
+/// (migration 10).
+pub(crate) const KEY_WAITS_MESSAGE: &str = "slot_booking: key of a waiting entry";
+
+/// The `holds_take_a_unit` trigger's abort for a key a waiting entry has (migration 10).
+pub(crate) fn is_key_waiting(error: &sqlx::Error) -> bool {
+    matches!(error, sqlx::Error::Database(db)
+        if db.code().as_deref() == Some(SQLITE_CONSTRAINT_TRIGGER)
+            && db.message() == KEY_WAITS_MESSAGE)
+}
 
 /// The `holds_take_a_unit` trigger's abort for a short pool (migration 9).
 pub(crate) fn is_pool_short(error: &sqlx::Error) -> bool {

@@ -169,6 +169,41 @@
 //!   update changes nothing, reads in the same unit of work say why, and a pool short of units
 //!   reclaims the expired holds of its slots and tries once more, rolled back if still refused.
 //!
+//! # Waitlists
+//!
+//! [`SqliteStore`] is a [`WaitlistStore`](slot_booking::WaitlistStore) (migration 10): an
+//! entry waiting in a slot's line is a row of `<prefix>waitlist_entries` (indexed in serving
+//! order, `(slot_id, priority DESC, id)`), and the slot's `waiting` column counts them, kept by
+//! triggers on every insert and delete of an entry.
+//!
+//! * **Nobody jumps the line.** The `holds_take_a_unit` trigger (as migration 10 recreated it)
+//!   decrements a slot only where `waiting = 0`, except for an offer (the hold of a waiting
+//!   entry's own id), and settles the refusal as sold out in the same statement: a hold, a
+//!   booking's line or a group commit's insert on a slot with a line is refused by its own
+//!   statement, never by a read before it. Availability lists such a slot with 0 units, and a
+//!   refused booking line on it reads 0 units free.
+//! * **Keys and ids.** A join's `INSERT … SELECT` stores the entry only if the slot sells, the
+//!   quantity fits its capacity, the slot is in no pool and no hold has the key (another
+//!   entry's key is the unique constraint's); when it stores nothing, reads in the same unit
+//!   of work say why (a replay of the entry or of its offer first). The trigger refuses a hold
+//!   whose key a waiting entry has ([`HoldOutcome::KeyReused`] with no hold). An entry's id is
+//!   drawn as a hold's is, one past the holds' highest and the highest entry id ever drawn
+//!   (`<prefix>waitlist_ids`), and holds draw theirs the same way, so the offer can be the
+//!   hold of the entry's number and no other hold ever has it.
+//! * **Serving.** Every write that gives a slot units back while anyone waits — a cancel of a
+//!   hold or booking, the sweeper's [`reclaim_expired`](EventStore::reclaim_expired), a
+//!   capacity change, reopened sales, a leave, a join — serves the line in its own unit of
+//!   work, after its own change and events (the give-back's update returns whether anyone
+//!   waits, so a slot without a line pays nothing): while the head's whole quantity fits in
+//!   `remaining` and the slot sells, one `INSERT … SELECT` of the head stores its offer (its
+//!   units taken and `hold_placed` appended by the triggers), its entry is deleted and
+//!   `waitlist_offered` appended; when the head does not fit, the slot's expired holds are
+//!   reclaimed only if that makes it fit. The lazy reclaims of a hold or booking only ever run
+//!   on slots nobody waits for (or are rolled back with the refusal).
+//! * **Migration 10** also rebuilds the event log so that its kind check admits
+//!   `waitlist_offered` (SQLite cannot alter a CHECK): every event is copied with its id and
+//!   the AUTOINCREMENT counter carried over.
+//!
 //! # Events
 //!
 //! [`SqliteStore`] is an [`EventStore`]: the event log (migration 5) is kept in the same file.
@@ -239,6 +274,7 @@ mod rows;
 mod sql;
 mod transaction;
 mod units;
+mod waitlists;
 mod writes;
 
 pub use changes::{DataVersionFeed, DEFAULT_POLL_INTERVAL};
@@ -481,6 +517,7 @@ impl SqliteStore {
             Insert::KeyTaken => return writes::key_taken(&self.sql, &self.pool, request).await,
             // Settled by the statement itself: no further statement, no transaction.
             Insert::SoldOut => return Ok(sold_out()),
+            Insert::KeyWaits => return Ok(HoldOutcome::KeyReused(None)),
             Insert::NoUnit | Insert::PoolShort => {}
         }
         let mut w = self.begin_write().await?;

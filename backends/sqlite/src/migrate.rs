@@ -71,6 +71,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         description: "pools",
         sql: include_str!("../migrations/0009_pools.sql"),
     },
+    Migration {
+        version: 10,
+        description: "waitlists",
+        sql: include_str!("../migrations/0010_waitlists.sql"),
+    },
 ];
 
 /// The ledger 0.1 kept for its unprefixed tables.

@@ -10,6 +10,7 @@ use std::fmt;
 use std::sync::OnceLock;
 
 use crate::pools::PoolStatements;
+use crate::waitlists::WaitlistStatements;
 
 /// The prefix [`SqliteStore::new`](crate::SqliteStore::new) and
 /// [`SqliteStore::connect`](crate::SqliteStore::connect) give their tables:
@@ -50,6 +51,17 @@ fn lines_of(holds: &str, booking: &str) -> String {
     format!(
         "SELECT id FROM {holds} WHERE id = {booking} AND booking_id IS NULL \
          UNION ALL SELECT id FROM {holds} WHERE booking_id = {booking}"
+    )
+}
+
+/// The id of a new hold (or waitlist entry): one more than the highest of the holds' ids and
+/// of every waitlist entry's id ever drawn (`waitlist_ids`, migration 10), so that no hold
+/// takes the number of an entry, whose offer is the hold of that number. Each term is one
+/// lookup: the last rowid of the holds, the one row of `waitlist_ids`.
+pub(crate) fn next_hold_id(prefix: &str) -> String {
+    format!(
+        "max(coalesce((SELECT max(id) FROM {prefix}holds), 0), \
+             coalesce((SELECT last_id FROM {prefix}waitlist_ids WHERE one = 1), 0)) + 1"
     )
 }
 
@@ -146,8 +158,12 @@ pub(crate) struct Statements {
     pub(crate) renew_booking_unmoved: String,
     /// The pools' statements (`pools.rs`).
     pub(crate) pools: PoolStatements,
+    /// The waitlists' statements (`waitlists.rs`).
+    pub(crate) waitlists: WaitlistStatements,
     /// The holds table's name, for [`Statements::insert_holds`].
     holds: String,
+    /// [`next_hold_id`], for [`Statements::insert_holds`].
+    next_id: String,
     /// [`Statements::insert_holds`]'s texts, made on first use: `insert_holds_texts[k - 1]`
     /// holds `k` inserts.
     insert_holds_texts: Vec<OnceLock<String>>,
@@ -160,6 +176,7 @@ impl Statements {
         let events = format!("{prefix}events");
         let consumers = format!("{prefix}event_consumers");
         let slot_pools = format!("{prefix}slot_pools");
+        let next_id = next_hold_id(prefix.as_str());
         // A slot's units still stored as held, split at ?1 (now) into active and expired: two
         // correlated sums, each one range of the partial index `holds_held_by_slot_expiry`
         // (slot_id, expires_at, quantity), which covers them: a `SlotUsage` per row.
@@ -224,24 +241,27 @@ impl Statements {
             // The correlated count walks the partial index over held holds of one slot, for
             // selling slots only (not started, sales open, not removed): abandoned holds on
             // past slots are never read. A slot with every unit free has no held hold to
-            // count, and is not looked up.
+            // count, and is not looked up. A slot with a waiting line (migration 10) has no unit
+            // for anyone else: 0.
             availability: format!(
                 "SELECT s.id, s.starts_at, s.ends_at, s.capacity, s.resource, \
-                        s.remaining + CASE WHEN s.remaining = s.capacity THEN 0 ELSE \
+                        CASE WHEN s.waiting > 0 THEN 0 \
+                        ELSE s.remaining + CASE WHEN s.remaining = s.capacity THEN 0 ELSE \
                             (SELECT coalesce(SUM(h.quantity), 0) FROM {holds} h \
                              WHERE h.slot_id = s.id AND h.status = 'held' \
-                               AND h.expires_at <= ?1) END AS available \
+                               AND h.expires_at <= ?1) END END AS available \
                  FROM {slots} s \
                  WHERE s.starts_at > ?1 AND s.closed = 0 AND s.removed_at IS NULL \
                  ORDER BY s.starts_at, s.id"
             ),
             // The `take_a_unit` trigger (migration 2, last recreated by migration 6) runs the
             // conditional decrement inside this statement and aborts it when that changes no
-            // row (settling a sold-out refusal itself when it can).
+            // row (settling a sold-out refusal itself when it can). Its id is `next_hold_id`.
             insert_hold: format!(
                 "INSERT INTO {holds} \
-                     (slot_id, idempotency_key, status, expires_at, created_at, quantity, owner) \
-                 VALUES (?1, ?2, 'held', ?4, ?3, ?5, ?6) RETURNING {HOLD_COLUMNS}"
+                     (id, slot_id, idempotency_key, status, expires_at, created_at, quantity, \
+                      owner) \
+                 VALUES ({next_id}, ?1, ?2, 'held', ?4, ?3, ?5, ?6) RETURNING {HOLD_COLUMNS}"
             ),
             // Only a selling slot (not started, sales open, not removed) is reclaimed, so a
             // hold refused because the slot is not selling changes nothing.
@@ -253,10 +273,12 @@ impl Statements {
                  RETURNING {HOLD_COLUMNS}"
             ),
             // ?1 units, ?2 slot id; returns whether the slot belongs to a pool, whose units
-            // go back too (`PoolStatements::give_back`, in the same unit of work).
+            // go back too (`PoolStatements::give_back`, in the same unit of work), and whether
+            // anyone waits in its line, which the write then serves (`waitlists.rs`).
             give_back: format!(
                 "UPDATE {slots} SET remaining = remaining + ?1 WHERE id = ?2 \
-                 RETURNING EXISTS (SELECT 1 FROM {slot_pools} WHERE slot_id = ?2) AS pooled"
+                 RETURNING EXISTS (SELECT 1 FROM {slot_pools} WHERE slot_id = ?2) AS pooled, \
+                           waiting > 0 AS lined"
             ),
             // Confirm, cancel and renew act on every line of the booking the hold ?2 belongs
             // to (a plain hold is a booking of one line), in one statement, and only when the
@@ -311,18 +333,20 @@ impl Statements {
             // trigger is the line's conditional decrement.
             insert_line: format!(
                 "INSERT INTO {holds} \
-                     (slot_id, idempotency_key, status, expires_at, created_at, quantity, owner, \
-                      booking_id) \
-                 VALUES (?1, ?2, 'held', ?4, ?3, ?5, ?6, ?7) RETURNING {HOLD_COLUMNS}"
+                     (id, slot_id, idempotency_key, status, expires_at, created_at, quantity, \
+                      owner, booking_id) \
+                 VALUES ({next_id}, ?1, ?2, 'held', ?4, ?3, ?5, ?6, ?7) RETURNING {HOLD_COLUMNS}"
             ),
             mark_booking: format!("UPDATE {holds} SET booking_id = id WHERE id = ?1"),
             // ?1 slot id, ?2 now: a refused line's slot, and the units a hold could take of it
-            // (its `remaining` and its held holds expired by ?2).
+            // (its `remaining` and its held holds expired by ?2; none while anyone waits in its
+            // line).
             line_state: format!(
                 "SELECT s.starts_at, s.capacity, s.closed, s.removed_at, \
-                        s.remaining + (SELECT coalesce(SUM(h.quantity), 0) FROM {holds} h \
-                                       WHERE h.slot_id = s.id AND h.status = 'held' \
-                                         AND h.expires_at <= ?2) AS free \
+                        CASE WHEN s.waiting > 0 THEN 0 \
+                        ELSE s.remaining + (SELECT coalesce(SUM(h.quantity), 0) FROM {holds} h \
+                                            WHERE h.slot_id = s.id AND h.status = 'held' \
+                                              AND h.expires_at <= ?2) END AS free \
                  FROM {slots} s WHERE s.id = ?1"
             ),
             // The administrative writes' reclaim: on any slot, started or not (a capacity
@@ -442,7 +466,9 @@ impl Statements {
                      ORDER BY id LIMIT ?2)"
             ),
             pools: PoolStatements::new(prefix),
+            waitlists: WaitlistStatements::new(prefix),
             holds,
+            next_id,
             insert_holds_texts: (0..MAX_INSERTS_AT_ONCE).map(|_| OnceLock::new()).collect(),
         }
     }
@@ -456,11 +482,12 @@ impl Statements {
     pub(crate) fn insert_holds(&self, k: usize) -> Option<&str> {
         let text = self.insert_holds_texts.get(k.checked_sub(1)?)?;
         Some(text.get_or_init(|| {
-            let holds = &self.holds;
+            let (holds, next_id) = (&self.holds, &self.next_id);
             let one = format!(
                 "INSERT INTO {holds} \
-                     (slot_id, idempotency_key, status, expires_at, created_at, quantity, owner) \
-                 VALUES (?, ?, 'held', ?, ?, ?, ?) RETURNING {HOLD_COLUMNS};"
+                     (id, slot_id, idempotency_key, status, expires_at, created_at, quantity, \
+                      owner) \
+                 VALUES ({next_id}, ?, ?, 'held', ?, ?, ?, ?) RETURNING {HOLD_COLUMNS};"
             );
             vec![one; k].join("\n")
         }))

@@ -7,7 +7,7 @@ use crate::writes::{Run, SqliteTransaction, Target};
 
 // Every operation of the store's own, through the same statements as the caller's writes.
 slot_booking::forward_store!(
-    impl[] HoldStore, BookingStore, PoolStore, SlotAdmin, HoldQueries for SqliteStore,
+    impl[] HoldStore, BookingStore, PoolStore, WaitlistStore, SlotAdmin, HoldQueries for SqliteStore,
     |this| this.run()
 );
 

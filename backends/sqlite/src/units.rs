@@ -58,6 +58,11 @@ pub(crate) async fn reclaim(
 /// Runs `update`, a reclaim that marks held holds expired by `now` as expired and returns them;
 /// gives their units back, slot by slot in id order (to each slot's pools too), and appends one
 /// `hold_expired` event each, at `now`. Returns the holds it reclaimed, as stored after.
+///
+/// It serves no line: the lazy and administrative reclaims run on slots nobody waits for (a
+/// newcomer's hold or booking line on a slot with a line is refused before any reclaim, or
+/// rolled back with it), and the writes that do give units back to a line serve it
+/// themselves once their own change is made (`waitlists::serve`).
 pub(crate) async fn reclaim_by(
     sql: &Statements,
     conn: &mut SqliteConnection,
@@ -110,24 +115,28 @@ pub(crate) async fn append_event(
 
 /// Adds `units` back to the slot's `remaining` and, when the slot belongs to pools (as the
 /// slot's update returns), to each of its pools' in the same unit of work: a slot of no pool
-/// costs the one statement.
+/// costs the one statement. Returns whether anyone waits in the slot's line (as the same update
+/// returns): the caller then serves it in its unit of work, once its change is made.
 pub(crate) async fn give_back(
     sql: &Statements,
     conn: &mut SqliteConnection,
     units: i64,
     slot_id: i64,
-) -> Result<(), StoreError> {
-    let pooled: Option<bool> = sqlx::query_scalar(AssertSqlSafe(sql.give_back.as_str()))
+) -> Result<bool, StoreError> {
+    let given: Option<(bool, bool)> = sqlx::query_as(AssertSqlSafe(sql.give_back.as_str()))
         .bind(units)
         .bind(slot_id)
         .fetch_optional(&mut *conn)
         .await
         .map_err(map_err)?;
-    match pooled {
+    match given {
         None => Err(StoreError::failed(format!(
             "could not give {units} units back to slot {slot_id}: no such slot"
         ))),
-        Some(false) => Ok(()),
-        Some(true) => crate::pools::give_back(sql, conn, units, slot_id).await,
+        Some((false, lined)) => Ok(lined),
+        Some((true, lined)) => {
+            crate::pools::give_back(sql, conn, units, slot_id).await?;
+            Ok(lined)
+        }
     }
 }

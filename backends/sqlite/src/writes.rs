@@ -45,6 +45,11 @@ impl<T> Step<T> {
     pub(crate) fn undo(value: T) -> Self {
         Step { value, keep: false }
     }
+
+    /// The outcome.
+    pub(crate) fn value(&self) -> &T {
+        &self.value
+    }
 }
 
 /// Ends the unit of work `unit` as `step` says: commits it (or releases its savepoint) when
@@ -123,6 +128,7 @@ pub(crate) async fn hold(
         Insert::Created(hold) => Ok(HoldOutcome::Created(hold)),
         Insert::KeyTaken => key_taken(sql, conn, request).await,
         Insert::SoldOut => Ok(sold_out()),
+        Insert::KeyWaits => Ok(HoldOutcome::KeyReused(None)),
         Insert::NoUnit | Insert::PoolShort => {
             let mut unit = begin_unit(conn).await?;
             let step = hold_after_reclaim(sql, &mut unit, request).await;
@@ -170,6 +176,7 @@ pub(crate) async fn hold_after_reclaim(
         Insert::Created(hold) => return Ok(Step::keep(HoldOutcome::Created(hold))),
         // Settled by the trigger after the reclaim: nothing left to read.
         Insert::SoldOut => return Ok(Step::undo(sold_out())),
+        Insert::KeyWaits => return Ok(Step::undo(HoldOutcome::KeyReused(None))),
         Insert::KeyTaken | Insert::NoUnit | Insert::PoolShort => {}
     }
     // Nothing was stored: say why. A key in use wins over every other answer.

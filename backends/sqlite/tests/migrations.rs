@@ -3,7 +3,7 @@
 
 mod common;
 
-use slot_booking::{HoldStore, SlotAdmin};
+use slot_booking::{HoldStore, JoinOutcome, JoinRequest, SlotAdmin, WaitlistStore};
 use std::path::Path;
 
 use common::*;
@@ -125,6 +125,7 @@ async fn migrations_coexist_with_host_sqlx_migrations() {
             (7, "consumer leases".to_owned()),
             (8, "bookings".to_owned()),
             (9, "pools".to_owned()),
+            (10, "waitlists".to_owned()),
         ]
     );
     let theirs: Vec<i64> = column(
@@ -165,7 +166,7 @@ async fn concurrent_migrations_apply_once() {
         .fetch_one(store.pool())
         .await
         .unwrap();
-    assert_eq!(n, 9, "each of the nine migrations applied once");
+    assert_eq!(n, 10, "each of the ten migrations applied once");
 }
 
 #[tokio::test]
@@ -229,6 +230,7 @@ async fn create_recorded_schema(pool: &SqlitePool, dir: &str, up_to: i64) {
         ),
         (7, "0007_consumer_leases.sql", "consumer leases"),
         (8, "0008_bookings.sql", "bookings"),
+        (9, "0009_pools.sql", "pools"),
     ]
     .into_iter()
     .filter(|(version, _, _)| *version <= up_to)
@@ -512,7 +514,7 @@ async fn a_database_made_by_migrations_1_to_3_upgrades_in_place() {
         "SELECT version FROM slot_booking_migrations ORDER BY version",
     )
     .await;
-    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7, 8, 9]);
+    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
     for id in 1..=3 {
         let slot = store.get_slot(SlotId(id)).await.unwrap().unwrap();
         assert_eq!(
@@ -614,7 +616,7 @@ async fn a_database_made_by_migrations_1_to_4_upgrades_in_place() {
         "SELECT version FROM slot_booking_migrations ORDER BY version",
     )
     .await;
-    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7, 8, 9]);
+    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
     let reader = ConsumerId::new("reader").unwrap();
     assert!(store.read_events(&reader, 100).await.unwrap().is_empty());
 
@@ -709,7 +711,7 @@ async fn a_database_made_by_migrations_1_to_5_upgrades_in_place() {
         "SELECT version FROM slot_booking_migrations ORDER BY version",
     )
     .await;
-    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7, 8, 9]);
+    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
 
     // The old rows sell on (the old expired hold reclaimed lazily), filling slot 1.
     assert_previous_release_sells_on(&store).await;
@@ -800,7 +802,7 @@ async fn a_database_made_by_migrations_1_to_7_upgrades_in_place() {
         "SELECT version FROM slot_booking_migrations ORDER BY version",
     )
     .await;
-    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7, 8, 9]);
+    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
     let marked: Vec<Option<i64>> = column(
         &pool,
         "SELECT booking_id FROM slot_booking_holds ORDER BY id",
@@ -872,4 +874,140 @@ async fn a_database_made_by_migrations_1_to_7_upgrades_in_place() {
         .all(|h| h.status == slot_booking::HoldStatus::Confirmed));
     assert_counts(&pool, SlotId(1), (5, 0, 2, 3)).await;
     assert_counts(&pool, b, (3, 2, 0, 1)).await;
+}
+
+/// Waitlists arrive by a migration that rebuilds the event log (to admit `waitlist_offered`)
+/// and adds a table, a counter and triggers: a database made by migrations 1 to 9, its log
+/// purged of its newest event, keeps every slot, hold, event, consumer and pool as it was and
+/// the log's id counter (no id handed out twice), its slots come out with nobody waiting, and
+/// its old slot then takes a line, served when its units free up.
+#[tokio::test]
+async fn a_database_made_by_migrations_1_to_9_upgrades_in_place() {
+    let db = TempDb::new("before_waitlists");
+    let pool = previous_release_database(&db, 9).await;
+    execute(
+        &pool,
+        "INSERT INTO slot_booking_event_consumers (name, acknowledged, holder, lease_until) \
+             VALUES ('reader', 2, 'worker-1', 5); \
+         INSERT INTO slot_booking_pools (capacity, remaining, created_at) VALUES (7, 7, 0); \
+         DELETE FROM slot_booking_events WHERE id = 4;",
+    )
+    .await;
+    let slot_rows = "SELECT id, starts_at, ends_at, capacity, remaining, resource, closed, \
+                     removed_at FROM slot_booking_slots ORDER BY id";
+    let hold_rows = "SELECT id, slot_id, idempotency_key, status, expires_at, confirmed_at, \
+                     cancelled_at, created_at, quantity, owner, booking_id \
+                     FROM slot_booking_holds ORDER BY id";
+    let event_rows = "SELECT id, kind, slot_id, hold_id, owner, quantity, occurred_at \
+                      FROM slot_booking_events ORDER BY id";
+    let other_rows = "SELECT name, acknowledged, holder, lease_until, \
+                         (SELECT group_concat(id || ':' || capacity || ':' || remaining) \
+                          FROM slot_booking_pools) \
+                      FROM slot_booking_event_consumers ORDER BY name";
+    type SlotRow = (i64, i64, i64, i64, i64, Option<String>, i64, Option<i64>);
+    type HoldRow = (
+        i64,
+        i64,
+        String,
+        String,
+        i64,
+        Option<i64>,
+        Option<i64>,
+        i64,
+        i64,
+        Option<String>,
+        Option<i64>,
+    );
+    type EventRow = (i64, String, i64, Option<i64>, Option<String>, i64, i64);
+    type OtherRow = (String, i64, Option<String>, Option<i64>, Option<String>);
+    let slots_before: Vec<SlotRow> = rows(&pool, slot_rows).await;
+    let holds_before: Vec<HoldRow> = rows(&pool, hold_rows).await;
+    let events_before: Vec<EventRow> = rows(&pool, event_rows).await;
+    let others_before: Vec<OtherRow> = rows(&pool, other_rows).await;
+    assert_eq!(
+        (slots_before.len(), holds_before.len(), events_before.len()),
+        (1, 4, 3)
+    );
+    let sequence = "SELECT name, seq FROM sqlite_sequence ORDER BY name";
+    let sequence_before: Vec<(String, i64)> = rows(&pool, sequence).await;
+    assert_eq!(sequence_before, vec![("slot_booking_events".to_owned(), 4)]);
+
+    let store = SqliteStore::new(pool.clone());
+    store.migrate().await.unwrap();
+    store.migrate().await.unwrap();
+
+    assert_eq!(rows::<SlotRow>(&pool, slot_rows).await, slots_before);
+    assert_eq!(rows::<HoldRow>(&pool, hold_rows).await, holds_before);
+    assert_eq!(rows::<EventRow>(&pool, event_rows).await, events_before);
+    assert_eq!(rows::<OtherRow>(&pool, other_rows).await, others_before);
+    assert_eq!(
+        rows::<(String, i64)>(&pool, sequence).await,
+        sequence_before,
+        "the log's id counter is carried over, and the rebuild left no table behind"
+    );
+    assert!(!tables(&pool).await.iter().any(|t| t.ends_with("_new")));
+    let versions: Vec<i64> = column(
+        &pool,
+        "SELECT version FROM slot_booking_migrations ORDER BY version",
+    )
+    .await;
+    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+    let waiting: Vec<i64> = column(&pool, "SELECT waiting FROM slot_booking_slots").await;
+    assert_eq!(waiting, vec![0], "nobody waits in an old slot's line");
+    assert_counts(&pool, SlotId(1), (5, 2, 2, 1)).await;
+
+    // The old slot (2 units free, 1 more in an expired hold) takes a line: 4 units wait.
+    let line_key = key("line");
+    let join = JoinRequest {
+        hold: slot_booking::HoldRequest {
+            quantity: 4,
+            ..request(SlotId(1), &line_key, at(1))
+        },
+        priority: 0,
+    };
+    let entry = match store.join_waitlist(join).await.unwrap().outcome {
+        JoinOutcome::Waiting {
+            entry, position: 1, ..
+        } => entry,
+        other => panic!("expected to wait, got {other:?}"),
+    };
+    assert_eq!(entry.entry_id.0, 5, "drawn after the old holds' ids");
+    // A cancel frees 1 unit: with the expired hold's, the head's 4 fit and it is offered.
+    let cancelled = store
+        .cancel_hold(HoldId(1), &Scope::Anonymous, at(2))
+        .await
+        .unwrap()
+        .outcome;
+    assert!(matches!(cancelled, Transition::Applied(_)));
+    let offer = store
+        .get_hold(entry.offer_id(), &Scope::Anonymous, at(2))
+        .await
+        .unwrap()
+        .outcome
+        .expect("the head was offered its units");
+    assert_eq!(offer.quantity, 4);
+    assert_counts(&pool, SlotId(1), (5, 0, 4, 1)).await;
+    // The new events follow the old ones' highest id ever handed out (4, purged).
+    let new_events: Vec<(i64, String, Option<i64>)> = rows(
+        &pool,
+        "SELECT id, kind, hold_id FROM slot_booking_events WHERE id > 3 ORDER BY id",
+    )
+    .await;
+    assert_eq!(
+        new_events,
+        vec![
+            (5, "hold_cancelled".to_owned(), Some(1)),
+            (6, "hold_expired".to_owned(), Some(4)),
+            (7, "hold_placed".to_owned(), Some(5)),
+            (8, "waitlist_offered".to_owned(), Some(5)),
+        ]
+    );
+    let events = store
+        .read_events(&ConsumerId::new("reader").unwrap(), 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        events.last().map(|e| e.kind),
+        Some(EventKind::WaitlistOffered)
+    );
 }

@@ -516,9 +516,23 @@ async fn a_database_made_by_migrations_1_to_8_upgrades_in_place() {
             .await
             .unwrap();
     }
-    let old = SqliteStore::new(pool.clone());
-    let a = slot(&old, 5).await;
-    created(hold_quantity(&old, a, "old", 2).await);
+    // The release's rows, written as it wrote them (its trigger takes the hold's units and
+    // appends its event): this crate's statements are for a migrated database.
+    let a = SlotId(1);
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO slot_booking_slots (id, starts_at, ends_at, capacity, remaining) \
+             VALUES (1, {}, {}, 5, 5); \
+         INSERT INTO slot_booking_holds \
+             (slot_id, idempotency_key, status, expires_at, created_at, quantity) \
+             VALUES (1, 'old', 'held', {}, {}, 2);",
+        at(3600).timestamp_micros(),
+        at(7200).timestamp_micros(),
+        at(301).timestamp_micros(),
+        at(1).timestamp_micros(),
+    )))
+    .execute(&pool)
+    .await
+    .unwrap();
     let slot_rows = "SELECT id, capacity, remaining FROM slot_booking_slots ORDER BY id";
     let hold_rows = "SELECT id, slot_id, status, quantity FROM slot_booking_holds ORDER BY id";
     let slots_before: Vec<(i64, i64, i64)> =
@@ -534,7 +548,7 @@ async fn a_database_made_by_migrations_1_to_8_upgrades_in_place() {
             .fetch_all(&pool)
             .await
             .unwrap();
-    assert_eq!(versions, (1..=9).collect::<Vec<_>>());
+    assert_eq!(versions, (1..=10).collect::<Vec<_>>());
     let slots_after: Vec<(i64, i64, i64)> =
         sqlx::query_as(slot_rows).fetch_all(&pool).await.unwrap();
     let holds_after: Vec<(i64, i64, String, i64)> =

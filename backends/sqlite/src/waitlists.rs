@@ -1,0 +1,474 @@
+//! Waitlists (migration 10): slots' lines of entries, served in strict order in the unit of
+//! work that frees their units, on the one write path ([`Run`]).
+//!
+//! An entry is a row of `<prefix>waitlist_entries`; its slot's `waiting` counts the entries of
+//! its line (kept by the triggers of migration 10 with each insert and delete of an entry).
+//!
+//! * **Nobody jumps the line.** The `holds_take_a_unit` trigger's conditional decrement requires
+//!   `waiting = 0` (an offer, the hold of a waiting entry's own id, excepted), so a hold, a
+//!   booking's line and a group commit's insert on a slot with a line are refused as sold out
+//!   by their own statement; availability lists such a slot with 0 units.
+//! * **Keys.** An entry's key is free of holds when it is inserted (the join's insert checks
+//!   in the same statement, under the write lock) and of other entries (the unique
+//!   constraint); the trigger refuses a hold whose key a waiting entry has. The offer is stored
+//!   under the entry's key; leaving deletes the row, and the key with it.
+//! * **Ids.** An entry's id is [`next_hold_id`](crate::sql::next_hold_id), as a hold's is, and
+//!   `waitlist_ids` keeps the highest ever drawn, so no hold ever takes the number of an
+//!   entry: its offer is the hold of that number.
+//! * **Serving** ([`serve`]): while the line's head fits in the slot's `remaining` and the slot
+//!   sells, the head's offer is inserted (one `INSERT … SELECT` of the head, which takes its
+//!   units through the trigger and appends `hold_placed` through the other), its entry deleted
+//!   and `waitlist_offered` appended; when the head does not fit, the slot's expired holds are
+//!   reclaimed only if that makes it fit. Every write that gives a slot units back serves its
+//!   line in its own unit of work, after its own change: a cancel of a hold or booking
+//!   (`lines.rs`), the sweeper's reclaim (`events.rs`), a capacity change and reopened sales
+//!   (`admin.rs`), a leave and a join (here).
+
+use std::sync::Arc;
+
+use slot_booking::{
+    Decided, EntryId, EventKind, Hold, HoldOutcome, JoinOutcome, JoinRequest, OwnerId, Scope,
+    SlotId, SlotLimits, StoreError, Timestamp, WaitlistEntry,
+};
+use sqlx::sqlite::{SqliteConnection, SqliteRow};
+use sqlx::{AssertSqlSafe, Row};
+
+use crate::lines::booking_by_key;
+use crate::rows::{from_micros, hold_from_row, to_micros};
+use crate::sql::{next_hold_id, Statements, TablePrefix, HOLD_COLUMNS};
+use crate::units::{log_hold, reclaim_by};
+use crate::writes::{Run, Step};
+use crate::{is_unique_violation, map_err};
+
+/// The columns [`entry_from_row`] reads.
+const ENTRY_COLUMNS: &str = "id, slot_id, quantity, owner, priority, joined_at, offer_micros";
+
+/// [`ENTRY_COLUMNS`] of the entries table aliased `e`.
+const E_ENTRY_COLUMNS: &str =
+    "e.id, e.slot_id, e.quantity, e.owner, e.priority, e.joined_at, e.offer_micros";
+
+/// The waitlists' statements, with this store's table names.
+#[derive(Debug)]
+pub(crate) struct WaitlistStatements {
+    join: String,
+    join_refusal: String,
+    entry_by_key: String,
+    entry_in_scope: String,
+    leave: String,
+    offer_head: String,
+    drop_entry: String,
+    reclaim_for_head: String,
+}
+
+impl WaitlistStatements {
+    pub(crate) fn new(prefix: &TablePrefix) -> Self {
+        let slots = format!("{prefix}slots");
+        let holds = format!("{prefix}holds");
+        let entries = format!("{prefix}waitlist_entries");
+        let slot_pools = format!("{prefix}slot_pools");
+        let next_id = next_hold_id(prefix.as_str());
+        // The place in line of the entry `e`: the entries of its slot served before it, and
+        // itself (one range of `waitlist_line`).
+        let position = format!(
+            "(SELECT count(*) FROM {entries} o WHERE o.slot_id = e.slot_id \
+              AND (o.priority > e.priority OR (o.priority = e.priority AND o.id <= e.id))) \
+             AS position"
+        );
+        // The head of the line of the slot ?1: the first entry by (priority DESC, id), through
+        // `waitlist_line`.
+        let head = format!(
+            "SELECT id, slot_id, idempotency_key, quantity, owner, offer_micros FROM {entries} \
+             WHERE slot_id = ?1 ORDER BY priority DESC, id LIMIT 1"
+        );
+        let selling = "s.starts_at > ?2 AND s.closed = 0 AND s.removed_at IS NULL";
+        WaitlistStatements {
+            // ?1 slot id, ?2 key, ?3 quantity, ?4 owner, ?5 priority, ?6 now, ?7 offer window
+            // (µs). Stores the entry only where the slot sells and has the capacity, is in no
+            // pool and no hold has the key; another entry with the key is the unique
+            // constraint's. No row: the reads of `join_refusal` say why.
+            join: format!(
+                "INSERT INTO {entries} \
+                     (id, slot_id, idempotency_key, quantity, owner, priority, joined_at, \
+                      offer_micros) \
+                 SELECT {next_id}, ?1, ?2, ?3, ?4, ?5, ?6, ?7 \
+                 WHERE EXISTS (SELECT 1 FROM {slots} WHERE id = ?1 AND starts_at > ?6 \
+                                 AND closed = 0 AND removed_at IS NULL AND capacity >= ?3) \
+                   AND NOT EXISTS (SELECT 1 FROM {slot_pools} WHERE slot_id = ?1) \
+                   AND NOT EXISTS (SELECT 1 FROM {holds} WHERE idempotency_key = ?2) \
+                 RETURNING {ENTRY_COLUMNS}"
+            ),
+            // ?1 slot id: its limits, and whether it belongs to a pool.
+            join_refusal: format!(
+                "SELECT starts_at, capacity, closed, removed_at, \
+                        EXISTS (SELECT 1 FROM {slot_pools} WHERE slot_id = ?1) AS pooled \
+                 FROM {slots} WHERE id = ?1"
+            ),
+            // ?1 key: the waiting entry that has it, with its place in line.
+            entry_by_key: format!(
+                "SELECT {E_ENTRY_COLUMNS}, {position} FROM {entries} e \
+                 WHERE e.idempotency_key = ?1"
+            ),
+            // ?1 entry id, ?2 and ?3 the scope: the waiting entry, with its place in line.
+            entry_in_scope: format!(
+                "SELECT {E_ENTRY_COLUMNS}, {position} FROM {entries} e \
+                 WHERE e.id = ?1 AND (?2 OR e.owner IS ?3)"
+            ),
+            // ?1 entry id, ?2 and ?3 the scope.
+            leave: format!(
+                "DELETE FROM {entries} WHERE id = ?1 AND (?2 OR owner IS ?3) \
+                 RETURNING {ENTRY_COLUMNS}"
+            ),
+            // ?1 slot id, ?2 now: the head's offer, if its whole quantity fits in the slot's
+            // `remaining` and the slot sells: a hold of the entry's id, key, owner and
+            // quantity, created now, expiring after the entry's offer window. The
+            // `holds_take_a_unit` trigger takes its units (the line's own offer passes its
+            // `waiting = 0`), and `holds_placed_event` appends its `hold_placed`.
+            offer_head: format!(
+                "INSERT INTO {holds} \
+                     (id, slot_id, idempotency_key, status, expires_at, created_at, quantity, \
+                      owner) \
+                 SELECT e.id, e.slot_id, e.idempotency_key, 'held', ?2 + e.offer_micros, ?2, \
+                        e.quantity, e.owner \
+                 FROM ({head}) e JOIN {slots} s ON s.id = e.slot_id \
+                 WHERE s.remaining >= e.quantity AND {selling} \
+                 RETURNING {HOLD_COLUMNS}"
+            ),
+            // ?1 entry id: an offered entry leaves the line.
+            drop_entry: format!("DELETE FROM {entries} WHERE id = ?1"),
+            // ?1 slot id, ?2 now: the slot's held holds expired by ?2, only when the head does
+            // not fit in `remaining` and does with their units, on a selling slot. The EXISTS
+            // names no column of the updated row: SQLite evaluates it once, before any row
+            // changes.
+            reclaim_for_head: format!(
+                "UPDATE {holds} SET status = 'expired' \
+                 WHERE slot_id = ?1 AND status = 'held' AND expires_at <= ?2 \
+                   AND EXISTS ( \
+                       SELECT 1 FROM {slots} s JOIN ({head}) e ON e.slot_id = s.id \
+                       WHERE s.id = ?1 AND {selling} AND s.remaining < e.quantity \
+                         AND s.remaining + (SELECT coalesce(SUM(h.quantity), 0) FROM {holds} h \
+                                            WHERE h.slot_id = ?1 AND h.status = 'held' \
+                                              AND h.expires_at <= ?2) >= e.quantity) \
+                 RETURNING {HOLD_COLUMNS}"
+            ),
+        }
+    }
+}
+
+/// A row of [`ENTRY_COLUMNS`].
+fn entry_from_row(row: &SqliteRow) -> Result<WaitlistEntry, StoreError> {
+    let owner: Option<String> = row.try_get("owner").map_err(map_err)?;
+    Ok(WaitlistEntry {
+        entry_id: EntryId(row.try_get("id").map_err(map_err)?),
+        slot_id: SlotId(row.try_get("slot_id").map_err(map_err)?),
+        quantity: row.try_get("quantity").map_err(map_err)?,
+        owner: owner
+            .map(OwnerId::new)
+            .transpose()
+            .map_err(StoreError::failed)?,
+        priority: row.try_get("priority").map_err(map_err)?,
+        joined_at: from_micros(row.try_get("joined_at").map_err(map_err)?)?,
+        offer_micros: row.try_get("offer_micros").map_err(map_err)?,
+    })
+}
+
+/// A row of [`ENTRY_COLUMNS`] and its `position`.
+fn placed_entry_from_row(row: &SqliteRow) -> Result<(WaitlistEntry, u32), StoreError> {
+    let position: i64 = row.try_get("position").map_err(map_err)?;
+    Ok((
+        entry_from_row(row)?,
+        u32::try_from(position).unwrap_or(u32::MAX),
+    ))
+}
+
+/// Serves the line of `slot_id` in the unit of work `conn` is in, in strict order
+/// ([`served`](slot_booking::served)): while the head's whole quantity fits in the slot's
+/// `remaining` (after reclaiming the slot's expired holds, only when that is what makes it
+/// fit) and the slot sells, the head becomes its offer (`hold_placed`, by the trigger), leaves
+/// the line, and `waitlist_offered` is appended. Returns the offers made, in line order.
+pub(crate) async fn serve(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    slot_id: SlotId,
+    now: Timestamp,
+) -> Result<Vec<Hold>, StoreError> {
+    let statements = &sql.waitlists;
+    let mut offers = Vec::new();
+    let mut reclaimed = false;
+    loop {
+        let rows = sqlx::query(AssertSqlSafe(statements.offer_head.as_str()))
+            .bind(slot_id.get())
+            .bind(to_micros(now))
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(map_err)?;
+        if let Some(row) = rows.first() {
+            let offer = hold_from_row(row)?;
+            let dropped = sqlx::query(AssertSqlSafe(statements.drop_entry.as_str()))
+                .bind(offer.hold_id.get())
+                .execute(&mut *conn)
+                .await
+                .map_err(map_err)?;
+            if dropped.rows_affected() != 1 {
+                return Err(StoreError::failed("an entry offered its units is gone"));
+            }
+            log_hold(sql, conn, EventKind::WaitlistOffered, &offer, now).await?;
+            offers.push(offer);
+            continue;
+        }
+        // Every expired hold of the slot is reclaimed at once: a second try frees nothing.
+        if reclaimed {
+            break;
+        }
+        reclaimed = true;
+        let update = sqlx::query(AssertSqlSafe(statements.reclaim_for_head.as_str()))
+            .bind(slot_id.get())
+            .bind(to_micros(now));
+        if reclaim_by(sql, conn, update, now).await?.is_empty() {
+            break;
+        }
+    }
+    Ok(offers)
+}
+
+/// [`WaitlistStore::join_waitlist`](slot_booking::WaitlistStore::join_waitlist) in the unit
+/// of work `conn` is in: the entry's conditional insert, then the line served; the new entry
+/// served is answered with its offer. No row inserted: [`join_refusal`] says why.
+async fn join(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    request: &JoinRequest<'_>,
+) -> Result<Step<JoinOutcome>, StoreError> {
+    let hold = &request.hold;
+    let offer_micros = (hold.expires_at - hold.now)
+        .num_microseconds()
+        .ok_or_else(|| StoreError::failed("an offer window overflows microseconds"))?;
+    let inserted = sqlx::query(AssertSqlSafe(sql.waitlists.join.as_str()))
+        .bind(hold.slot_id.get())
+        .bind(hold.key.as_str())
+        .bind(hold.quantity)
+        .bind(hold.owner.map(OwnerId::as_str))
+        .bind(request.priority)
+        .bind(to_micros(hold.now))
+        .bind(offer_micros)
+        .fetch_all(&mut *conn)
+        .await;
+    let entry = match inserted {
+        Ok(rows) => match rows.first() {
+            Some(row) => entry_from_row(row)?,
+            None => return join_refusal(sql, conn, request).await,
+        },
+        // Another entry has the key.
+        Err(error) if is_unique_violation(&error) => return join_refusal(sql, conn, request).await,
+        Err(error) => return Err(map_err(error)),
+    };
+    let offers = serve(sql, conn, entry.slot_id, hold.now).await?;
+    if let Some(offer) = offers
+        .into_iter()
+        .find(|offer| offer.hold_id == entry.offer_id())
+    {
+        return Ok(Step::keep(JoinOutcome::Held {
+            hold: offer,
+            replayed: false,
+        }));
+    }
+    let (entry, position) = entry_in_scope(sql, conn, entry.entry_id, &Scope::BackOffice)
+        .await?
+        .ok_or_else(|| StoreError::failed("a new waitlist entry is gone"))?;
+    Ok(Step::keep(JoinOutcome::Waiting {
+        entry,
+        position,
+        replayed: false,
+    }))
+}
+
+/// Why a join stored no entry, read in its unit of work, in the order every store answers: the
+/// key's entry (a replay, or the key reused), the key's hold or booking (a replay of the
+/// offer, or the key reused), then the slot's limits, then its pools.
+async fn join_refusal(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    request: &JoinRequest<'_>,
+) -> Result<Step<JoinOutcome>, StoreError> {
+    let hold = &request.hold;
+    let keyed = sqlx::query(AssertSqlSafe(sql.waitlists.entry_by_key.as_str()))
+        .bind(hold.key.as_str())
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(map_err)?;
+    if let Some(row) = keyed {
+        let (entry, position) = placed_entry_from_row(&row)?;
+        let outcome = if request.is_replay_of_entry(&entry) {
+            JoinOutcome::Waiting {
+                entry,
+                position,
+                replayed: true,
+            }
+        } else if entry.owner.as_ref() == hold.owner {
+            JoinOutcome::Refused(HoldOutcome::KeyReused(Some(entry.offer(hold.now))))
+        } else {
+            JoinOutcome::Refused(HoldOutcome::KeyReused(None))
+        };
+        return Ok(Step::undo(outcome));
+    }
+    if let Some(holder) = booking_by_key(sql, &mut *conn, hold.key.as_str()).await? {
+        let outcome = match HoldOutcome::key_taken(hold, holder) {
+            HoldOutcome::Replayed(offer) => JoinOutcome::Held {
+                hold: offer,
+                replayed: true,
+            },
+            other => JoinOutcome::Refused(other),
+        };
+        return Ok(Step::undo(outcome));
+    }
+    let slot: Option<(i64, i32, bool, Option<i64>, bool)> =
+        sqlx::query_as(AssertSqlSafe(sql.waitlists.join_refusal.as_str()))
+            .bind(hold.slot_id.get())
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(map_err)?;
+    let Some((starts_at, capacity, closed, removed_at, pooled)) = slot else {
+        return Ok(Step::undo(JoinOutcome::Refused(HoldOutcome::refused(
+            hold, None, None,
+        ))));
+    };
+    let limits = SlotLimits {
+        starts_at: from_micros(starts_at)?,
+        capacity,
+        closed,
+        removed: removed_at.is_some(),
+    };
+    match HoldOutcome::refused(hold, None, Some(limits)) {
+        // Selling, and the quantity fits its capacity: refused for its pools.
+        HoldOutcome::SoldOut if pooled => Ok(Step::undo(JoinOutcome::InPool)),
+        HoldOutcome::SoldOut => Err(StoreError::failed(
+            "a waitlist entry that its slot admits was not stored",
+        )),
+        refused => Ok(Step::undo(JoinOutcome::Refused(refused))),
+    }
+}
+
+/// The entry `entry_id` still waiting, if `scope` admits it, with its place in line.
+async fn entry_in_scope(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    entry_id: EntryId,
+    scope: &Scope,
+) -> Result<Option<(WaitlistEntry, u32)>, StoreError> {
+    let (any, owner) = scope.as_filter();
+    sqlx::query(AssertSqlSafe(sql.waitlists.entry_in_scope.as_str()))
+        .bind(entry_id.0)
+        .bind(any)
+        .bind(owner)
+        .fetch_optional(conn)
+        .await
+        .map_err(map_err)?
+        .as_ref()
+        .map(placed_entry_from_row)
+        .transpose()
+}
+
+/// [`WaitlistStore::leave_waitlist`](slot_booking::WaitlistStore::leave_waitlist) in the unit
+/// of work `conn` is in: the entry's row deleted (its key with it) if it waits in `scope`, then
+/// its line served.
+async fn leave(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    entry_id: EntryId,
+    scope: &Scope,
+    now: Timestamp,
+) -> Result<Step<Option<WaitlistEntry>>, StoreError> {
+    let (any, owner) = scope.as_filter();
+    let rows = sqlx::query(AssertSqlSafe(sql.waitlists.leave.as_str()))
+        .bind(entry_id.0)
+        .bind(any)
+        .bind(owner)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(map_err)?;
+    let Some(row) = rows.first() else {
+        return Ok(Step::keep(None));
+    };
+    let entry = entry_from_row(row)?;
+    serve(sql, conn, entry.slot_id, now).await?;
+    Ok(Step::keep(Some(entry)))
+}
+
+impl Run<'_> {
+    pub(crate) async fn join_waitlist(
+        &mut self,
+        request: JoinRequest<'_>,
+    ) -> Result<Decided<JoinOutcome>, StoreError> {
+        let sql = Arc::clone(&self.sql);
+        let mut unit = self.unit().await?;
+        let step = join(&sql, unit.connection(), &request).await;
+        Ok(Decided::new(request.hold.now, unit.finish(step).await?))
+    }
+
+    pub(crate) async fn leave_waitlist(
+        &mut self,
+        entry_id: EntryId,
+        scope: &Scope,
+        now: Timestamp,
+    ) -> Result<Decided<Option<WaitlistEntry>>, StoreError> {
+        let sql = Arc::clone(&self.sql);
+        let mut unit = self.unit().await?;
+        let step = leave(&sql, unit.connection(), entry_id, scope, now).await;
+        Ok(Decided::new(now, unit.finish(step).await?))
+    }
+
+    pub(crate) async fn waitlist_entry(
+        &mut self,
+        entry_id: EntryId,
+        scope: &Scope,
+        now: Timestamp,
+    ) -> Result<Decided<Option<(WaitlistEntry, u32)>>, StoreError> {
+        let sql = Arc::clone(&self.sql);
+        let mut conn = self.conn().await?;
+        let found = entry_in_scope(&sql, &mut conn, entry_id, scope).await?;
+        Ok(Decided::new(now, found))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_waitlist_statement_names_only_prefixed_tables() {
+        let sql = WaitlistStatements::new(&TablePrefix::new("zz_").unwrap());
+        let WaitlistStatements {
+            join,
+            join_refusal,
+            entry_by_key,
+            entry_in_scope,
+            leave,
+            offer_head,
+            drop_entry,
+            reclaim_for_head,
+        } = &sql;
+        for statement in [
+            join,
+            join_refusal,
+            entry_by_key,
+            entry_in_scope,
+            leave,
+            offer_head,
+            drop_entry,
+            reclaim_for_head,
+        ] {
+            assert!(statement.contains("zz_"), "{statement}");
+            for table in [
+                "slots",
+                "holds",
+                "waitlist_entries",
+                "waitlist_ids",
+                "slot_pools",
+            ] {
+                for verb in ["FROM", "JOIN", "INTO", "UPDATE"] {
+                    let bare = format!("{verb} {table} ");
+                    assert!(!statement.contains(&bare), "{statement}");
+                }
+            }
+        }
+    }
+}
