@@ -57,25 +57,18 @@ impl Run<'_> {
 
 /// After an administrative change of a slot that applied (a capacity change, sales reopened or
 /// open), serves the slot's line in the same unit of work: a raise, the expired holds the
-/// change reclaimed, or reopened sales may let its head in. When that offered anything, the
-/// slot is answered as it is after the offers.
+/// change reclaimed, or reopened sales may let its head in. The answer is the change itself,
+/// as every store answers it: the slot before the line took any units.
 async fn served_after(
     sql: &Statements,
     conn: &mut SqliteConnection,
     step: Step<SlotChange>,
     now: Timestamp,
 ) -> Result<Step<SlotChange>, StoreError> {
-    let slot_id = match step.value() {
-        SlotChange::Applied(slot) => slot.slot_id,
-        _ => return Ok(step),
-    };
-    if serve(sql, conn, slot_id, now).await?.is_empty() {
-        return Ok(step);
+    if let SlotChange::Applied(slot) = step.value() {
+        serve(sql, conn, slot.slot_id, now).await?;
     }
-    match live_slot(sql, conn, slot_id).await? {
-        Some(slot) => Ok(Step::keep(SlotChange::Applied(slot))),
-        None => Err(StoreError::failed("a slot whose line was served is gone")),
-    }
+    Ok(step)
 }
 
 /// Closes or reopens a slot's sales: one conditional update, which changes the row (and then

@@ -94,7 +94,10 @@ async fn reopening_sales_serves_the_line() {
     );
     assert_eq!(waiting(store.pool(), slot_id).await, 1);
     let reopened = engine.reopen_sales(slot_id).await.unwrap();
-    assert_eq!(reopened.stored_remaining, 0, "answered after the offer");
+    assert_eq!(
+        reopened.stored_remaining, 2,
+        "answered as the change left it, before the line took its units"
+    );
     let offered = offer(&store, &entry).await.expect("served on reopening");
     assert_eq!((offered.quantity, offered.status), (2, HoldStatus::Held));
     assert_eq!(waiting(store.pool(), slot_id).await, 0);
@@ -116,7 +119,11 @@ async fn a_capacity_raise_serves_the_line() {
         wait(&engine, slot_id, "c", 2).await,
     );
     let raised = engine.change_capacity(slot_id, 6).await.unwrap();
-    assert_eq!((raised.capacity, raised.stored_remaining), (6, 1));
+    assert_eq!(
+        (raised.capacity, raised.stored_remaining),
+        (6, 4),
+        "answered as the change left it, before the line took its units"
+    );
     assert!(offer(&store, &a).await.is_some());
     assert!(offer(&store, &b).await.is_some());
     assert_eq!(offer(&store, &c).await, None, "2 wanted, 1 free");
