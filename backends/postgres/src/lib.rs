@@ -129,6 +129,18 @@
 //! pools). A hold or booking short only in a pool whose other slots have expired holds gets
 //! them given back in a step of its own, then is tried once more: `pools.rs` says more.
 //!
+//! # Waitlists
+//!
+//! The store implements [`WaitlistStore`](slot_booking::WaitlistStore): a request whose units
+//! are short waits in its slot's line (migration 11: `waitlist_entries`, a `waiting` count on
+//! the slot row, the entry's key in `hold_keys`) and is offered them, as a hold of the entry's
+//! number, in the statement that frees them: a row trigger on `slots` serves the line at the
+//! end of every statement that gives a slot units back, changes its capacity or reopens it, in
+//! its transaction (a caller's included). Lines are served by priority, then arrival, in
+//! strict order, and every statement that takes units for a newcomer requires an empty line on
+//! the slot row it locked: a hold on a slot with no line is still one statement.
+//! `waitlists.rs` says more.
+//!
 //! # Storage
 //!
 //! * Tables `slots`, `holds`, `hold_keys`, `events` and `event_consumers` live in a schema of
@@ -266,6 +278,7 @@ mod reads;
 mod rows;
 mod sql;
 mod transaction;
+mod waitlists;
 mod writes;
 
 pub use changes::{PostgresChangeFeed, CHANGE_CHANNEL_PREFIX};
@@ -323,6 +336,8 @@ struct Inner {
     bookings: bookings::BookingStatements,
     /// The pool statements, beside the code that runs them (`pools.rs`).
     pools: pools::PoolStatements,
+    /// The waitlist statements, beside the code that runs them (`waitlists.rs`).
+    waitlists: waitlists::WaitlistStatements,
 }
 
 fn validate_schema(schema: &str) -> Result<(), InvalidSchemaName> {
@@ -361,6 +376,7 @@ impl PostgresStore {
         let events = events::EventStatements::new(&sql::quote(&schema));
         let bookings = bookings::BookingStatements::new(&sql::quote(&schema));
         let pools = pools::PoolStatements::new(&sql::quote(&schema));
+        let waitlists = waitlists::WaitlistStatements::new(&sql::quote(&schema));
         PostgresStore {
             pool,
             inner: Arc::new(Inner {
@@ -369,6 +385,7 @@ impl PostgresStore {
                 events,
                 bookings,
                 pools,
+                waitlists,
             }),
             database_clock: false,
             horizon_interval: DEFAULT_HORIZON_INTERVAL,
