@@ -2,7 +2,7 @@
 --
 -- Additive: one new table, one column with a constant default on `slots` and one nullable
 -- column on `hold_keys` (no row is rewritten), one wider CHECK on `events`, two functions and
--- one row trigger; every row is kept, and every existing slot has an empty line.
+-- two row triggers; every row is kept, and every existing slot has an empty line.
 --
 -- A request that finds its units short waits in its slot's line (`waitlist_entries`), served
 -- by priority, then arrival (entry id), in strict order: the head waits until its whole
@@ -171,3 +171,13 @@ CREATE TRIGGER slots_serve_waitlist
           AND (NEW.remaining > OLD.remaining OR NEW.capacity <> OLD.capacity
                OR (OLD.closed AND NOT NEW.closed)))
     EXECUTE FUNCTION serve_waitlist_on_slot_change();
+
+-- Change notifications (migration 6) when a line forms or empties: availability lists a slot
+-- whose line waits with no unit, so another instance's cached listing changes then too. One
+-- more trigger of migration 6's function; PostgreSQL folds the notifications of one
+-- transaction with the same channel and payload into one.
+CREATE TRIGGER slots_notify_line
+    AFTER UPDATE ON slots
+    FOR EACH ROW
+    WHEN ((NEW.waiting = 0) <> (OLD.waiting = 0))
+    EXECUTE FUNCTION notify_slot_change();

@@ -209,9 +209,13 @@
 //! On the pool, every statement but the reclaim runs in a transaction of its own and takes at
 //! most one slot row, first;
 //! hold rows only of that slot (a confirm: only its hold, and nothing else); and, last, the
-//! key it inserts into `hold_keys`, a table that is only ever inserted into. A statement
+//! key it inserts into `hold_keys`, a table that is only ever inserted into (but for the key
+//! rows of waitlist entries, which only the slot's line serving and leaving update or delete,
+//! under the slot row's lock). A statement
 //! waiting on a key therefore waits for one that has nothing left to wait for, and no two
-//! statements can wait for each other: there is no deadlock to retry. The slot changes follow
+//! statements can wait for each other: there is no deadlock to retry. A statement that gives
+//! a slot with a waiting line units back serves the line at its end (a trigger, `waitlists.rs`),
+//! still on that slot row: then its pools, hold rows of that slot, and new rows only. The slot changes follow
 //! the same order: a capacity change, closing or a removal locks its one slot row first, then
 //! (when reclaiming) expired holds of that slot only, and inserts no key; so a change racing
 //! a hold on the same slot waits for the hold's statement or makes it wait, and the second

@@ -42,7 +42,9 @@
 //!    insert a fresh one. Idempotency keys are unique in `hold_keys`, which is only ever
 //!    inserted into, as the last step of a hold statement: an insert waits on a key only
 //!    while another statement is inserting the same key, and that statement has nothing left
-//!    to wait for. (When the key was unique on
+//!    to wait for. (The key row of a waitlist entry is updated when the entry is served and
+//!    deleted when it leaves, both under its slot row's lock, which every other writer of
+//!    that key row holds first: no one waits on it but for the same key, `waitlists.rs`.) (When the key was unique on
 //!    `holds` itself, a reclaim's update rewrote the index entries of the keys of the holds it
 //!    expired, and two reclaims on two slots, each about to insert the key the other had
 //!    rewritten, waited for each other: `tests/lock_paths.rs` replays that interleaving.)
