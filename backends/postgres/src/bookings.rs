@@ -188,7 +188,8 @@ impl BookingStatements {
             lines_of(s, By::Booking, true)
         );
         // Placing a booking, in one statement. `lk` locks the lines' slot rows by id; each
-        // line's decision is on its row as locked (`st`). Only when every line would fit with
+        // line's decision is on its row as locked (`st`); a line whose slot has a waiting line
+        // (`waiting`, migration 11) never fits and shows no unit free: nobody jumps the line. Only when every line would fit with
         // its slot's expired holds counted free (`est`) are a short line's expired holds
         // reclaimed (`r`), and each line then fits by the rows the reclaim affected (`fit`):
         // a refused booking reclaims nothing, but for the rare case of a concurrent change
@@ -218,7 +219,7 @@ impl BookingStatements {
                  FROM unnest($1::int8[], $2::int4[]) WITH ORDINALITY AS x(slot_id, quantity, n)), \
              lk AS ( \
                  SELECT sl.id, sl.remaining, sl.capacity, sl.starts_at, sl.closed, sl.removed_at, \
-                        sl.pools \
+                        sl.pools, sl.waiting \
                  FROM {s}.slots sl WHERE sl.id = ANY($1::int8[]) \
                  ORDER BY sl.id FOR NO KEY UPDATE), \
              {pools_locked}
@@ -227,12 +228,14 @@ impl BookingStatements {
                         lk.capacity, lk.starts_at, lk.closed, lk.removed_at, lk.pools, \
                         coalesce(lk.starts_at > {now4} AND NOT lk.closed \
                                  AND lk.removed_at IS NULL, false) AS selling, \
+                        coalesce(lk.waiting > 0, false) AS line_waits, \
                         coalesce((SELECT sum(h.quantity) FROM {s}.holds h \
                                   WHERE h.slot_id = lk.id AND h.status = 'held' \
                                     AND h.expires_at <= {now4}), 0)::int4 AS expired \
                  FROM l LEFT JOIN lk ON lk.id = l.slot_id), \
              est AS ( \
-                 SELECT coalesce(bool_and(selling AND remaining + expired >= quantity), false) \
+                 SELECT coalesce(bool_and(selling AND NOT line_waits \
+                                          AND remaining + expired >= quantity), false) \
                         AND {pools_estimate} AS all_fit FROM st), \
              r AS ( \
                  UPDATE {s}.holds h SET status = 'expired' FROM st, est \
@@ -245,7 +248,8 @@ impl BookingStatements {
              u AS (SELECT slot_id, sum(quantity)::int4 AS units FROM r GROUP BY slot_id), \
              fit AS ( \
                  SELECT st.*, coalesce(u.units, 0) AS reclaimed, \
-                        st.selling AND st.remaining + coalesce(u.units, 0) >= st.quantity AS fits \
+                        st.selling AND NOT st.line_waits \
+                            AND st.remaining + coalesce(u.units, 0) >= st.quantity AS fits \
                  FROM st LEFT JOIN u ON u.slot_id = st.slot_id), \
              {pools_fit} \
              ok AS (SELECT coalesce(bool_and(fits AND pools_fit), false) AS ok FROM pf), \
@@ -281,13 +285,16 @@ impl BookingStatements {
                     f.quantity AS line_quantity, f.found AS slot_found, \
                     f.starts_at AS slot_starts_at, f.capacity AS slot_capacity, \
                     f.closed AS slot_closed, f.removed_at AS slot_removed_at, \
-                    (coalesce(f.remaining, 0) + greatest(f.expired, f.reclaimed))::int4 \
+                    (CASE WHEN f.line_waits THEN 0 \
+                          ELSE coalesce(f.remaining, 0) + greatest(f.expired, f.reclaimed) END)::int4 \
                         AS line_free, f.pools AS slot_pools, \
-                    (f.fits OR (NOT est.all_fit AND f.selling \
+                    (f.fits OR (NOT est.all_fit AND f.selling AND NOT f.line_waits \
                                 AND f.remaining + f.expired >= f.quantity)) \
                         AND cardinality(f.short_pools) = 0 AS line_fits, f.short_pools, \
                     (SELECT hk.hold_id FROM {s}.hold_keys hk WHERE hk.idempotency_key = $3) \
                         AS key_hold_id, \
+                    (SELECT hk.entry_id FROM {s}.hold_keys hk WHERE hk.idempotency_key = $3) \
+                        AS key_entry_id, \
                     {H_COLUMNS} \
              FROM pf f CROSS JOIN ok CROSS JOIN est LEFT JOIN ins h ON h.slot_id = f.slot_id \
              ORDER BY f.n"
@@ -396,6 +403,10 @@ impl Run<'_> {
                             BookingOutcome::refused(&request, Some(holder), &[]),
                         ));
                     }
+                    // A waitlist entry's key, still waiting: never this booking.
+                    if self.key_waits(request.key.as_str()).await? {
+                        return Ok(Decided::new(read.at, BookingOutcome::KeyReused(None)));
+                    }
                     continue;
                 }
                 Err(error) => return Err(map_err(error)),
@@ -430,6 +441,9 @@ impl Run<'_> {
                     .try_get::<Option<i64>, _>("key_hold_id")
                     .map_err(map_err)?
                     .is_some();
+                if crate::writes::key_entry(row)?.is_some() {
+                    return Ok(Decided::new(at, BookingOutcome::KeyReused(None)));
+                }
             }
             let holder = if key_taken {
                 self.key_holder(&request).await?.outcome

@@ -129,6 +129,18 @@
 //! pools). A hold or booking short only in a pool whose other slots have expired holds gets
 //! them given back in a step of its own, then is tried once more: `pools.rs` says more.
 //!
+//! # Waitlists
+//!
+//! The store implements [`WaitlistStore`](slot_booking::WaitlistStore): a request whose units
+//! are short waits in its slot's line (migration 11: `waitlist_entries`, a `waiting` count on
+//! the slot row, the entry's key in `hold_keys`) and is offered them, as a hold of the entry's
+//! number, in the statement that frees them: a row trigger on `slots` serves the line at the
+//! end of every statement that gives a slot units back, changes its capacity or reopens it, in
+//! its transaction (a caller's included). Lines are served by priority, then arrival, in
+//! strict order, and every statement that takes units for a newcomer requires an empty line on
+//! the slot row it locked: a hold on a slot with no line is still one statement.
+//! `waitlists.rs` says more.
+//!
 //! # Storage
 //!
 //! * Tables `slots`, `holds`, `hold_keys`, `events` and `event_consumers` live in a schema of
@@ -197,9 +209,13 @@
 //! On the pool, every statement but the reclaim runs in a transaction of its own and takes at
 //! most one slot row, first;
 //! hold rows only of that slot (a confirm: only its hold, and nothing else); and, last, the
-//! key it inserts into `hold_keys`, a table that is only ever inserted into. A statement
+//! key it inserts into `hold_keys`, a table that is only ever inserted into (but for the key
+//! rows of waitlist entries, which only the slot's line serving and leaving update or delete,
+//! under the slot row's lock). A statement
 //! waiting on a key therefore waits for one that has nothing left to wait for, and no two
-//! statements can wait for each other: there is no deadlock to retry. The slot changes follow
+//! statements can wait for each other: there is no deadlock to retry. A statement that gives
+//! a slot with a waiting line units back serves the line at its end (a trigger, `waitlists.rs`),
+//! still on that slot row: then its pools, hold rows of that slot, and new rows only. The slot changes follow
 //! the same order: a capacity change, closing or a removal locks its one slot row first, then
 //! (when reclaiming) expired holds of that slot only, and inserts no key; so a change racing
 //! a hold on the same slot waits for the hold's statement or makes it wait, and the second
@@ -266,6 +282,7 @@ mod reads;
 mod rows;
 mod sql;
 mod transaction;
+mod waitlists;
 mod writes;
 
 pub use changes::{PostgresChangeFeed, CHANGE_CHANNEL_PREFIX};
@@ -323,6 +340,8 @@ struct Inner {
     bookings: bookings::BookingStatements,
     /// The pool statements, beside the code that runs them (`pools.rs`).
     pools: pools::PoolStatements,
+    /// The waitlist statements, beside the code that runs them (`waitlists.rs`).
+    waitlists: waitlists::WaitlistStatements,
 }
 
 fn validate_schema(schema: &str) -> Result<(), InvalidSchemaName> {
@@ -361,6 +380,7 @@ impl PostgresStore {
         let events = events::EventStatements::new(&sql::quote(&schema));
         let bookings = bookings::BookingStatements::new(&sql::quote(&schema));
         let pools = pools::PoolStatements::new(&sql::quote(&schema));
+        let waitlists = waitlists::WaitlistStatements::new(&sql::quote(&schema));
         PostgresStore {
             pool,
             inner: Arc::new(Inner {
@@ -369,6 +389,7 @@ impl PostgresStore {
                 events,
                 bookings,
                 pools,
+                waitlists,
             }),
             database_clock: false,
             horizon_interval: DEFAULT_HORIZON_INTERVAL,

@@ -73,6 +73,11 @@ const MIGRATIONS: &[Migration] = &[
         description: "pools",
         sql: include_str!("../migrations/0010_pools.sql"),
     },
+    Migration {
+        version: 11,
+        description: "waitlists",
+        sql: include_str!("../migrations/0011_waitlists.sql"),
+    },
 ];
 
 /// The advisory lock key of a schema's migrations: FNV-1a (64 bit) of a fixed prefix and the

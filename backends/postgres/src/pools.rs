@@ -66,7 +66,8 @@ pub(crate) fn give_back(s: &str, moved: &str) -> String {
 
 /// The second hold statement (`$1`..`$6` as the fast one's), when the fast one found no unit
 /// or the slot draws from pools (the fast one takes units only of a slot without pools). One
-/// statement: lock the selling slot's row first (a row lock returns its latest `remaining`
+/// statement: lock the selling slot's row first (only while nobody waits in its line:
+/// `waiting = 0`, re-checked on the row's latest version, so a refused hold reclaims nothing) (a row lock returns its latest `remaining`
 /// and `pools`), then its pools' rows by id; only if the slot's expired units would make the
 /// hold fit in the slot and in every pool (a refused hold changes nothing) mark its held holds
 /// that expired by now as expired. One update of the slot, and one of each pool, give their
@@ -95,6 +96,7 @@ pub(crate) fn hold_reclaim(s: &str, now3: &str, insert: impl Fn(&str) -> String)
         "WITH s AS ( \
              SELECT id, remaining, capacity, pools FROM {s}.slots \
              WHERE id = $1 AND starts_at > {now3} AND NOT closed AND removed_at IS NULL \
+               AND waiting = 0 \
              FOR NO KEY UPDATE), \
          pl AS ( \
              SELECT p.id, p.remaining FROM {s}.pools p \

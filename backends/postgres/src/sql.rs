@@ -42,7 +42,9 @@
 //!    insert a fresh one. Idempotency keys are unique in `hold_keys`, which is only ever
 //!    inserted into, as the last step of a hold statement: an insert waits on a key only
 //!    while another statement is inserting the same key, and that statement has nothing left
-//!    to wait for. (When the key was unique on
+//!    to wait for. (The key row of a waitlist entry is updated when the entry is served and
+//!    deleted when it leaves, both under its slot row's lock, which every other writer of
+//!    that key row holds first: no one waits on it but for the same key, `waitlists.rs`.) (When the key was unique on
 //!    `holds` itself, a reclaim's update rewrote the index entries of the keys of the holds it
 //!    expired, and two reclaims on two slots, each about to insert the key the other had
 //!    rewritten, waited for each other: `tests/lock_paths.rs` replays that interleaving.)
@@ -338,14 +340,16 @@ impl Statements {
         // row with what `HoldOutcome::refused` needs (the key's hold, the slot's limits, read
         // at the statement's snapshot) and what tells whether the refusal is final without
         // reclaiming: the slot's `remaining` at the snapshot and whether any of its held holds
-        // has expired by now. A created hold comes back as before, `took` true. Exactly one
+        // has expired by now, and its line's length (`waiting`); and the waitlist entry the key
+        // belongs to, if it does. A created hold comes back as before, `took` true. Exactly one
         // row either way: `dec` is empty exactly when `ins` is.
         let created_or_refusal = format!(
             "SELECT true AS took, {HOLD_COLUMNS}, {now3} AS decided_at, \
                     NULL::timestamptz AS slot_starts_at, NULL::int4 AS slot_capacity, \
                     NULL::bool AS slot_closed, NULL::timestamptz AS slot_removed_at, \
                     NULL::int4 AS slot_remaining, NULL::bool AS slot_has_expired, \
-                    NULL::int8 AS key_booking_id \
+                    NULL::int8 AS key_booking_id, NULL::int4 AS slot_waiting, \
+                    NULL::int8 AS key_entry_id \
              FROM ins \
              UNION ALL \
              SELECT false, {H_COLUMNS}, {now3}, sl.starts_at, sl.capacity, sl.closed, \
@@ -353,7 +357,7 @@ impl Statements {
                     EXISTS (SELECT 1 FROM {s}.holds x \
                             WHERE x.slot_id = $1 AND x.status = 'held' \
                               AND x.expires_at <= {now3}), \
-                    h.booking_id \
+                    h.booking_id, sl.waiting, hk.entry_id \
              FROM (SELECT 1) AS one \
              LEFT JOIN {s}.hold_keys hk ON hk.idempotency_key = $2 \
              LEFT JOIN {s}.holds h ON h.id = hk.hold_id \
@@ -408,15 +412,18 @@ impl Statements {
             // cost follows the future slots and their expired holds, never the holds of slots
             // that have started. A slot with every unit free has no held hold to count. Closed
             // and removed slots are filtered out of that same range (no index on those flags:
-            // it would cost every slot update its HOT update). At least one row: the instant
-            // even when there is no slot (`id` is then NULL).
+            // it would cost every slot update its HOT update). A slot whose waitlist is not empty
+            // (`waiting`, migration 11) has no unit for anyone else: listed with 0. At least one
+            // row: the instant even when there is no slot (`id` is then NULL).
             availability: format!(
                 "SELECT c.now AS decided_at, sl.id, sl.starts_at, sl.ends_at, sl.capacity, \
                         sl.resource, \
-                        (sl.remaining + CASE WHEN sl.remaining = sl.capacity THEN 0 ELSE ( \
+                        (CASE WHEN sl.waiting > 0 THEN 0 \
+                              ELSE sl.remaining + CASE WHEN sl.remaining = sl.capacity THEN 0 \
+                                  ELSE ( \
                             SELECT coalesce(sum(h.quantity), 0) FROM {s}.holds h \
                             WHERE h.slot_id = sl.id AND h.status = 'held' \
-                              AND h.expires_at <= c.now) END)::int4 AS available \
+                              AND h.expires_at <= c.now) END END)::int4 AS available \
                  FROM (SELECT {now1} AS now) c \
                  LEFT JOIN {s}.slots sl \
                      ON sl.starts_at > c.now AND NOT sl.closed AND sl.removed_at IS NULL \
@@ -424,7 +431,8 @@ impl Statements {
             ),
             // One statement: the conditional decrement (a unit is taken only if the update
             // affected the row, which must still be selling: not started, not closed, not
-            // removed, drawing from no pool (`pools.rs` takes those), all re-checked on the
+            // removed, drawing from no pool (`pools.rs` takes those), with nobody waiting in its
+            // line (`waiting = 0`: nobody jumps the line, `waitlists.rs`), all re-checked on the
             // row's latest version), the hold and its key. No
             // unit: no row from `dec`, nothing inserted, nothing changed, and the row returned
             // is the refusal's (see `created_or_refusal`). Key taken: the unique violation
@@ -434,6 +442,7 @@ impl Statements {
                      UPDATE {s}.slots SET remaining = remaining - $5 \
                      WHERE id = $1 AND remaining >= $5 AND starts_at > {now3} \
                        AND NOT closed AND removed_at IS NULL AND cardinality(pools) = 0 \
+                       AND waiting = 0 \
                      RETURNING id, true AS took), \
                  {insert_fast}"
             ),
@@ -446,7 +455,7 @@ impl Statements {
                 "SELECT {now3} AS decided_at, sl.starts_at AS slot_starts_at, \
                         sl.capacity AS slot_capacity, sl.closed AS slot_closed, \
                         sl.removed_at AS slot_removed_at, {H_COLUMNS}, \
-                        h.booking_id AS key_booking_id \
+                        h.booking_id AS key_booking_id, k.entry_id AS key_entry_id \
                  FROM (SELECT 1) AS one \
                  LEFT JOIN {s}.hold_keys k ON k.idempotency_key = $2 \
                  LEFT JOIN {s}.holds h ON h.id = k.hold_id \

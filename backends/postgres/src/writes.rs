@@ -215,6 +215,10 @@ impl Run<'_> {
             .await
             .map_err(map_err)?;
         let (at, key_holder, limits) = refusal_facts(&row)?;
+        if key_entry(&row)?.is_some() {
+            // The key is a waitlist entry's, still waiting: never this hold request.
+            return Ok(Decided::new(at, HoldOutcome::KeyReused(None)));
+        }
         if key_booking(&row)?.is_some() {
             // A booking of several lines holds the key: never this hold request made again.
             let read = self.key_holder_of(request.key.as_str(), at).await?;
@@ -352,6 +356,12 @@ pub(crate) fn key_booking(row: &PgRow) -> Result<Option<i64>, StoreError> {
     row.try_get("key_booking_id").map_err(map_err)
 }
 
+/// The waitlist entry whose key a refusal row's key is (`key_entry_id`): the key is taken
+/// while the entry waits.
+pub(crate) fn key_entry(row: &PgRow) -> Result<Option<i64>, StoreError> {
+    row.try_get("key_entry_id").map_err(map_err)
+}
+
 /// What a refusal row (the fast hold statement's, or the explaining read's) says: the instant
 /// it was read at, the hold the key belongs to, and the slot's limits. The slot's columns are
 /// all NULL exactly when there is no such slot (`closed` is NOT NULL in the table).
@@ -359,11 +369,20 @@ pub(crate) fn refusal_facts(
     row: &PgRow,
 ) -> Result<(Timestamp, Option<Hold>, Option<SlotLimits>), StoreError> {
     let key_holder = optional_hold(row)?;
+    let limits = slot_limits(row)?;
+    let at: Timestamp = row.try_get("decided_at").map_err(map_err)?;
+    Ok((at, key_holder, limits))
+}
+
+/// The slot's limits of a row with `slot_starts_at`, `slot_capacity`, `slot_closed` and
+/// `slot_removed_at`, all NULL exactly when there is no such slot (`closed` is NOT NULL in the
+/// table).
+pub(crate) fn slot_limits(row: &PgRow) -> Result<Option<SlotLimits>, StoreError> {
     let starts_at: Option<Timestamp> = row.try_get("slot_starts_at").map_err(map_err)?;
     let capacity: Option<i32> = row.try_get("slot_capacity").map_err(map_err)?;
     let closed: Option<bool> = row.try_get("slot_closed").map_err(map_err)?;
     let removed_at: Option<Timestamp> = row.try_get("slot_removed_at").map_err(map_err)?;
-    let limits = match (starts_at, capacity, closed) {
+    Ok(match (starts_at, capacity, closed) {
         (Some(starts_at), Some(capacity), Some(closed)) => Some(SlotLimits {
             starts_at,
             capacity,
@@ -371,9 +390,7 @@ pub(crate) fn refusal_facts(
             removed: removed_at.is_some(),
         }),
         _ => None,
-    };
-    let at: Timestamp = row.try_get("decided_at").map_err(map_err)?;
-    Ok((at, key_holder, limits))
+    })
 }
 
 /// The refusal's answer, with started or full judged at the instant `at` it was read at.
@@ -391,10 +408,10 @@ pub(crate) fn refused(
 }
 
 /// The answer to a hold the fast statement refused, when its own read settles it. Every
-/// answer but `SoldOut` is final (a key in use, a slot missing, not selling or too small: a
-/// reclaim would change none of them). `SoldOut` is final when the slot is full at the
-/// statement's snapshot with no held hold expired by now: a reclaim would find nothing to
-/// give back. `None` when reclaiming might make room, or when the snapshot shows room that the
+/// answer but `SoldOut` is final (a key in use, a waitlist entry's included, a slot missing,
+/// not selling or too small: a reclaim would change none of them). `SoldOut` is final when
+/// the slot is full at the statement's snapshot with no held hold expired by now (a reclaim
+/// would find nothing to give back), or when its line waits (nobody jumps it). `None` when reclaiming might make room, or when the snapshot shows room that the
 /// decrement, deciding on the row's latest version, did not find (the row changed under the
 /// statement): the reclaiming statement and a fresh read decide those.
 ///
@@ -405,14 +422,19 @@ pub(crate) fn final_refusal(
     request: &HoldRequest<'_>,
 ) -> Result<Option<Decided<HoldOutcome>>, StoreError> {
     let (at, key_holder, limits) = refusal_facts(row)?;
+    if key_entry(row)?.is_some() {
+        return Ok(Some(Decided::new(at, HoldOutcome::KeyReused(None))));
+    }
     let answer = refused(request, at, key_holder, limits);
     if answer.outcome != HoldOutcome::SoldOut {
         return Ok(Some(answer));
     }
     let remaining: Option<i32> = row.try_get("slot_remaining").map_err(map_err)?;
     let has_expired: Option<bool> = row.try_get("slot_has_expired").map_err(map_err)?;
+    let waiting: Option<i32> = row.try_get("slot_waiting").map_err(map_err)?;
     let full = remaining.is_some_and(|units| units < request.quantity);
-    Ok((full && has_expired == Some(false)).then_some(answer))
+    let line = waiting.is_some_and(|entries| entries > 0);
+    Ok((line || (full && has_expired == Some(false))).then_some(answer))
 }
 
 pub(crate) fn created(hold: Decided<Hold>) -> Decided<HoldOutcome> {

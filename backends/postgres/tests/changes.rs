@@ -525,3 +525,41 @@ async fn stores_in_other_schemas_are_not_woken() {
     assert_eq!(f2.stats().notices, 2, "only its own schema's commits");
     assert_eq!(f1.stats().notices, 2);
 }
+
+/// A slot's line forming or emptying changes what availability lists (a slot whose line waits
+/// has no unit for anyone else): another instance's cached listing follows both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waitlist_forming_and_leaving_shows_on_the_others() {
+    use slot_booking::waitlists::Joined;
+    use slot_booking::NewHold;
+    let Some(ctx) = setup("a_waitlist_forming_and_leaving_shows_on_the_others").await else {
+        return;
+    };
+    let a = engine(ctx.store.clone());
+    let b = engine(ctx.second_store().await);
+    let _follower = b.store().follow_changes(b.invalidator()).await.unwrap();
+    let slot = future_slot(&a, 3).await;
+    a.place_hold(NewHold::new(slot, "two").quantity(2))
+        .await
+        .unwrap();
+    b.invalidate_availability();
+    assert_eq!(listed(&b, slot).await, Some(1));
+    // The head wants two: it waits, and the unit free is no one else's.
+    let Ok(Joined::Waiting { entry, .. }) = a
+        .join_waitlist(NewHold::new(slot, "head").quantity(2), 0)
+        .await
+    else {
+        panic!("the head waits")
+    };
+    wait_for("the line to show", || async {
+        listed(&b, slot).await == Some(0)
+    })
+    .await;
+    a.leave_waitlist(&Scope::Anonymous, entry.entry_id)
+        .await
+        .unwrap();
+    wait_for("the empty line to show", || async {
+        listed(&b, slot).await == Some(1)
+    })
+    .await;
+}

@@ -97,7 +97,8 @@ async fn migrations_coexist_with_host_sqlx_migrations() {
             "pools",
             "slot_booking_migrations",
             "slot_pools",
-            "slots"
+            "slots",
+            "waitlist_entries"
         ]
     );
     let applied: Vec<(i64, String)> = sqlx::query_as(AssertSqlSafe(format!(
@@ -119,6 +120,7 @@ async fn migrations_coexist_with_host_sqlx_migrations() {
             (8, "event horizons and consumer leases".to_owned()),
             (9, "bookings".to_owned()),
             (10, "pools".to_owned()),
+            (11, "waitlists".to_owned()),
         ]
     );
     let theirs: Vec<i64> = sqlx::query_scalar(AssertSqlSafe(format!(
@@ -189,7 +191,7 @@ async fn concurrent_migrations_apply_once() {
     .fetch_one(&admin)
     .await
     .unwrap();
-    assert_eq!(n, 10, "each of the ten migrations applied once");
+    assert_eq!(n, 11, "each of the eleven migrations applied once");
     admin.close().await;
 }
 
@@ -313,6 +315,7 @@ async fn recorded_schema(
             include_str!("../migrations/0008_event_horizons.sql"),
         ),
         ("bookings", include_str!("../migrations/0009_bookings.sql")),
+        ("pools", include_str!("../migrations/0010_pools.sql")),
     ];
     let mut tx = pool.begin().await.unwrap();
     tx.execute(AssertSqlSafe(format!(
@@ -564,7 +567,19 @@ async fn a_schema_from_before_slot_administration_upgrades_in_place() {
         .await;
     assert_eq!(
         versions,
-        [(1,), (2,), (3,), (4,), (5,), (6,), (7,), (8,), (9,), (10,)]
+        [
+            (1,),
+            (2,),
+            (3,),
+            (4,),
+            (5,),
+            (6,),
+            (7,),
+            (8,),
+            (9,),
+            (10,),
+            (11,)
+        ]
     );
     let slots_after: Vec<SlotRow> = old.rows(slot_rows).await;
     let holds_after: Vec<HoldRow> = old.rows(hold_rows).await;
@@ -702,7 +717,7 @@ async fn a_schema_from_before_events_upgrades_in_place() {
     let versions: Vec<(i64,)> = old
         .rows("SELECT version FROM {s}.slot_booking_migrations ORDER BY version")
         .await;
-    assert_eq!(versions.last(), Some(&(10,)));
+    assert_eq!(versions.last(), Some(&(11,)));
     assert_eq!(old.rows::<SlotRow>(slot_rows).await, slots_before);
     assert_eq!(old.rows::<HoldRow>(hold_rows).await, holds_before);
     assert_eq!(old.rows::<(String, i64)>(key_rows).await, keys_before);
@@ -875,7 +890,7 @@ async fn a_schema_from_before_bookings_upgrades_in_place() {
     let versions: Vec<(i64,)> = old
         .rows("SELECT version FROM {s}.slot_booking_migrations ORDER BY version")
         .await;
-    assert_eq!(versions.last(), Some(&(10,)));
+    assert_eq!(versions.last(), Some(&(11,)));
     assert_eq!(old.rows::<SlotRow>(slot_rows).await, slots_before);
     assert_eq!(old.rows::<HoldRow>(hold_rows).await, holds_before);
     assert_eq!(old.rows::<(String, i64)>(key_rows).await, keys_before);
@@ -1011,7 +1026,7 @@ async fn a_schema_from_before_pools_upgrades_in_place() {
     let versions: Vec<(i64,)> = old
         .rows("SELECT version FROM {s}.slot_booking_migrations ORDER BY version")
         .await;
-    assert_eq!(versions.last(), Some(&(10,)));
+    assert_eq!(versions.last(), Some(&(11,)));
     assert_eq!(old.rows::<SlotRow>(slot_rows).await, slots_before);
     assert_eq!(old.rows::<HoldRow>(hold_rows).await, holds_before);
     assert_eq!(old.rows::<(String, i64)>(key_rows).await, keys_before);
@@ -1050,5 +1065,142 @@ async fn a_schema_from_before_pools_upgrades_in_place() {
     for slot_id in [SlotId(1), SlotId(2)] {
         assert_invariant(&store, slot_id).await;
     }
+    old.admin.close().await;
+}
+
+/// Waitlists arrive by an additive migration (11): a schema made by migrations 1 to 10, with
+/// slots, a pool, holds and keys, upgrades in place with every row kept, every line empty and
+/// every key still a hold's. A full slot's line then waits, a newcomer is refused, and the
+/// cancel of a hold stored before the upgrade offers its unit to the head in that statement
+/// (the trigger of the migration), logged after the cancel; a slot in a pool has no line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_from_before_waitlists_upgrades_in_place() {
+    use slot_booking::waitlists::Joined;
+    use slot_booking::{
+        BookingEngine, ConsumerId, EventKind, EventStore, ManualClock, NewHold, Scope,
+    };
+    let Some(old) = OldSchema::new(
+        "a_schema_from_before_waitlists_upgrades_in_place",
+        10,
+        "INSERT INTO slots (starts_at, ends_at, capacity, remaining, resource, pools) VALUES \
+           ('2030-03-17 10:00:00+00', '2030-03-17 11:00:00+00', 2, 0, 'room-1', '{}'), \
+           ('2030-03-17 10:00:00+00', '2030-03-17 11:00:00+00', 3, 3, NULL, '{1}'); \
+         INSERT INTO pools (capacity, remaining) VALUES (5, 5); \
+         INSERT INTO slot_pools (slot_id, pool_id) VALUES (2, 1); \
+         INSERT INTO holds (slot_id, idempotency_key, status, expires_at, confirmed_at, \
+                            cancelled_at, created_at, quantity, owner, booking_id) VALUES \
+           (1, 'held-key', 'held', '2030-03-17 09:05:00+00', NULL, NULL, \
+            '2030-03-17 09:00:00+00', 1, NULL, NULL), \
+           (1, 'confirmed-key', 'confirmed', '2030-03-17 09:05:00+00', \
+            '2030-03-17 09:01:00+00', NULL, '2030-03-17 09:00:00+00', 1, 'cart-2', NULL); \
+         INSERT INTO hold_keys (idempotency_key, hold_id) VALUES \
+           ('held-key', 1), ('confirmed-key', 2);",
+    )
+    .await
+    else {
+        return;
+    };
+    let slot_rows =
+        "SELECT id, capacity, remaining, resource, closed, pools FROM {s}.slots ORDER BY id";
+    let hold_rows =
+        "SELECT id, status, expires_at, quantity, owner, booking_id FROM {s}.holds ORDER BY id";
+    let key_rows = "SELECT idempotency_key, hold_id FROM {s}.hold_keys ORDER BY hold_id";
+    type SlotRow = (i64, i32, i32, Option<String>, bool, Vec<i64>);
+    type HoldRow = (i64, String, Timestamp, i32, Option<String>, Option<i64>);
+    let slots_before: Vec<SlotRow> = old.rows(slot_rows).await;
+    let holds_before: Vec<HoldRow> = old.rows(hold_rows).await;
+    let keys_before: Vec<(String, i64)> = old.rows(key_rows).await;
+
+    let store = old.upgrade().await;
+
+    let versions: Vec<(i64,)> = old
+        .rows("SELECT version FROM {s}.slot_booking_migrations ORDER BY version")
+        .await;
+    assert_eq!(versions.last(), Some(&(11,)));
+    assert_eq!(old.rows::<SlotRow>(slot_rows).await, slots_before);
+    assert_eq!(old.rows::<HoldRow>(hold_rows).await, holds_before);
+    assert_eq!(old.rows::<(String, i64)>(key_rows).await, keys_before);
+    let waiting: Vec<(i64, i32)> = old
+        .rows("SELECT id, waiting FROM {s}.slots ORDER BY id")
+        .await;
+    assert_eq!(waiting, [(1, 0), (2, 0)]);
+    let entries: Vec<(i64,)> = old.rows("SELECT id FROM {s}.waitlist_entries").await;
+    assert_eq!(entries, []);
+
+    let now: Timestamp = "2030-03-17T09:02:00Z".parse().unwrap();
+    let engine = BookingEngine::builder(store.clone())
+        .clock(ManualClock::new(now))
+        .cache_period(std::time::Duration::ZERO)
+        .build();
+    let log = ConsumerId::new("log").unwrap();
+    let Ok(Joined::Waiting {
+        entry, position: 1, ..
+    }) = engine
+        .join_waitlist(NewHold::new(SlotId(1), "waits"), 0)
+        .await
+    else {
+        panic!("the full slot's line waits")
+    };
+    assert!(entry.entry_id.0 > 2, "an id after the old holds'");
+    assert_eq!(
+        engine.hold(SlotId(1), "newcomer").await.unwrap_err().code(),
+        "sold_out"
+    );
+    let listed = store.availability(now).await.unwrap().outcome;
+    let first = listed.iter().find(|e| e.slot_id == SlotId(1)).unwrap();
+    assert_eq!(first.remaining, 0);
+    let through = store.read_events(&log, 100).await.unwrap();
+    if let Some(last) = through.last() {
+        store.acknowledge(&log, last.position).await.unwrap();
+    }
+
+    engine
+        .cancel_as(&Scope::Anonymous, HoldId(1))
+        .await
+        .unwrap();
+    let offer = engine
+        .get_hold_as(&Scope::Anonymous, entry.offer_id())
+        .await
+        .unwrap();
+    assert_eq!(
+        (offer.slot_id, offer.status, offer.created_at),
+        (SlotId(1), HoldStatus::Held, now)
+    );
+    let events: Vec<(EventKind, Option<HoldId>)> = store
+        .read_events(&log, 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.kind, e.hold_id))
+        .collect();
+    assert_eq!(
+        events,
+        [
+            (EventKind::HoldCancelled, Some(HoldId(1))),
+            (EventKind::HoldPlaced, Some(offer.hold_id)),
+            (EventKind::WaitlistOffered, Some(offer.hold_id)),
+        ]
+    );
+    // The entry's key is its offer's now: the same join replays it.
+    let Ok(Joined::Held {
+        hold,
+        replayed: true,
+    }) = engine
+        .join_waitlist(NewHold::new(SlotId(1), "waits"), 0)
+        .await
+    else {
+        panic!("the offer replayed")
+    };
+    assert_eq!(hold.hold_id, offer.hold_id);
+    assert_eq!(counts(&store, SlotId(1)).await, (2, 0, 1, 1));
+    assert_invariant(&store, SlotId(1)).await;
+    assert_eq!(
+        engine
+            .join_waitlist(NewHold::new(SlotId(2), "pooled"), 0)
+            .await
+            .unwrap_err()
+            .code(),
+        "waitlist_not_allowed"
+    );
     old.admin.close().await;
 }

@@ -92,6 +92,7 @@ async fn counted(
 async fn hold_round_trips() {
     a_refusal_without_expired_holds_costs_one_round_trip().await;
     expired_holds_still_take_the_reclaiming_statement().await;
+    a_waiting_line_refuses_in_one_round_trip().await;
 }
 
 async fn a_refusal_without_expired_holds_costs_one_round_trip() {
@@ -161,4 +162,40 @@ async fn expired_holds_still_take_the_reclaiming_statement() {
     let (sold_out, statements) = counted(store, slot_id, "c", 1, at(610)).await;
     assert_eq!(sold_out, HoldOutcome::SoldOut);
     assert_eq!(statements, 1);
+}
+
+async fn a_waiting_line_refuses_in_one_round_trip() {
+    use slot_booking::{JoinOutcome, JoinRequest, WaitlistStore};
+    let Some(ctx) = setup("round_trips_waiting").await else {
+        return;
+    };
+    let store = &ctx.store;
+    let slot_id = slot(store, 2).await;
+    assert!(matches!(
+        hold(store, slot_id, "a", at(0)).await,
+        HoldOutcome::Created(_)
+    ));
+    // One unit free, but the head of the line wants two: it waits, and so does the unit.
+    let waits = key("w");
+    let mut wanted = request(slot_id, &waits, at(0));
+    wanted.quantity = 2;
+    let joined = store
+        .join_waitlist(JoinRequest {
+            hold: wanted,
+            priority: 0,
+        })
+        .await
+        .unwrap()
+        .outcome;
+    assert!(matches!(joined, JoinOutcome::Waiting { .. }), "{joined:?}");
+
+    // A newcomer is refused in the fast statement's round trip, though a unit is free.
+    let (sold_out, statements) = counted(store, slot_id, "b", 1, at(10)).await;
+    assert_eq!(sold_out, HoldOutcome::SoldOut);
+    assert_eq!(statements, 1, "a hold on a slot whose line waits");
+    // The entry's key: reused, in the same round trip.
+    let (reused, statements) = counted(store, slot_id, "w", 2, at(10)).await;
+    assert_eq!(reused, HoldOutcome::KeyReused(None));
+    assert_eq!(statements, 1, "the key of a waiting entry");
+    assert_eq!(counts(store, slot_id).await, (2, 1, 1, 0));
 }

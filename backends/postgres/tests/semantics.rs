@@ -170,7 +170,8 @@ async fn tables_live_in_the_configured_schema() {
             "pools",
             "slot_booking_migrations",
             "slot_pools",
-            "slots"
+            "slots",
+            "waitlist_entries"
         ]
     );
     let ctx = &ctx;

@@ -1,0 +1,431 @@
+//! Waitlists ([`WaitlistStore`](slot_booking::WaitlistStore)): a slot's line of requests
+//! waiting for its units, served by priority, then arrival, in strict order, in the step that
+//! frees the units. Their statements, beside the code that runs them on the one write path
+//! ([`Run`]).
+//!
+//! # Storage (migration 11)
+//!
+//! * `waitlist_entries`: one row per waiting entry, its id drawn from the holds' id sequence
+//!   (the hold offered to it takes the same number), read in line order through
+//!   `waitlist_entries_line` (`slot_id, priority DESC, id`).
+//! * `slots.waiting`: how many entries wait in the slot's line, written with the line under
+//!   the slot row's lock. Every statement that takes units for a newcomer requires
+//!   `waiting = 0` on the row it locked, in its own conditional write (the hold's decrement,
+//!   the reclaiming hold, a booking's lines, the "any one of these" pick): nobody jumps the
+//!   line, and a hold on a slot with no line is still one statement. Availability lists a slot
+//!   whose line waits with no unit.
+//! * Keys: an entry's key is a row of `hold_keys` naming the entry (`entry_id`) while it waits,
+//!   so a hold, a booking or another entry with that key is refused by the same unique key as
+//!   between holds; serving the entry makes the row name the offer, leaving deletes it.
+//!
+//! # Serving
+//!
+//! `serve_waitlist(slot, now)` (a PL/pgSQL function of the migration) serves a line: on the
+//! slot row it locks (then its pools by id, then hold rows of the slot), while the slot sells
+//! and the head's whole quantity fits (reclaiming the slot's expired holds when only that
+//! makes it fit), the head becomes its offer (a hold logged `hold_placed` then
+//! `waitlist_offered`). A row trigger on `slots` (`AFTER UPDATE`, when the line is not empty
+//! and `remaining` went up, the capacity changed or sales reopened) calls it at the end of the
+//! statement that freed the units, whichever it is (a cancel of a hold or of a booking, every
+//! reclaim of expired holds, a capacity change, reopening), in that statement's transaction
+//! and at that statement's instant (the one its events carry): no write path of the store
+//! needs to know about lines. A join and a leave call it themselves, in one transaction with
+//! their own statement: they move no unit.
+//!
+//! # Lock paths
+//!
+//! A join and a leave lock the slot row first (the leave after reading which slot, at its
+//! snapshot), then write the entry and the key, then serve, which locks only that slot's pools
+//! and holds, as every statement does after a slot row. The key's row is inserted (join) or
+//! deleted (leave) after the slot row is locked: a hold inserting that key waits for the
+//! transaction, which waits for nothing the hold holds.
+
+use slot_booking::{EntryId, JoinOutcome, JoinRequest, WaitlistEntry};
+use sqlx::Connection;
+
+use super::*;
+use crate::sql::{now, H_COLUMNS};
+use crate::writes::slot_limits;
+
+/// The columns [`entry_from_row`] reads, of the entries aliased `e`.
+const ENTRY_COLUMNS: &str = "e.id AS entry_id, e.slot_id AS entry_slot_id, \
+                             e.quantity AS entry_quantity, e.owner AS entry_owner, \
+                             e.priority AS entry_priority, e.joined_at AS entry_joined_at, \
+                             e.offer_micros AS entry_offer_micros";
+
+/// The waitlist statements, with table names qualified by the schema.
+///
+/// Parameters of `join`: `$1` slot id, `$2` key, `$3` now (nullable), `$4` the offer window in
+/// microseconds, `$5` quantity, `$6` owner, `$7` priority. Of `serve`: `$1` slot id, `$2` the
+/// instant. Of `entry`: `$1` entry id, `$2` now. Of `by_key`: `$1` key, `$2` now. Of
+/// `leave`: `$1` entry id, `$2` now, `$3` "any" and `$4` owner (the caller's scope). Of
+/// `key_waits`: `$1` key.
+#[derive(Debug)]
+pub(crate) struct WaitlistStatements {
+    join: String,
+    serve: String,
+    entry: String,
+    by_key: String,
+    leave: String,
+    key_waits: String,
+}
+
+impl WaitlistStatements {
+    pub(crate) fn new(s: &str) -> Self {
+        let (now2, now3) = (now(2), now(3));
+        // The entry `e`'s place in line: 1 + the entries of its slot served before it.
+        let position = format!(
+            "(SELECT count(*) FROM {s}.waitlist_entries o \
+              WHERE o.slot_id = e.slot_id \
+                AND (o.priority > e.priority OR (o.priority = e.priority AND o.id < e.id))) \
+             + 1 AS position"
+        );
+        WaitlistStatements {
+            // One statement: lock the slot row (`sl`); only if it is selling, the quantity
+            // within its capacity and it draws from no pool (decided on the locked row), insert
+            // the entry with an id of the holds' sequence, count it on the slot row (from the
+            // locked values) and, last, its key: a key in use fails the whole statement. One
+            // row: the entry's id if joined, else what the refusal needs (the slot's limits,
+            // whether it is in a pool, whether the key is taken, read at the snapshot).
+            join: format!(
+                "WITH sl AS ( \
+                     SELECT id, starts_at, capacity, closed, removed_at, pools, waiting \
+                     FROM {s}.slots WHERE id = $1 FOR NO KEY UPDATE), \
+                 ok AS ( \
+                     SELECT id, waiting FROM sl \
+                     WHERE starts_at > {now3} AND NOT closed AND removed_at IS NULL \
+                       AND $5 <= capacity AND cardinality(pools) = 0), \
+                 ins AS ( \
+                     INSERT INTO {s}.waitlist_entries \
+                         (id, slot_id, idempotency_key, quantity, owner, priority, joined_at, \
+                          offer_micros) \
+                     SELECT nextval(pg_get_serial_sequence('{s}.holds', 'id')), ok.id, $2, $5, \
+                            $6, $7, {now3}, $4 \
+                     FROM ok \
+                     RETURNING id), \
+                 up AS ( \
+                     UPDATE {s}.slots x SET waiting = ok.waiting + 1 FROM ok, ins \
+                     WHERE x.id = ok.id RETURNING x.id), \
+                 k AS ( \
+                     INSERT INTO {s}.hold_keys (idempotency_key, entry_id) \
+                     SELECT $2, id FROM ins) \
+                 SELECT {now3} AS decided_at, (SELECT id FROM ins) AS joined, \
+                        sl.starts_at AS slot_starts_at, sl.capacity AS slot_capacity, \
+                        sl.closed AS slot_closed, sl.removed_at AS slot_removed_at, \
+                        coalesce(cardinality(sl.pools) > 0, false) AS in_pool, \
+                        EXISTS (SELECT 1 FROM {s}.hold_keys hk WHERE hk.idempotency_key = $2) \
+                            AS key_taken \
+                 FROM (SELECT 1) AS one LEFT JOIN sl ON true"
+            ),
+            serve: format!("SELECT {s}.serve_waitlist($1, $2) AS offered"),
+            // The entry, if it waits, with its place in line, and the hold of the same number,
+            // if it was offered. Always one row.
+            entry: format!(
+                "SELECT {now2} AS decided_at, {ENTRY_COLUMNS}, {position}, {H_COLUMNS} \
+                 FROM (SELECT 1) AS one \
+                 LEFT JOIN {s}.waitlist_entries e ON e.id = $1 \
+                 LEFT JOIN {s}.holds h ON h.id = $1"
+            ),
+            // Whom the key belongs to: a waiting entry (with its place), or a hold (its id).
+            by_key: format!(
+                "WITH k AS ( \
+                     SELECT hold_id, entry_id FROM {s}.hold_keys WHERE idempotency_key = $1) \
+                 SELECT {now2} AS decided_at, EXISTS (SELECT 1 FROM k) AS key_found, \
+                        (SELECT hold_id FROM k) AS key_hold_id, {ENTRY_COLUMNS}, {position} \
+                 FROM (SELECT 1) AS one \
+                 LEFT JOIN {s}.waitlist_entries e ON e.id = (SELECT entry_id FROM k)"
+            ),
+            // The slot of the entry in scope (at the snapshot: only which row to lock), locked;
+            // the entry deleted if it still waits (its latest version: an entry offered since
+            // is gone), its key with it, and the line's count moved on the locked values.
+            leave: format!(
+                "WITH f AS ( \
+                     SELECT slot_id FROM {s}.waitlist_entries \
+                     WHERE id = $1 AND ($3 OR owner IS NOT DISTINCT FROM $4)), \
+                 sl AS ( \
+                     SELECT id, waiting FROM {s}.slots \
+                     WHERE id IN (SELECT slot_id FROM f) FOR NO KEY UPDATE), \
+                 d AS ( \
+                     DELETE FROM {s}.waitlist_entries w USING sl \
+                     WHERE w.id = $1 AND w.slot_id = sl.id \
+                       AND ($3 OR w.owner IS NOT DISTINCT FROM $4) \
+                     RETURNING w.*), \
+                 dk AS ( \
+                     DELETE FROM {s}.hold_keys k USING d \
+                     WHERE k.idempotency_key = d.idempotency_key AND k.entry_id = d.id), \
+                 up AS ( \
+                     UPDATE {s}.slots x SET waiting = sl.waiting - 1 FROM sl, d \
+                     WHERE x.id = sl.id RETURNING x.id) \
+                 SELECT {now2} AS decided_at, {ENTRY_COLUMNS} \
+                 FROM (SELECT 1) AS one LEFT JOIN d e ON true"
+            ),
+            key_waits: format!(
+                "SELECT EXISTS (SELECT 1 FROM {s}.hold_keys \
+                                WHERE idempotency_key = $1 AND entry_id IS NOT NULL) AS waits"
+            ),
+        }
+    }
+}
+
+/// The entry of a row with [`ENTRY_COLUMNS`] (`None` when they are NULL).
+fn entry_from_row(row: &PgRow) -> Result<Option<WaitlistEntry>, StoreError> {
+    let Some(id) = row.try_get::<Option<i64>, _>("entry_id").map_err(map_err)? else {
+        return Ok(None);
+    };
+    let owner: Option<String> = row.try_get("entry_owner").map_err(map_err)?;
+    Ok(Some(WaitlistEntry {
+        entry_id: EntryId(id),
+        slot_id: SlotId(row.try_get("entry_slot_id").map_err(map_err)?),
+        quantity: row.try_get("entry_quantity").map_err(map_err)?,
+        owner: owner
+            .map(OwnerId::new)
+            .transpose()
+            .map_err(StoreError::failed)?,
+        priority: row.try_get("entry_priority").map_err(map_err)?,
+        joined_at: row.try_get("entry_joined_at").map_err(map_err)?,
+        offer_micros: row.try_get("entry_offer_micros").map_err(map_err)?,
+    }))
+}
+
+/// The waiting entry of a row with [`ENTRY_COLUMNS`] and `position`, with its place in line.
+fn placed_entry(row: &PgRow) -> Result<Option<(WaitlistEntry, u32)>, StoreError> {
+    let Some(entry) = entry_from_row(row)? else {
+        return Ok(None);
+    };
+    let position: i64 = row.try_get("position").map_err(map_err)?;
+    Ok(Some((entry, u32::try_from(position).unwrap_or(u32::MAX))))
+}
+
+impl Run<'_> {
+    fn waitlist_sql(&self) -> Arc<Inner> {
+        Arc::clone(&self.store.inner)
+    }
+
+    /// Joins the line: the join statement and, when it inserted the entry, the line served and
+    /// the answer read, in one transaction (a savepoint inside the caller's). A key in use
+    /// answers its replay or `KeyReused`; a key freed between the failed statement and the read
+    /// (left, purged) lets the join be tried again.
+    pub(crate) async fn join_waitlist(
+        &mut self,
+        request: JoinRequest<'_>,
+    ) -> Result<Decided<JoinOutcome>, StoreError> {
+        let inner = self.waitlist_sql();
+        let sql = &inner.waitlists;
+        let hold = &request.hold;
+        let offer_micros = (hold.expires_at - hold.now)
+            .num_microseconds()
+            .unwrap_or(i64::MAX);
+        let now = self.now_param(hold.now);
+        for _ in 0..3 {
+            let mut tx = (*self.conn).begin().await.map_err(map_err)?;
+            let joined = sqlx::query(AssertSqlSafe(sql.join.as_str()))
+                .bind(hold.slot_id.get())
+                .bind(hold.key.as_str())
+                .bind(now)
+                .bind(offer_micros)
+                .bind(hold.quantity)
+                .bind(hold.owner.map(OwnerId::as_str))
+                .bind(request.priority)
+                .fetch_one(&mut *tx)
+                .await;
+            let row = match joined {
+                Ok(row) => row,
+                Err(error) if is_unique_violation(&error) => {
+                    tx.rollback().await.map_err(map_err)?;
+                    match self.key_answer(&request).await? {
+                        Some(answer) => return Ok(answer),
+                        None => continue,
+                    }
+                }
+                Err(error) => return Err(map_err(error)),
+            };
+            let at: Timestamp = row.try_get("decided_at").map_err(map_err)?;
+            let Some(entry_id) = row.try_get::<Option<i64>, _>("joined").map_err(map_err)? else {
+                // Nothing was written.
+                tx.rollback().await.map_err(map_err)?;
+                if row.try_get::<bool, _>("key_taken").map_err(map_err)? {
+                    match self.key_answer(&request).await? {
+                        Some(answer) => return Ok(answer),
+                        None => continue,
+                    }
+                }
+                let request_at = HoldRequest { now: at, ..*hold };
+                let refused = HoldOutcome::refused(&request_at, None, slot_limits(&row)?);
+                let in_pool: bool = row.try_get("in_pool").map_err(map_err)?;
+                let outcome = match refused {
+                    HoldOutcome::SoldOut if in_pool => JoinOutcome::InPool,
+                    other => JoinOutcome::Refused(other),
+                };
+                return Ok(Decided::new(at, outcome));
+            };
+            sqlx::query(AssertSqlSafe(sql.serve.as_str()))
+                .bind(hold.slot_id.get())
+                .bind(at)
+                .execute(&mut *tx)
+                .await
+                .map_err(map_err)?;
+            let read = sqlx::query(AssertSqlSafe(sql.entry.as_str()))
+                .bind(entry_id)
+                .bind(at)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(map_err)?;
+            let outcome = match (optional_hold(&read)?, placed_entry(&read)?) {
+                (Some(hold), _) => JoinOutcome::Held {
+                    hold,
+                    replayed: false,
+                },
+                (None, Some((entry, position))) => JoinOutcome::Waiting {
+                    entry,
+                    position,
+                    replayed: false,
+                },
+                (None, None) => {
+                    return Err(StoreError::failed(
+                        "a joined entry neither waits nor was offered",
+                    ))
+                }
+            };
+            tx.commit().await.map_err(map_err)?;
+            return Ok(Decided::new(at, outcome));
+        }
+        Err(StoreError::unavailable(
+            "the waitlist entry's key was taken and freed again, three times",
+        ))
+    }
+
+    /// The answer to a join whose key is taken, as read now: the entry of this same request
+    /// (a replay, with its place now) or another request's (`KeyReused`), or the hold or
+    /// booking the key belongs to, as a hold request meeting it would be answered (a replay
+    /// only of the offer or hold of the same request). `None` when the key is free again.
+    async fn key_answer(
+        &mut self,
+        request: &JoinRequest<'_>,
+    ) -> Result<Option<Decided<JoinOutcome>>, StoreError> {
+        let inner = self.waitlist_sql();
+        let hold = &request.hold;
+        let row = sqlx::query(AssertSqlSafe(inner.waitlists.by_key.as_str()))
+            .bind(hold.key.as_str())
+            .bind(self.now_param(hold.now))
+            .fetch_one(&mut *self.conn)
+            .await
+            .map_err(map_err)?;
+        let at: Timestamp = row.try_get("decided_at").map_err(map_err)?;
+        if let Some((entry, position)) = placed_entry(&row)? {
+            let outcome = if request.is_replay_of_entry(&entry) {
+                JoinOutcome::Waiting {
+                    entry,
+                    position,
+                    replayed: true,
+                }
+            } else if entry.owner.as_ref() == hold.owner {
+                JoinOutcome::Refused(HoldOutcome::KeyReused(Some(entry.offer(at))))
+            } else {
+                JoinOutcome::Refused(HoldOutcome::KeyReused(None))
+            };
+            return Ok(Some(Decided::new(at, outcome)));
+        }
+        if !row.try_get::<bool, _>("key_found").map_err(map_err)? {
+            return Ok(None);
+        }
+        if row
+            .try_get::<Option<i64>, _>("key_hold_id")
+            .map_err(map_err)?
+            .is_none()
+        {
+            // The key names an entry that this snapshot no longer has: never this request.
+            return Ok(Some(Decided::new(
+                at,
+                JoinOutcome::Refused(HoldOutcome::KeyReused(None)),
+            )));
+        }
+        let read = self.key_holder_of(hold.key.as_str(), hold.now).await?;
+        let Some(holder) = read.outcome else {
+            return Ok(None);
+        };
+        let request_at = HoldRequest {
+            now: read.at,
+            ..*hold
+        };
+        let outcome = match HoldOutcome::key_taken(&request_at, holder) {
+            HoldOutcome::Replayed(hold) => JoinOutcome::Held {
+                hold,
+                replayed: true,
+            },
+            other => JoinOutcome::Refused(other),
+        };
+        Ok(Some(Decided::new(read.at, outcome)))
+    }
+
+    /// Leaves the line: the leave statement and, when it removed the entry, the line served,
+    /// in one transaction.
+    pub(crate) async fn leave_waitlist(
+        &mut self,
+        entry_id: EntryId,
+        scope: &Scope,
+        now: Timestamp,
+    ) -> Result<Decided<Option<WaitlistEntry>>, StoreError> {
+        let inner = self.waitlist_sql();
+        let sql = &inner.waitlists;
+        let (any, owner) = scope.as_filter();
+        let now = self.now_param(now);
+        let mut tx = (*self.conn).begin().await.map_err(map_err)?;
+        let row = sqlx::query(AssertSqlSafe(sql.leave.as_str()))
+            .bind(entry_id.0)
+            .bind(now)
+            .bind(any)
+            .bind(owner)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        let at: Timestamp = row.try_get("decided_at").map_err(map_err)?;
+        let Some(entry) = entry_from_row(&row)? else {
+            tx.rollback().await.map_err(map_err)?;
+            return Ok(Decided::new(at, None));
+        };
+        sqlx::query(AssertSqlSafe(sql.serve.as_str()))
+            .bind(entry.slot_id.get())
+            .bind(at)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        tx.commit().await.map_err(map_err)?;
+        Ok(Decided::new(at, Some(entry)))
+    }
+
+    /// The entry in `scope` that still waits, with its place in line: one read.
+    pub(crate) async fn waitlist_entry(
+        &mut self,
+        entry_id: EntryId,
+        scope: &Scope,
+        now: Timestamp,
+    ) -> Result<Decided<Option<(WaitlistEntry, u32)>>, StoreError> {
+        let inner = self.waitlist_sql();
+        let row = sqlx::query(AssertSqlSafe(inner.waitlists.entry.as_str()))
+            .bind(entry_id.0)
+            .bind(self.now_param(now))
+            .fetch_one(&mut *self.conn)
+            .await
+            .map_err(map_err)?;
+        let at: Timestamp = row.try_get("decided_at").map_err(map_err)?;
+        let found = placed_entry(&row)?.filter(|(entry, _)| scope.admits(&entry.offer(at)));
+        Ok(Decided::new(at, found))
+    }
+
+    /// Whether `key` is a waiting entry's (after a statement failed on it as taken).
+    pub(crate) async fn key_waits(&mut self, key: &str) -> Result<bool, StoreError> {
+        let inner = self.waitlist_sql();
+        let row = sqlx::query(AssertSqlSafe(inner.waitlists.key_waits.as_str()))
+            .bind(key)
+            .fetch_one(&mut *self.conn)
+            .await
+            .map_err(map_err)?;
+        row.try_get("waits").map_err(map_err)
+    }
+}
+
+// Every waitlist operation on a connection of the pool, through the same statements.
+slot_booking::forward_store!(
+    impl[] WaitlistStore for PostgresStore,
+    |this| this.pooled().await?
+);

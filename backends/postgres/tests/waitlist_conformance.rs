@@ -1,0 +1,10 @@
+//! The core crate's waitlist conformance cases (lines served in strict order in the step that
+//! frees units, offers expiring to the next, priorities and leaving, joins replaying and
+//! refusing like holds, and a race of cancels and newcomers), each on a fresh PostgreSQL schema
+//! (dropped when the case ends). Without a usable server (`DATABASE_URL`, or PostgreSQL's
+//! default local address) every case prints that it was SKIPPED and the binary says at exit
+//! how many were (on CI, where `CI` is set, it panics instead).
+
+mod common;
+
+slot_booking::waitlist_conformance_tests!(optional: || common::owned_store("waitconf"));
