@@ -6,7 +6,7 @@ use axum::extract::{FromRequestParts, Path};
 use axum::http::request::Parts;
 use axum::http::HeaderMap;
 use slot_booking::model::ParseIdError;
-use slot_booking::{HoldId, OwnerId, PoolId, Scope, SlotId};
+use slot_booking::{EntryId, HoldId, OwnerId, PoolId, Scope, SlotId};
 
 use crate::state::{Engine, OwnerSigning};
 use crate::Problem;
@@ -17,6 +17,11 @@ pub(crate) trait Captured: std::str::FromStr<Err = ParseIdError> {
     const NOT_FOUND: &'static str;
     /// The resource's name in that 404's detail.
     const NAME: &'static str;
+}
+
+impl Captured for EntryId {
+    const NOT_FOUND: &'static str = "entry_not_found";
+    const NAME: &'static str = "waitlist entry";
 }
 
 impl Captured for SlotId {

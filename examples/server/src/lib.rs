@@ -128,6 +128,7 @@ mod router;
 mod secret;
 pub mod serve;
 mod state;
+mod waitlists;
 
 pub use config::{AdminToken, CommandLineExit, Config, ConfigError};
 pub use database::{demo_slots, Database};

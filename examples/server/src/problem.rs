@@ -167,6 +167,7 @@ impl From<BookingError> for Problem {
         let status = match &error {
             BookingError::SlotNotFound { .. }
             | BookingError::HoldNotFound { .. }
+            | BookingError::EntryNotFound { .. }
             | BookingError::PoolNotFound { .. } => StatusCode::NOT_FOUND,
             BookingError::SlotClosed { .. }
             | BookingError::SoldOut { .. }
@@ -176,6 +177,7 @@ impl From<BookingError> for Problem {
             | BookingError::SlotInUse { .. }
             | BookingError::LinesUnavailable { .. }
             | BookingError::NoCandidateAvailable { .. }
+            | BookingError::WaitlistNotAllowed { .. }
             | BookingError::PoolInUse { .. }
             | BookingError::TooManyPools { .. } => StatusCode::CONFLICT,
             BookingError::IdempotencyKeyReused { .. }

@@ -6,7 +6,9 @@ use axum::routing::{get, post};
 use axum::{middleware, Extension, Router};
 
 use crate::state::{Engine, OwnerSigning, PathPrefix};
-use crate::{admin, availability, bookings, holds, install_metrics, observe, Config, Problem};
+use crate::{
+    admin, availability, bookings, holds, install_metrics, observe, waitlists, Config, Problem,
+};
 
 /// The routes, at the root of the path space, with the default limits.
 pub fn router(engine: Engine) -> Router {
@@ -41,6 +43,11 @@ pub fn router_with_config(engine: Engine, config: &Config) -> Router {
         .route("/holds/{hold}", get(holds::get_hold).delete(holds::cancel))
         .route("/holds/{hold}/renew", post(holds::renew))
         .route("/holds", get(holds::list_holds).post(holds::hold_any))
+        .route("/slots/{slot}/waitlist", post(waitlists::join))
+        .route(
+            "/waitlist/{entry}",
+            get(waitlists::get_entry).delete(waitlists::leave),
+        )
         .route("/bookings", post(bookings::book))
         .route(
             "/bookings/{hold}",
