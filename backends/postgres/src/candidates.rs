@@ -11,18 +11,21 @@ use super::*;
 use crate::sql::{now, quote};
 use crate::writes::{Conn, Run};
 
-/// The first of `$1` (slot ids, in order) with `$2` units free that is selling at `$3` (or
-/// the server's clock) with nobody waiting in its line, locked unless another transaction
-/// holds its row: then the next.
+/// The first of `$1` (slot ids, in order) with `$2` units free (its expired holds counted:
+/// the hold reclaims them) that is selling at `$3` (or the server's clock) with nobody
+/// waiting in its line, locked unless another transaction holds its row: then the next.
 fn pick(schema: &str) -> String {
     let s = quote(schema);
     let now3 = now(3);
     format!(
-        "SELECT id FROM {s}.slots \
-         WHERE id = ANY($1::int8[]) AND remaining >= $2 AND starts_at > {now3} \
-           AND NOT closed AND removed_at IS NULL AND waiting = 0 \
-         ORDER BY array_position($1::int8[], id) \
-         LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED"
+        "SELECT sl.id FROM {s}.slots sl \
+         WHERE sl.id = ANY($1::int8[]) AND sl.starts_at > {now3} \
+           AND NOT sl.closed AND sl.removed_at IS NULL AND sl.waiting = 0 \
+           AND sl.remaining + coalesce((SELECT sum(h.quantity) FROM {s}.holds h \
+                                        WHERE h.slot_id = sl.id AND h.status = 'held' \
+                                          AND h.expires_at <= {now3}), 0) >= $2 \
+         ORDER BY array_position($1::int8[], sl.id) \
+         LIMIT 1 FOR NO KEY UPDATE OF sl SKIP LOCKED"
     )
 }
 
