@@ -16,6 +16,7 @@ impl SlotAdmin for MemoryStore {
             return Ok(Decided::new(now, SlotChange::NotFound));
         };
         let mut row = lock(&row);
+        let before = (row.slot.capacity, row.slot.stored_remaining);
         // Widened: `capacity - slot.capacity` can leave i32 when one is near its maximum.
         let remaining_after = |slot: &Slot, extra: i32| {
             i64::from(slot.stored_remaining) + i64::from(extra) + i64::from(capacity)
@@ -32,10 +33,12 @@ impl SlotAdmin for MemoryStore {
                 EventKind::SlotCapacityChanged
             },
         );
-        // An applied change (a raise, or expired holds reclaimed to make room) serves the
-        // line in this step.
-        if let SlotChange::Applied(_) = change {
-            self.serve(&mut row, now);
+        // A change that gave the slot something (another capacity, units given back) serves
+        // the line in this step.
+        if let SlotChange::Applied(slot) = &change {
+            if slot.capacity != before.0 || slot.stored_remaining > before.1 {
+                self.serve(&mut row, now);
+            }
         }
         Ok(Decided::new(now, change))
     }
@@ -54,6 +57,7 @@ impl SlotAdmin for MemoryStore {
                 } else {
                     // Closing a closed slot (or reopening an open one) changes nothing and
                     // logs nothing.
+                    let reopened = row.slot.closed && !closed;
                     if row.slot.closed != closed {
                         row.slot.closed = closed;
                         let kind = if closed {
@@ -66,7 +70,9 @@ impl SlotAdmin for MemoryStore {
                     let changed = SlotChange::Applied(row.slot.clone());
                     // Reopened: units freed while closed go to the line now (the answer is
                     // the change itself, before the line took any).
-                    self.serve(&mut row, now);
+                    if reopened {
+                        self.serve(&mut row, now);
+                    }
                     changed
                 }
             }

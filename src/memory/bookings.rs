@@ -312,7 +312,7 @@ impl MemoryStore {
             return Ok(Placed::PoolShort(short));
         }
         if !short.is_empty() || fits.contains(&false) {
-            return decided(self.refusal(request, guards, fits, keys));
+            return decided(self.refusal(request, guards, fits, &short, keys));
         }
         for (line, row) in request.lines.iter().zip(guards.iter_mut().flatten()) {
             if row.slot.stored_remaining < line.quantity || tight {
@@ -322,7 +322,7 @@ impl MemoryStore {
         if let Err(short) = lock(&self.pools).take(&units) {
             // A hold on another slot of the pool took its units since the check above.
             return match last {
-                true => decided(self.refusal(request, guards, fits, keys)),
+                true => decided(self.refusal(request, guards, fits, &short, keys)),
                 false => Ok(Placed::PoolShort(short)),
             };
         }
@@ -364,6 +364,7 @@ impl MemoryStore {
         request: &BookingRequest<'_>,
         guards: Vec<Option<MutexGuard<'_, SlotRow>>>,
         fits: Vec<bool>,
+        short: &[PoolId],
         keys: MutexGuard<'_, HashMap<IdempotencyKey, (HoldId, SlotId)>>,
     ) -> BookingOutcome {
         let now = request.now;
@@ -393,11 +394,13 @@ impl MemoryStore {
                     free: 0,
                     failed: true,
                 },
-                Some((limits, free, _)) => LineState {
+                // A line on a slot of a pool found short at the decision failed there, even
+                // if the pool's units read since (the slots' locks released) look enough.
+                Some((limits, free, slot_pools)) => LineState {
                     line: *line,
                     slot: Some(limits),
                     free,
-                    failed: !fit,
+                    failed: !fit || slot_pools.iter().any(|p| short.contains(p)),
                 }
                 .within_pools(request, &pools),
             })

@@ -19,8 +19,22 @@ impl Run<'_> {
         let sql = Arc::clone(&self.sql);
         let mut unit = self.unit().await?;
         let conn = unit.connection();
-        let step = match change_capacity(&sql, conn, slot_id, capacity, now).await {
-            Ok(step) => served_after(&sql, conn, step, now).await,
+        // Read in the unit of work (the store's one writer holds the write lock): the slot
+        // before the change, to serve its line only when the change gave it units or changed
+        // its capacity, as every store does.
+        let step = match live_slot(&sql, conn, slot_id).await {
+            Ok(before) => match change_capacity(&sql, conn, slot_id, capacity, now).await {
+                Ok(step) => {
+                    let gave = |after: &Slot| {
+                        before.as_ref().is_some_and(|b| {
+                            after.capacity != b.capacity
+                                || after.stored_remaining > b.stored_remaining
+                        })
+                    };
+                    served_after(&sql, conn, step, now, gave).await
+                }
+                Err(error) => Err(error),
+            },
             Err(error) => Err(error),
         };
         Ok(Decided::new(now, unit.finish(step).await?))
@@ -35,10 +49,15 @@ impl Run<'_> {
         let sql = Arc::clone(&self.sql);
         let mut unit = self.unit().await?;
         let conn = unit.connection();
-        let step = match set_closed(&sql, conn, slot_id, closed, now).await {
-            // Reopened (or open): units freed while sales were closed go to the line now.
-            Ok(step) if !closed => served_after(&sql, conn, step, now).await,
-            other => other,
+        let step = match live_slot(&sql, conn, slot_id).await {
+            Ok(before) => match set_closed(&sql, conn, slot_id, closed, now).await {
+                // Reopened: units freed while sales were closed go to the line now.
+                Ok(step) if !closed && before.as_ref().is_some_and(|b| b.closed) => {
+                    served_after(&sql, conn, step, now, |_| true).await
+                }
+                other => other,
+            },
+            Err(error) => Err(error),
         };
         Ok(Decided::new(now, unit.finish(step).await?))
     }
@@ -55,8 +74,8 @@ impl Run<'_> {
     }
 }
 
-/// After an administrative change of a slot that applied (a capacity change, sales reopened or
-/// open), serves the slot's line in the same unit of work: a raise, the expired holds the
+/// After an administrative change of a slot that applied and `gave` it something (a capacity
+/// changed, units given back, sales reopened), serves the slot's line in the same unit of work: a raise, the expired holds the
 /// change reclaimed, or reopened sales may let its head in. The answer is the change itself,
 /// as every store answers it: the slot before the line took any units.
 async fn served_after(
@@ -64,9 +83,12 @@ async fn served_after(
     conn: &mut SqliteConnection,
     step: Step<SlotChange>,
     now: Timestamp,
+    gave: impl Fn(&Slot) -> bool,
 ) -> Result<Step<SlotChange>, StoreError> {
     if let SlotChange::Applied(slot) = step.value() {
-        serve(sql, conn, slot.slot_id, now).await?;
+        if gave(slot) {
+            serve(sql, conn, slot.slot_id, now).await?;
+        }
     }
     Ok(step)
 }

@@ -536,6 +536,7 @@ impl Model {
         if capacity < 1 {
             return Seen::Error("invalid_slot");
         }
+        let before = self.slots.get(index).map(|s| (s.capacity, s.remaining));
         let seen = self.take_free_units(
             index,
             now,
@@ -551,8 +552,11 @@ impl Model {
                 Seen::CapacityTaken(active + model.confirmed_units(id))
             },
         );
-        if let Seen::Slot(slot) = &seen {
-            self.serve_line(slot.slot_id, now);
+        // Served when the change gave the slot something: another capacity, units back.
+        if let (Seen::Slot(slot), Some((capacity, remaining))) = (&seen, before) {
+            if slot.capacity != capacity || slot.stored_remaining > remaining {
+                self.serve_line(slot.slot_id, now);
+            }
         }
         seen
     }
@@ -568,14 +572,15 @@ impl Model {
     }
 
     pub(super) fn set_closed(&mut self, index: usize, closed: bool, now: Timestamp) -> Seen {
-        let seen = match self.slots.get_mut(index).filter(|s| s.removed_at.is_none()) {
+        let (seen, reopened) = match self.slots.get_mut(index).filter(|s| s.removed_at.is_none()) {
             Some(slot) => {
+                let reopened = slot.closed && !closed;
                 slot.closed = closed;
-                Seen::Slot(slot.as_slot())
+                (Seen::Slot(slot.as_slot()), reopened)
             }
-            None => Seen::Error("slot_not_found"),
+            None => (Seen::Error("slot_not_found"), false),
         };
-        if let Seen::Slot(slot) = &seen {
+        if let (Seen::Slot(slot), true) = (&seen, reopened) {
             self.serve_line(slot.slot_id, now);
         }
         seen
