@@ -1,11 +1,10 @@
 //! "Any one of these" holds in the store contract: the request (candidates in the order to
 //! try), the outcome, and the one rule every store follows, [`first_that_fits`], which
-//! [`HoldStore::create_hold_any`] runs unless a store does better.
+//! [`HoldStore::create_hold_any`](crate::HoldStore::create_hold_any) runs unless a store does better.
 
 use async_trait::async_trait;
 
 use super::error::StoreError;
-use super::holds::HoldStore;
 use super::outcome::{Decided, HoldOutcome, HoldRequest};
 use crate::model::{
     CandidateProblem, CandidateRefused, Hold, IdempotencyKey, OwnerId, SlotId, Timestamp,
@@ -45,7 +44,7 @@ impl<'a> AnyHoldRequest<'a> {
     }
 }
 
-/// What [`HoldStore::create_hold_any`] did.
+/// What [`HoldStore::create_hold_any`](crate::HoldStore::create_hold_any) did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AnyHoldOutcome {
     /// A candidate's units were taken and a new hold stored.
@@ -82,26 +81,16 @@ pub fn candidate_outcome(
     }
 }
 
-/// Placing one hold: what [`first_that_fits`] needs of a store. Every [`HoldStore`] is one by
+/// Placing one hold: what [`first_that_fits`] needs of a store. Every [`HoldStore`](crate::HoldStore) is one by
 /// reference; a store whose operations run on one connection for the call can make that
 /// runner one, so that every attempt of a call uses that connection.
 #[async_trait]
 pub trait PlaceOne: Send {
-    /// [`HoldStore::create_hold`].
+    /// [`HoldStore::create_hold`](crate::HoldStore::create_hold).
     async fn place_one(
         &mut self,
         request: HoldRequest<'_>,
     ) -> Result<Decided<HoldOutcome>, StoreError>;
-}
-
-#[async_trait]
-impl<S: HoldStore + ?Sized> PlaceOne for &S {
-    async fn place_one(
-        &mut self,
-        request: HoldRequest<'_>,
-    ) -> Result<Decided<HoldOutcome>, StoreError> {
-        (**self).create_hold(request).await
-    }
 }
 
 #[async_trait]

@@ -3,7 +3,7 @@
 
 use async_trait::async_trait;
 
-use super::candidates::{first_that_fits, AnyHoldOutcome, AnyHoldRequest};
+use super::candidates::{first_that_fits, AnyHoldOutcome, AnyHoldRequest, PlaceOne};
 use super::error::StoreError;
 use super::outcome::{Decided, HoldOutcome, HoldRequest, RenewRequest, Transition};
 use crate::model::{AvailabilityEntry, Hold, HoldId, NewSlot, PoolUsage, Slot, SlotId, Timestamp};
@@ -110,4 +110,15 @@ pub trait HoldStore: Send + Sync + 'static {
         scope: &Scope,
         now: Timestamp,
     ) -> Result<Decided<Option<Hold>>, StoreError>;
+}
+
+/// Every hold store places one hold for [`first_that_fits`].
+#[async_trait]
+impl<S: HoldStore + ?Sized> PlaceOne for &S {
+    async fn place_one(
+        &mut self,
+        request: HoldRequest<'_>,
+    ) -> Result<Decided<HoldOutcome>, StoreError> {
+        (**self).create_hold(request).await
+    }
 }

@@ -48,6 +48,15 @@ pub(super) struct ModelPool {
     pub(super) slots: Vec<SlotId>,
 }
 
+/// A waitlist entry in the model (see `waitlists.rs`), with its key number and whether it
+/// still waits.
+#[derive(Debug, Clone)]
+pub(super) struct ModelEntry {
+    pub(super) entry: crate::model::WaitlistEntry,
+    pub(super) key: u8,
+    pub(super) waiting: bool,
+}
+
 /// The sequential model of the booking rules (the outcome table of the crate docs).
 #[derive(Debug, Default, Clone)]
 pub(super) struct Model {
@@ -60,7 +69,7 @@ pub(super) struct Model {
     /// The pools created so far, in order (see `pools.rs`).
     pub(super) pools: Vec<ModelPool>,
     /// Every waitlist entry made so far, in order (see `waitlists.rs`).
-    pub(super) entries: Vec<super::waitlists::ModelEntry>,
+    pub(super) entries: Vec<ModelEntry>,
 }
 
 /// What an operation returned, with store-assigned ids kept as they are.

@@ -14,18 +14,10 @@ use crate::store::{EventStore, Store, WaitlistStore};
 use crate::waitlists::Joined;
 
 use super::ops::{duration_of, owner, scope_of, ModelOp};
-use super::reference::{pick_lifetime, Model, Seen};
+use super::reference::{pick_lifetime, Model, ModelEntry, Seen};
 use super::runner::{run_checked, run_property, StepCheck};
 use super::strategies::{admin_op, after_opening, lifecycle_op, lifetime};
 use super::Mismatch;
-
-/// A waitlist entry in the model, with its key number and whether it still waits.
-#[derive(Debug, Clone)]
-pub(super) struct ModelEntry {
-    entry: WaitlistEntry,
-    key: u8,
-    waiting: bool,
-}
 
 impl Model {
     /// The waiting entry (index) whose key is key number `key`.
