@@ -13,7 +13,7 @@ use crate::model::{HoldId, HoldStatus, OwnerId, SlotId, Timestamp};
 
 use super::ops::{ModelOp, LEASE};
 use super::reference::{Model, Seen};
-use super::runner::{run_checked, run_property, StepCheck};
+use super::runner::{reclaim_step, run_checked, run_property, StepCheck};
 use super::strategies::{after_opening, op};
 use super::Mismatch;
 
@@ -177,27 +177,7 @@ impl<S: crate::Store + EventStore> StepCheck<S> for EventsMatchTheModel {
         let ModelOp::ReclaimExpired = op else {
             return self.lease_op(engine, op, now).await;
         };
-        // Every expired held hold, on every slot: the model's own reclaim, slot by slot.
-        let mut expected: Vec<HoldId> = model
-            .holds
-            .iter()
-            .filter(|h| h.status == HoldStatus::Held && h.expires_at <= now)
-            .map(|h| h.hold_id)
-            .collect();
-        expected.sort();
-        for i in 0..model.slots.len() {
-            let units = model.reclaim(model.slots[i].id, now);
-            model.slots[i].remaining += units;
-        }
-        let actual = match engine.reclaim_expired(crate::events::MAX_BATCH).await {
-            Ok(holds) => {
-                let mut ids: Vec<HoldId> = holds.iter().map(|h| h.hold_id).collect();
-                ids.sort();
-                Seen::Reclaimed(ids)
-            }
-            Err(error) => Seen::Error(error.code()),
-        };
-        Some((Seen::Reclaimed(expected), actual))
+        Some(reclaim_step(engine, model, now).await)
     }
 
     async fn after_step(

@@ -13,7 +13,7 @@ use crate::conformance::Fixture;
 use crate::engine::BookingEngine;
 use crate::error::BookingError;
 use crate::model::SlotCursor;
-use crate::model::{AvailabilityQuery, HoldPage, PageRequest, Timestamp};
+use crate::model::{AvailabilityQuery, HoldId, HoldPage, HoldStatus, PageRequest, Timestamp};
 use crate::scope::Scope;
 use crate::store::Store;
 use crate::Clock;
@@ -397,4 +397,35 @@ where
         factory,
         |store, ops| async move { run_sequence(store, &ops).await },
     );
+}
+
+/// A reclaim of every expired held hold through `engine`, and the model's: each slot's
+/// expired holds given back, then every line served (as the store's reclaim does in its
+/// step). The expected and the actual reclaimed holds, by id.
+pub(super) async fn reclaim_step<S: Store + crate::store::EventStore>(
+    engine: &BookingEngine<S>,
+    model: &mut Model,
+    now: Timestamp,
+) -> (Seen, Seen) {
+    let mut expected: Vec<HoldId> = model
+        .holds
+        .iter()
+        .filter(|h| h.status == HoldStatus::Held && h.expires_at <= now)
+        .map(|h| h.hold_id)
+        .collect();
+    expected.sort();
+    for i in 0..model.slots.len() {
+        let units = model.reclaim(model.slots[i].id, now);
+        model.slots[i].remaining += units;
+    }
+    model.serve_lines(now);
+    let actual = match engine.reclaim_expired(crate::events::MAX_BATCH).await {
+        Ok(holds) => {
+            let mut ids: Vec<HoldId> = holds.iter().map(|h| h.hold_id).collect();
+            ids.sort();
+            Seen::Reclaimed(ids)
+        }
+        Err(error) => Seen::Error(error.code()),
+    };
+    (Seen::Reclaimed(expected), actual)
 }

@@ -9,13 +9,13 @@ use proptest::prelude::*;
 
 use crate::engine::{BookingEngine, NewHold};
 use crate::error::BookingError;
-use crate::model::{served, EntryId, HoldId, HoldStatus, SlotId, Timestamp, WaitlistEntry};
+use crate::model::{served, EntryId, SlotId, Timestamp, WaitlistEntry};
 use crate::store::{EventStore, Store, WaitlistStore};
 use crate::waitlists::Joined;
 
 use super::ops::{duration_of, owner, scope_of, ModelOp};
 use super::reference::{pick_lifetime, Model, ModelEntry, Seen};
-use super::runner::{run_checked, run_property, StepCheck};
+use super::runner::{reclaim_step, run_checked, run_property, StepCheck};
 use super::strategies::{admin_op, after_opening, lifecycle_op, lifetime};
 use super::Mismatch;
 
@@ -293,29 +293,7 @@ impl<S: Store + WaitlistStore + EventStore> StepCheck<S> for WaitlistSteps {
                 };
                 Some((model.entry_op(entry, scope, leave, now), actual))
             }
-            ModelOp::ReclaimExpired => {
-                let mut expected: Vec<HoldId> = model
-                    .holds
-                    .iter()
-                    .filter(|h| h.status == HoldStatus::Held && h.expires_at <= now)
-                    .map(|h| h.hold_id)
-                    .collect();
-                expected.sort();
-                for i in 0..model.slots.len() {
-                    let units = model.reclaim(model.slots[i].id, now);
-                    model.slots[i].remaining += units;
-                }
-                model.serve_lines(now);
-                let actual = match engine.reclaim_expired(crate::events::MAX_BATCH).await {
-                    Ok(holds) => {
-                        let mut ids: Vec<HoldId> = holds.iter().map(|h| h.hold_id).collect();
-                        ids.sort();
-                        Seen::Reclaimed(ids)
-                    }
-                    Err(error) => Seen::Error(error.code()),
-                };
-                Some((Seen::Reclaimed(expected), actual))
-            }
+            ModelOp::ReclaimExpired => Some(reclaim_step(engine, model, now).await),
             _ => None,
         }
     }
