@@ -228,7 +228,8 @@ impl BookingStatements {
                         lk.capacity, lk.starts_at, lk.closed, lk.removed_at, lk.pools, \
                         coalesce(lk.starts_at > {now4} AND NOT lk.closed \
                                  AND lk.removed_at IS NULL, false) AS selling, \
-                        coalesce(lk.waiting > 0, false) AS line_waits, \
+                        coalesce(lk.waiting > 0 \
+                                 OR lk.pools && ARRAY(SELECT id FROM pw), false) AS line_waits, \
                         coalesce((SELECT sum(h.quantity) FROM {s}.holds h \
                                   WHERE h.slot_id = lk.id AND h.status = 'held' \
                                     AND h.expires_at <= {now4}), 0)::int4 AS expired \

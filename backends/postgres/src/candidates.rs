@@ -13,7 +13,9 @@ use crate::writes::{Conn, Run};
 
 /// The first of `$1` (slot ids, in order) with `$2` units free (its expired holds counted:
 /// the hold reclaims them) that is selling at `$3` (or the server's clock) with nobody
-/// waiting in its line, locked unless another transaction holds its row: then the next.
+/// waiting in its line or in the line of any of its pools, locked unless another transaction
+/// holds its row: then the next. (The pools' lines are read at this statement's snapshot
+/// only to pass a slot over; the hold statements decide on the locked pool rows.)
 fn pick(schema: &str) -> String {
     let s = quote(schema);
     let now3 = now(3);
@@ -21,6 +23,9 @@ fn pick(schema: &str) -> String {
         "SELECT sl.id FROM {s}.slots sl \
          WHERE sl.id = ANY($1::int8[]) AND sl.starts_at > {now3} \
            AND NOT sl.closed AND sl.removed_at IS NULL AND sl.waiting = 0 \
+           AND NOT EXISTS (SELECT 1 FROM {s}.pools p \
+                           WHERE p.id = ANY(sl.pools) AND p.waiting > 0 \
+                             AND {s}.pool_line_head(p.id, {now3}) IS NOT NULL) \
            AND sl.remaining + coalesce((SELECT sum(h.quantity) FROM {s}.holds h \
                                         WHERE h.slot_id = sl.id AND h.status = 'held' \
                                           AND h.expires_at <= {now3}), 0) >= $2 \

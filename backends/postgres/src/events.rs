@@ -259,9 +259,11 @@ impl EventStore for PostgresStore {
             // after this statement's snapshot was taken, or their rows were locked. A new
             // statement has a new snapshot, in which those are gone.
             if !reclaimed.is_empty() || candidates == 0 {
+                self.serve_pool_lines(now).await?;
                 return Ok(reclaimed);
             }
         }
+        self.serve_pool_lines(now).await?;
         Ok(Vec::new())
     }
 

@@ -78,6 +78,11 @@ const MIGRATIONS: &[Migration] = &[
         description: "waitlists",
         sql: include_str!("../migrations/0011_waitlists.sql"),
     },
+    Migration {
+        version: 12,
+        description: "pool waitlists",
+        sql: include_str!("../migrations/0012_pool_waitlists.sql"),
+    },
 ];
 
 /// The advisory lock key of a schema's migrations: FNV-1a (64 bit) of a fixed prefix and the

@@ -40,6 +40,7 @@
 //! whatever the caller's transaction already holds).
 
 use slot_booking::{NewPool, Pool, PoolChange, PoolId, PoolUsage, MAX_POOLS_PER_SLOT};
+use sqlx::Connection;
 
 use super::*;
 use crate::sql::{append_events, hold_event_rows, now, H_COLUMNS};
@@ -99,10 +100,18 @@ pub(crate) fn hold_reclaim(s: &str, now3: &str, insert: impl Fn(&str) -> String)
                AND waiting = 0 \
              FOR NO KEY UPDATE), \
          pl AS ( \
-             SELECT p.id, p.remaining FROM {s}.pools p \
+             SELECT p.id, p.remaining, p.waiting FROM {s}.pools p \
              WHERE p.id = ANY(coalesce((SELECT pools FROM s), '{{}}'::int8[])) \
              ORDER BY p.id FOR NO KEY UPDATE), \
-         pe AS (SELECT coalesce(min(remaining), 2147483647)::int8 AS least FROM pl), \
+         pw AS ( \
+             SELECT coalesce(bool_or(CASE WHEN pl.waiting > 0 \
+                                          THEN {s}.pool_line_head(pl.id, {now3}) IS NOT NULL \
+                                          ELSE false END), false) AS waits \
+             FROM pl), \
+         pe AS ( \
+             SELECT CASE WHEN pw.waits THEN -1 \
+                         ELSE coalesce(min(pl.remaining), 2147483647) END::int8 AS least \
+             FROM pw LEFT JOIN pl ON true GROUP BY pw.waits), \
          e AS ( \
              SELECT coalesce(sum(h.quantity), 0)::int4 AS units \
              FROM s JOIN {s}.holds h ON h.slot_id = s.id \
@@ -114,11 +123,13 @@ pub(crate) fn hold_reclaim(s: &str, now3: &str, insert: impl Fn(&str) -> String)
              RETURNING h.id, h.slot_id, h.owner, h.quantity), \
          u AS (SELECT coalesce(sum(quantity), 0)::int4 AS units FROM r), \
          pf AS ( \
-             SELECT coalesce(bool_and(pl.remaining + u.units >= $5), true) AS fit, \
-                    coalesce(array_agg(pl.id ORDER BY pl.id) \
-                                 FILTER (WHERE pl.remaining + u.units < $5), \
-                             '{{}}'::int8[]) AS short \
-             FROM pl CROSS JOIN u), \
+             SELECT coalesce(bool_and(pl.remaining + u.units >= $5), true) AND NOT pw.waits \
+                        AS fit, \
+                    CASE WHEN pw.waits THEN '{{}}'::int8[] \
+                         ELSE coalesce(array_agg(pl.id ORDER BY pl.id) \
+                                           FILTER (WHERE pl.remaining + u.units < $5), \
+                                       '{{}}'::int8[]) END AS short \
+             FROM u CROSS JOIN pw LEFT JOIN pl ON true GROUP BY pw.waits), \
          dec AS ( \
              UPDATE {s}.slots sl \
              SET remaining = s.remaining + u.units \
@@ -146,6 +157,7 @@ pub(crate) fn hold_reclaim(s: &str, now3: &str, insert: impl Fn(&str) -> String)
 /// `pdec`, one update per pool giving back what was reclaimed and taking the lines' units only
 /// when the whole booking is placed. A short pool fails every line on its slots.
 pub(crate) fn booking_pools(s: &str) -> (String, String, String, String) {
+    let now4 = now(4);
     let need = "SELECT x.pool_id, sum(t.quantity)::int8 AS need, \
                        sum(CASE WHEN t.selling AND t.remaining < t.quantity \
                                      AND t.remaining + t.expired >= t.quantity \
@@ -153,9 +165,13 @@ pub(crate) fn booking_pools(s: &str) -> (String, String, String, String) {
                 FROM st t CROSS JOIN LATERAL unnest(t.pools) AS x(pool_id) GROUP BY x.pool_id";
     let locked = format!(
         "pl AS ( \
-             SELECT p.id, p.remaining FROM {s}.pools p \
+             SELECT p.id, p.remaining, p.waiting FROM {s}.pools p \
              WHERE p.id = ANY(ARRAY(SELECT unnest(lk.pools) FROM lk)) \
-             ORDER BY p.id FOR NO KEY UPDATE), "
+             ORDER BY p.id FOR NO KEY UPDATE), \
+         pw AS ( \
+             SELECT pl.id FROM pl \
+             WHERE CASE WHEN pl.waiting > 0 \
+                        THEN {s}.pool_line_head(pl.id, {now4}) IS NOT NULL ELSE false END), "
     );
     let estimate = format!(
         "(SELECT coalesce(bool_and(pl.remaining + n.est >= n.need), true) \
@@ -205,6 +221,12 @@ pub(crate) struct PoolStatements {
     detach: String,
     capacity: String,
     pub(crate) reclaim: String,
+    /// Serves the lines of slots `$1` and pools `$2` at `$3` (`serve_lines`, migration 12).
+    serve: String,
+    /// The pools some entry of whose slots waits, by id.
+    pub(crate) waiting_pools: String,
+    /// The sweeper's pass over pool `$1` at `$2` (`serve_pool_head`, migration 12).
+    pub(crate) serve_head: String,
 }
 
 /// A pool with its slots and its units held and expired at `c.now`, of the pools `p` joined
@@ -231,40 +253,51 @@ impl PoolStatements {
         // Slots then pools, as everywhere: the pool row is locked only once the slot row is
         // (its filter on `s` runs before it reads a pool). The slot's units taken are
         // `capacity - remaining` on its locked row (its invariant), never holds counted at the
-        // snapshot; they are taken from the pool by a conditional update (`go`).
+        // snapshot; they are taken from the pool by a conditional update (`go`). The slot's
+        // line's entries (`waiting`, on its locked row) join the pool's count or leave it. A
+        // detach also locks the slot's other pools (`pa`, with the pool, by id): the lines it
+        // serves next, in the same transaction, need them (`Run::link`).
         let change = |kind: &str| {
-            let (go, pools, pool, link) = match kind {
+            let (go, pools, pool, waiting, link, others) = match kind {
                 // A removed slot joins no pool (it may still leave one).
                 "attach" => (
                     "s.removed_at IS NULL AND NOT (p.id = ANY(s.pools)) AND cardinality(s.pools) < $3 \
                      AND p.remaining >= s.capacity - s.remaining",
                     "array_append(s.pools, $1)",
                     "p.remaining - go.units",
+                    "p.waiting + go.waiting",
                     format!(
                         "INSERT INTO {s}.slot_pools (slot_id, pool_id) SELECT go.id, $1 FROM go"
                     ),
+                    "",
                 ),
                 _ => (
                     "p.id = ANY(s.pools) AND $3 > 0",
                     "array_remove(s.pools, $1)",
                     "p.remaining + go.units",
+                    "p.waiting - go.waiting",
                     format!(
                         "DELETE FROM {s}.slot_pools \
                          WHERE slot_id = $2 AND pool_id = $1 AND EXISTS (SELECT 1 FROM go)"
                     ),
+                    " OR id = ANY(coalesce((SELECT pools FROM s), '{}'::int8[]))",
                 ),
             };
             format!(
                 "WITH s AS ( \
-                     SELECT id, remaining, capacity, pools, removed_at FROM {s}.slots \
+                     SELECT id, remaining, capacity, pools, removed_at, waiting FROM {s}.slots \
                      WHERE id = $2 FOR NO KEY UPDATE), \
-                 p AS ( \
-                     SELECT id, remaining FROM {s}.pools \
-                     WHERE id = $1 AND EXISTS (SELECT 1 FROM s) FOR NO KEY UPDATE), \
+                 pa AS ( \
+                     SELECT id, remaining, waiting FROM {s}.pools \
+                     WHERE (id = $1{others}) AND EXISTS (SELECT 1 FROM s) \
+                     ORDER BY id FOR NO KEY UPDATE), \
+                 p AS (SELECT id, remaining, waiting FROM pa WHERE id = $1), \
                  go AS ( \
-                     SELECT s.id, s.capacity - s.remaining AS units FROM s, p WHERE {go}), \
+                     SELECT s.id, s.capacity - s.remaining AS units, s.waiting \
+                     FROM s, p WHERE {go}), \
                  pu AS ( \
-                     UPDATE {s}.pools x SET remaining = {pool} FROM p, go WHERE x.id = p.id \
+                     UPDATE {s}.pools x SET remaining = {pool}, waiting = {waiting} \
+                     FROM p, go WHERE x.id = p.id \
                      RETURNING x.id), \
                  su AS ( \
                      UPDATE {s}.slots x SET pools = {pools} FROM s, go WHERE x.id = s.id \
@@ -291,6 +324,12 @@ impl PoolStatements {
             "SELECT s.pools, per.units FROM s JOIN per ON per.slot_id = s.id",
         );
         PoolStatements {
+            serve: format!(
+                "SELECT {s}.serve_lines($1::int8[], $2::int8[], {}) AS offered",
+                now(3)
+            ),
+            waiting_pools: format!("SELECT id FROM {s}.pools WHERE waiting > 0 ORDER BY id"),
+            serve_head: format!("SELECT {s}.serve_pool_head($1, {now2}) AS offered"),
             create: format!(
                 "INSERT INTO {s}.pools (capacity, remaining, created_at) \
                  VALUES ($1, $1, {now2}) RETURNING id, capacity, remaining"
@@ -310,8 +349,9 @@ impl PoolStatements {
                          remaining = (o.remaining::int8 + ($2::int8 - o.capacity))::int4 \
                      FROM o WHERE p.id = o.id \
                        AND o.remaining::int8 + ($2::int8 - o.capacity) >= 0 \
-                     RETURNING p.id) \
-                 SELECT EXISTS (SELECT 1 FROM o) AS found, EXISTS (SELECT 1 FROM ch) AS applied"
+                     RETURNING p.id, o.capacity <> $2 AS changed) \
+                 SELECT EXISTS (SELECT 1 FROM o) AS found, EXISTS (SELECT 1 FROM ch) AS applied, \
+                        coalesce((SELECT changed FROM ch), false) AS changed"
             ),
             // The step of its own that gives back the expired holds of pools' slots (and of
             // `$3`'s): the slots with held holds expired by now (at the snapshot: only which
@@ -363,6 +403,57 @@ pub(crate) fn usage_from(row: &PgRow) -> Result<Option<PoolUsage>, StoreError> {
         held: row.try_get("held").map_err(map_err)?,
         expired: row.try_get("expired").map_err(map_err)?,
     }))
+}
+
+/// Serves the lines of `slots` and `pools` at `now` (NULL: the database's clock) on `conn`,
+/// in its transaction: the entries offered.
+async fn serve_lines(
+    conn: &mut PgConnection,
+    statement: &str,
+    slots: &[i64],
+    pools: &[i64],
+    now: Option<Timestamp>,
+) -> Result<Vec<i64>, StoreError> {
+    sqlx::query_scalar(AssertSqlSafe(statement))
+        .bind(slots)
+        .bind(pools)
+        .bind(now)
+        .fetch_one(conn)
+        .await
+        .map_err(map_err)
+}
+
+/// How many times the sweeper's pass serves one pool's head before it moves on (each offer
+/// may make the next head ready; the lines themselves bound it).
+const SWEEP_ROUNDS: usize = 64;
+
+impl PostgresStore {
+    /// The sweeper's pass over the pools' lines (after `reclaim_expired`): for each pool some
+    /// entry of whose slots waits, its head's rows taken in the lock order and its lines served,
+    /// each in a statement (a transaction) of its own, again while that offers something.
+    pub(crate) async fn serve_pool_lines(&self, now: Timestamp) -> Result<(), StoreError> {
+        let statements = &self.inner.pools;
+        let pools: Vec<i64> = sqlx::query_scalar(AssertSqlSafe(statements.waiting_pools.as_str()))
+            .fetch_all(self.pool())
+            .await
+            .map_err(map_err)?;
+        let now = self.now_param(now);
+        for pool in pools {
+            for _ in 0..SWEEP_ROUNDS {
+                let offered: Vec<i64> =
+                    sqlx::query_scalar(AssertSqlSafe(statements.serve_head.as_str()))
+                        .bind(pool)
+                        .bind(now)
+                        .fetch_one(self.pool())
+                        .await
+                        .map_err(map_err)?;
+                if offered.is_empty() {
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// What the reclaiming hold statement did.
@@ -538,14 +629,26 @@ impl Run<'_> {
             &inner.pools.detach
         };
         let most = i32::try_from(MAX_POOLS_PER_SLOT).unwrap_or(i32::MAX);
+        let now_param = self.now_param(now);
         for attempt in 0..2 {
-            let row = sqlx::query(AssertSqlSafe(sql.as_str()))
+            let query = sqlx::query(AssertSqlSafe(sql.as_str()))
                 .bind(pool_id.get())
                 .bind(slot_id.get())
-                .bind(most)
-                .fetch_one(&mut *self.conn)
-                .await
-                .map_err(map_err)?;
+                .bind(most);
+            let row = if attach {
+                query.fetch_one(&mut *self.conn).await.map_err(map_err)?
+            } else {
+                // The detach and the lines it serves (the pool's, whose units it gave back,
+                // and the slot's, whose entries left the pool's line), in one transaction.
+                let mut tx = (*self.conn).begin().await.map_err(map_err)?;
+                let row = query.fetch_one(&mut *tx).await.map_err(map_err)?;
+                if row.try_get::<bool, _>("applied").map_err(map_err)? {
+                    let (slots, pools) = ([slot_id.get()], [pool_id.get()]);
+                    serve_lines(&mut tx, &inner.pools.serve, &slots, &pools, now_param).await?;
+                }
+                tx.commit().await.map_err(map_err)?;
+                row
+            };
             let flag = |column: &str| row.try_get::<bool, _>(column).map_err(map_err);
             if !flag("slot_found")? {
                 let read = self.get_pool(pool_id, now).await?;
@@ -605,13 +708,22 @@ impl Run<'_> {
         now: Timestamp,
     ) -> Result<Decided<PoolChange>, StoreError> {
         let inner = self.pool_sql();
+        let now_param = self.now_param(now);
         for attempt in 0..2 {
+            // The change and, when it changed the capacity, the pool's line served, in one
+            // transaction.
+            let mut tx = (*self.conn).begin().await.map_err(map_err)?;
             let row = sqlx::query(AssertSqlSafe(inner.pools.capacity.as_str()))
                 .bind(pool_id.get())
                 .bind(capacity)
-                .fetch_one(&mut *self.conn)
+                .fetch_one(&mut *tx)
                 .await
                 .map_err(map_err)?;
+            if row.try_get::<bool, _>("changed").map_err(map_err)? {
+                let pools = [pool_id.get()];
+                serve_lines(&mut tx, &inner.pools.serve, &[], &pools, now_param).await?;
+            }
+            tx.commit().await.map_err(map_err)?;
             let flag = |column: &str| row.try_get::<bool, _>(column).map_err(map_err);
             if !flag("found")? {
                 let read = self.get_pool(pool_id, now).await?;

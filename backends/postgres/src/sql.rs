@@ -413,12 +413,21 @@ impl Statements {
             // that have started. A slot with every unit free has no held hold to count. Closed
             // and removed slots are filtered out of that same range (no index on those flags:
             // it would cost every slot update its HOT update). A slot whose waitlist is not empty
-            // (`waiting`, migration 11) has no unit for anyone else: listed with 0. At least one
+            // (`waiting`, migration 11), or one of whose pools' lines is (an entry waits on a
+            // selling slot of the pool, migration 12), has no unit for anyone else: listed
+            // with 0. At least one
             // row: the instant even when there is no slot (`id` is then NULL).
             availability: format!(
                 "SELECT c.now AS decided_at, sl.id, sl.starts_at, sl.ends_at, sl.capacity, \
                         sl.resource, \
                         (CASE WHEN sl.waiting > 0 THEN 0 \
+                              WHEN cardinality(sl.pools) > 0 AND EXISTS ( \
+                                  SELECT 1 FROM {s}.pools p \
+                                  JOIN {s}.slot_pools sp ON sp.pool_id = p.id \
+                                  JOIN {s}.slots b ON b.id = sp.slot_id \
+                                  WHERE p.id = ANY(sl.pools) AND p.waiting > 0 \
+                                    AND b.waiting > 0 AND b.starts_at > c.now \
+                                    AND NOT b.closed AND b.removed_at IS NULL) THEN 0 \
                               ELSE sl.remaining + CASE WHEN sl.remaining = sl.capacity THEN 0 \
                                   ELSE ( \
                             SELECT coalesce(sum(h.quantity), 0) FROM {s}.holds h \

@@ -81,20 +81,26 @@ impl WaitlistStatements {
              + 1 AS position"
         );
         WaitlistStatements {
-            // One statement: lock the slot row (`sl`); only if it is selling, the quantity
-            // within its capacity and it draws from no pool (decided on the locked row), insert
-            // the entry with an id of the holds' sequence, count it on the slot row (from the
-            // locked values) and, last, its key: a key in use fails the whole statement. One
-            // row: the entry's id if joined, else what the refusal needs (the slot's limits,
-            // whether it is in a pool, whether the key is taken, read at the snapshot).
+            // One statement: lock the slot row (`sl`), then its pools' rows by id (`pl`); only
+            // if the slot is selling and the quantity within its capacity and every pool's
+            // (decided on the locked rows), insert the entry with an id of the holds'
+            // sequence, count it on the slot row and on each pool row (from the locked values)
+            // and, last, its key: a key in use fails the whole statement. One row: the entry's
+            // id if joined, else what the refusal needs (the slot's limits, its pools' least
+            // capacity, whether the key is taken, read at the snapshot).
             join: format!(
                 "WITH sl AS ( \
                      SELECT id, starts_at, capacity, closed, removed_at, pools, waiting \
                      FROM {s}.slots WHERE id = $1 FOR NO KEY UPDATE), \
+                 pl AS ( \
+                     SELECT p.id, p.capacity, p.waiting FROM {s}.pools p \
+                     WHERE p.id = ANY(coalesce((SELECT pools FROM sl), '{{}}'::int8[])) \
+                     ORDER BY p.id FOR NO KEY UPDATE), \
+                 pc AS (SELECT min(capacity) AS least FROM pl), \
                  ok AS ( \
-                     SELECT id, waiting FROM sl \
+                     SELECT id, waiting FROM sl, pc \
                      WHERE starts_at > {now3} AND NOT closed AND removed_at IS NULL \
-                       AND $5 <= capacity AND cardinality(pools) = 0), \
+                       AND $5 <= capacity AND $5 <= coalesce(pc.least, $5)), \
                  ins AS ( \
                      INSERT INTO {s}.waitlist_entries \
                          (id, slot_id, idempotency_key, quantity, owner, priority, joined_at, \
@@ -106,13 +112,16 @@ impl WaitlistStatements {
                  up AS ( \
                      UPDATE {s}.slots x SET waiting = ok.waiting + 1 FROM ok, ins \
                      WHERE x.id = ok.id RETURNING x.id), \
+                 pup AS ( \
+                     UPDATE {s}.pools x SET waiting = pl.waiting + 1 FROM pl, ins \
+                     WHERE x.id = pl.id RETURNING x.id), \
                  k AS ( \
                      INSERT INTO {s}.hold_keys (idempotency_key, entry_id) \
                      SELECT $2, id FROM ins) \
                  SELECT {now3} AS decided_at, (SELECT id FROM ins) AS joined, \
                         sl.starts_at AS slot_starts_at, sl.capacity AS slot_capacity, \
                         sl.closed AS slot_closed, sl.removed_at AS slot_removed_at, \
-                        coalesce(cardinality(sl.pools) > 0, false) AS in_pool, \
+                        (SELECT least FROM pc) AS pool_capacity, \
                         EXISTS (SELECT 1 FROM {s}.hold_keys hk WHERE hk.idempotency_key = $2) \
                             AS key_taken \
                  FROM (SELECT 1) AS one LEFT JOIN sl ON true"
@@ -135,16 +144,21 @@ impl WaitlistStatements {
                  FROM (SELECT 1) AS one \
                  LEFT JOIN {s}.waitlist_entries e ON e.id = (SELECT entry_id FROM k)"
             ),
-            // The slot of the entry in scope (at the snapshot: only which row to lock), locked;
-            // the entry deleted if it still waits (its latest version: an entry offered since
-            // is gone), its key with it, and the line's count moved on the locked values.
+            // The slot of the entry in scope (at the snapshot: only which row to lock), locked,
+            // then its pools by id; the entry deleted if it still waits (its latest version:
+            // an entry offered since is gone), its key with it, and the counts of the slot's
+            // line and of its pools' lines moved on the locked values.
             leave: format!(
                 "WITH f AS ( \
                      SELECT slot_id FROM {s}.waitlist_entries \
                      WHERE id = $1 AND ($3 OR owner IS NOT DISTINCT FROM $4)), \
                  sl AS ( \
-                     SELECT id, waiting FROM {s}.slots \
+                     SELECT id, waiting, pools FROM {s}.slots \
                      WHERE id IN (SELECT slot_id FROM f) FOR NO KEY UPDATE), \
+                 pl AS ( \
+                     SELECT p.id, p.waiting FROM {s}.pools p \
+                     WHERE p.id = ANY(coalesce((SELECT pools FROM sl), '{{}}'::int8[])) \
+                     ORDER BY p.id FOR NO KEY UPDATE), \
                  d AS ( \
                      DELETE FROM {s}.waitlist_entries w USING sl \
                      WHERE w.id = $1 AND w.slot_id = sl.id \
@@ -155,7 +169,10 @@ impl WaitlistStatements {
                      WHERE k.idempotency_key = d.idempotency_key AND k.entry_id = d.id), \
                  up AS ( \
                      UPDATE {s}.slots x SET waiting = sl.waiting - 1 FROM sl, d \
-                     WHERE x.id = sl.id RETURNING x.id) \
+                     WHERE x.id = sl.id RETURNING x.id), \
+                 pup AS ( \
+                     UPDATE {s}.pools x SET waiting = pl.waiting - 1 FROM pl, d \
+                     WHERE x.id = pl.id RETURNING x.id) \
                  SELECT {now2} AS decided_at, {ENTRY_COLUMNS} \
                  FROM (SELECT 1) AS one LEFT JOIN d e ON true"
             ),
@@ -251,12 +268,15 @@ impl Run<'_> {
                 }
                 let request_at = HoldRequest { now: at, ..*hold };
                 let refused = HoldOutcome::refused(&request_at, None, slot_limits(&row)?);
-                let in_pool: bool = row.try_get("in_pool").map_err(map_err)?;
-                let outcome = match refused {
-                    HoldOutcome::SoldOut if in_pool => JoinOutcome::InPool,
-                    other => JoinOutcome::Refused(other),
+                let pool_capacity: Option<i32> = row.try_get("pool_capacity").map_err(map_err)?;
+                let outcome = match (refused, pool_capacity) {
+                    // The slot would take it, one of its pools is too small.
+                    (HoldOutcome::SoldOut, Some(capacity)) if hold.quantity > capacity => {
+                        HoldOutcome::ExceedsCapacity { capacity }
+                    }
+                    (other, _) => other,
                 };
-                return Ok(Decided::new(at, outcome));
+                return Ok(Decided::new(at, JoinOutcome::Refused(outcome)));
             };
             sqlx::query(AssertSqlSafe(sql.serve.as_str()))
                 .bind(hold.slot_id.get())
