@@ -189,7 +189,8 @@ impl BookingStatements {
         );
         // Placing a booking, in one statement. `lk` locks the lines' slot rows by id; each
         // line's decision is on its row as locked (`st`); a line whose slot has a waiting line
-        // (`waiting`, migration 11) never fits and shows no unit free: nobody jumps the line. Only when every line would fit with
+        // (`waiting`, migration 11), or one of whose pools' lines waits (`pw`, migration 12, read
+        // after the pool rows are locked), never fits and shows no unit free: nobody jumps the line. Only when every line would fit with
         // its slot's expired holds counted free (`est`) are a short line's expired holds
         // reclaimed (`r`), and each line then fits by the rows the reclaim affected (`fit`):
         // a refused booking reclaims nothing, but for the rare case of a concurrent change

@@ -23,7 +23,10 @@
 //! a confirm or renewal, which holds nothing else), so where they come relative to pools does
 //! not matter. A capacity change of a pool locks that pool row alone; its reclaiming step
 //! locks the pool's slots first. No statement holds a pool row while it waits for a slot row,
-//! so there is no cycle: a deadlock is a bug here, not a retry.
+//! so there is no cycle: a deadlock is a bug here, not a retry. Serving a pool's line after a
+//! statement that holds the pool row (a pool capacity change, a detach, the serving trigger)
+//! needs the head's slot row and its other pools: those it takes with `SKIP LOCKED`, never
+//! waiting (migration 12, `waitlists.rs`).
 //!
 //! # Short in a pool
 //!
@@ -69,7 +72,10 @@ pub(crate) fn give_back(s: &str, moved: &str) -> String {
 /// or the slot draws from pools (the fast one takes units only of a slot without pools). One
 /// statement: lock the selling slot's row first (only while nobody waits in its line:
 /// `waiting = 0`, re-checked on the row's latest version, so a refused hold reclaims nothing) (a row lock returns its latest `remaining`
-/// and `pools`), then its pools' rows by id; only if the slot's expired units would make the
+/// and `pools`), then its pools' rows by id; while the line of any of them waits (`pw`: a
+/// pool with entries whose line, read after its lock by `pool_line_head`, is not empty) the
+/// hold is refused and reclaims nothing, like a slot whose line waits, and no pool is named
+/// short; only if the slot's expired units would make the
 /// hold fit in the slot and in every pool (a refused hold changes nothing) mark its held holds
 /// that expired by now as expired. One update of the slot, and one of each pool, give their
 /// units back and take the hold's if it fits in all of them; the hold is inserted only then

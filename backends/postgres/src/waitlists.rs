@@ -20,25 +20,56 @@
 //!
 //! # Serving
 //!
-//! `serve_waitlist(slot, now)` (a PL/pgSQL function of the migration) serves a line: on the
+//! `serve_waitlist(slot, now)` (a PL/pgSQL function of the migrations) serves a line: on the
 //! slot row it locks (then its pools by id, then hold rows of the slot), while the slot sells
 //! and the head's whole quantity fits (reclaiming the slot's expired holds when only that
 //! makes it fit), the head becomes its offer (a hold logged `hold_placed` then
 //! `waitlist_offered`). A row trigger on `slots` (`AFTER UPDATE`, when the line is not empty
-//! and `remaining` went up, the capacity changed or sales reopened) calls it at the end of the
+//! or the slot has pools, and `remaining` went up, the capacity changed or sales reopened)
+//! calls it at the end of the
 //! statement that freed the units, whichever it is (a cancel of a hold or of a booking, every
 //! reclaim of expired holds, a capacity change, reopening), in that statement's transaction
 //! and at that statement's instant (the one its events carry): no write path of the store
 //! needs to know about lines. A join and a leave call it themselves, in one transaction with
 //! their own statement: they move no unit.
 //!
+//! # Pools (migration 12)
+//!
+//! An entry on a slot that draws from pools is also in the line of each of its pools: the
+//! waiting entries of the pool's slots that are selling, in line order (`pool_line_head`
+//! reads its head). `pools.waiting` counts the entries of the pool's slots (selling or not),
+//! written under the pool row's lock by the join, the leave, the offer, attach and detach, so
+//! a statement that holds a pool row reads the pool's line as it stands (a VOLATILE function
+//! reads afresh, after the lock). Newcomers are refused while the line of any pool of their
+//! slot waits (the reclaiming hold statement and a booking's, on the pool rows they locked;
+//! the "any one of these" pick passes such a slot over; availability lists it with 0).
+//!
+//! Serving a set of lines (`serve_lines`) offers any head that is ready (`offer_if_ready`:
+//! the slot sells, the entry heads its slot's line and every pool's line of the slot, the slot
+//! has its units, reclaiming the slot's expired holds when only that makes it fit, and every
+//! pool has them as stored) until none is. `serve_waitlist(slot)` serves the slot's line and
+//! its pools' lines: the trigger runs it for every statement that gives a slot (and so its
+//! pools) units back, changes its capacity or reopens it, and a join and a leave run it
+//! themselves. A pool capacity change that changed the capacity serves the pool's line, and a
+//! detach serves the pool's line and the slot's, each in one transaction with its statement
+//! (`pools.rs`). The sweeper (`reclaim_expired`) then serves each pool with entries
+//! (`serve_pool_head`, a transaction of its own per pool and round).
+//!
 //! # Lock paths
 //!
 //! A join and a leave lock the slot row first (the leave after reading which slot, at its
-//! snapshot), then write the entry and the key, then serve, which locks only that slot's pools
-//! and holds, as every statement does after a slot row. The key's row is inserted (join) or
-//! deleted (leave) after the slot row is locked: a hold inserting that key waits for the
-//! transaction, which waits for nothing the hold holds.
+//! snapshot), then its pools' rows by id, then write the entry and the key, then serve. The
+//! key's row is inserted (join) or deleted (leave) after the slot row is locked: a hold
+//! inserting that key waits for the transaction, which waits for nothing the hold holds.
+//!
+//! Serving waits only in the global order (slots by id, then pools by id): `serve_waitlist`
+//! locks its slot (held already by its caller, or the first lock of the sweeper's
+//! transaction) and then that slot's pools, and `offer_if_ready` takes every other row (the
+//! head's slot, that slot's pools) with `FOR NO KEY UPDATE SKIP LOCKED`, which never waits
+//! and never skips a row this transaction holds. A head whose rows another transaction holds
+//! is not offered by this step; newcomers stay refused behind it, and it is offered by the next
+//! step that frees units of its slot or pools, or by the sweeper's pass, which takes the head's
+//! slot row and then its pools, waiting, in a transaction that holds nothing else.
 
 use slot_booking::{EntryId, JoinOutcome, JoinRequest, WaitlistEntry};
 use sqlx::Connection;

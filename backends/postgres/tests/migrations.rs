@@ -121,6 +121,7 @@ async fn migrations_coexist_with_host_sqlx_migrations() {
             (9, "bookings".to_owned()),
             (10, "pools".to_owned()),
             (11, "waitlists".to_owned()),
+            (12, "pool waitlists".to_owned()),
         ]
     );
     let theirs: Vec<i64> = sqlx::query_scalar(AssertSqlSafe(format!(
@@ -191,7 +192,7 @@ async fn concurrent_migrations_apply_once() {
     .fetch_one(&admin)
     .await
     .unwrap();
-    assert_eq!(n, 11, "each of the eleven migrations applied once");
+    assert_eq!(n, 12, "each of the twelve migrations applied once");
     admin.close().await;
 }
 
@@ -316,6 +317,10 @@ async fn recorded_schema(
         ),
         ("bookings", include_str!("../migrations/0009_bookings.sql")),
         ("pools", include_str!("../migrations/0010_pools.sql")),
+        (
+            "waitlists",
+            include_str!("../migrations/0011_waitlists.sql"),
+        ),
     ];
     let mut tx = pool.begin().await.unwrap();
     tx.execute(AssertSqlSafe(format!(
@@ -578,7 +583,8 @@ async fn a_schema_from_before_slot_administration_upgrades_in_place() {
             (8,),
             (9,),
             (10,),
-            (11,)
+            (11,),
+            (12,)
         ]
     );
     let slots_after: Vec<SlotRow> = old.rows(slot_rows).await;
@@ -717,7 +723,7 @@ async fn a_schema_from_before_events_upgrades_in_place() {
     let versions: Vec<(i64,)> = old
         .rows("SELECT version FROM {s}.slot_booking_migrations ORDER BY version")
         .await;
-    assert_eq!(versions.last(), Some(&(11,)));
+    assert_eq!(versions.last(), Some(&(12,)));
     assert_eq!(old.rows::<SlotRow>(slot_rows).await, slots_before);
     assert_eq!(old.rows::<HoldRow>(hold_rows).await, holds_before);
     assert_eq!(old.rows::<(String, i64)>(key_rows).await, keys_before);
@@ -890,7 +896,7 @@ async fn a_schema_from_before_bookings_upgrades_in_place() {
     let versions: Vec<(i64,)> = old
         .rows("SELECT version FROM {s}.slot_booking_migrations ORDER BY version")
         .await;
-    assert_eq!(versions.last(), Some(&(11,)));
+    assert_eq!(versions.last(), Some(&(12,)));
     assert_eq!(old.rows::<SlotRow>(slot_rows).await, slots_before);
     assert_eq!(old.rows::<HoldRow>(hold_rows).await, holds_before);
     assert_eq!(old.rows::<(String, i64)>(key_rows).await, keys_before);
@@ -1026,7 +1032,7 @@ async fn a_schema_from_before_pools_upgrades_in_place() {
     let versions: Vec<(i64,)> = old
         .rows("SELECT version FROM {s}.slot_booking_migrations ORDER BY version")
         .await;
-    assert_eq!(versions.last(), Some(&(11,)));
+    assert_eq!(versions.last(), Some(&(12,)));
     assert_eq!(old.rows::<SlotRow>(slot_rows).await, slots_before);
     assert_eq!(old.rows::<HoldRow>(hold_rows).await, holds_before);
     assert_eq!(old.rows::<(String, i64)>(key_rows).await, keys_before);
@@ -1072,7 +1078,8 @@ async fn a_schema_from_before_pools_upgrades_in_place() {
 /// slots, a pool, holds and keys, upgrades in place with every row kept, every line empty and
 /// every key still a hold's. A full slot's line then waits, a newcomer is refused, and the
 /// cancel of a hold stored before the upgrade offers its unit to the head in that statement
-/// (the trigger of the migration), logged after the cancel; a slot in a pool has no line.
+/// (the trigger of the migration), logged after the cancel; a slot in a pool has a line too
+/// (migration 12): with its units free, a join on it is held at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_schema_from_before_waitlists_upgrades_in_place() {
     use slot_booking::waitlists::Joined;
@@ -1116,7 +1123,7 @@ async fn a_schema_from_before_waitlists_upgrades_in_place() {
     let versions: Vec<(i64,)> = old
         .rows("SELECT version FROM {s}.slot_booking_migrations ORDER BY version")
         .await;
-    assert_eq!(versions.last(), Some(&(11,)));
+    assert_eq!(versions.last(), Some(&(12,)));
     assert_eq!(old.rows::<SlotRow>(slot_rows).await, slots_before);
     assert_eq!(old.rows::<HoldRow>(hold_rows).await, holds_before);
     assert_eq!(old.rows::<(String, i64)>(key_rows).await, keys_before);
@@ -1194,13 +1201,148 @@ async fn a_schema_from_before_waitlists_upgrades_in_place() {
     assert_eq!(hold.hold_id, offer.hold_id);
     assert_eq!(counts(&store, SlotId(1)).await, (2, 0, 1, 1));
     assert_invariant(&store, SlotId(1)).await;
+    let Ok(Joined::Held { hold, .. }) = engine
+        .join_waitlist(NewHold::new(SlotId(2), "pooled"), 0)
+        .await
+    else {
+        panic!("a pooled slot with its units free: held at once")
+    };
+    assert_eq!(hold.slot_id, SlotId(2));
+    old.admin.close().await;
+}
+
+/// Waitlists on pooled slots arrive by an additive migration (12): a schema made by migrations
+/// 1 to 11 (two slots of one pool, holds, keys, and a line on one slot, attached to the pool
+/// after its line formed, as 11 allowed) upgrades in place with every row kept and the pool
+/// counting its slots' entries. The pool's line then refuses a newcomer on the other slot, and
+/// the cancel of a hold stored before the upgrade on that other slot offers the pool's unit to
+/// the head in that statement, logged after the cancel.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_from_before_pool_waitlists_upgrades_in_place() {
+    use slot_booking::{
+        BookingEngine, ConsumerId, EventKind, EventStore, ManualClock, Scope, WaitlistStore,
+    };
+    let Some(old) = OldSchema::new(
+        "a_schema_from_before_pool_waitlists_upgrades_in_place",
+        11,
+        "INSERT INTO slots (starts_at, ends_at, capacity, remaining, resource, pools, waiting) \
+         VALUES \
+           ('2030-03-17 10:00:00+00', '2030-03-17 11:00:00+00', 2, 1, 'room-1', '{1}', 1), \
+           ('2030-03-17 10:00:00+00', '2030-03-17 11:00:00+00', 2, 1, NULL, '{1}', 0); \
+         INSERT INTO pools (capacity, remaining) VALUES (2, 0); \
+         INSERT INTO slot_pools (slot_id, pool_id) VALUES (1, 1), (2, 1); \
+         INSERT INTO holds (slot_id, idempotency_key, status, expires_at, confirmed_at, \
+                            cancelled_at, created_at, quantity, owner, booking_id) VALUES \
+           (1, 'first-key', 'held', '2030-03-17 09:50:00+00', NULL, NULL, \
+            '2030-03-17 09:00:00+00', 1, NULL, NULL), \
+           (2, 'second-key', 'held', '2030-03-17 09:50:00+00', NULL, NULL, \
+            '2030-03-17 09:00:00+00', 1, 'cart-2', NULL); \
+         INSERT INTO hold_keys (idempotency_key, hold_id) VALUES \
+           ('first-key', 1), ('second-key', 2); \
+         INSERT INTO waitlist_entries (id, slot_id, idempotency_key, quantity, owner, priority, \
+                                       joined_at, offer_micros) \
+         VALUES (nextval(pg_get_serial_sequence('holds', 'id')), 1, 'waits', 1, NULL, 0, \
+                 '2030-03-17 09:01:00+00', 300000000); \
+         INSERT INTO hold_keys (idempotency_key, entry_id) VALUES ('waits', 3);",
+    )
+    .await
+    else {
+        return;
+    };
+    let slot_rows = "SELECT id, capacity, remaining, pools, waiting FROM {s}.slots ORDER BY id";
+    let hold_rows = "SELECT id, status, expires_at, quantity, owner FROM {s}.holds ORDER BY id";
+    let entry_rows = "SELECT id, slot_id, idempotency_key, quantity, priority, offer_micros \
+                      FROM {s}.waitlist_entries ORDER BY id";
+    let key_rows = "SELECT idempotency_key, hold_id, entry_id FROM {s}.hold_keys \
+                    ORDER BY idempotency_key";
+    let pool_rows = "SELECT id, capacity, remaining FROM {s}.pools ORDER BY id";
+    type SlotRow = (i64, i32, i32, Vec<i64>, i32);
+    type HoldRow = (i64, String, Timestamp, i32, Option<String>);
+    type EntryRow = (i64, i64, String, i32, i32, i64);
+    type KeyRow = (String, Option<i64>, Option<i64>);
+    let slots_before: Vec<SlotRow> = old.rows(slot_rows).await;
+    let holds_before: Vec<HoldRow> = old.rows(hold_rows).await;
+    let entries_before: Vec<EntryRow> = old.rows(entry_rows).await;
+    let keys_before: Vec<KeyRow> = old.rows(key_rows).await;
+    let pools_before: Vec<(i64, i32, i32)> = old.rows(pool_rows).await;
+    assert_eq!(entries_before.len(), 1);
+
+    let store = old.upgrade().await;
+
+    let versions: Vec<(i64,)> = old
+        .rows("SELECT version FROM {s}.slot_booking_migrations ORDER BY version")
+        .await;
+    assert_eq!(versions.last(), Some(&(12,)));
+    assert_eq!(old.rows::<SlotRow>(slot_rows).await, slots_before);
+    assert_eq!(old.rows::<HoldRow>(hold_rows).await, holds_before);
+    assert_eq!(old.rows::<EntryRow>(entry_rows).await, entries_before);
+    assert_eq!(old.rows::<KeyRow>(key_rows).await, keys_before);
+    assert_eq!(old.rows::<(i64, i32, i32)>(pool_rows).await, pools_before);
+    let waiting: Vec<(i64, i32)> = old
+        .rows("SELECT id, waiting FROM {s}.pools ORDER BY id")
+        .await;
+    assert_eq!(waiting, [(1, 1)], "the pool counts its slots' entries");
+
+    let now: Timestamp = "2030-03-17T09:02:00Z".parse().unwrap();
+    let engine = BookingEngine::builder(store.clone())
+        .clock(ManualClock::new(now))
+        .cache_period(std::time::Duration::ZERO)
+        .build();
+    let (entry, position) = store
+        .waitlist_entry(slot_booking::EntryId(3), &Scope::BackOffice, now)
+        .await
+        .unwrap()
+        .outcome
+        .expect("the entry waits");
+    assert_eq!((entry.slot_id, position), (SlotId(1), 1));
+    // The pool's line waits: a newcomer on the other slot is refused, listed with no unit.
     assert_eq!(
-        engine
-            .join_waitlist(NewHold::new(SlotId(2), "pooled"), 0)
-            .await
-            .unwrap_err()
-            .code(),
-        "waitlist_not_allowed"
+        engine.hold(SlotId(2), "newcomer").await.unwrap_err().code(),
+        "sold_out"
     );
+    let listed = store.availability(now).await.unwrap().outcome;
+    let second = listed.iter().find(|e| e.slot_id == SlotId(2)).unwrap();
+    assert_eq!(second.remaining, 0);
+    let log = ConsumerId::new("log").unwrap();
+    let through = store.read_events(&log, 100).await.unwrap();
+    if let Some(last) = through.last() {
+        store.acknowledge(&log, last.position).await.unwrap();
+    }
+
+    engine
+        .cancel_as(&Scope::BackOffice, HoldId(2))
+        .await
+        .unwrap();
+    let offer = engine
+        .get_hold_as(&Scope::Anonymous, entry.offer_id())
+        .await
+        .unwrap();
+    assert_eq!(
+        (offer.slot_id, offer.status, offer.created_at),
+        (SlotId(1), HoldStatus::Held, now)
+    );
+    let events: Vec<(EventKind, Option<HoldId>)> = store
+        .read_events(&log, 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.kind, e.hold_id))
+        .collect();
+    assert_eq!(
+        events,
+        [
+            (EventKind::HoldCancelled, Some(HoldId(2))),
+            (EventKind::HoldPlaced, Some(HoldId(3))),
+            (EventKind::WaitlistOffered, Some(HoldId(3))),
+        ]
+    );
+    let pools_after: Vec<(i64, i32, i32)> = old
+        .rows("SELECT id, remaining, waiting FROM {s}.pools ORDER BY id")
+        .await;
+    assert_eq!(pools_after, [(1, 0, 0)]);
+    assert_eq!(counts(&store, SlotId(1)).await, (2, 0, 2, 0));
+    for slot_id in [SlotId(1), SlotId(2)] {
+        assert_invariant(&store, slot_id).await;
+    }
     old.admin.close().await;
 }
