@@ -559,8 +559,8 @@ async fn a_race_on_the_slots_of_one_pool_oversells_nothing_and_jumps_no_line() {
     for task in 0..6usize {
         let (engine, tally) = (Arc::clone(&engine), Arc::clone(&tally));
         tasks.push(tokio::spawn(async move {
-            for i in 0..8usize {
-                tokio::time::sleep(StdDuration::from_millis(2)).await;
+            for i in 0..12usize {
+                tokio::time::sleep(StdDuration::from_millis(4)).await;
                 let slot = slots[(task + i) % 4];
                 match engine.hold(slot, &format!("n-{task}-{i}")).await {
                     Ok(placed) => {
