@@ -248,6 +248,27 @@ BEGIN
 END
 $$;
 
+-- The trigger's function of migration 11, but for a transaction that defers serving: an
+-- administrative pool change that must first give back expired holds of the pool's slots
+-- (a statement of its own) decides the change on those units before any line takes them,
+-- then serves the lines those units came back to, in the same transaction (`pools.rs`).
+CREATE OR REPLACE FUNCTION serve_waitlist_on_slot_change() RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF pg_catalog.current_setting('slot_booking.defer_serving', true) = 'on' THEN
+        RETURN NULL;
+    END IF;
+    PERFORM serve_waitlist(NEW.id, coalesce(
+        (SELECT e.occurred_at FROM events e
+         WHERE e.tx = pg_catalog.pg_current_xact_id() AND e.slot_id = NEW.id
+         ORDER BY e.tx DESC, e.id DESC LIMIT 1),
+        pg_catalog.statement_timestamp()));
+    RETURN NULL;
+END
+$$;
+
 -- The serving trigger of migration 11 fires for a slot with pools too, whether or not the
 -- slot has a line of its own: units it gets back are its pools' too, and their lines may
 -- wait for them (`serve_waitlist` looks at the pools' counts first).

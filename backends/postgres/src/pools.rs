@@ -229,6 +229,8 @@ pub(crate) struct PoolStatements {
     pub(crate) reclaim: String,
     /// Serves the lines of slots `$1` and pools `$2` at `$3` (`serve_lines`, migration 12).
     serve: String,
+    /// Serves the lines of slots `$1`, of their pools and of pools `$2` at `$3`.
+    serve_touched: String,
     /// The pools some entry of whose slots waits, by id.
     pub(crate) waiting_pools: String,
     /// The sweeper's pass over pool `$1` at `$2` (`serve_pool_head`, migration 12).
@@ -334,6 +336,13 @@ impl PoolStatements {
                 "SELECT {s}.serve_lines($1::int8[], $2::int8[], {}) AS offered",
                 now(3)
             ),
+            serve_touched: format!(
+                "SELECT {s}.serve_lines($1::int8[], \
+                     ARRAY(SELECT DISTINCT x.pool_id FROM {s}.slots sl \
+                           CROSS JOIN unnest(sl.pools) AS x(pool_id) \
+                           WHERE sl.id = ANY($1::int8[])) || $2::int8[], {}) AS offered",
+                now(3)
+            ),
             waiting_pools: format!("SELECT id FROM {s}.pools WHERE waiting > 0 ORDER BY id"),
             serve_head: format!("SELECT {s}.serve_pool_head($1, {now2}) AS offered"),
             create: format!(
@@ -387,7 +396,8 @@ impl PoolStatements {
                      RETURNING sl.id), \
                  {give}, \
                  ev AS ({expired}) \
-                 SELECT coalesce((SELECT sum(units) FROM per), 0)::int8 AS reclaimed"
+                 SELECT coalesce((SELECT sum(units) FROM per), 0)::int8 AS reclaimed, \
+                        ARRAY(SELECT slot_id FROM per ORDER BY slot_id) AS slots"
             ),
         }
     }
@@ -428,6 +438,37 @@ async fn serve_lines(
         .await
         .map_err(map_err)
 }
+
+/// On `conn`, in its transaction: the step that gives back the expired holds of the slots of
+/// `pools` and of `slots`, with the serving trigger deferred (`slot_booking.defer_serving`,
+/// migration 12) so that the change that follows in the transaction is decided on the units
+/// given back before any line takes them; the caller serves the touched slots' lines (and
+/// their pools') after it. The slots whose holds it gave back (none: nothing to give back).
+async fn reclaim_deferred(
+    conn: &mut PgConnection,
+    inner: &Inner,
+    pools: &[i64],
+    slots: &[i64],
+    now: Option<Timestamp>,
+) -> Result<Vec<i64>, StoreError> {
+    (&mut *conn).execute(DEFER_SERVING).await.map_err(map_err)?;
+    let row = sqlx::query(AssertSqlSafe(inner.pools.reclaim.as_str()))
+        .bind(pools)
+        .bind(now)
+        .bind(slots)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(map_err)?;
+    (&mut *conn).execute(SERVE_AGAIN).await.map_err(map_err)?;
+    row.try_get("slots").map_err(map_err)
+}
+
+/// Defers the serving trigger's work for the rest of the transaction (or until
+/// [`SERVE_AGAIN`]).
+const DEFER_SERVING: &str = "SELECT set_config('slot_booking.defer_serving', 'on', true)";
+
+/// Ends [`DEFER_SERVING`].
+const SERVE_AGAIN: &str = "SELECT set_config('slot_booking.defer_serving', 'off', true)";
 
 /// How many times the sweeper's pass serves one pool's head before it moves on (each offer
 /// may make the next head ready; the lines themselves bound it).
@@ -620,7 +661,10 @@ impl Run<'_> {
     }
 
     /// Attach (`attach`) or detach: the statement, and for an attach the pool short, once more
-    /// after giving back the expired holds of the slot and the pool's slots.
+    /// after giving back the expired holds of the slot and the pool's slots, in the same
+    /// transaction ([`reclaim_deferred`]). A detach serves the pool's line (its units came
+    /// back) and the slot's (its entries left the pool's line); the units a reclaim gave back
+    /// serve the lines of the slots it touched and of their pools, once the attach is decided.
     async fn link(
         &mut self,
         attach: bool,
@@ -636,26 +680,34 @@ impl Run<'_> {
         };
         let most = i32::try_from(MAX_POOLS_PER_SLOT).unwrap_or(i32::MAX);
         let now_param = self.now_param(now);
+        let (pool, slot) = ([pool_id.get()], [slot_id.get()]);
         for attempt in 0..2 {
-            let query = sqlx::query(AssertSqlSafe(sql.as_str()))
+            let mut tx = (*self.conn).begin().await.map_err(map_err)?;
+            let reclaimed = if attempt == 0 {
+                Vec::new()
+            } else {
+                let touched = reclaim_deferred(&mut tx, &inner, &pool, &slot, now_param).await?;
+                if touched.is_empty() {
+                    tx.rollback().await.map_err(map_err)?;
+                    break;
+                }
+                touched
+            };
+            let row = sqlx::query(AssertSqlSafe(sql.as_str()))
                 .bind(pool_id.get())
                 .bind(slot_id.get())
-                .bind(most);
-            let row = if attach {
-                query.fetch_one(&mut *self.conn).await.map_err(map_err)?
-            } else {
-                // The detach and the lines it serves (the pool's, whose units it gave back,
-                // and the slot's, whose entries left the pool's line), in one transaction.
-                let mut tx = (*self.conn).begin().await.map_err(map_err)?;
-                let row = query.fetch_one(&mut *tx).await.map_err(map_err)?;
-                if row.try_get::<bool, _>("applied").map_err(map_err)? {
-                    let (slots, pools) = ([slot_id.get()], [pool_id.get()]);
-                    serve_lines(&mut tx, &inner.pools.serve, &slots, &pools, now_param).await?;
-                }
-                tx.commit().await.map_err(map_err)?;
-                row
-            };
+                .bind(most)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(map_err)?;
             let flag = |column: &str| row.try_get::<bool, _>(column).map_err(map_err);
+            if !attach && flag("applied")? {
+                serve_lines(&mut tx, &inner.pools.serve, &slot, &pool, now_param).await?;
+            } else if !reclaimed.is_empty() {
+                let serve = &inner.pools.serve_touched;
+                serve_lines(&mut tx, serve, &reclaimed, &[], now_param).await?;
+            }
+            tx.commit().await.map_err(map_err)?;
             if !flag("slot_found")? {
                 let read = self.get_pool(pool_id, now).await?;
                 return Ok(read.map(|_| PoolChange::SlotNotFound));
@@ -676,14 +728,6 @@ impl Run<'_> {
                 return self
                     .pool_answer(pool_id, now, |_| PoolChange::TooManyPools)
                     .await;
-            }
-            if attempt == 0
-                && self
-                    .reclaim_pools(&[pool_id.get()], &[slot_id.get()], now)
-                    .await?
-                    == 0
-            {
-                break;
             }
         }
         self.pool_answer(pool_id, now, PoolChange::InUse).await
@@ -707,6 +751,11 @@ impl Run<'_> {
         self.link(false, pool_id, slot_id, now).await
     }
 
+    /// A pool's capacity change: the statement and, when it changed the capacity, the pool's
+    /// line served, in one transaction; when it did not fit, once more after giving back the
+    /// expired holds of the pool's slots in the same transaction ([`reclaim_deferred`]): the
+    /// change is decided before any line takes those units, then the lines of the slots the
+    /// reclaim touched and of their pools are served too.
     pub(crate) async fn change_pool_capacity(
         &mut self,
         pool_id: PoolId,
@@ -715,31 +764,38 @@ impl Run<'_> {
     ) -> Result<Decided<PoolChange>, StoreError> {
         let inner = self.pool_sql();
         let now_param = self.now_param(now);
+        let pool = [pool_id.get()];
         for attempt in 0..2 {
-            // The change and, when it changed the capacity, the pool's line served, in one
-            // transaction.
             let mut tx = (*self.conn).begin().await.map_err(map_err)?;
+            let reclaimed = if attempt == 0 {
+                Vec::new()
+            } else {
+                let touched = reclaim_deferred(&mut tx, &inner, &pool, &[], now_param).await?;
+                if touched.is_empty() {
+                    tx.rollback().await.map_err(map_err)?;
+                    break;
+                }
+                touched
+            };
             let row = sqlx::query(AssertSqlSafe(inner.pools.capacity.as_str()))
                 .bind(pool_id.get())
                 .bind(capacity)
                 .fetch_one(&mut *tx)
                 .await
                 .map_err(map_err)?;
-            if row.try_get::<bool, _>("changed").map_err(map_err)? {
-                let pools = [pool_id.get()];
-                serve_lines(&mut tx, &inner.pools.serve, &[], &pools, now_param).await?;
+            let flag = |column: &str| row.try_get::<bool, _>(column).map_err(map_err);
+            let pools: &[i64] = if flag("changed")? { &pool } else { &[] };
+            if !pools.is_empty() || !reclaimed.is_empty() {
+                let serve = &inner.pools.serve_touched;
+                serve_lines(&mut tx, serve, &reclaimed, pools, now_param).await?;
             }
             tx.commit().await.map_err(map_err)?;
-            let flag = |column: &str| row.try_get::<bool, _>(column).map_err(map_err);
             if !flag("found")? {
                 let read = self.get_pool(pool_id, now).await?;
                 return Ok(read.map(|_| PoolChange::PoolNotFound));
             }
             if flag("applied")? {
                 return self.pool_answer(pool_id, now, PoolChange::Applied).await;
-            }
-            if attempt == 0 && self.reclaim_pools(&[pool_id.get()], &[], now).await? == 0 {
-                break;
             }
         }
         self.pool_answer(pool_id, now, PoolChange::InUse).await

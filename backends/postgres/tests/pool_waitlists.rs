@@ -377,6 +377,49 @@ async fn a_head_whose_row_is_locked_is_skipped_then_served_by_the_sweeper() {
     assert_pools(store).await;
 }
 
+/// A pool's capacity lowered so far that only its slots' expired holds make room: the change
+/// is decided on the units those give back before the pool's line may take them (as a slot's
+/// capacity change is), and then the line is served with what is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_capacity_change_is_decided_before_its_line_takes_the_units_reclaimed() {
+    let Some(ctx) =
+        setup("a_pool_capacity_change_is_decided_before_its_line_takes_the_units_reclaimed").await
+    else {
+        return;
+    };
+    let store = &ctx.store;
+    let (engine, clock) = engine(store);
+    let (a, b) = (new_slot(&engine, 4).await, new_slot(&engine, 4).await);
+    let pool = new_pool(&engine, 4, &[a, b]).await;
+    engine
+        .place_hold(NewHold::new(a, "stays").quantity(2))
+        .await
+        .unwrap();
+    engine
+        .place_hold(
+            NewHold::new(a, "expires")
+                .quantity(2)
+                .lifetime(StdDuration::from_secs(60)),
+        )
+        .await
+        .unwrap();
+    let head = wait(&engine, b, "head", 2).await;
+    let small = wait(&engine, b, "small", 1).await;
+    clock.advance(Duration::seconds(61));
+    // 2 units come back, and the pool keeps 3 of its 4: 1 left, which the head (2) does not
+    // fit in, and the entry behind it may not pass it.
+    let changed = engine.change_pool_capacity(pool, 3).await.unwrap();
+    assert_eq!((changed.capacity, changed.remaining), (3, 1));
+    assert_eq!(offer(store, &head).await, None);
+    assert_eq!(offer(store, &small).await, None);
+    // Lowered to 2 the change takes the last unit; raised to 4 the head is served.
+    engine.change_pool_capacity(pool, 2).await.unwrap();
+    engine.change_pool_capacity(pool, 4).await.unwrap();
+    assert!(offer(store, &head).await.is_some(), "served by the raise");
+    assert_eq!(pool_row(store, pool).await, (0, 1));
+    assert_pools(store).await;
+}
+
 /// A join on a pooled slot is refused when its quantity is more than a pool's capacity, and
 /// held at once when every line is empty and the units are free.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
