@@ -374,6 +374,36 @@ async fn a_head_whose_row_is_locked_is_skipped_then_served_by_the_sweeper() {
         .expect("served by the sweeper's pass");
     assert_eq!((offered.slot_id, offered.created_at), (b, t0()));
     assert_eq!(pool_row(store, pool).await, (0, 0));
+
+    // The same with the head's other pool's row held: C draws from the pool and from Q.
+    let c = new_slot(&engine, 2).await;
+    let q = new_pool(&engine, 5, &[c]).await;
+    engine.attach_slot(pool, c).await.unwrap();
+    let next = wait(&engine, c, "next", 1).await;
+    let mut tx = other.begin().await.unwrap();
+    sqlx::query(AssertSqlSafe(format!(
+        "SELECT id FROM \"{}\".pools WHERE id = $1 FOR NO KEY UPDATE",
+        store.schema()
+    )))
+    .bind(q.get())
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    tokio::time::timeout(
+        StdDuration::from_secs(10),
+        engine.cancel_as(&Scope::Anonymous, offered.hold_id),
+    )
+    .await
+    .expect("the cancel does not wait for Q's row")
+    .unwrap();
+    assert_eq!(offer(store, &next).await, None, "Q's row was busy");
+    tx.rollback().await.unwrap();
+    store.reclaim_expired(t0(), 10).await.unwrap();
+    assert!(
+        offer(store, &next).await.is_some(),
+        "served by the sweeper's pass"
+    );
+    assert_eq!(pool_row(store, q).await, (4, 0));
     assert_pools(store).await;
 }
 
