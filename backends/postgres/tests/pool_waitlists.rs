@@ -796,3 +796,43 @@ async fn a_race_on_the_slots_of_one_pool_oversells_nothing_and_jumps_no_line() {
     );
     assert_eq!(new_deadlocks, 0, "the server logged a deadlock");
 }
+
+/// A pool's line forming and emptying notifies the schema's channel with an empty payload
+/// (every cached listing goes: the pool's other slots now list no unit, then theirs again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pools_line_forming_and_emptying_notifies_every_listing() {
+    let Some(ctx) = setup("a_pools_line_forming_and_emptying_notifies_every_listing").await else {
+        return;
+    };
+    let store = &ctx.store;
+    let (engine, _clock) = engine(store);
+    let (a, b) = (new_slot(&engine, 2).await, new_slot(&engine, 2).await);
+    new_pool(&engine, 1, &[a, b]).await;
+    let held = engine.hold(a, "a").await.unwrap().hold;
+    let channel: String = format!("slot_booking:{}", ctx.schema())
+        .chars()
+        .take(63)
+        .collect();
+    let mut listener = sqlx::postgres::PgListener::connect(&ctx.url).await.unwrap();
+    listener.listen(&channel).await.unwrap();
+    // Every notification until none comes for a while: their payloads.
+    async fn payloads(listener: &mut sqlx::postgres::PgListener) -> Vec<String> {
+        let mut seen = Vec::new();
+        while let Ok(notice) =
+            tokio::time::timeout(StdDuration::from_millis(500), listener.recv()).await
+        {
+            seen.push(notice.unwrap().payload().to_owned());
+        }
+        seen
+    }
+    let head = wait(&engine, b, "head", 1).await;
+    let formed = payloads(&mut listener).await;
+    assert!(formed.contains(&String::new()), "formed: {formed:?}");
+    engine
+        .cancel_as(&Scope::Anonymous, held.hold_id)
+        .await
+        .unwrap();
+    assert!(offer(store, &head).await.is_some());
+    let emptied = payloads(&mut listener).await;
+    assert!(emptied.contains(&String::new()), "emptied: {emptied:?}");
+}
