@@ -836,3 +836,63 @@ async fn a_pools_line_forming_and_emptying_notifies_every_listing() {
     let emptied = payloads(&mut listener).await;
     assert!(emptied.contains(&String::new()), "emptied: {emptied:?}");
 }
+
+/// Bookings and "any one of these" holds never pass a pool's waiting line either; a cancel in
+/// a caller's transaction serves the pool's line in it, and a rollback undoes both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bookings_any_one_holds_and_callers_transactions_respect_the_pools_line() {
+    let Some(ctx) =
+        setup("bookings_any_one_holds_and_callers_transactions_respect_the_pools_line").await
+    else {
+        return;
+    };
+    let store = &ctx.store;
+    let (engine, _clock) = engine(store);
+    let (a, b, free) = (
+        new_slot(&engine, 2).await,
+        new_slot(&engine, 2).await,
+        new_slot(&engine, 2).await,
+    );
+    new_pool(&engine, 2, &[a, b]).await;
+    let held = engine.hold(a, "a").await.unwrap().hold;
+    // One unit of the pool is free, the head wants two: it waits, and so does the unit.
+    let head = wait(&engine, b, "head", 2).await;
+    let error = engine
+        .book(slot_booking::NewBooking::new("bk").line(a, 1).line(free, 1))
+        .await
+        .unwrap_err();
+    assert_eq!(error.code(), "lines_unavailable");
+    let placed = engine
+        .hold_any(slot_booking::candidates::NewAnyHold::new(
+            vec![a, b, free],
+            "any",
+        ))
+        .await
+        .unwrap()
+        .hold;
+    assert_eq!(placed.slot_id, free, "the pool's slots are passed over");
+
+    let mut tx = ctx.pool().begin().await.unwrap();
+    engine
+        .within(store.on(&mut tx))
+        .cancel_as(&Scope::Anonymous, held.hold_id)
+        .await
+        .unwrap();
+    let inside: Option<(String,)> = sqlx::query_as(AssertSqlSafe(format!(
+        "SELECT status FROM \"{}\".holds WHERE id = $1",
+        store.schema()
+    )))
+    .bind(head.offer_id().get())
+    .fetch_optional(&mut *tx)
+    .await
+    .unwrap();
+    assert_eq!(inside, Some(("held".to_owned(),)), "offered in it");
+    tx.rollback().await.unwrap();
+    assert_eq!(offer(store, &head).await, None, "rolled back with it");
+    engine
+        .cancel_as(&Scope::Anonymous, held.hold_id)
+        .await
+        .unwrap();
+    assert!(offer(store, &head).await.is_some());
+    assert_pools(store).await;
+}
