@@ -1,11 +1,15 @@
 //! Waitlists on slots that draw from pools, on PostgreSQL (migration 12), beyond the
 //! conformance cases: each step that frees a pool's units serves the pool's line (a cancel on
-//! another slot of the pool, a pool capacity raise, a detach); entries of a closed or started
-//! slot do not block the pool; a head whose slot row another transaction holds is not waited
-//! for, and the sweeper's pass serves it once that transaction ends; and a race of cancels,
-//! expiries, joins, leaves, newcomer holds and pool capacity raises on the slots of one pool,
-//! checked afterwards with SQL (nobody oversold with offers counted, no entry offered twice, no
-//! newcomer placed while the pool's line waited) and in the server's log (no deadlock).
+//! another slot of the pool, a pool capacity raise, a detach); a pool capacity change that
+//! needs its slots' expired holds is decided before the line takes them; entries of a closed
+//! or started slot do not block the pool; a head whose slot row (or other pool's row) another
+//! transaction holds is not waited for, and the sweeper's pass serves it once that transaction
+//! ends; joins refused over a pool's capacity; bookings and "any one of these" holds pass no
+//! pool's line; a caller's transaction serves and rolls back with it; notifications; and a
+//! race of cancels, expiries, joins, leaves, newcomer holds and pool capacity raises on the
+//! slots of one pool, checked afterwards with SQL (nobody oversold with offers counted, no
+//! entry offered twice, no newcomer placed while the pool's line waited) and in the server's
+//! log (no deadlock).
 
 mod common;
 
