@@ -339,7 +339,6 @@ async fn join_refusal(
     };
     match HoldOutcome::refused(hold, None, Some(limits)) {
         // Selling, and the quantity fits its capacity: refused for its pools.
-        HoldOutcome::SoldOut if pooled => Ok(Step::undo(JoinOutcome::InPool)),
         HoldOutcome::SoldOut => Err(StoreError::failed(
             "a waitlist entry that its slot admits was not stored",
         )),
