@@ -68,17 +68,47 @@ BEGIN
 END
 $$;
 
--- Offers entry `p_entry` at `p_now` if it is ready, and says whether it did. Its slot's row
--- and its pools' rows are taken without waiting (`SKIP LOCKED`; rows this transaction holds
--- are never skipped): when another transaction holds one, the entry is not ready here.
--- Checked in this order, each on the rows as locked (every statement of a VOLATILE function
--- reads afresh): the slot sells; the entry heads its slot's line and every pool's line of
--- the slot; the slot has its quantity, after reclaiming the slot's held holds expired by
--- `p_now` (`hold_expired` events, units back to the slot and its pools) when only that makes
--- it fit; every pool has its quantity as stored. Then the offer: a hold with the entry's id,
--- key, owner and quantity, created at `p_now`, expiring after its offer window, logged
--- `hold_placed` then `waitlist_offered`; the entry leaves every line; the slot and each pool
--- lose its units. The slot row is written once, last, from the values its lock returned.
+-- Gives back the held holds of slot `p_slot` expired by `p_now`: marks them expired, appends
+-- one `hold_expired` each, and gives their units back to the slot and to its pools `p_pools`.
+-- The caller holds the slot's row and its pools' rows. Returns the units given back.
+CREATE FUNCTION reclaim_slot_expired(p_slot BIGINT, p_pools BIGINT[], p_now TIMESTAMPTZ)
+RETURNS INTEGER
+LANGUAGE plpgsql VOLATILE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    v_units INTEGER;
+BEGIN
+    WITH r AS (
+        UPDATE holds SET status = 'expired'
+        WHERE slot_id = p_slot AND status = 'held' AND expires_at <= p_now
+        RETURNING id, slot_id, owner, quantity),
+    ev AS (
+        INSERT INTO events (kind, slot_id, hold_id, owner, quantity, occurred_at)
+        SELECT 'hold_expired', slot_id, id, owner, quantity, p_now FROM r ORDER BY id)
+    SELECT coalesce(pg_catalog.sum(quantity), 0)::int4 INTO v_units FROM r;
+    IF v_units > 0 THEN
+        UPDATE pools SET remaining = remaining + v_units WHERE id = ANY (p_pools);
+        UPDATE slots SET remaining = remaining + v_units WHERE id = p_slot;
+    END IF;
+    RETURN v_units;
+END
+$$;
+
+-- Offers entry `p_entry` at `p_now` if it is ready, and says whether it did. Its slot's row,
+-- its pools' rows and the rows a pool refill needs are taken without waiting (`SKIP LOCKED`;
+-- rows this transaction holds are never skipped): when another transaction holds one, the
+-- entry is not ready here. Ready, checked on the rows as locked (every statement of a
+-- VOLATILE function reads afresh): its slot sells; it heads its slot's line and every pool's
+-- line of the slot; its quantity fits in the slot with the slot's expired holds counted free,
+-- and in every pool with the expired holds of the pool's slots counted free. Then the expired
+-- holds that make it fit are given back (`hold_expired` events, units back to their slots and
+-- those slots' pools): the slot's when the slot is short, then those of the slots of each
+-- pool still short (the pool refill, each such slot and its pools taken without waiting; one
+-- that is busy keeps its holds). Decided on the units the rows then have: the offer, a hold
+-- with the entry's id, key, owner and quantity, created at `p_now`, expiring after its offer
+-- window, logged `hold_placed` then `waitlist_offered`; the entry leaves every line; the slot
+-- and each pool lose its units.
 CREATE FUNCTION offer_if_ready(p_entry BIGINT, p_now TIMESTAMPTZ) RETURNS BOOLEAN
 LANGUAGE plpgsql VOLATILE
 SET search_path FROM CURRENT
@@ -86,16 +116,16 @@ AS $$
 DECLARE
     e RECORD;
     sl RECORD;
+    t RECORD;
     v_locked INTEGER;
-    v_least INTEGER;
-    v_units INTEGER := 0;
+    v_short BIGINT[];
 BEGIN
     SELECT id, slot_id, idempotency_key, quantity, owner, offer_micros INTO e
     FROM waitlist_entries WHERE id = p_entry;
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    SELECT id, remaining, starts_at, closed, removed_at, pools, waiting INTO sl
+    SELECT id, remaining, starts_at, closed, removed_at, pools INTO sl
     FROM slots WHERE id = e.slot_id FOR NO KEY UPDATE SKIP LOCKED;
     IF NOT FOUND OR sl.starts_at <= p_now OR sl.closed OR sl.removed_at IS NOT NULL THEN
         RETURN false;
@@ -105,8 +135,8 @@ BEGIN
         ORDER BY w.priority DESC, w.id LIMIT 1) IS DISTINCT FROM p_entry THEN
         RETURN false;
     END IF;
-    SELECT pg_catalog.count(*), pg_catalog.min(p.remaining) INTO v_locked, v_least
-    FROM (SELECT id, remaining FROM pools WHERE id = ANY (sl.pools)
+    SELECT pg_catalog.count(*) INTO v_locked
+    FROM (SELECT id FROM pools WHERE id = ANY (sl.pools)
           ORDER BY id FOR NO KEY UPDATE SKIP LOCKED) p;
     IF v_locked < pg_catalog.cardinality(sl.pools) THEN
         RETURN false;
@@ -116,30 +146,41 @@ BEGIN
                WHERE pool_line_head(x.pool_id, p_now) IS DISTINCT FROM p_entry) THEN
         RETURN false;
     END IF;
+    IF sl.remaining + (SELECT coalesce(pg_catalog.sum(h.quantity), 0) FROM holds h
+                       WHERE h.slot_id = sl.id AND h.status = 'held'
+                         AND h.expires_at <= p_now) < e.quantity
+       OR EXISTS (
+           SELECT 1 FROM pools p
+           WHERE p.id = ANY (sl.pools)
+             AND p.remaining + (SELECT coalesce(pg_catalog.sum(h.quantity), 0)
+                                FROM slot_pools sp JOIN holds h ON h.slot_id = sp.slot_id
+                                WHERE sp.pool_id = p.id AND h.status = 'held'
+                                  AND h.expires_at <= p_now) < e.quantity) THEN
+        RETURN false;
+    END IF;
     IF sl.remaining < e.quantity THEN
-        SELECT coalesce(pg_catalog.sum(quantity), 0)::int4 INTO v_units
-        FROM holds WHERE slot_id = sl.id AND status = 'held' AND expires_at <= p_now;
-        IF sl.remaining + v_units < e.quantity THEN
-            RETURN false;
-        END IF;
-        WITH r AS (
-            UPDATE holds SET status = 'expired'
-            WHERE slot_id = sl.id AND status = 'held' AND expires_at <= p_now
-            RETURNING id, slot_id, owner, quantity),
-        ev AS (
-            INSERT INTO events (kind, slot_id, hold_id, owner, quantity, occurred_at)
-            SELECT 'hold_expired', slot_id, id, owner, quantity, p_now FROM r ORDER BY id)
-        SELECT coalesce(pg_catalog.sum(quantity), 0)::int4 INTO v_units FROM r;
-        v_least := v_least + v_units;
-        IF sl.remaining + v_units < e.quantity OR v_least < e.quantity THEN
-            -- Not ready after all: the units reclaimed go back, and nothing else changes.
-            IF v_units > 0 THEN
-                UPDATE pools SET remaining = remaining + v_units WHERE id = ANY (sl.pools);
-                UPDATE slots SET remaining = sl.remaining + v_units WHERE id = sl.id;
-            END IF;
-            RETURN false;
-        END IF;
-    ELSIF v_least < e.quantity THEN
+        PERFORM reclaim_slot_expired(sl.id, sl.pools, p_now);
+    END IF;
+    SELECT pg_catalog.array_agg(id) INTO v_short
+    FROM pools WHERE id = ANY (sl.pools) AND remaining < e.quantity;
+    IF v_short IS NOT NULL THEN
+        FOR t IN
+            SELECT b.id, b.pools FROM slots b
+            WHERE b.id IN (SELECT sp.slot_id FROM slot_pools sp WHERE sp.pool_id = ANY (v_short))
+              AND EXISTS (SELECT 1 FROM holds h WHERE h.slot_id = b.id AND h.status = 'held'
+                            AND h.expires_at <= p_now)
+            ORDER BY b.id
+            FOR NO KEY UPDATE SKIP LOCKED
+        LOOP
+            SELECT pg_catalog.count(*) INTO v_locked
+            FROM (SELECT id FROM pools WHERE id = ANY (t.pools)
+                  ORDER BY id FOR NO KEY UPDATE SKIP LOCKED) p;
+            CONTINUE WHEN v_locked < pg_catalog.cardinality(t.pools);
+            PERFORM reclaim_slot_expired(t.id, t.pools, p_now);
+        END LOOP;
+    END IF;
+    IF (SELECT remaining FROM slots WHERE id = sl.id) < e.quantity
+       OR EXISTS (SELECT 1 FROM pools WHERE id = ANY (sl.pools) AND remaining < e.quantity) THEN
         RETURN false;
     END IF;
     INSERT INTO holds (id, slot_id, idempotency_key, status, expires_at, created_at, quantity,
@@ -153,10 +194,9 @@ BEGIN
     INSERT INTO events (kind, slot_id, hold_id, owner, quantity, occurred_at)
     VALUES ('hold_placed', sl.id, e.id, e.owner, e.quantity, p_now),
            ('waitlist_offered', sl.id, e.id, e.owner, e.quantity, p_now);
-    UPDATE pools SET remaining = remaining + v_units - e.quantity, waiting = waiting - 1
+    UPDATE pools SET remaining = remaining - e.quantity, waiting = waiting - 1
     WHERE id = ANY (sl.pools);
-    UPDATE slots SET remaining = sl.remaining + v_units - e.quantity, waiting = sl.waiting - 1
-    WHERE id = sl.id;
+    UPDATE slots SET remaining = remaining - e.quantity, waiting = waiting - 1 WHERE id = sl.id;
     RETURN true;
 END
 $$;
@@ -165,7 +205,9 @@ $$;
 -- `p_pools`. Looks at the head of each line and offers any head that is ready, again and
 -- again until no head of the set is ready (an offer can make the next head ready); the
 -- outcome does not depend on the order the heads are looked at. Returns the entries offered.
--- Takes no lock it would wait for (`offer_if_ready`).
+-- Takes no lock it would wait for (`offer_if_ready`). While it serves, the serving trigger
+-- stays out of its own writes (`slot_booking.defer_serving`): the units its reclaims give
+-- back serve nothing more, and no line is served from inside another's serving.
 CREATE FUNCTION serve_lines(p_slots BIGINT[], p_pools BIGINT[], p_now TIMESTAMPTZ)
 RETURNS BIGINT[]
 LANGUAGE plpgsql VOLATILE
@@ -175,7 +217,10 @@ DECLARE
     v_head BIGINT;
     v_progress BOOLEAN;
     v_offered BIGINT[] := '{}';
+    v_deferred TEXT := coalesce(
+        pg_catalog.current_setting('slot_booking.defer_serving', true), 'off');
 BEGIN
+    PERFORM pg_catalog.set_config('slot_booking.defer_serving', 'on', true);
     LOOP
         v_progress := false;
         FOR v_head IN
@@ -196,6 +241,7 @@ BEGIN
         END LOOP;
         EXIT WHEN NOT v_progress;
     END LOOP;
+    PERFORM pg_catalog.set_config('slot_booking.defer_serving', v_deferred, true);
     RETURN v_offered;
 END
 $$;
@@ -271,7 +317,9 @@ $$;
 
 -- The serving trigger of migration 11 fires for a slot with pools too, whether or not the
 -- slot has a line of its own: units it gets back are its pools' too, and their lines may
--- wait for them (`serve_waitlist` looks at the pools' counts first).
+-- wait for them (`serve_waitlist` looks at the pools' counts first). It also fires when
+-- sales close or the slot is removed: its entries leave its pools' lines, whose next heads
+-- may be ready.
 DROP TRIGGER slots_serve_waitlist ON slots;
 
 CREATE TRIGGER slots_serve_waitlist
@@ -280,7 +328,8 @@ CREATE TRIGGER slots_serve_waitlist
     WHEN ((NEW.waiting > 0 OR pg_catalog.cardinality(NEW.pools) > 0)
           AND pg_catalog.pg_trigger_depth() = 0
           AND (NEW.remaining > OLD.remaining OR NEW.capacity <> OLD.capacity
-               OR (OLD.closed AND NOT NEW.closed)))
+               OR OLD.closed <> NEW.closed
+               OR (OLD.removed_at IS NULL AND NEW.removed_at IS NOT NULL)))
     EXECUTE FUNCTION serve_waitlist_on_slot_change();
 
 -- Change notifications (migration 6) when a pool's entries appear or are gone: availability

@@ -229,8 +229,6 @@ pub(crate) struct PoolStatements {
     pub(crate) reclaim: String,
     /// Serves the lines of slots `$1` and pools `$2` at `$3` (`serve_lines`, migration 12).
     serve: String,
-    /// Serves the lines of slots `$1`, of their pools and of pools `$2` at `$3`.
-    serve_touched: String,
     /// The pools some entry of whose slots waits, by id.
     pub(crate) waiting_pools: String,
     /// The sweeper's pass over pool `$1` at `$2` (`serve_pool_head`, migration 12).
@@ -336,13 +334,6 @@ impl PoolStatements {
                 "SELECT {s}.serve_lines($1::int8[], $2::int8[], {}) AS offered",
                 now(3)
             ),
-            serve_touched: format!(
-                "SELECT {s}.serve_lines($1::int8[], \
-                     ARRAY(SELECT DISTINCT x.pool_id FROM {s}.slots sl \
-                           CROSS JOIN unnest(sl.pools) AS x(pool_id) \
-                           WHERE sl.id = ANY($1::int8[])) || $2::int8[], {}) AS offered",
-                now(3)
-            ),
             waiting_pools: format!("SELECT id FROM {s}.pools WHERE waiting > 0 ORDER BY id"),
             serve_head: format!("SELECT {s}.serve_pool_head($1, {now2}) AS offered"),
             create: format!(
@@ -396,8 +387,7 @@ impl PoolStatements {
                      RETURNING sl.id), \
                  {give}, \
                  ev AS ({expired}) \
-                 SELECT coalesce((SELECT sum(units) FROM per), 0)::int8 AS reclaimed, \
-                        ARRAY(SELECT slot_id FROM per ORDER BY slot_id) AS slots"
+                 SELECT coalesce((SELECT sum(units) FROM per), 0)::int8 AS reclaimed"
             ),
         }
     }
@@ -440,17 +430,18 @@ async fn serve_lines(
 }
 
 /// On `conn`, in its transaction: the step that gives back the expired holds of the slots of
-/// `pools` and of `slots`, with the serving trigger deferred (`slot_booking.defer_serving`,
-/// migration 12) so that the change that follows in the transaction is decided on the units
-/// given back before any line takes them; the caller serves the touched slots' lines (and
-/// their pools') after it. The slots whose holds it gave back (none: nothing to give back).
+/// `pools` and of `slots` (locks in the global order), with the serving trigger deferred
+/// (`slot_booking.defer_serving`, migration 12). The reclaims a write makes only to make room
+/// for itself (a hold's or a booking's pool refill, a pool capacity change's, an attach's)
+/// serve no line, as in the model; the change that follows is decided on the units they gave
+/// back. The units given back.
 async fn reclaim_deferred(
     conn: &mut PgConnection,
     inner: &Inner,
     pools: &[i64],
     slots: &[i64],
     now: Option<Timestamp>,
-) -> Result<Vec<i64>, StoreError> {
+) -> Result<i64, StoreError> {
     (&mut *conn).execute(DEFER_SERVING).await.map_err(map_err)?;
     let row = sqlx::query(AssertSqlSafe(inner.pools.reclaim.as_str()))
         .bind(pools)
@@ -460,7 +451,23 @@ async fn reclaim_deferred(
         .await
         .map_err(map_err)?;
     (&mut *conn).execute(SERVE_AGAIN).await.map_err(map_err)?;
-    row.try_get("slots").map_err(map_err)
+    row.try_get("reclaimed").map_err(map_err)
+}
+
+/// Pool `pool_id` and its units, read on `conn` at `now` (NULL: the database's clock).
+async fn read_pool(
+    conn: &mut PgConnection,
+    inner: &Inner,
+    pool_id: PoolId,
+    now: Option<Timestamp>,
+) -> Result<Decided<Option<PoolUsage>>, StoreError> {
+    let row = sqlx::query(AssertSqlSafe(inner.pools.get.as_str()))
+        .bind(pool_id.get())
+        .bind(now)
+        .fetch_one(conn)
+        .await
+        .map_err(map_err)?;
+    decided(&row, usage_from(&row)?)
 }
 
 /// Defers the serving trigger's work for the rest of the transaction (or until
@@ -583,7 +590,8 @@ impl Run<'_> {
     }
 
     /// The step of its own that gives back the expired holds of the slots of `pools` and of
-    /// `slots` (locks in the global order): the units it gave back.
+    /// `slots` ([`reclaim_deferred`], in a transaction of its own on the pool): the units it
+    /// gave back.
     pub(crate) async fn reclaim_pools(
         &mut self,
         pools: &[i64],
@@ -591,14 +599,8 @@ impl Run<'_> {
         now: Timestamp,
     ) -> Result<i64, StoreError> {
         let inner = self.pool_sql();
-        let row = sqlx::query(AssertSqlSafe(inner.pools.reclaim.as_str()))
-            .bind(pools)
-            .bind(self.now_param(now))
-            .bind(slots)
-            .fetch_one(&mut *self.conn)
-            .await
-            .map_err(map_err)?;
-        row.try_get("reclaimed").map_err(map_err)
+        let now = self.now_param(now);
+        reclaim_deferred(&mut self.conn, &inner, pools, slots, now).await
     }
 
     pub(crate) async fn create_pool(
@@ -627,13 +629,8 @@ impl Run<'_> {
         now: Timestamp,
     ) -> Result<Decided<Option<PoolUsage>>, StoreError> {
         let inner = self.pool_sql();
-        let row = sqlx::query(AssertSqlSafe(inner.pools.get.as_str()))
-            .bind(pool_id.get())
-            .bind(self.now_param(now))
-            .fetch_one(&mut *self.conn)
-            .await
-            .map_err(map_err)?;
-        decided(&row, usage_from(&row)?)
+        let now = self.now_param(now);
+        read_pool(&mut self.conn, &inner, pool_id, now).await
     }
 
     pub(crate) async fn pools(
@@ -663,8 +660,8 @@ impl Run<'_> {
     /// Attach (`attach`) or detach: the statement, and for an attach the pool short, once more
     /// after giving back the expired holds of the slot and the pool's slots, in the same
     /// transaction ([`reclaim_deferred`]). A detach serves the pool's line (its units came
-    /// back) and the slot's (its entries left the pool's line); the units a reclaim gave back
-    /// serve the lines of the slots it touched and of their pools, once the attach is decided.
+    /// back) and the slot's (its entries left the pool's line), in its transaction; an attach
+    /// serves nothing.
     async fn link(
         &mut self,
         attach: bool,
@@ -683,16 +680,12 @@ impl Run<'_> {
         let (pool, slot) = ([pool_id.get()], [slot_id.get()]);
         for attempt in 0..2 {
             let mut tx = (*self.conn).begin().await.map_err(map_err)?;
-            let reclaimed = if attempt == 0 {
-                Vec::new()
-            } else {
-                let touched = reclaim_deferred(&mut tx, &inner, &pool, &slot, now_param).await?;
-                if touched.is_empty() {
-                    tx.rollback().await.map_err(map_err)?;
-                    break;
-                }
-                touched
-            };
+            if attempt == 1
+                && reclaim_deferred(&mut tx, &inner, &pool, &slot, now_param).await? == 0
+            {
+                tx.rollback().await.map_err(map_err)?;
+                break;
+            }
             let row = sqlx::query(AssertSqlSafe(sql.as_str()))
                 .bind(pool_id.get())
                 .bind(slot_id.get())
@@ -702,10 +695,13 @@ impl Run<'_> {
                 .map_err(map_err)?;
             let flag = |column: &str| row.try_get::<bool, _>(column).map_err(map_err);
             if !attach && flag("applied")? {
+                // The answer is the change, read before the lines take any unit.
+                let read = read_pool(&mut tx, &inner, pool_id, now_param).await?;
                 serve_lines(&mut tx, &inner.pools.serve, &slot, &pool, now_param).await?;
-            } else if !reclaimed.is_empty() {
-                let serve = &inner.pools.serve_touched;
-                serve_lines(&mut tx, serve, &reclaimed, &[], now_param).await?;
+                tx.commit().await.map_err(map_err)?;
+                return Ok(
+                    read.map(|usage| usage.map_or(PoolChange::PoolNotFound, PoolChange::Applied))
+                );
             }
             tx.commit().await.map_err(map_err)?;
             if !flag("slot_found")? {
@@ -754,8 +750,7 @@ impl Run<'_> {
     /// A pool's capacity change: the statement and, when it changed the capacity, the pool's
     /// line served, in one transaction; when it did not fit, once more after giving back the
     /// expired holds of the pool's slots in the same transaction ([`reclaim_deferred`]): the
-    /// change is decided before any line takes those units, then the lines of the slots the
-    /// reclaim touched and of their pools are served too.
+    /// change is decided before the line takes any of those units.
     pub(crate) async fn change_pool_capacity(
         &mut self,
         pool_id: PoolId,
@@ -767,16 +762,11 @@ impl Run<'_> {
         let pool = [pool_id.get()];
         for attempt in 0..2 {
             let mut tx = (*self.conn).begin().await.map_err(map_err)?;
-            let reclaimed = if attempt == 0 {
-                Vec::new()
-            } else {
-                let touched = reclaim_deferred(&mut tx, &inner, &pool, &[], now_param).await?;
-                if touched.is_empty() {
-                    tx.rollback().await.map_err(map_err)?;
-                    break;
-                }
-                touched
-            };
+            if attempt == 1 && reclaim_deferred(&mut tx, &inner, &pool, &[], now_param).await? == 0
+            {
+                tx.rollback().await.map_err(map_err)?;
+                break;
+            }
             let row = sqlx::query(AssertSqlSafe(inner.pools.capacity.as_str()))
                 .bind(pool_id.get())
                 .bind(capacity)
@@ -784,10 +774,14 @@ impl Run<'_> {
                 .await
                 .map_err(map_err)?;
             let flag = |column: &str| row.try_get::<bool, _>(column).map_err(map_err);
-            let pools: &[i64] = if flag("changed")? { &pool } else { &[] };
-            if !pools.is_empty() || !reclaimed.is_empty() {
-                let serve = &inner.pools.serve_touched;
-                serve_lines(&mut tx, serve, &reclaimed, pools, now_param).await?;
+            if flag("changed")? {
+                // The answer is the change, read before the line takes any unit.
+                let read = read_pool(&mut tx, &inner, pool_id, now_param).await?;
+                serve_lines(&mut tx, &inner.pools.serve, &[], &pool, now_param).await?;
+                tx.commit().await.map_err(map_err)?;
+                return Ok(
+                    read.map(|usage| usage.map_or(PoolChange::PoolNotFound, PoolChange::Applied))
+                );
             }
             tx.commit().await.map_err(map_err)?;
             if !flag("found")? {
