@@ -1,8 +1,9 @@
 -- slot_booking (PostgreSQL), migration 12: waitlists on slots that draw from pools.
 --
 -- Additive: one column with a constant default on `pools` (set from the slots' lines of a
--- database that has some), five functions, the serving trigger of migration 11 made to fire
--- for slots with pools too, and one notifying trigger on `pools`; every row is kept.
+-- database that has some), six new functions and two replaced (`serve_waitlist` and the
+-- serving trigger's), the serving trigger of migration 11 made to fire for slots with pools
+-- too and for closing and removal, and one notifying trigger on `pools`; every row is kept.
 --
 -- An entry waits on one slot. When that slot draws from pools, the entry is also in the line
 -- of each of them: **a pool's line** is the waiting entries of the pool's slots that are
@@ -18,8 +19,18 @@
 -- Newcomers (a hold, a booking line, an "any one of these" pick) on a slot are refused when
 -- the slot's line or the line of any of its pools is not empty. An entry is offered when it
 -- is ready (`offer_if_ready`): its slot sells, it is the head of its slot's line and of every
--- pool's line of the slot, its slot has its units (after reclaiming the slot's expired
--- holds, only when that makes them enough) and every pool of the slot has them as stored.
+-- pool's line of the slot, its slot has its units with the slot's expired holds counted free,
+-- and every pool of the slot has them with the expired holds of the pool's slots counted free
+-- (those that make it fit are given back first: the slot's, then the pool refill).
+--
+-- Which step serves which lines: every statement that gives a slot units back (a cancel, a
+-- reclaim of expired holds), changes its capacity, opens or closes its sales or removes it
+-- serves the slot's line and its pools' lines (the trigger on `slots`); a join and a leave
+-- the same, themselves; a pool capacity change the pool's line and a detach the pool's and
+-- the slot's (`pools.rs`, after reading their answer); the sweeper every pool's line whose
+-- head is ready. The reclaims a write makes only to make room for itself (a hold's or a
+-- booking's pool refill, a pool capacity change's or an attach's) serve nothing, and neither
+-- do serving's own writes (`slot_booking.defer_serving`, set for the transaction).
 --
 -- # Locks: never wait out of order
 --

@@ -145,11 +145,13 @@
 //! of each of its pools (the entries of the pool's selling slots, in line order; a `waiting`
 //! count on the pool row, kept with them under its lock). A newcomer on a slot is refused
 //! while the line of any of its pools waits, and an entry is offered only when it heads its
-//! slot's line and every one of its pools' lines. The step that frees a pool's units serves
-//! the pool's line in its transaction (the trigger, for every statement that gives a slot's
-//! units back to it and its pools; a pool capacity change and a detach, with a second
-//! statement); rows that would be taken out of the lock order (the head's slot, and its other
-//! pools) are taken with `SKIP LOCKED`, never waited for, and the sweeper
+//! slot's line and every one of its pools' lines and its units are free in its slot and every
+//! pool. The step that frees a pool's units serves the pool's line in its transaction (the
+//! trigger, for every statement that gives a slot's units back to it and its pools, changes
+//! its capacity, opens or closes its sales or removes it; a pool capacity change and a detach,
+//! with a second statement); rows that would be taken out of the lock order (the head's slot,
+//! its other pools, a pool refill's slots) are taken with `SKIP LOCKED`, never waited for, and
+//! the sweeper
 //! ([`reclaim_expired`](slot_booking::EventStore::reclaim_expired)) serves every pool line
 //! whose head is ready, taking the head's rows in order: see `waitlists.rs` and migration 12.
 //!

@@ -46,14 +46,18 @@
 //!
 //! Serving a set of lines (`serve_lines`) offers any head that is ready (`offer_if_ready`:
 //! the slot sells, the entry heads its slot's line and every pool's line of the slot, the slot
-//! has its units, reclaiming the slot's expired holds when only that makes it fit, and every
-//! pool has them as stored) until none is. `serve_waitlist(slot)` serves the slot's line and
-//! its pools' lines: the trigger runs it for every statement that gives a slot (and so its
-//! pools) units back, changes its capacity or reopens it, and a join and a leave run it
-//! themselves. A pool capacity change that changed the capacity serves the pool's line, and a
-//! detach serves the pool's line and the slot's, each in one transaction with its statement
-//! (`pools.rs`). The sweeper (`reclaim_expired`) then serves each pool with entries
-//! (`serve_pool_head`, a transaction of its own per pool and round).
+//! has its units with its expired holds counted free, and every pool has them with its slots'
+//! expired holds counted free; those that make it fit are given back first, the slot's, then
+//! a short pool's slots': the pool refill) until none is. `serve_waitlist(slot)` serves the
+//! slot's line and its pools' lines: the trigger runs it for every statement that gives a slot
+//! (and so its pools) units back, changes its capacity, opens or closes its sales or removes
+//! it, and a join and a leave run it themselves. A pool capacity change that changed the
+//! capacity serves the pool's line, and a detach serves the pool's line and the slot's, each
+//! in one transaction with its statement, after reading the change's answer (`pools.rs`). The
+//! sweeper (`reclaim_expired`) then serves each pool with entries (`serve_pool_head`, a
+//! transaction of its own per pool and round). Reclaims a write makes only for itself (pool
+//! refills, an administrative change's) and serving's own writes serve nothing more: the
+//! trigger stands aside while `slot_booking.defer_serving` is on in the transaction.
 //!
 //! # Lock paths
 //!

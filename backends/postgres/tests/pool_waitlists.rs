@@ -760,7 +760,7 @@ async fn a_race_on_the_slots_of_one_pool_oversells_nothing_and_jumps_no_line() {
         }
     }
     // After the sweeper's pass no head is ready: the pool's head does not fit in its slot
-    // (expired holds counted free) or in the pool (as stored).
+    // (expired holds counted free) or in the pool (none expired is left after the pass).
     let heads: Vec<(i64, i32, i32, i32)> = sqlx::query_as(AssertSqlSafe(format!(
         "SELECT e.id, e.quantity, \
                 sl.remaining + (SELECT coalesce(sum(h.quantity), 0) FROM \"{s}\".holds h \
