@@ -900,3 +900,72 @@ async fn bookings_any_one_holds_and_callers_transactions_respect_the_pools_line(
     assert!(offer(store, &head).await.is_some());
     assert_pools(store).await;
 }
+
+/// A head fits in its pool with the expired holds of the pool's other slots counted free: the
+/// step serving it gives those back first (the pool refill), taking their slots' rows without
+/// waiting; a slot whose row another transaction holds keeps its holds, and the head waits
+/// for the sweeper.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_short_only_by_expired_holds_is_refilled_for_its_head() {
+    let Some(ctx) = setup("a_pool_short_only_by_expired_holds_is_refilled_for_its_head").await
+    else {
+        return;
+    };
+    let store = &ctx.store;
+    let (engine, clock) = engine(store);
+    let minute = |slot: SlotId, key: &str| {
+        NewHold::new(slot, key.to_owned()).lifetime(StdDuration::from_secs(60))
+    };
+    let (a, b) = (new_slot(&engine, 2).await, new_slot(&engine, 2).await);
+    let pool = new_pool(&engine, 2, &[a, b]).await;
+    let expiring = engine.place_hold(minute(a, "expiring")).await.unwrap().hold;
+    engine.hold(a, "stays").await.unwrap();
+    clock.advance(Duration::seconds(61));
+    // The pool's stored units are gone, but one of them only to an expired hold on A.
+    assert_eq!(pool_row(store, pool).await, (0, 0));
+    let held = match engine.join_waitlist(NewHold::new(b, "join"), 0).await {
+        Ok(Joined::Held { hold, .. }) => hold,
+        other => panic!("held at once, got {other:?}"),
+    };
+    assert_eq!(held.slot_id, b);
+    let reclaimed = store
+        .get_hold(expiring.hold_id, &Scope::BackOffice, clock.now())
+        .await
+        .unwrap()
+        .outcome
+        .unwrap();
+    assert_eq!(
+        reclaimed.status,
+        HoldStatus::Expired,
+        "given back by the refill"
+    );
+    assert_eq!(pool_row(store, pool).await, (0, 0));
+
+    // The same with C's row held by another transaction: its expired hold stays where it is.
+    let (c, d) = (new_slot(&engine, 2).await, new_slot(&engine, 2).await);
+    let other_pool = new_pool(&engine, 1, &[c, d]).await;
+    engine.place_hold(minute(c, "c-expiring")).await.unwrap();
+    clock.advance(Duration::seconds(61));
+    let other = one_connection(&ctx.url).await;
+    let mut tx = other.begin().await.unwrap();
+    sqlx::query(AssertSqlSafe(format!(
+        "SELECT id FROM \"{}\".slots WHERE id = $1 FOR NO KEY UPDATE",
+        store.schema()
+    )))
+    .bind(c.get())
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    let entry = tokio::time::timeout(StdDuration::from_secs(10), wait(&engine, d, "d", 1))
+        .await
+        .expect("the join does not wait for C's row");
+    tx.commit().await.unwrap();
+    assert_eq!(pool_row(store, other_pool).await, (0, 1));
+    store.reclaim_expired(clock.now(), 10).await.unwrap();
+    assert!(
+        offer(store, &entry).await.is_some(),
+        "served by the sweeper"
+    );
+    assert_eq!(pool_row(store, other_pool).await, (0, 0));
+    assert_pools(store).await;
+}
