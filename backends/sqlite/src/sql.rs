@@ -177,6 +177,16 @@ impl Statements {
         let consumers = format!("{prefix}event_consumers");
         let slot_pools = format!("{prefix}slot_pools");
         let next_id = next_hold_id(prefix.as_str());
+        // Whether the line of a pool of the slot `s` is not empty at ?1: a slot of one of its
+        // pools that sells has entries waiting (migration 11). A slot of no pool: one look at
+        // the empty range of `slot_pools`' primary key.
+        let pool_lined = format!(
+            "EXISTS (SELECT 1 FROM {slot_pools} m \
+                     JOIN {slot_pools} o ON o.pool_id = m.pool_id \
+                     JOIN {slots} t ON t.id = o.slot_id \
+                     WHERE m.slot_id = s.id AND t.waiting > 0 AND t.starts_at > ?1 \
+                       AND t.closed = 0 AND t.removed_at IS NULL)"
+        );
         // A slot's units still stored as held, split at ?1 (now) into active and expired: two
         // correlated sums, each one range of the partial index `holds_held_by_slot_expiry`
         // (slot_id, expires_at, quantity), which covers them: a `SlotUsage` per row.
@@ -241,11 +251,12 @@ impl Statements {
             // The correlated count walks the partial index over held holds of one slot, for
             // selling slots only (not started, sales open, not removed): abandoned holds on
             // past slots are never read. A slot with every unit free has no held hold to
-            // count, and is not looked up. A slot with a waiting line (migration 10) has no unit
-            // for anyone else: 0.
+            // count, and is not looked up. A slot with a waiting line (migration 10), or in a
+            // pool whose line is not empty (some selling slot of the pool has one, migration
+            // 11), has no unit for anyone else: 0.
             availability: format!(
                 "SELECT s.id, s.starts_at, s.ends_at, s.capacity, s.resource, \
-                        CASE WHEN s.waiting > 0 THEN 0 \
+                        CASE WHEN s.waiting > 0 OR {pool_lined} THEN 0 \
                         ELSE s.remaining + CASE WHEN s.remaining = s.capacity THEN 0 ELSE \
                             (SELECT coalesce(SUM(h.quantity), 0) FROM {holds} h \
                              WHERE h.slot_id = s.id AND h.status = 'held' \

@@ -24,11 +24,12 @@
 //!   (`lines.rs`), the sweeper's reclaim (`events.rs`), a capacity change and reopened sales
 //!   (`admin.rs`), a leave and a join (here).
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use slot_booking::{
-    Decided, EntryId, EventKind, Hold, HoldOutcome, JoinOutcome, JoinRequest, OwnerId, Scope,
-    SlotId, SlotLimits, StoreError, Timestamp, WaitlistEntry,
+    Decided, EntryId, EventKind, Hold, HoldOutcome, JoinOutcome, JoinRequest, OwnerId, PoolId,
+    Scope, SlotId, SlotLimits, StoreError, Timestamp, WaitlistEntry,
 };
 use sqlx::sqlite::{SqliteConnection, SqliteRow};
 use sqlx::{AssertSqlSafe, Row};
@@ -55,9 +56,12 @@ pub(crate) struct WaitlistStatements {
     entry_by_key: String,
     entry_in_scope: String,
     leave: String,
-    offer_head: String,
+    slot_head: String,
+    pool_head: String,
+    pools_lined: String,
+    offer_entry: String,
     drop_entry: String,
-    reclaim_for_head: String,
+    reclaim_for_entry: String,
 }
 
 impl WaitlistStatements {
@@ -66,6 +70,7 @@ impl WaitlistStatements {
         let holds = format!("{prefix}holds");
         let entries = format!("{prefix}waitlist_entries");
         let slot_pools = format!("{prefix}slot_pools");
+        let pools = format!("{prefix}pools");
         let next_id = next_hold_id(prefix.as_str());
         // The place in line of the entry `e`: the entries of its slot served before it, and
         // itself (one range of `waitlist_line`).
@@ -74,18 +79,38 @@ impl WaitlistStatements {
               AND (o.priority > e.priority OR (o.priority = e.priority AND o.id <= e.id))) \
              AS position"
         );
-        // The head of the line of the slot ?1: the first entry by (priority DESC, id), through
+        // The slot `s` sells at `now` (a parameter).
+        let selling = |s: &str, now: &str| {
+            format!("{s}.starts_at > {now} AND {s}.closed = 0 AND {s}.removed_at IS NULL")
+        };
+        let selling_s = selling("s", "?2");
+        let selling_t = selling("t", "?2");
+        // The entry `x` comes before the entry `e` in a line.
+        let before = "(x.priority > e.priority OR (x.priority = e.priority AND x.id < e.id))";
+        // The entry `e` is the head of its slot's line and of the line of every pool of its
+        // slot (the waiting entries of the pool's slots selling at ?2): nobody is before it in
+        // any of them. One range of `waitlist_line`, then per pool of the slot one range of
+        // `slot_pools_by_pool` and, for each of its slots with a line, a range of
         // `waitlist_line`.
-        let head = format!(
-            "SELECT id, slot_id, idempotency_key, quantity, owner, offer_micros FROM {entries} \
-             WHERE slot_id = ?1 ORDER BY priority DESC, id LIMIT 1"
+        let head_everywhere = format!(
+            "NOT EXISTS (SELECT 1 FROM {entries} x WHERE x.slot_id = e.slot_id AND {before}) \
+             AND NOT EXISTS (SELECT 1 FROM {slot_pools} m \
+                             JOIN {slot_pools} o ON o.pool_id = m.pool_id \
+                             JOIN {slots} t ON t.id = o.slot_id \
+                             JOIN {entries} x ON x.slot_id = o.slot_id \
+                             WHERE m.slot_id = e.slot_id AND t.waiting > 0 AND {selling_t} \
+                               AND {before})"
         );
-        let selling = "s.starts_at > ?2 AND s.closed = 0 AND s.removed_at IS NULL";
+        // Every pool of the entry `e`'s slot has its quantity in its stored `remaining`.
+        let pools_fit = format!(
+            "NOT EXISTS (SELECT 1 FROM {slot_pools} m JOIN {pools} p ON p.id = m.pool_id \
+                         WHERE m.slot_id = e.slot_id AND p.remaining < e.quantity)"
+        );
         WaitlistStatements {
             // ?1 slot id, ?2 key, ?3 quantity, ?4 owner, ?5 priority, ?6 now, ?7 offer window
-            // (µs). Stores the entry only where the slot sells and has the capacity, is in no
-            // pool and no hold has the key; another entry with the key is the unique
-            // constraint's. No row: the reads of `join_refusal` say why.
+            // (µs). Stores the entry only where the slot sells and has the capacity, so has
+            // every pool of it, and no hold has the key; another entry with the key is the
+            // unique constraint's. No row: the reads of `join_refusal` say why.
             join: format!(
                 "INSERT INTO {entries} \
                      (id, slot_id, idempotency_key, quantity, owner, priority, joined_at, \
@@ -93,14 +118,18 @@ impl WaitlistStatements {
                  SELECT {next_id}, ?1, ?2, ?3, ?4, ?5, ?6, ?7 \
                  WHERE EXISTS (SELECT 1 FROM {slots} WHERE id = ?1 AND starts_at > ?6 \
                                  AND closed = 0 AND removed_at IS NULL AND capacity >= ?3) \
-                   AND NOT EXISTS (SELECT 1 FROM {slot_pools} WHERE slot_id = ?1) \
+                   AND NOT EXISTS (SELECT 1 FROM {slot_pools} m \
+                                   JOIN {pools} p ON p.id = m.pool_id \
+                                   WHERE m.slot_id = ?1 AND p.capacity < ?3) \
                    AND NOT EXISTS (SELECT 1 FROM {holds} WHERE idempotency_key = ?2) \
                  RETURNING {ENTRY_COLUMNS}"
             ),
-            // ?1 slot id: its limits, and whether it belongs to a pool.
+            // ?1 slot id: its limits, and the smallest capacity of its pools (NULL: none).
             join_refusal: format!(
                 "SELECT starts_at, capacity, closed, removed_at, \
-                        EXISTS (SELECT 1 FROM {slot_pools} WHERE slot_id = ?1) AS pooled \
+                        (SELECT min(p.capacity) FROM {slot_pools} m \
+                         JOIN {pools} p ON p.id = m.pool_id WHERE m.slot_id = ?1) \
+                            AS pool_capacity \
                  FROM {slots} WHERE id = ?1"
             ),
             // ?1 key: the waiting entry that has it, with its place in line.
@@ -118,36 +147,61 @@ impl WaitlistStatements {
                 "DELETE FROM {entries} WHERE id = ?1 AND (?2 OR owner IS ?3) \
                  RETURNING {ENTRY_COLUMNS}"
             ),
-            // ?1 slot id, ?2 now: the head's offer, if its whole quantity fits in the slot's
-            // `remaining` and the slot sells: a hold of the entry's id, key, owner and
-            // quantity, created now, expiring after the entry's offer window. The
-            // `holds_take_a_unit` trigger takes its units (the line's own offer passes its
-            // `waiting = 0`), and `holds_placed_event` appends its `hold_placed`.
-            offer_head: format!(
+            // ?1 slot id: the head of its line, by (priority DESC, id), through
+            // `waitlist_line`.
+            slot_head: format!(
+                "SELECT id FROM {entries} WHERE slot_id = ?1 ORDER BY priority DESC, id LIMIT 1"
+            ),
+            // ?1 pool id, ?2 now: the head of the pool's line, the first of the entries of its
+            // slots that sell at ?2.
+            pool_head: format!(
+                "SELECT x.id FROM {slot_pools} o JOIN {slots} t ON t.id = o.slot_id \
+                 JOIN {entries} x ON x.slot_id = o.slot_id \
+                 WHERE o.pool_id = ?1 AND t.waiting > 0 AND {selling_t} \
+                 ORDER BY x.priority DESC, x.id LIMIT 1"
+            ),
+            // ?1 now: every pool whose line is not empty, by id (the sweeper's pass).
+            pools_lined: format!(
+                "SELECT DISTINCT o.pool_id FROM {slot_pools} o JOIN {slots} t ON t.id = o.slot_id \
+                 WHERE t.waiting > 0 AND {} ORDER BY o.pool_id",
+                selling("t", "?1")
+            ),
+            // ?1 entry id, ?2 now: the entry's offer, if it is ready without a reclaim: its
+            // slot sells, it is the head of its slot's line and of each of its pools' lines,
+            // and its whole quantity fits in the slot's `remaining` and in each pool's: a hold
+            // of the entry's id, key, owner and quantity, created now, expiring after the
+            // entry's offer window. The `holds_take_a_unit` trigger takes its units from the
+            // slot and its pools (the entry's own offer passes the lines' conditions), and
+            // `holds_placed_event` appends its `hold_placed`.
+            offer_entry: format!(
                 "INSERT INTO {holds} \
                      (id, slot_id, idempotency_key, status, expires_at, created_at, quantity, \
                       owner) \
                  SELECT e.id, e.slot_id, e.idempotency_key, 'held', ?2 + e.offer_micros, ?2, \
                         e.quantity, e.owner \
-                 FROM ({head}) e JOIN {slots} s ON s.id = e.slot_id \
-                 WHERE s.remaining >= e.quantity AND {selling} \
+                 FROM {entries} e JOIN {slots} s ON s.id = e.slot_id \
+                 WHERE e.id = ?1 AND {selling_s} AND s.remaining >= e.quantity \
+                   AND {head_everywhere} AND {pools_fit} \
                  RETURNING {HOLD_COLUMNS}"
             ),
-            // ?1 entry id: an offered entry leaves the line.
+            // ?1 entry id: an offered entry leaves the lines.
             drop_entry: format!("DELETE FROM {entries} WHERE id = ?1"),
-            // ?1 slot id, ?2 now: the slot's held holds expired by ?2, only when the head does
-            // not fit in `remaining` and does with their units, on a selling slot. The EXISTS
-            // names no column of the updated row: SQLite evaluates it once, before any row
+            // ?1 entry id, ?2 now: the held holds of the entry's slot expired by ?2, only when
+            // the entry is the head of every line it is in on a selling slot, and does not fit
+            // in the slot's `remaining` but does with their units. The EXISTS and the slot's
+            // id name no column of the updated row: SQLite evaluates them once, before any row
             // changes.
-            reclaim_for_head: format!(
+            reclaim_for_entry: format!(
                 "UPDATE {holds} SET status = 'expired' \
-                 WHERE slot_id = ?1 AND status = 'held' AND expires_at <= ?2 \
+                 WHERE slot_id = (SELECT slot_id FROM {entries} WHERE id = ?1) \
+                   AND status = 'held' AND expires_at <= ?2 \
                    AND EXISTS ( \
-                       SELECT 1 FROM {slots} s JOIN ({head}) e ON e.slot_id = s.id \
-                       WHERE s.id = ?1 AND {selling} AND s.remaining < e.quantity \
+                       SELECT 1 FROM {entries} e JOIN {slots} s ON s.id = e.slot_id \
+                       WHERE e.id = ?1 AND {selling_s} AND s.remaining < e.quantity \
                          AND s.remaining + (SELECT coalesce(SUM(h.quantity), 0) FROM {holds} h \
-                                            WHERE h.slot_id = ?1 AND h.status = 'held' \
-                                              AND h.expires_at <= ?2) >= e.quantity) \
+                                            WHERE h.slot_id = s.id AND h.status = 'held' \
+                                              AND h.expires_at <= ?2) >= e.quantity \
+                         AND {head_everywhere}) \
                  RETURNING {HOLD_COLUMNS}"
             ),
         }
@@ -180,23 +234,166 @@ fn placed_entry_from_row(row: &SqliteRow) -> Result<(WaitlistEntry, u32), StoreE
     ))
 }
 
-/// Serves the line of `slot_id` in the unit of work `conn` is in, in strict order
-/// ([`served`](slot_booking::served)): while the head's whole quantity fits in the slot's
-/// `remaining` (after reclaiming the slot's expired holds, only when that is what makes it
-/// fit) and the slot sells, the head becomes its offer (`hold_placed`, by the trigger), leaves
-/// the line, and `waitlist_offered` is appended. Returns the offers made, in line order.
+/// A set of lines to serve: slots' lines and pools' lines.
+#[derive(Debug, Default)]
+pub(crate) struct Lines {
+    slots: BTreeSet<i64>,
+    pools: BTreeSet<i64>,
+}
+
+impl Lines {
+    /// No line.
+    pub(crate) fn new() -> Self {
+        Lines::default()
+    }
+
+    /// Adds the slot's line.
+    pub(crate) fn slot(&mut self, slot_id: SlotId) -> &mut Self {
+        self.slots.insert(slot_id.get());
+        self
+    }
+
+    /// Adds the pool's line.
+    pub(crate) fn pool(&mut self, pool_id: PoolId) -> &mut Self {
+        self.pools.insert(pool_id.get());
+        self
+    }
+
+    /// Adds the slot's line and the lines of its pools, read in the unit of work `conn` is in.
+    pub(crate) async fn slot_and_pools(
+        &mut self,
+        sql: &Statements,
+        conn: &mut SqliteConnection,
+        slot_id: SlotId,
+    ) -> Result<&mut Self, StoreError> {
+        self.slots.insert(slot_id.get());
+        let pools: Vec<i64> = sqlx::query_scalar(AssertSqlSafe(sql.pools.pools_of_slot.as_str()))
+            .bind(slot_id.get())
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(map_err)?;
+        self.pools.extend(pools);
+        Ok(self)
+    }
+
+    /// Adds the line of every slot of `holds` (a reclaim's) and of each of its pools.
+    pub(crate) async fn slots_of(
+        &mut self,
+        sql: &Statements,
+        conn: &mut SqliteConnection,
+        holds: &[Hold],
+    ) -> Result<&mut Self, StoreError> {
+        let slots: BTreeSet<SlotId> = holds.iter().map(|hold| hold.slot_id).collect();
+        for slot_id in slots {
+            self.slot_and_pools(sql, conn, slot_id).await?;
+        }
+        Ok(self)
+    }
+
+    /// Adds the line of every pool whose line is not empty at `now` (some slot of it that
+    /// sells has entries waiting).
+    pub(crate) async fn every_lined_pool(
+        &mut self,
+        sql: &Statements,
+        conn: &mut SqliteConnection,
+        now: Timestamp,
+    ) -> Result<&mut Self, StoreError> {
+        let pools: Vec<i64> = sqlx::query_scalar(AssertSqlSafe(sql.waitlists.pools_lined.as_str()))
+            .bind(to_micros(now))
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(map_err)?;
+        self.pools.extend(pools);
+        Ok(self)
+    }
+
+    /// Whether there is no line in the set.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.slots.is_empty() && self.pools.is_empty()
+    }
+}
+
+/// Serves the line of `slot_id` and the lines of its pools in the unit of work `conn` is in
+/// (see [`serve_lines`]). Returns the offers made.
 pub(crate) async fn serve(
     sql: &Statements,
     conn: &mut SqliteConnection,
     slot_id: SlotId,
     now: Timestamp,
 ) -> Result<Vec<Hold>, StoreError> {
+    let mut lines = Lines::new();
+    lines.slot_and_pools(sql, conn, slot_id).await?;
+    serve_lines(sql, conn, &lines, now).await
+}
+
+/// Serves `lines` in the unit of work `conn` is in, to a fixpoint: the head of each line (a
+/// pool's head may wait on another slot of the pool) is offered its units if it is ready, and
+/// the heads are looked at again after any offer, until no head is ready. An entry is ready
+/// when its slot sells, it is the head of its slot's line and of the line of each pool of its
+/// slot, its whole quantity fits in its slot's `remaining` (the slot's expired holds reclaimed
+/// first, only when that is what makes it fit), and in every pool's stored `remaining`
+/// ([`offer`]). SQLite's one writer holds the write lock: nothing else moves meanwhile. Returns
+/// the offers made, in the order made.
+pub(crate) async fn serve_lines(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    lines: &Lines,
+    now: Timestamp,
+) -> Result<Vec<Hold>, StoreError> {
     let statements = &sql.waitlists;
     let mut offers = Vec::new();
+    loop {
+        let mut heads = BTreeSet::new();
+        for &slot_id in &lines.slots {
+            let head: Option<i64> =
+                sqlx::query_scalar(AssertSqlSafe(statements.slot_head.as_str()))
+                    .bind(slot_id)
+                    .fetch_optional(&mut *conn)
+                    .await
+                    .map_err(map_err)?;
+            heads.extend(head);
+        }
+        for &pool_id in &lines.pools {
+            let head: Option<i64> =
+                sqlx::query_scalar(AssertSqlSafe(statements.pool_head.as_str()))
+                    .bind(pool_id)
+                    .bind(to_micros(now))
+                    .fetch_optional(&mut *conn)
+                    .await
+                    .map_err(map_err)?;
+            heads.extend(head);
+        }
+        let mut offered = false;
+        for entry_id in heads {
+            if let Some(hold) = offer(sql, conn, entry_id, now).await? {
+                offers.push(hold);
+                offered = true;
+            }
+        }
+        if !offered {
+            break;
+        }
+    }
+    Ok(offers)
+}
+
+/// Offers the entry `entry_id` its units if it is ready at `now` (see [`serve_lines`]): the
+/// offer's conditional insert; when that inserts nothing, the entry's slot's expired holds
+/// reclaimed (`hold_expired`, units back to the slot and its pools) if the entry is the head
+/// of its lines and only they make it fit in its slot, and the insert once more. An offered
+/// entry leaves its lines and `waitlist_offered` is appended after the trigger's
+/// `hold_placed`.
+async fn offer(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    entry_id: i64,
+    now: Timestamp,
+) -> Result<Option<Hold>, StoreError> {
+    let statements = &sql.waitlists;
     let mut reclaimed = false;
     loop {
-        let rows = sqlx::query(AssertSqlSafe(statements.offer_head.as_str()))
-            .bind(slot_id.get())
+        let rows = sqlx::query(AssertSqlSafe(statements.offer_entry.as_str()))
+            .bind(entry_id)
             .bind(to_micros(now))
             .fetch_all(&mut *conn)
             .await
@@ -212,22 +409,20 @@ pub(crate) async fn serve(
                 return Err(StoreError::failed("an entry offered its units is gone"));
             }
             log_hold(sql, conn, EventKind::WaitlistOffered, &offer, now).await?;
-            offers.push(offer);
-            continue;
+            return Ok(Some(offer));
         }
         // Every expired hold of the slot is reclaimed at once: a second try frees nothing.
         if reclaimed {
-            break;
+            return Ok(None);
         }
         reclaimed = true;
-        let update = sqlx::query(AssertSqlSafe(statements.reclaim_for_head.as_str()))
-            .bind(slot_id.get())
+        let update = sqlx::query(AssertSqlSafe(statements.reclaim_for_entry.as_str()))
+            .bind(entry_id)
             .bind(to_micros(now));
         if reclaim_by(sql, conn, update, now).await?.is_empty() {
-            break;
+            return Ok(None);
         }
     }
-    Ok(offers)
 }
 
 /// [`WaitlistStore::join_waitlist`](slot_booking::WaitlistStore::join_waitlist) in the unit
@@ -320,26 +515,26 @@ async fn join_refusal(
         };
         return Ok(Step::undo(outcome));
     }
-    let slot: Option<(i64, i32, bool, Option<i64>, bool)> =
+    let slot: Option<(i64, i32, bool, Option<i64>, Option<i32>)> =
         sqlx::query_as(AssertSqlSafe(sql.waitlists.join_refusal.as_str()))
             .bind(hold.slot_id.get())
             .fetch_optional(&mut *conn)
             .await
             .map_err(map_err)?;
-    let Some((starts_at, capacity, closed, removed_at, pooled)) = slot else {
+    let Some((starts_at, capacity, closed, removed_at, pool_capacity)) = slot else {
         return Ok(Step::undo(JoinOutcome::Refused(HoldOutcome::refused(
             hold, None, None,
         ))));
     };
+    // A quantity more than the capacity of a pool of the slot exceeds it as the slot's own
+    // would: the smallest of them is the most a request can ever be given.
     let limits = SlotLimits {
         starts_at: from_micros(starts_at)?,
-        capacity,
+        capacity: pool_capacity.map_or(capacity, |pool| pool.min(capacity)),
         closed,
         removed: removed_at.is_some(),
     };
     match HoldOutcome::refused(hold, None, Some(limits)) {
-        // Selling, and the quantity fits its capacity: refused for its pools.
-        HoldOutcome::SoldOut if pooled => Ok(Step::undo(JoinOutcome::InPool)),
         HoldOutcome::SoldOut => Err(StoreError::failed(
             "a waitlist entry that its slot admits was not stored",
         )),
@@ -442,9 +637,12 @@ mod tests {
             entry_by_key,
             entry_in_scope,
             leave,
-            offer_head,
+            slot_head,
+            pool_head,
+            pools_lined,
+            offer_entry,
             drop_entry,
-            reclaim_for_head,
+            reclaim_for_entry,
         } = &sql;
         for statement in [
             join,
@@ -452,9 +650,12 @@ mod tests {
             entry_by_key,
             entry_in_scope,
             leave,
-            offer_head,
+            slot_head,
+            pool_head,
+            pools_lined,
+            offer_entry,
             drop_entry,
-            reclaim_for_head,
+            reclaim_for_entry,
         ] {
             assert!(statement.contains("zz_"), "{statement}");
             for table in [
@@ -463,6 +664,7 @@ mod tests {
                 "waitlist_entries",
                 "waitlist_ids",
                 "slot_pools",
+                "pools",
             ] {
                 for verb in ["FROM", "JOIN", "INTO", "UPDATE"] {
                     let bare = format!("{verb} {table} ");
