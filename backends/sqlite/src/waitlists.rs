@@ -476,6 +476,10 @@ async fn join(
     }))
 }
 
+/// What `join_refusal` reads: the slot's `starts_at`, `capacity`, `closed` and `removed_at`,
+/// and the smallest capacity of its pools (none: no pool).
+type JoinLimits = (i64, i32, bool, Option<i64>, Option<i32>);
+
 /// Why a join stored no entry, read in its unit of work, in the order every store answers: the
 /// key's entry (a replay, or the key reused), the key's hold or booking (a replay of the
 /// offer, or the key reused), then the slot's limits, then its pools.
@@ -515,7 +519,7 @@ async fn join_refusal(
         };
         return Ok(Step::undo(outcome));
     }
-    let slot: Option<(i64, i32, bool, Option<i64>, Option<i32>)> =
+    let slot: Option<JoinLimits> =
         sqlx::query_as(AssertSqlSafe(sql.waitlists.join_refusal.as_str()))
             .bind(hold.slot_id.get())
             .fetch_optional(&mut *conn)
