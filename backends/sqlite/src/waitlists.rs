@@ -1,13 +1,15 @@
-//! Waitlists (migration 10): slots' lines of entries, served in strict order in the unit of
-//! work that frees their units, on the one write path ([`Run`]).
+//! Waitlists (migrations 10 and 11): slots' and pools' lines of entries, served in strict
+//! order in the unit of work that frees their units, on the one write path ([`Run`]).
 //!
 //! An entry is a row of `<prefix>waitlist_entries`; its slot's `waiting` counts the entries of
-//! its line (kept by the triggers of migration 10 with each insert and delete of an entry).
+//! its line (kept by the triggers of migration 10 with each insert and delete of an entry). A
+//! pool's line is the waiting entries of its slots that sell at the time, in line order.
 //!
 //! * **Nobody jumps the line.** The `holds_take_a_unit` trigger's conditional decrement requires
-//!   `waiting = 0` (an offer, the hold of a waiting entry's own id, excepted), so a hold, a
-//!   booking's line and a group commit's insert on a slot with a line are refused as sold out
-//!   by their own statement; availability lists such a slot with 0 units.
+//!   `waiting = 0` on the slot and on every selling slot of its pools (migration 11; an offer,
+//!   the hold of a waiting entry's own id, excepted), so a hold, a booking's line and a group
+//!   commit's insert on a slot with a line, or in a pool with one, are refused as sold out by
+//!   their own statement; availability lists such a slot with 0 units.
 //! * **Keys.** An entry's key is free of holds when it is inserted (the join's insert checks
 //!   in the same statement, under the write lock) and of other entries (the unique
 //!   constraint); the trigger refuses a hold whose key a waiting entry has. The offer is stored
@@ -15,14 +17,17 @@
 //! * **Ids.** An entry's id is [`next_hold_id`](crate::sql::next_hold_id), as a hold's is, and
 //!   `waitlist_ids` keeps the highest ever drawn, so no hold ever takes the number of an
 //!   entry: its offer is the hold of that number.
-//! * **Serving** ([`serve`]): while the line's head fits in the slot's `remaining` and the slot
-//!   sells, the head's offer is inserted (one `INSERT … SELECT` of the head, which takes its
-//!   units through the trigger and appends `hold_placed` through the other), its entry deleted
-//!   and `waitlist_offered` appended; when the head does not fit, the slot's expired holds are
-//!   reclaimed only if that makes it fit. Every write that gives a slot units back serves its
-//!   line in its own unit of work, after its own change: a cancel of a hold or booking
-//!   (`lines.rs`), the sweeper's reclaim (`events.rs`), a capacity change and reopened sales
-//!   (`admin.rs`), a leave and a join (here).
+//! * **Serving** ([`serve_lines`]): a set of slots' and pools' lines, to a fixpoint: each
+//!   line's head that is ready (its slot sells; it heads its slot's line and every line of its
+//!   slot's pools; it fits its slot's `remaining`, after reclaiming the slot's expired holds
+//!   only when that makes it fit, and every pool's stored `remaining`) is offered: one
+//!   `INSERT … SELECT` of the entry under those conditions, which takes its units through the
+//!   trigger and appends `hold_placed` through the other, its entry deleted and
+//!   `waitlist_offered` appended. Every write that frees units serves the lines it must in its
+//!   own unit of work, after its own change: a cancel of a hold or booking (`lines.rs`), the
+//!   sweeper's reclaim (`events.rs`), a hold or booking placed after reclaiming (`writes.rs`,
+//!   `bookings.rs`), a capacity change and reopened sales (`admin.rs`), a pool's capacity
+//!   change and a detach (`pools.rs`), a leave and a join (here).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
