@@ -61,12 +61,12 @@ pub(crate) struct WaitlistStatements {
     entry_by_key: String,
     entry_in_scope: String,
     leave: String,
-    slot_head: String,
-    pool_head: String,
-    pools_lined: String,
-    offer_entry: String,
+    pub(crate) slot_head: String,
+    pub(crate) pool_head: String,
+    pub(crate) pools_lined: String,
+    pub(crate) offer_entry: String,
     drop_entry: String,
-    reclaim_for_entry: String,
+    pub(crate) reclaim_for_entry: String,
 }
 
 impl WaitlistStatements {
