@@ -901,3 +901,43 @@ async fn pool_waitlists_race() {
     .await;
     eprintln!("race: {tally:?}, offers {offers}, offers expired {expired_offers}");
 }
+
+/// A booking with a line on a slot whose pool's line waits is refused, that line sold out
+/// (0 units free) although the slot and the pool have the units, and nothing is taken.
+#[tokio::test]
+async fn a_booking_line_waits_behind_its_pools_line() {
+    let db = TempDb::new("pwl_booking");
+    let store = db.store().await;
+    let clock = ManualClock::new(t0());
+    let engine = engine(store.clone(), &clock);
+    let (a, b, c) = (
+        slot_at(&engine, 3, 3600).await,
+        slot_at(&engine, 3, 3600).await,
+        slot_at(&engine, 3, 3600).await,
+    );
+    let pool_id = pool_of(&engine, 4, &[a, b]).await;
+    held(&engine, a, "a", 3).await;
+    wait(&engine, a, "w", 2, 0).await;
+    let refused = engine
+        .book(
+            slot_booking::NewBooking::new("booking")
+                .line(b, 2)
+                .line(c, 1),
+        )
+        .await
+        .unwrap_err();
+    match refused {
+        slot_booking::BookingError::LinesUnavailable { lines } => {
+            assert_eq!(lines.len(), 1, "{lines:?}");
+            assert_eq!(lines[0].slot_id, b);
+            assert_eq!(
+                lines[0].problem,
+                slot_booking::LineProblem::SoldOut { free: 0 },
+                "{lines:?}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(pool_remaining(store.pool(), pool_id).await, 1);
+    assert_counts(store.pool(), c, (3, 3, 0, 0)).await;
+}
