@@ -1,8 +1,8 @@
 -- slot_booking (SQLite), migration 11: waitlists on slots that belong to pools.
 --
--- Additive: the `holds_take_a_unit` trigger recreated with one more condition; no table,
--- column or row is touched, and a database of migration 10 upgrades in place with every slot,
--- hold, pool, entry, event and consumer kept.
+-- Additive: the `holds_take_a_unit` trigger recreated with one more condition, and a partial
+-- index over the slots with a line; no table, column or row is touched, and a database of
+-- migration 10 upgrades in place with every slot, hold, pool, entry, event and consumer kept.
 --
 -- A slot in a pool now has a line like any other, and its entries also wait in the line of
 -- each of its pools: the waiting entries of the pool's slots that sell at the time (not
@@ -14,6 +14,11 @@
 -- `slot_pools_by_pool` per pool and the primary-key lookup of each slot of it.
 --
 -- Otherwise as migration 10 made it.
+--
+-- The slots anyone waits for, for the sweeper's pass over every pool's line (the pools of the
+-- selling slots among them): as small as the lines are, and empty without any.
+CREATE INDEX {p}slots_lined ON {p}slots (id) WHERE waiting > 0;
+
 DROP TRIGGER {p}holds_take_a_unit;
 CREATE TRIGGER {p}holds_take_a_unit BEFORE INSERT ON {p}holds
 WHEN NEW.status = 'held'

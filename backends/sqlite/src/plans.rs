@@ -251,7 +251,7 @@ async fn serving_reads_its_indexes() {
          WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < 2000) \
          INSERT INTO slot_booking_waitlist_entries \
              (id, slot_id, idempotency_key, quantity, priority, joined_at, offer_micros) \
-         SELECT 10000 + n, 1 + n % 700, 'w' || n, 1, n % 3, 0, 60 FROM g; \
+         SELECT 10000 + n, 1 + (n % 20) * 97, 'w' || n, 1, n % 3, 0, 60 FROM g; \
          ANALYZE;",
     )
     .execute(store.pool())
@@ -273,4 +273,18 @@ async fn serving_reads_its_indexes() {
             );
         }
     }
+    // The sweeper's pass: the slots with a line through their partial index, their pools by
+    // key.
+    let plan = query_plan(&store, &w.pools_lined, &[Param::Int(100_i64)]).await;
+    assert!(
+        plan.iter()
+            .any(|step| step.contains("slot_booking_slots_lined")),
+        "{plan:?}"
+    );
+    assert!(
+        !plan
+            .iter()
+            .any(|step| step.starts_with("SCAN") && !step.contains("slot_booking_slots_lined")),
+        "{plan:?}"
+    );
 }

@@ -165,11 +165,15 @@ impl WaitlistStatements {
                  WHERE o.pool_id = ?1 AND t.waiting > 0 AND {selling_t} \
                  ORDER BY x.priority DESC, x.id LIMIT 1"
             ),
-            // ?1 now: every pool whose line is not empty, by id (the sweeper's pass).
+            // ?1 now: every pool whose line is not empty, by id (the sweeper's pass): the
+            // slots with a line through the partial index `slots_lined` (migration 11), then
+            // their pools through `slot_pools`' key. The unary `+` keeps the planner off the
+            // slots' `starts_at` index, whose range is nearly every slot.
             pools_lined: format!(
-                "SELECT DISTINCT o.pool_id FROM {slot_pools} o JOIN {slots} t ON t.id = o.slot_id \
-                 WHERE t.waiting > 0 AND {} ORDER BY o.pool_id",
-                selling("t", "?1")
+                "SELECT DISTINCT o.pool_id FROM {slots} t JOIN {slot_pools} o ON o.slot_id = t.id \
+                 WHERE t.waiting > 0 AND +t.starts_at > ?1 AND t.closed = 0 \
+                   AND t.removed_at IS NULL \
+                 ORDER BY o.pool_id"
             ),
             // ?1 entry id, ?2 now: the entry's offer, if it is ready without a reclaim: its
             // slot sells, it is the head of its slot's line and of each of its pools' lines,
