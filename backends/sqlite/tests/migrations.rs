@@ -1087,6 +1087,13 @@ async fn a_database_made_by_migrations_1_to_10_upgrades_in_place() {
     )
     .await;
     assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]);
+    let lined: Vec<i64> = column(
+        &pool,
+        "SELECT id FROM slot_booking_slots INDEXED BY slot_booking_slots_lined \
+         WHERE waiting > 0",
+    )
+    .await;
+    assert_eq!(lined, vec![1], "the new index has the old line's slot");
 
     // Slot 3 of the pool takes a line: 2 units, the pool has 1.
     let line_key = key("pool-line");
