@@ -29,7 +29,7 @@ use crate::pools::{pool_usage, reclaim_short_pools};
 use crate::rows::{from_micros, hold_from_row, to_micros};
 use crate::sql::Statements;
 use crate::units::reclaim;
-use crate::writes::{serve_reclaimed, Renewal, Run, Step};
+use crate::writes::{Renewal, Run, Step};
 
 /// The key of a line that is not its booking's first: a leading space (no stored client key
 /// starts with one: a client's key is visible ASCII, and a key scoped to its owner starts with
@@ -85,7 +85,6 @@ async fn take_line(
     line: &BookingLine,
     key: &str,
     booking: Option<HoldId>,
-    reclaims: &mut Vec<Hold>,
 ) -> Result<LineInsert, StoreError> {
     let slot_id = line.slot_id.get();
     // 0: as stored; 1: the slot's expired holds reclaimed; 2: and those of its short pools.
@@ -111,13 +110,11 @@ async fn take_line(
             Insert::NoUnit | Insert::PoolShort if reclaimed == 0 => {
                 // Only a selling slot is reclaimed; the booking's unit of work is rolled back
                 // (and the reclaim with it) if any line stays short.
-                reclaims.extend(reclaim(sql, &sql.reclaim, conn, slot_id, request.now).await?);
+                reclaim(sql, &sql.reclaim, conn, slot_id, request.now).await?;
                 reclaimed = 1;
             }
             Insert::PoolShort if reclaimed == 1 => {
-                reclaims.extend(
-                    reclaim_short_pools(sql, conn, slot_id, line.quantity, request.now).await?,
-                );
+                reclaim_short_pools(sql, conn, slot_id, line.quantity, request.now).await?;
                 reclaimed = 2;
             }
             Insert::NoUnit | Insert::PoolShort => return Ok(LineInsert::Short),
@@ -144,9 +141,6 @@ pub(crate) async fn create_booking(
         )));
     }
     let mut taken: Vec<Option<Hold>> = Vec::with_capacity(request.lines.len());
-    // The holds the lines' inserts reclaimed, whose slots' lines are served if the booking is
-    // made (see `serve_reclaimed`).
-    let mut reclaims: Vec<Hold> = Vec::new();
     let mut booking: Option<HoldId> = None;
     for (i, line) in request.lines.iter().enumerate() {
         let key = if i == 0 {
@@ -154,7 +148,7 @@ pub(crate) async fn create_booking(
         } else {
             line_key(booking, line)
         };
-        match take_line(sql, conn, request, line, &key, booking, &mut reclaims).await? {
+        match take_line(sql, conn, request, line, &key, booking).await? {
             LineInsert::Taken(hold) => {
                 if i == 0 {
                     booking = Some(hold.hold_id);
@@ -202,7 +196,6 @@ pub(crate) async fn create_booking(
         }
         let booking = Booking::of_lines(taken.into_iter().flatten().collect())
             .ok_or_else(|| StoreError::failed("a booking of no lines"))?;
-        serve_reclaimed(sql, conn, &reclaims, request.now).await?;
         return Ok(Step::keep(BookingOutcome::Created(booking)));
     }
     // Some line is short: read each line's slot in this unit (every line taken still counts

@@ -114,8 +114,7 @@ impl EventStore for SqliteStore {
 /// up to `limit` held holds that expired by `now` as expired (on any slot, decided by the rows
 /// the update returned, so a hold reclaimed by a racing reclaimer or a lazy reclaim is not among
 /// them), gives their units back slot by slot and appends one `hold_expired` event each, then
-/// serves the line of every such slot anyone waits in and of each pool of such a slot, and the
-/// line of every pool that has one.
+/// serves every line that is not empty (every slot's and every pool's).
 pub(crate) async fn reclaim_expired_every(
     sql: &Statements,
     conn: &mut SqliteConnection,
@@ -136,21 +135,20 @@ pub(crate) async fn reclaim_expired_every(
     for hold in &reclaimed {
         *units.entry(hold.slot_id.get()).or_default() += i64::from(hold.quantity);
     }
-    let mut lined = Lines::new();
     for (slot_id, units) in units {
-        if give_back(sql, conn, units, slot_id).await? {
-            lined.slot_and_pools(sql, conn, SlotId(slot_id)).await?;
-        }
+        give_back(sql, conn, units, slot_id).await?;
     }
     for hold in &reclaimed {
         log_hold(sql, conn, EventKind::HoldExpired, hold, now).await?;
     }
-    // Units given back to a line go to it in this same transaction; and every pool's line
-    // whose head is ready is served too (a head that became ready without units freed: the
-    // entries before it in its pool's line left it when their slot stopped selling).
-    lined.every_lined_pool(sql, conn, now).await?;
-    if !lined.is_empty() {
-        serve_lines(sql, conn, &lined, now).await?;
+    // Every line is served in this same transaction: the lines the units given back may
+    // serve among them, and any whose head became ready with no unit given back (a hold
+    // expired, counted free; the entries before it left its pool's line when their slot
+    // stopped selling).
+    let mut lines = Lines::new();
+    lines.every_line(sql, conn, now).await?;
+    if !lines.is_empty() {
+        serve_lines(sql, conn, &lines, now).await?;
     }
     Ok(Step::keep(reclaimed))
 }

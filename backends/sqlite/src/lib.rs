@@ -199,21 +199,24 @@
 //!   (`<prefix>waitlist_ids`), and holds draw theirs the same way, so the offer can be the
 //!   hold of the entry's number and no other hold ever has it.
 //! * **Serving.** An entry is ready when its slot sells, it is the head of its slot's line and
-//!   of each of its slot's pools' lines, its whole quantity fits in its slot's `remaining`
-//!   (the slot's expired holds reclaimed first, only when that is what makes it fit) and in
-//!   each pool's stored `remaining`. A set of lines is served to a fixpoint: each line's head
-//!   that is ready is offered (one `INSERT … SELECT` of the entry under all those conditions
-//!   stores its offer, its units taken from the slot and its pools and `hold_placed` appended
-//!   by the triggers; its entry is deleted and `waitlist_offered` appended), and the heads
-//!   are looked at again until none is ready. SQLite has one writer, so every write serves in
-//!   its own unit of work, after its own change and events: a cancel of a hold or booking and
-//!   the sweeper's [`reclaim_expired`](EventStore::reclaim_expired) serve each touched slot's
-//!   line and its pools' (the give-back's update returns whether anyone waits or the slot is
-//!   pooled, so a slot of no pool without a line pays nothing), and the sweeper also serves
-//!   every pool's line that is not empty; a hold or booking placed after reclaiming serves the
-//!   lines of the slots it reclaimed and their pools; a capacity change or reopened sales, a
-//!   leave and a join serve the slot's line and its pools'; a pool's capacity change serves
-//!   the pool's line; a detach serves the pool's line and the detached slot's.
+//!   of each of its slot's pools' lines, and its whole quantity fits in its slot's `remaining`
+//!   with the slot's expired holds counted free, and in each pool's with the expired holds of
+//!   the pool's slots counted free. A set of lines is served to a fixpoint: each line's head
+//!   that is ready is offered — the expired holds that make it fit reclaimed first (the slot's
+//!   when the slot is short, those of a short pool's slots when a pool is: the pool refill),
+//!   then one `INSERT … SELECT` of the entry under the stored conditions stores its offer (its
+//!   units taken from the slot and its pools and `hold_placed` appended by the triggers), its
+//!   entry is deleted and `waitlist_offered` appended — and the heads are looked at again until
+//!   none is ready. SQLite has one writer, so every write serves in its own unit of work, after
+//!   its own change and events: a cancel of a hold or booking serves each touched slot's line
+//!   and its pools' (the give-back's update returns whether anyone waits or the slot is pooled,
+//!   so a slot of no pool without a line pays nothing); the sweeper's
+//!   [`reclaim_expired`](EventStore::reclaim_expired) serves every line that is not empty; a
+//!   capacity change that gave the slot something, reopened or closed sales, a removal, a leave
+//!   and a join serve the slot's line and its pools'; a pool's capacity change serves the
+//!   pool's line, and a detach the pool's and the detached slot's (both answered as the change
+//!   left the pool, before serving). The reclaims a write makes only to make room for itself
+//!   (a newcomer's, the pool refill, an administrative change's) serve nothing.
 //! * **Migration 10** also rebuilds the event log so that its kind check admits
 //!   `waitlist_offered` (SQLite cannot alter a CHECK): every event is copied with its id and
 //!   the AUTOINCREMENT counter carried over.

@@ -373,8 +373,8 @@ async fn attach_slot(
 }
 
 /// [`PoolStore::detach_slot`](slot_booking::PoolStore::detach_slot) in the unit of work `conn`
-/// is in: the membership deleted, then the slot's taken units given back to the pool, and the
-/// pool's line and the slot's served.
+/// is in: the membership deleted, then the slot's taken units given back to the pool; answered
+/// as that left the pool, and then the pool's line and the slot's served.
 async fn detach_slot(
     sql: &Statements,
     conn: &mut SqliteConnection,
@@ -408,11 +408,13 @@ async fn detach_slot(
                 pool_id.get()
             )));
         }
-        // The slot's taken units went back to the pool, and its entries left the pool's line:
-        // both lines may have a head ready now.
+        // Answered as the detach left the pool; then, the slot's taken units back in the pool
+        // and its entries out of the pool's line, both lines may have a head ready.
+        let usage = usage_now(sql, conn, pool_id, now).await?;
         let mut lines = Lines::new();
         lines.pool(pool_id).slot(slot_id);
         serve_lines(sql, conn, &lines, now).await?;
+        return Ok(Step::keep(PoolChange::Applied(usage)));
     }
     Ok(match pool_usage(sql, conn, pool_id, now).await? {
         Some(usage) => Step::keep(PoolChange::Applied(usage)),
@@ -439,7 +441,8 @@ async fn try_change_capacity(
 /// unit of work `conn` is in: the conditional update; when it changes nothing, the pool read
 /// says whether it is not there or already at that capacity; otherwise the expired holds of
 /// its slots are reclaimed and the update tried once more (rolled back if still refused).
-/// Changed, the pool's line is served in the same unit of work.
+/// Changed, it is answered as the change left the pool, and the pool's line is then served in
+/// the same unit of work.
 async fn change_pool_capacity(
     sql: &Statements,
     conn: &mut SqliteConnection,
@@ -464,14 +467,13 @@ async fn change_pool_capacity(
             )));
         }
     }
-    // The capacity changed: a raise (or the expired holds reclaimed for a cut) may let the
-    // pool's head in.
+    // Answered as the change left the pool; then, the capacity changed, the pool's line is
+    // served.
+    let usage = usage_now(sql, conn, pool_id, now).await?;
     let mut lines = Lines::new();
     lines.pool(pool_id);
     serve_lines(sql, conn, &lines, now).await?;
-    Ok(Step::keep(PoolChange::Applied(
-        usage_now(sql, conn, pool_id, now).await?,
-    )))
+    Ok(Step::keep(PoolChange::Applied(usage)))
 }
 
 impl Run<'_> {

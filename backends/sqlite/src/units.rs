@@ -59,11 +59,11 @@ pub(crate) async fn reclaim(
 /// gives their units back, slot by slot in id order (to each slot's pools too), and appends one
 /// `hold_expired` event each, at `now`. Returns the holds it reclaimed, as stored after.
 ///
-/// It serves no line: the writes that give units back serve the lines they must themselves,
-/// once their own change is made (`waitlists::serve`, `waitlists::serve_lines`): a newcomer's
-/// hold or booking line is refused before any reclaim on a slot with a line or in a pool with
-/// one, and when it is placed after reclaiming, it serves the lines of the slots it reclaimed
-/// and of their pools (their other pools may have lines).
+/// It serves no line: the writes that must serve lines do so themselves, once their own change
+/// is made (`waitlists::serve`, `waitlists::serve_lines`). The reclaims a write makes only to
+/// make room for itself (a newcomer's hold or booking line, the pool refill, an administrative
+/// change) serve nothing: a line's readiness already counts expired units free, so such a
+/// reclaim never makes a head ready by itself.
 pub(crate) async fn reclaim_by(
     sql: &Statements,
     conn: &mut SqliteConnection,

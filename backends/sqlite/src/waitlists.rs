@@ -19,15 +19,15 @@
 //!   entry: its offer is the hold of that number.
 //! * **Serving** ([`serve_lines`]): a set of slots' and pools' lines, to a fixpoint: each
 //!   line's head that is ready (its slot sells; it heads its slot's line and every line of its
-//!   slot's pools; it fits its slot's `remaining`, after reclaiming the slot's expired holds
-//!   only when that makes it fit, and every pool's stored `remaining`) is offered: one
-//!   `INSERT … SELECT` of the entry under those conditions, which takes its units through the
-//!   trigger and appends `hold_placed` through the other, its entry deleted and
-//!   `waitlist_offered` appended. Every write that frees units serves the lines it must in its
-//!   own unit of work, after its own change: a cancel of a hold or booking (`lines.rs`), the
-//!   sweeper's reclaim (`events.rs`), a hold or booking placed after reclaiming (`writes.rs`,
-//!   `bookings.rs`), a capacity change and reopened sales (`admin.rs`), a pool's capacity
-//!   change and a detach (`pools.rs`), a leave and a join (here).
+//!   slot's pools; it fits its slot's `remaining` and every pool's, expired units counted free)
+//!   is offered: the expired holds that make it fit reclaimed (its slot's, and for a short pool
+//!   those of the pool's slots), then one `INSERT … SELECT` of the entry, which takes its units
+//!   through the trigger and appends `hold_placed` through the other, its entry deleted and
+//!   `waitlist_offered` appended. Every write that must serve lines does so in its own unit of
+//!   work, after its own change: a cancel of a hold or booking (`lines.rs`), the sweeper's
+//!   reclaim (`events.rs`, every line), a capacity change, reopened or closed sales and a
+//!   removal (`admin.rs`), a pool's capacity change and a detach (`pools.rs`), a leave and a
+//!   join (here).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -40,9 +40,10 @@ use sqlx::sqlite::{SqliteConnection, SqliteRow};
 use sqlx::{AssertSqlSafe, Row};
 
 use crate::lines::booking_by_key;
+use crate::pools::reclaim_short_pools;
 use crate::rows::{from_micros, hold_from_row, to_micros};
 use crate::sql::{next_hold_id, Statements, TablePrefix, HOLD_COLUMNS};
-use crate::units::{log_hold, reclaim_by};
+use crate::units::{log_hold, reclaim};
 use crate::writes::{Run, Step};
 use crate::{is_unique_violation, map_err};
 
@@ -66,7 +67,8 @@ pub(crate) struct WaitlistStatements {
     pub(crate) pools_lined: String,
     pub(crate) offer_entry: String,
     drop_entry: String,
-    pub(crate) reclaim_for_entry: String,
+    pub(crate) entry_ready: String,
+    pub(crate) slots_lined: String,
 }
 
 impl WaitlistStatements {
@@ -195,23 +197,37 @@ impl WaitlistStatements {
             ),
             // ?1 entry id: an offered entry leaves the lines.
             drop_entry: format!("DELETE FROM {entries} WHERE id = ?1"),
-            // ?1 entry id, ?2 now: the held holds of the entry's slot expired by ?2, only when
-            // the entry is the head of every line it is in on a selling slot, and does not fit
-            // in the slot's `remaining` but does with their units. The EXISTS and the slot's
-            // id name no column of the updated row: SQLite evaluates them once, before any row
-            // changes.
-            reclaim_for_entry: format!(
-                "UPDATE {holds} SET status = 'expired' \
-                 WHERE slot_id = (SELECT slot_id FROM {entries} WHERE id = ?1) \
-                   AND status = 'held' AND expires_at <= ?2 \
-                   AND EXISTS ( \
-                       SELECT 1 FROM {entries} e JOIN {slots} s ON s.id = e.slot_id \
-                       WHERE e.id = ?1 AND {selling_s} AND s.remaining < e.quantity \
-                         AND s.remaining + (SELECT coalesce(SUM(h.quantity), 0) FROM {holds} h \
-                                            WHERE h.slot_id = s.id AND h.status = 'held' \
-                                              AND h.expires_at <= ?2) >= e.quantity \
-                         AND {head_everywhere}) \
-                 RETURNING {HOLD_COLUMNS}"
+            // ?1 entry id, ?2 now: the entry's slot id and quantity if it is ready, its
+            // expired units counted free: its slot sells, it is the head of its slot's line and of every line of its
+            // slot's pools, its quantity fits in its slot's `remaining` with the slot's held
+            // holds expired by ?2, and in each pool's with the expired held holds of the pool's
+            // slots. The row says whether the slot is short of its stored `remaining` (its
+            // expired holds are then reclaimed before the offer) and whether a pool is (the
+            // expired holds of such pools' slots are then reclaimed: the pool refill).
+            entry_ready: format!(
+                "SELECT e.slot_id, e.quantity, s.remaining < e.quantity AS slot_short, \
+                        EXISTS (SELECT 1 FROM {slot_pools} m JOIN {pools} p ON p.id = m.pool_id \
+                                WHERE m.slot_id = e.slot_id AND p.remaining < e.quantity) \
+                            AS pool_short \
+                 FROM {entries} e JOIN {slots} s ON s.id = e.slot_id \
+                 WHERE e.id = ?1 AND {selling_s} AND {head_everywhere} \
+                   AND s.remaining + (SELECT coalesce(SUM(h.quantity), 0) FROM {holds} h \
+                                      WHERE h.slot_id = s.id AND h.status = 'held' \
+                                        AND h.expires_at <= ?2) >= e.quantity \
+                   AND NOT EXISTS ( \
+                       SELECT 1 FROM {slot_pools} m JOIN {pools} p ON p.id = m.pool_id \
+                       WHERE m.slot_id = e.slot_id \
+                         AND p.remaining + (SELECT coalesce(SUM(h.quantity), 0) \
+                                            FROM {slot_pools} o \
+                                            JOIN {holds} h ON h.slot_id = o.slot_id \
+                                            WHERE o.pool_id = p.id AND h.status = 'held' \
+                                              AND h.expires_at <= ?2) < e.quantity)"
+            ),
+            // ?1 now: every slot that sells with a line, by id (the sweeper's pass), through
+            // the partial index `slots_lined` (migration 11).
+            slots_lined: format!(
+                "SELECT id FROM {slots} WHERE waiting > 0 AND +starts_at > ?1 AND closed = 0 \
+                   AND removed_at IS NULL ORDER BY id"
             ),
         }
     }
@@ -285,28 +301,20 @@ impl Lines {
         Ok(self)
     }
 
-    /// Adds the line of every slot of `holds` (a reclaim's) and of each of its pools.
-    pub(crate) async fn slots_of(
-        &mut self,
-        sql: &Statements,
-        conn: &mut SqliteConnection,
-        holds: &[Hold],
-    ) -> Result<&mut Self, StoreError> {
-        let slots: BTreeSet<SlotId> = holds.iter().map(|hold| hold.slot_id).collect();
-        for slot_id in slots {
-            self.slot_and_pools(sql, conn, slot_id).await?;
-        }
-        Ok(self)
-    }
-
-    /// Adds the line of every pool whose line is not empty at `now` (some slot of it that
-    /// sells has entries waiting).
-    pub(crate) async fn every_lined_pool(
+    /// Adds every line that is not empty at `now`: the line of each slot that sells with
+    /// entries waiting, and of each pool with such a slot.
+    pub(crate) async fn every_line(
         &mut self,
         sql: &Statements,
         conn: &mut SqliteConnection,
         now: Timestamp,
     ) -> Result<&mut Self, StoreError> {
+        let slots: Vec<i64> = sqlx::query_scalar(AssertSqlSafe(sql.waitlists.slots_lined.as_str()))
+            .bind(to_micros(now))
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(map_err)?;
+        self.slots.extend(slots);
         let pools: Vec<i64> = sqlx::query_scalar(AssertSqlSafe(sql.waitlists.pools_lined.as_str()))
             .bind(to_micros(now))
             .fetch_all(&mut *conn)
@@ -387,51 +395,75 @@ pub(crate) async fn serve_lines(
 }
 
 /// Offers the entry `entry_id` its units if it is ready at `now` (see [`serve_lines`]): the
-/// offer's conditional insert; when that inserts nothing, the entry's slot's expired holds
-/// reclaimed (`hold_expired`, units back to the slot and its pools) if the entry is the head
-/// of its lines and only they make it fit in its slot, and the insert once more. An offered
-/// entry leaves its lines and `waitlist_offered` is appended after the trigger's
-/// `hold_placed`.
+/// offer's conditional insert, which takes them from the slot's and the pools' stored
+/// `remaining`; when that inserts nothing, the entry's readiness with expired units counted
+/// free, and if it is ready, the expired holds that make it fit reclaimed (`hold_expired`,
+/// units back to their slots and pools): its slot's when the slot is short, then, when a pool
+/// is short, those of every short pool's slots (the pool refill); then the insert once more.
+/// Nothing is reclaimed for an entry that is not ready. An offered entry leaves its lines and
+/// `waitlist_offered` is appended after the trigger's `hold_placed`.
 async fn offer(
     sql: &Statements,
     conn: &mut SqliteConnection,
     entry_id: i64,
     now: Timestamp,
 ) -> Result<Option<Hold>, StoreError> {
-    let statements = &sql.waitlists;
-    let mut reclaimed = false;
-    loop {
-        let rows = sqlx::query(AssertSqlSafe(statements.offer_entry.as_str()))
+    if let Some(offer) = insert_offer(sql, conn, entry_id, now).await? {
+        return Ok(Some(offer));
+    }
+    let ready: Option<(i64, i32, bool, bool)> =
+        sqlx::query_as(AssertSqlSafe(sql.waitlists.entry_ready.as_str()))
             .bind(entry_id)
             .bind(to_micros(now))
-            .fetch_all(&mut *conn)
+            .fetch_optional(&mut *conn)
             .await
             .map_err(map_err)?;
-        if let Some(row) = rows.first() {
-            let offer = hold_from_row(row)?;
-            let dropped = sqlx::query(AssertSqlSafe(statements.drop_entry.as_str()))
-                .bind(offer.hold_id.get())
-                .execute(&mut *conn)
-                .await
-                .map_err(map_err)?;
-            if dropped.rows_affected() != 1 {
-                return Err(StoreError::failed("an entry offered its units is gone"));
-            }
-            log_hold(sql, conn, EventKind::WaitlistOffered, &offer, now).await?;
-            return Ok(Some(offer));
-        }
-        // Every expired hold of the slot is reclaimed at once: a second try frees nothing.
-        if reclaimed {
-            return Ok(None);
-        }
-        reclaimed = true;
-        let update = sqlx::query(AssertSqlSafe(statements.reclaim_for_entry.as_str()))
-            .bind(entry_id)
-            .bind(to_micros(now));
-        if reclaim_by(sql, conn, update, now).await?.is_empty() {
-            return Ok(None);
-        }
+    let Some((slot_id, quantity, slot_short, pool_short)) = ready else {
+        return Ok(None);
+    };
+    if slot_short {
+        reclaim(sql, &sql.reclaim, conn, slot_id, now).await?;
     }
+    if pool_short {
+        reclaim_short_pools(sql, conn, slot_id, quantity, now).await?;
+    }
+    match insert_offer(sql, conn, entry_id, now).await? {
+        Some(offer) => Ok(Some(offer)),
+        None => Err(StoreError::failed(format!(
+            "waitlist entry {entry_id} was ready, but its offer found no units after the reclaim"
+        ))),
+    }
+}
+
+/// The offer's conditional insert ([`offer`]), and when it stored the hold, the entry deleted
+/// and `waitlist_offered` appended.
+async fn insert_offer(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    entry_id: i64,
+    now: Timestamp,
+) -> Result<Option<Hold>, StoreError> {
+    let statements = &sql.waitlists;
+    let rows = sqlx::query(AssertSqlSafe(statements.offer_entry.as_str()))
+        .bind(entry_id)
+        .bind(to_micros(now))
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(map_err)?;
+    let Some(row) = rows.first() else {
+        return Ok(None);
+    };
+    let offer = hold_from_row(row)?;
+    let dropped = sqlx::query(AssertSqlSafe(statements.drop_entry.as_str()))
+        .bind(offer.hold_id.get())
+        .execute(&mut *conn)
+        .await
+        .map_err(map_err)?;
+    if dropped.rows_affected() != 1 {
+        return Err(StoreError::failed("an entry offered its units is gone"));
+    }
+    log_hold(sql, conn, EventKind::WaitlistOffered, &offer, now).await?;
+    Ok(Some(offer))
 }
 
 /// [`WaitlistStore::join_waitlist`](slot_booking::WaitlistStore::join_waitlist) in the unit
@@ -655,7 +687,8 @@ mod tests {
             pools_lined,
             offer_entry,
             drop_entry,
-            reclaim_for_entry,
+            entry_ready,
+            slots_lined,
         } = &sql;
         for statement in [
             join,
@@ -668,7 +701,8 @@ mod tests {
             pools_lined,
             offer_entry,
             drop_entry,
-            reclaim_for_entry,
+            entry_ready,
+            slots_lined,
         ] {
             assert!(statement.contains("zz_"), "{statement}");
             for table in [

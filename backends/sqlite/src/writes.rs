@@ -26,7 +26,6 @@ use crate::pools::reclaim_short_pools;
 use crate::rows::{from_micros, hold_from_row, slot_from_row, to_micros};
 use crate::sql::Statements;
 use crate::units::{log_slot, reclaim, Query};
-use crate::waitlists::{serve_lines, Lines};
 use crate::{map_err, SqliteStore};
 use tokio::sync::OwnedMutexGuard;
 
@@ -167,18 +166,14 @@ pub(crate) async fn hold_after_reclaim(
     request: &HoldRequest<'_>,
 ) -> Result<Step<HoldOutcome>, StoreError> {
     let slot_id = request.slot_id.get();
-    let mut reclaimed = reclaim(sql, &sql.reclaim, conn, slot_id, request.now).await?;
+    reclaim(sql, &sql.reclaim, conn, slot_id, request.now).await?;
     let mut insert = insert_hold(sql, &mut *conn, request).await?;
     if matches!(insert, Insert::PoolShort) {
-        reclaimed
-            .extend(reclaim_short_pools(sql, conn, slot_id, request.quantity, request.now).await?);
+        reclaim_short_pools(sql, conn, slot_id, request.quantity, request.now).await?;
         insert = insert_hold(sql, &mut *conn, request).await?;
     }
     match insert {
-        Insert::Created(hold) => {
-            serve_reclaimed(sql, conn, &reclaimed, request.now).await?;
-            return Ok(Step::keep(HoldOutcome::Created(hold)));
-        }
+        Insert::Created(hold) => return Ok(Step::keep(HoldOutcome::Created(hold))),
         // Settled by the trigger after the reclaim: nothing left to read.
         Insert::SoldOut => return Ok(Step::undo(sold_out())),
         Insert::KeyWaits => return Ok(Step::undo(HoldOutcome::KeyReused(None))),
@@ -207,26 +202,6 @@ pub(crate) async fn hold_after_reclaim(
         None => None,
     };
     Ok(Step::undo(HoldOutcome::refused(request, None, limits)))
-}
-
-/// After a newcomer placed with the units of expired holds it reclaimed (its slot's, and for a
-/// short pool those of the pool's slots): serves the line of each slot reclaimed and the lines
-/// of its pools, in the same unit of work. The newcomer's own slot and pools had empty lines
-/// (it was not refused), but a slot of a short pool may belong to other pools, whose lines
-/// its units may serve.
-pub(crate) async fn serve_reclaimed(
-    sql: &Statements,
-    conn: &mut SqliteConnection,
-    reclaimed: &[Hold],
-    now: Timestamp,
-) -> Result<(), StoreError> {
-    if reclaimed.is_empty() {
-        return Ok(());
-    }
-    let mut lines = Lines::new();
-    lines.slots_of(sql, conn, reclaimed).await?;
-    serve_lines(sql, conn, &lines, now).await?;
-    Ok(())
 }
 
 /// The line `hold_id` of the booking whose lines a change returned: `None` when it changed

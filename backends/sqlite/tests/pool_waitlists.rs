@@ -214,7 +214,11 @@ async fn a_pool_capacity_raise_serves_the_pools_line_in_order() {
     assert_eq!(pool_remaining(store.pool(), pool_id).await, 1);
 
     let raised = engine.change_pool_capacity(pool_id, 5).await.unwrap();
-    assert_eq!(raised.capacity, 5);
+    assert_eq!(
+        (raised.capacity, raised.remaining),
+        (5, 3),
+        "answered as the change left the pool, before its line took units"
+    );
     assert_eq!(offer(&store, &first).await.map(|h| h.quantity), Some(2));
     assert_eq!(offer(&store, &second).await.map(|h| h.quantity), Some(1));
     assert_eq!(pool_remaining(store.pool(), pool_id).await, 0);
@@ -240,7 +244,12 @@ async fn a_detach_serves_the_pools_line_and_the_detached_slots() {
     let pool_id = pool_of(&engine, 2, &[a, b]).await;
     held(&engine, a, "a", 2).await;
     let on_b = wait(&engine, b, "on-b", 2, 0).await;
-    engine.detach_slot(pool_id, a).await.unwrap();
+    let detached = engine.detach_slot(pool_id, a).await.unwrap();
+    assert_eq!(
+        (detached.slots.clone(), detached.remaining),
+        (vec![b], 2),
+        "answered as the detach left the pool, before its line took units"
+    );
     assert_eq!(offer(&store, &on_b).await.map(|h| h.quantity), Some(2));
     assert_eq!(pool_remaining(store.pool(), pool_id).await, 0);
 
@@ -361,36 +370,57 @@ async fn the_sweepers_reclaim_offers_the_pools_units() {
     );
 }
 
-/// The sweeper also serves every pool line whose head is ready although no unit was freed:
-/// here the pool's first entry left its line when its slot's sales closed, and the next one
-/// fits.
+/// Closing a slot's sales takes its entries out of its pools' lines: the closing serves them,
+/// and the next head, which fits, is offered (answered with the slot as closed). Removing a
+/// slot does the same.
 #[tokio::test]
-async fn the_sweeper_serves_a_pool_head_made_ready_by_a_closed_slot() {
-    let db = TempDb::new("pwl_sweep_closed");
+async fn closing_or_removing_a_slot_serves_its_pools_lines() {
+    let db = TempDb::new("pwl_close");
     let store = db.store().await;
     let clock = ManualClock::new(t0());
     let engine = engine(store.clone(), &clock);
-    let (a, b) = (
+    let (a, b, c) = (
+        slot_at(&engine, 3, 3600).await,
         slot_at(&engine, 3, 3600).await,
         slot_at(&engine, 3, 3600).await,
     );
-    let pool_id = pool_of(&engine, 3, &[a, b]).await;
+    let pool_id = pool_of(&engine, 3, &[a, b, c]).await;
     held(&engine, a, "a", 1).await;
     let blocking = wait(&engine, a, "blocking", 3, 0).await;
     let behind = wait(&engine, b, "behind", 2, 0).await;
     assert_eq!(offer(&store, &behind).await, None, "behind the pool's head");
-    engine.close_sales(a).await.unwrap();
-    store.reclaim_expired(at(1), 100).await.unwrap();
+    let closed = engine.close_sales(a).await.unwrap();
+    assert!(closed.closed);
     assert_eq!(offer(&store, &behind).await.map(|h| h.quantity), Some(2));
-    assert_eq!(offer(&store, &blocking).await, None);
+    assert_eq!(offer(&store, &blocking).await, None, "its slot is closed");
     assert_eq!(pool_remaining(store.pool(), pool_id).await, 0);
+
+    // Removal: the entry on e heads pool r's line but waits for pool s, which is spent; once
+    // e is removed, the entry behind it on f is served.
+    let (e, f, g) = (
+        slot_at(&engine, 2, 3600).await,
+        slot_at(&engine, 2, 3600).await,
+        slot_at(&engine, 1, 3600).await,
+    );
+    let r = pool_of(&engine, 4, &[e, f]).await;
+    pool_of(&engine, 1, &[e, g]).await;
+    held(&engine, g, "g", 1).await;
+    let on_e = wait(&engine, e, "on-e", 1, 5).await;
+    let on_f = wait(&engine, f, "on-f", 1, 0).await;
+    assert_eq!(offer(&store, &on_f).await, None, "behind the head of r");
+    let removed = engine.remove_slot(e).await.unwrap();
+    assert!(removed.removed_at.is_some());
+    assert_eq!(offer(&store, &on_f).await.map(|h| h.slot_id), Some(f));
+    assert_eq!(offer(&store, &on_e).await, None);
+    assert_eq!(pool_remaining(store.pool(), r).await, 3);
 }
 
 /// A newcomer whose pool is short reclaims the expired holds of the pool's slots (the pool
-/// refill); one of those slots is also in a second pool, whose line waits: the newcomer's
-/// transaction serves that line with the units it got back.
+/// refill) to make room for itself, and serves nothing: a slot it reclaimed is also in a second
+/// pool, whose head then has its units, but is served by the next step that serves that line
+/// (here the sweeper's pass), as every store does.
 #[tokio::test]
-async fn a_newcomers_pool_refill_serves_the_other_pools_of_the_slots_it_reclaimed() {
+async fn a_newcomers_pool_refill_serves_no_line() {
     let db = TempDb::new("pwl_refill");
     let store = db.store().await;
     let clock = ManualClock::new(t0());
@@ -415,14 +445,21 @@ async fn a_newcomers_pool_refill_serves_the_other_pools_of_the_slots_it_reclaime
     let on_c = wait(&engine, c, "on-c", 2, 0).await;
     clock.set(at(120));
     assert_eq!(newcomer(&engine, a, "newcomer").await, "created");
-    let offered = offer(&store, &on_c)
-        .await
-        .expect("served with the units the refill gave q");
-    assert_eq!((offered.slot_id, offered.quantity), (c, 2));
     assert_eq!(
         kinds_of(store.pool(), expiring.get()).await,
-        vec!["hold_placed", "hold_expired"]
+        vec!["hold_placed", "hold_expired"],
+        "reclaimed for the newcomer"
     );
+    assert_eq!(
+        offer(&store, &on_c).await,
+        None,
+        "the refill serves no line"
+    );
+    store.reclaim_expired(at(121), 100).await.unwrap();
+    let offered = offer(&store, &on_c)
+        .await
+        .expect("the sweeper serves every line");
+    assert_eq!((offered.slot_id, offered.quantity), (c, 2));
     assert_eq!(
         (
             pool_remaining(store.pool(), p).await,
@@ -430,6 +467,57 @@ async fn a_newcomers_pool_refill_serves_the_other_pools_of_the_slots_it_reclaime
         ),
         (1, 0)
     );
+}
+
+/// A head whose pool is short only by expired holds on another slot of the pool is ready: the
+/// step that serves the pool's line reclaims them first (the pool refill, `hold_expired`),
+/// then offers it.
+#[tokio::test]
+async fn a_ready_head_refills_its_pool_from_expired_holds_of_other_slots() {
+    let db = TempDb::new("pwl_head_refill");
+    let store = db.store().await;
+    let clock = ManualClock::new(t0());
+    let engine = engine(store.clone(), &clock);
+    let (a, b, c) = (
+        slot_at(&engine, 2, 3600).await,
+        slot_at(&engine, 2, 3600).await,
+        slot_at(&engine, 2, 3600).await,
+    );
+    let pool_id = pool_of(&engine, 2, &[a, b, c]).await;
+    let expiring = engine
+        .place_hold(
+            NewHold::new(a, "short")
+                .quantity(2)
+                .lifetime(std::time::Duration::from_secs(60)),
+        )
+        .await
+        .unwrap()
+        .hold
+        .hold_id;
+    let on_b = wait(&engine, b, "on-b", 2, 0).await;
+    clock.set(at(120));
+    // A join on c serves c's line and the pool's: the pool's head, on b, is ready with a's
+    // expired units.
+    let on_c = wait(&engine, c, "on-c", 1, 0).await;
+    assert_eq!(offer(&store, &on_b).await.map(|h| h.quantity), Some(2));
+    assert_eq!(offer(&store, &on_c).await, None, "the pool is spent");
+    let tail: Vec<(String, i64)> =
+        sqlx::query_as("SELECT kind, hold_id FROM slot_booking_events ORDER BY id DESC LIMIT 3")
+            .fetch_all(store.pool())
+            .await
+            .unwrap();
+    assert_eq!(
+        tail,
+        vec![
+            ("waitlist_offered".to_owned(), on_b.entry_id.0),
+            ("hold_placed".to_owned(), on_b.entry_id.0),
+            ("hold_expired".to_owned(), expiring.get()),
+        ]
+    );
+    assert_eq!(pool_remaining(store.pool(), pool_id).await, 0);
+    for slot_id in [a, b, c] {
+        assert_invariant(store.pool(), slot_id).await;
+    }
 }
 
 /// An entry on a slot of two pools must be the head of both: the freed units of one pool wait
