@@ -343,6 +343,15 @@ macro_rules! waitlist_conformance_tests {
             $crate::conformance::BOOKING_MODEL_CASES,
             40
         );
+
+        $crate::__conformance_property_test!(
+            /// Random sequences with pools, bookings and waitlists against the model.
+            model_based_pool_waitlists,
+            $factory,
+            $crate::conformance::oracle::check_pool_waitlists,
+            $crate::conformance::BOOKING_MODEL_CASES,
+            40
+        );
     };
     ($factory:expr) => {
         $crate::waitlist_conformance_tests!(optional: || {

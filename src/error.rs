@@ -157,12 +157,6 @@ pub enum BookingError {
         /// The entry asked for.
         entry_id: EntryId,
     },
-    /// The slot cannot have a waitlist: it belongs to a pool.
-    #[error("slot {slot_id} belongs to a pool and has no waitlist")]
-    WaitlistNotAllowed {
-        /// The slot asked for.
-        slot_id: SlotId,
-    },
     /// No pool has this id.
     #[error("pool {pool_id} not found")]
     PoolNotFound {
@@ -250,7 +244,6 @@ impl BookingError {
         "invalid_candidates",
         "no_candidate_available",
         "entry_not_found",
-        "waitlist_not_allowed",
         "pool_not_found",
         "pool_in_use",
         "too_many_pools",
@@ -289,7 +282,6 @@ impl BookingError {
             BookingError::InvalidCandidates(_) => "invalid_candidates",
             BookingError::NoCandidateAvailable { .. } => "no_candidate_available",
             BookingError::EntryNotFound { .. } => "entry_not_found",
-            BookingError::WaitlistNotAllowed { .. } => "waitlist_not_allowed",
             BookingError::PoolNotFound { .. } => "pool_not_found",
             BookingError::PoolInUse { .. } => "pool_in_use",
             BookingError::TooManyPools { .. } => "too_many_pools",
@@ -424,7 +416,6 @@ mod tests {
             BookingError::EntryNotFound {
                 entry_id: EntryId(3),
             },
-            BookingError::WaitlistNotAllowed { slot_id },
             BookingError::PoolNotFound { pool_id: PoolId(1) },
             BookingError::PoolInUse {
                 pool_id: PoolId(1),
@@ -467,13 +458,12 @@ mod tests {
             BookingError::InvalidCandidates(_) => 19,
             BookingError::NoCandidateAvailable { .. } => 20,
             BookingError::EntryNotFound { .. } => 21,
-            BookingError::WaitlistNotAllowed { .. } => 22,
-            BookingError::PoolNotFound { .. } => 23,
-            BookingError::PoolInUse { .. } => 24,
-            BookingError::TooManyPools { .. } => 25,
-            BookingError::InvalidPool { .. } => 26,
-            BookingError::LeaseLost { .. } => 27,
-            BookingError::Store(_) => 28,
+            BookingError::PoolNotFound { .. } => 22,
+            BookingError::PoolInUse { .. } => 23,
+            BookingError::TooManyPools { .. } => 24,
+            BookingError::InvalidPool { .. } => 25,
+            BookingError::LeaseLost { .. } => 26,
+            BookingError::Store(_) => 27,
         }
     }
 
@@ -481,7 +471,7 @@ mod tests {
     fn codes_lists_every_code_once_and_nothing_else() {
         let errors = one_of_each();
         let variants: BTreeSet<usize> = errors.iter().map(variant).collect();
-        assert_eq!(variants, (0..=28).collect(), "a value of every variant");
+        assert_eq!(variants, (0..=27).collect(), "a value of every variant");
 
         for error in &errors {
             assert!(

@@ -33,6 +33,7 @@ mod admin;
 mod bookings;
 mod events;
 mod holds;
+mod pool_lines;
 mod pools;
 mod waitlists;
 
@@ -306,7 +307,7 @@ impl MemoryStore {
         let expired = row.expired_units(now);
         // Nobody takes units past a waiting line.
         if !row.slot.is_selling_at(now)
-            || !row.waiting.is_empty()
+            || self.line_waits(&row, now)
             || row.slot.stored_remaining + expired < request.quantity
         {
             return decided(HoldOutcome::refused(request, None, Some(row.limits())));

@@ -76,8 +76,11 @@ impl<S: WaitlistStore> BookingEngine<S> {
     ///
     /// Idempotent by key: the same request again answers its entry (with its place now) or,
     /// once offered, its hold, with `replayed`. Refused as a hold would be when the slot is
-    /// not selling or the quantity exceeds its capacity; `waitlist_not_allowed` for a slot in
-    /// a pool.
+    /// not selling or the quantity exceeds its capacity or one of its pools' capacities.
+    ///
+    /// A slot in pools has a line too: its entries also wait in line for each pool (with the
+    /// entries of the pool's other selling slots), and are offered only as the head of every
+    /// line they are in.
     pub async fn join_waitlist(
         &self,
         request: NewHold,
@@ -136,7 +139,6 @@ impl<S: WaitlistStore> BookingEngine<S> {
                         ))),
                     }
                 }
-                JoinOutcome::InPool => Err(BookingError::WaitlistNotAllowed { slot_id }),
             }
         })
         .await

@@ -17,6 +17,7 @@ mod candidates;
 mod lifecycle;
 mod lifetimes;
 mod owners;
+mod pool_waitlists;
 mod pools;
 mod quantities;
 mod queries;
@@ -35,6 +36,7 @@ mod bodies {
     pub(super) use super::lifecycle::*;
     pub(super) use super::lifetimes::*;
     pub(super) use super::owners::*;
+    pub(super) use super::pool_waitlists::*;
     pub(super) use super::pools::*;
     pub(super) use super::quantities::*;
     pub(super) use super::queries::*;
@@ -199,8 +201,9 @@ macro_rules! __pool_case_list {
     };
 }
 
-/// The waitlist cases (file `waitlists`): strict order, offers in the freeing step, expiry
-/// to the next, priority, leaving, replays and refusals, and a race with newcomers.
+/// The waitlist cases (files `waitlists` and `pool_waitlists`): strict order, offers in the
+/// freeing step, expiry to the next, priority, leaving, replays and refusals, pools' lines,
+/// and races with newcomers.
 /// [`waitlist_conformance_tests!`](crate::waitlist_conformance_tests) makes a `#[test]` of
 /// each. Not part of the API.
 #[doc(hidden)]
@@ -213,6 +216,10 @@ macro_rules! __waitlist_case_list {
             waitlist_orders_by_priority_and_can_be_left
             waitlist_joins_replay_and_refuse_like_holds
             race_waitlists_never_give_a_unit_to_a_newcomer
+            pool_waitlist_serves_units_freed_on_another_slot
+            pool_capacity_changes_and_detaches_serve_the_pool_line
+            pool_line_skips_slots_that_stopped_selling
+            race_pool_waitlists_never_give_a_unit_to_a_newcomer
         }
     };
 }

@@ -61,4 +61,4 @@ pub type Op = ModelOp;
 pub use runner::check;
 pub use strategies::{admin_op, lifecycle_op, op, query_op, sequence};
 pub use transaction_steps::{check_transactional, TransactionStep};
-pub use waitlists::check_waitlists;
+pub use waitlists::{check_pool_waitlists, check_waitlists};

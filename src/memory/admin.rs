@@ -38,6 +38,9 @@ impl SlotAdmin for MemoryStore {
         if let SlotChange::Applied(slot) = &change {
             if slot.capacity != before.0 || slot.stored_remaining > before.1 {
                 self.serve(&mut row, now);
+                let pools = row.pools.clone();
+                drop(row);
+                self.serve_lines(&[slot_id], &pools, now);
             }
         }
         Ok(Decided::new(now, change))
@@ -58,7 +61,8 @@ impl SlotAdmin for MemoryStore {
                     // Closing a closed slot (or reopening an open one) changes nothing and
                     // logs nothing.
                     let reopened = row.slot.closed && !closed;
-                    if row.slot.closed != closed {
+                    let flipped = row.slot.closed != closed;
+                    if flipped {
                         row.slot.closed = closed;
                         let kind = if closed {
                             EventKind::SlotClosed
@@ -69,9 +73,16 @@ impl SlotAdmin for MemoryStore {
                     }
                     let changed = SlotChange::Applied(row.slot.clone());
                     // Reopened: units freed while closed go to the line now (the answer is
-                    // the change itself, before the line took any).
+                    // the change itself, before the line took any). Closed: its entries leave
+                    // its pools' lines, whose next heads may be served.
                     if reopened {
                         self.serve(&mut row, now);
+                    }
+                    row.sync_line(&self.pools);
+                    let pools = row.pools.clone();
+                    drop(row);
+                    if flipped {
+                        self.serve_lines(&[slot_id], &pools, now);
                     }
                     changed
                 }
@@ -101,6 +112,13 @@ impl SlotAdmin for MemoryStore {
                 EventKind::SlotRemoved
             },
         );
+        // Its entries leave its pools' lines, whose next heads may be served.
+        row.sync_line(&self.pools);
+        let pools = row.pools.clone();
+        drop(row);
+        if matches!(change, SlotChange::Applied(_)) {
+            self.serve_lines(&[], &pools, now);
+        }
         Ok(Decided::new(now, change))
     }
 

@@ -181,12 +181,20 @@ impl MemoryStore {
         }
         drop(log);
         // Units a cancel gave back go to the slots' lines in the same step.
+        let (mut slots, mut pools) = (Vec::new(), Vec::new());
         if matches!(change, Change::Cancel) {
             for (_, i) in &present {
                 self.serve(&mut guards[*i], now);
+                slots.push(guards[*i].slot.slot_id);
+                pools.extend_from_slice(&guards[*i].pools);
             }
         }
-        holds(&guards).map_or(Transition::NotFound, Transition::Applied)
+        let after = holds(&guards).map_or(Transition::NotFound, Transition::Applied);
+        drop(guards);
+        pools.sort_unstable();
+        pools.dedup();
+        self.serve_lines(&slots, &pools, now);
+        after
     }
 
     /// A change of one hold: of the whole booking when the hold is a line of one.
@@ -275,10 +283,10 @@ impl MemoryStore {
             .map(|row| row.as_ref().map(|row| lock(row)))
             .collect();
         let now = request.now;
-        // Nobody takes units past a waiting line.
-        let free = |row: &SlotRow| match row.waiting.is_empty() {
-            true => row.slot.stored_remaining + row.expired_units(now),
-            false => 0,
+        // Nobody takes units past a waiting line, the slot's or a pool's.
+        let free = |row: &SlotRow| match self.line_waits(row, now) {
+            false => row.slot.stored_remaining + row.expired_units(now),
+            true => 0,
         };
         // Whether each line fits, counting its slot's expired holds as free; they are reclaimed
         // below only when every line fits: a refused booking changes nothing.
@@ -372,7 +380,11 @@ impl MemoryStore {
             .iter()
             .map(|row| {
                 let row = row.as_ref()?;
-                let free = row.slot.stored_remaining + row.expired_units(now);
+                // Nobody takes units past a waiting line: none are free for the booking.
+                let free = match self.line_waits(row, now) {
+                    false => row.slot.stored_remaining + row.expired_units(now),
+                    true => 0,
+                };
                 Some((row.limits(), free, row.pools.clone()))
             })
             .collect();

@@ -111,6 +111,9 @@ impl EventStore for MemoryStore {
             // Units given back go to the slot's line in the same step.
             self.serve(&mut row, now);
         }
+        // And every pool's line, whose heads also wait for units of other slots.
+        let pools: Vec<PoolId> = lock(&self.pools).by_id.keys().copied().collect();
+        self.serve_lines(&[], &pools, now);
         Ok(reclaimed)
     }
 

@@ -61,9 +61,9 @@ impl HoldStore for MemoryStore {
                 ends_at: row.slot.ends_at,
                 capacity: row.slot.capacity,
                 // A slot with a waiting line has no unit for anyone else.
-                remaining: match row.waiting.is_empty() {
-                    true => row.slot.stored_remaining + row.expired_units(now),
-                    false => 0,
+                remaining: match self.line_waits(&row, now) {
+                    false => row.slot.stored_remaining + row.expired_units(now),
+                    true => 0,
                 },
                 resource: row.slot.resource.clone(),
             });

@@ -14,8 +14,10 @@ use crate::store::{PoolChange, PoolStore};
 /// Every pool, by id.
 #[derive(Debug, Default)]
 pub(super) struct PoolTable {
-    by_id: BTreeMap<PoolId, Pool>,
+    pub(super) by_id: BTreeMap<PoolId, Pool>,
     last_id: i64,
+    /// How each slot's line stands, for slots with one (see [`pool_lines`](super::pool_lines)).
+    pub(super) lines: std::collections::HashMap<SlotId, super::pool_lines::LineState>,
 }
 
 impl PoolTable {
@@ -262,9 +264,21 @@ impl PoolStore for MemoryStore {
         slot_id: SlotId,
         now: Timestamp,
     ) -> Result<Decided<PoolChange>, StoreError> {
+        let member = self
+            .slot_row(slot_id)
+            .is_some_and(|row| lock(&row).pools.contains(&pool_id));
         let change = self
             .change_membership(pool_id, slot_id, false, now)
             .unwrap_or(PoolChange::PoolNotFound);
+        // Its units went back to the pool and its entries left the pool's line: the pool's
+        // line and the slot's are served (the answer is the change, before).
+        if member && matches!(change, PoolChange::Applied(_)) {
+            if let Some(row) = self.slot_row(slot_id) {
+                let mut row = lock(&row);
+                self.serve(&mut row, now);
+            }
+            self.serve_lines(&[slot_id], &[pool_id], now);
+        }
         Ok(Decided::new(now, change))
     }
 
@@ -274,6 +288,7 @@ impl PoolStore for MemoryStore {
         capacity: i32,
         now: Timestamp,
     ) -> Result<Decided<PoolChange>, StoreError> {
+        let before = lock(&self.pools).by_id.get(&pool_id).map(|p| p.capacity);
         let mut changed = self.change_capacity_of(pool_id, capacity);
         if changed.is_none() {
             let usage = self.pool_usage(pool_id, now);
@@ -291,6 +306,10 @@ impl PoolStore for MemoryStore {
             (None, Some(usage)) => PoolChange::InUse(usage),
             _ => PoolChange::PoolNotFound,
         };
+        // Another capacity: the pool's line is served (the answer is the change, before).
+        if changed == Some(true) && before != Some(capacity) {
+            self.serve_lines(&[], &[pool_id], now);
+        }
         Ok(Decided::new(now, change))
     }
 }

@@ -12,10 +12,10 @@ use crate::store::{JoinOutcome, JoinRequest, WaitlistStore};
 pub(super) type Line = Vec<(WaitlistEntry, IdempotencyKey)>;
 
 impl SlotRow {
-    /// Serves the line in strict order ([`served`]): while the head fits in the free units
-    /// (after reclaiming the slot's expired holds when only that makes it fit, and in the
-    /// slot's pools too), it becomes its offer, a hold logged `hold_placed` then
-    /// `waitlist_offered`. Returns the offers made.
+    /// Serves the line of a slot in no pool in strict order ([`served`]): while the head fits
+    /// in the free units (after reclaiming the slot's expired holds when only that makes it
+    /// fit), it becomes its offer. A slot in pools is served with its pools' lines
+    /// ([`MemoryStore::serve_lines`]) once the step lets its lock go. Returns the offers made.
     pub(super) fn serve_line(
         &mut self,
         now: Timestamp,
@@ -25,35 +25,52 @@ impl SlotRow {
     ) -> Vec<Hold> {
         let mut offers = Vec::new();
         while let Some((head, _)) = self.waiting.first() {
-            if !self.slot.is_selling_at(now) {
+            if !self.slot.is_selling_at(now) || !self.pools.is_empty() {
                 break;
             }
-            let need = head.quantity;
             if served(self.slot.stored_remaining, [head]) == 0 {
                 if served(self.slot.stored_remaining + self.expired_units(now), [head]) == 0 {
                     break;
                 }
                 self.reclaim(now, usize::MAX, log, pools);
             }
-            let needs: Vec<(PoolId, i32)> = self.pools.iter().map(|&p| (p, need)).collect();
-            if lock(pools).take(&needs).is_err() {
-                break;
+            match self.offer_head(now, owners, pools, log) {
+                Some(hold) => offers.push(hold),
+                None => break,
             }
-            let (entry, key) = self.waiting.remove(0);
-            self.slot.stored_remaining -= need;
-            let hold = entry.offer(now);
-            self.holds.insert(hold.hold_id, hold.clone());
-            self.held_by_expiry.insert((hold.expires_at, hold.hold_id));
-            self.keys.insert(hold.hold_id, key);
-            if let Some(owner) = &hold.owner {
-                lock(owners).insert((owner.clone(), hold.hold_id));
-            }
-            let mut log = lock(log);
-            log.append(NewEvent::of_hold(EventKind::HoldPlaced, &hold, now));
-            log.append(NewEvent::of_hold(EventKind::WaitlistOffered, &hold, now));
-            offers.push(hold);
         }
+        self.sync_line(pools);
         offers
+    }
+
+    /// The head of the line offered its units, taken from the slot and its pools (none if a
+    /// pool is short): a hold logged `hold_placed` then `waitlist_offered`.
+    pub(super) fn offer_head(
+        &mut self,
+        now: Timestamp,
+        owners: &Mutex<BTreeSet<(OwnerId, HoldId)>>,
+        pools: &Mutex<PoolTable>,
+        log: &Mutex<EventLog>,
+    ) -> Option<Hold> {
+        let need = self.waiting.first()?.0.quantity;
+        if self.slot.stored_remaining < need {
+            return None;
+        }
+        let needs: Vec<(PoolId, i32)> = self.pools.iter().map(|&p| (p, need)).collect();
+        lock(pools).take(&needs).ok()?;
+        let (entry, key) = self.waiting.remove(0);
+        self.slot.stored_remaining -= need;
+        let hold = entry.offer(now);
+        self.holds.insert(hold.hold_id, hold.clone());
+        self.held_by_expiry.insert((hold.expires_at, hold.hold_id));
+        self.keys.insert(hold.hold_id, key);
+        if let Some(owner) = &hold.owner {
+            lock(owners).insert((owner.clone(), hold.hold_id));
+        }
+        let mut log = lock(log);
+        log.append(NewEvent::of_hold(EventKind::HoldPlaced, &hold, now));
+        log.append(NewEvent::of_hold(EventKind::WaitlistOffered, &hold, now));
+        Some(hold)
     }
 
     /// The waiting entry `entry_id` and its place in line, if it waits.
@@ -137,8 +154,12 @@ impl WaitlistStore for MemoryStore {
                 Some(limits),
             )));
         }
-        if !row.pools.is_empty() {
-            return decided(JoinOutcome::InPool);
+        let least_pool = lock(&self.pools).least_capacity(&row.pools);
+        if hold.quantity > least_pool {
+            let capacity = least_pool;
+            return decided(JoinOutcome::Refused(HoldOutcome::ExceedsCapacity {
+                capacity,
+            }));
         }
         let id = self.last_hold_id.fetch_add(1, Ordering::Relaxed) + 1;
         let offer_micros = (hold.expires_at - now)
@@ -159,16 +180,26 @@ impl WaitlistStore for MemoryStore {
         row.waiting.insert(at, (entry.clone(), hold.key.clone()));
         vacant.insert((HoldId(id), hold.slot_id));
         lock(self.hold_shard(HoldId(id))).insert(HoldId(id), hold.slot_id);
-        let offers = self.serve(&mut row, now);
+        let at = |row: &SlotRow| {
+            row.waiting_entry(entry.entry_id)
+                .map_or(u32::MAX, |(index, _)| place(index))
+        };
+        let mut offers = self.serve(&mut row, now);
+        let mut position = at(&row);
+        let pools = row.pools.clone();
+        if !pools.is_empty() {
+            drop((row, keys));
+            offers = self.serve_lines(&[entry.slot_id], &pools, now);
+            position = self
+                .slot_row(entry.slot_id)
+                .map_or(u32::MAX, |row| at(&lock(&row)));
+        }
         if let Some(offer) = offers.into_iter().find(|h| h.hold_id.0 == id) {
             return decided(JoinOutcome::Held {
                 hold: offer,
                 replayed: false,
             });
         }
-        let position = row
-            .waiting_entry(entry.entry_id)
-            .map_or(u32::MAX, |(index, _)| place(index));
         decided(JoinOutcome::Waiting {
             entry,
             position,
@@ -207,6 +238,9 @@ impl WaitlistStore for MemoryStore {
         keys.remove(&key);
         lock(self.hold_shard(hold_id)).remove(&hold_id);
         self.serve(&mut row, now);
+        let pools = row.pools.clone();
+        drop((row, keys));
+        self.serve_lines(&[entry.slot_id], &pools, now);
         Ok(Decided::new(now, Some(entry)))
     }
 

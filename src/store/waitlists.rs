@@ -53,10 +53,9 @@ pub enum JoinOutcome {
         replayed: bool,
     },
     /// Refused as a hold would be (`KeyReused`, `SlotNotFound`, `SlotClosed`,
-    /// `ExceedsCapacity`); nothing changed.
+    /// `ExceedsCapacity`, with the least capacity of the slot and its pools); nothing
+    /// changed.
     Refused(HoldOutcome),
-    /// The slot belongs to a pool, so it has no waitlist; nothing changed.
-    InPool,
 }
 
 /// Waitlists: a request joins a slot's line when its units are short, and is offered them
@@ -64,21 +63,33 @@ pub enum JoinOutcome {
 /// priority, then arrival, in strict order ([`served`](crate::model::served)): the head waits
 /// until its whole quantity is free, and nobody behind it is served first.
 ///
+/// **Pools.** A slot in pools has a line too; its entries are also in the line of each of its
+/// pools, which holds the waiting entries of the pool's slots that sell at the moment (a slot
+/// closed, removed or started leaves its entries out, so they never block the pool). An entry
+/// is offered when it heads its slot's line and every line of its slot's pools, and its
+/// quantity is free in its slot (the slot's expired holds counted free, reclaimed first when
+/// only they make it fit) and in every pool (the pool's slots' expired holds counted free,
+/// reclaimed first when only they make it fit).
+///
 /// What a store must do, beyond its methods here:
 ///
-/// - **Offers in the step that frees.** Every atomic step that gives units back to a slot with
-///   a waiting line (a cancel, an expiry reclaim, a capacity raise, a leave) serves the line in
-///   that same step: each served entry becomes a hold (`HoldId(entry_id.0)`, held, the entry's
-///   owner and quantity, created now, expiring after its offer window), logged as
-///   `hold_placed` then `waitlist_offered`. An offer not confirmed in time expires like any
-///   hold, and its reclaim serves the line again.
-/// - **Nobody jumps the line.** While a slot's line is not empty, a hold or booking line on
-///   it (not an offer) is refused as sold out, and availability lists the slot with 0 units.
+/// - **Offers in the step that frees.** Every atomic step that gives units back to a slot or
+///   a pool with a waiting line (a cancel, an expiry reclaim, a capacity change, reopened
+///   sales, a detach from a pool, a leave) serves the lines of the slot and its pools (of
+///   the pool) in that same step, until no head is ready: each served entry becomes a hold
+///   (`HoldId(entry_id.0)`, held, the entry's owner and quantity, created now, expiring
+///   after its offer window), logged as `hold_placed` then `waitlist_offered`. An offer not
+///   confirmed in time expires like any hold, and its reclaim serves the lines again. An
+///   administrative answer is the change before the serving.
+/// - **Nobody jumps the line.** While a slot's line or a line of one of its pools is not
+///   empty, a hold, booking line or candidate on it (not an offer) is refused as sold out,
+///   and availability lists the slot with 0 units.
 /// - **Keys.** An entry's key is taken like a hold's: no hold or other entry may use it while
 ///   the entry waits; its offer is stored under it. Leaving frees it.
-///
-/// A slot that belongs to a pool has no waitlist (`waitlist_not_allowed`): its units can free
-/// up in steps that never touch the slot.
+/// - **Lock order.** A store that locks rows serves a pool's line without ever waiting for a
+///   row out of its order (slots by id, then pools by id): a head whose rows another step
+///   holds is left in line (newcomers stay refused) for the next step that frees its units,
+///   or the expired-hold sweeper's pass.
 #[async_trait]
 pub trait WaitlistStore: HoldStore {
     /// Joins the slot's line, atomically: if the key is taken, the replay (a hold or an entry

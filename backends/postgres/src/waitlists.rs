@@ -253,7 +253,6 @@ impl Run<'_> {
                 let refused = HoldOutcome::refused(&request_at, None, slot_limits(&row)?);
                 let in_pool: bool = row.try_get("in_pool").map_err(map_err)?;
                 let outcome = match refused {
-                    HoldOutcome::SoldOut if in_pool => JoinOutcome::InPool,
                     other => JoinOutcome::Refused(other),
                 };
                 return Ok(Decided::new(at, outcome));

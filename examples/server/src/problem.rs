@@ -177,7 +177,6 @@ impl From<BookingError> for Problem {
             | BookingError::SlotInUse { .. }
             | BookingError::LinesUnavailable { .. }
             | BookingError::NoCandidateAvailable { .. }
-            | BookingError::WaitlistNotAllowed { .. }
             | BookingError::PoolInUse { .. }
             | BookingError::TooManyPools { .. } => StatusCode::CONFLICT,
             BookingError::IdempotencyKeyReused { .. }

@@ -2,7 +2,8 @@
 //! PostgreSQL: `POST /slots/{slot}/waitlist` holds at once (201, six-field hold) or waits in
 //! line (202, the entry and its place), replays by `Idempotency-Key`; a cancel offers the unit
 //! to the head (`/holds/{entry}`), in the same request; `GET` and `DELETE /waitlist/{entry}`;
-//! newcomers are refused while the line waits; bad bodies change nothing.
+//! newcomers are refused while the line waits; a pool's freed units go to its line on another
+//! slot; bad bodies change nothing.
 
 #[macro_use]
 mod common;
@@ -20,6 +21,7 @@ on_every_backend!(
     open: open, worker_threads: 2;
     a_full_slot_lines_up_and_a_cancel_offers_the_head,
     entries_are_read_left_and_replayed_by_their_owner,
+    a_pools_units_freed_on_one_slot_go_to_its_line_on_another,
     bad_waitlist_requests_change_nothing,
 );
 
@@ -140,6 +142,38 @@ async fn entries_are_read_left_and_replayed_by_their_owner(app: App) {
         .call(Method::GET, &format!("/waitlist/{a}"), Some("ann"))
         .await;
     assert_eq!(entry(&read, 200)["position"], 1);
+}
+
+/// A slot in a full pool lines up though the slot has room; a cancel on another slot of the
+/// pool offers the unit to it in the same request; newcomers on any slot of the pool wait.
+async fn a_pools_units_freed_on_one_slot_go_to_its_line_on_another(app: App) {
+    let (a, b) = (app.slot(3).await, app.slot(3).await);
+    let pool = app
+        .engine
+        .create_pool(slot_booking::NewPool::new(1))
+        .await
+        .unwrap();
+    for slot in [a, b] {
+        app.engine.attach_slot(pool.pool_id, slot).await.unwrap();
+    }
+    let held = app.hold(a, "full", None, "").await;
+    let hold_id = held.hold(201)["hold_id"].as_i64().unwrap();
+    let waiting = app.join(b, "on-b", None, json!({})).await;
+    let entry_id = entry(&waiting, 202)["entry_id"].as_i64().unwrap();
+    app.hold(a, "newcomer", None, "")
+        .await
+        .problem(409, "sold_out");
+    app.call(Method::DELETE, &format!("/holds/{hold_id}"), None)
+        .await
+        .hold(200);
+    let offer = app
+        .call(Method::GET, &format!("/holds/{entry_id}"), None)
+        .await;
+    let offer = offer.hold(200);
+    assert_eq!(
+        (offer["status"].as_str(), offer["slot_id"].as_i64()),
+        (Some("held"), Some(b.0))
+    );
 }
 
 async fn bad_waitlist_requests_change_nothing(app: App) {

@@ -24,7 +24,7 @@ impl<S: WaitlistStore + SlotAdmin + EventStore + PoolStore> Waitlists for S {}
 
 /// Joins `slot`'s line with `key` for `quantity` units at `priority`; the entry, which must
 /// wait.
-async fn wait<S: Waitlists>(
+pub(super) async fn wait<S: Waitlists>(
     f: &Fixture<S>,
     slot: SlotId,
     key: &str,
@@ -43,7 +43,7 @@ async fn wait<S: Waitlists>(
 }
 
 /// The entry's place in line now (anonymous entries).
-async fn position<S: Waitlists>(f: &Fixture<S>, entry: EntryId) -> Option<u32> {
+pub(super) async fn position<S: Waitlists>(f: &Fixture<S>, entry: EntryId) -> Option<u32> {
     match f.engine.waitlist_entry(&Scope::Anonymous, entry).await {
         Ok((_, position)) => Some(position),
         Err(BookingError::EntryNotFound { .. }) => None,
@@ -52,7 +52,10 @@ async fn position<S: Waitlists>(f: &Fixture<S>, entry: EntryId) -> Option<u32> {
 }
 
 /// The offer made to `entry`, as stored, if any.
-async fn offer<S: Waitlists>(f: &Fixture<S>, entry: &WaitlistEntry) -> Option<crate::Hold> {
+pub(super) async fn offer<S: Waitlists>(
+    f: &Fixture<S>,
+    entry: &WaitlistEntry,
+) -> Option<crate::Hold> {
     f.stored_hold(entry.offer_id()).await
 }
 
@@ -256,7 +259,7 @@ pub(super) async fn waitlist_orders_by_priority_and_can_be_left<S: Waitlists>(st
 
 /// A join that finds nobody waiting and its units free is held at once; the same key again
 /// replays the hold or the entry; the key is taken for holds too; a join is refused as a
-/// hold would be; a slot in a pool has no waitlist.
+/// hold would be, and for more than a pool of the slot holds.
 pub(super) async fn waitlist_joins_replay_and_refuse_like_holds<S: Waitlists>(store: S) {
     let f = Fixture::new(store);
     let slot = f.slot(1, hours(1)).await;
@@ -322,12 +325,13 @@ pub(super) async fn waitlist_joins_replay_and_refuse_like_holds<S: Waitlists>(st
     let closed = f.slot(1, hours(1)).await;
     f.engine.close_sales(closed).await.unwrap();
     assert_eq!(refused(closed, 1).await.unwrap_err().code(), "slot_closed");
-    let pooled = f.slot(1, hours(1)).await;
-    let pool = f.engine.create_pool(NewPool::new(5)).await.unwrap();
+    // A slot in a pool of 1 refuses a join for 2, more than the pool could ever give.
+    let pooled = f.slot(5, hours(1)).await;
+    let pool = f.engine.create_pool(NewPool::new(1)).await.unwrap();
     f.engine.attach_slot(pool.pool_id, pooled).await.unwrap();
     assert_eq!(
-        refused(pooled, 1).await.unwrap_err().code(),
-        "waitlist_not_allowed"
+        refused(pooled, 2).await.unwrap_err().code(),
+        "quantity_exceeds_capacity"
     );
     assert_eq!(f.remaining(slot).await, 0);
 }

@@ -71,6 +71,10 @@ impl Model {
             Err(refused) => return refused,
         };
         let owner = owner(*owner_number);
+        // A waiting entry's key is taken, as by a hold.
+        if self.waiting_key(*key).is_some() {
+            return Seen::KeyReused(None);
+        }
         if let Some(&existing) = self.keys.get(key) {
             let lines: Vec<_> = self
                 .group(existing)
@@ -165,7 +169,11 @@ impl Model {
                 capacity: slot.capacity,
             });
         }
-        let free = slot.remaining + self.held_units(slot_id, now).1;
+        // Nobody takes units past a waiting line (its slot's or a pool's).
+        let free = match self.line_waits(slot_id, now) {
+            true => 0,
+            false => slot.remaining + self.held_units(slot_id, now).1,
+        };
         (free < quantity).then(|| LineProblem::SoldOut {
             free: free.clamp(0, quantity - 1),
         })

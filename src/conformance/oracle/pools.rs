@@ -78,7 +78,10 @@ impl Model {
         now: Timestamp,
     ) -> Option<LineProblem> {
         let slot = self.slots.iter().find(|s| s.id == id)?;
-        let slot_free = slot.remaining + self.held_units(id, now).1;
+        let slot_free = match self.line_waits(id, now) {
+            true => 0,
+            false => slot.remaining + self.held_units(id, now).1,
+        };
         let lines: Vec<(SlotId, i32)> = asked.iter().map(|&(s, q, _)| (s, q)).collect();
         let short = slot_free < quantity || self.pool_short(id, &lines, now);
         let least = slot_free.min(self.pool_free_of(id, now));
@@ -125,8 +128,14 @@ impl Model {
                 if capacity < taken {
                     return Seen::PoolInUse(capacity, taken);
                 }
+                let changed = self.pools[pool].capacity != capacity;
                 self.pools[pool].capacity = capacity;
-                self.pool_seen(pool, now)
+                // The answer is the change; the pool's line is served after it.
+                let seen = self.pool_seen(pool, now);
+                if changed {
+                    self.serve(&[], &[self.pools[pool].id], now);
+                }
+                seen
             }
             ModelOp::PoolMember { pool, slot, attach } => {
                 let slot_id = self.slot_id(slot);
@@ -151,8 +160,11 @@ impl Model {
                     }
                     self.pools[pool].slots.push(slot_id);
                     self.pools[pool].slots.sort_unstable();
-                } else if !attach {
+                } else if !attach && member {
                     self.pools[pool].slots.retain(|&s| s != slot_id);
+                    let seen = self.pool_seen(pool, now);
+                    self.serve(&[slot_id], &[self.pools[pool].id], now);
+                    return seen;
                 }
                 self.pool_seen(pool, now)
             }
@@ -173,11 +185,12 @@ fn seen(result: Result<PoolSummary, BookingError>) -> Seen {
 }
 
 /// Runs the pool operations against the engine and the model, the booking and lifecycle ones
-/// through [`BookingSteps`], and once pools exist checks the state as it reads.
-struct PoolSteps(BookingSteps<NoEvents>);
+/// through [`BookingSteps`] (and what `C` runs), and once pools exist checks the state as it
+/// reads.
+pub(super) struct PoolSteps<C>(pub(super) BookingSteps<C>);
 
 #[async_trait::async_trait]
-impl<S: Store + BookingStore + PoolStore> StepCheck<S> for PoolSteps {
+impl<S: Store + BookingStore + PoolStore, C: StepCheck<S>> StepCheck<S> for PoolSteps<C> {
     async fn extra_op(
         &mut self,
         engine: &BookingEngine<S>,

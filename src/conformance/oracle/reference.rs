@@ -326,7 +326,7 @@ impl Model {
             return Seen::Error("slot_closed");
         }
         // Nobody takes units past a waiting line.
-        if self.line(slot_id).next().is_some() {
+        if self.line_waits(slot_id, now) {
             return Seen::Error(if quantity > model_slot.capacity {
                 "quantity_exceeds_capacity"
             } else {
@@ -485,9 +485,9 @@ impl Model {
                 .into_iter()
                 .map(|s| {
                     let (_, expired) = self.held_units(s.id, now);
-                    let free = match self.line(s.id).next() {
-                        Some(_) => 0,
-                        None => self.pool_free_of(s.id, now).min(s.remaining + expired),
+                    let free = match self.line_waits(s.id, now) {
+                        true => 0,
+                        false => self.pool_free_of(s.id, now).min(s.remaining + expired),
                     };
                     (s.id, free)
                 })
@@ -571,25 +571,33 @@ impl Model {
     }
 
     pub(super) fn remove(&mut self, index: usize, now: Timestamp) -> Seen {
-        self.take_free_units(
+        let seen = self.take_free_units(
             index,
             now,
             |s, extra| i64::from(s.remaining) + extra == i64::from(s.capacity),
             |s| s.removed_at = Some(now),
             |model, id| Seen::InUse(model.held_units(id, now).0, model.confirmed_units(id)),
-        )
+        );
+        // Its entries leave its pools' lines, whose next heads may be served.
+        if let Seen::Slot(slot) = &seen {
+            let pools = self.pools_of(slot.slot_id);
+            self.serve(&[], &pools, now);
+        }
+        seen
     }
 
     pub(super) fn set_closed(&mut self, index: usize, closed: bool, now: Timestamp) -> Seen {
-        let (seen, reopened) = match self.slots.get_mut(index).filter(|s| s.removed_at.is_none()) {
+        let (seen, changed) = match self.slots.get_mut(index).filter(|s| s.removed_at.is_none()) {
             Some(slot) => {
-                let reopened = slot.closed && !closed;
+                let changed = slot.closed != closed;
                 slot.closed = closed;
-                (Seen::Slot(slot.as_slot()), reopened)
+                (Seen::Slot(slot.as_slot()), changed)
             }
             None => (Seen::Error("slot_not_found"), false),
         };
-        if let (Seen::Slot(slot), true) = (&seen, reopened) {
+        // Reopened, the slot's line (and its entries in its pools' lines) is served; closed,
+        // its entries leave its pools' lines, whose next heads may be served.
+        if let (Seen::Slot(slot), true) = (&seen, changed) {
             self.serve_line(slot.slot_id, now);
         }
         seen
