@@ -345,12 +345,12 @@ pub(crate) async fn serve(
 
 /// Serves `lines` in the unit of work `conn` is in, to a fixpoint: the head of each line (a
 /// pool's head may wait on another slot of the pool) is offered its units if it is ready, and
-/// the heads are looked at again after any offer, until no head is ready. An entry is ready
-/// when its slot sells, it is the head of its slot's line and of the line of each pool of its
-/// slot, its whole quantity fits in its slot's `remaining` (the slot's expired holds reclaimed
-/// first, only when that is what makes it fit), and in every pool's stored `remaining`
-/// ([`offer`]). SQLite's one writer holds the write lock: nothing else moves meanwhile. Returns
-/// the offers made, in the order made.
+/// the heads are looked at again after any offer, until no head is ready; an offered entry's
+/// slot and pools join the set, since the next in each of its lines may have waited only
+/// behind it. An entry is ready when its slot sells, it is the head of its slot's line and of
+/// the line of each pool of its slot, and its whole quantity fits in its slot and every pool,
+/// their expired holds counted free ([`offer`]). SQLite's one writer holds the write lock:
+/// nothing else moves meanwhile. Returns the offers made, in the order made.
 pub(crate) async fn serve_lines(
     sql: &Statements,
     conn: &mut SqliteConnection,
@@ -359,6 +359,10 @@ pub(crate) async fn serve_lines(
 ) -> Result<Vec<Hold>, StoreError> {
     let statements = &sql.waitlists;
     let mut offers = Vec::new();
+    let mut lines = Lines {
+        slots: lines.slots.clone(),
+        pools: lines.pools.clone(),
+    };
     loop {
         let mut heads = BTreeSet::new();
         for &slot_id in &lines.slots {
@@ -383,6 +387,9 @@ pub(crate) async fn serve_lines(
         let mut offered = false;
         for entry_id in heads {
             if let Some(hold) = offer(sql, conn, entry_id, now).await? {
+                // The entry left every line it was in: the next in each may have waited
+                // only behind it.
+                lines.slot_and_pools(sql, conn, hold.slot_id).await?;
                 offers.push(hold);
                 offered = true;
             }
