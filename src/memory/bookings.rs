@@ -316,7 +316,10 @@ impl MemoryStore {
         let (short, tight) = lock(&self.pools).short_of(&units, |pool_id| {
             needs.iter().find(|n| n.0 == pool_id).map_or(0, |n| n.2)
         });
-        if !short.is_empty() && !fits.contains(&false) && !last {
+        // A pool short as stored may have room in its other slots' expired holds: give those
+        // back and decide once more, even when another line fails anyway, so the refusal
+        // names only the lines that truly have no room.
+        if !short.is_empty() && !last {
             return Ok(Placed::PoolShort(short));
         }
         if !short.is_empty() || fits.contains(&false) {

@@ -120,7 +120,12 @@ impl MemoryStore {
                 continue;
             }
             drop(table);
-            while let Some(hold) = self.offer_ready(&mut guards, &pooled, pools, now) {
+            // An offered entry leaves every line it was in: those are served too.
+            let (mut slots, mut pools) = (pooled, pools.to_vec());
+            while let Some(hold) = self.offer_ready(&mut guards, &slots, &pools, now) {
+                let row = guards.iter().find(|r| r.slot.slot_id == hold.slot_id);
+                pools.extend(row.map(|r| r.pools.clone()).unwrap_or_default());
+                slots.push(hold.slot_id);
                 offers.push(hold);
             }
             return offers;
@@ -195,29 +200,30 @@ impl MemoryStore {
 }
 
 /// The slots to lock for serving the lines of `slots` (slots in pools) and `pools`: every
-/// slot of the pools those slots and the slots of `pools` draw from, by id; with those pools.
+/// slot connected to them through pools (an offer takes its entry out of every line it was
+/// in, whose next heads are then served, and each head is judged on all its pools' lines),
+/// by id; with those pools.
 fn reach(
     table: &PoolTable,
     slots: &[SlotId],
     pools: &[PoolId],
 ) -> (BTreeSet<SlotId>, BTreeSet<PoolId>) {
-    let first: BTreeSet<SlotId> = pools
-        .iter()
-        .filter_map(|id| table.by_id.get(id))
-        .flat_map(|pool| pool.slots.iter().copied())
-        .chain(slots.iter().copied())
-        .collect();
-    let reached: BTreeSet<PoolId> = table
-        .by_id
-        .values()
-        .filter(|pool| pool.slots.iter().any(|s| first.contains(s)))
-        .map(|pool| pool.pool_id)
-        .collect();
-    let slots = reached
-        .iter()
-        .filter_map(|id| table.by_id.get(id))
-        .flat_map(|pool| pool.slots.iter().copied())
-        .chain(first)
-        .collect();
-    (slots, reached)
+    let mut reached: BTreeSet<PoolId> = pools.iter().copied().collect();
+    let mut slots: BTreeSet<SlotId> = slots.iter().copied().collect();
+    loop {
+        let more: BTreeSet<PoolId> = (table.by_id.values())
+            .filter(|pool| pool.slots.iter().any(|s| slots.contains(s)))
+            .map(|pool| pool.pool_id)
+            .chain(reached.iter().copied())
+            .collect();
+        let all: BTreeSet<SlotId> = (more.iter())
+            .filter_map(|id| table.by_id.get(id))
+            .flat_map(|pool| pool.slots.iter().copied())
+            .chain(slots.iter().copied())
+            .collect();
+        if more == reached && all == slots {
+            return (slots, reached);
+        }
+        (reached, slots) = (more, all);
+    }
 }

@@ -51,8 +51,10 @@ impl Run<'_> {
         let conn = unit.connection();
         let step = match live_slot(&sql, conn, slot_id).await {
             Ok(before) => match set_closed(&sql, conn, slot_id, closed, now).await {
-                // Reopened: units freed while sales were closed go to the line now.
-                Ok(step) if !closed && before.as_ref().is_some_and(|b| b.closed) => {
+                // Reopened: units freed while sales were closed go to the line now (its
+                // entries are back in its pools' lines too). Closed: its entries leave its
+                // pools' lines, whose next heads may be ready.
+                Ok(step) if before.as_ref().is_some_and(|b| b.closed != closed) => {
                     served_after(&sql, conn, step, now, |_| true).await
                 }
                 other => other,
@@ -69,14 +71,22 @@ impl Run<'_> {
     ) -> Result<Decided<SlotChange>, StoreError> {
         let sql = Arc::clone(&self.sql);
         let mut unit = self.unit().await?;
-        let step = remove_slot(&sql, unit.connection(), slot_id, now).await;
+        let conn = unit.connection();
+        // Removed, its entries leave its pools' lines, whose next heads may be ready: they
+        // are served after the change (its own line no longer sells).
+        let step = match remove_slot(&sql, conn, slot_id, now).await {
+            Ok(step) => served_after(&sql, conn, step, now, |_| true).await,
+            Err(error) => Err(error),
+        };
         Ok(Decided::new(now, unit.finish(step).await?))
     }
 }
 
 /// After an administrative change of a slot that applied and `gave` it something (a capacity
-/// changed, units given back, sales reopened), serves the slot's line in the same unit of work: a raise, the expired holds the
-/// change reclaimed, or reopened sales may let its head in. The answer is the change itself,
+/// changed, units given back, sales reopened or closed, the slot removed), serves the slot's
+/// line and its pools' lines in the same unit of work: a raise, the expired holds the change
+/// reclaimed, or reopened sales may let its head in; closed sales or a removal take its
+/// entries out of its pools' lines, whose next heads may be ready. The answer is the change itself,
 /// as every store answers it: the slot before the line took any units.
 async fn served_after(
     sql: &Statements,

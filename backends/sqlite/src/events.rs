@@ -5,7 +5,7 @@ use super::*;
 use std::collections::BTreeMap;
 
 use crate::units::{give_back, log_hold};
-use crate::waitlists::serve;
+use crate::waitlists::{serve_lines, Lines};
 use crate::writes::{Run, Step, Target};
 
 /// The event log lives in the store's database (migration 5): every write above appends its
@@ -114,7 +114,7 @@ impl EventStore for SqliteStore {
 /// up to `limit` held holds that expired by `now` as expired (on any slot, decided by the rows
 /// the update returned, so a hold reclaimed by a racing reclaimer or a lazy reclaim is not among
 /// them), gives their units back slot by slot and appends one `hold_expired` event each, then
-/// serves the line of every such slot anyone waits in.
+/// serves every line that is not empty (every slot's and every pool's).
 pub(crate) async fn reclaim_expired_every(
     sql: &Statements,
     conn: &mut SqliteConnection,
@@ -135,18 +135,20 @@ pub(crate) async fn reclaim_expired_every(
     for hold in &reclaimed {
         *units.entry(hold.slot_id.get()).or_default() += i64::from(hold.quantity);
     }
-    let mut lined = Vec::new();
     for (slot_id, units) in units {
-        if give_back(sql, conn, units, slot_id).await? {
-            lined.push(SlotId(slot_id));
-        }
+        give_back(sql, conn, units, slot_id).await?;
     }
     for hold in &reclaimed {
         log_hold(sql, conn, EventKind::HoldExpired, hold, now).await?;
     }
-    // Units given back to a line go to it in this same transaction, slot by slot.
-    for slot_id in lined {
-        serve(sql, conn, slot_id, now).await?;
+    // Every line is served in this same transaction: the lines the units given back may
+    // serve among them, and any whose head became ready with no unit given back (a hold
+    // expired, counted free; the entries before it left its pool's line when their slot
+    // stopped selling).
+    let mut lines = Lines::new();
+    lines.every_line(sql, conn, now).await?;
+    if !lines.is_empty() {
+        serve_lines(sql, conn, &lines, now).await?;
     }
     Ok(Step::keep(reclaimed))
 }

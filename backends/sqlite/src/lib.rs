@@ -176,30 +176,47 @@
 //! order, `(slot_id, priority DESC, id)`), and the slot's `waiting` column counts them, kept by
 //! triggers on every insert and delete of an entry.
 //!
-//! * **Nobody jumps the line.** The `holds_take_a_unit` trigger (as migration 10 recreated it)
-//!   decrements a slot only where `waiting = 0`, except for an offer (the hold of a waiting
-//!   entry's own id), and settles the refusal as sold out in the same statement: a hold, a
-//!   booking's line or a group commit's insert on a slot with a line is refused by its own
+//! A slot of a pool has a line like any other, and its entries also wait in the line of each
+//! of its pools (migration 11): the waiting entries of the pool's slots that sell at the time
+//! (not closed, not removed, not started), in the same order. Entries of a slot that stopped
+//! selling are out of its pools' lines (they cannot be served, and do not block them) until it
+//! sells again.
+//!
+//! * **Nobody jumps the line.** The `holds_take_a_unit` trigger (as migration 11 recreated it)
+//!   decrements a slot only where `waiting = 0` and no slot of its pools that sells has
+//!   `waiting > 0`, except for an offer (the hold of a waiting entry's own id), and settles
+//!   the refusal as sold out in the same statement: a hold, a booking's line or a group
+//!   commit's insert on a slot with a line, or in a pool with one, is refused by its own
 //!   statement, never by a read before it. Availability lists such a slot with 0 units, and a
 //!   refused booking line on it reads 0 units free.
 //! * **Keys and ids.** A join's `INSERT … SELECT` stores the entry only if the slot sells, the
-//!   quantity fits its capacity, the slot is in no pool and no hold has the key (another
-//!   entry's key is the unique constraint's); when it stores nothing, reads in the same unit
-//!   of work say why (a replay of the entry or of its offer first). The trigger refuses a hold
+//!   quantity fits its capacity and every pool's, and no hold has the key (another entry's key
+//!   is the unique constraint's); when it stores nothing, reads in the same unit of work say
+//!   why (a replay of the entry or of its offer first; a quantity beyond a pool's capacity
+//!   exceeds the smallest of the slot's and its pools' capacities). The trigger refuses a hold
 //!   whose key a waiting entry has ([`HoldOutcome::KeyReused`] with no hold). An entry's id is
 //!   drawn as a hold's is, one past the holds' highest and the highest entry id ever drawn
 //!   (`<prefix>waitlist_ids`), and holds draw theirs the same way, so the offer can be the
 //!   hold of the entry's number and no other hold ever has it.
-//! * **Serving.** Every write that gives a slot units back while anyone waits — a cancel of a
-//!   hold or booking, the sweeper's [`reclaim_expired`](EventStore::reclaim_expired), a
-//!   capacity change, reopened sales, a leave, a join — serves the line in its own unit of
-//!   work, after its own change and events (the give-back's update returns whether anyone
-//!   waits, so a slot without a line pays nothing): while the head's whole quantity fits in
-//!   `remaining` and the slot sells, one `INSERT … SELECT` of the head stores its offer (its
-//!   units taken and `hold_placed` appended by the triggers), its entry is deleted and
-//!   `waitlist_offered` appended; when the head does not fit, the slot's expired holds are
-//!   reclaimed only if that makes it fit. The lazy reclaims of a hold or booking only ever run
-//!   on slots nobody waits for (or are rolled back with the refusal).
+//! * **Serving.** An entry is ready when its slot sells, it is the head of its slot's line and
+//!   of each of its slot's pools' lines, and its whole quantity fits in its slot's `remaining`
+//!   with the slot's expired holds counted free, and in each pool's with the expired holds of
+//!   the pool's slots counted free. A set of lines is served to a fixpoint: each line's head
+//!   that is ready is offered — the expired holds that make it fit reclaimed first (the slot's
+//!   when the slot is short, those of a short pool's slots when a pool is: the pool refill),
+//!   then one `INSERT … SELECT` of the entry under the stored conditions stores its offer (its
+//!   units taken from the slot and its pools and `hold_placed` appended by the triggers), its
+//!   entry is deleted and `waitlist_offered` appended — and the heads are looked at again until
+//!   none is ready. SQLite has one writer, so every write serves in its own unit of work, after
+//!   its own change and events: a cancel of a hold or booking serves each touched slot's line
+//!   and its pools' (the give-back's update returns whether anyone waits or the slot is pooled,
+//!   so a slot of no pool without a line pays nothing); the sweeper's
+//!   [`reclaim_expired`](EventStore::reclaim_expired) serves every line that is not empty; a
+//!   capacity change that gave the slot something, reopened or closed sales, a removal, a leave
+//!   and a join serve the slot's line and its pools'; a pool's capacity change serves the
+//!   pool's line, and a detach the pool's and the detached slot's (both answered as the change
+//!   left the pool, before serving). The reclaims a write makes only to make room for itself
+//!   (a newcomer's, the pool refill, an administrative change's) serve nothing.
 //! * **Migration 10** also rebuilds the event log so that its kind check admits
 //!   `waitlist_offered` (SQLite cannot alter a CHECK): every event is copied with its id and
 //!   the AUTOINCREMENT counter carried over.

@@ -10,7 +10,7 @@ use crate::map_err;
 use crate::rows::hold_from_row;
 use crate::sql::Statements;
 use crate::units::{give_back, log_hold, Query};
-use crate::waitlists::serve;
+use crate::waitlists::{serve_lines, Lines};
 
 /// Every line of the booking (or the plain hold) whose first line has `key`, if any.
 pub(crate) async fn booking_by_key<'e, E>(
@@ -53,8 +53,9 @@ pub(crate) async fn booking_by_id(
 /// Runs `update`, one change of every line of a booking (confirm, cancel or renew: it returns
 /// every line it changed, all of them or none), and for each line changed, by slot id, gives
 /// its units back (a cancel, `kind` [`EventKind::HoldCancelled`]) and appends its event `kind`
-/// at `now`; then a cancel serves the line of each slot that got units back while anyone waits
-/// in it, by slot id, in the same unit of work (its offers logged after the cancel's events).
+/// at `now`; then a cancel serves, by slot id, the line of each slot that got units back while
+/// anyone waits in it and the lines of its pools, in the same unit of work (its offers logged
+/// after the cancel's events).
 /// The lines changed, by slot id: none when the change did not apply.
 pub(crate) async fn change_lines(
     sql: &Statements,
@@ -69,18 +70,17 @@ pub(crate) async fn change_lines(
         .map(hold_from_row)
         .collect::<Result<Vec<_>, _>>()?;
     lines.sort_by_key(|hold| (hold.slot_id, hold.hold_id));
-    let mut lined = Vec::new();
+    let mut lined = Lines::new();
     for hold in &lines {
         if kind == EventKind::HoldCancelled
             && give_back(sql, conn, i64::from(hold.quantity), hold.slot_id.get()).await?
-            && !lined.contains(&hold.slot_id)
         {
-            lined.push(hold.slot_id);
+            lined.slot_and_pools(sql, conn, hold.slot_id).await?;
         }
         log_hold(sql, conn, kind, hold, now).await?;
     }
-    for slot_id in lined {
-        serve(sql, conn, slot_id, now).await?;
+    if !lined.is_empty() {
+        serve_lines(sql, conn, &lined, now).await?;
     }
     Ok(lines)
 }

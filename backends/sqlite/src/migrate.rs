@@ -76,6 +76,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         description: "waitlists",
         sql: include_str!("../migrations/0010_waitlists.sql"),
     },
+    Migration {
+        version: 11,
+        description: "pool waitlists",
+        sql: include_str!("../migrations/0011_pool_waitlists.sql"),
+    },
 ];
 
 /// The ledger 0.1 kept for its unprefixed tables.

@@ -227,3 +227,59 @@ async fn slot_listings_read_their_index() {
         );
     }
 }
+
+/// The statements that serve lines read ranges of their indexes, never a scan of the slots,
+/// the holds or the entries: the offer's and the reclaim's conditions (the entry's slot's line
+/// through `waitlist_line`, its pools through `slot_pools`' keys, their slots by id), a slot's
+/// and a pool's head.
+#[tokio::test]
+async fn serving_reads_its_indexes() {
+    let store = SqliteStore::connect("sqlite::memory:").await.unwrap();
+    store.migrate().await.unwrap();
+    sqlx::raw_sql(
+        "WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < 2000) \
+         INSERT INTO slot_booking_slots (starts_at, ends_at, capacity, remaining) \
+         SELECT 1000000 + n, 2000000 + n, 10, 9 FROM g; \
+         WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < 200) \
+         INSERT INTO slot_booking_pools (capacity, remaining, created_at) SELECT 50, 40, 0 FROM g; \
+         WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < 2000) \
+         INSERT INTO slot_booking_slot_pools (slot_id, pool_id) SELECT n, 1 + n % 200 FROM g; \
+         WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < 2000) \
+         INSERT INTO slot_booking_holds \
+             (slot_id, idempotency_key, status, expires_at, created_at, quantity) \
+         SELECT n, 'k' || n, 'held', 500, 0, 1 FROM g; \
+         WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < 2000) \
+         INSERT INTO slot_booking_waitlist_entries \
+             (id, slot_id, idempotency_key, quantity, priority, joined_at, offer_micros) \
+         SELECT 10000 + n, 1 + (n % 20) * 97, 'w' || n, 1, n % 3, 0, 60 FROM g; \
+         ANALYZE;",
+    )
+    .execute(store.pool())
+    .await
+    .unwrap();
+    let w = &store.sql.waitlists;
+    for sql in [&w.offer_entry, &w.entry_ready, &w.slot_head, &w.pool_head] {
+        let plan = query_plan(&store, sql, &[Param::Int(10_005_i64), Param::Int(100_i64)]).await;
+        for table in ["slots", "holds", "waitlist_entries"] {
+            let scan = format!("SCAN slot_booking_{table}");
+            assert!(
+                !plan.iter().any(|step| step.starts_with(&scan)),
+                "{sql}: {plan:?}"
+            );
+        }
+    }
+    // The sweeper's pass: the slots with a line through their partial index, their pools by
+    // key.
+    let plan = query_plan(&store, &w.pools_lined, &[Param::Int(100_i64)]).await;
+    assert!(
+        plan.iter()
+            .any(|step| step.contains("slot_booking_slots_lined")),
+        "{plan:?}"
+    );
+    assert!(
+        !plan
+            .iter()
+            .any(|step| step.starts_with("SCAN") && !step.contains("slot_booking_slots_lined")),
+        "{plan:?}"
+    );
+}

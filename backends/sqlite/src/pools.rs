@@ -28,7 +28,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use slot_booking::{
-    Decided, NewPool, Pool, PoolChange, PoolId, PoolUsage, SlotId, SlotUsage, StoreError,
+    Decided, Hold, NewPool, Pool, PoolChange, PoolId, PoolUsage, SlotId, SlotUsage, StoreError,
     Timestamp, TransactionPools, MAX_POOLS_PER_SLOT,
 };
 use sqlx::sqlite::{SqliteConnection, SqliteRow};
@@ -39,6 +39,7 @@ use crate::rows::{to_micros, usage_from_row};
 use crate::sql::{Statements, TablePrefix, HOLD_COLUMNS};
 use crate::transaction::SqliteWrites;
 use crate::units::{reclaim, reclaim_by};
+use crate::waitlists::{serve_lines, Lines};
 use crate::writes::{Run, Step};
 
 /// The pools' statements, with this store's table names.
@@ -231,19 +232,19 @@ pub(crate) async fn give_back(
 /// the slot's own expired holds were reclaimed: reclaims the expired holds of every slot of
 /// the slot's pools short of `quantity`, giving them back to their slots and all their pools.
 /// The caller's unit of work is rolled back, and this with it, if it is refused all the same.
+/// Returns the holds reclaimed.
 pub(crate) async fn reclaim_short_pools(
     sql: &Statements,
     conn: &mut SqliteConnection,
     slot_id: i64,
     quantity: i32,
     now: Timestamp,
-) -> Result<(), StoreError> {
+) -> Result<Vec<Hold>, StoreError> {
     let update = sqlx::query(AssertSqlSafe(sql.pools.reclaim_short_pools.as_str()))
         .bind(slot_id)
         .bind(to_micros(now))
         .bind(quantity);
-    reclaim_by(sql, conn, update, now).await?;
-    Ok(())
+    reclaim_by(sql, conn, update, now).await
 }
 
 /// What `attach_refusal` read: why `attach` changed no row (or `detach` deleted none).
@@ -372,7 +373,8 @@ async fn attach_slot(
 }
 
 /// [`PoolStore::detach_slot`](slot_booking::PoolStore::detach_slot) in the unit of work `conn`
-/// is in: the membership deleted, then the slot's taken units given back to the pool.
+/// is in: the membership deleted, then the slot's taken units given back to the pool; answered
+/// as that left the pool, and then the pool's line and the slot's served.
 async fn detach_slot(
     sql: &Statements,
     conn: &mut SqliteConnection,
@@ -406,6 +408,13 @@ async fn detach_slot(
                 pool_id.get()
             )));
         }
+        // Answered as the detach left the pool; then, the slot's taken units back in the pool
+        // and its entries out of the pool's line, both lines may have a head ready.
+        let usage = usage_now(sql, conn, pool_id, now).await?;
+        let mut lines = Lines::new();
+        lines.pool(pool_id).slot(slot_id);
+        serve_lines(sql, conn, &lines, now).await?;
+        return Ok(Step::keep(PoolChange::Applied(usage)));
     }
     Ok(match pool_usage(sql, conn, pool_id, now).await? {
         Some(usage) => Step::keep(PoolChange::Applied(usage)),
@@ -432,6 +441,8 @@ async fn try_change_capacity(
 /// unit of work `conn` is in: the conditional update; when it changes nothing, the pool read
 /// says whether it is not there or already at that capacity; otherwise the expired holds of
 /// its slots are reclaimed and the update tried once more (rolled back if still refused).
+/// Changed, it is answered as the change left the pool, and the pool's line is then served in
+/// the same unit of work.
 async fn change_pool_capacity(
     sql: &Statements,
     conn: &mut SqliteConnection,
@@ -456,9 +467,13 @@ async fn change_pool_capacity(
             )));
         }
     }
-    Ok(Step::keep(PoolChange::Applied(
-        usage_now(sql, conn, pool_id, now).await?,
-    )))
+    // Answered as the change left the pool; then, the capacity changed, the pool's line is
+    // served.
+    let usage = usage_now(sql, conn, pool_id, now).await?;
+    let mut lines = Lines::new();
+    lines.pool(pool_id);
+    serve_lines(sql, conn, &lines, now).await?;
+    Ok(Step::keep(PoolChange::Applied(usage)))
 }
 
 impl Run<'_> {

@@ -177,6 +177,18 @@ impl Statements {
         let consumers = format!("{prefix}event_consumers");
         let slot_pools = format!("{prefix}slot_pools");
         let next_id = next_hold_id(prefix.as_str());
+        // Whether the line of a pool of the slot `s` is not empty at ?1: a slot of one of its
+        // pools that sells has entries waiting (migration 11). A slot of no pool: one look at
+        // the empty range of `slot_pools`' primary key.
+        let pool_lined = |now: &str| {
+            format!(
+                "EXISTS (SELECT 1 FROM {slot_pools} m \
+                         JOIN {slot_pools} o ON o.pool_id = m.pool_id \
+                         JOIN {slots} t ON t.id = o.slot_id \
+                         WHERE m.slot_id = s.id AND t.waiting > 0 AND t.starts_at > {now} \
+                           AND t.closed = 0 AND t.removed_at IS NULL)"
+            )
+        };
         // A slot's units still stored as held, split at ?1 (now) into active and expired: two
         // correlated sums, each one range of the partial index `holds_held_by_slot_expiry`
         // (slot_id, expires_at, quantity), which covers them: a `SlotUsage` per row.
@@ -241,18 +253,20 @@ impl Statements {
             // The correlated count walks the partial index over held holds of one slot, for
             // selling slots only (not started, sales open, not removed): abandoned holds on
             // past slots are never read. A slot with every unit free has no held hold to
-            // count, and is not looked up. A slot with a waiting line (migration 10) has no unit
-            // for anyone else: 0.
+            // count, and is not looked up. A slot with a waiting line (migration 10), or in a
+            // pool whose line is not empty (some selling slot of the pool has one, migration
+            // 11), has no unit for anyone else: 0.
             availability: format!(
                 "SELECT s.id, s.starts_at, s.ends_at, s.capacity, s.resource, \
-                        CASE WHEN s.waiting > 0 THEN 0 \
+                        CASE WHEN s.waiting > 0 OR {} THEN 0 \
                         ELSE s.remaining + CASE WHEN s.remaining = s.capacity THEN 0 ELSE \
                             (SELECT coalesce(SUM(h.quantity), 0) FROM {holds} h \
                              WHERE h.slot_id = s.id AND h.status = 'held' \
                                AND h.expires_at <= ?1) END END AS available \
                  FROM {slots} s \
                  WHERE s.starts_at > ?1 AND s.closed = 0 AND s.removed_at IS NULL \
-                 ORDER BY s.starts_at, s.id"
+                 ORDER BY s.starts_at, s.id",
+                pool_lined("?1")
             ),
             // The `take_a_unit` trigger (migration 2, last recreated by migration 6) runs the
             // conditional decrement inside this statement and aborts it when that changes no
@@ -340,14 +354,15 @@ impl Statements {
             mark_booking: format!("UPDATE {holds} SET booking_id = id WHERE id = ?1"),
             // ?1 slot id, ?2 now: a refused line's slot, and the units a hold could take of it
             // (its `remaining` and its held holds expired by ?2; none while anyone waits in its
-            // line).
+            // line or in the line of one of its pools).
             line_state: format!(
                 "SELECT s.starts_at, s.capacity, s.closed, s.removed_at, \
-                        CASE WHEN s.waiting > 0 THEN 0 \
+                        CASE WHEN s.waiting > 0 OR {} THEN 0 \
                         ELSE s.remaining + (SELECT coalesce(SUM(h.quantity), 0) FROM {holds} h \
                                             WHERE h.slot_id = s.id AND h.status = 'held' \
                                               AND h.expires_at <= ?2) END AS free \
-                 FROM {slots} s WHERE s.id = ?1"
+                 FROM {slots} s WHERE s.id = ?1",
+                pool_lined("?2")
             ),
             // The administrative writes' reclaim: on any slot, started or not (a capacity
             // change or a removal applies to both). Run under a savepoint that is rolled back

@@ -59,10 +59,11 @@ pub(crate) async fn reclaim(
 /// gives their units back, slot by slot in id order (to each slot's pools too), and appends one
 /// `hold_expired` event each, at `now`. Returns the holds it reclaimed, as stored after.
 ///
-/// It serves no line: the lazy and administrative reclaims run on slots nobody waits for (a
-/// newcomer's hold or booking line on a slot with a line is refused before any reclaim, or
-/// rolled back with it), and the writes that do give units back to a line serve it
-/// themselves once their own change is made (`waitlists::serve`).
+/// It serves no line: the writes that must serve lines do so themselves, once their own change
+/// is made (`waitlists::serve`, `waitlists::serve_lines`). The reclaims a write makes only to
+/// make room for itself (a newcomer's hold or booking line, the pool refill, an administrative
+/// change) serve nothing: a line's readiness already counts expired units free, so such a
+/// reclaim never makes a head ready by itself.
 pub(crate) async fn reclaim_by(
     sql: &Statements,
     conn: &mut SqliteConnection,
@@ -115,8 +116,10 @@ pub(crate) async fn append_event(
 
 /// Adds `units` back to the slot's `remaining` and, when the slot belongs to pools (as the
 /// slot's update returns), to each of its pools' in the same unit of work: a slot of no pool
-/// costs the one statement. Returns whether anyone waits in the slot's line (as the same update
-/// returns): the caller then serves it in its unit of work, once its change is made.
+/// costs the one statement. Returns whether anyone may wait for the units (as the same update
+/// returns): someone waits in the slot's line, or the slot belongs to a pool, whose line the
+/// units may serve. The caller then serves the slot's line and its pools' lines
+/// ([`serve`](crate::waitlists::serve)) in its unit of work, once its change is made.
 pub(crate) async fn give_back(
     sql: &Statements,
     conn: &mut SqliteConnection,
@@ -134,9 +137,9 @@ pub(crate) async fn give_back(
             "could not give {units} units back to slot {slot_id}: no such slot"
         ))),
         Some((false, lined)) => Ok(lined),
-        Some((true, lined)) => {
+        Some((true, _)) => {
             crate::pools::give_back(sql, conn, units, slot_id).await?;
-            Ok(lined)
+            Ok(true)
         }
     }
 }

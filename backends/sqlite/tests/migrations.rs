@@ -126,6 +126,7 @@ async fn migrations_coexist_with_host_sqlx_migrations() {
             (8, "bookings".to_owned()),
             (9, "pools".to_owned()),
             (10, "waitlists".to_owned()),
+            (11, "pool waitlists".to_owned()),
         ]
     );
     let theirs: Vec<i64> = column(
@@ -166,7 +167,7 @@ async fn concurrent_migrations_apply_once() {
         .fetch_one(store.pool())
         .await
         .unwrap();
-    assert_eq!(n, 10, "each of the ten migrations applied once");
+    assert_eq!(n, 11, "each of the eleven migrations applied once");
 }
 
 #[tokio::test]
@@ -231,6 +232,7 @@ async fn create_recorded_schema(pool: &SqlitePool, dir: &str, up_to: i64) {
         (7, "0007_consumer_leases.sql", "consumer leases"),
         (8, "0008_bookings.sql", "bookings"),
         (9, "0009_pools.sql", "pools"),
+        (10, "0010_waitlists.sql", "waitlists"),
     ]
     .into_iter()
     .filter(|(version, _, _)| *version <= up_to)
@@ -514,7 +516,7 @@ async fn a_database_made_by_migrations_1_to_3_upgrades_in_place() {
         "SELECT version FROM slot_booking_migrations ORDER BY version",
     )
     .await;
-    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]);
     for id in 1..=3 {
         let slot = store.get_slot(SlotId(id)).await.unwrap().unwrap();
         assert_eq!(
@@ -616,7 +618,7 @@ async fn a_database_made_by_migrations_1_to_4_upgrades_in_place() {
         "SELECT version FROM slot_booking_migrations ORDER BY version",
     )
     .await;
-    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]);
     let reader = ConsumerId::new("reader").unwrap();
     assert!(store.read_events(&reader, 100).await.unwrap().is_empty());
 
@@ -711,7 +713,7 @@ async fn a_database_made_by_migrations_1_to_5_upgrades_in_place() {
         "SELECT version FROM slot_booking_migrations ORDER BY version",
     )
     .await;
-    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]);
 
     // The old rows sell on (the old expired hold reclaimed lazily), filling slot 1.
     assert_previous_release_sells_on(&store).await;
@@ -802,7 +804,7 @@ async fn a_database_made_by_migrations_1_to_7_upgrades_in_place() {
         "SELECT version FROM slot_booking_migrations ORDER BY version",
     )
     .await;
-    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]);
     let marked: Vec<Option<i64>> = column(
         &pool,
         "SELECT booking_id FROM slot_booking_holds ORDER BY id",
@@ -951,7 +953,7 @@ async fn a_database_made_by_migrations_1_to_9_upgrades_in_place() {
         "SELECT version FROM slot_booking_migrations ORDER BY version",
     )
     .await;
-    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]);
     let waiting: Vec<i64> = column(&pool, "SELECT waiting FROM slot_booking_slots").await;
     assert_eq!(waiting, vec![0], "nobody waits in an old slot's line");
     assert_counts(&pool, SlotId(1), (5, 2, 2, 1)).await;
@@ -1009,5 +1011,143 @@ async fn a_database_made_by_migrations_1_to_9_upgrades_in_place() {
     assert_eq!(
         events.last().map(|e| e.kind),
         Some(EventKind::WaitlistOffered)
+    );
+}
+
+/// Pool waitlists arrive by a migration that only recreates the hold trigger: a database made
+/// by migrations 1 to 10, with a pool of two slots, a held hold on one and an entry waiting in
+/// the line of a slot of no pool, keeps every slot, hold, pool, membership and entry as it was;
+/// then a slot of the pool takes a line, a newcomer on the pool's other slot is refused while
+/// the pool's line waits (availability 0), and a cancel on that other slot offers the pool's
+/// units to the line.
+#[tokio::test]
+async fn a_database_made_by_migrations_1_to_10_upgrades_in_place() {
+    let db = TempDb::new("before_pool_waitlists");
+    let pool = previous_release_database(&db, 10).await;
+    let (t, start) = (at(0).timestamp_micros(), at(3600).timestamp_micros());
+    let end = start + 3_600_000_000;
+    // Slots 2 and 3 in pool 1 (capacity 4); a hold of 3 units on slot 2 (through migration
+    // 10's trigger: slot 2 has 2 left, the pool 1); entry 11 waits for 4 units of slot 1.
+    execute(
+        &pool,
+        &format!(
+            "INSERT INTO slot_booking_slots (starts_at, ends_at, capacity, remaining) \
+                 VALUES ({start}, {end}, 5, 5), ({start}, {end}, 3, 3); \
+             INSERT INTO slot_booking_pools (capacity, remaining, created_at) VALUES (4, 4, 0); \
+             INSERT INTO slot_booking_slot_pools (slot_id, pool_id) VALUES (2, 1), (3, 1); \
+             INSERT INTO slot_booking_holds \
+                 (id, slot_id, idempotency_key, status, expires_at, created_at, quantity, owner) \
+                 VALUES (10, 2, 'pooled-key', 'held', {}, {t}, 3, 'ann'); \
+             INSERT INTO slot_booking_waitlist_entries \
+                 (id, slot_id, idempotency_key, quantity, owner, priority, joined_at, \
+                  offer_micros) \
+                 VALUES (11, 1, 'waiting-key', 4, NULL, 0, {t}, 60000000);",
+            t + 3_000_000_000
+        ),
+    )
+    .await;
+    let slot_rows = "SELECT id, capacity, remaining, waiting FROM slot_booking_slots ORDER BY id";
+    let hold_rows = "SELECT id, slot_id, idempotency_key, status, quantity, owner \
+                     FROM slot_booking_holds ORDER BY id";
+    let pool_rows = "SELECT p.id, p.capacity, p.remaining, \
+                            (SELECT group_concat(slot_id) FROM slot_booking_slot_pools) \
+                     FROM slot_booking_pools p ORDER BY p.id";
+    let entry_rows = "SELECT id, slot_id, idempotency_key, quantity, priority, offer_micros \
+                      FROM slot_booking_waitlist_entries ORDER BY id";
+    type HoldRow = (i64, i64, String, String, i64, Option<String>);
+    type EntryRow = (i64, i64, String, i64, i64, i64);
+    let slots_before: Vec<(i64, i64, i64, i64)> = rows(&pool, slot_rows).await;
+    let holds_before: Vec<HoldRow> = rows(&pool, hold_rows).await;
+    let pools_before: Vec<(i64, i64, i64, String)> = rows(&pool, pool_rows).await;
+    let entries_before: Vec<EntryRow> = rows(&pool, entry_rows).await;
+    assert_eq!(
+        slots_before,
+        vec![(1, 5, 2, 1), (2, 5, 2, 0), (3, 3, 3, 0)],
+        "the rows as migration 10 keeps them"
+    );
+    assert_eq!(pools_before, vec![(1, 4, 1, "2,3".to_owned())]);
+
+    let store = SqliteStore::new(pool.clone());
+    store.migrate().await.unwrap();
+    store.migrate().await.unwrap();
+
+    assert_eq!(
+        rows::<(i64, i64, i64, i64)>(&pool, slot_rows).await,
+        slots_before
+    );
+    assert_eq!(rows::<HoldRow>(&pool, hold_rows).await, holds_before);
+    assert_eq!(
+        rows::<(i64, i64, i64, String)>(&pool, pool_rows).await,
+        pools_before
+    );
+    assert_eq!(rows::<EntryRow>(&pool, entry_rows).await, entries_before);
+    let versions: Vec<i64> = column(
+        &pool,
+        "SELECT version FROM slot_booking_migrations ORDER BY version",
+    )
+    .await;
+    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]);
+    let lined: Vec<i64> = column(
+        &pool,
+        "SELECT id FROM slot_booking_slots INDEXED BY slot_booking_slots_lined \
+         WHERE waiting > 0",
+    )
+    .await;
+    assert_eq!(lined, vec![1], "the new index has the old line's slot");
+
+    // Slot 3 of the pool takes a line: 2 units, the pool has 1.
+    let line_key = key("pool-line");
+    let join = JoinRequest {
+        hold: slot_booking::HoldRequest {
+            quantity: 2,
+            ..request(SlotId(3), &line_key, at(1))
+        },
+        priority: 0,
+    };
+    let entry = match store.join_waitlist(join).await.unwrap().outcome {
+        JoinOutcome::Waiting {
+            entry, position: 1, ..
+        } => entry,
+        other => panic!("expected to wait, got {other:?}"),
+    };
+    assert_eq!(entry.entry_id.0, 12, "drawn after the old entry's id");
+    // Slot 2 has 2 units and the pool 1: a newcomer's one would fit, but the pool's line
+    // waits.
+    let newcomer = key("newcomer");
+    let refused = store
+        .create_hold(request(SlotId(2), &newcomer, at(1)))
+        .await
+        .unwrap()
+        .outcome;
+    assert_eq!(refused, HoldOutcome::SoldOut);
+    let available = store.availability(at(1)).await.unwrap().outcome;
+    let of = |id: i64| {
+        available
+            .iter()
+            .find(|a| a.slot_id == SlotId(id))
+            .map(|a| a.remaining)
+    };
+    assert_eq!((of(1), of(2), of(3)), (Some(0), Some(0), Some(0)));
+    // The old hold on slot 2 is cancelled: the pool's 4 units go to its line's head on slot 3.
+    let cancelled = store
+        .cancel_hold(
+            HoldId(10),
+            &Scope::Owner(slot_booking::OwnerId::new("ann").unwrap()),
+            at(2),
+        )
+        .await
+        .unwrap()
+        .outcome;
+    assert!(matches!(cancelled, Transition::Applied(_)), "{cancelled:?}");
+    let offer = store
+        .get_hold(entry.offer_id(), &Scope::Anonymous, at(2))
+        .await
+        .unwrap()
+        .outcome
+        .expect("the pool's head was offered its units");
+    assert_eq!((offer.slot_id, offer.quantity), (SlotId(3), 2));
+    assert_eq!(
+        rows::<(i64, i64, i64, String)>(&pool, pool_rows).await,
+        vec![(1, 4, 2, "2,3".to_owned())]
     );
 }

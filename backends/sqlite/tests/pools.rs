@@ -548,7 +548,7 @@ async fn a_database_made_by_migrations_1_to_8_upgrades_in_place() {
             .fetch_all(&pool)
             .await
             .unwrap();
-    assert_eq!(versions, (1..=10).collect::<Vec<_>>());
+    assert_eq!(versions, (1..=11).collect::<Vec<_>>());
     let slots_after: Vec<(i64, i64, i64)> =
         sqlx::query_as(slot_rows).fetch_all(&pool).await.unwrap();
     let holds_after: Vec<(i64, i64, String, i64)> =

@@ -113,8 +113,11 @@ impl Model {
 
     /// Serves the lines of `slots` and `pools` in strict order, as each step that frees
     /// their units does: while the head of one of them is ready, it becomes its offer (its
-    /// slot's expired holds reclaimed first when only they make it fit).
+    /// slot's expired holds reclaimed first when only they make it fit). An offered entry
+    /// leaves every line it was in: those lines are served too, since the next in each may
+    /// have waited only behind it.
     pub(super) fn serve(&mut self, slots: &[SlotId], pools: &[PoolId], now: Timestamp) {
+        let (mut slots, mut pools) = (slots.to_vec(), pools.to_vec());
         loop {
             let mut heads: Vec<WaitlistEntry> = (slots.iter())
                 .filter_map(|&id| self.line(id).next().cloned())
@@ -128,6 +131,12 @@ impl Model {
                 return;
             };
             self.offer(&head, now);
+            slots.push(head.slot_id);
+            pools.extend(self.pools_of(head.slot_id));
+            slots.sort_unstable();
+            slots.dedup();
+            pools.sort_unstable();
+            pools.dedup();
         }
     }
 
