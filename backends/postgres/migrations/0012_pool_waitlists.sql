@@ -214,8 +214,10 @@ $$;
 
 -- Serves a set of lines at `p_now`: the lines of the slots `p_slots` and of the pools
 -- `p_pools`. Looks at the head of each line and offers any head that is ready, again and
--- again until no head of the set is ready (an offer can make the next head ready); the
--- outcome does not depend on the order the heads are looked at. Returns the entries offered.
+-- again until no head of the set is ready (an offer can make the next head ready); an
+-- offered entry's slot's line and its pools' lines join the set (the next in each may have
+-- waited only behind it). The outcome does not depend on the order the heads are looked at.
+-- Returns the entries offered.
 -- Takes no lock it would wait for (`offer_if_ready`). While it serves, the serving trigger
 -- stays out of its own writes (`slot_booking.defer_serving`): the units its reclaims give
 -- back serve nothing more, and no line is served from inside another's serving.
@@ -225,6 +227,8 @@ LANGUAGE plpgsql VOLATILE
 SET search_path FROM CURRENT
 AS $$
 DECLARE
+    v_slots BIGINT[] := p_slots;
+    v_pools BIGINT[] := p_pools;
     v_head BIGINT;
     v_progress BOOLEAN;
     v_offered BIGINT[] := '{}';
@@ -238,16 +242,22 @@ BEGIN
             SELECT DISTINCT h.id FROM (
                 SELECT (SELECT w.id FROM waitlist_entries w WHERE w.slot_id = x.slot_id
                         ORDER BY w.priority DESC, w.id LIMIT 1) AS id
-                FROM pg_catalog.unnest(p_slots) AS x(slot_id)
+                FROM pg_catalog.unnest(v_slots) AS x(slot_id)
                 UNION ALL
                 SELECT pool_line_head(x.pool_id, p_now)
-                FROM pg_catalog.unnest(p_pools) AS x(pool_id)) h
+                FROM pg_catalog.unnest(v_pools) AS x(pool_id)) h
             WHERE h.id IS NOT NULL
             ORDER BY h.id
         LOOP
             IF offer_if_ready(v_head, p_now) THEN
                 v_offered := v_offered || v_head;
                 v_progress := true;
+                -- The offered entry left its slot's line and its pools' lines: the next in
+                -- each may have waited only behind it, so they are served too.
+                SELECT ARRAY(SELECT DISTINCT x FROM pg_catalog.unnest(v_slots || sl.id) x),
+                       ARRAY(SELECT DISTINCT x FROM pg_catalog.unnest(v_pools || sl.pools) x)
+                INTO v_slots, v_pools
+                FROM holds h JOIN slots sl ON sl.id = h.slot_id WHERE h.id = v_head;
             END IF;
         END LOOP;
         EXIT WHEN NOT v_progress;

@@ -429,7 +429,8 @@ async fn serve_lines(
         .map_err(map_err)
 }
 
-/// On `conn`, in its transaction: the step that gives back the expired holds of the slots of
+/// On `conn`, in its transaction (which must be one: the deferral is the transaction's): the
+/// step that gives back the expired holds of the slots of
 /// `pools` and of `slots` (locks in the global order), with the serving trigger deferred
 /// (`slot_booking.defer_serving`, migration 12). The reclaims a write makes only to make room
 /// for itself (a hold's or a booking's pool refill, a pool capacity change's, an attach's)
@@ -600,7 +601,11 @@ impl Run<'_> {
     ) -> Result<i64, StoreError> {
         let inner = self.pool_sql();
         let now = self.now_param(now);
-        reclaim_deferred(&mut self.conn, &inner, pools, slots, now).await
+        // One transaction: the deferral lasts as long as it.
+        let mut tx = (*self.conn).begin().await.map_err(map_err)?;
+        let units = reclaim_deferred(&mut tx, &inner, pools, slots, now).await?;
+        tx.commit().await.map_err(map_err)?;
+        Ok(units)
     }
 
     pub(crate) async fn create_pool(

@@ -969,3 +969,33 @@ async fn a_pool_short_only_by_expired_holds_is_refilled_for_its_head() {
     assert_eq!(pool_row(store, other_pool).await, (0, 0));
     assert_pools(store).await;
 }
+
+/// An entry of a slot in two pools, offered by one pool's line, leaves the other's too: the
+/// next in that other line, which waited only behind it, is offered in the same step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_offer_serves_the_other_lines_its_entry_left() {
+    let Some(ctx) = setup("an_offer_serves_the_other_lines_its_entry_left").await else {
+        return;
+    };
+    let store = &ctx.store;
+    let (engine, _clock) = engine(store);
+    let (r, s, t) = (
+        new_slot(&engine, 2).await,
+        new_slot(&engine, 2).await,
+        new_slot(&engine, 2).await,
+    );
+    let p = new_pool(&engine, 1, &[r, s]).await;
+    let q = new_pool(&engine, 2, &[s, t]).await;
+    engine.hold(r, "r").await.unwrap();
+    // S's entry waits for P; T's waits behind it in Q's line, though Q has room for both.
+    let first = wait(&engine, s, "first", 1).await;
+    let second = wait(&engine, t, "second", 1).await;
+    engine.change_pool_capacity(p, 2).await.unwrap();
+    assert!(offer(store, &first).await.is_some(), "P's head");
+    assert!(
+        offer(store, &second).await.is_some(),
+        "Q's next head, in the same step"
+    );
+    assert_eq!(pool_row(store, q).await, (0, 0));
+    assert_pools(store).await;
+}
