@@ -53,7 +53,9 @@ use crate::writes::Insert;
 /// that gives them back: `moved` is a select of `(pools int8[], units int4)`, the pools of
 /// each slot as its locked row has them and the units given back to it. CTEs `pm` (units per
 /// pool), `pl` (the pool rows, locked by id once `moved` is known, so after the slot rows
-/// `moved` reads) and `pg` (the update). A slot without pools touches no pool row.
+/// `moved` reads) and `pg` (the update). A slot without pools touches no pool row. Both name
+/// the pools by `= ANY` of an array, so even a generic plan finds them through the primary
+/// key (a join with `pm` read every pool: 1,000 rows per cancel with 1,000 pools).
 pub(crate) fn give_back(s: &str, moved: &str) -> String {
     format!(
         "pm AS ( \
@@ -61,10 +63,11 @@ pub(crate) fn give_back(s: &str, moved: &str) -> String {
              CROSS JOIN LATERAL unnest(m.pools) AS x(pool_id) GROUP BY x.pool_id), \
          pl AS ( \
              SELECT p.id, p.remaining FROM {s}.pools p \
-             WHERE p.id IN (SELECT pool_id FROM pm) ORDER BY p.id FOR NO KEY UPDATE), \
+             WHERE p.id = ANY (ARRAY(SELECT pool_id FROM pm)) ORDER BY p.id FOR NO KEY UPDATE), \
          pg AS ( \
              UPDATE {s}.pools p SET remaining = pl.remaining + pm.units \
-             FROM pl JOIN pm ON pm.pool_id = pl.id WHERE p.id = pl.id RETURNING p.id)"
+             FROM pl JOIN pm ON pm.pool_id = pl.id \
+             WHERE p.id = pl.id AND p.id = ANY (ARRAY(SELECT id FROM pl)) RETURNING p.id)"
     )
 }
 

@@ -367,3 +367,105 @@ async fn a_booking_reads_its_lines_only_in_the_generic_plan() {
     }
     flush_statistics(writer).await;
 }
+
+/// Slots (and pools of `PER_POOL` slots) in the pool line fixture.
+const POOLED_SLOTS: i64 = 10_000;
+const PER_POOL: i64 = 10;
+
+/// A cancel on a slot of a full pool, which gives the unit back to the pool and offers it to
+/// the pool's head on another slot, reads the slots, the pools' members and the pools through
+/// their keys and `slot_pools_by_pool`, never by a scan, with 10,000 slots in 1,000 pools.
+/// (The pools were once named by a join with the units given back: every cancel on a pooled
+/// slot read all 1,000 pools, twice.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serving_a_pools_line_reads_its_indexes_only() {
+    use slot_booking::waitlists::Joined;
+    use slot_booking::{BookingEngine, NewHold, Scope};
+    let Some(ctx) = setup("pool_line_plan").await else {
+        return;
+    };
+    let s = ctx.schema();
+    let pools = POOLED_SLOTS / PER_POOL;
+    let mut statements: Vec<String> = ["slots", "holds", "pools", "slot_pools", "waitlist_entries"]
+        .iter()
+        .map(|t| format!("ALTER TABLE \"{s}\".{t} SET (autovacuum_enabled = false)"))
+        .collect();
+    statements.extend([
+        format!(
+            "INSERT INTO \"{s}\".pools (capacity, remaining) \
+             SELECT 5, 5 FROM generate_series(1, {pools})"
+        ),
+        format!(
+            "INSERT INTO \"{s}\".slots (starts_at, ends_at, capacity, remaining, pools) \
+             SELECT now() + g * interval '1 hour', \
+                    now() + g * interval '1 hour' + interval '30 minutes', 1, 1, \
+                    ARRAY[1 + (g - 1) / {PER_POOL}]::int8[] \
+             FROM generate_series(1, {POOLED_SLOTS}) g"
+        ),
+        format!(
+            "INSERT INTO \"{s}\".slot_pools (slot_id, pool_id) \
+             SELECT id, pools[1] FROM \"{s}\".slots"
+        ),
+    ]);
+    for table in ["slots", "pools", "slot_pools"] {
+        statements.push(format!("ANALYZE \"{s}\".{table}"));
+    }
+    let writer = fixture(&ctx.url, statements).await;
+    flush_statistics(writer).await;
+    let store = one_connection_store(&ctx).await;
+    let engine = BookingEngine::new(store.clone());
+    // Pool 1 (slots 1 to 10) full; entries wait on slots 6 to 10.
+    let mut held = Vec::new();
+    for id in 1..=5 {
+        held.push(
+            engine
+                .hold(SlotId(id), &format!("h{id}"))
+                .await
+                .unwrap()
+                .hold,
+        );
+    }
+    let mut entries = Vec::new();
+    for id in 6..=10 {
+        match engine
+            .join_waitlist(NewHold::new(SlotId(id), format!("w{id}")), 0)
+            .await
+        {
+            Ok(Joined::Waiting { entry, .. }) => entries.push(entry),
+            other => panic!("slot {id} should wait: {other:?}"),
+        }
+    }
+    for table in ["holds", "waitlist_entries"] {
+        sqlx::query(AssertSqlSafe(format!("ANALYZE \"{s}\".{table}")))
+            .execute(ctx.pool())
+            .await
+            .unwrap();
+    }
+    send_pending_statistics(ctx.pool()).await;
+    send_pending_statistics(store.pool()).await;
+    let tables = ["slots", "pools", "slot_pools"];
+    let mut before = Vec::new();
+    for table in tables {
+        before.push(index_scans(&ctx, s, table).await);
+    }
+    engine
+        .cancel_as(&Scope::Anonymous, held[0].hold_id)
+        .await
+        .unwrap();
+    send_pending_statistics(store.pool()).await;
+    let offered = engine
+        .get_hold_as(&Scope::Anonymous, entries[0].offer_id())
+        .await;
+    assert!(
+        offered.is_ok(),
+        "the pool's head was offered the unit: {offered:?}"
+    );
+    for (table, before) in tables.iter().zip(&before) {
+        let after = index_scans(&ctx, s, table).await;
+        assert_eq!(
+            scans_between(before, &after, "$seq"),
+            (0, 0),
+            "{table} was scanned: {after:?}"
+        );
+    }
+}
