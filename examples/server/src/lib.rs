@@ -23,6 +23,7 @@
 //! | DELETE | /admin/slots/{slot} | 200, the slot with `removed_at` (administration) |
 //! | GET | /admin/slots/{slot}/holds?after=&limit= | 200 `{"holds":[...],"next_after":id}`: the slot's roster (administration) |
 //! | GET | /metrics | 200, Prometheus text (`text/plain; version=0.0.4`): the engine's metrics (observability) |
+//! | GET | / | 200, `text/html`: a page to try the API from a browser (the coming slots with their free units, kept current from `/changes`; holds to place, confirm, renew and cancel) |
 //!
 //! A hold body is always the same six fields: `hold_id`, `slot_id`, `status`, `expires_at`,
 //! `confirmed_at`, `cancelled_at`. Errors are `application/problem+json` with a machine `code`.
@@ -121,6 +122,7 @@ mod lifecycle;
 mod middleware;
 pub mod observe;
 pub mod owner;
+mod page;
 mod params;
 mod pools;
 mod problem;

@@ -55,7 +55,8 @@ pub fn router_with_config(engine: Engine, config: &Config) -> Router {
         )
         .route("/bookings/{hold}/confirm", post(bookings::confirm))
         .route("/bookings/{hold}/renew", post(bookings::renew))
-        .route("/metrics", get(observe::metrics));
+        .route("/metrics", get(observe::metrics))
+        .route("/", get(crate::page::index));
     if let Some(token) = &config.admin_token {
         routes = routes.merge(admin::routes(token.clone(), method_not_allowed));
     }

@@ -424,7 +424,7 @@ async fn malformed_requests_get_4xx_problems_and_change_nothing(server: TestServ
             "hold_not_found",
         ),
         ("GET", "/nope".into(), vec![], None, 404, "not_found"),
-        ("GET", "/".into(), vec![], None, 404, "not_found"),
+        ("GET", "/index.html".into(), vec![], None, 404, "not_found"),
         (
             "GET",
             format!("/holds/{h}/extra"),
