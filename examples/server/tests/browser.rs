@@ -236,7 +236,7 @@ async fn scenario(server: &TestServer, prefix: &str, quantity: i64, shots: Optio
         "Full (1 in all)"
     );
     hold(&first, single, 1).await;
-    wait(&first, "the refusal shown", MESSAGE_SHOWN).await;
+    wait(&first, "the refusal shown", &message_code_is("sold_out")).await;
     assert_message(&first, "error", "sold_out", "Not enough units are free").await;
     screenshot(&first, shots.as_deref(), "error.png").await;
 
@@ -245,7 +245,7 @@ async fn scenario(server: &TestServer, prefix: &str, quantity: i64, shots: Optio
     wait(
         &first,
         "the capacity refusal shown",
-        "document.getElementById('message').dataset.code === 'quantity_exceeds_capacity'",
+        &message_code_is("quantity_exceeds_capacity"),
     )
     .await;
     assert_message(
@@ -284,8 +284,12 @@ async fn serve_page(server: &TestServer, prefix: &str) -> String {
 /// The page follows the change stream.
 const LIVE: &str = "document.getElementById('live').dataset.state === 'open'";
 
-/// The message line shows something.
-const MESSAGE_SHOWN: &str = "!document.getElementById('message').hidden";
+/// The message line shows a refusal with `code`.
+fn message_code_is(code: &str) -> String {
+    format!(
+        "!document.getElementById('message').hidden && document.getElementById('message').dataset.code === '{code}'"
+    )
+}
 
 /// The CSS selector of `inner` in `slot`'s row.
 fn row(slot: SlotId, inner: &str) -> String {
