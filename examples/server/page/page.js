@@ -188,6 +188,7 @@
 
   const slots = new Map(); // slot id → the listing's entry
   const rows = new Map(); // slot id → its <tr>
+  // `failing`: the message shown when a read failed, until one succeeds.
   const listing = { busy: false, wanted: false, lastAt: -Infinity, timer: null, failing: false, read: false };
 
   // Reads the listing now, or as soon as the last read is REFRESH_GAP_MS old and done.
@@ -209,13 +210,14 @@
     const answer = await call('GET', '/slots/availability?from=' + encodeURIComponent(from));
     listing.busy = false;
     if (answer.ok && answer.data && Array.isArray(answer.data.slots)) {
+      if (listing.failing && $('message-text').textContent === listing.failing) $('message').hidden = true;
       listing.failing = false;
       const more = /rel="?next"?/.test(answer.headers.get('Link') || '');
       showSlots(answer.data.slots, more);
     } else if (!listing.failing) {
-      // Said once, not at every retry.
-      listing.failing = true;
+      // Said once, not at every retry; taken back once a read succeeds.
       fail('Could not read the slots', answer.ok ? { code: '', detail: '', status: answer.status } : answer.problem);
+      listing.failing = $('message-text').textContent;
     }
     if (listing.wanted) refreshSoon();
   }
