@@ -3,10 +3,10 @@
 //!
 //! Each scenario opens the page in two browser sessions, holds units in the first and sees
 //! the slot's free units drop in both (the second within a second, by the change stream,
-//! without a reload), watches the hold count down, renews and confirms it, cancels another
-//! hold and sees the units come back, and meets the readable messages of `sold_out` and
-//! `quantity_exceeds_capacity`. It runs at the root and under a `PATH_PREFIX` on SQLite, and
-//! at the root on PostgreSQL.
+//! without a reload), watches the hold count down, renews and confirms it (and finds it again
+//! after a reload), cancels another hold and sees the units come back, and meets the readable
+//! messages of `sold_out` and `quantity_exceeds_capacity`. It runs at the root and under a
+//! `PATH_PREFIX` on SQLite, and at the root on PostgreSQL.
 //!
 //! Chromium and chromedriver must be installed (Debian: `apt-get install -y chromium
 //! chromium-driver`; `CHROME` and `CHROMEDRIVER` name other binaries): without them these
@@ -193,6 +193,24 @@ async fn scenario(server: &TestServer, prefix: &str, quantity: i64, shots: Optio
     wait_for_hold(&first, big, "confirmed").await;
     assert_eq!(hold_status(server, held).await, "confirmed");
     assert_message(&first, "info", "", "Confirmed").await;
+
+    // The tab remembers its holds across a reload (and asks the server how they stand).
+    first.refresh().await.unwrap();
+    wait(&first, "the reloaded page to follow the changes", LIVE).await;
+    wait(
+        &first,
+        "the confirmed hold after the reload",
+        &format!(
+            "!!document.querySelector('li[data-hold-id=\"{held}\"][data-status=\"confirmed\"]')"
+        ),
+    )
+    .await;
+    wait(
+        &first,
+        "the slots after the reload",
+        &remaining_is(big, left),
+    )
+    .await;
 
     // Another hold, cancelled: its unit comes back, in both sessions.
     hold(&first, big, 1).await;
