@@ -443,9 +443,15 @@
     if (holds.has(id)) act(id, button.dataset.action, button);
   });
 
+  // "2 units of Sat, 1 Jun 09:00–10:00".
+  function holdLabel(record) {
+    const amount = record.quantity ? units(record.quantity) : 'the units';
+    return `${amount} of ${record.slot ? slotLabel(record.slot) : `slot ${record.hold.slot_id}`}`;
+  }
+
   async function act(id, action, button) {
     const record = holds.get(id);
-    const label = `${record.quantity ? units(record.quantity) : 'the units'} of ${record.slot ? slotLabel(record.slot) : `slot ${record.hold.slot_id}`}`;
+    const label = holdLabel(record);
     if (action === 'dismiss') {
       forget(id);
       return;
@@ -482,11 +488,27 @@
     else if (code === 'hold_expired') keep({ ...record.hold, status: 'expired' }, {});
   }
 
-  // Asks the server for a hold's state (after a change stream event about it, or a reload).
+  // Asks the server for a hold's state (after a change on its slot, or a reload); asked
+  // again once the answer is in when another change came meanwhile.
+  const rereading = new Map(); // hold id → whether to ask again
   async function reread(id) {
+    if (rereading.has(id)) {
+      rereading.set(id, true);
+      return;
+    }
+    rereading.set(id, false);
     const answer = await call('GET', `/holds/${id}`);
+    const again = rereading.get(id);
+    rereading.delete(id);
+    // A hold forgotten meanwhile (cancelled, dismissed) stays forgotten.
+    if (!holds.has(id)) return;
+    if (answer.ok && answer.data.status === 'cancelled') {
+      const record = holds.get(id);
+      show('info', `The hold of ${holdLabel(record)} was cancelled elsewhere; they went back on sale.`);
+    }
     if (answer.ok) keep(answer.data, {});
     else settle(id, answer.problem.code);
+    if (again) reread(id);
   }
 
   function restore() {
@@ -506,8 +528,8 @@
 
   // ---- The change stream ------------------------------------------------------------------
 
-  // The events that change a hold, and the status each leaves it in (a renewal: held).
-  const STATUS_OF_KIND = { hold_confirmed: 'confirmed', hold_cancelled: 'cancelled', hold_expired: 'expired', hold_renewed: null };
+  // The changes that may leave one of this tab's holds in another state.
+  const HOLD_CHANGES = new Set(['hold_confirmed', 'hold_cancelled', 'hold_expired', 'hold_renewed']);
   let pollTimer = null;
 
   function setLive(state, text) {
@@ -516,10 +538,18 @@
     live.textContent = text;
   }
 
+  // Without the stream: the listing and this tab's open holds, read every POLL_MS.
+  function pollOnce() {
+    refreshSoon();
+    for (const [id, record] of holds) {
+      if (record.hold.status === 'held' || record.hold.status === 'confirmed') reread(id);
+    }
+  }
+
   function poll(on) {
     if (on && pollTimer === null) {
-      refreshSoon();
-      pollTimer = setInterval(refreshSoon, POLL_MS);
+      pollOnce();
+      pollTimer = setInterval(pollOnce, POLL_MS);
     } else if (!on && pollTimer !== null) {
       clearInterval(pollTimer);
       pollTimer = null;
@@ -527,7 +557,9 @@
   }
 
   // Any event means something changed: the listing is read again (at most every
-  // REFRESH_GAP_MS). An event about one of this tab's holds also rereads that hold.
+  // REFRESH_GAP_MS). The stream names a change's slot, never its hold (it is public): a change
+  // to a hold on a slot where this tab has open holds has them asked for again (a cancel by
+  // the back office, an expiry swept by the server).
   function changed(data) {
     refreshSoon();
     let event;
@@ -536,11 +568,11 @@
     } catch (error) {
       return;
     }
-    if (!event || event.hold_id == null || !Object.hasOwn(STATUS_OF_KIND, event.kind)) return;
-    const id = String(event.hold_id);
-    const record = holds.get(id);
-    // Not reread when this tab already has the hold in that state (its own confirm, say).
-    if (record && STATUS_OF_KIND[event.kind] !== record.hold.status) reread(id);
+    if (!event || !HOLD_CHANGES.has(event.kind)) return;
+    for (const [id, record] of holds) {
+      const open = record.hold.status === 'held' || record.hold.status === 'confirmed';
+      if (open && String(record.hold.slot_id) === String(event.slot_id)) reread(id);
+    }
   }
 
   // The stream is opened first and the listing read once it is open, so no change falls

@@ -4,9 +4,10 @@
 //! Each scenario opens the page in two browser sessions, holds units in the first and sees
 //! the slot's free units drop in both (the second within a second, by the change stream,
 //! without a reload), watches the hold count down, renews and confirms it (and finds it again
-//! after a reload), cancels another hold and sees the units come back, and meets the readable
-//! messages of `sold_out` and `quantity_exceeds_capacity`. It runs at the root and under a
-//! `PATH_PREFIX` on SQLite, and at the root on PostgreSQL.
+//! after a reload), cancels another hold and sees the units come back, sees a hold cancelled
+//! elsewhere leave its list, and meets the readable messages of `sold_out` and
+//! `quantity_exceeds_capacity`. It runs at the root and under a `PATH_PREFIX` on SQLite, and
+//! at the root on PostgreSQL.
 //!
 //! Chromium and chromedriver must be installed (Debian: `apt-get install -y chromium
 //! chromium-driver`; `CHROME` and `CHROMEDRIVER` name other binaries): without them these
@@ -239,6 +240,29 @@ async fn scenario(server: &TestServer, prefix: &str, quantity: i64, shots: Optio
     .await;
     assert_eq!(hold_status(server, other).await, "cancelled");
     assert_message(&first, "info", "", "went back on sale").await;
+
+    // A hold of the tab's cancelled elsewhere (another client, the back office) leaves its
+    // list, and its unit comes back.
+    hold(&first, large, 1).await;
+    wait(
+        &first,
+        "the hold on the large slot",
+        &remaining_is(large, 7),
+    )
+    .await;
+    let elsewhere = wait_for_hold(&first, large, "held").await;
+    let cancel = server
+        .http
+        .delete(server.url(&format!("/holds/{elsewhere}")));
+    assert_eq!(cancel.send().await.unwrap().status(), 200);
+    wait(
+        &first,
+        "the hold cancelled elsewhere gone from the list",
+        &format!("!document.querySelector('li[data-hold-id=\"{elsewhere}\"]')"),
+    )
+    .await;
+    wait(&first, "its unit back", &remaining_is(large, 8)).await;
+    assert_message(&first, "info", "", "cancelled elsewhere").await;
 
     // A slot sold out elsewhere shows as full, and a hold on it is refused, readably.
     let (status, code, _) = common::read(server.hold(single, "elsewhere").await).await;
