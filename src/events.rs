@@ -103,8 +103,9 @@ impl<S: EventStore> BookingEngine<S> {
         .await
     }
 
-    /// A position at or after every event read so far: [`read_events_after`] it returns
-    /// only the changes from now on. [`EventPosition::START`] for an empty log.
+    /// The end of the log: a position at or after every event committed before this call,
+    /// so that [`read_events_after`] it returns only the changes from now on.
+    /// [`EventPosition::START`] for an empty log.
     ///
     /// [`read_events_after`]: Self::read_events_after
     pub async fn event_log_end(&self) -> Result<EventPosition, BookingError> {

@@ -279,10 +279,17 @@ pub async fn followers_read_after_any_position<S: crate::Store + EventStore>(sto
         [(EventKind::HoldCancelled, Some(a.hold_id))]
     );
     assert!(f.engine.event_log_end().await.unwrap() >= next[0].position);
+    // The end is after what committed before it, read or not.
+    f.engine.hold(slot, "c").await.unwrap();
+    let end = f.engine.event_log_end().await.unwrap();
+    assert_eq!(f.engine.read_events_after(end, 10).await.unwrap(), []);
+    let unread = f.drain_events(&consumer("all"), 1000).await;
+    assert_eq!(unread.len(), 1);
+    assert!(unread[0].position <= end, "{unread:?} after {end}");
     // Nothing is registered for a follower.
     assert_eq!(
         f.engine.read_events(&consumer("new"), 100).await.unwrap(),
-        [all, next].concat()
+        [all, next, unread].concat()
     );
     assert!(f.engine.read_events_after(end, 0).await.is_err());
     assert!(f.engine.read_events_after(end, 1001).await.is_err());

@@ -37,9 +37,9 @@ pub trait EventStore: HoldStore {
         limit: u32,
     ) -> Result<Vec<Event>, StoreError>;
 
-    /// The end of the log as read so far: a position at or after every event any read has
-    /// returned, such that a read after it returns only events not returned before (the
-    /// changes from now on). [`EventPosition::START`] for an empty log. It need not be an
+    /// The end of the log: a position at or after every event committed before this call
+    /// (and every event any read has returned), so that a read after it returns only the
+    /// changes from now on. [`EventPosition::START`] for an empty log. It need not be an
     /// event's position.
     async fn event_log_end(&self) -> Result<EventPosition, StoreError>;
 

@@ -195,8 +195,11 @@ impl EventStore for PostgresStore {
     }
 
     async fn event_log_end(&self) -> Result<EventPosition, StoreError> {
-        // Every event read so far is of a horizon at or below the newest, and every event
-        // read later of a newer one: after any id in the newest horizon.
+        // Events committed since the newest horizon get one of their own first (as a read
+        // that came up short would take it), so that every event committed before this call
+        // is of a horizon at or below the newest, and every later one of a newer horizon:
+        // the end is after any id in the newest horizon.
+        self.take_horizon().await?;
         let newest: Option<i64> =
             sqlx::query_scalar(AssertSqlSafe(self.event_sql().newest_horizon.as_str()))
                 .fetch_one(self.pool())
