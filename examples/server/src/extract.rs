@@ -1,12 +1,12 @@
 //! The extractors of the routes' path ids and headers, each refusing with its [`Problem`]:
-//! [`PathId`] (`{slot}`, `{hold}`; with the engine, [`On`]), [`Caller`] (`Owner-Id`) and
-//! [`IdempotencyKey`].
+//! [`PathId`] (`{slot}`, `{hold}`; with the engine, [`On`]), [`Caller`] (`Owner-Id`),
+//! [`IdempotencyKey`] and [`LastEventId`].
 
 use axum::extract::{FromRequestParts, Path};
 use axum::http::request::Parts;
 use axum::http::HeaderMap;
 use slot_booking::model::ParseIdError;
-use slot_booking::{EntryId, HoldId, OwnerId, PoolId, Scope, SlotId};
+use slot_booking::{EntryId, EventPosition, HoldId, OwnerId, PoolId, Scope, SlotId};
 
 use crate::state::{Engine, OwnerSigning};
 use crate::Problem;
@@ -152,6 +152,33 @@ impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKey {
                 Problem::bad_key("the quoted Idempotency-Key is not a valid string")
             }),
         }
+    }
+}
+
+/// The `Last-Event-ID` header of a reconnecting change stream: the position of the last
+/// change the client saw, `None` without one (or an empty one, which the SSE standard reads
+/// as none). Anything else is 400 `invalid_last_event_id`.
+pub(crate) struct LastEventId(pub(crate) Option<EventPosition>);
+
+impl<S: Send + Sync> FromRequestParts<S> for LastEventId {
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Problem> {
+        let detail = "send at most one Last-Event-ID header";
+        let refuse: fn(&str) -> Problem = |detail| Problem::invalid_last_event_id(detail);
+        let Some(raw) = only_one(&parts.headers, "Last-Event-ID", refuse, detail)? else {
+            return Ok(LastEventId(None));
+        };
+        if raw.is_empty() {
+            return Ok(LastEventId(None));
+        }
+        raw.parse()
+            .map(|seen| LastEventId(Some(seen)))
+            .map_err(|_| {
+                refuse(
+                    "Last-Event-ID must be the id of a change the stream sent (<epoch>_<sequence>)",
+                )
+            })
     }
 }
 

@@ -22,6 +22,7 @@
 //! | POST | /admin/slots/{slot}/reopen | 200, the slot (administration) |
 //! | DELETE | /admin/slots/{slot} | 200, the slot with `removed_at` (administration) |
 //! | GET | /admin/slots/{slot}/holds?after=&limit= | 200 `{"holds":[...],"next_after":id}`: the slot's roster (administration) |
+//! | GET | /changes | 200 `text/event-stream`: every committed change as it happens, resuming after `Last-Event-ID` ([`live`]; extension) |
 //! | GET | /metrics | 200, Prometheus text (`text/plain; version=0.0.4`): the engine's metrics (observability) |
 //! | GET | / | 200, `text/html`: a page to try the API from a browser (the coming slots with their free units, kept current from `/changes`; holds to place, confirm, renew and cancel) |
 //!
@@ -119,6 +120,7 @@ pub mod events;
 mod extract;
 mod holds;
 mod lifecycle;
+pub mod live;
 mod middleware;
 pub mod observe;
 pub mod owner;

@@ -149,6 +149,21 @@ impl Problem {
         )
     }
 
+    /// 400 `invalid_last_event_id`: a `Last-Event-ID` that is not a change stream's id.
+    pub(crate) fn invalid_last_event_id(detail: impl Into<String>) -> Self {
+        Problem::bad_request("invalid_last_event_id", detail)
+    }
+
+    /// 503 `too_many_streams` with `Retry-After`: every change stream the server allows is
+    /// open.
+    pub(crate) fn too_many_streams() -> Self {
+        Problem::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too_many_streams",
+            "the server has as many change streams open as it allows; try again later",
+        )
+    }
+
     /// 500 `internal_error`: a fault of the server's own (the details are in its log).
     pub(crate) fn internal(detail: impl Into<String>) -> Self {
         Problem::new(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", detail)

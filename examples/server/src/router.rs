@@ -7,7 +7,8 @@ use axum::{middleware, Extension, Router};
 
 use crate::state::{Engine, OwnerSigning, PathPrefix};
 use crate::{
-    admin, availability, bookings, holds, install_metrics, observe, waitlists, Config, Problem,
+    admin, availability, bookings, holds, install_metrics, live, observe, waitlists, Config,
+    Problem,
 };
 
 /// The routes, at the root of the path space, with the default limits.
@@ -55,6 +56,7 @@ pub fn router_with_config(engine: Engine, config: &Config) -> Router {
         )
         .route("/bookings/{hold}/confirm", post(bookings::confirm))
         .route("/bookings/{hold}/renew", post(bookings::renew))
+        .route("/changes", get(live::changes))
         .route("/metrics", get(observe::metrics))
         .route("/", get(crate::page::index));
     if let Some(token) = &config.admin_token {
@@ -74,6 +76,8 @@ pub fn router_with_config(engine: Engine, config: &Config) -> Router {
             crate::middleware::front(request, next, body_timeout, request_log)
         }))
         .layer(Extension(PathPrefix(Arc::from(prefix))))
+        // Half the connections at most follow the change stream; the rest stay for the API.
+        .layer(Extension(live::Changes::new(config.max_connections / 2)))
         .layer(Extension(OwnerSigning(
             config.owner_secret.clone().map(Arc::new),
         )))

@@ -26,7 +26,7 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
+use axum::{Extension, Router};
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
@@ -81,6 +81,8 @@ pub async fn serve(
     let permits = Arc::new(Semaphore::new(config.max_connections));
     let connections = Arc::new(Connections::default());
     let (stage, _) = watch::channel(Stage::Serving);
+    // Responses that would never end by themselves (the change streams) end on this.
+    let app = app.layer(Extension(Shutdown(stage.subscribe())));
     let mut http = http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(config.header_timeout);
@@ -163,6 +165,18 @@ pub async fn serve(
             stage.send_replace(Stage::Closing);
             open
         }
+    }
+}
+
+/// The server's shutdown as a request sees it: [`serve`] adds it to every request, so that a
+/// response that would never end by itself (a change stream) ends when draining starts.
+#[derive(Debug, Clone)]
+pub(crate) struct Shutdown(watch::Receiver<Stage>);
+
+impl Shutdown {
+    /// Completes once the server has started shutting down (or has stopped).
+    pub(crate) async fn started(&mut self) {
+        let _ = self.0.wait_for(|now| *now >= Stage::Draining).await;
     }
 }
 
