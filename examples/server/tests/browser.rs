@@ -139,9 +139,10 @@ async fn scenario(server: &TestServer, prefix: &str, quantity: i64, shots: Optio
     screenshot(&first, shots.as_deref(), "page.png").await;
 
     // A hold in the first session: its free units drop there, and in the second, by the
-    // change stream, within a second.
+    // change stream, within a second of the click.
+    type_quantity(&first, big, quantity).await;
     let started = Instant::now();
-    hold(&first, big, quantity).await;
+    press_hold(&first, big).await;
     let left = 5 - quantity;
     wait(
         &second,
@@ -150,6 +151,7 @@ async fn scenario(server: &TestServer, prefix: &str, quantity: i64, shots: Optio
     )
     .await;
     let observed = started.elapsed();
+    eprintln!("{page}: the second session showed the first one's hold after {observed:?}");
     assert!(
         observed < LIVE_WITHIN,
         "the second session showed the first one's hold after {observed:?}"
@@ -423,12 +425,22 @@ async fn click(session: &Client, selector: &str) {
 
 /// Types `quantity` into `slot`'s row and presses its Hold button.
 async fn hold(session: &Client, slot: SlotId, quantity: i64) {
+    type_quantity(session, slot, quantity).await;
+    press_hold(session, slot).await;
+}
+
+/// Types `quantity` into `slot`'s row.
+async fn type_quantity(session: &Client, slot: SlotId, quantity: i64) {
     let field = session
         .find(Locator::Css(&row(slot, "input.quantity")))
         .await
         .unwrap();
     field.clear().await.unwrap();
     field.send_keys(&quantity.to_string()).await.unwrap();
+}
+
+/// Presses the Hold button of `slot`'s row.
+async fn press_hold(session: &Client, slot: SlotId) {
     click(session, &row(slot, "button[data-action=\"hold\"]")).await;
 }
 
