@@ -31,6 +31,9 @@
 //! any value a client sent), use unguessable owner ids, or set `OWNER_SECRET` and have the
 //! application sign them ([`slot_booking_server::owner`]).
 //!
+//! Open <http://127.0.0.1:3000/> in a browser for a page to try it: the coming slots with their
+//! free units, kept current, and holds to place, confirm, renew and cancel.
+//!
 //! The server itself lives in the `slot_booking_server` crate (examples/server).
 
 use std::io::IsTerminal;

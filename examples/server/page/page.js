@@ -14,6 +14,8 @@
   const REOPEN_MS = 3000;
   // A stream that has not opened by then: the listing is read anyway.
   const FIRST_READ_MS = 2000;
+  // The listing is read once more this long after the last change.
+  const SETTLE_MS = 1000;
   // A held hold this close to its end shows its countdown in red.
   const URGENT_SECONDS = 60;
 
@@ -531,6 +533,7 @@
   // The changes that may leave one of this tab's holds in another state.
   const HOLD_CHANGES = new Set(['hold_confirmed', 'hold_cancelled', 'hold_expired', 'hold_renewed']);
   let pollTimer = null;
+  let settleTimer = null;
 
   function setLive(state, text) {
     const live = $('live');
@@ -562,6 +565,10 @@
   // the back office, an expiry swept by the server).
   function changed(data) {
     refreshSoon();
+    // Once more after the changes stop: a server's cached listing may learn of a change made
+    // by another server on the same database a moment after the stream brought it.
+    clearTimeout(settleTimer);
+    settleTimer = setTimeout(refreshSoon, SETTLE_MS);
     let event;
     try {
       event = JSON.parse(data);
