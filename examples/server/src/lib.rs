@@ -23,6 +23,7 @@
 //! | DELETE | /admin/slots/{slot} | 200, the slot with `removed_at` (administration) |
 //! | GET | /admin/slots/{slot}/holds?after=&limit= | 200 `{"holds":[...],"next_after":id}`: the slot's roster (administration) |
 //! | GET | /metrics | 200, Prometheus text (`text/plain; version=0.0.4`): the engine's metrics (observability) |
+//! | GET | /openapi.json | 200, the OpenAPI 3.1 document of exactly the routes served ([`openapi`]) |
 //!
 //! A hold body is always the same six fields: `hold_id`, `slot_id`, `status`, `expires_at`,
 //! `confirmed_at`, `cancelled_at`. Errors are `application/problem+json` with a machine `code`.
@@ -79,6 +80,13 @@
 //! `invalid_resource`, `invalid_body`, `invalid_query` and `invalid_page` (400) for bad input.
 //! Removal archives: the slot takes no more holds (`slot_not_found`) and leaves availability,
 //! while its holds stay readable and the listing still shows it.
+//!
+//! `/openapi.json` (under the same `PATH_PREFIX`, which the document's `servers` entry names)
+//! is the OpenAPI 3.1 document of every route the router serves — administration only when
+//! `ADMIN_TOKEN` mounts it — with their parameters, bodies, every status each answers and its
+//! schema, errors as `application/problem+json`. It is made from the handlers'
+//! `#[utoipa::path]` annotations as `utoipa-axum` registers them: the server adds no route
+//! without one. [`openapi`] builds the same document for a [`Config`] without serving it.
 //!
 //! `/metrics` (under the same `PATH_PREFIX`) serves what `slot_booking` records through the
 //! `metrics` facade ([`slot_booking::observe`]): operations by outcome, store latency
