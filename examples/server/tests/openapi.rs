@@ -526,8 +526,10 @@ fn routes_are_registered_only_with_their_documentation() {
         }
     }
     // One group per path of the document with administration.
-    let mut config = Config::default();
-    config.admin_token = Some(AdminToken::new(TOKEN).unwrap());
+    let config = Config {
+        admin_token: Some(AdminToken::new(TOKEN).unwrap()),
+        ..Config::default()
+    };
     let document = serde_json::to_value(slot_booking_server::openapi(&config)).unwrap();
     assert_eq!(
         groups,

@@ -120,7 +120,7 @@ impl Contract {
                             let schema = media
                                 .get("schema")
                                 .filter(|_| is_json(media_type))
-                                .map(|schema| validator(schema));
+                                .map(&mut validator);
                             bodies.insert(media_type.clone(), schema);
                         }
                     }
