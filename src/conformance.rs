@@ -192,6 +192,7 @@ macro_rules! event_conformance_tests {
             every_change_appends_one_event
             refusals_append_no_event
             consumers_resume_where_they_acknowledged
+            followers_read_after_any_position
             reclaiming_expired_holds_yields_one_event_each
             race_reclaimers_expire_each_hold_once
             purge_deletes_old_history_in_bounded_batches

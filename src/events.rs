@@ -60,6 +60,62 @@ impl<S: EventStore> BookingEngine<S> {
         .await
     }
 
+    /// Up to `limit` (1–1000) events after `after`, oldest first, for a follower that keeps
+    /// its own position instead of a cursor in the store: a live feed, a client resuming
+    /// from the last event it saw. Reading on from the last position returned skips nothing
+    /// and repeats nothing (the guarantee of [`read_events`](Self::read_events)); start
+    /// from [`event_log_end`](Self::event_log_end) to follow only the changes from now on,
+    /// or from [`EventPosition::START`] for the whole log kept. Nothing is registered, so
+    /// [`purge`](Self::purge) does not keep events for such a follower: one that resumes
+    /// after a purge of events it had not read does not get them.
+    ///
+    /// ```
+    /// # use slot_booking::{BookingEngine, EventKind, MemoryStore, NewSlot};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let engine = BookingEngine::new(MemoryStore::new());
+    /// let now = engine.event_log_end().await?;
+    /// let starts = chrono::Utc::now() + chrono::Duration::hours(1);
+    /// let slot = engine
+    ///     .create_slot(NewSlot::new(starts, starts + chrono::Duration::hours(1), 2))
+    ///     .await?;
+    /// engine.hold(slot.slot_id, "key-1").await?;
+    ///
+    /// let changes = engine.read_events_after(now, 100).await?;
+    /// let kinds: Vec<EventKind> = changes.iter().map(|event| event.kind).collect();
+    /// assert_eq!(kinds, [EventKind::SlotCreated, EventKind::HoldPlaced]);
+    /// // A follower resumes from the last position it saw: nothing new yet.
+    /// let last = changes.last().map_or(now, |event| event.position);
+    /// assert!(engine.read_events_after(last, 100).await?.is_empty());
+    /// # Ok(()) }
+    /// ```
+    pub async fn read_events_after(
+        &self,
+        after: EventPosition,
+        limit: u32,
+    ) -> Result<Vec<Event>, BookingError> {
+        let op = Op::new(Operation::ReadEvents);
+        op.run(async {
+            check_limit(limit)?;
+            let read = op.store(guarded(self.store().read_events_after(after, limit)));
+            Ok(read.await?)
+        })
+        .await
+    }
+
+    /// A position at or after every event read so far: [`read_events_after`] it returns
+    /// only the changes from now on. [`EventPosition::START`] for an empty log.
+    ///
+    /// [`read_events_after`]: Self::read_events_after
+    pub async fn event_log_end(&self) -> Result<EventPosition, BookingError> {
+        let op = Op::new(Operation::ReadEvents);
+        op.run(async {
+            let read = op.store(guarded(self.store().event_log_end()));
+            Ok(read.await?)
+        })
+        .await
+    }
+
     /// Records that `consumer` has handled every event up to `through` (a position it read).
     /// The cursor never moves back. Acknowledging [`EventPosition::START`] registers a
     /// consumer before it has read anything, so [`purge`](Self::purge) keeps events for it.

@@ -101,9 +101,14 @@ impl EventLog {
         self.events.push_back(event.at_position(position));
     }
 
-    /// Where the unread events of a consumer at `after` begin.
-    fn first_after(&self, after: EventPosition) -> usize {
-        self.events.partition_point(|event| event.position <= after)
+    /// Up to `limit` events after `after`, oldest first.
+    fn read_after(&self, after: EventPosition, limit: u32) -> Vec<Event> {
+        let first = self.events.partition_point(|event| event.position <= after);
+        self.events
+            .range(first..)
+            .take(limit as usize)
+            .cloned()
+            .collect()
     }
 }
 

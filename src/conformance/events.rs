@@ -231,6 +231,63 @@ pub async fn consumers_resume_where_they_acknowledged<S: crate::Store + EventSto
     assert!(f.engine.read_events(&mailer, 1001).await.is_err());
 }
 
+/// A follower that keeps its own position reads what a consumer at that position would:
+/// from any position on, in order, within its limit; the log's end is after every event
+/// read, and a read after it returns exactly the changes made since.
+pub async fn followers_read_after_any_position<S: crate::Store + EventStore>(store: S) {
+    let f = Fixture::new(store);
+    let start = f.engine.event_log_end().await.unwrap();
+    assert_eq!(f.engine.read_events_after(start, 10).await.unwrap(), []);
+    let slot = f.slot(10, hours(2)).await;
+    let a = f.engine.hold(slot, "a").await.unwrap().hold;
+    f.engine.hold(slot, "b").await.unwrap();
+    f.engine
+        .confirm_as(&Scope::Anonymous, a.hold_id)
+        .await
+        .unwrap();
+    let all = f.drain_events(&consumer("all"), 1000).await;
+    assert_eq!(f.engine.read_events_after(start, 100).await.unwrap(), all);
+    assert_eq!(
+        f.engine
+            .read_events_after(EventPosition::START, 100)
+            .await
+            .unwrap(),
+        all
+    );
+    for (i, event) in all.iter().enumerate() {
+        let next = f.engine.read_events_after(event.position, 2).await.unwrap();
+        assert_eq!(
+            next[..],
+            all[(i + 1).min(all.len())..(i + 3).min(all.len())]
+        );
+    }
+    let end = f.engine.event_log_end().await.unwrap();
+    assert!(
+        end >= all[all.len() - 1].position,
+        "{end} before the last event"
+    );
+    assert_eq!(f.engine.read_events_after(end, 10).await.unwrap(), []);
+    // What happens next is read after the end, whoever else reads or acknowledges.
+    f.engine
+        .cancel_as(&Scope::Anonymous, a.hold_id)
+        .await
+        .unwrap();
+    f.drain_events(&consumer("all"), 1000).await;
+    let next = f.engine.read_events_after(end, 10).await.unwrap();
+    assert_eq!(
+        next.iter().map(|e| (e.kind, e.hold_id)).collect::<Vec<_>>(),
+        [(EventKind::HoldCancelled, Some(a.hold_id))]
+    );
+    assert!(f.engine.event_log_end().await.unwrap() >= next[0].position);
+    // Nothing is registered for a follower.
+    assert_eq!(
+        f.engine.read_events(&consumer("new"), 100).await.unwrap(),
+        [all, next].concat()
+    );
+    assert!(f.engine.read_events_after(end, 0).await.is_err());
+    assert!(f.engine.read_events_after(end, 1001).await.is_err());
+}
+
 /// `reclaim_expired` marks expired holds, bounded per call, gives their units back and
 /// appends one `hold_expired` event each; active and confirmed holds stay. A hold reclaimed
 /// lazily by a hold on a full slot yields its one event too.
@@ -457,9 +514,9 @@ pub async fn purge_deletes_old_history_in_bounded_batches<S: crate::Store + Even
     assert!(f.engine.purge(age, 0).await.is_err());
 }
 
-/// Writers race on many slots while a consumer reads and acknowledges in small batches: it
-/// sees every committed event exactly once, in ascending positions, the same events a fresh
-/// reader finds afterwards.
+/// Writers race on many slots while a consumer reads and acknowledges in small batches, and
+/// a follower reads on from the last position it got: each sees every committed event
+/// exactly once, in ascending positions, the same events a fresh reader finds afterwards.
 pub async fn race_a_consumer_never_skips_an_event<S: crate::Store + EventStore>(store: S) {
     let f = Arc::new(Fixture::new(store));
     let mut slots = Vec::new();
@@ -481,6 +538,23 @@ pub async fn race_a_consumer_never_skips_an_event<S: crate::Store + EventStore>(
                         .await
                         .expect("acknowledge");
                 }
+                let empty = batch.is_empty();
+                seen.extend(batch);
+                if finished && empty {
+                    return seen;
+                }
+                tokio::task::yield_now().await;
+            }
+        })
+    };
+    let positional = {
+        let (f, done) = (Arc::clone(&f), Arc::clone(&done));
+        tokio::spawn(async move {
+            let mut seen: Vec<Event> = Vec::new();
+            loop {
+                let finished = done.load(Ordering::SeqCst);
+                let after = seen.last().map_or(EventPosition::START, |e| e.position);
+                let batch = f.engine.read_events_after(after, 5).await.expect("read");
                 let empty = batch.is_empty();
                 seen.extend(batch);
                 if finished && empty {
@@ -530,6 +604,11 @@ pub async fn race_a_consumer_never_skips_an_event<S: crate::Store + EventStore>(
         "the follower missed or repeated events"
     );
     assert_eq!(seen, fresh);
+    let followed = positional.await.expect("positional follower");
+    assert_eq!(
+        followed, fresh,
+        "a follower by position missed or repeated events"
+    );
     // 8 slots created, 320 holds placed, of which i % 3 == 0 cancelled (14 of 40 per writer)
     // and i % 3 == 1 confirmed (13 of 40).
     assert_eq!(fresh.len(), 8 + 320 + 8 * 14 + 8 * 13);

@@ -16,13 +16,21 @@ impl EventStore for MemoryStore {
             .consumers
             .get(consumer)
             .map_or(EventPosition::START, |cursor| cursor.position);
-        let first = log.first_after(after);
-        Ok(log
-            .events
-            .range(first..)
-            .take(limit as usize)
-            .cloned()
-            .collect())
+        Ok(log.read_after(after, limit))
+    }
+
+    async fn read_events_after(
+        &self,
+        after: EventPosition,
+        limit: u32,
+    ) -> Result<Vec<Event>, StoreError> {
+        Ok(lock(&self.log).read_after(after, limit))
+    }
+
+    async fn event_log_end(&self) -> Result<EventPosition, StoreError> {
+        // Positions are handed out in sequence under the log's lock: the last one handed out
+        // is at or after every event a read can have returned.
+        Ok(EventPosition::new(0, lock(&self.log).last_sequence))
     }
 
     async fn acknowledge(

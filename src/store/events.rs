@@ -24,6 +24,25 @@ pub trait EventStore: HoldStore {
         limit: u32,
     ) -> Result<Vec<Event>, StoreError>;
 
+    /// Up to `limit` events after `after`, in ascending position, with no consumer and no
+    /// cursor: the read a follower that keeps its own position makes (a live feed resuming
+    /// from the last position a client saw). The same events, in the same positions, as a
+    /// consumer whose cursor is at `after` would read, and the same guarantee: an event
+    /// committed later is never given a position at or below one already returned, so a
+    /// follower that reads on from the last position it got skips nothing. Events a purge
+    /// deleted are not returned.
+    async fn read_events_after(
+        &self,
+        after: EventPosition,
+        limit: u32,
+    ) -> Result<Vec<Event>, StoreError>;
+
+    /// The end of the log as read so far: a position at or after every event any read has
+    /// returned, such that a read after it returns only events not returned before (the
+    /// changes from now on). [`EventPosition::START`] for an empty log. It need not be an
+    /// event's position.
+    async fn event_log_end(&self) -> Result<EventPosition, StoreError>;
+
     /// Moves `consumer`'s cursor to `through` (registering the consumer if new); never moves
     /// it back.
     async fn acknowledge(

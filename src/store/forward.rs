@@ -194,6 +194,12 @@ macro_rules! forward_store {
             async fn read_events(&self, consumer: &$crate::ConsumerId, limit: u32) -> Result<Vec<$crate::Event>, $crate::StoreError> {
                 $crate::forward_store!(@call self; $this; $get; $call; $wrap; read_events(consumer, limit))
             }
+            async fn read_events_after(&self, after: $crate::EventPosition, limit: u32) -> Result<Vec<$crate::Event>, $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; read_events_after(after, limit))
+            }
+            async fn event_log_end(&self) -> Result<$crate::EventPosition, $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; event_log_end())
+            }
             async fn acknowledge(&self, consumer: &$crate::ConsumerId, through: $crate::EventPosition) -> Result<(), $crate::StoreError> {
                 $crate::forward_store!(@call self; $this; $get; $call; $wrap; acknowledge(consumer, through))
             }

@@ -32,6 +32,13 @@ use crate::{interval, map_err, optional_hold, PostgresStore};
 /// every one was reclaimed by a concurrent reclaimer (or hold) first.
 const RECLAIM_ATTEMPTS: u32 = 8;
 
+/// Where a read starts: after a consumer's cursor, or after a position.
+#[derive(Clone, Copy)]
+enum ReadFrom<'a> {
+    Cursor(&'a ConsumerId),
+    After(EventPosition),
+}
+
 /// One look at the log: the events after the cursor in the horizons taken so far, whether
 /// committed events exist that the newest horizon does not see, and how long ago the newest
 /// horizon was taken.
@@ -74,13 +81,37 @@ impl PostgresStore {
         self
     }
 
-    async fn look(&self, consumer: &ConsumerId, limit: u32) -> Result<Look, StoreError> {
-        let rows = sqlx::query(AssertSqlSafe(self.event_sql().read_events.as_str()))
-            .bind(consumer.as_str())
-            .bind(i64::from(limit))
-            .fetch_all(self.pool())
-            .await
-            .map_err(map_err)?;
+    /// Up to `limit` events after `from`: one look, and when it comes up short while events
+    /// committed since the newest horizon, a new horizon (not sooner than the interval after
+    /// the newest) and a second look.
+    async fn read(&self, from: ReadFrom<'_>, limit: u32) -> Result<Vec<Event>, StoreError> {
+        let look = self.look(from, limit).await?;
+        if look.events.len() >= limit as usize || !look.fresh {
+            return Ok(look.events);
+        }
+        if let Some(rest) = self.horizon_interval.checked_sub(look.newest_age) {
+            tokio::time::sleep(rest).await;
+        }
+        self.take_horizon().await?;
+        Ok(self.look(from, limit).await?.events)
+    }
+
+    async fn look(&self, from: ReadFrom<'_>, limit: u32) -> Result<Look, StoreError> {
+        let sql = self.event_sql();
+        let query = match from {
+            ReadFrom::Cursor(consumer) => sqlx::query(AssertSqlSafe(sql.read_events.as_str()))
+                .bind(consumer.as_str())
+                .bind(i64::from(limit)),
+            // A position before the start (a negative number) is the start.
+            ReadFrom::After(after) => {
+                let after = after.max(EventPosition::START);
+                sqlx::query(AssertSqlSafe(sql.read_events_after.as_str()))
+                    .bind(after.epoch())
+                    .bind(i64::from(limit))
+                    .bind(after.sequence())
+            }
+        };
+        let rows = query.fetch_all(self.pool()).await.map_err(map_err)?;
         let Some(first) = rows.first() else {
             return Err(StoreError::failed("the event read returned no row"));
         };
@@ -152,17 +183,26 @@ impl EventStore for PostgresStore {
         consumer: &ConsumerId,
         limit: u32,
     ) -> Result<Vec<Event>, StoreError> {
-        let look = self.look(consumer, limit).await?;
-        if look.events.len() >= limit as usize || !look.fresh {
-            return Ok(look.events);
-        }
-        // Events committed since the newest horizon: take one that sees them (not sooner than
-        // the interval after the newest) and look again.
-        if let Some(rest) = self.horizon_interval.checked_sub(look.newest_age) {
-            tokio::time::sleep(rest).await;
-        }
-        self.take_horizon().await?;
-        Ok(self.look(consumer, limit).await?.events)
+        self.read(ReadFrom::Cursor(consumer), limit).await
+    }
+
+    async fn read_events_after(
+        &self,
+        after: EventPosition,
+        limit: u32,
+    ) -> Result<Vec<Event>, StoreError> {
+        self.read(ReadFrom::After(after), limit).await
+    }
+
+    async fn event_log_end(&self) -> Result<EventPosition, StoreError> {
+        // Every event read so far is of a horizon at or below the newest, and every event
+        // read later of a newer one: after any id in the newest horizon.
+        let newest: Option<i64> =
+            sqlx::query_scalar(AssertSqlSafe(self.event_sql().newest_horizon.as_str()))
+                .fetch_one(self.pool())
+                .await
+                .map_err(map_err)?;
+        Ok(newest.map_or(EventPosition::START, |n| EventPosition::new(n, i64::MAX)))
     }
 
     async fn acknowledge(
@@ -285,42 +325,11 @@ impl EventStore for PostgresStore {
     }
 }
 
-/// The event log's statements, in the store's schema.
-#[derive(Debug)]
-pub(crate) struct EventStatements {
-    pub(crate) read_events: String,
-    pub(crate) take_horizon: String,
-    pub(crate) acknowledge: String,
-    pub(crate) acknowledge_leased: String,
-    pub(crate) consumer_position: String,
-    pub(crate) lease_consumer: String,
-    pub(crate) release_consumer: String,
-    pub(crate) reclaim_expired: String,
-    pub(crate) purge: String,
-}
-
-impl EventStatements {
-    pub(crate) fn new(s: &str) -> Self {
-        let now1 = sql::now(1);
-        let now3 = sql::now(3);
-        EventStatements {
-            // `$1` consumer, `$2` limit. Up to `$2` events after the consumer's cursor (the
-            // start for a consumer never seen) in position order, from the horizons taken so
-            // far (migration 8): first the events visible in the legacy horizon (the oldest,
-            // while no purge dropped it), by `(tx, id)`, for a cursor still below it; then each later horizon's events (of
-            // transactions at or above its `lo` and below its snapshot's xmax, or among its
-            // `pending`, and visible in its snapshot), by id, horizon after horizon, stopping
-            // once `$2` are found. Also `fresh`: whether events exist that the newest horizon
-            // does not see (committed since it was taken), so that the caller takes a new one
-            // when this read comes up short, and how long ago (µs) the newest was taken. Every
-            // part walks an index (the newest event's tx, one probe per running transaction,
-            // the horizons from the cursor's on), so its estimated cost stays far below
-            // `jit_above_cost`: a read never pays for JIT compilation. At least one row.
-            read_events: format!(
-                "WITH cur AS ( \
-                     SELECT coalesce(max(c.tx::text::int8), 0) AS e, \
-                            coalesce(max(c.id), 0) AS q \
-                     FROM {s}.event_consumers c WHERE c.name = $1), \
+/// The read of the events after the position `cur` (a query of one row, `e` epoch and `q`
+/// sequence) with `$2` the limit: see `read_events` in [`EventStatements::new`].
+fn read_from(s: &str, cur: &str) -> String {
+    format!(
+        "WITH cur AS ({cur}), \
                  newest AS ( \
                      SELECT pg_catalog.pg_snapshot_xmax(z.snap) AS xmax, \
                             ARRAY(SELECT pg_catalog.pg_snapshot_xip(z.snap)) AS running, \
@@ -367,7 +376,55 @@ impl EventStatements {
                      ORDER BY epoch, sequence LIMIT $2) \
                  SELECT f.fresh, f.newest_age_us, x.* FROM fresh f LEFT JOIN found x ON true \
                  ORDER BY x.epoch, x.sequence"
+    )
+}
+
+/// The event log's statements, in the store's schema.
+#[derive(Debug)]
+pub(crate) struct EventStatements {
+    pub(crate) read_events: String,
+    pub(crate) read_events_after: String,
+    pub(crate) newest_horizon: String,
+    pub(crate) take_horizon: String,
+    pub(crate) acknowledge: String,
+    pub(crate) acknowledge_leased: String,
+    pub(crate) consumer_position: String,
+    pub(crate) lease_consumer: String,
+    pub(crate) release_consumer: String,
+    pub(crate) reclaim_expired: String,
+    pub(crate) purge: String,
+}
+
+impl EventStatements {
+    pub(crate) fn new(s: &str) -> Self {
+        let now1 = sql::now(1);
+        let now3 = sql::now(3);
+        EventStatements {
+            // `$1` consumer, `$2` limit. Up to `$2` events after the consumer's cursor (the
+            // start for a consumer never seen) in position order, from the horizons taken so
+            // far (migration 8): first the events visible in the legacy horizon (the oldest,
+            // while no purge dropped it), by `(tx, id)`, for a cursor still below it; then each later horizon's events (of
+            // transactions at or above its `lo` and below its snapshot's xmax, or among its
+            // `pending`, and visible in its snapshot), by id, horizon after horizon, stopping
+            // once `$2` are found. Also `fresh`: whether events exist that the newest horizon
+            // does not see (committed since it was taken), so that the caller takes a new one
+            // when this read comes up short, and how long ago (µs) the newest was taken. Every
+            // part walks an index (the newest event's tx, one probe per running transaction,
+            // the horizons from the cursor's on), so its estimated cost stays far below
+            // `jit_above_cost`: a read never pays for JIT compilation. At least one row.
+            read_events: read_from(
+                s,
+                &format!(
+                    "SELECT coalesce(max(c.tx::text::int8), 0) AS e, \
+                            coalesce(max(c.id), 0) AS q \
+                     FROM {s}.event_consumers c WHERE c.name = $1"
+                ),
             ),
+            // `$1` and `$3` the position (epoch, sequence; at or after the start), `$2` limit:
+            // as `read_events` for a cursor at that position.
+            read_events_after: read_from(s, "SELECT $1::int8 AS e, $3::int8 AS q"),
+            // The newest horizon's number (`NULL` before any; migration 8 takes the first).
+            newest_horizon: format!("SELECT max(n) FROM {s}.event_horizons"),
             // A new horizon when events exist that the newest one does not see: migration 8's
             // function (the table's lock, then a fresh snapshot), one round trip.
             take_horizon: format!("SELECT {s}.take_event_horizon()"),

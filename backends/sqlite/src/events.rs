@@ -30,6 +30,35 @@ impl EventStore for SqliteStore {
         rows.iter().map(event_from_row).collect()
     }
 
+    async fn read_events_after(
+        &self,
+        after: EventPosition,
+        limit: u32,
+    ) -> Result<Vec<Event>, StoreError> {
+        // Every position here is `0_<id>`: one of a later epoch is after all of them, one of
+        // an earlier epoch before all of them.
+        let after_id = match after.epoch() {
+            0 => after.sequence(),
+            epoch if epoch > 0 => return Ok(Vec::new()),
+            _ => 0,
+        };
+        let rows = sqlx::query(AssertSqlSafe(self.sql.read_events_after.as_str()))
+            .bind(after_id)
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_err)?;
+        rows.iter().map(event_from_row).collect()
+    }
+
+    async fn event_log_end(&self) -> Result<EventPosition, StoreError> {
+        let id: i64 = sqlx::query_scalar(AssertSqlSafe(self.sql.event_log_end.as_str()))
+            .fetch_one(&self.pool)
+            .await
+            .map_err(map_err)?;
+        Ok(EventPosition::new(0, id))
+    }
+
     async fn acknowledge(
         &self,
         consumer: &ConsumerId,

@@ -149,6 +149,7 @@ async fn sweeps_and_purges_read_their_index() {
         ),
         (&store.sql.purge_holds, "slot_booking_holds_ended"),
         (&store.sql.read_events, "INTEGER PRIMARY KEY"),
+        (&store.sql.read_events_after, "INTEGER PRIMARY KEY"),
         (&store.sql.purge_events, "INTEGER PRIMARY KEY"),
     ] {
         let plan = query_plan(&store, sql, &[Param::Int(100_i64), Param::Int(10_i64)]).await;

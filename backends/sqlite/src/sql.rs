@@ -139,6 +139,8 @@ pub(crate) struct Statements {
     pub(crate) renew_unmoved: String,
     pub(crate) append_event: String,
     pub(crate) read_events: String,
+    pub(crate) read_events_after: String,
+    pub(crate) event_log_end: String,
     pub(crate) acknowledge: String,
     pub(crate) acknowledge_leased: String,
     pub(crate) consumer_position: String,
@@ -422,6 +424,18 @@ impl Statements {
                  WHERE id > coalesce((SELECT acknowledged FROM {consumers} WHERE name = ?1), 0) \
                  ORDER BY id LIMIT ?2"
             ),
+            // ?1 event id, ?2 limit: the events after that id, one range of the primary key.
+            read_events_after: format!(
+                "SELECT {EVENT_COLUMNS} FROM {events} WHERE id > ?1 ORDER BY id LIMIT ?2"
+            ),
+            // The largest id ever handed out (AUTOINCREMENT's counter, kept through purges; no
+            // row before the first event), or of the events kept if larger (never, but it
+            // costs one probe of the primary key's last page).
+            event_log_end: format!(
+                "SELECT max(coalesce((SELECT max(id) FROM {events}), 0), \
+                            coalesce((SELECT seq FROM sqlite_sequence \
+                                      WHERE name = '{events}'), 0)) AS id"
+            ),
             // ?1 consumer, ?2 event id. Registers a new consumer; never moves a cursor back.
             acknowledge: format!(
                 "INSERT INTO {consumers} (name, acknowledged) VALUES (?1, ?2) \
@@ -564,6 +578,8 @@ mod tests {
             &sql.renew_unmoved,
             &sql.append_event,
             &sql.read_events,
+            &sql.read_events_after,
+            &sql.event_log_end,
             &sql.acknowledge,
             &sql.consumer_position,
             &sql.reclaim_expired_every,

@@ -3,16 +3,18 @@
 
 use std::sync::Arc;
 
-use slot_booking::{BookingEngine, BookingStore, PoolStore, Store, WaitlistStore};
+use slot_booking::{BookingEngine, BookingStore, EventStore, PoolStore, Store, WaitlistStore};
 
 use crate::OwnerSecret;
 
 /// What the server asks of a store: the hold lifecycle, administration, queries
-/// ([`Store`]), bookings of several lines ([`BookingStore`]) and pools ([`PoolStore`]). Implemented for every type
-/// that has them (the in-memory, SQLite and PostgreSQL stores).
-pub trait ServerStore: Store + BookingStore + PoolStore + WaitlistStore {}
+/// ([`Store`]), bookings of several lines ([`BookingStore`]), pools ([`PoolStore`]),
+/// waitlists ([`WaitlistStore`]) and the event log the change stream follows
+/// ([`EventStore`]). Implemented for every type that has them (the in-memory, SQLite and
+/// PostgreSQL stores).
+pub trait ServerStore: Store + BookingStore + PoolStore + WaitlistStore + EventStore {}
 
-impl<T: Store + BookingStore + PoolStore + WaitlistStore + ?Sized> ServerStore for T {}
+impl<T: Store + BookingStore + PoolStore + WaitlistStore + EventStore + ?Sized> ServerStore for T {}
 
 /// The engine the router serves: any store behind a trait object.
 pub type Engine = BookingEngine<Arc<dyn ServerStore>>;

@@ -84,6 +84,8 @@ pub(super) fn expected_events(before: &Model, after: &Model) -> Vec<ExpectedEven
 pub(super) struct EventsMatchTheModel {
     consumer: crate::model::ConsumerId,
     last: Option<crate::events::EventPosition>,
+    /// Where a follower reading by position (no cursor in the store) has read to.
+    followed: crate::events::EventPosition,
     /// The model of the consumer `leased`: its lease (holder number, end) and its cursor.
     lease: Option<(u8, Timestamp)>,
     leased_cursor: Option<crate::events::EventPosition>,
@@ -94,6 +96,7 @@ impl EventsMatchTheModel {
         EventsMatchTheModel {
             consumer: crate::model::ConsumerId::new("model").expect("a valid consumer id"),
             last: None,
+            followed: crate::events::EventPosition::START,
             lease: None,
             leased_cursor: None,
         }
@@ -165,6 +168,47 @@ impl EventsMatchTheModel {
     }
 }
 
+impl EventsMatchTheModel {
+    /// A follower reading by position gets what the consumer just read (`read`), and the
+    /// end of the log is at or after it, with nothing after the end.
+    async fn follow<S: crate::Store + EventStore>(
+        &mut self,
+        engine: &BookingEngine<S>,
+        read: &[crate::events::Event],
+    ) -> Result<(), Mismatch> {
+        let followed = engine
+            .read_events_after(self.followed, crate::events::MAX_BATCH)
+            .await
+            .map_err(|e| Mismatch(format!("read_events_after: {e}")))?;
+        ensure!(
+            followed == read,
+            "after {} a follower read {followed:?}, the consumer {read:?}",
+            self.followed
+        );
+        if let Some(last) = followed.last() {
+            self.followed = last.position;
+        }
+        let end = engine
+            .event_log_end()
+            .await
+            .map_err(|e| Mismatch(format!("event_log_end: {e}")))?;
+        ensure!(
+            end >= self.followed,
+            "the log's end {end} is before the last event read, {}",
+            self.followed
+        );
+        let past_end = engine
+            .read_events_after(end, crate::events::MAX_BATCH)
+            .await
+            .map_err(|e| Mismatch(format!("read_events_after: {e}")))?;
+        ensure!(
+            past_end.is_empty(),
+            "events after the log's end {end}: {past_end:?}"
+        );
+        Ok(())
+    }
+}
+
 #[async_trait::async_trait]
 impl<S: crate::Store + EventStore> StepCheck<S> for EventsMatchTheModel {
     async fn extra_op(
@@ -205,6 +249,7 @@ impl<S: crate::Store + EventStore> StepCheck<S> for EventsMatchTheModel {
                 .await
                 .map_err(|e| Mismatch(format!("acknowledge_events: {e}")))?;
         }
+        self.follow(engine, &read).await?;
         let mut actual: Vec<ExpectedEvent> = read
             .iter()
             .map(|e| (e.kind, e.slot_id, e.hold_id, e.quantity, e.owner.clone()))
