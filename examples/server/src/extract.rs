@@ -116,12 +116,13 @@ impl Caller {
     }
 }
 
-/// The header parameter `name`: 1 to 255 visible ASCII characters.
+/// The header parameter `name`: visible ASCII characters (its description says how many: a
+/// signed owner or a quoted key is longer than the 255 characters of the value it carries).
 fn header_parameter(name: &str, required: Required, description: &str) -> Parameter {
     let token = ObjectBuilder::new()
         .schema_type(Type::String)
         .min_length(Some(1))
-        .max_length(Some(255))
+        .pattern(Some("^[!-~]+$"))
         .build();
     ParameterBuilder::new()
         .name(name)
@@ -138,9 +139,10 @@ impl IntoParams for Caller {
         vec![header_parameter(
             "Owner-Id",
             Required::False,
-            "Whose hold: one placed with it belongs to that owner and answers only with the \
-             same header (otherwise `hold_not_found`); without it a client sees only holds \
-             placed without one. With `OWNER_SECRET` set it must be `<owner>.<signature>` \
+            "Whose hold: an owner id of 1 to 255 visible ASCII characters. A hold placed with \
+             it belongs to that owner and answers only with the same header (otherwise \
+             `hold_not_found`); without it a client sees only holds placed without one. With \
+             `OWNER_SECRET` set it must be `<owner>.<signature>` (64 lowercase hex digits) \
              signed by the application. Anything else is 400 `invalid_owner`.",
         )]
     }

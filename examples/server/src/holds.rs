@@ -257,7 +257,7 @@ pub(crate) async fn renew(
     operation_id = "list_holds",
     summary = "The caller's holds",
     params(
-        ("Owner-Id" = String, Header, min_length = 1, max_length = 255, description = "Whose holds (required here: without it 400 `owner_required`; signed when `OWNER_SECRET` is set)."),
+        ("Owner-Id" = String, Header, min_length = 1, pattern = "^[!-~]+$", description = "Whose holds: an owner id of 1 to 255 visible ASCII characters, required here (without it 400 `owner_required`), signed as `<owner>.<signature>` when `OWNER_SECRET` is set."),
         PageParams,
     ),
     responses(
