@@ -17,10 +17,9 @@
 use axum::extract::{Request, State};
 use axum::http::header::{AUTHORIZATION, LOCATION};
 use axum::http::{HeaderMap, StatusCode};
-use axum::middleware::{self, Next};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Extension, Json, Router};
+use axum::{Extension, Json};
 use serde::Deserialize;
 use slot_booking::model::InvalidSlot;
 use slot_booking::{
@@ -28,37 +27,39 @@ use slot_booking::{
     Timestamp,
 };
 
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::routes;
+
 use crate::body::{Answer, JsonObject};
 use crate::config::AdminToken;
 use crate::extract::On;
+use crate::openapi::Documented;
 use crate::params::{parse_cursor, parse_resource, parse_time, PageParams, QueryParams};
 use crate::state::{Engine, PathPrefix};
 use crate::Problem;
 
 /// The administration routes, each requiring `token`, answering a method a route lacks with
 /// `method_not_allowed` — also only with the token, so that nobody learns without it that
-/// the routes exist.
-pub(crate) fn routes<H, T>(token: AdminToken, method_not_allowed: H) -> Router<Engine>
-where
-    H: axum::handler::Handler<T, Engine>,
-    T: 'static,
-{
-    Router::new()
-        .route("/admin/slots", get(list_slots).post(create_slot))
-        .route("/admin/slots/{slot}", get(get_slot).delete(remove_slot))
-        .route("/admin/slots/{slot}/capacity", post(change_capacity))
-        .route("/admin/slots/{slot}/close", post(close_sales))
-        .route("/admin/slots/{slot}/reopen", post(reopen_sales))
-        .route("/admin/slots/{slot}/holds", get(roster))
+/// the routes exist ([`Documented::behind_token`]).
+pub(crate) fn routes(token: AdminToken) -> Documented {
+    Documented::group()
+        .path(routes!(list_slots, create_slot))
+        .path(routes!(get_slot, remove_slot))
+        .path(routes!(change_capacity))
+        .path(routes!(close_sales))
+        .path(routes!(reopen_sales))
+        .path(routes!(roster))
         .merge(crate::pools::routes())
-        .method_not_allowed_fallback(method_not_allowed)
-        // `layer`, not `route_layer`: the token is checked before the 405 fallback too.
-        .layer(middleware::from_fn_with_state(token, require_token))
+        .behind_token(token)
 }
 
 /// Lets a request through only with `Authorization: Bearer <token>` (scheme in any case);
 /// anything else is 401 `unauthorized` with `WWW-Authenticate: Bearer`.
-async fn require_token(State(token): State<AdminToken>, request: Request, next: Next) -> Response {
+pub(crate) async fn require_token(
+    State(token): State<AdminToken>,
+    request: Request,
+    next: Next,
+) -> Response {
     if presented_token(request.headers()).is_some_and(|presented| token.matches(presented)) {
         next.run(request).await
     } else {
@@ -81,22 +82,32 @@ fn presented_token(headers: &HeaderMap) -> Option<&[u8]> {
 
 /// The body of `POST /admin/slots`. Times that are not RFC 3339 are `invalid_body`; the
 /// capacity and the resource are read as they came, for their own codes.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = NewSlot)]
 struct NewSlotBody {
     #[serde(with = "slot_booking::model::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
     starts_at: Timestamp,
+    /// After `starts_at`.
     #[serde(with = "slot_booking::model::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
     ends_at: Timestamp,
+    /// Units to sell, 1 to 2147483647.
+    #[schema(value_type = i64, minimum = 1, maximum = 2147483647)]
     capacity: serde_json::Number,
+    /// What the slot is a time of (1–255 visible ASCII characters).
     #[serde(default)]
     resource: Option<String>,
 }
 
 /// The body of `POST /admin/slots/{slot}/capacity`.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = SlotCapacity)]
 struct CapacityBody {
+    /// The slot's new capacity, 1 to 2147483647.
+    #[schema(value_type = i64, minimum = 1, maximum = 2147483647)]
     capacity: serde_json::Number,
 }
 
@@ -118,6 +129,19 @@ fn capacity(number: &serde_json::Number) -> Result<i32, Problem> {
 }
 
 /// `POST /admin/slots`: 201 with the slot and its `Location`.
+#[utoipa::path(
+    post,
+    path = "/admin/slots",
+    tag = "administration",
+    operation_id = "create_slot",
+    summary = "Create a slot",
+    request_body(content = NewSlotBody),
+    responses(
+        (status = 201, description = "The slot.", body = crate::schemas::Slot,
+            headers(("Location" = String, description = "The slot's URL: `{prefix}/admin/slots/{slot}`."))),
+        (status = 400, description = "`invalid_slot` (`ends_at` not after `starts_at`, a capacity out of range or not a whole number), `invalid_resource`, `invalid_body`."),
+    )
+)]
 async fn create_slot(
     State(engine): State<Engine>,
     Extension(PathPrefix(prefix)): Extension<PathPrefix>,
@@ -133,18 +157,40 @@ async fn create_slot(
     Ok((StatusCode::CREATED, [(LOCATION, location)], Json(slot)).into_response())
 }
 
-/// `?resource=&from=&to=&after=&limit=` of the slot listing.
-#[derive(Deserialize)]
+/// `?resource=&from=&to=&after=&limit=` of the slot listing (another parameter is
+/// `invalid_query`).
+#[derive(Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 struct ListParams {
+    /// Only this resource's slots.
     resource: Option<String>,
+    /// Only slots starting at or after this instant (RFC 3339).
+    #[param(value_type = Option<String>, format = DateTime)]
     from: Option<String>,
+    /// Only slots starting before this instant (RFC 3339).
+    #[param(value_type = Option<String>, format = DateTime)]
     to: Option<String>,
+    /// The `next_after` of the previous page (`<microseconds>_<slot id>`).
     after: Option<String>,
+    /// Slots in the page, 1 to 1000 (default 100).
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<u32>,
 }
 
 /// `GET /admin/slots`: a page of every slot, removed ones included.
+#[utoipa::path(
+    get,
+    path = "/admin/slots",
+    tag = "administration",
+    operation_id = "list_slots",
+    summary = "Every slot, with its units",
+    params(ListParams),
+    responses(
+        (status = 200, description = "A page of every slot (closed and removed ones included), by `starts_at` then `slot_id`.", body = crate::schemas::SlotPage),
+        (status = 400, description = "`invalid_query` (an unknown parameter, a time or cursor that cannot be read), `invalid_page`, `invalid_resource`."),
+    )
+)]
 async fn list_slots(
     State(engine): State<Engine>,
     QueryParams(params): QueryParams<ListParams>,
@@ -164,11 +210,42 @@ async fn list_slots(
 }
 
 /// `GET /admin/slots/{slot}`.
+#[utoipa::path(
+    get,
+    path = "/admin/slots/{slot}",
+    tag = "administration",
+    operation_id = "get_slot",
+    summary = "Read a slot",
+    params(
+        ("slot" = i64, Path, description = "The slot (digits; anything else is 404 `not_found`)."),
+    ),
+    responses(
+        (status = 200, description = "The slot (a removed one too).", body = crate::schemas::Slot),
+        (status = 404, description = "`slot_not_found`, `not_found`."),
+    )
+)]
 async fn get_slot(slot: On<SlotId>) -> Answer<Slot> {
     Ok(Json(slot.engine.get_slot(slot.id).await?))
 }
 
 /// `POST /admin/slots/{slot}/capacity` with `{"capacity": n}`.
+#[utoipa::path(
+    post,
+    path = "/admin/slots/{slot}/capacity",
+    tag = "administration",
+    operation_id = "change_slot_capacity",
+    summary = "Change a slot's capacity",
+    params(
+        ("slot" = i64, Path, description = "The slot (digits; anything else is 404 `not_found`)."),
+    ),
+    request_body(content = CapacityBody),
+    responses(
+        (status = 200, description = "The slot, its free units moved by the same amount.", body = crate::schemas::Slot),
+        (status = 400, description = "`invalid_slot` (a capacity out of range or not a whole number), `invalid_body`."),
+        (status = 404, description = "`slot_not_found` (no such slot, or removed), `not_found`."),
+        (status = 409, description = "`capacity_taken`: lower than the units held or confirmed."),
+    )
+)]
 async fn change_capacity(
     slot: On<SlotId>,
     JsonObject(body): JsonObject<CapacityBody>,
@@ -178,22 +255,81 @@ async fn change_capacity(
 }
 
 /// `POST /admin/slots/{slot}/close`: no more holds on it.
+#[utoipa::path(
+    post,
+    path = "/admin/slots/{slot}/close",
+    tag = "administration",
+    operation_id = "close_sales",
+    summary = "Close a slot's sales",
+    params(
+        ("slot" = i64, Path, description = "The slot (digits; anything else is 404 `not_found`)."),
+    ),
+    responses(
+        (status = 200, description = "The slot, `closed` (idempotent).", body = crate::schemas::Slot),
+        (status = 404, description = "`slot_not_found` (no such slot, or removed), `not_found`."),
+    )
+)]
 async fn close_sales(slot: On<SlotId>) -> Answer<Slot> {
     Ok(Json(slot.engine.close_sales(slot.id).await?))
 }
 
 /// `POST /admin/slots/{slot}/reopen`.
+#[utoipa::path(
+    post,
+    path = "/admin/slots/{slot}/reopen",
+    tag = "administration",
+    operation_id = "reopen_sales",
+    summary = "Reopen a slot's sales",
+    params(
+        ("slot" = i64, Path, description = "The slot (digits; anything else is 404 `not_found`)."),
+    ),
+    responses(
+        (status = 200, description = "The slot, not `closed` (idempotent).", body = crate::schemas::Slot),
+        (status = 404, description = "`slot_not_found` (no such slot, or removed), `not_found`."),
+    )
+)]
 async fn reopen_sales(slot: On<SlotId>) -> Answer<Slot> {
     Ok(Json(slot.engine.reopen_sales(slot.id).await?))
 }
 
 /// `DELETE /admin/slots/{slot}`: archives it (its holds stay readable).
+#[utoipa::path(
+    delete,
+    path = "/admin/slots/{slot}",
+    tag = "administration",
+    operation_id = "remove_slot",
+    summary = "Remove (archive) a slot",
+    params(
+        ("slot" = i64, Path, description = "The slot (digits; anything else is 404 `not_found`)."),
+    ),
+    responses(
+        (status = 200, description = "The slot with `removed_at`; its holds stay readable.", body = crate::schemas::Slot),
+        (status = 404, description = "`slot_not_found` (no such slot, or removed already), `not_found`."),
+        (status = 409, description = "`slot_in_use`: units are still held or confirmed."),
+    )
+)]
 async fn remove_slot(slot: On<SlotId>) -> Answer<Slot> {
     Ok(Json(slot.engine.remove_slot(slot.id).await?))
 }
 
 /// `GET /admin/slots/{slot}/holds`: the slot's holds, every owner's and every status (removed
 /// slots included); an unknown slot is `slot_not_found` rather than an empty page.
+#[utoipa::path(
+    get,
+    path = "/admin/slots/{slot}/holds",
+    tag = "administration",
+    operation_id = "slot_holds",
+    summary = "A slot's holds",
+    params(
+        ("slot" = i64, Path, description = "The slot (digits; anything else is 404 `not_found`)."),
+        PageParams,
+    ),
+    responses(
+        (status = 200, description = "A page of the slot's holds by id, every owner's and every status.", body = crate::schemas::HoldPage),
+        (status = 400, description = "`invalid_query`, `invalid_page`."),
+        (status = 404, description = "`slot_not_found`, `not_found`."),
+    )
+)]
 async fn roster(
     slot: On<SlotId>,
     QueryParams(params): QueryParams<PageParams>,

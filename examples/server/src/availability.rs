@@ -25,8 +25,10 @@ use axum::extract::State;
 use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE, LINK};
 use axum::http::HeaderValue;
 use axum::response::Response;
+use axum::Extension;
 use serde::{Deserialize, Serialize};
 use slot_booking::{AvailabilityEntry, AvailabilityQuery, AvailabilitySnapshot, SlotCursor};
+use utoipa::{IntoParams, ToSchema};
 
 use crate::params::{parse_cursor, parse_resource, parse_time, QueryParams};
 use crate::{Engine, Problem};
@@ -136,10 +138,17 @@ struct Listing<'a> {
     slots: &'a [AvailabilityEntry],
 }
 
-/// A page asked for with `limit` or `after`.
-#[derive(Serialize)]
+/// A page asked for with `limit` or `after`; its schema, `Availability`, is also the seed's
+/// listing's (without `next_after`).
+#[derive(Serialize, ToSchema)]
+#[schema(as = Availability)]
 struct Page<'a> {
+    /// The open slots, by `starts_at` then `slot_id`.
+    #[schema(value_type = Vec<crate::schemas::AvailabilityEntry>)]
     slots: &'a [AvailabilityEntry],
+    /// Only when the request had `limit` or `after`: the `after` of the next page
+    /// (`<microseconds>_<slot id>`), `null` on the last one.
+    #[schema(value_type = Option<String>, required = false)]
     next_after: Option<SlotCursor>,
 }
 
@@ -167,20 +176,48 @@ fn cursor(entry: &AvailabilityEntry) -> SlotCursor {
     }
 }
 
-/// `?from=&to=&resource=&limit=&after=`.
-#[derive(Deserialize)]
+/// `?from=&to=&resource=&limit=&after=` (other parameters are ignored).
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct Params {
+    /// Only slots starting at or after this instant (RFC 3339).
+    #[param(value_type = Option<String>, format = DateTime)]
     from: Option<String>,
+    /// Only slots starting before this instant (RFC 3339).
+    #[param(value_type = Option<String>, format = DateTime)]
     to: Option<String>,
+    /// Only this resource's slots (1–255 visible ASCII characters).
     resource: Option<String>,
+    /// Entries in the page, 1 to `AVAILABILITY_PAGE_LIMIT` (asks for a page: the body adds
+    /// `next_after`).
+    #[param(minimum = 1)]
     limit: Option<u32>,
+    /// The `next_after` of the previous page (asks for a page).
     after: Option<String>,
 }
 
 /// `GET /slots/availability`.
+#[utoipa::path(
+    get,
+    path = "/slots/availability",
+    tag = "availability",
+    operation_id = "availability",
+    summary = "The open slots and their free units",
+    description = "The engine's cached listing of slots that have not started, are not closed \
+                   and not removed, in pages of at most `AVAILABILITY_PAGE_LIMIT` entries.",
+    params(Params),
+    responses(
+        (status = 200, description = "The listing, or a page of it.", body = Page,
+            headers(
+                ("Cache-Control" = String, description = "`max-age=N`: how long the listing is served from the cache."),
+                ("Link" = String, description = "`<…>; rel=\"next\"`, when more entries remain: the next page's URL."),
+            )),
+        (status = 400, description = "`invalid_query` (a `from`, `to` or `after` that cannot be read, a `limit` that is not a number), `invalid_page` (a `limit` out of range), `invalid_resource`."),
+    )
+)]
 pub(crate) async fn availability(
     State(engine): State<Engine>,
-    pages: Arc<Pages>,
+    Extension(pages): Extension<Arc<Pages>>,
     QueryParams(params): QueryParams<Params>,
 ) -> Result<Response, Problem> {
     let query = AvailabilityQuery {

@@ -10,6 +10,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use slot_booking::model::rfc3339;
 use slot_booking::{Hold, HoldId, HoldStatus, SlotId, Timestamp};
+use utoipa::ToSchema;
 
 use crate::Problem;
 
@@ -64,36 +65,47 @@ fn parse<T: DeserializeOwned>(body: &Bytes) -> Result<T, Problem> {
         })
 }
 
-/// The optional JSON body of a hold request.
-#[derive(Deserialize, Default)]
+/// The optional JSON body of a hold request (an empty body takes every default).
+#[derive(Deserialize, Default, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct HoldOptions {
-    /// Units held (default 1).
+    /// Units held, all together (default 1; at most 1000 and the slot's capacity).
+    #[schema(minimum = 1, maximum = 1000)]
     pub(crate) quantity: Option<i64>,
-    /// How long the hold lasts (default: the server's hold lifetime).
+    /// How long the hold lasts, in seconds (default: the server's hold lifetime; outside the
+    /// engine's bounds, 400 `invalid_lifetime`).
     pub(crate) lifetime_seconds: Option<u64>,
 }
 
-/// The optional JSON body of a renewal.
-#[derive(Deserialize, Default)]
+/// The optional JSON body of a renewal (an empty body takes the default).
+#[derive(Deserialize, Default, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RenewOptions {
-    /// How long the hold lasts from now (default: the server's hold lifetime).
+    /// How long the hold lasts from now, in seconds (default: the server's hold lifetime;
+    /// outside the engine's bounds, 400 `invalid_lifetime`).
     pub(crate) lifetime_seconds: Option<u64>,
 }
 
 /// A hold as the seed's clients know it: exactly six fields, whatever the hold's quantity or
 /// owner.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
+#[schema(as = Hold)]
 pub(crate) struct HoldBody {
+    #[schema(value_type = i64)]
     hold_id: HoldId,
+    #[schema(value_type = i64)]
     slot_id: SlotId,
+    #[schema(value_type = crate::schemas::HoldStatus)]
     status: HoldStatus,
+    /// When an unconfirmed hold stops reserving its units.
     #[serde(with = "rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
     expires_at: Timestamp,
     #[serde(with = "rfc3339::option")]
+    #[schema(value_type = Option<String>, format = DateTime, required = true)]
     confirmed_at: Option<Timestamp>,
     #[serde(with = "rfc3339::option")]
+    #[schema(value_type = Option<String>, format = DateTime, required = true)]
     cancelled_at: Option<Timestamp>,
 }
 

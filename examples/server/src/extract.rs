@@ -7,6 +7,10 @@ use axum::http::request::Parts;
 use axum::http::HeaderMap;
 use slot_booking::model::ParseIdError;
 use slot_booking::{EntryId, EventPosition, HoldId, OwnerId, PoolId, Scope, SlotId};
+use utoipa::openapi::path::{Parameter, ParameterBuilder, ParameterIn};
+use utoipa::openapi::schema::{ObjectBuilder, Type};
+use utoipa::openapi::Required;
+use utoipa::IntoParams;
 
 use crate::state::{Engine, OwnerSigning};
 use crate::Problem;
@@ -112,6 +116,38 @@ impl Caller {
     }
 }
 
+/// The header parameter `name`: visible ASCII characters (its description says how many: a
+/// signed owner or a quoted key is longer than the 255 characters of the value it carries).
+fn header_parameter(name: &str, required: Required, description: &str) -> Parameter {
+    let token = ObjectBuilder::new()
+        .schema_type(Type::String)
+        .min_length(Some(1))
+        .pattern(Some("^[!-~]+$"))
+        .build();
+    ParameterBuilder::new()
+        .name(name)
+        .parameter_in(ParameterIn::Header)
+        .required(required)
+        .description(Some(description))
+        .schema(Some(token))
+        .build()
+}
+
+/// The `Owner-Id` header a [`Caller`] reads, optional.
+impl IntoParams for Caller {
+    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
+        vec![header_parameter(
+            "Owner-Id",
+            Required::False,
+            "Whose hold: an owner id of 1 to 255 visible ASCII characters. A hold placed with \
+             it belongs to that owner and answers only with the same header (otherwise \
+             `hold_not_found`); without it a client sees only holds placed without one. With \
+             `OWNER_SECRET` set it must be `<owner>.<signature>` (64 lowercase hex digits) \
+             signed by the application. Anything else is 400 `invalid_owner`.",
+        )]
+    }
+}
+
 impl<S: Send + Sync> FromRequestParts<S> for Caller {
     type Rejection = Problem;
 
@@ -133,6 +169,20 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
 /// The `Idempotency-Key` header, required: bare (`abc`) or as a structured-field string
 /// (`"abc"`).
 pub(crate) struct IdempotencyKey(pub(crate) String);
+
+/// The `Idempotency-Key` header an [`IdempotencyKey`] reads, required.
+impl IntoParams for IdempotencyKey {
+    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
+        vec![header_parameter(
+            "Idempotency-Key",
+            Required::True,
+            "Makes the request safe to repeat: the same key again answers what the first \
+             request made, with `Idempotent-Replayed: true`. Bare (`abc`) or an RFC 8941 string \
+             (`\"abc\"`). Without it 400 `idempotency_key_required`; one that is not 1 to 255 \
+             visible ASCII characters, or several, 400 `invalid_idempotency_key`.",
+        )]
+    }
+}
 
 impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKey {
     type Rejection = Problem;
@@ -159,6 +209,19 @@ impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKey {
 /// change the client saw, `None` without one (or an empty one, which the SSE standard reads
 /// as none). Anything else is 400 `invalid_last_event_id`.
 pub(crate) struct LastEventId(pub(crate) Option<EventPosition>);
+
+impl IntoParams for LastEventId {
+    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
+        vec![header_parameter(
+            "Last-Event-ID",
+            Required::False,
+            "The id of the last change a reconnecting client saw (`EventSource` sends it by \
+             itself): the stream resumes with the change after it. Without it (or empty) the \
+             stream starts at the present; one past the log's end, too. Anything but \
+             `<epoch>_<sequence>`, or several, is 400 `invalid_last_event_id`.",
+        )]
+    }
+}
 
 impl<S: Send + Sync> FromRequestParts<S> for LastEventId {
     type Rejection = Problem;

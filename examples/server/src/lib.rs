@@ -24,6 +24,7 @@
 //! | GET | /admin/slots/{slot}/holds?after=&limit= | 200 `{"holds":[...],"next_after":id}`: the slot's roster (administration) |
 //! | GET | /changes | 200 `text/event-stream`: every committed change as it happens, resuming after `Last-Event-ID` ([`live`]; extension) |
 //! | GET | /metrics | 200, Prometheus text (`text/plain; version=0.0.4`): the engine's metrics (observability) |
+//! | GET | /openapi.json | 200, the OpenAPI 3.1 document of exactly the routes served ([`openapi`]) |
 //! | GET | / | 200, `text/html`: a page to try the API from a browser (the coming slots with their free units, kept current from `/changes`; holds to place, confirm, renew and cancel) |
 //!
 //! A hold body is always the same six fields: `hold_id`, `slot_id`, `status`, `expires_at`,
@@ -82,6 +83,13 @@
 //! Removal archives: the slot takes no more holds (`slot_not_found`) and leaves availability,
 //! while its holds stay readable and the listing still shows it.
 //!
+//! `/openapi.json` (under the same `PATH_PREFIX`, which the document's `servers` entry names)
+//! is the OpenAPI 3.1 document of every route the router serves — administration only when
+//! `ADMIN_TOKEN` mounts it — with their parameters, bodies, every status each answers and its
+//! schema, errors as `application/problem+json`. It is made from the handlers'
+//! `#[utoipa::path]` annotations as `utoipa-axum` registers them: the server adds no route
+//! without one. [`openapi`] builds the same document for a [`Config`] without serving it.
+//!
 //! `/metrics` (under the same `PATH_PREFIX`) serves what `slot_booking` records through the
 //! `metrics` facade ([`slot_booking::observe`]): operations by outcome, store latency
 //! histograms, availability cache hits, misses, loads and stale serves. The first router
@@ -123,12 +131,14 @@ mod lifecycle;
 pub mod live;
 mod middleware;
 pub mod observe;
+mod openapi;
 pub mod owner;
 mod page;
 mod params;
 mod pools;
 mod problem;
 mod router;
+mod schemas;
 mod secret;
 pub mod serve;
 mod state;
@@ -141,6 +151,6 @@ pub use middleware::{MAX_BODY_BYTES, MAX_HEADER_BYTES, MAX_URI_BYTES};
 pub use observe::install_metrics;
 pub use owner::OwnerSecret;
 pub use problem::{Problem, RETRY_AFTER_SECONDS};
-pub use router::{router, router_with_config};
+pub use router::{openapi, router, router_with_config};
 pub use serve::{listen, serve};
 pub use state::{Engine, ServerStore};

@@ -131,6 +131,27 @@ impl Changes {
 }
 
 /// `GET /changes`: the stream, from after `Last-Event-ID` or from the present.
+#[utoipa::path(
+    get,
+    path = "/changes",
+    tag = "changes",
+    operation_id = "changes",
+    summary = "Follow every committed change as it happens",
+    description = "Server-Sent Events: each change committed to the database (through this \
+                   server, another one, or an application's own transaction) as `id: \
+                   <position>` and `data:` a JSON object of `position`, `kind` (`hold_placed`, \
+                   `hold_confirmed`, `hold_cancelled`, `hold_renewed`, `hold_expired`, \
+                   `slot_created`, `slot_capacity_changed`, `slot_closed`, `slot_reopened`, \
+                   `slot_removed`, …), `slot_id`, `quantity` and `at`. Never a hold id or an \
+                   owner. A comment line every 15 seconds keeps a quiet stream open; the \
+                   stream ends when the server shuts down (reconnect with `Last-Event-ID`).",
+    params(LastEventId),
+    responses(
+        (status = 200, description = "The stream of changes.", body = String, content_type = "text/event-stream"),
+        (status = 400, description = "`invalid_last_event_id`."),
+        (status = 503, description = "`too_many_streams`: as many streams are open as the server allows (half of `MAX_CONNECTIONS`); retry after `Retry-After`."),
+    )
+)]
 pub(crate) async fn changes(
     State(engine): State<Engine>,
     Extension(changes): Extension<Changes>,

@@ -49,6 +49,20 @@ pub fn install_metrics() -> Option<&'static PrometheusHandle> {
 }
 
 /// `GET /metrics`.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "observability",
+    operation_id = "metrics",
+    summary = "The engine's metrics",
+    description = "What `slot_booking` records through the `metrics` facade, in Prometheus' text \
+                   format: operations by outcome, store latency histograms, availability cache \
+                   hits, misses, loads and stale serves.",
+    responses(
+        (status = 200, description = "The metrics.", body = String, content_type = "text/plain; version=0.0.4; charset=utf-8"),
+        (status = 404, description = "`not_found`: another global `metrics` recorder was installed first; the application exports the metrics itself."),
+    )
+)]
 pub(crate) async fn metrics() -> Response {
     match install_metrics() {
         Some(handle) => {

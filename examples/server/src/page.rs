@@ -4,7 +4,7 @@
 //! The page lists the coming slots with their free units, follows `GET /changes` to keep them
 //! current, and places, confirms, renews and cancels holds through the same routes as any
 //! client, showing each refusal by its problem `code`. It finds the routes from its own
-//! address, so it works under `PATH_PREFIX` too (at `/api`, say).
+//! address, so it works under `PATH_PREFIX` too (at `/api` and `/api/`, say).
 //!
 //! The document is put together once: the style and the script go inline into the HTML, and
 //! the `Content-Security-Policy` allows exactly those two (by their SHA-256), requests to the
@@ -12,12 +12,19 @@
 
 use std::sync::LazyLock;
 
+use axum::body::Body;
 use axum::http::header::{
-    CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, REFERRER_POLICY, X_CONTENT_TYPE_OPTIONS,
+    ALLOW, CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, REFERRER_POLICY,
+    X_CONTENT_TYPE_OPTIONS,
 };
 use axum::http::HeaderValue;
+use axum::http::{Method, Uri};
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use sha2::{Digest, Sha256};
+
+use crate::state::PathPrefix;
+use crate::Problem;
 
 /// The HTML, with the markers the style and the script replace.
 const HTML: &str = include_str!("../page/index.html");
@@ -55,7 +62,49 @@ static PAGE: LazyLock<Page> = LazyLock::new(|| {
     }
 });
 
+/// What answers a request no route took: the page at `{PATH_PREFIX}/` (the nested routes have
+/// it at `{PATH_PREFIX}` only, but the document's server and path, `/`, meet with the slash),
+/// where another method is 405; anything else is 404 `not_found`.
+pub(crate) async fn or_not_found(
+    Extension(PathPrefix(prefix)): Extension<PathPrefix>,
+    method: Method,
+    uri: Uri,
+) -> Response {
+    let at_page = !prefix.is_empty() && uri.path().strip_prefix(&*prefix) == Some("/");
+    if !at_page {
+        return Problem::not_found().into_response();
+    }
+    if method == Method::GET {
+        index().await
+    } else if method == Method::HEAD {
+        let (parts, _) = index().await.into_parts();
+        Response::from_parts(parts, Body::empty())
+    } else {
+        let mut refused = Problem::method_not_allowed().into_response();
+        refused
+            .headers_mut()
+            .insert(ALLOW, HeaderValue::from_static("GET,HEAD"));
+        refused
+    }
+}
+
 /// `GET /`: the page.
+#[utoipa::path(
+    get,
+    path = "/",
+    tag = "page",
+    operation_id = "page",
+    summary = "A page to try the API from a browser",
+    description = "Plain HTML with its script and style inline (allowed by hash in its \
+                   `Content-Security-Policy`; nothing is loaded from elsewhere). It lists the \
+                   coming slots with their free units, follows `GET /changes` to keep them \
+                   current, and places, confirms, renews and cancels holds through the routes \
+                   of this document, which it finds from its own address (under \
+                   `PATH_PREFIX` too).",
+    responses(
+        (status = 200, description = "The page.", body = String, content_type = "text/html; charset=utf-8"),
+    )
+)]
 pub(crate) async fn index() -> Response {
     let page = &*PAGE;
     (

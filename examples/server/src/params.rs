@@ -7,6 +7,7 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use slot_booking::model::rfc3339;
 use slot_booking::{HoldId, PageRequest, ResourceId, SlotCursor, Timestamp};
+use utoipa::IntoParams;
 
 use crate::Problem;
 
@@ -23,11 +24,16 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for QueryParams<T>
     }
 }
 
-/// `?after=&limit=` of a page of holds.
-#[derive(Deserialize)]
+/// `?after=&limit=` of a page of holds (another parameter is `invalid_query`).
+#[derive(Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct PageParams {
+    /// The `next_after` of the previous page: holds after this id.
+    #[param(value_type = Option<i64>)]
     after: Option<String>,
+    /// Holds in the page, 1 to 1000 (default 100).
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<u32>,
 }
 

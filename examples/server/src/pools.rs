@@ -18,32 +18,34 @@ use axum::http::header::LOCATION;
 use axum::http::request::Parts;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{post, put};
-use axum::{Extension, Json, Router};
+use axum::{Extension, Json};
 use serde::Deserialize;
 use slot_booking::{BookingError, NewPool, PoolId, PoolSummary, SlotId};
+use utoipa::ToSchema;
+use utoipa_axum::routes;
 
 use crate::body::{Answer, JsonObject};
 use crate::extract::{parse_id, On};
+use crate::openapi::Documented;
 use crate::state::{Engine, PathPrefix};
 use crate::Problem;
 
 /// The pool routes, for [`admin::routes`](crate::admin) to mount behind its token.
-pub(crate) fn routes() -> Router<Engine> {
-    Router::new()
-        .route("/admin/pools", post(create_pool))
-        .route("/admin/pools/{pool}", axum::routing::get(get_pool))
-        .route("/admin/pools/{pool}/capacity", post(change_capacity))
-        .route(
-            "/admin/pools/{pool}/slots/{slot}",
-            put(attach_slot).delete(detach_slot),
-        )
+pub(crate) fn routes() -> Documented {
+    Documented::group()
+        .path(routes!(create_pool))
+        .path(routes!(get_pool))
+        .path(routes!(change_capacity))
+        .path(routes!(attach_slot, detach_slot))
 }
 
 /// The body of `POST /admin/pools` and `POST /admin/pools/{pool}/capacity`.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = PoolCapacity)]
 struct CapacityBody {
+    /// Units the pool's slots may take together, 0 to 2147483647.
+    #[schema(value_type = i64, minimum = 0, maximum = 2147483647)]
     capacity: serde_json::Number,
 }
 
@@ -64,6 +66,19 @@ fn capacity(number: &serde_json::Number) -> Result<i32, Problem> {
 }
 
 /// `POST /admin/pools`: 201 with the pool and its `Location`.
+#[utoipa::path(
+    post,
+    path = "/admin/pools",
+    tag = "administration",
+    operation_id = "create_pool",
+    summary = "Create a pool",
+    request_body(content = CapacityBody),
+    responses(
+        (status = 201, description = "The pool, with no slots yet.", body = crate::schemas::Pool,
+            headers(("Location" = String, description = "The pool's URL: `{prefix}/admin/pools/{pool}`."))),
+        (status = 400, description = "`invalid_pool` (a capacity out of range or not a whole number), `invalid_body`."),
+    )
+)]
 async fn create_pool(
     State(engine): State<Engine>,
     Extension(PathPrefix(prefix)): Extension<PathPrefix>,
@@ -77,11 +92,42 @@ async fn create_pool(
 }
 
 /// `GET /admin/pools/{pool}`.
+#[utoipa::path(
+    get,
+    path = "/admin/pools/{pool}",
+    tag = "administration",
+    operation_id = "get_pool",
+    summary = "Read a pool",
+    params(
+        ("pool" = i64, Path, description = "The pool (digits; anything else is 404 `not_found`)."),
+    ),
+    responses(
+        (status = 200, description = "The pool and where its units are.", body = crate::schemas::Pool),
+        (status = 404, description = "`pool_not_found`, `not_found`."),
+    )
+)]
 async fn get_pool(pool: On<PoolId>) -> Answer<PoolSummary> {
     Ok(Json(pool.engine.get_pool(pool.id).await?))
 }
 
 /// `POST /admin/pools/{pool}/capacity` with `{"capacity": n}`.
+#[utoipa::path(
+    post,
+    path = "/admin/pools/{pool}/capacity",
+    tag = "administration",
+    operation_id = "change_pool_capacity",
+    summary = "Change a pool's capacity",
+    params(
+        ("pool" = i64, Path, description = "The pool (digits; anything else is 404 `not_found`)."),
+    ),
+    request_body(content = CapacityBody),
+    responses(
+        (status = 200, description = "The pool.", body = crate::schemas::Pool),
+        (status = 400, description = "`invalid_pool`, `invalid_body`."),
+        (status = 404, description = "`pool_not_found`, `not_found`."),
+        (status = 409, description = "`pool_in_use`: lower than the units its slots hold or confirmed."),
+    )
+)]
 async fn change_capacity(
     pool: On<PoolId>,
     JsonObject(body): JsonObject<CapacityBody>,
@@ -93,11 +139,42 @@ async fn change_capacity(
 }
 
 /// `PUT /admin/pools/{pool}/slots/{slot}`: the slot draws from the pool too.
+#[utoipa::path(
+    put,
+    path = "/admin/pools/{pool}/slots/{slot}",
+    tag = "administration",
+    operation_id = "attach_slot",
+    summary = "Make a slot draw from a pool",
+    params(
+        ("pool" = i64, Path, description = "The pool (digits; anything else is 404 `not_found`)."),
+        ("slot" = i64, Path, description = "The slot (digits; anything else is 404 `not_found`)."),
+    ),
+    responses(
+        (status = 200, description = "The pool with the slot (idempotent).", body = crate::schemas::Pool),
+        (status = 404, description = "`pool_not_found`, `slot_not_found`, `not_found`."),
+        (status = 409, description = "`pool_in_use` (the slot's units held or confirmed do not fit the pool), `too_many_pools` (the slot is in as many pools as it may be)."),
+    )
+)]
 async fn attach_slot(State(engine): State<Engine>, ids: PoolSlot) -> Answer<PoolSummary> {
     Ok(Json(engine.attach_slot(ids.pool, ids.slot).await?))
 }
 
 /// `DELETE /admin/pools/{pool}/slots/{slot}`.
+#[utoipa::path(
+    delete,
+    path = "/admin/pools/{pool}/slots/{slot}",
+    tag = "administration",
+    operation_id = "detach_slot",
+    summary = "Stop a slot drawing from a pool",
+    params(
+        ("pool" = i64, Path, description = "The pool (digits; anything else is 404 `not_found`)."),
+        ("slot" = i64, Path, description = "The slot (digits; anything else is 404 `not_found`)."),
+    ),
+    responses(
+        (status = 200, description = "The pool without the slot (idempotent).", body = crate::schemas::Pool),
+        (status = 404, description = "`pool_not_found`, `slot_not_found`, `not_found`."),
+    )
+)]
 async fn detach_slot(State(engine): State<Engine>, ids: PoolSlot) -> Answer<PoolSummary> {
     Ok(Json(engine.detach_slot(ids.pool, ids.slot).await?))
 }

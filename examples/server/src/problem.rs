@@ -12,6 +12,7 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use slot_booking::{BookingError, CandidateRefused, LineShortfall};
+use utoipa::ToSchema;
 
 use crate::{MAX_BODY_BYTES, MAX_HEADER_BYTES, MAX_URI_BYTES};
 
@@ -30,17 +31,35 @@ pub struct Problem {
     candidates: Option<Vec<CandidateRefused>>,
 }
 
-/// The body of a [`Problem`].
-#[derive(Serialize)]
-struct ProblemBody<'a> {
+/// The body of a [`Problem`], and the `Problem` schema of the OpenAPI document (every 4xx and
+/// 5xx answer of a route is one).
+#[derive(Serialize, ToSchema)]
+#[schema(as = Problem)]
+pub(crate) struct ProblemBody<'a> {
+    /// Always `about:blank`: `code` says what happened.
+    #[schema(value_type = String, example = "about:blank")]
     r#type: &'static str,
+    /// The status code's reason phrase (`Not Found`, `Conflict`).
+    #[schema(value_type = String, example = "Conflict")]
     title: &'a str,
+    /// The response's status code.
+    #[schema(example = 409)]
     status: u16,
+    /// What went wrong, for a person.
+    #[schema(value_type = String, example = "slot 1 is sold out")]
     detail: &'a str,
+    /// What went wrong, for a program: a stable snake_case code (`sold_out`,
+    /// `hold_not_found`, `invalid_body`, `not_found`, `method_not_allowed`, …; each
+    /// response's description names the codes it can carry).
+    #[schema(value_type = String, example = "sold_out")]
     code: &'a str,
+    /// With `lines_unavailable` only: every line of the booking that cannot be had.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Vec<crate::schemas::LineShortfall>, required = false)]
     lines: Option<&'a [LineShortfall]>,
+    /// With `no_candidate_available` only: every candidate slot and why it could not be had.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Vec<crate::schemas::CandidateRefused>, required = false)]
     candidates: Option<&'a [CandidateRefused]>,
 }
 

@@ -15,18 +15,23 @@ use slot_booking::model::rfc3339;
 use slot_booking::waitlists::Joined;
 use slot_booking::{BookingError, EntryId, NewHold, OwnerId, SlotId, Timestamp, WaitlistEntry};
 
+use utoipa::ToSchema;
+
 use crate::body::{Answer, HoldBody, OptionalJson};
 use crate::extract::{Caller, IdempotencyKey, On, PathId};
 use crate::state::{Engine, PathPrefix};
 use crate::Problem;
 
 /// The optional body of `POST /slots/{slot}/waitlist`.
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = JoinWaitlist)]
 pub(crate) struct JoinBody {
     /// Units wanted together (default 1).
+    #[schema(minimum = 1, maximum = 1000)]
     quantity: Option<i64>,
-    /// The offer window: how long an offer lasts unconfirmed (default: the hold lifetime).
+    /// The offer window, in seconds: how long an offer lasts unconfirmed (default: the hold
+    /// lifetime).
     lifetime_seconds: Option<u64>,
     /// Higher is served first (default 0).
     priority: Option<i32>,
@@ -34,16 +39,25 @@ pub(crate) struct JoinBody {
 
 /// A waiting entry as answered: its fields, its place in line (`null` once it left) and
 /// where its offer will be.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
+#[schema(as = WaitlistEntry)]
 pub(crate) struct EntryBody {
+    /// The entry; its offer, when it comes, is the hold of the same number.
+    #[schema(value_type = i64)]
     entry_id: EntryId,
+    #[schema(value_type = i64)]
     slot_id: SlotId,
     quantity: i32,
+    #[schema(value_type = Option<String>, required = true)]
     owner: Option<OwnerId>,
     priority: i32,
     #[serde(with = "rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
     joined_at: Timestamp,
+    /// Its place in the slot's line (1 is next); `null` once it left.
+    #[schema(required = true, minimum = 1)]
     position: Option<u32>,
+    /// Where its offer will be: `{prefix}/holds/{entry}`.
     offer: String,
 }
 
@@ -65,6 +79,35 @@ impl EntryBody {
 /// `POST /slots/{slot}/waitlist`: 201 with the hold (six fields) and its `Location` when held
 /// at once; 202 with the entry, its place and its `Location` when it waits. The same
 /// `Idempotency-Key` again answers the same, with `Idempotent-Replayed: true`.
+#[utoipa::path(
+    post,
+    path = "/slots/{slot}/waitlist",
+    tag = "waitlist",
+    operation_id = "join_waitlist",
+    summary = "Hold units of a slot, or wait in its line",
+    params(
+        ("slot" = i64, Path, description = "The slot (digits; anything else is 404 `not_found`)."),
+        IdempotencyKey,
+        Caller,
+    ),
+    request_body(content = Option<JoinBody>, description = "Optional: an empty body waits for one unit, priority 0."),
+    responses(
+        (status = 201, description = "Held at once: nobody waited and the units were free.", body = HoldBody,
+            headers(
+                ("Location" = String, description = "The hold's URL: `{prefix}/holds/{hold}`."),
+                ("Idempotent-Replayed" = String, description = "`true` when the key's answer was given again."),
+            )),
+        (status = 202, description = "Waiting: the entry and its place in line.", body = EntryBody,
+            headers(
+                ("Location" = String, description = "The entry's URL: `{prefix}/waitlist/{entry}`."),
+                ("Idempotent-Replayed" = String, description = "`true` when the key's answer was given again."),
+            )),
+        (status = 400, description = "`idempotency_key_required`, `invalid_idempotency_key`, `invalid_owner`, `invalid_quantity`, `invalid_lifetime`, `invalid_body`."),
+        (status = 404, description = "`slot_not_found`, `not_found`."),
+        (status = 409, description = "`slot_closed`."),
+        (status = 422, description = "`idempotency_key_reused`, `quantity_exceeds_capacity`."),
+    )
+)]
 pub(crate) async fn join(
     State(engine): State<Engine>,
     Extension(PathPrefix(prefix)): Extension<PathPrefix>,
@@ -114,6 +157,22 @@ pub(crate) async fn join(
 
 /// `GET /waitlist/{entry}`: the waiting entry and its place; 404 `entry_not_found` once it
 /// left or was offered its units (then read `/holds/{entry}`).
+#[utoipa::path(
+    get,
+    path = "/waitlist/{entry}",
+    tag = "waitlist",
+    operation_id = "get_waitlist_entry",
+    summary = "A waiting entry and its place",
+    params(
+        ("entry" = i64, Path, description = "The entry (digits; anything else is 404 `not_found`)."),
+        Caller,
+    ),
+    responses(
+        (status = 200, description = "The entry, still waiting, and its place.", body = EntryBody),
+        (status = 400, description = "`invalid_owner`."),
+        (status = 404, description = "`entry_not_found` (no such entry, another owner's, or it left or was offered its units: read `/holds/{entry}`), `not_found`."),
+    )
+)]
 pub(crate) async fn get_entry(
     entry: On<EntryId>,
     Extension(PathPrefix(prefix)): Extension<PathPrefix>,
@@ -127,6 +186,22 @@ pub(crate) async fn get_entry(
 }
 
 /// `DELETE /waitlist/{entry}`: leaves the line; the entry as it was, with no place.
+#[utoipa::path(
+    delete,
+    path = "/waitlist/{entry}",
+    tag = "waitlist",
+    operation_id = "leave_waitlist",
+    summary = "Leave a slot's line",
+    params(
+        ("entry" = i64, Path, description = "The entry (digits; anything else is 404 `not_found`)."),
+        Caller,
+    ),
+    responses(
+        (status = 200, description = "The entry as it was, `position` `null`.", body = EntryBody),
+        (status = 400, description = "`invalid_owner`."),
+        (status = 404, description = "`entry_not_found`, `not_found`."),
+    )
+)]
 pub(crate) async fn leave(
     entry: On<EntryId>,
     Extension(PathPrefix(prefix)): Extension<PathPrefix>,

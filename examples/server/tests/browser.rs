@@ -73,12 +73,12 @@ async fn page_at_the_root_on_postgres() {
 }
 
 /// Without a browser: the page is HTML with its own content security policy, at the root and
-/// at the prefix itself (where the page finds its routes from its address).
+/// at the prefix, with or without its slash (the page finds its routes from its address).
 #[tokio::test]
 async fn the_page_is_served_at_the_root_and_at_the_prefix() {
     let (url, dir) = common::sqlite_url().await;
     let server = TestServer::start(&url, dir).await;
-    for (prefix, path) in [("", "/"), ("/api", "/api")] {
+    for (prefix, path) in [("", "/"), ("/api", "/api"), ("/api", "/api/")] {
         let config = Config {
             path_prefix: prefix.to_owned(),
             ..Config::default()

@@ -5,6 +5,8 @@
 
 #![allow(dead_code)]
 
+pub mod contract;
+
 use slot_booking_server::ServerStore;
 use std::fmt::Display;
 use std::path::PathBuf;
@@ -13,7 +15,7 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::request::Builder;
-use axum::http::{HeaderMap, Request};
+use axum::http::{HeaderMap, HeaderValue, Request};
 use axum::Router;
 use chrono::TimeZone;
 use http_body_util::BodyExt;
@@ -141,7 +143,16 @@ impl TestServer {
             .build();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
-        let app = slot_booking_server::router(engine.clone());
+        // Each response says which method it answers, for [`read`]'s check against the
+        // document (a `reqwest::Response` does not keep its request's method).
+        let app = slot_booking_server::router(engine.clone()).layer(axum::middleware::from_fn(
+            |request: axum::extract::Request, next: axum::middleware::Next| async move {
+                let method = HeaderValue::from_str(request.method().as_str()).unwrap();
+                let mut response = next.run(request).await;
+                response.headers_mut().insert(METHOD_HEADER, method);
+                response
+            },
+        ));
         tokio::spawn(async move { axum::serve(listener, app).await });
         TestServer {
             base,
@@ -210,13 +221,81 @@ fn parse_body(status: u16, is_problem: bool, text: &str) -> (Option<String>, Val
     (code, body)
 }
 
-/// Status, problem code (if any) and JSON body of a response.
+/// The header a [`TestServer`] adds to every response: the request's method.
+const METHOD_HEADER: &str = "x-test-request-method";
+
+/// Status, problem code (if any) and JSON body of a response from a [`TestServer`], having
+/// checked it against the document the server serves ([`contract`]).
 pub async fn read(response: reqwest::Response) -> (u16, Option<String>, Value) {
     let status = response.status().as_u16();
     let is_problem = is_problem(response.headers());
-    let text = response.text().await.unwrap();
+    let method = response.headers()[METHOD_HEADER]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .map(|value| value.to_str().unwrap().to_owned());
+    let url = response.url().clone();
+    let bytes = response.bytes().await.unwrap();
+    let exchange = contract::Exchange {
+        method: &method,
+        path: url.path(),
+        status,
+        content_type: content_type.as_deref(),
+        body: &bytes,
+    };
+    check_served(&exchange, |prefix| {
+        let url = url.join(&format!("{prefix}/openapi.json")).unwrap();
+        async move {
+            static HTTP: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
+            let response = HTTP
+                .get_or_init(reqwest::Client::new)
+                .get(url)
+                .send()
+                .await
+                .ok()?;
+            let json = response.status() == 200
+                && response
+                    .headers()
+                    .get("content-type")
+                    .is_some_and(|v| v == "application/json");
+            json.then_some(())?;
+            response.bytes().await.ok().map(|bytes| bytes.to_vec())
+        }
+    })
+    .await;
+    let text = String::from_utf8_lossy(&bytes);
     let (code, body) = parse_body(status, is_problem, &text);
     (status, code, body)
+}
+
+/// Checks `exchange` against the document its server serves, which `fetch(prefix)` reads at
+/// `{prefix}/openapi.json`, trying each prefix the request's path could be under; a path under
+/// none is outside the server's prefix, and must be the router's `not_found`.
+async fn check_served<F, Fut>(exchange: &contract::Exchange<'_>, fetch: F)
+where
+    F: Fn(String) -> Fut,
+    Fut: std::future::Future<Output = Option<Vec<u8>>>,
+{
+    let mut found = None;
+    for prefix in contract::candidate_prefixes(exchange.path) {
+        if let Some(text) = fetch(prefix.clone()).await {
+            let contract = contract::Contract::of(&text);
+            if contract.prefix == prefix {
+                found = Some(contract);
+                break;
+            }
+        }
+    }
+    let checked = match found {
+        Some(contract) => contract.check(exchange),
+        None => contract::Contract::default_document().check_outside(exchange),
+    };
+    if let Err(drift) = checked {
+        panic!("the response is not what the OpenAPI document says: {drift}");
+    }
 }
 
 /// The seed's hold body, sorted: nothing more, nothing less.
@@ -313,10 +392,33 @@ impl Reply {
 /// is a problem.
 pub async fn send(router: &Router, request: Builder, body: &str) -> Reply {
     let request = request.body(Body::from(body.to_owned())).unwrap();
+    let (method, path) = (request.method().clone(), request.uri().path().to_owned());
     let response = router.clone().oneshot(request).await.unwrap();
     let status = response.status().as_u16();
     let headers = response.headers().clone();
     let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    let exchange = contract::Exchange {
+        method: method.as_str(),
+        path: &path,
+        status,
+        content_type: headers.get("content-type").and_then(|v| v.to_str().ok()),
+        body: &bytes,
+    };
+    check_served(&exchange, |prefix| async move {
+        let request = Request::get(format!("{prefix}/openapi.json"))
+            .body(Body::empty())
+            .unwrap();
+        let response = router.clone().oneshot(request).await.unwrap();
+        let json = response.status() == 200
+            && response
+                .headers()
+                .get("content-type")
+                .is_some_and(|v| v == "application/json");
+        json.then_some(())?;
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        Some(bytes.to_vec())
+    })
+    .await;
     let text = String::from_utf8_lossy(&bytes).into_owned();
     let is_problem = is_problem(&headers);
     let (code, body) = parse_body(status, is_problem, &text);
