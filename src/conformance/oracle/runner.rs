@@ -344,6 +344,40 @@ fn harness(cases: u32, workers: usize) -> (u32, tokio::runtime::Runtime, TestRun
     (cases, runtime, runner)
 }
 
+/// Runs the sequences `pinned` (cases a model once found failing on some store, kept so that
+/// every store meets them on every run), each checked by `run` on a fresh store from
+/// `factory`, on a runtime of `workers` threads under the case timeout; panics with the first
+/// that fails.
+pub(super) fn run_pinned<S, F, Fut, V, R, RFut>(
+    name: &str,
+    workers: usize,
+    pinned: Vec<V>,
+    factory: &F,
+    run: &R,
+) where
+    F: Fn() -> Fut,
+    Fut: Future<Output = S>,
+    V: std::fmt::Debug + Clone,
+    R: Fn(S, V) -> RFut,
+    RFut: Future<Output = Result<(), Mismatch>>,
+{
+    let (_, runtime, _) = harness(0, workers);
+    for (number, value) in pinned.into_iter().enumerate() {
+        let shown = value.clone();
+        let checked = runtime.block_on(async {
+            let case = async { run(factory().await, value).await };
+            tokio::time::timeout(crate::conformance::CASE_TIMEOUT, case).await
+        });
+        match checked {
+            Ok(Ok(())) => {}
+            Ok(Err(Mismatch(m))) => {
+                panic!("{name} failed on pinned sequence {number}: {m}\nsequence: {shown:#?}")
+            }
+            Err(_) => panic!("{name}: pinned sequence {number} timed out\nsequence: {shown:#?}"),
+        }
+    }
+}
+
 /// Runs the property `name`: `cases` values of `strategy` (more with `PROPTEST_CASES`), each
 /// checked by `run` on a fresh store from `factory`, on a runtime of `workers` threads under
 /// the case timeout; panics with the shrunk failing value.

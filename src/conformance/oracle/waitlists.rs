@@ -17,7 +17,7 @@ use super::bookings::{booking_op, BookingSteps};
 use super::ops::{duration_of, owner, scope_of, ModelOp};
 use super::pools::{pool_op, PoolSteps};
 use super::reference::{pick_lifetime, Model, ModelEntry, Seen};
-use super::runner::{reclaim_step, run_checked, run_property, StepCheck};
+use super::runner::{reclaim_step, run_checked, run_pinned, run_property, StepCheck};
 use super::strategies::{admin_op, after_opening, lifecycle_op, lifetime};
 use super::Mismatch;
 
@@ -474,15 +474,125 @@ where
             all.splice(2..2, pool);
             all
         });
-    run_property(
-        "pool waitlist model check",
-        cases,
-        2,
-        &sequences,
-        factory,
-        |store, ops| async move {
-            let mut steps = PoolSteps(BookingSteps(WaitlistSteps));
-            run_checked(store, &ops, &mut steps).await
+    let run = |store, ops: Vec<ModelOp>| async move {
+        let mut steps = PoolSteps(BookingSteps(WaitlistSteps));
+        run_checked(store, &ops, &mut steps).await
+    };
+    let name = "pool waitlist model check";
+    run_pinned(name, 2, pinned_pool_waitlists(), &factory, &run);
+    run_property(name, cases, 2, &sequences, factory, run);
+}
+
+/// Sequences this model found failing on a store once (shrunk), run first on every store:
+/// a capacity set to what it was serves no line; a newcomer's hold or booking on a slot whose
+/// pool has a line waiting is refused, and changes nothing: no reclaim serves the line; an attach that only the
+/// expired holds of the slot made short succeeds.
+fn pinned_pool_waitlists() -> Vec<Vec<ModelOp>> {
+    use ModelOp::{Advance, Book, CreatePool, CreateSlot, Hold, Join, PoolMember, SetPoolCapacity};
+    let opening = || {
+        vec![
+            CreateSlot {
+                capacity: 4,
+                starts_in: 3600,
+                resource: 1,
+            },
+            CreateSlot {
+                capacity: 1,
+                starts_in: 600,
+                resource: 0,
+            },
+            CreatePool { capacity: 2 },
+            PoolMember {
+                pool: 0,
+                slot: 0,
+                attach: true,
+            },
+            PoolMember {
+                pool: 0,
+                slot: 1,
+                attach: true,
+            },
+        ]
+    };
+    let join = |slot, key, lifetime| Join {
+        slot,
+        key,
+        quantity: 1,
+        owner: 0,
+        priority: 0,
+        lifetime,
+    };
+    let unchanged_capacity = [
+        join(1, 0, None),
+        join(1, 1, Some(1)),
+        join(0, 2, Some(1)),
+        SetPoolCapacity {
+            pool: 0,
+            capacity: 5,
         },
-    );
+        Advance {
+            micros: 300_000_000,
+        },
+        SetPoolCapacity {
+            pool: 0,
+            capacity: 5,
+        },
+    ];
+    let hold_behind_a_pool_line = [
+        join(0, 1, Some(1)),
+        Hold {
+            slot: 0,
+            key: 0,
+            quantity: 1,
+            owner: 0,
+            lifetime: Some(1),
+        },
+        join(1, 4, Some(1)),
+        Advance { micros: 1_000_000 },
+        Hold {
+            slot: 0,
+            key: 2,
+            quantity: 1,
+            owner: 0,
+            lifetime: None,
+        },
+    ];
+    let booking_behind_a_pool_line = [
+        join(0, 1, Some(1)),
+        Hold {
+            slot: 0,
+            key: 0,
+            quantity: 1,
+            owner: 0,
+            lifetime: Some(1),
+        },
+        join(1, 4, Some(1)),
+        Advance { micros: 1_000_000 },
+        Book {
+            lines: vec![(0, 1)],
+            key: 2,
+            owner: 0,
+            lifetime: None,
+        },
+    ];
+    let attach_after_expiry = [
+        CreatePool { capacity: 0 },
+        join(1, 0, Some(1)),
+        join(1, 1, Some(1)),
+        Advance { micros: 1_000_000 },
+        PoolMember {
+            pool: 1,
+            slot: 1,
+            attach: true,
+        },
+    ];
+    [
+        &unchanged_capacity[..],
+        &hold_behind_a_pool_line[..],
+        &booking_behind_a_pool_line[..],
+        &attach_after_expiry[..],
+    ]
+    .into_iter()
+    .map(|tail| opening().into_iter().chain(tail.iter().cloned()).collect())
+    .collect()
 }
