@@ -32,8 +32,9 @@
 //! its own instant in [`Decided::at`].
 //!
 //! Cancellation: the engine runs every write (`create_hold`, `confirm_hold`, `cancel_hold`,
-//! `create_slot`, the administrative changes) on a task of its own, so a write it starts always runs to the end even if
-//! the engine's caller goes away. A store used directly, without the engine, gets no such
+//! `create_slot`, the administrative changes) to its end even if the engine's caller goes
+//! away: on the caller's task while the caller waits, and, once the caller's future is
+//! dropped, on a task of its own that finishes it. A store used directly, without the engine, gets no such
 //! guarantee: dropping one of its futures mid-way is as safe as the database driver makes it.
 //!
 //! # Writing a store
@@ -274,10 +275,12 @@ mod candidates;
 mod error;
 mod events;
 mod forward;
+mod group;
 mod holds;
 mod outcome;
 mod pools;
 mod queries;
+mod step;
 mod transaction;
 mod waitlists;
 
@@ -288,12 +291,14 @@ pub use candidates::{
 };
 pub use error::{StoreError, StoreErrorKind};
 pub use events::EventStore;
+pub use group::{GroupCommit, GroupStats};
 pub use holds::HoldStore;
 pub use outcome::{
     Decided, HoldOutcome, HoldRequest, RenewRequest, SlotChange, SlotLimits, Transition,
 };
 pub use pools::{PoolChange, PoolStore, TransactionPools};
 pub use queries::HoldQueries;
+pub use step::Step;
 pub use transaction::{TransactionBookings, TransactionWrites, TransactionalStore};
 pub use waitlists::{JoinOutcome, JoinRequest, WaitlistStore};
 
