@@ -443,38 +443,77 @@ impl<S: HoldStore> BookingEngine<S> {
 /// answer had been lost (the idempotency key lets a client ask again). A panic in the store
 /// becomes a [`StoreError`].
 ///
-/// The write is polled once in place: a store that finishes without waiting (the memory store)
-/// has no await point a caller could be dropped at, and pays no task. One that has to wait is
-/// moved to a task of its own, which the runtime polls again (with a real waker) at once.
-/// Outside a tokio runtime the write runs inline.
+/// The write runs on the caller's own task, with no hop to another: a caller that waits for
+/// its answer pays nothing for the guarantee. Only when the caller's future is dropped before
+/// the write finished is the rest of the write moved to a task of its own, in the caller's
+/// span, which runs it to the end ([`Finish`]). Outside a tokio runtime the write runs inline,
+/// and a dropped write stops where it was.
 pub(crate) async fn detached<T: Send + 'static>(
     write: impl Future<Output = Result<T, StoreError>> + Send + 'static,
 ) -> Result<T, StoreError> {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return guarded(write).await;
     };
-    let mut write = Box::pin(write);
-    let first = std::panic::catch_unwind(AssertUnwindSafe(|| {
-        let mut context = Context::from_waker(futures::task::noop_waker_ref());
-        write.as_mut().poll(&mut context)
-    }));
-    match first {
-        Ok(Poll::Ready(result)) => return result,
-        Ok(Poll::Pending) => {}
-        Err(_) => return Err(StoreError::failed("the store panicked")),
+    Finish {
+        write: Some(Box::pin(write)),
+        runtime,
+        span: tracing::Span::current(),
     }
-    // On a task of its own the write keeps the caller's span (the operation's), so a store's
-    // own spans and events nest under it.
-    let write = tracing::Instrument::in_current_span(write);
-    runtime.spawn(write).await.unwrap_or_else(|error| {
-        Err(if error.is_panic() {
-            StoreError::failed("the store panicked")
-        } else {
-            // Whether the write committed is unknown; the same call may work once a runtime
-            // runs again (the idempotency key makes a retried hold safe).
-            StoreError::unavailable("the store call was cancelled by a runtime shutting down")
-        })
-    })
+    .await
+}
+
+/// A store write, boxed so that it can move to a task of its own.
+type BoxedWrite<T> = std::pin::Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send>>;
+
+/// A write polled on its caller's task that, dropped unfinished, finishes on a task of its own.
+struct Finish<T: Send + 'static> {
+    /// `None` once it finished.
+    write: Option<BoxedWrite<T>>,
+    runtime: tokio::runtime::Handle,
+    /// The caller's span (the operation's), kept by a write that outlives its caller, so a
+    /// store's own spans and events nest under it either way.
+    span: tracing::Span,
+}
+
+impl<T: Send + 'static> Future for Finish<T> {
+    type Output = Result<T, StoreError>;
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let Some(write) = self.write.as_mut() else {
+            return Poll::Ready(Err(StoreError::failed(
+                "a store write was polled after it ended",
+            )));
+        };
+        let polled = std::panic::catch_unwind(AssertUnwindSafe(|| write.as_mut().poll(cx)));
+        match polled {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(answer)) => {
+                self.write = None;
+                Poll::Ready(answer)
+            }
+            Err(_) => {
+                self.write = None;
+                Poll::Ready(Err(StoreError::failed("the store panicked")))
+            }
+        }
+    }
+}
+
+impl<T: Send + 'static> Drop for Finish<T> {
+    fn drop(&mut self) {
+        if let Some(write) = self.write.take() {
+            // The caller went away mid-write: the rest runs to the end, its answer unread. (A
+            // runtime shutting down drops it unfinished, as it drops every task: whether it
+            // committed is then unknown, and a retry with the same key finds out.)
+            let finish = tracing::Instrument::instrument(
+                async move {
+                    let _ = AssertUnwindSafe(write).catch_unwind().await;
+                },
+                self.span.clone(),
+            );
+            drop(self.runtime.spawn(finish));
+        }
+    }
 }
 
 /// The one bound on every page and batch a caller asks for: `1..=`[`MAX_PAGE_SIZE`].
@@ -511,7 +550,7 @@ impl<S: HoldStore> BookingEngine<S> {
         &self.inner.store
     }
 
-    /// A handle to the store for a write that runs on a task of its own.
+    /// A handle to the store for a write that may outlive its caller (see [`detached`]).
     pub(crate) fn store_handle(&self) -> Arc<S> {
         Arc::clone(&self.inner.store)
     }

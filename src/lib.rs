@@ -111,7 +111,9 @@
 //!   However many readers arrive, one store read is in flight at a time; past the period, readers
 //!   get the previous listing at once while it runs.
 //! - **Writes run to the end.** A caller that goes away mid-call never leaves a write half done
-//!   or the cache stale: the engine finishes the write and its invalidation on a task of its own.
+//!   or the cache stale: the engine runs each write on the caller's task while the caller waits
+//!   (no hop to another task), and finishes the rest of the write and its invalidation on a
+//!   task of its own if the caller goes away.
 //!
 //! # Time
 //!
