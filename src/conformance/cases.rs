@@ -97,6 +97,7 @@ macro_rules! __lifecycle_case_list {
             cancel_and_expiry_return_every_unit_of_a_hold
             a_refused_hold_reclaims_nothing
             race_multi_unit_holds_sell_whole_holds
+            race_a_flash_sale_sells_every_unit_once
             renew_extends_an_active_hold_up_to_its_maximum_life
             renew_refuses_expired_and_cancelled_holds
             requested_lifetimes_are_bounded

@@ -127,6 +127,73 @@ pub(super) async fn race_mixed_operations_keep_the_invariant<S: HoldStore>(store
     assert!(!all.is_empty());
 }
 
+/// A flash sale: 240 concurrent holds of 1 to 3 units on one slot of 100, every fifth
+/// request sent twice at once (the same key, quantity and owner). Nothing is sold twice: the
+/// units taken are the holds created, each key has one hold, both copies of a request get the
+/// same answer (one creates, the other replays it, or both are sold out), and no request is
+/// refused while the units it asked for are still free when the sale ends (units only go, so a
+/// refusal of `q` units means fewer than `q` were left then and after).
+pub(super) async fn race_a_flash_sale_sells_every_unit_once<S: HoldStore>(store: S) {
+    let f = Arc::new(Fixture::new(store));
+    let slot = f.slot(100, hours(1)).await;
+    let requests: Vec<(String, i32, String)> = (0..200)
+        .map(|i| (format!("sale-{i}"), i % 3 + 1, format!("buyer-{}", i % 7)))
+        .collect();
+    let sent: Vec<usize> = (0..requests.len())
+        .flat_map(|i| std::iter::repeat_n(i, if i % 5 == 0 { 2 } else { 1 }))
+        .collect();
+    let tasks: Vec<_> = sent
+        .iter()
+        .map(|&i| {
+            let f = Arc::clone(&f);
+            let (key, quantity, who) = requests[i].clone();
+            tokio::spawn(async move { place(&f, slot, &key, quantity, Some(&who)).await })
+        })
+        .collect();
+    let mut answers: Vec<Vec<Result<(HoldId, bool), i32>>> = vec![Vec::new(); requests.len()];
+    let mut created = Vec::new();
+    for (task, &i) in tasks.into_iter().zip(&sent) {
+        let quantity = requests[i].1;
+        match task.await.expect("task") {
+            Ok(placed) => {
+                assert_eq!(placed.hold.quantity, quantity);
+                if !placed.replayed {
+                    created.push(placed.hold.clone());
+                }
+                answers[i].push(Ok((placed.hold.hold_id, placed.replayed)));
+            }
+            Err(BookingError::SoldOut { .. }) => answers[i].push(Err(quantity)),
+            Err(other) => panic!("request {i}: unexpected {other:?}"),
+        }
+    }
+    let sold: i32 = created.iter().map(|h| h.quantity).sum();
+    let left = f.remaining(slot).await;
+    assert_eq!(left, 100 - sold, "the units taken are the holds created");
+    let unique: HashSet<HoldId> = created.iter().map(|h| h.hold_id).collect();
+    assert_eq!(unique.len(), created.len());
+    for (i, answer) in answers.iter().enumerate() {
+        match answer.as_slice() {
+            [Ok((_, false))] | [Err(_)] | [Err(_), Err(_)] => {}
+            [Ok((a, ra)), Ok((b, rb))] => {
+                assert_eq!(a, b, "request {i}: both copies get the same hold");
+                assert!(ra != rb, "request {i}: one copy creates, the other replays");
+            }
+            other => panic!("request {i}: inconsistent answers {other:?}"),
+        }
+        for refused in answer.iter().filter_map(|a| a.err()) {
+            assert!(
+                refused > left,
+                "request {i} of {refused} units was refused, yet {left} units are left"
+            );
+        }
+    }
+    assert!(
+        left < 3,
+        "with 1-unit requests among the 240, at most 2 units stay unsold: {left}"
+    );
+    f.assert_invariant(slot, &ids(&created)).await;
+}
+
 /// Ten concurrent 3-unit holds on a 6-unit slot sell exactly two, every round.
 pub(super) async fn race_multi_unit_holds_sell_whole_holds<S: HoldStore>(store: S) {
     let f = Arc::new(Fixture::new(store));
