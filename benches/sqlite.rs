@@ -232,6 +232,23 @@ impl Direct {
 }
 
 /// `n` holds through `store`, from `callers` concurrent tasks; every one must be created.
+/// One caller placing `n` holds through the engine over `store`.
+async fn engine_holds(
+    engine: &BookingEngine<SqliteStore>,
+    slots: &Arc<Vec<SlotId>>,
+    n: u64,
+) -> Duration {
+    let started = Instant::now();
+    for i in 0..n {
+        let placed = engine
+            .hold(slots[i as usize % slots.len()], &fresh_key("e"))
+            .await
+            .unwrap();
+        black_box(placed);
+    }
+    started.elapsed()
+}
+
 async fn store_holds(
     store: &SqliteStore,
     slots: &Arc<Vec<SlotId>>,
@@ -400,7 +417,9 @@ fn summary(_: &mut Criterion) {
 
     // Rounds of every contender in turn: the machine's load drifts, so each round's ratios are
     // taken between runs made back to back, and the medians reported.
-    let mut runs: [Vec<f64>; 6] = Default::default();
+    let (engine_store, engine_slots, _) = store_db(&rt, "sum_engine");
+    let engine = BookingEngine::new(engine_store);
+    let mut runs: [Vec<f64>; 7] = Default::default();
     let before = eight_store.group_commits();
     for _ in 0..ROUNDS {
         runs[0].push(per_second(N, rusqlite_loop(&conn, &sql, N)));
@@ -418,9 +437,15 @@ fn summary(_: &mut Criterion) {
             N,
             rt.block_on(sqlx_holds(&mut sqlx_conn, &sql, N)),
         ));
+        runs[6].push(per_second(
+            N,
+            rt.block_on(engine_holds(&engine, &engine_slots, N)),
+        ));
     }
     let ratio = |i: usize| median(runs[i].iter().zip(&runs[0]).map(|(x, b)| x / b).collect());
-    let [rusqlite, direct, one, eight, ceiling, bare_sqlx] = runs.clone().map(median);
+    let engine_to_store = median(runs[6].iter().zip(&runs[2]).map(|(e, s)| e / s).collect());
+    let [rusqlite, direct, one, eight, ceiling, bare_sqlx, through_engine] =
+        runs.clone().map(median);
     let bare_sqlx_ratio = ratio(5);
     let (direct_ratio, one_ratio, eight_ratio, ceiling_ratio) =
         (ratio(1), ratio(2), ratio(3), ratio(4));
@@ -523,6 +548,11 @@ fn summary(_: &mut Criterion) {
     eprintln!(
         "SqliteStore::create_hold, one caller:            {one:>9.0} holds/s  {:.2}x",
         one_ratio
+    );
+    eprintln!(
+        "BookingEngine::hold over the store, one caller:  {through_engine:>9.0} holds/s  {:.2}x \
+         ({engine_to_store:.2}x the store alone)",
+        ratio(6)
     );
     eprintln!(
         "SqliteStore::create_hold, {CALLERS} callers:              {eight:>9.0} holds/s  {:.2}x",

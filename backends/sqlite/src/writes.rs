@@ -29,28 +29,8 @@ use crate::units::{log_slot, reclaim, Query};
 use crate::{map_err, SqliteStore};
 use tokio::sync::OwnedMutexGuard;
 
-/// What an operation decided, and whether its writes stay.
-pub(crate) struct Step<T> {
-    value: T,
-    keep: bool,
-}
-
-impl<T> Step<T> {
-    /// An outcome whose writes stay.
-    pub(crate) fn keep(value: T) -> Self {
-        Step { value, keep: true }
-    }
-
-    /// An outcome whose writes (if any) are undone: a refusal changes nothing.
-    pub(crate) fn undo(value: T) -> Self {
-        Step { value, keep: false }
-    }
-
-    /// The outcome.
-    pub(crate) fn value(&self) -> &T {
-        &self.value
-    }
-}
+/// What an operation decided, and whether its writes stay (the core's, shared by the stores).
+pub(crate) use slot_booking::store::Step;
 
 /// Ends the unit of work `unit` as `step` says: commits it (or releases its savepoint) when
 /// the writes stay, rolls it back when they do not, and rolls it back on an error too, so a
