@@ -1,0 +1,275 @@
+//! The one write path: every operation of the store written once, as a method of [`Run`], and
+//! run either on the store's pool or on a connection the caller owns. Only the unit of work a
+//! step runs in differs ([`in_unit!`]):
+//!
+//! - **on the pool**, a transaction of its own, committed before the answer and run again whole
+//!   on a commit-time conflict ([`in_transaction!`](crate::retry::in_transaction));
+//! - **on the caller's connection**, a `SAVEPOINT` inside the caller's transaction, released
+//!   when the step keeps its writes and rolled back when it undoes them (a refusal leaves the
+//!   caller's transaction usable and unchanged); or, on a connection outside any transaction, a
+//!   transaction of its own, committed (and retried on a conflict) as on the pool. A conflict
+//!   inside the caller's transaction is never retried: the server ended (InnoDB's deadlock
+//!   victim) or will fail (Galera's certification) the caller's whole transaction, so it is
+//!   answered [`StoreError::unavailable`] with its [`Conflict`](crate::Conflict) for the
+//!   caller to run its own transaction again.
+//!
+//! Reads made outside a step (the key's hold after a refused insert, a hold or booking asked
+//! for, availability and the pages) use the caller's connection, which sees its transaction's
+//! writes, or a connection of the pool, run again after a conflict as a step is
+//! ([`reading!`](crate::retry::reading)).
+
+use slot_booking::{
+    ConsumerId, EventPosition, Hold, HoldId, HoldOutcome, HoldRequest, LeaseHolder, NewSlot,
+    PoolId, PoolUsage, RenewRequest, Scope, Slot, SlotChange, SlotId, SlotUsage, StoreError,
+    Timestamp, Transition,
+};
+use sqlx::mysql::MySqlConnection;
+use sqlx::AssertSqlSafe;
+
+use crate::retry::reading;
+use crate::rows::{to_micros, usage_from_row};
+use crate::sql::Statements;
+use crate::{admin, events, map_err, pools, writes, MySqlStore};
+
+/// Where an operation runs: on the store's pool (`caller` `None`), or on the caller's
+/// connection.
+pub(crate) struct Run<'a> {
+    pub(crate) store: &'a MySqlStore,
+    pub(crate) caller: Option<&'a mut MySqlConnection>,
+}
+
+/// Runs `$step` (an expression using `$conn`, a `&mut MySqlConnection` inside the unit of work,
+/// yielding `Result<Step<T>, StoreError>`) in the unit of work of `$run` (a `&mut Run`), and
+/// ends the unit as the step says: see the module's docs.
+macro_rules! in_unit {
+    ($run:expr, |$conn:ident| $step:expr) => {{
+        let run: &mut $crate::run::Run<'_> = $run;
+        let store: &$crate::MySqlStore = run.store;
+        match run.caller.as_deref_mut() {
+            None => $crate::retry::in_transaction!(store, |$conn| $step),
+            Some(caller) => {
+                // Outside any transaction the unit is a transaction of its own: retried as on
+                // the pool. Inside the caller's, a conflict ended the caller's transaction.
+                let own = !sqlx::Connection::is_in_transaction(&*caller);
+                let mut retry = $crate::retry::Retry::new(store.retry_policy(), store.retried());
+                loop {
+                    let outcome = async {
+                        let mut unit = if own {
+                            sqlx::Connection::begin_with(&mut *caller, $crate::units::UNIT_BEGIN)
+                                .await
+                        } else {
+                            sqlx::raw_sql($crate::units::UNIT_GUARD)
+                                .execute(&mut *caller)
+                                .await
+                                .map_err($crate::map_err)?;
+                            sqlx::Connection::begin(&mut *caller).await
+                        }
+                        .map_err($crate::map_err)?;
+                        let step = {
+                            let $conn: &mut sqlx::mysql::MySqlConnection = &mut unit;
+                            $step.await
+                        };
+                        $crate::units::finish_unit(unit, step).await
+                    }
+                    .await;
+                    match outcome {
+                        Err(error) if own && retry.again(&error).await => continue,
+                        other => break other,
+                    }
+                }
+            }
+        }
+    }};
+}
+
+pub(crate) use in_unit;
+
+impl MySqlStore {
+    /// The store's operations on its pool.
+    pub(crate) fn run(&self) -> Run<'_> {
+        Run {
+            store: self,
+            caller: None,
+        }
+    }
+}
+
+impl<'a> Run<'a> {
+    /// The store's statements, for as long as the run.
+    pub(crate) fn statements(&self) -> &'a Statements {
+        &self.store.sql
+    }
+
+    pub(crate) async fn create_slot(
+        &mut self,
+        slot: &NewSlot,
+        now: Timestamp,
+    ) -> Result<Slot, StoreError> {
+        let sql = self.statements();
+        in_unit!(self, |conn| writes::create_slot(sql, conn, slot, now))
+    }
+
+    /// A hold's step, and when a pool of its slot is short, the pools' reclaim in a step of its
+    /// own and the hold's step once more.
+    pub(crate) async fn create_hold(
+        &mut self,
+        request: &HoldRequest<'_>,
+    ) -> Result<HoldOutcome, StoreError> {
+        let sql = self.statements();
+        let mut pools_reclaimed = false;
+        loop {
+            let held = in_unit!(self, |conn| writes::hold(
+                sql,
+                conn,
+                request,
+                pools_reclaimed
+            ))?;
+            match held {
+                writes::Held::Outcome(outcome) => return Ok(outcome),
+                writes::Held::KeyTaken => {
+                    return reading!(self, |conn| writes::answer_key_taken(sql, conn, request));
+                }
+                writes::Held::PoolShort(pool) => {
+                    self.reclaim(&[pool], None, request.now).await?;
+                    pools_reclaimed = true;
+                }
+            }
+        }
+    }
+
+    /// Gives back the expired holds of every slot of `pools` (and of `slot`) in a step of its
+    /// own: how many.
+    pub(crate) async fn reclaim(
+        &mut self,
+        pool_ids: &[i64],
+        slot: Option<SlotId>,
+        now: Timestamp,
+    ) -> Result<usize, StoreError> {
+        let sql = self.statements();
+        in_unit!(self, |conn| pools::reclaim_pools(
+            sql, conn, pool_ids, slot, now
+        ))
+    }
+
+    pub(crate) async fn confirm_hold(
+        &mut self,
+        hold_id: HoldId,
+        scope: &Scope,
+        now: Timestamp,
+    ) -> Result<Transition, StoreError> {
+        let sql = self.statements();
+        in_unit!(self, |conn| writes::confirm(sql, conn, hold_id, scope, now))
+    }
+
+    pub(crate) async fn cancel_hold(
+        &mut self,
+        hold_id: HoldId,
+        scope: &Scope,
+        now: Timestamp,
+    ) -> Result<Transition, StoreError> {
+        let sql = self.statements();
+        in_unit!(self, |conn| writes::cancel(sql, conn, hold_id, scope, now))
+    }
+
+    pub(crate) async fn renew_hold(
+        &mut self,
+        request: &RenewRequest<'_>,
+    ) -> Result<Transition, StoreError> {
+        let sql = self.statements();
+        in_unit!(self, |conn| writes::renew(sql, conn, request))
+    }
+
+    pub(crate) async fn get_hold(
+        &mut self,
+        hold_id: HoldId,
+        scope: &Scope,
+    ) -> Result<Option<Hold>, StoreError> {
+        let sql = self.statements();
+        reading!(self, |conn| writes::hold_by_id(sql, conn, hold_id, scope))
+    }
+
+    pub(crate) async fn change_capacity(
+        &mut self,
+        slot_id: SlotId,
+        capacity: i32,
+        now: Timestamp,
+    ) -> Result<SlotChange, StoreError> {
+        let sql = self.statements();
+        in_unit!(self, |conn| admin::change_capacity(
+            sql, conn, slot_id, capacity, now
+        ))
+    }
+
+    pub(crate) async fn set_closed(
+        &mut self,
+        slot_id: SlotId,
+        closed: bool,
+        now: Timestamp,
+    ) -> Result<SlotChange, StoreError> {
+        let sql = self.statements();
+        in_unit!(self, |conn| admin::set_closed(
+            sql, conn, slot_id, closed, now
+        ))
+    }
+
+    pub(crate) async fn remove_slot(
+        &mut self,
+        slot_id: SlotId,
+        now: Timestamp,
+    ) -> Result<SlotChange, StoreError> {
+        let sql = self.statements();
+        in_unit!(self, |conn| admin::remove_slot(sql, conn, slot_id, now))
+    }
+
+    /// Moves a consumer's cursor: any holder's (`holder` `None`, always `true`) or only while
+    /// `holder` has the lease.
+    pub(crate) async fn acknowledge(
+        &mut self,
+        consumer: &ConsumerId,
+        holder: Option<&LeaseHolder>,
+        through: EventPosition,
+    ) -> Result<bool, StoreError> {
+        let sql = self.statements();
+        in_unit!(self, |conn| events::acknowledge(
+            sql, conn, consumer, holder, through
+        ))
+    }
+
+    /// The slot with its units at `now`, removed or not.
+    pub(crate) async fn slot_usage(
+        &mut self,
+        slot_id: SlotId,
+        now: Timestamp,
+    ) -> Result<Option<SlotUsage>, StoreError> {
+        let sql = self.statements();
+        reading!(self, |conn| async {
+            sqlx::query(AssertSqlSafe(sql.slot_usage.as_str()))
+                .bind(to_micros(now))
+                .bind(to_micros(now))
+                .bind(slot_id.get())
+                .fetch_optional(conn)
+                .await
+                .map_err(map_err)?
+                .as_ref()
+                .map(usage_from_row)
+                .transpose()
+        })
+    }
+}
+
+impl Run<'_> {
+    /// The pool with its units at `now`, if it exists.
+    pub(crate) async fn get_pool(
+        &mut self,
+        pool_id: PoolId,
+        now: Timestamp,
+    ) -> Result<Option<PoolUsage>, StoreError> {
+        let sql = self.statements();
+        reading!(self, |conn| pools::pool_usage(
+            sql,
+            conn,
+            pool_id.get(),
+            now
+        ))
+    }
+}

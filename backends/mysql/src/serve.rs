@@ -1,0 +1,396 @@
+//! Serving waitlists in the step that frees units: a cancel, an expiry reclaim (the sweeper's,
+//! a pool refill's), a capacity raise, reopened sales, a detach, a pool's capacity raise, a
+//! leave and a join each serve the lines of the slots and pools they gave units to, in their
+//! own transaction, before it commits.
+//!
+//! Lines are served in strict order to a fixpoint: the head of each line is offered its units
+//! when it is ready, and the heads are looked at again after any offer (the offered entry's
+//! slot and pools join the lines to look at), until no head is ready. An entry is ready when
+//! its slot sells, it heads its slot's line and the line of each pool of its slot (the entries
+//! of the pool's selling slots), and its whole quantity fits in its slot and every such pool,
+//! their expired holds counted free; the expired holds that make it fit are reclaimed first.
+//!
+//! **Lock order.** The rows a head needs beyond the step's own (another slot of a pool, its
+//! pools) are locked with `SKIP LOCKED`, never waited for: a head whose rows another step holds
+//! is left in line for the next step that frees its units, or the sweeper's pass.
+
+use std::collections::BTreeSet;
+
+use slot_booking::{
+    EntryId, EventKind, Hold, HoldId, OwnerId, Scope, SlotId, StoreError, Timestamp, WaitlistEntry,
+};
+use sqlx::mysql::{MySqlConnection, MySqlRow};
+use sqlx::{AssertSqlSafe, Connection, Row};
+
+use crate::map_err;
+use crate::rows::{from_micros, to_micros};
+use crate::sql::Statements;
+use crate::units::{finish, hold_by_id, log_hold, pools_of_slot, reclaim_slot, Step};
+
+/// The lines a step looks at: slots' and pools'.
+#[derive(Debug, Default)]
+pub(crate) struct Lines {
+    slots: BTreeSet<i64>,
+    pools: BTreeSet<i64>,
+}
+
+impl Lines {
+    /// No line.
+    pub(crate) fn new() -> Self {
+        Lines::default()
+    }
+
+    /// Adds the line of `slot` and the lines of its pools.
+    pub(crate) async fn slot_and_pools(
+        &mut self,
+        sql: &Statements,
+        conn: &mut MySqlConnection,
+        slot: SlotId,
+    ) -> Result<(), StoreError> {
+        self.slots.insert(slot.get());
+        self.pools.extend(pools_of_slot(sql, conn, slot).await?);
+        Ok(())
+    }
+
+    /// Adds the line of a pool.
+    pub(crate) fn pool(&mut self, pool: i64) {
+        self.pools.insert(pool);
+    }
+}
+
+/// A waiting entry's row.
+pub(crate) fn entry_from_row(row: &MySqlRow) -> Result<WaitlistEntry, StoreError> {
+    let owner: Option<String> = row.try_get("owner").map_err(map_err)?;
+    let priority: Option<i32> = row.try_get("priority").map_err(map_err)?;
+    let offer_micros: Option<i64> = row.try_get("offer_micros").map_err(map_err)?;
+    Ok(WaitlistEntry {
+        entry_id: EntryId(row.try_get("id").map_err(map_err)?),
+        slot_id: SlotId(row.try_get("slot_id").map_err(map_err)?),
+        quantity: row.try_get("quantity").map_err(map_err)?,
+        owner: owner
+            .map(OwnerId::new)
+            .transpose()
+            .map_err(StoreError::failed)?,
+        priority: priority.ok_or_else(|| StoreError::failed("an entry without a priority"))?,
+        joined_at: from_micros(row.try_get("joined_at").map_err(map_err)?)?,
+        offer_micros: offer_micros
+            .ok_or_else(|| StoreError::failed("an entry without an offer window"))?,
+    })
+}
+
+/// The sweeper's pass over every line anyone waits in: serves any head a concurrent step
+/// could not (its rows were another step's). How many entries it offered.
+pub(crate) async fn serve_waiting(
+    sql: &Statements,
+    conn: &mut MySqlConnection,
+    now: Timestamp,
+) -> Result<Step<usize>, StoreError> {
+    let slots: Vec<i64> = sqlx::query_scalar(AssertSqlSafe(sql.waitlists.waiting_slots.as_str()))
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(map_err)?;
+    let pools: Vec<i64> = sqlx::query_scalar(AssertSqlSafe(sql.waitlists.waiting_pools.as_str()))
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(map_err)?;
+    if slots.is_empty() && pools.is_empty() {
+        return Ok(Step::undo(0));
+    }
+    let lines = Lines {
+        slots: slots.into_iter().collect(),
+        pools: pools.into_iter().collect(),
+    };
+    let offers = serve(sql, conn, lines, now).await?;
+    Ok(Step::keep(offers.len()))
+}
+
+/// Serves `lines` to a fixpoint (see the module's docs). Returns the offers made, in order.
+pub(crate) async fn serve(
+    sql: &Statements,
+    conn: &mut MySqlConnection,
+    mut lines: Lines,
+    now: Timestamp,
+) -> Result<Vec<Hold>, StoreError> {
+    let mut offers = Vec::new();
+    loop {
+        let mut heads: Vec<WaitlistEntry> = Vec::new();
+        for slot in &lines.slots {
+            heads.extend(head(sql, conn, &sql.waitlists.slot_head, *slot, now).await?);
+        }
+        for pool in &lines.pools {
+            heads.extend(head(sql, conn, &sql.waitlists.pool_head, *pool, now).await?);
+        }
+        heads.sort_by_key(|entry| entry.entry_id.0);
+        heads.dedup_by_key(|entry| entry.entry_id.0);
+        let mut offered = None;
+        for entry in heads {
+            if let Some(hold) = offer(sql, conn, &entry, now).await? {
+                offered = Some(hold);
+                break;
+            }
+        }
+        let Some(hold) = offered else {
+            return Ok(offers);
+        };
+        lines.slot_and_pools(sql, conn, hold.slot_id).await?;
+        offers.push(hold);
+    }
+}
+
+/// The head of a line (`statement`: a slot's or a pool's), if anyone waits in it.
+async fn head(
+    _sql: &Statements,
+    conn: &mut MySqlConnection,
+    statement: &str,
+    id: i64,
+    now: Timestamp,
+) -> Result<Option<WaitlistEntry>, StoreError> {
+    sqlx::query(AssertSqlSafe(statement))
+        .bind(id)
+        .bind(to_micros(now))
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(map_err)?
+        .as_ref()
+        .map(entry_from_row)
+        .transpose()
+}
+
+/// Locks a row out of the lock order without waiting (`statement`: a slot's or a pool's):
+/// whether this transaction holds it now.
+async fn try_lock(
+    conn: &mut MySqlConnection,
+    statement: &str,
+    id: i64,
+) -> Result<bool, StoreError> {
+    let row = sqlx::query(AssertSqlSafe(statement))
+        .bind(id)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(map_err)?;
+    Ok(row.is_some())
+}
+
+/// Locks a slot's row and its pools' without waiting: their ids when all were had.
+async fn try_lock_slot(
+    sql: &Statements,
+    conn: &mut MySqlConnection,
+    slot: i64,
+) -> Result<Option<Vec<i64>>, StoreError> {
+    if !try_lock(conn, &sql.waitlists.lock_slot_skip, slot).await? {
+        return Ok(None);
+    }
+    let pools = pools_of_slot(sql, conn, SlotId(slot)).await?;
+    for pool in &pools {
+        if !try_lock(conn, &sql.waitlists.lock_pool_skip, *pool).await? {
+            return Ok(None);
+        }
+    }
+    Ok(Some(pools))
+}
+
+/// A slot's stored `remaining` and its held holds expired by `now`.
+async fn slot_units(
+    sql: &Statements,
+    conn: &mut MySqlConnection,
+    slot: i64,
+    now: Timestamp,
+) -> Result<(i64, i64), StoreError> {
+    let row: Option<(i64, i32, bool, Option<i64>, i64, bool)> =
+        sqlx::query_as(AssertSqlSafe(sql.line_state.as_str()))
+            .bind(to_micros(now))
+            .bind(to_micros(now))
+            .bind(slot)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(map_err)?;
+    let remaining: Option<i32> = sqlx::query_scalar(AssertSqlSafe(format!(
+        "SELECT remaining FROM {} WHERE id = ?",
+        sql.slots
+    )))
+    .bind(slot)
+    .fetch_optional(&mut *conn)
+    .await
+    .map_err(map_err)?;
+    match (row, remaining) {
+        (Some((_, _, _, _, free, _)), Some(remaining)) => Ok((i64::from(remaining), free)),
+        _ => Err(StoreError::failed(format!("slot {slot} is gone"))),
+    }
+}
+
+/// A pool's stored `remaining` and its units free (`remaining` plus its slots' expired held
+/// holds).
+async fn pool_units(
+    sql: &Statements,
+    conn: &mut MySqlConnection,
+    pool: i64,
+    now: Timestamp,
+) -> Result<(i64, i64), StoreError> {
+    let row = sqlx::query(AssertSqlSafe(sql.pool_usage.as_str()))
+        .bind(to_micros(now))
+        .bind(to_micros(now))
+        .bind(pool)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(map_err)?
+        .ok_or_else(|| StoreError::failed(format!("pool {pool} is gone")))?;
+    let remaining: i32 = row.try_get("remaining").map_err(map_err)?;
+    let expired: i64 = row.try_get("expired").map_err(map_err)?;
+    Ok((i64::from(remaining), i64::from(remaining) + expired))
+}
+
+/// Offers `entry` its units if it is ready (see the module's docs): its rows locked without
+/// waiting, the expired holds that make it fit reclaimed, its units taken from its slot and
+/// pools, its row turned into its held offer (`hold_placed`, then `waitlist_offered`) and the
+/// lines' counts moved down. `None` when it is not ready, or its rows are another step's.
+async fn offer(
+    sql: &Statements,
+    conn: &mut MySqlConnection,
+    entry: &WaitlistEntry,
+    now: Timestamp,
+) -> Result<Option<Hold>, StoreError> {
+    let slot = entry.slot_id.get();
+    let quantity = i64::from(entry.quantity);
+    let Some(pools) = try_lock_slot(sql, conn, slot).await? else {
+        return Ok(None);
+    };
+    // The head of every line it is in?
+    let own = head(sql, conn, &sql.waitlists.slot_head, slot, now).await?;
+    if own.map(|head| head.entry_id) != Some(entry.entry_id) {
+        return Ok(None);
+    }
+    for pool in &pools {
+        let head = head(sql, conn, &sql.waitlists.pool_head, *pool, now).await?;
+        if head.map(|head| head.entry_id) != Some(entry.entry_id) {
+            return Ok(None);
+        }
+    }
+    // Does it fit, expired holds counted free?
+    let (remaining, free) = slot_units(sql, conn, slot, now).await?;
+    if free < quantity {
+        return Ok(None);
+    }
+    let mut short_pools = Vec::new();
+    for pool in &pools {
+        let (remaining, free) = pool_units(sql, conn, *pool, now).await?;
+        if free < quantity {
+            return Ok(None);
+        }
+        if remaining < quantity {
+            short_pools.push(*pool);
+        }
+    }
+    // The expired holds that make it fit, reclaimed: its slot's, then its short pools'
+    // slots' (those had without waiting).
+    if remaining < quantity {
+        reclaim_slot(sql, conn, entry.slot_id, now).await?;
+    }
+    for pool in short_pools {
+        let slots: Vec<i64> = sqlx::query_scalar(AssertSqlSafe(sql.pool_slots.as_str()))
+            .bind(pool)
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(map_err)?;
+        for other in slots {
+            if try_lock_slot(sql, conn, other).await?.is_some() {
+                reclaim_slot(sql, conn, SlotId(other), now).await?;
+            }
+        }
+    }
+    if !take(sql, conn, slot, &pools, quantity, now).await? {
+        return Ok(None);
+    }
+    let offered = sqlx::query(AssertSqlSafe(sql.waitlists.offer.as_str()))
+        .bind(to_micros(now))
+        .bind(to_micros(now))
+        .bind(entry.entry_id.0)
+        .execute(&mut *conn)
+        .await
+        .map_err(map_err)?;
+    if offered.rows_affected() != 1 {
+        return Err(StoreError::failed(format!(
+            "the waiting entry {} is gone",
+            entry.entry_id.0
+        )));
+    }
+    count(sql, conn, slot, &pools, -1).await?;
+    let hold = hold_by_id(sql, conn, HoldId(entry.entry_id.0), &Scope::BackOffice)
+        .await?
+        .ok_or_else(|| StoreError::failed("an offer made, then not found"))?;
+    log_hold(sql, conn, EventKind::HoldPlaced, &hold, now).await?;
+    log_hold(sql, conn, EventKind::WaitlistOffered, &hold, now).await?;
+    Ok(Some(hold))
+}
+
+/// Takes an offer's units from its slot and each of its pools under a savepoint: all of them,
+/// or (a pool's expired holds were another step's) none.
+async fn take(
+    sql: &Statements,
+    conn: &mut MySqlConnection,
+    slot: i64,
+    pools: &[i64],
+    quantity: i64,
+    now: Timestamp,
+) -> Result<bool, StoreError> {
+    let mut savepoint = Connection::begin(&mut *conn).await.map_err(map_err)?;
+    let taken = async {
+        let taken = sqlx::query(AssertSqlSafe(sql.waitlists.take_offer_units.as_str()))
+            .bind(quantity)
+            .bind(slot)
+            .bind(quantity)
+            .bind(to_micros(now))
+            .execute(&mut *savepoint)
+            .await
+            .map_err(map_err)?;
+        if taken.rows_affected() != 1 {
+            return Ok(false);
+        }
+        for pool in pools {
+            let taken = sqlx::query(AssertSqlSafe(sql.take_pool.as_str()))
+                .bind(quantity)
+                .bind(pool)
+                .bind(quantity)
+                .execute(&mut *savepoint)
+                .await
+                .map_err(map_err)?;
+            if taken.rows_affected() != 1 {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+    .await;
+    let step = taken.map(|taken| {
+        if taken {
+            Step::keep(true)
+        } else {
+            Step::undo(false)
+        }
+    });
+    finish(savepoint, step).await
+}
+
+/// Moves the count of waiting entries of a slot and of each of its pools by `change`.
+pub(crate) async fn count(
+    sql: &Statements,
+    conn: &mut MySqlConnection,
+    slot: i64,
+    pools: &[i64],
+    change: i64,
+) -> Result<(), StoreError> {
+    sqlx::query(AssertSqlSafe(sql.waitlists.count_slot.as_str()))
+        .bind(change)
+        .bind(slot)
+        .execute(&mut *conn)
+        .await
+        .map_err(map_err)?;
+    for pool in pools {
+        sqlx::query(AssertSqlSafe(sql.waitlists.count_pool.as_str()))
+            .bind(change)
+            .bind(pool)
+            .execute(&mut *conn)
+            .await
+            .map_err(map_err)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,306 @@
+//! The store's writes on a connection the caller owns ([`MySqlWrites`], made by
+//! [`MySqlStore::on`]) and transactions the store opens on its pool
+//! ([`TransactionalStore`]): the same operations as the store's own ([`Run`]), each in a
+//! savepoint of the caller's transaction instead of a transaction of its own.
+
+use slot_booking::{
+    async_trait, Booking, BookingOutcome, BookingRequest, ConsumerId, Decided, EventPosition, Hold,
+    HoldId, HoldOutcome, HoldRequest, LeaseHolder, NewSlot, PoolId, PoolUsage, RenewRequest, Scope,
+    Slot, SlotChange, SlotId, SlotUsage, StoreError, Timestamp, TransactionBookings,
+    TransactionPools, TransactionWrites, TransactionalStore, Transition,
+};
+use sqlx::mysql::MySqlConnection;
+use sqlx::MySql;
+
+use crate::lines::Change;
+use crate::run::Run;
+use crate::{map_err, MySqlStore};
+
+/// The store's writes on a connection or transaction the caller owns, made by
+/// [`MySqlStore::on`], for [`BookingEngine::within`](slot_booking::BookingEngine::within).
+///
+/// Each call is all or nothing inside the caller's transaction, its events included (they
+/// commit or vanish with it): it runs under a `SAVEPOINT`, released when the call's writes
+/// stay and rolled back when the request is refused or fails, so the caller's transaction stays
+/// usable and unchanged by a refusal. See [`MySqlStore::on`] for conflicts.
+pub struct MySqlWrites<'c> {
+    store: MySqlStore,
+    conn: &'c mut MySqlConnection,
+}
+
+impl std::fmt::Debug for MySqlWrites<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MySqlWrites")
+            .field("table_prefix", &self.store.table_prefix())
+            .finish_non_exhaustive()
+    }
+}
+
+impl MySqlWrites<'_> {
+    /// The caller's connection, to run statements of its own between the store's writes.
+    pub fn connection(&mut self) -> &mut MySqlConnection {
+        self.conn
+    }
+
+    fn run(&mut self) -> Run<'_> {
+        Run {
+            store: &self.store,
+            caller: Some(&mut *self.conn),
+        }
+    }
+}
+
+impl MySqlStore {
+    /// This store's writes on `conn`, a connection the caller owns, usually inside the caller's
+    /// own transaction, for [`BookingEngine::within`](slot_booking::BookingEngine::within):
+    /// they commit or roll back with the caller's rows.
+    ///
+    /// ```no_run
+    /// # async fn demo(
+    /// #     engine: slot_booking::BookingEngine<slot_booking_mysql::MySqlStore>,
+    /// #     hold_id: slot_booking::HoldId,
+    /// # ) -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = engine.store();
+    /// let mut tx = store.pool().begin().await?;
+    /// let booked = engine
+    ///     .within(store.on(&mut tx))
+    ///     .confirm_as(&slot_booking::Scope::Anonymous, hold_id)
+    ///     .await?;
+    /// slot_booking_mysql::sqlx::query("INSERT INTO orders (hold_id) VALUES (?)")
+    ///     .bind(booked.hold_id.get())
+    ///     .execute(&mut *tx)
+    ///     .await?;
+    /// tx.commit().await?; // both, or neither
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// - **Each call runs in a `SAVEPOINT`** of the caller's transaction, released when its
+    ///   writes stay and rolled back when it refuses (a hold that found no unit, a change that
+    ///   does not fit: the expired holds it reclaimed to try are undone too) or fails. On a
+    ///   connection outside any transaction, each call is a transaction of its own, committed
+    ///   before it answers and retried on a conflict as the store's own writes are.
+    /// - **A conflict is not retried inside your transaction.** A deadlock (1213) or lock wait
+    ///   timeout (1205) in a call, or a Galera certification failure, ends or dooms the whole
+    ///   transaction, your own writes included: InnoDB rolls a deadlock victim back, and on a
+    ///   Galera cluster the `COMMIT` fails. The call answers [`StoreError::unavailable`] with a
+    ///   [`Conflict`](crate::Conflict) as its source; your `COMMIT` can fail the same way.
+    ///   Roll back and run your whole transaction again.
+    /// - **Row locks are held until your transaction ends**, the rows of a refusal's rolled
+    ///   back savepoint included (InnoDB keeps them): keep such transactions short. A call may
+    ///   lock rows out of the store's lock order relative to what your transaction locked
+    ///   before; a deadlock is then answered as above.
+    /// - Begin the transaction through sqlx (as above), which keeps count of it: each call
+    ///   nests a savepoint in it. On a transaction begun by a raw `BEGIN` statement sqlx
+    ///   would issue `BEGIN` again, which commits it implicitly.
+    /// - READ COMMITTED is advised for the caller's connection, as for the pool's.
+    /// - While a call runs, the session's default access mode is read-only (the store's
+    ///   guard against writes landing outside the transaction on Galera), restored when the
+    ///   call ends. A call whose future is dropped midway leaves it read-only: run
+    ///   `SET SESSION TRANSACTION READ WRITE` before the connection's next transaction of your
+    ///   own, or give the connection back to the pool (the store's own steps reset it).
+    pub fn on<'c>(&self, conn: &'c mut MySqlConnection) -> MySqlWrites<'c> {
+        MySqlWrites {
+            store: self.clone(),
+            conn,
+        }
+    }
+}
+
+#[async_trait]
+impl TransactionWrites for MySqlWrites<'_> {
+    async fn create_hold(
+        &mut self,
+        request: HoldRequest<'_>,
+    ) -> Result<Decided<HoldOutcome>, StoreError> {
+        let outcome = self.run().create_hold(&request).await?;
+        Ok(Decided::new(request.now, outcome))
+    }
+
+    async fn confirm_hold(
+        &mut self,
+        hold_id: HoldId,
+        scope: &Scope,
+        now: Timestamp,
+    ) -> Result<Decided<Transition>, StoreError> {
+        let done = self.run().confirm_hold(hold_id, scope, now).await?;
+        Ok(Decided::new(now, done))
+    }
+
+    async fn cancel_hold(
+        &mut self,
+        hold_id: HoldId,
+        scope: &Scope,
+        now: Timestamp,
+    ) -> Result<Decided<Transition>, StoreError> {
+        let done = self.run().cancel_hold(hold_id, scope, now).await?;
+        Ok(Decided::new(now, done))
+    }
+
+    async fn renew_hold(
+        &mut self,
+        request: RenewRequest<'_>,
+    ) -> Result<Decided<Transition>, StoreError> {
+        let done = self.run().renew_hold(&request).await?;
+        Ok(Decided::new(request.now, done))
+    }
+
+    async fn get_hold(
+        &mut self,
+        hold_id: HoldId,
+        scope: &Scope,
+        now: Timestamp,
+    ) -> Result<Decided<Option<Hold>>, StoreError> {
+        let hold = self.run().get_hold(hold_id, scope).await?;
+        Ok(Decided::new(now, hold))
+    }
+
+    async fn create_slot(&mut self, slot: &NewSlot, now: Timestamp) -> Result<Slot, StoreError> {
+        self.run().create_slot(slot, now).await
+    }
+
+    async fn change_capacity(
+        &mut self,
+        slot_id: SlotId,
+        capacity: i32,
+        now: Timestamp,
+    ) -> Result<Decided<SlotChange>, StoreError> {
+        let done = self.run().change_capacity(slot_id, capacity, now).await?;
+        Ok(Decided::new(now, done))
+    }
+
+    async fn set_closed(
+        &mut self,
+        slot_id: SlotId,
+        closed: bool,
+        now: Timestamp,
+    ) -> Result<Decided<SlotChange>, StoreError> {
+        let done = self.run().set_closed(slot_id, closed, now).await?;
+        Ok(Decided::new(now, done))
+    }
+
+    async fn remove_slot(
+        &mut self,
+        slot_id: SlotId,
+        now: Timestamp,
+    ) -> Result<Decided<SlotChange>, StoreError> {
+        let done = self.run().remove_slot(slot_id, now).await?;
+        Ok(Decided::new(now, done))
+    }
+
+    async fn acknowledge(
+        &mut self,
+        consumer: &ConsumerId,
+        holder: Option<&LeaseHolder>,
+        through: EventPosition,
+    ) -> Result<bool, StoreError> {
+        self.run().acknowledge(consumer, holder, through).await
+    }
+}
+
+#[async_trait]
+impl TransactionBookings for MySqlWrites<'_> {
+    async fn create_booking(
+        &mut self,
+        request: BookingRequest<'_>,
+    ) -> Result<Decided<BookingOutcome>, StoreError> {
+        let outcome = self.run().create_booking(&request).await?;
+        Ok(Decided::new(request.now, outcome))
+    }
+
+    async fn get_booking(
+        &mut self,
+        booking_id: HoldId,
+        scope: &Scope,
+        now: Timestamp,
+    ) -> Result<Decided<Option<Booking>>, StoreError> {
+        let booking = self.run().get_booking(booking_id, scope).await?;
+        Ok(Decided::new(now, booking))
+    }
+
+    async fn confirm_booking(
+        &mut self,
+        booking_id: HoldId,
+        scope: &Scope,
+        now: Timestamp,
+    ) -> Result<Decided<Transition<Booking>>, StoreError> {
+        let mut run = self.run();
+        let done = run
+            .change_booking(booking_id, scope, now, Change::Confirm)
+            .await?;
+        Ok(Decided::new(now, done))
+    }
+
+    async fn cancel_booking(
+        &mut self,
+        booking_id: HoldId,
+        scope: &Scope,
+        now: Timestamp,
+    ) -> Result<Decided<Transition<Booking>>, StoreError> {
+        let mut run = self.run();
+        let done = run
+            .change_booking(booking_id, scope, now, Change::Cancel)
+            .await?;
+        Ok(Decided::new(now, done))
+    }
+
+    async fn renew_booking(
+        &mut self,
+        request: RenewRequest<'_>,
+    ) -> Result<Decided<Transition<Booking>>, StoreError> {
+        let (id, scope, now) = (request.hold_id, request.scope, request.now);
+        let mut run = self.run();
+        let done = run
+            .change_booking(id, scope, now, Change::Renew(&request))
+            .await?;
+        Ok(Decided::new(now, done))
+    }
+}
+
+/// Units of pools and slots read on the caller's connection, inside its transaction: what it
+/// reads is what its transaction commits against.
+#[async_trait]
+impl TransactionPools for MySqlWrites<'_> {
+    async fn get_pool(
+        &mut self,
+        pool_id: PoolId,
+        now: Timestamp,
+    ) -> Result<Option<PoolUsage>, StoreError> {
+        self.run().get_pool(pool_id, now).await
+    }
+
+    async fn slot_usage(
+        &mut self,
+        slot_id: SlotId,
+        now: Timestamp,
+    ) -> Result<Option<SlotUsage>, StoreError> {
+        self.run().slot_usage(slot_id, now).await
+    }
+}
+
+/// Transactions on the store's pool: [`begin`](TransactionalStore::begin) is the pool's
+/// `begin` (READ COMMITTED on a pool of [`MySqlStore::connect`]), and
+/// [`writes`](TransactionalStore::writes) is [`MySqlStore::on`] on the transaction's
+/// connection. A conflict in its writes or at its commit is not retried: see
+/// [`MySqlStore::on`].
+#[async_trait]
+impl TransactionalStore for MySqlStore {
+    type Transaction = sqlx::Transaction<'static, MySql>;
+
+    type Writes<'t> = MySqlWrites<'t>;
+
+    async fn begin(&self) -> Result<Self::Transaction, StoreError> {
+        self.pool().begin().await.map_err(map_err)
+    }
+
+    fn writes<'t>(&'t self, transaction: &'t mut Self::Transaction) -> MySqlWrites<'t> {
+        self.on(transaction)
+    }
+
+    async fn commit(&self, transaction: Self::Transaction) -> Result<(), StoreError> {
+        transaction.commit().await.map_err(map_err)
+    }
+
+    async fn rollback(&self, transaction: Self::Transaction) -> Result<(), StoreError> {
+        transaction.rollback().await.map_err(map_err)
+    }
+}
