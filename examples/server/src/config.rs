@@ -21,7 +21,8 @@ pub use settings::{command, CommandLineExit, Setting, SETTINGS};
 /// Every setting of the server, with the environment variable that sets it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
-    /// `DATABASE_URL`: `sqlite:…` (default `sqlite://slot_booking.db`) or `postgres://…`.
+    /// `DATABASE_URL`: `sqlite:…` (default `sqlite://slot_booking.db`), `postgres://…` or
+    /// `mysql://…` (MariaDB or MySQL; `mariadb://…` too).
     pub database_url: String,
     /// `BIND`: the address to listen on (default `127.0.0.1:3000`).
     pub bind: String,

@@ -88,10 +88,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         .map_err(|e| format!("cannot follow changes in the {scheme} database: {e}"))?;
     tracing::info!(
         "following changes in the {scheme} database ({})",
-        match &database {
-            Database::Postgres(_) => "LISTEN/NOTIFY",
-            Database::Sqlite(_) => "data_version polling",
-        }
+        database.following()
     );
     // Every committed change is logged from the database's event log, and expired holds are
     // swept so their `hold_expired` events come soon.
@@ -133,8 +130,9 @@ pub async fn shutdown_signal() {
     }
 }
 
-/// Opens the store a `DATABASE_URL` names (`sqlite:` or `postgres:`/`postgresql:`) and applies
-/// its migrations. Time comes from the engine's clock (see [`Database::on_database_clock`]).
+/// Opens the store a `DATABASE_URL` names (`sqlite:`, `postgres:`/`postgresql:` or
+/// `mysql:`/`mariadb:`) and applies its migrations. Time comes from the engine's clock (see
+/// [`Database::on_database_clock`]).
 pub async fn open_store(database_url: &str) -> Result<Arc<dyn ServerStore>, StoreError> {
     Ok(Database::open(database_url).await?.store())
 }

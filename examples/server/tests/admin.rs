@@ -1,11 +1,11 @@
 //! The administration routes, driven through the router with `oneshot` (no socket), over
-//! SQLite and PostgreSQL: mounted only with `ADMIN_TOKEN`, guarded by it, and what each does to
-//! availability, holds and the operator's listing. Bad input is a 4xx problem that changes
-//! nothing, and a client of the seed's routes sees nothing new.
+//! SQLite, PostgreSQL and MariaDB/MySQL: mounted only with `ADMIN_TOKEN`, guarded by it, and
+//! what each does to availability, holds and the operator's listing. Bad input is a 4xx
+//! problem that changes nothing, and a client of the seed's routes sees nothing new.
 //!
-//! Every test runs once per backend (modules `sqlite` and `postgres`), on a fresh database,
-//! with a manual clock and no availability cache, so `GET /slots/availability` shows each
-//! change at once.
+//! Every test runs once per backend (modules `sqlite`, `postgres` and `mysql`), on a fresh
+//! database, with a manual clock and no availability cache, so `GET /slots/availability` shows
+//! each change at once.
 
 #[macro_use]
 mod common;

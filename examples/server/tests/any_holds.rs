@@ -1,8 +1,8 @@
 //! `POST /holds`, a hold on any one of several slots, driven through the router with `oneshot`
-//! over SQLite and PostgreSQL: the first candidate that fits is taken and answered as the
-//! seed's hold (six fields, `Location`), replays by `Idempotency-Key` return the slot first
-//! taken, strategies, a refusal naming every candidate, bad bodies; nothing changes on a
-//! refusal.
+//! over SQLite, PostgreSQL and MariaDB/MySQL: the first candidate that fits is taken and
+//! answered as the seed's hold (six fields, `Location`), replays by `Idempotency-Key` return
+//! the slot first taken, strategies, a refusal naming every candidate, bad bodies; nothing
+//! changes on a refusal.
 
 #[macro_use]
 mod common;

@@ -7,7 +7,7 @@
 //! after a reload), cancels another hold and sees the units come back, sees a hold cancelled
 //! elsewhere leave its list, and meets the readable messages of `sold_out` and
 //! `quantity_exceeds_capacity`. It runs at the root and under a `PATH_PREFIX` on SQLite, and
-//! at the root on PostgreSQL.
+//! at the root on PostgreSQL and on MariaDB/MySQL.
 //!
 //! Chromium and chromedriver must be installed (Debian: `apt-get install -y chromium
 //! chromium-driver`; `CHROME` and `CHROMEDRIVER` name other binaries): without them these
@@ -70,6 +70,17 @@ async fn page_at_the_root_on_postgres() {
     scenario(&server, "", 1, None).await;
     drop(server);
     common::drop_postgres(&url).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn page_at_the_root_on_mysql() {
+    let Some(url) = common::mysql_url().await else {
+        return;
+    };
+    let server = TestServer::start(&url, None).await;
+    scenario(&server, "", 1, None).await;
+    drop(server);
+    common::drop_mysql(&url).await;
 }
 
 /// Without a browser: the page is HTML with its own content security policy, at the root and

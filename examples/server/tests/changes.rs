@@ -1,7 +1,7 @@
 //! The change stream, `GET /changes` (Server-Sent Events), through the router with `oneshot`
-//! over SQLite and PostgreSQL: every committed change once and in order, whoever made it;
-//! resuming after `Last-Event-ID` without a gap or a repeat; a bad id is 400 and a bound on
-//! open streams is 503. Over the in-memory store: a stalled client falls behind alone and
+//! over SQLite, PostgreSQL and MariaDB/MySQL: every committed change once and in order, whoever
+//! made it; resuming after `Last-Event-ID` without a gap or a repeat; a bad id is 400 and a
+//! bound on open streams is 503. Over the in-memory store: a stalled client falls behind alone and
 //! loses nothing; over a real socket: shutting down ends every stream.
 
 #[macro_use]

@@ -1,5 +1,6 @@
-//! End-to-end: the router on a real port, driven by an HTTP client, over SQLite and PostgreSQL.
-//! Every test runs once per backend (modules `sqlite` and `postgres`).
+//! End-to-end: the router on a real port, driven by an HTTP client, over SQLite, PostgreSQL and
+//! MariaDB/MySQL.
+//! Every test runs once per backend (modules `sqlite`, `postgres` and `mysql`).
 
 #[macro_use]
 mod common;

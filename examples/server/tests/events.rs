@@ -62,10 +62,7 @@ async fn acknowledged(database: &Database, position: EventPosition) {
     let consumer = ConsumerId::new(CONSUMER).unwrap();
     let reached = tokio::time::timeout(DEADLINE, async {
         loop {
-            let at = match database {
-                Database::Sqlite(s) => s.consumer_position(&consumer).await,
-                Database::Postgres(s) => s.consumer_position(&consumer).await,
-            };
+            let at = database.store().consumer_position(&consumer).await;
             if at.unwrap().is_some_and(|at| at >= position) {
                 return;
             }

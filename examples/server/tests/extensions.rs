@@ -1,11 +1,12 @@
 //! The server's optional extensions, driven through the router with `oneshot` (no socket),
-//! over SQLite and PostgreSQL: the `Owner-Id` header, the hold request body (`quantity`,
-//! `lifetime_seconds`), `POST /holds/{hold}/renew`, `GET /holds`, and the idempotency-key rule
-//! across them. Every hold body must keep the seed's six fields whatever the extensions do.
+//! over SQLite, PostgreSQL and MariaDB/MySQL: the `Owner-Id` header, the hold request body
+//! (`quantity`, `lifetime_seconds`), `POST /holds/{hold}/renew`, `GET /holds`, and the
+//! idempotency-key rule across them. Every hold body must keep the seed's six fields whatever
+//! the extensions do.
 //!
-//! Every test runs once per backend (modules `sqlite` and `postgres`), on a fresh database,
-//! with a manual clock and no availability cache, so `GET /slots/availability` shows each
-//! change at once.
+//! Every test runs once per backend (modules `sqlite`, `postgres` and `mysql`), on a fresh
+//! database, with a manual clock and no availability cache, so `GET /slots/availability` shows
+//! each change at once.
 
 #[macro_use]
 mod common;

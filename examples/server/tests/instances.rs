@@ -1,7 +1,7 @@
 //! Every instance sees every commit: two server processes on one database, each caching its
 //! availability listing for an hour, and a cancel through one shows on the other within
 //! moments, because each follows the database's changes (PostgreSQL `LISTEN`/`NOTIFY`, SQLite
-//! `PRAGMA data_version` polling).
+//! `PRAGMA data_version` polling, MariaDB/MySQL reading the event log every 20 ms).
 //!
 //! Each trial creates a one-unit slot through instance A's admin route, holds and confirms its
 //! unit through A, waits until instance B lists it with nothing left, cancels through A, and
@@ -265,6 +265,27 @@ async fn postgres_instances_see_each_others_cancels() {
     };
     two_instances_see_each_others_cancels("postgres", &url, 50).await;
     common::drop_postgres(&url).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_instances_see_each_others_cancels() {
+    let Some(url) = common::mysql_url().await else {
+        return;
+    };
+    two_instances_see_each_others_cancels("mysql", &url, 50).await;
+    common::drop_mysql(&url).await;
+}
+
+/// The same through MariaDB's other scheme, as sqlx's MySQL driver takes it: `mariadb://`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_scheme_instances_see_each_others_cancels() {
+    let Some(url) = common::mysql_url().await else {
+        return;
+    };
+    let mariadb = url.replacen("mysql://", "mariadb://", 1);
+    assert!(mariadb.starts_with("mariadb://"), "{url}");
+    two_instances_see_each_others_cancels("mariadb", &mariadb, 5).await;
+    common::drop_mysql(&url).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

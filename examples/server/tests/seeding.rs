@@ -65,3 +65,13 @@ async fn postgres_servers_starting_together_seed_once() {
     assert_eq!(seed_together(&url).await, (0, 8));
     common::drop_postgres(&url).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mysql_servers_starting_together_seed_once() {
+    let Some(url) = common::mysql_url().await else {
+        return;
+    };
+    assert_eq!(seed_together(&url).await, (8, 8));
+    assert_eq!(seed_together(&url).await, (0, 8));
+    common::drop_mysql(&url).await;
+}

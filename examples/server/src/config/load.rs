@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use super::{AdminToken, Config, ConfigError, OwnerSecret, MAX_AVAILABILITY_PAGE_LIMIT};
+use crate::database::Kind;
 
 impl Config {
     /// The configuration in the process's environment (the command line aside).
@@ -172,15 +173,11 @@ fn validate_prefix(prefix: &str) -> Result<(), ConfigError> {
     }
 }
 
+/// A URL of a database the server opens ([`crate::database::SCHEMES`]).
 fn validate_database_url(url: &str) -> Result<(), ConfigError> {
-    let known = ["sqlite:", "postgres:", "postgresql:"];
-    if known.iter().any(|scheme| url.starts_with(scheme)) {
-        Ok(())
-    } else {
-        Err(error(
-            "DATABASE_URL",
-            "must start with sqlite:, postgres: or postgresql:",
-        ))
+    match Kind::of(url) {
+        Some(_) => Ok(()),
+        None => Err(error("DATABASE_URL", Kind::expected())),
     }
 }
 
@@ -276,7 +273,9 @@ mod tests {
             ("PATH_PREFIX", "//api"),
             ("PATH_PREFIX", "/*rest"),
             ("PATH_PREFIX", "/a b"),
-            ("DATABASE_URL", "mysql://db"),
+            ("DATABASE_URL", "oracle://db"),
+            ("DATABASE_URL", "mysqlx://db"),
+            ("DATABASE_URL", "db.sqlite"),
             ("BIND", "localhost"),
             ("DEMO_SLOTS", "yes"),
             ("HOLD_TTL_SECONDS", "0"),
@@ -304,6 +303,29 @@ mod tests {
             assert!(line.starts_with(&format!("invalid {variable}: ")), "{line}");
             assert!(!line.contains('\n'), "{line}");
         }
+    }
+
+    #[test]
+    fn every_database_scheme_is_accepted_and_named_when_one_is_not() {
+        for url in [
+            "sqlite://slot_booking.db",
+            "sqlite::memory:",
+            "postgres://db/app",
+            "postgresql://db/app",
+            "mysql://root@db:3306/app",
+            "mariadb://root@db/app?ssl-mode=required",
+        ] {
+            let config = with(&[("DATABASE_URL", url)]).unwrap();
+            assert_eq!(config.database_url, url);
+        }
+        let line = with(&[("DATABASE_URL", "oracle://db")])
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            line,
+            "invalid DATABASE_URL: must start with sqlite:, postgres:, postgresql:, mysql: \
+             or mariadb:"
+        );
     }
 
     #[test]

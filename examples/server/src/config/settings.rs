@@ -32,7 +32,8 @@ pub const SETTINGS: &[Setting] = &[
         flag: "database-url",
         value_name: "URL",
         default: Some("sqlite://slot_booking.db"),
-        help: "sqlite:... or postgres://... (add ?sslmode=require for TLS)",
+        help: "sqlite:..., postgres://... or mysql://... (TLS: ?sslmode=require on PostgreSQL, \
+               ?ssl-mode=required on MariaDB/MySQL)",
     },
     Setting {
         variable: "BIND",

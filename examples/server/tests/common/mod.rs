@@ -1,5 +1,6 @@
-//! What the server's test binaries share: fresh SQLite and PostgreSQL databases, running each
-//! test once per backend ([`on_every_backend!`]), a real server on a real port
+//! What the server's test binaries share: fresh SQLite, PostgreSQL and MariaDB/MySQL
+//! databases, running each test once per backend ([`on_every_backend!`]), a real server on a
+//! real port
 //! ([`TestServer`]), the router driven with `oneshot` ([`Oneshot`]), and the checks every
 //! response gets (problem bodies, field sets). Each binary uses a part of it.
 
@@ -25,10 +26,11 @@ use slot_booking_server::{Config, Engine};
 use sqlx::{AssertSqlSafe, Connection};
 use tower::ServiceExt;
 
-/// Runs each named `async fn(T)` once per backend, in modules `sqlite` and `postgres`, each on
-/// a fresh database that `open` (an `async fn(&str, Option<PathBuf>) -> T` named as from the
-/// calling module, given the database URL and the SQLite directory to remove afterwards) turns
-/// into the test's `T`. A PostgreSQL database is dropped after a passing test.
+/// Runs each named `async fn(T)` once per backend, in modules `sqlite`, `postgres` and `mysql`,
+/// each on a fresh database that `open` (an `async fn(&str, Option<PathBuf>) -> T` named as
+/// from the calling module, given the database URL and the SQLite directory to remove
+/// afterwards) turns into the test's `T`. A PostgreSQL or MariaDB database is dropped after a
+/// passing test.
 #[allow(unused_macros)]
 macro_rules! on_every_backend {
     (open: $open:path, worker_threads: $threads:tt; $($test:ident),* $(,)?) => {
@@ -50,6 +52,17 @@ macro_rules! on_every_backend {
                     let Some(url) = super::common::postgres_url().await else { return };
                     super::$test($open(&url, None).await).await;
                     super::common::drop_postgres(&url).await;
+                }
+            )*
+        }
+        mod mysql {
+            use super::*;
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = $threads)]
+                async fn $test() {
+                    let Some(url) = super::common::mysql_url().await else { return };
+                    super::$test($open(&url, None).await).await;
+                    super::common::drop_mysql(&url).await;
                 }
             )*
         }
@@ -125,6 +138,60 @@ pub async fn postgres_url() -> Option<String> {
         });
     let base = admin.rsplit_once('/').map_or(admin.as_str(), |(b, _)| b);
     Some(format!("{base}/{name}"))
+}
+
+/// Where the MariaDB/MySQL tests look when `MYSQL_URL` is unset: the local MariaDB's root,
+/// as the MariaDB/MySQL store's tests do.
+pub const MYSQL_DEFAULT_URL: &str = "mysql://root@127.0.0.1:3306";
+
+/// Whether the MariaDB/MySQL tests run, and where: the server `MYSQL_URL` names, decided as
+/// for PostgreSQL (a loud skip counted at exit without one, a failure under `CI`).
+pub static MYSQL: gate::Gate = gate::Gate::new(
+    "MariaDB/MySQL",
+    "MYSQL_URL",
+    MYSQL_DEFAULT_URL,
+    gate::probe::<sqlx::MySqlConnection>,
+);
+
+/// The MariaDB/MySQL server's URL without a database (`MYSQL_URL` may name one or not).
+fn mysql_server(url: &str) -> &str {
+    let url = url.trim_end_matches('/');
+    match url.split_once("://") {
+        Some((_, rest)) if rest.contains('/') => url.rsplit_once('/').map_or(url, |(b, _)| b),
+        _ => url,
+    }
+}
+
+/// A fresh database on the MariaDB/MySQL server `MYSQL_URL` names (the local MariaDB without
+/// it), or `None` (loudly, and counted at exit) when none answers outside CI.
+pub async fn mysql_url() -> Option<String> {
+    let admin = MYSQL.server_url("MariaDB/MySQL e2e test")?;
+    let server = mysql_server(&admin);
+    let name = unique("sb_e2e");
+    let mut conn = sqlx::MySqlConnection::connect(&admin).await.unwrap();
+    sqlx::query(AssertSqlSafe(format!("CREATE DATABASE `{name}`")))
+        .execute(&mut conn)
+        .await
+        .unwrap_or_else(|error| {
+            panic!("{error}: these tests make a database each; MYSQL_URL's user needs CREATE")
+        });
+    Some(format!("{server}/{name}"))
+}
+
+/// Drops a database made by [`mysql_url`] (after a passing test; a failing one leaves it
+/// behind for a look).
+pub async fn drop_mysql(url: &str) {
+    let Some(admin) = MYSQL.known_url() else {
+        return;
+    };
+    let Some((_, name)) = url.rsplit_once('/') else {
+        return;
+    };
+    if let Ok(mut conn) = sqlx::MySqlConnection::connect(&admin).await {
+        let _ = sqlx::query(AssertSqlSafe(format!("DROP DATABASE IF EXISTS `{name}`")))
+            .execute(&mut conn)
+            .await;
+    }
 }
 
 impl TestServer {
