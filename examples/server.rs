@@ -11,7 +11,7 @@
 //!
 //! | variable | flag | default | |
 //! |---|---|---|---|
-//! | `DATABASE_URL` | `--database-url` | `sqlite://slot_booking.db` | `postgres://…` for PostgreSQL (add `?sslmode=require` for TLS) |
+//! | `DATABASE_URL` | `--database-url` | `sqlite://slot_booking.db` | `postgres://…` for PostgreSQL (add `?sslmode=require` for TLS), `mysql://…` or `mariadb://…` for MariaDB/MySQL (add `?ssl-mode=required`) |
 //! | `BIND` | `--bind` | `127.0.0.1:3000` | address to listen on |
 //! | `PATH_PREFIX` | `--path-prefix` | none | mount the routes under e.g. `/api` |
 //! | `DEMO_SLOTS` | `--demo-slots` | `1` | `0` skips the demo slots |
