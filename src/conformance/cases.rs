@@ -194,6 +194,7 @@ macro_rules! __pool_case_list {
             pool_caps_its_slots_together
             pool_refusal_takes_nothing
             pool_reclaims_expired_holds_of_its_slots
+            every_short_pool_is_reclaimed
             attaching_and_detaching_move_the_slots_units
             pool_capacity_never_below_its_taken_units
             pools_show_in_the_cached_listing_at_once

@@ -56,10 +56,12 @@ pub(crate) enum Booked {
     /// The key's unique constraint refused the booking: rolled back, it is answered from the
     /// key's booking, read after the rollback.
     KeyTaken,
-    /// This pool was short even after the short lines' slots were reclaimed: rolled back, so
-    /// that the expired holds of the pool's slots are given back in a step of their own before
-    /// the booking is tried once more.
-    PoolShort(i64),
+    /// A pool was short even after the short lines' slots were reclaimed: rolled back, so that
+    /// the expired holds of the slots of every pool of the booking (these pools' ids) are given
+    /// back in a step of their own before the booking is tried once more. Every pool, not only
+    /// the first found short: another may be short by expired holds too, and the booking is
+    /// tried once more only once.
+    PoolShort(Vec<i64>),
 }
 
 /// [`BookingStore::create_booking`] as a step: every line's slot row locked by ascending id,
@@ -106,13 +108,14 @@ pub(crate) async fn create_booking(
                 *asked.entry(pool).or_default() += i64::from(line.quantity);
             }
         }
+        let pools: Vec<i64> = asked.keys().copied().collect();
         for (pool, units) in asked {
             if !take_pool_newcomer(sql, conn, pool, units, request.now).await? {
                 if let Some(refused) = key_in_use(sql, conn, request).await? {
                     return Ok(Step::undo(Booked::Outcome(refused)));
                 }
                 if !pools_reclaimed && !pool_line_waits(sql, conn, pool, request.now).await? {
-                    return Ok(Step::undo(Booked::PoolShort(pool)));
+                    return Ok(Step::undo(Booked::PoolShort(pools)));
                 }
                 from_pools.insert(pool, 0);
                 break;
@@ -378,8 +381,8 @@ impl Run<'_> {
                         },
                     );
                 }
-                Booked::PoolShort(pool) => {
-                    self.reclaim(&[pool], None, request.now).await?;
+                Booked::PoolShort(pools) => {
+                    self.reclaim(&pools, None, request.now).await?;
                     pools_reclaimed = true;
                 }
             }

@@ -129,8 +129,8 @@ impl<'a> Run<'a> {
                 writes::Held::KeyTaken => {
                     return reading!(self, |conn| writes::answer_key_taken(sql, conn, request));
                 }
-                writes::Held::PoolShort(pool) => {
-                    self.reclaim(&[pool], None, request.now).await?;
+                writes::Held::PoolShort(pools) => {
+                    self.reclaim(&pools, None, request.now).await?;
                     pools_reclaimed = true;
                 }
             }

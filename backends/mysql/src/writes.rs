@@ -134,10 +134,12 @@ pub(crate) enum Held {
     /// The key's unique constraint refused the hold: rolled back, it is answered from the key's
     /// hold by [`answer_key_taken`], read after the rollback.
     KeyTaken,
-    /// A pool of the slot (its id) was short even after the slot's own expired holds were
-    /// reclaimed: rolled back, so that the expired holds of the pool's slots are given back in a
-    /// step of their own (which locks those slots first) before the hold is tried once more.
-    PoolShort(i64),
+    /// A pool of the slot was short even after the slot's own expired holds were reclaimed:
+    /// rolled back, so that the expired holds of the slots of every pool of the slot (these
+    /// pools' ids) are given back in a step of their own (which locks those slots first) before
+    /// the hold is tried once more. Every pool, not only the one found short: another may be
+    /// short by expired holds too, and the hold is tried once more only once.
+    PoolShort(Vec<i64>),
 }
 
 /// What taking a slot's units and its pools' did.
@@ -277,7 +279,8 @@ pub(crate) async fn hold(
     }
     if let (Taken::PoolShort(pool), false) = (taken, pools_reclaimed) {
         if !pool_line_waits(sql, conn, pool, now).await? {
-            return Ok(Step::undo(Held::PoolShort(pool)));
+            let pools = pools_of_slot(sql, conn, slot_id).await?;
+            return Ok(Step::undo(Held::PoolShort(pools)));
         }
     }
     let limits = slot_limits(sql, conn, slot_id).await?;

@@ -232,6 +232,55 @@ pub(super) async fn pool_reclaims_expired_holds_of_its_slots<
     f.assert_pool(pool, &ids).await;
 }
 
+/// A slot in two pools, each short only by the expired holds of its other slot: a hold on it,
+/// and then a booking, reclaim both pools and are placed (every short pool is given back, not
+/// only the first found short).
+pub(super) async fn every_short_pool_is_reclaimed<S: PoolStore + BookingStore + SlotAdmin>(
+    store: S,
+) {
+    let f = Fixture::new(store);
+    // Two slots `a`, `b` and a slot `shared` in pool {a, shared} and pool {b, shared}, each of
+    // one unit, both taken by holds on `a` and `b` that then expire.
+    let setup = async |n: &str| {
+        let (a, b, shared) = (
+            f.slot(5, hours(2)).await,
+            f.slot(5, hours(2)).await,
+            f.slot(5, hours(2)).await,
+        );
+        let pools = [f.pool(1, &[a, shared]).await, f.pool(1, &[b, shared]).await];
+        let old = [
+            f.take(a, &format!("{n}-a"), 1).await.unwrap(),
+            f.take(b, &format!("{n}-b"), 1).await.unwrap(),
+        ];
+        assert_eq!(f.available(shared).await, Some(0));
+        (shared, pools, old)
+    };
+    let (shared, pools, old) = setup("hold").await;
+    f.advance(Duration::minutes(10));
+    assert_eq!(f.available(shared).await, Some(1), "expired units are free");
+    let hold = f.take(shared, "shared", 1).await.unwrap();
+    for (pool, old) in pools.into_iter().zip(old) {
+        assert_eq!(f.stored_status(old).await, Some(HoldStatus::Expired));
+        f.assert_pool(pool, &[old, hold]).await;
+    }
+
+    // A booking too.
+    let (shared, pools, old) = setup("booking").await;
+    let other = f.slot(5, hours(2)).await;
+    f.advance(Duration::minutes(10));
+    let booking = f
+        .engine
+        .book(NewBooking::new("both").line(shared, 1).line(other, 1))
+        .await
+        .unwrap();
+    for (pool, old) in pools.into_iter().zip(old) {
+        assert_eq!(f.stored_status(old).await, Some(HoldStatus::Expired));
+        let mut ids = vec![old];
+        ids.extend(booking.booking.lines.iter().map(|h| h.hold_id));
+        f.assert_pool(pool, &ids).await;
+    }
+}
+
 /// Attaching a slot takes its units held and confirmed from the pool, detaching gives them
 /// back; the pool never holds more than its capacity, and every refusal changes nothing.
 pub(super) async fn attaching_and_detaching_move_the_slots_units<
