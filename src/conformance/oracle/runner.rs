@@ -324,6 +324,9 @@ pub(super) async fn check_state<S: Store>(
     Ok(())
 }
 
+/// How long a failing case is shrunk, in milliseconds.
+const SHRINK_TIME_MS: u32 = 120_000;
+
 /// The case count (`PROPTEST_CASES` wins over `cases`), a runtime with `workers` threads and a
 /// test runner that keeps no failure files.
 fn harness(cases: u32, workers: usize) -> (u32, tokio::runtime::Runtime, TestRunner) {
@@ -339,6 +342,10 @@ fn harness(cases: u32, workers: usize) -> (u32, tokio::runtime::Runtime, TestRun
     let runner = TestRunner::new(Config {
         cases,
         failure_persistence: None,
+        // A failing case is shrunk for at most this long, then reported as shrunk so far: each
+        // attempt runs on a fresh store, which takes seconds on a cluster (its DDL is
+        // replicated), so unbounded shrinking of a race found there outlasted CI.
+        max_shrink_time: SHRINK_TIME_MS,
         ..Config::default()
     });
     (cases, runtime, runner)
