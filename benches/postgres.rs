@@ -30,56 +30,17 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use criterion::Criterion;
 use slot_booking::{
-    BookingEngine, BookingError, HoldPlaced, HoldStore, NewBooking, NewPool, NewSlot, Scope, SlotId,
+    BookingEngine, BookingError, HoldPlaced, HoldStore, NewBooking, NewPool, Scope, SlotId,
 };
 use slot_booking_postgres::PostgresStore;
-use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::AssertSqlSafe;
 
-const CONNECTIONS: u32 = 8;
 const RUN: Duration = Duration::from_secs(10);
 const PGBENCH_SCRIPT: &str = include_str!("pgbench/hold.sql");
 
-async fn pool(url: &str) -> PgPool {
-    PgPoolOptions::new()
-        .max_connections(CONNECTIONS)
-        .min_connections(CONNECTIONS)
-        .test_before_acquire(false)
-        .connect(url)
-        .await
-        .expect("connect to DATABASE_URL")
-}
-
-async fn fresh_store(url: &str, schema: &str) -> PostgresStore {
-    let pool = pool(url).await;
-    sqlx::query(AssertSqlSafe(format!(
-        "DROP SCHEMA IF EXISTS {schema} CASCADE"
-    )))
-    .execute(&pool)
-    .await
-    .unwrap();
-    let store = PostgresStore::with_schema(pool, schema).unwrap();
-    store.migrate().await.unwrap();
-    store
-}
-
-async fn slots(engine: &BookingEngine<Arc<PostgresStore>>, n: i64, capacity: i32) -> Vec<SlotId> {
-    let start = Utc::now() + chrono::Duration::days(1);
-    let mut ids = Vec::new();
-    for i in 0..n {
-        let starts_at = start + chrono::Duration::minutes(i);
-        let slot = engine
-            .create_slot(NewSlot::new(
-                starts_at,
-                starts_at + chrono::Duration::hours(1),
-                capacity,
-            ))
-            .await
-            .unwrap();
-        ids.push(slot.slot_id);
-    }
-    ids
-}
+#[path = "support/postgres.rs"]
+mod support;
+use support::{fresh_store, slots, CONNECTIONS};
 
 /// Holds per second through the engine, 8 tasks for `RUN`.
 async fn engine_holds(

@@ -7,7 +7,9 @@
 WITH dec AS (
     UPDATE {schema}.slots SET remaining = remaining - 1
     WHERE id = :slot AND remaining >= 1 AND starts_at > statement_timestamp()
-      AND NOT closed AND removed_at IS NULL
+      AND NOT closed AND removed_at IS NULL AND cardinality(pools) = 0 AND waiting = 0
+      AND NOT EXISTS (SELECT 1 FROM {schema}.hold_keys
+                      WHERE idempotency_key = 'pgbench-' || :client_id || '-' || :slot)
     RETURNING id, true AS took),
 ins AS (
     INSERT INTO {schema}.holds (slot_id, idempotency_key, status, expires_at, created_at)

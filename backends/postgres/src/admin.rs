@@ -25,7 +25,7 @@ impl Run<'_> {
                 query = query.bind(value);
             }
             let Some(row) = query
-                .fetch_optional(&mut *self.conn)
+                .fetch_optional(self.conn.get().await?)
                 .await
                 .map_err(map_err)?
             else {
@@ -52,7 +52,7 @@ impl Run<'_> {
         let row = sqlx::query(AssertSqlSafe(self.store.sql().slot_usage.as_str()))
             .bind(slot_id.get())
             .bind(self.now_param(now))
-            .fetch_one(&mut *self.conn)
+            .fetch_one(self.conn.get().await?)
             .await
             .map_err(map_err)?;
         let change = match usage_from_row(&row)? {
@@ -90,7 +90,7 @@ impl Run<'_> {
             .bind(slot_id.get())
             .bind(self.now_param(now))
             .bind(closed)
-            .fetch_one(&mut *self.conn)
+            .fetch_one(self.conn.get().await?)
             .await
             .map_err(map_err)?;
         let change = match optional_slot(&row)? {

@@ -28,7 +28,7 @@ use slot_booking::store::LineState;
 use slot_booking::{Booking, BookingLine, BookingOutcome, BookingRequest};
 
 use super::*;
-use crate::sql::{append_events, hold_event_rows, now, HOLD_COLUMNS, H_COLUMNS};
+use crate::fragments::{append_events, give_back, hold_event_rows, now, HOLD_COLUMNS, H_COLUMNS};
 
 /// A change of a whole booking.
 #[derive(Debug, Clone, Copy)]
@@ -126,7 +126,7 @@ fn change(s: &str, by: By, change: Change) -> String {
                      capacity = lk.capacity \
                  FROM c JOIN lk ON lk.id = c.slot_id WHERE sl.id = lk.id \
                  RETURNING sl.id), {}, ",
-            crate::pools::give_back(
+            give_back(
                 s,
                 "SELECT lk.pools, c.quantity AS units FROM c JOIN lk ON lk.id = c.slot_id"
             )
@@ -389,7 +389,7 @@ impl Run<'_> {
                 .bind(self.now_param(request.now))
                 .bind(lifetime)
                 .bind(request.owner.map(OwnerId::as_str))
-                .fetch_all(&mut *self.conn)
+                .fetch_all(self.conn.get().await?)
                 .await;
             let rows = match placed {
                 Ok(rows) => rows,
@@ -481,7 +481,7 @@ impl Run<'_> {
         let rows = sqlx::query(AssertSqlSafe(inner.bookings.key_holder.as_str()))
             .bind(key)
             .bind(self.now_param(now))
-            .fetch_all(&mut *self.conn)
+            .fetch_all(self.conn.get().await?)
             .await
             .map_err(map_err)?;
         let at = decided_at(&rows, "the key's booking")?;
@@ -501,7 +501,7 @@ impl Run<'_> {
             .bind(self.now_param(now))
             .bind(any)
             .bind(owner)
-            .fetch_all(&mut *self.conn)
+            .fetch_all(self.conn.get().await?)
             .await
             .map_err(map_err)?;
         let at = decided_at(&rows, "a booking read")?;
@@ -528,7 +528,10 @@ impl Run<'_> {
         for &duration in extra {
             query = query.bind(interval(duration)?);
         }
-        let rows = query.fetch_all(&mut *self.conn).await.map_err(map_err)?;
+        let rows = query
+            .fetch_all(self.conn.get().await?)
+            .await
+            .map_err(map_err)?;
         if rows.is_empty() {
             return Ok(None);
         }
@@ -614,7 +617,7 @@ impl Run<'_> {
         let rows = sqlx::query(AssertSqlSafe(inner.pools.some.as_str()))
             .bind(self.now_param(request.now))
             .bind(&ids)
-            .fetch_all(&mut *self.conn)
+            .fetch_all(self.conn.get().await?)
             .await
             .map_err(map_err)?;
         let pools = listed(&rows, "the booking's pools", crate::pools::usage_from)?.outcome;
@@ -628,5 +631,5 @@ impl Run<'_> {
 // Every booking operation on a connection of the pool, through the same statements.
 slot_booking::forward_store!(
     impl[] BookingStore for PostgresStore,
-    |this| this.pooled().await?
+    |this| this.pooled()
 );

@@ -8,7 +8,7 @@ use slot_booking::{AnyHoldOutcome, AnyHoldRequest, PlaceOne};
 use sqlx::Connection;
 
 use super::*;
-use crate::sql::{now, quote};
+use crate::fragments::{now, quote};
 use crate::writes::{Conn, Run};
 
 /// The first of `$1` (slot ids, in order) with `$2` units free (its expired holds counted:
@@ -48,7 +48,7 @@ impl Run<'_> {
         let now = self.now_param(request.now);
         let statement = pick(self.store.schema());
         let store = self.store.clone();
-        let mut tx = (*self.conn).begin().await.map_err(map_err)?;
+        let mut tx = self.conn.get().await?.begin().await.map_err(map_err)?;
         let picked: Option<(i64,)> = sqlx::query_as(AssertSqlSafe(statement))
             .bind(&slots)
             .bind(request.quantity)

@@ -25,7 +25,7 @@ use slot_booking::{
 use sqlx::postgres::{PgConnection, PgRow};
 use sqlx::{AssertSqlSafe, Row};
 
-use crate::sql::{self, append_events, EV_COLUMNS, H_COLUMNS};
+use crate::fragments::{self, append_events, give_back, EV_COLUMNS, H_COLUMNS};
 use crate::{interval, map_err, optional_hold, PostgresStore};
 
 /// How many times [`EventStore::reclaim_expired`] looks again when it saw expired holds but
@@ -213,10 +213,7 @@ impl EventStore for PostgresStore {
         consumer: &ConsumerId,
         through: EventPosition,
     ) -> Result<(), StoreError> {
-        self.pooled()
-            .await?
-            .acknowledge(consumer, None, through)
-            .await?;
+        self.pooled().acknowledge(consumer, None, through).await?;
         Ok(())
     }
 
@@ -227,7 +224,6 @@ impl EventStore for PostgresStore {
         through: EventPosition,
     ) -> Result<bool, StoreError> {
         self.pooled()
-            .await?
             .acknowledge(consumer, Some(holder), through)
             .await
     }
@@ -400,8 +396,8 @@ pub(crate) struct EventStatements {
 
 impl EventStatements {
     pub(crate) fn new(s: &str) -> Self {
-        let now1 = sql::now(1);
-        let now3 = sql::now(3);
+        let now1 = fragments::now(1);
+        let now3 = fragments::now(3);
         EventStatements {
             // `$1` consumer, `$2` limit. Up to `$2` events after the consumer's cursor (the
             // start for a consumer never seen) in position order, from the horizons taken so
@@ -500,7 +496,7 @@ impl EventStatements {
                 );
                 // The units go back to each pool the locked slot rows name, those pool rows
                 // locked by id after every slot row (`pools.rs`).
-                let give = crate::pools::give_back(
+                let give = give_back(
                     s,
                     "SELECT s.pools, per.units FROM s JOIN per ON per.slot_id = s.id",
                 );

@@ -41,8 +41,9 @@
 //! ```
 //!
 //! A refused request (a reused key, a sold-out slot, an expired hold) leaves the transaction
-//! usable and unchanged: a hold's statements run under a savepoint, and every other write
-//! refuses by changing nothing. Locks the writes take (a slot's row, for a hold, a cancel or a
+//! usable and unchanged: every write refuses by changing nothing (a hold's reclaiming
+//! statements, the only ones that may change something before they refuse, run under a
+//! savepoint). Locks the writes take (a slot's row, for a hold, a cancel or a
 //! slot change) last until you commit, so keep the transaction short, and touch several slots
 //! in one transaction in a consistent order (by ascending slot id, say).
 //! [`PostgresStore::on`] says more. The store also implements
@@ -198,6 +199,13 @@
 //!   key's hold is then read to tell a replay from a reused key. Only when the decrement found
 //!   no unit does a second statement lock the slot, reclaim its expired holds, decrement once
 //!   more and insert, again atomically.
+//! * **Holds of one slot arriving together are placed together** (a flash sale): through the
+//!   pool, a hold that finds another hold of its slot being placed by this store waits, and
+//!   the next waiting hold to get the slot's turn places every waiting one in one statement,
+//!   which locks the slot's row and takes the requests, in arrival order, whose running total
+//!   fits the units it locked; a request it does not take runs the fast statement alone, so
+//!   every refusal and replay answers as above. `group.rs` says more;
+//!   [`PostgresStore::group_commits`] counts the groups.
 //! * A cancel is one statement too: it locks the slot row, flips the hold and gives the unit
 //!   back. Confirm is a single conditional `UPDATE`.
 //! * Availability reads the slots that have not started (skipping closed and removed ones)
@@ -290,6 +298,8 @@ mod bookings;
 mod candidates;
 mod changes;
 mod events;
+mod fragments;
+mod group;
 mod migrate;
 mod pools;
 mod reads;
@@ -356,6 +366,11 @@ struct Inner {
     pools: pools::PoolStatements,
     /// The waitlist statements, beside the code that runs them (`waitlists.rs`).
     waitlists: waitlists::WaitlistStatements,
+    /// The statement of a group of holds of one slot, beside the code that runs it
+    /// (`group.rs`).
+    groups_sql: group::GroupStatements,
+    /// The holds of each slot waiting for a group commit (`group.rs`).
+    groups: group::HoldGroups,
 }
 
 fn validate_schema(schema: &str) -> Result<(), InvalidSchemaName> {
@@ -391,10 +406,11 @@ impl PostgresStore {
 
     fn build(pool: PgPool, schema: String) -> Self {
         let sql = Statements::new(&schema);
-        let events = events::EventStatements::new(&sql::quote(&schema));
-        let bookings = bookings::BookingStatements::new(&sql::quote(&schema));
-        let pools = pools::PoolStatements::new(&sql::quote(&schema));
-        let waitlists = waitlists::WaitlistStatements::new(&sql::quote(&schema));
+        let events = events::EventStatements::new(&fragments::quote(&schema));
+        let bookings = bookings::BookingStatements::new(&fragments::quote(&schema));
+        let pools = pools::PoolStatements::new(&fragments::quote(&schema));
+        let waitlists = waitlists::WaitlistStatements::new(&fragments::quote(&schema));
+        let groups_sql = group::GroupStatements::new(&fragments::quote(&schema));
         PostgresStore {
             pool,
             inner: Arc::new(Inner {
@@ -404,6 +420,8 @@ impl PostgresStore {
                 bookings,
                 pools,
                 waitlists,
+                groups_sql,
+                groups: group::HoldGroups::new(group::MAX_GROUP),
             }),
             database_clock: false,
             horizon_interval: DEFAULT_HORIZON_INTERVAL,
@@ -434,6 +452,18 @@ impl PostgresStore {
     /// ([`PostgresStore::with_database_clock`]).
     pub fn uses_database_clock(&self) -> bool {
         self.database_clock
+    }
+
+    /// How many holds this store (and its clones) has placed together so far: the statements
+    /// that decided several concurrent holds of one slot at once (`group.rs`), and how many.
+    pub fn group_commits(&self) -> slot_booking::store::GroupStats {
+        self.inner.groups.stats()
+    }
+
+    /// How many holds of `slot_id` wait in this store (and its clones) for the group commit
+    /// of that slot's holds now: they are placed together once the hold being placed ends.
+    pub fn holds_waiting(&self, slot_id: slot_booking::SlotId) -> usize {
+        self.inner.groups.waiting(&slot_id.get())
     }
 
     /// The `now` to bind: the engine's, or NULL for the database's own clock.
@@ -490,16 +520,21 @@ impl PostgresStore {
     ///   SERIALIZABLE a write that meets a row changed by a concurrent transaction fails with
     ///   [`StoreError::unavailable`] (a serialization failure) instead, and the whole
     ///   transaction has to be retried.
-    /// * **A refused request leaves the transaction usable and unchanged.** A failing statement
-    ///   aborts the whole transaction in PostgreSQL, so a hold's statements, whose key may be
-    ///   taken by design, run under a savepoint that a refused hold rolls back (replay, reused
-    ///   key, sold out, closed, started or missing slot), releasing what they locked. That
-    ///   makes a hold three round trips here (`SAVEPOINT`, the statement, `RELEASE`) where the
-    ///   pool's is one. Every other write is a conditional statement that refuses by changing
-    ///   nothing. On a connection outside a transaction block each statement commits by
-    ///   itself, as on the pool. An error
-    ///   ([`StoreError`]: a lost connection, a deadlock, a timeout) from any write but a hold
-    ///   may leave the transaction aborted: roll it back.
+    /// * **A refused request leaves the transaction usable and unchanged**, and a hold costs
+    ///   one round trip, as on the pool. A failing statement aborts the whole transaction in
+    ///   PostgreSQL, so no write fails by design: a hold's statement checks its key before it
+    ///   takes anything and refuses (replay, reused key, sold out, closed, started or missing
+    ///   slot) by changing and locking nothing, and every other write is a conditional
+    ///   statement that refuses by changing nothing. Only a hold on a slot whose expired holds
+    ///   might make room runs its reclaiming statements under a savepoint (`SAVEPOINT`, the
+    ///   statements, `RELEASE` or `ROLLBACK TO`), undone when they refuse. Two concurrent
+    ///   transactions placing holds with the same key are the exception: the one whose insert
+    ///   of the key waited for the other fails when the other commits, which aborts its
+    ///   transaction, and it gets [`StoreError::unavailable`]; run it again, and the key
+    ///   replays or is refused as reused. On a connection outside a transaction block each
+    ///   statement commits by itself, as on the pool. An error ([`StoreError`]: a lost
+    ///   connection, a deadlock, a timeout) from any write may leave the transaction aborted:
+    ///   roll it back.
     /// * **Locks last until the caller commits or rolls back.** A hold, a cancel and every slot
     ///   change lock their slot's row (a confirm or a renewal only its hold's row), and a
     ///   hold's key is reserved: every other hold, cancel or change of that slot, and every
@@ -511,10 +546,8 @@ impl PostgresStore {
     ///   these writes: see [`slot_booking::Within`].
     pub fn on<'c>(&self, conn: &'c mut PgConnection) -> PostgresWrites<'c> {
         PostgresWrites {
-            run: Run {
-                store: self.clone(),
-                conn: Conn::Caller(conn),
-            },
+            store: self.clone(),
+            conn,
         }
     }
 

@@ -10,8 +10,8 @@ use sqlx::{AssertSqlSafe, Executor};
 
 use slot_booking::StoreError;
 
+use crate::fragments::quote;
 use crate::map_err;
-use crate::sql::quote;
 
 /// One embedded migration.
 struct Migration {

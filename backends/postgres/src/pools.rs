@@ -46,30 +46,8 @@ use slot_booking::{NewPool, Pool, PoolChange, PoolId, PoolUsage, MAX_POOLS_PER_S
 use sqlx::Connection;
 
 use super::*;
-use crate::sql::{append_events, hold_event_rows, now, H_COLUMNS};
+use crate::fragments::{append_events, give_back, hold_event_rows, now, H_COLUMNS};
 use crate::writes::Insert;
-
-/// Gives back units to the pools of the slots they were given back to, in the statement
-/// that gives them back: `moved` is a select of `(pools int8[], units int4)`, the pools of
-/// each slot as its locked row has them and the units given back to it. CTEs `pm` (units per
-/// pool), `pl` (the pool rows, locked by id once `moved` is known, so after the slot rows
-/// `moved` reads) and `pg` (the update). A slot without pools touches no pool row. Both name
-/// the pools by `= ANY` of an array, so even a generic plan finds them through the primary
-/// key (a join with `pm` read every pool: 1,000 rows per cancel with 1,000 pools).
-pub(crate) fn give_back(s: &str, moved: &str) -> String {
-    format!(
-        "pm AS ( \
-             SELECT x.pool_id, sum(m.units)::int4 AS units FROM ({moved}) m \
-             CROSS JOIN LATERAL unnest(m.pools) AS x(pool_id) GROUP BY x.pool_id), \
-         pl AS ( \
-             SELECT p.id, p.remaining FROM {s}.pools p \
-             WHERE p.id = ANY (ARRAY(SELECT pool_id FROM pm)) ORDER BY p.id FOR NO KEY UPDATE), \
-         pg AS ( \
-             UPDATE {s}.pools p SET remaining = pl.remaining + pm.units \
-             FROM pl JOIN pm ON pm.pool_id = pl.id \
-             WHERE p.id = pl.id AND p.id = ANY (ARRAY(SELECT id FROM pl)) RETURNING p.id)"
-    )
-}
 
 /// The second hold statement (`$1`..`$6` as the fast one's), when the fast one found no unit
 /// or the slot draws from pools (the fast one takes units only of a slot without pools). One
@@ -126,9 +104,10 @@ pub(crate) fn hold_reclaim(s: &str, now3: &str, insert: impl Fn(&str) -> String)
              FROM s JOIN {s}.holds h ON h.slot_id = s.id \
              WHERE h.status = 'held' AND h.expires_at <= {now3}), \
          r AS ( \
-             UPDATE {s}.holds h SET status = 'expired' FROM s, e, pe \
+             UPDATE {s}.holds h SET status = 'expired' FROM s, e, pe, pw \
              WHERE h.slot_id = s.id AND h.status = 'held' AND h.expires_at <= {now3} \
                AND s.remaining + e.units >= $5 AND pe.least + e.units >= $5 \
+               AND NOT pw.waits \
              RETURNING h.id, h.slot_id, h.owner, h.quantity), \
          u AS (SELECT coalesce(sum(quantity), 0)::int4 AS units FROM r), \
          pf AS ( \
@@ -541,7 +520,9 @@ impl Run<'_> {
             Reclaimed::PoolsShort(short) => short,
         };
         if savepoint {
-            (&mut *self.conn)
+            self.conn
+                .get()
+                .await?
                 .execute("ROLLBACK TO SAVEPOINT slot_booking_hold")
                 .await
                 .map_err(map_err)?;
@@ -568,7 +549,7 @@ impl Run<'_> {
             .bind(interval(lifetime)?)
             .bind(request.quantity)
             .bind(request.owner.map(OwnerId::as_str))
-            .fetch_optional(&mut *self.conn)
+            .fetch_optional(self.conn.get().await?)
             .await;
         let row = match inserted {
             Ok(Some(row)) => row,
@@ -605,7 +586,7 @@ impl Run<'_> {
         let inner = self.pool_sql();
         let now = self.now_param(now);
         // One transaction: the deferral lasts as long as it.
-        let mut tx = (*self.conn).begin().await.map_err(map_err)?;
+        let mut tx = self.conn.get().await?.begin().await.map_err(map_err)?;
         let units = reclaim_deferred(&mut tx, &inner, pools, slots, now).await?;
         tx.commit().await.map_err(map_err)?;
         Ok(units)
@@ -620,7 +601,7 @@ impl Run<'_> {
         let row = sqlx::query(AssertSqlSafe(inner.pools.create.as_str()))
             .bind(pool.capacity)
             .bind(self.now_param(now))
-            .fetch_one(&mut *self.conn)
+            .fetch_one(self.conn.get().await?)
             .await
             .map_err(map_err)?;
         Ok(Pool {
@@ -638,7 +619,7 @@ impl Run<'_> {
     ) -> Result<Decided<Option<PoolUsage>>, StoreError> {
         let inner = self.pool_sql();
         let now = self.now_param(now);
-        read_pool(&mut self.conn, &inner, pool_id, now).await
+        read_pool(self.conn.get().await?, &inner, pool_id, now).await
     }
 
     pub(crate) async fn pools(
@@ -648,7 +629,7 @@ impl Run<'_> {
         let inner = self.pool_sql();
         let rows = sqlx::query(AssertSqlSafe(inner.pools.all.as_str()))
             .bind(self.now_param(now))
-            .fetch_all(&mut *self.conn)
+            .fetch_all(self.conn.get().await?)
             .await
             .map_err(map_err)?;
         listed(&rows, "the pools", usage_from)
@@ -687,7 +668,7 @@ impl Run<'_> {
         let now_param = self.now_param(now);
         let (pool, slot) = ([pool_id.get()], [slot_id.get()]);
         for attempt in 0..2 {
-            let mut tx = (*self.conn).begin().await.map_err(map_err)?;
+            let mut tx = self.conn.get().await?.begin().await.map_err(map_err)?;
             if attempt == 1
                 && reclaim_deferred(&mut tx, &inner, &pool, &slot, now_param).await? == 0
             {
@@ -769,7 +750,7 @@ impl Run<'_> {
         let now_param = self.now_param(now);
         let pool = [pool_id.get()];
         for attempt in 0..2 {
-            let mut tx = (*self.conn).begin().await.map_err(map_err)?;
+            let mut tx = self.conn.get().await?.begin().await.map_err(map_err)?;
             if attempt == 1 && reclaim_deferred(&mut tx, &inner, &pool, &[], now_param).await? == 0
             {
                 tx.rollback().await.map_err(map_err)?;
@@ -807,5 +788,5 @@ impl Run<'_> {
 // Every pool operation on a connection of the pool, through the same statements.
 slot_booking::forward_store!(
     impl[] PoolStore for PostgresStore,
-    |this| this.pooled().await?
+    |this| this.pooled()
 );

@@ -10,7 +10,7 @@ impl Run<'_> {
     ) -> Result<Decided<Vec<AvailabilityEntry>>, StoreError> {
         let rows = sqlx::query(AssertSqlSafe(self.store.sql().availability.as_str()))
             .bind(self.now_param(now))
-            .fetch_all(&mut *self.conn)
+            .fetch_all(self.conn.get().await?)
             .await
             .map_err(map_err)?;
         listed(&rows, "availability", |row| {
@@ -41,7 +41,7 @@ impl Run<'_> {
             .bind(self.now_param(now))
             .bind(any)
             .bind(owner)
-            .fetch_one(&mut *self.conn)
+            .fetch_one(self.conn.get().await?)
             .await
             .map_err(map_err)?;
         decided(&row, optional_hold(&row)?)
@@ -60,7 +60,7 @@ impl Run<'_> {
             .bind(self.now_param(now))
             .bind(any)
             .bind(owner)
-            .fetch_one(&mut *self.conn)
+            .fetch_one(self.conn.get().await?)
             .await
             .map_err(map_err)?;
         let booking: Option<i64> = row.try_get("booking_id").map_err(map_err)?;
@@ -81,7 +81,7 @@ impl Run<'_> {
             .bind(page.after.map_or(i64::MIN, HoldId::get))
             .bind(i64::from(page.limit))
             .bind(self.now_param(now))
-            .fetch_all(&mut *self.conn)
+            .fetch_all(self.conn.get().await?)
             .await
             .map_err(map_err)?;
         listed(&rows, "a page query", optional_hold)
@@ -112,7 +112,7 @@ impl Run<'_> {
     pub(crate) async fn get_slot(&mut self, slot_id: SlotId) -> Result<Option<Slot>, StoreError> {
         sqlx::query(AssertSqlSafe(self.store.sql().slot_by_id.as_str()))
             .bind(slot_id.get())
-            .fetch_optional(&mut *self.conn)
+            .fetch_optional(self.conn.get().await?)
             .await
             .map_err(map_err)?
             .as_ref()
@@ -160,7 +160,10 @@ impl Run<'_> {
         if let Some(resource) = &filter.resource {
             query = query.bind(resource.as_str());
         }
-        let rows = query.fetch_all(&mut *self.conn).await.map_err(map_err)?;
+        let rows = query
+            .fetch_all(self.conn.get().await?)
+            .await
+            .map_err(map_err)?;
         listed(&rows, "the slot listing", usage_from_row)
     }
 }

@@ -64,8 +64,9 @@
 //! Inside a caller's transaction ([`PostgresStore::on`](crate::PostgresStore::on)) the locks
 //! a statement takes last until the caller ends the transaction, and the caller's own
 //! statements take locks of their own: the order above holds within each statement, and the
-//! caller keeps its transactions' slots in one order (see `on`). A refused hold's statements
-//! run under a savepoint ([`HOLD_SAVEPOINT`]) whose rollback releases what they locked.
+//! caller keeps its transactions' slots in one order (see `on`). A hold's fast statement
+//! refused locks nothing; its reclaiming statements run under a savepoint ([`HOLD_SAVEPOINT`])
+//! whose rollback releases what they locked.
 //!
 //! Reads (availability, the pages, the operator's listing, the explaining reads) take no row
 //! lock. On the pool, every wait is for a statement that holds at most one slot row and waits
@@ -91,10 +92,15 @@
 //! and then sees it, or commits first and the hold's re-evaluated `removed_at IS NULL` refuses
 //! it.
 
-/// Opens the savepoint a hold's statements run under on the caller's connection, inside the
-/// caller's transaction: a hold whose key is taken fails its statement by design, and a failed
-/// statement would otherwise abort the caller's whole transaction. Not used on the pool's
-/// connections, where each statement is a transaction of its own.
+use crate::fragments::{
+    append_events, give_back, hold_event_rows, now, quote, HOLD_COLUMNS, H_COLUMNS,
+};
+
+/// Opens the savepoint a hold's reclaiming statements run under on the caller's connection,
+/// inside the caller's transaction: they may give expired units back and still refuse (or
+/// fail on a key a concurrent transaction inserted, which would otherwise abort the caller's
+/// whole transaction). Not used on the pool's connections, where each statement is a
+/// transaction of its own, nor for the fast statement, which refuses by changing nothing.
 pub(crate) const HOLD_SAVEPOINT: &str = "SAVEPOINT slot_booking_hold";
 
 /// Keeps what the hold's statements stored and drops the savepoint.
@@ -113,14 +119,6 @@ const SLOT_COLUMNS: &str =
 /// [`SLOT_COLUMNS`] of the table or CTE aliased `sl`.
 const SL_COLUMNS: &str = "sl.id, sl.starts_at, sl.ends_at, sl.capacity, sl.remaining, \
                           sl.resource, sl.closed, sl.removed_at";
-
-/// The columns [`hold_from_row`](crate::hold_from_row) reads.
-pub(crate) const HOLD_COLUMNS: &str =
-    "id, slot_id, status, expires_at, confirmed_at, cancelled_at, quantity, owner, created_at";
-
-/// [`HOLD_COLUMNS`] of the table or CTE aliased `h`.
-pub(crate) const H_COLUMNS: &str = "h.id, h.slot_id, h.status, h.expires_at, h.confirmed_at, \
-                         h.cancelled_at, h.quantity, h.owner, h.created_at";
 
 /// Whether the hold `h` is in the caller's scope (`$3` any, `$4` owner).
 const IN_SCOPE: &str = "($3 OR h.owner IS NOT DISTINCT FROM $4)";
@@ -197,7 +195,7 @@ fn reclaim_then_change(
         ),
     );
     // The units reclaimed go back to the slot's pools too (`pools.rs`).
-    let give = crate::pools::give_back(s, "SELECT s.pools, u.units FROM s, u WHERE u.units > 0");
+    let give = give_back(s, "SELECT s.pools, u.units FROM s, u WHERE u.units > 0");
     format!(
         "WITH s AS ( \
              SELECT id, remaining, capacity, pools FROM {s}.slots \
@@ -220,33 +218,6 @@ fn reclaim_then_change(
          SELECT {SLOT_COLUMNS}, {applied} AS applied, {now} AS decided_at FROM ch"
     )
 }
-
-/// The statement's instant: the bound `now`, or the database's when it is NULL.
-pub(crate) fn now(param: u8) -> String {
-    format!("coalesce(${param}::timestamptz, statement_timestamp())")
-}
-
-/// `INSERT INTO events` of what `select` returns: kind, slot id, hold id, owner, units (or
-/// capacity), instant; the transaction id and the sequence number come from the defaults.
-pub(crate) fn append_events(s: &str, select: &str) -> String {
-    format!(
-        "INSERT INTO {s}.events (kind, slot_id, hold_id, owner, quantity, occurred_at) {select}"
-    )
-}
-
-/// The events of holds returned by the CTE `from` (with `id`, `slot_id`, `owner`,
-/// `quantity`), of `kind`, as rows of [`append_events`]'s select with an `ord` column first.
-pub(crate) fn hold_event_rows(ord: u8, kind: &str, from: &str) -> String {
-    format!(
-        "SELECT {ord} AS ord, '{kind}'::text AS kind, slot_id, id AS hold_id, owner, quantity          FROM {from}"
-    )
-}
-
-/// The columns [`event_from_row`](crate::events) reads besides `epoch`, of the events
-/// aliased `ev`.
-pub(crate) const EV_COLUMNS: &str =
-    "ev.id AS sequence, ev.kind, ev.slot_id, ev.hold_id, ev.owner, \
-                          ev.quantity, ev.occurred_at";
 
 /// Every statement the store runs, with table names qualified by the schema.
 #[derive(Debug)]
@@ -271,11 +242,6 @@ pub(crate) struct Statements {
     pub(crate) slot_usage: String,
     pub(crate) list_slots: String,
     pub(crate) list_resource_slots: String,
-}
-
-/// `"schema"`: the name is validated as `[a-z_][a-z0-9_]*`, quoting only guards reserved words.
-pub(crate) fn quote(schema: &str) -> String {
-    format!("\"{schema}\"")
 }
 
 impl Statements {
@@ -442,16 +408,21 @@ impl Statements {
             // affected the row, which must still be selling: not started, not closed, not
             // removed, drawing from no pool (`pools.rs` takes those), with nobody waiting in its
             // line (`waiting = 0`: nobody jumps the line, `waitlists.rs`), all re-checked on the
-            // row's latest version), the hold and its key. No
-            // unit: no row from `dec`, nothing inserted, nothing changed, and the row returned
-            // is the refusal's (see `created_or_refusal`). Key taken: the unique violation
-            // aborts the statement, decrement included.
+            // row's latest version), and whose key is not in use at the statement's snapshot
+            // (a replay or a reused key is a refusal like a full slot: nothing locked, nothing
+            // changed, answered from the refusal row, so the statement needs no savepoint in
+            // the caller's transaction), the hold and its key. No unit: no row from `dec`,
+            // nothing inserted, nothing changed, and the row returned is the refusal's (see
+            // `created_or_refusal`). A key inserted by a concurrent transaction after the
+            // snapshot: the unique violation aborts the statement, decrement included.
             hold_fast: format!(
                 "WITH dec AS ( \
                      UPDATE {s}.slots SET remaining = remaining - $5 \
                      WHERE id = $1 AND remaining >= $5 AND starts_at > {now3} \
                        AND NOT closed AND removed_at IS NULL AND cardinality(pools) = 0 \
                        AND waiting = 0 \
+                       AND NOT EXISTS ( \
+                           SELECT 1 FROM {s}.hold_keys WHERE idempotency_key = $2) \
                      RETURNING id, true AS took), \
                  {insert_fast}"
             ),
@@ -537,7 +508,7 @@ impl Statements {
                      RETURNING sl.id), {}, \
                  ev AS ({}) \
                  SELECT {HOLD_COLUMNS}, {now2} AS decided_at FROM c",
-                crate::pools::give_back(&s, "SELECT t.pools, c.quantity AS units FROM c JOIN target t ON t.id = c.slot_id"),
+                give_back(&s, "SELECT t.pools, c.quantity AS units FROM c JOIN target t ON t.id = c.slot_id"),
                 append_events(
                     &s,
                     &format!(

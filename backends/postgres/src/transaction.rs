@@ -8,7 +8,7 @@ use super::*;
 // Every operation on a connection of the pool, through the same statements as the caller's.
 slot_booking::forward_store!(
     impl[] HoldStore, SlotAdmin, HoldQueries for PostgresStore,
-    |this| this.pooled().await?
+    |this| this.pooled()
 );
 
 /// The store's writes on a connection the caller owns, usually inside the caller's own
@@ -19,7 +19,8 @@ slot_booking::forward_store!(
 /// transaction.
 #[derive(Debug)]
 pub struct PostgresWrites<'c> {
-    pub(crate) run: Run<'c>,
+    pub(crate) store: PostgresStore,
+    pub(crate) conn: &'c mut PgConnection,
 }
 
 impl PostgresWrites<'_> {
@@ -27,14 +28,22 @@ impl PostgresWrites<'_> {
     /// (reach it through [`Within::writes`](slot_booking::Within::writes) once the writes are
     /// handed to the engine).
     pub fn connection(&mut self) -> &mut PgConnection {
-        &mut self.run.conn
+        self.conn
+    }
+
+    /// The store's statements on the caller's connection.
+    pub(crate) fn run(&mut self) -> Run<'_> {
+        Run {
+            store: self.store.clone(),
+            conn: Conn::Caller(self.conn),
+        }
     }
 }
 
 // Every write on the caller's connection, through the same statements as the pool's.
 slot_booking::forward_store!(
     impl['c] TransactionWrites, TransactionBookings for PostgresWrites<'c>,
-    |this| &mut this.run
+    |this| this.run()
 );
 
 /// Transactions on the store's pool, for the conformance suite or an application that lets the
@@ -74,7 +83,7 @@ impl Run<'_> {
         let row = sqlx::query(AssertSqlSafe(self.store.sql().slot_usage.as_str()))
             .bind(slot_id.get())
             .bind(self.now_param(now))
-            .fetch_one(&mut *self.conn)
+            .fetch_one(self.conn.get().await?)
             .await
             .map_err(map_err)?;
         usage_from_row(&row)
@@ -89,7 +98,7 @@ impl slot_booking::TransactionPools for PostgresWrites<'_> {
         pool_id: PoolId,
         now: Timestamp,
     ) -> Result<Option<PoolUsage>, StoreError> {
-        Ok(self.run.get_pool(pool_id, now).await?.outcome)
+        Ok(self.run().get_pool(pool_id, now).await?.outcome)
     }
 
     async fn slot_usage(
@@ -97,6 +106,6 @@ impl slot_booking::TransactionPools for PostgresWrites<'_> {
         slot_id: SlotId,
         now: Timestamp,
     ) -> Result<Option<SlotUsage>, StoreError> {
-        self.run.slot_usage_at(slot_id, now).await
+        self.run().slot_usage_at(slot_id, now).await
     }
 }

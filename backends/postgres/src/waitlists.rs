@@ -79,7 +79,7 @@ use slot_booking::{EntryId, JoinOutcome, JoinRequest, WaitlistEntry};
 use sqlx::Connection;
 
 use super::*;
-use crate::sql::{now, H_COLUMNS};
+use crate::fragments::{now, H_COLUMNS};
 use crate::writes::slot_limits;
 
 /// The columns [`entry_from_row`] reads, of the entries aliased `e`.
@@ -269,7 +269,7 @@ impl Run<'_> {
             .unwrap_or(i64::MAX);
         let now = self.now_param(hold.now);
         for _ in 0..3 {
-            let mut tx = (*self.conn).begin().await.map_err(map_err)?;
+            let mut tx = self.conn.get().await?.begin().await.map_err(map_err)?;
             let joined = sqlx::query(AssertSqlSafe(sql.join.as_str()))
                 .bind(hold.slot_id.get())
                 .bind(hold.key.as_str())
@@ -362,7 +362,7 @@ impl Run<'_> {
         let row = sqlx::query(AssertSqlSafe(inner.waitlists.by_key.as_str()))
             .bind(hold.key.as_str())
             .bind(self.now_param(hold.now))
-            .fetch_one(&mut *self.conn)
+            .fetch_one(self.conn.get().await?)
             .await
             .map_err(map_err)?;
         let at: Timestamp = row.try_get("decided_at").map_err(map_err)?;
@@ -424,7 +424,7 @@ impl Run<'_> {
         let sql = &inner.waitlists;
         let (any, owner) = scope.as_filter();
         let now = self.now_param(now);
-        let mut tx = (*self.conn).begin().await.map_err(map_err)?;
+        let mut tx = self.conn.get().await?.begin().await.map_err(map_err)?;
         let row = sqlx::query(AssertSqlSafe(sql.leave.as_str()))
             .bind(entry_id.0)
             .bind(now)
@@ -459,7 +459,7 @@ impl Run<'_> {
         let row = sqlx::query(AssertSqlSafe(inner.waitlists.entry.as_str()))
             .bind(entry_id.0)
             .bind(self.now_param(now))
-            .fetch_one(&mut *self.conn)
+            .fetch_one(self.conn.get().await?)
             .await
             .map_err(map_err)?;
         let at: Timestamp = row.try_get("decided_at").map_err(map_err)?;
@@ -472,7 +472,7 @@ impl Run<'_> {
         let inner = self.waitlist_sql();
         let row = sqlx::query(AssertSqlSafe(inner.waitlists.key_waits.as_str()))
             .bind(key)
-            .fetch_one(&mut *self.conn)
+            .fetch_one(self.conn.get().await?)
             .await
             .map_err(map_err)?;
         row.try_get("waits").map_err(map_err)
@@ -482,5 +482,5 @@ impl Run<'_> {
 // Every waitlist operation on a connection of the pool, through the same statements.
 slot_booking::forward_store!(
     impl[] WaitlistStore for PostgresStore,
-    |this| this.pooled().await?
+    |this| this.pooled()
 );

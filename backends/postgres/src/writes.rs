@@ -4,6 +4,7 @@
 use super::*;
 
 /// What a hold-inserting statement did.
+#[derive(Debug)]
 pub(crate) enum Insert {
     /// Took a unit and stored the hold.
     Created(Decided<Hold>),
@@ -18,32 +19,32 @@ pub(crate) enum Insert {
 /// The connection a [`Run`] works on, and how its statements stand to a transaction.
 #[derive(Debug)]
 pub(crate) enum Conn<'a> {
-    /// A connection of the pool for this call, outside any transaction: each statement
-    /// commits by itself, and one that fails undoes itself and nothing else. No savepoint is
-    /// needed, nor its round trips.
-    Pooled(PoolConnection<Postgres>),
+    /// A connection of the pool for this call, taken at the call's first statement (so a
+    /// hold waiting for its slot's group commit holds none, `group.rs`), outside any
+    /// transaction: each statement commits by itself, and one that fails undoes itself and
+    /// nothing else. No savepoint is needed, nor its round trips.
+    Pooled(PgPool, Option<PoolConnection<Postgres>>),
     /// The caller's connection, usually inside the caller's transaction, where a failing
     /// statement would abort the whole transaction: the hold's statements, whose key may be
     /// taken by design, run under a savepoint.
     Caller(&'a mut PgConnection),
 }
 
-impl std::ops::Deref for Conn<'_> {
-    type Target = PgConnection;
-
-    fn deref(&self) -> &PgConnection {
+impl Conn<'_> {
+    /// The connection to run a statement on: the caller's, or the pool's for this call (taken
+    /// now if this is the call's first statement). Not a round trip: with
+    /// `test_before_acquire(false)` (as [`PostgresStore::connect`] builds its pool) the pool
+    /// hands out an idle connection as it is, exactly as running a statement on the pool did.
+    pub(crate) async fn get(&mut self) -> Result<&mut PgConnection, StoreError> {
         match self {
-            Conn::Pooled(conn) => conn,
-            Conn::Caller(conn) => conn,
-        }
-    }
-}
-
-impl std::ops::DerefMut for Conn<'_> {
-    fn deref_mut(&mut self) -> &mut PgConnection {
-        match self {
-            Conn::Pooled(conn) => conn,
-            Conn::Caller(conn) => conn,
+            Conn::Pooled(pool, conn) => {
+                if conn.is_none() {
+                    *conn = Some(pool.acquire().await.map_err(map_err)?);
+                }
+                conn.as_deref_mut()
+                    .ok_or_else(|| StoreError::failed("the pool's connection went missing"))
+            }
+            Conn::Caller(conn) => Ok(conn),
         }
     }
 }
@@ -66,16 +67,12 @@ impl PostgresStore {
         &self.inner.events
     }
 
-    /// The operations on a connection of the pool, acquired for one call. Not a round trip:
-    /// with `test_before_acquire(false)` (as [`PostgresStore::connect`] builds its pool) the
-    /// pool hands out an idle connection as it is, exactly as running a statement on the pool
-    /// did.
-    pub(crate) async fn pooled(&self) -> Result<Run<'static>, StoreError> {
-        let conn = self.pool.acquire().await.map_err(map_err)?;
-        Ok(Run {
+    /// The operations on a connection of the pool, taken for one call at its first statement.
+    pub(crate) fn pooled(&self) -> Run<'static> {
+        Run {
             store: self.clone(),
-            conn: Conn::Pooled(conn),
-        })
+            conn: Conn::Pooled(self.pool.clone(), None),
+        }
     }
 }
 
@@ -95,44 +92,88 @@ impl Run<'_> {
             .bind(slot.capacity)
             .bind(slot.resource.as_ref().map(ResourceId::as_str))
             .bind(self.now_param(now))
-            .fetch_one(&mut *self.conn)
+            .fetch_one(self.conn.get().await?)
             .await
             .map_err(map_err)?;
         slot_from_row(&row)
     }
 
-    /// Places a hold: the hold's statements (under a savepoint on the caller's connection),
-    /// then, when they stored nothing, one read to say why.
+    /// Places a hold: the fast statement, then, only when it found no unit and expired holds
+    /// might make room, the reclaiming one (under a savepoint on the caller's connection), then,
+    /// when they stored nothing, one read to say why.
+    ///
+    /// The fast statement needs no savepoint, even inside the caller's transaction: it checks
+    /// the key at its snapshot before it takes anything, so a key in use is a refusal that
+    /// changes nothing and locks nothing, like a slot without units; only a key that a
+    /// concurrent transaction inserted after that snapshot fails it (see [`Run::key_raced`]).
+    /// So a hold that is created, replayed or refused in that statement costs one round trip,
+    /// on the pool and in the caller's transaction alike.
     pub(crate) async fn create_hold(
         &mut self,
         request: HoldRequest<'_>,
     ) -> Result<Decided<HoldOutcome>, StoreError> {
         let request = &request;
-        // On the pool path each statement is its own transaction: a unique violation undoes
-        // that statement alone, and the fast path stays one round trip.
-        let savepoint = matches!(self.conn, Conn::Caller(_)) && self.open_savepoint().await?;
-        let inserted = self.insert_hold(request, savepoint).await;
-        let inserted = if savepoint {
-            // Keep a stored hold. Undo anything else: a refused attempt (a unique violation
-            // that aborted the savepoint, or a reclaim that gave expired units back without
-            // taking one, whose slot row lock goes with it) or a failure, which would leave the
-            // caller's transaction aborted.
-            let end = match inserted {
-                Ok(Insert::Created(_)) => sql::RELEASE_HOLD_SAVEPOINT,
-                _ => sql::UNDO_HOLD_SAVEPOINT,
-            };
-            let ended = (&mut *self.conn).execute(end).await.map_err(map_err);
-            // A failed statement's own error says more than its undo's.
-            let inserted = inserted?;
-            ended?;
-            inserted
-        } else {
-            inserted?
+        let inner = Arc::clone(&self.store.inner);
+        let sql = &inner.sql;
+        // On the pool, together with the other holds of the slot placed meanwhile (`group.rs`).
+        let fast = match self.conn {
+            Conn::Pooled(..) => self.fast_hold(request, &sql.hold_fast).await?,
+            Conn::Caller(_) => self.try_insert_hold(&sql.hold_fast, request).await?,
+        };
+        let inserted = match fast {
+            Insert::NoUnit => self.hold_with_reclaim(request).await?,
+            Insert::KeyTaken if matches!(self.conn, Conn::Caller(_)) => {
+                return self.key_raced(request).await;
+            }
+            done => done,
         };
         match inserted {
             Insert::Created(hold) => Ok(created(hold)),
             Insert::Refused(outcome) => Ok(outcome),
             Insert::NoUnit | Insert::KeyTaken => self.explain(request).await,
+        }
+    }
+
+    /// The reclaiming statements of a hold the fast statement found no unit for: lock the slot,
+    /// then its pools, reclaim its expired holds, decrement once more and insert, all in one
+    /// statement (atomic; a unique violation undoes the reclaim as well); when only pools were
+    /// short, give back their slots' expired holds in a step of its own and try once more
+    /// (`pools.rs`). On the caller's connection they run under a savepoint: kept when they
+    /// stored the hold, undone otherwise (a refused attempt, whose reclaim and slot row lock go
+    /// with it, or a failure, which would leave the caller's transaction aborted).
+    async fn hold_with_reclaim(&mut self, request: &HoldRequest<'_>) -> Result<Insert, StoreError> {
+        let savepoint = matches!(self.conn, Conn::Caller(_)) && self.open_savepoint().await?;
+        let inserted = self.hold_reclaiming(request, savepoint).await;
+        if !savepoint {
+            return inserted;
+        }
+        let end = match inserted {
+            Ok(Insert::Created(_)) => sql::RELEASE_HOLD_SAVEPOINT,
+            _ => sql::UNDO_HOLD_SAVEPOINT,
+        };
+        let ended = self.conn.get().await?.execute(end).await.map_err(map_err);
+        // A failed statement's own error says more than its undo's.
+        let inserted = inserted?;
+        ended?;
+        Ok(inserted)
+    }
+
+    /// The fast statement on the caller's connection failed on its key: a concurrent
+    /// transaction inserted it after the statement's snapshot. Outside a transaction block the
+    /// statement undid only itself, and the key's hold says why, as on the pool. Inside one,
+    /// the failed statement aborted the caller's transaction (the read finds it so, SQLSTATE
+    /// `25P02`): [`StoreError::unavailable`], for the caller to roll back and run the
+    /// transaction again, when the key replays or is refused as reused.
+    async fn key_raced(
+        &mut self,
+        request: &HoldRequest<'_>,
+    ) -> Result<Decided<HoldOutcome>, StoreError> {
+        match self.explain(request).await {
+            Err(error) if transaction_aborted(&error) => Err(StoreError::unavailable(
+                "a concurrent transaction inserted this hold's idempotency key first, which \
+                 aborted the caller's transaction: roll it back and run it again",
+            )),
+            answer => answer,
         }
     }
 
@@ -142,33 +183,11 @@ impl Run<'_> {
     /// commits by itself and one that fails undoes only itself, as on the pool path, so there
     /// is nothing for a savepoint to protect.
     pub(crate) async fn open_savepoint(&mut self) -> Result<bool, StoreError> {
-        match (&mut *self.conn).execute(sql::HOLD_SAVEPOINT).await {
+        match self.conn.get().await?.execute(sql::HOLD_SAVEPOINT).await {
             Ok(_) => Ok(true),
             Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("25P01") => Ok(false),
             Err(error) => Err(map_err(error)),
         }
-    }
-
-    /// The hold's statements: the fast one, then, only when it found no unit and its refusal
-    /// is not final (expired holds might make room), the one that reclaims expired holds.
-    /// `NoUnit` and `KeyTaken` are left for [`Run::explain`].
-    pub(crate) async fn insert_hold(
-        &mut self,
-        request: &HoldRequest<'_>,
-        savepoint: bool,
-    ) -> Result<Insert, StoreError> {
-        let inner = Arc::clone(&self.store.inner);
-        let sql = &inner.sql;
-        // Fast path, one round trip: decrement and insert in one statement, or say why not.
-        match self.try_insert_hold(&sql.hold_fast, request).await? {
-            Insert::NoUnit => {}
-            done => return Ok(done),
-        }
-        // No unit (or a slot drawing from pools): lock the slot, then its pools, reclaim its
-        // expired holds, decrement once more and insert, all in one statement (atomic; a
-        // unique violation undoes the reclaim as well); when only pools were short, give back
-        // their slots' expired holds in a step of its own and try once more (`pools.rs`).
-        self.hold_reclaiming(request, savepoint).await
     }
 
     /// Runs the fast hold-inserting statement.
@@ -185,7 +204,7 @@ impl Run<'_> {
             .bind(interval(lifetime)?)
             .bind(request.quantity)
             .bind(request.owner.map(OwnerId::as_str))
-            .fetch_optional(&mut *self.conn)
+            .fetch_optional(self.conn.get().await?)
             .await;
         match inserted {
             // The key belongs to a booking of several lines: `explain` reads all of it.
@@ -211,7 +230,7 @@ impl Run<'_> {
             .bind(request.slot_id.get())
             .bind(request.key.as_str())
             .bind(self.now_param(request.now))
-            .fetch_one(&mut *self.conn)
+            .fetch_one(self.conn.get().await?)
             .await
             .map_err(map_err)?;
         let (at, key_holder, limits) = refusal_facts(&row)?;
@@ -259,7 +278,7 @@ impl Run<'_> {
             query = query.bind(interval(duration)?);
         }
         let updated = query
-            .fetch_optional(&mut *self.conn)
+            .fetch_optional(self.conn.get().await?)
             .await
             .map_err(map_err)?;
         if let Some(row) = updated {
@@ -342,8 +361,26 @@ impl Run<'_> {
         through: EventPosition,
     ) -> Result<bool, StoreError> {
         let inner = Arc::clone(&self.store.inner);
-        events::acknowledge_on(&mut self.conn, &inner.events, consumer, holder, through).await
+        events::acknowledge_on(
+            self.conn.get().await?,
+            &inner.events,
+            consumer,
+            holder,
+            through,
+        )
+        .await
     }
+}
+
+/// Whether `error` is PostgreSQL's "current transaction is aborted" (SQLSTATE `25P02`).
+fn transaction_aborted(error: &StoreError) -> bool {
+    std::error::Error::source(error)
+        .and_then(|source| source.downcast_ref::<sqlx::Error>())
+        .and_then(|error| match error {
+            sqlx::Error::Database(db) => db.code(),
+            _ => None,
+        })
+        .is_some_and(|code| code == "25P02")
 }
 
 /// Whether a row of the fast hold statement is the created hold (`took`) or its refusal.

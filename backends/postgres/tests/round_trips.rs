@@ -35,12 +35,20 @@ struct Names<'a> {
     found: bool,
 }
 
+impl Names<'_> {
+    /// The schema's statements, and the savepoints the store opens in a caller's transaction
+    /// (which name no table).
+    fn see(&mut self, text: &str) {
+        self.found |= text.contains(self.schema) || text.contains("SAVEPOINT slot_booking_hold");
+    }
+}
+
 impl Visit for Names<'_> {
     fn record_str(&mut self, _: &Field, value: &str) {
-        self.found |= value.contains(self.schema);
+        self.see(value);
     }
     fn record_debug(&mut self, _: &Field, value: &dyn std::fmt::Debug) {
-        self.found |= format!("{value:?}").contains(self.schema);
+        self.see(&format!("{value:?}"));
     }
 }
 
@@ -84,6 +92,28 @@ async fn counted(
     (outcome, count.load(Ordering::SeqCst))
 }
 
+/// The same for a hold inside the caller's transaction `tx` (`PostgresStore::on`).
+async fn counted_in(
+    store: &PostgresStore,
+    tx: &mut sqlx::PgConnection,
+    slot: SlotId,
+    k: &str,
+    quantity: i32,
+    now: Timestamp,
+) -> (HoldOutcome, usize) {
+    use slot_booking::TransactionWrites;
+    let count = Arc::new(AtomicUsize::new(0));
+    let _counting = tracing::subscriber::set_default(StatementCounter {
+        count: Arc::clone(&count),
+        schema: format!("\"{}\".", store.schema()),
+    });
+    let k = key(k);
+    let mut wanted = request(slot, &k, now);
+    wanted.quantity = quantity;
+    let outcome = store.on(tx).create_hold(wanted).await.unwrap().outcome;
+    (outcome, count.load(Ordering::SeqCst))
+}
+
 // One test in this binary, on the current-thread runtime: the store's statements run on the
 // thread whose default subscriber counts them, and no other test's thread registers a
 // subscriber of its own meanwhile (tracing caches which subscribers want an event per call
@@ -93,6 +123,7 @@ async fn hold_round_trips() {
     a_refusal_without_expired_holds_costs_one_round_trip().await;
     expired_holds_still_take_the_reclaiming_statement().await;
     a_waiting_line_refuses_in_one_round_trip().await;
+    a_hold_in_the_callers_transaction_costs_one_round_trip().await;
 }
 
 async fn a_refusal_without_expired_holds_costs_one_round_trip() {
@@ -121,6 +152,15 @@ async fn a_refusal_without_expired_holds_costs_one_round_trip() {
         "{reused:?}"
     );
     assert_eq!(statements, 1, "a reused key on a full slot");
+    // And where units are left: the key is checked before any unit is taken.
+    let roomy = slot(store, 5).await;
+    let (elsewhere, statements) = counted(store, roomy, "a", 2, at(20)).await;
+    assert!(
+        matches!(elsewhere, HoldOutcome::KeyReused(Some(_))),
+        "{elsewhere:?}"
+    );
+    assert_eq!(statements, 1, "a key in use on a slot with units left");
+    assert_eq!(counts(store, roomy).await, (5, 5, 0, 0));
 
     // More than the slot's capacity, a missing slot, a closed one and a started one.
     let (too_many, statements) = counted(store, full, "c", 3, at(30)).await;
@@ -198,4 +238,40 @@ async fn a_waiting_line_refuses_in_one_round_trip() {
     assert_eq!(reused, HoldOutcome::KeyReused(None));
     assert_eq!(statements, 1, "the key of a waiting entry");
     assert_eq!(counts(store, slot_id).await, (2, 1, 1, 0));
+}
+
+/// Inside the caller's transaction a hold costs what it costs on the pool: one statement
+/// whether it is created, replayed or refused, and no savepoint, since the statement checks
+/// its key before it takes anything and refuses by changing nothing; the transaction stays
+/// usable and commits what it placed.
+async fn a_hold_in_the_callers_transaction_costs_one_round_trip() {
+    let Some(ctx) = setup("round_trips_in_tx").await else {
+        return;
+    };
+    let store = &ctx.store;
+    let roomy = slot(store, 3).await;
+    let mut tx = ctx.pool().begin().await.unwrap();
+    let (created, statements) = counted_in(store, &mut tx, roomy, "a", 2, at(0)).await;
+    assert!(matches!(created, HoldOutcome::Created(_)), "{created:?}");
+    assert_eq!(statements, 1, "a hold placed in the caller's transaction");
+    let (replayed, statements) = counted_in(store, &mut tx, roomy, "a", 2, at(5)).await;
+    assert!(matches!(replayed, HoldOutcome::Replayed(_)), "{replayed:?}");
+    assert_eq!(statements, 1, "a replay in the caller's transaction");
+    let (reused, statements) = counted_in(store, &mut tx, roomy, "a", 1, at(5)).await;
+    assert!(
+        matches!(reused, HoldOutcome::KeyReused(Some(_))),
+        "{reused:?}"
+    );
+    assert_eq!(statements, 1, "a reused key in the caller's transaction");
+    let (sold_out, statements) = counted_in(store, &mut tx, roomy, "b", 2, at(5)).await;
+    assert_eq!(sold_out, HoldOutcome::SoldOut);
+    assert_eq!(
+        statements, 1,
+        "a sold-out refusal in the caller's transaction"
+    );
+    let (last, statements) = counted_in(store, &mut tx, roomy, "c", 1, at(10)).await;
+    assert!(matches!(last, HoldOutcome::Created(_)), "{last:?}");
+    assert_eq!(statements, 1, "still usable after the refusals");
+    tx.commit().await.unwrap();
+    assert_eq!(counts(store, roomy).await, (3, 0, 3, 0));
 }

@@ -390,7 +390,7 @@ async fn writes_on_a_connection_outside_a_transaction_commit_by_themselves() {
     let mut within = engine.within(ctx.store.on(&mut conn));
     let placed = within.hold(slot_id, "plain").await.unwrap();
     assert!(!placed.replayed);
-    // A unit is free, so the replay's statement meets the key's unique violation.
+    // A unit is free, and the statement finds the key in use before it takes it.
     assert!(within.hold(slot_id, "plain").await.unwrap().replayed);
     within.hold(slot_id, "second").await.unwrap();
     assert!(matches!(
@@ -611,4 +611,97 @@ async fn a_line_changed_in_a_transaction_changes_its_whole_booking() {
     assert_eq!((remaining(x).await, remaining(y).await), (2, 1));
     assert_invariant(&ctx.store, x).await;
     assert_invariant(&ctx.store, y).await;
+}
+
+/// Two transactions placing holds with one key: the second one's statement waits for the
+/// first's slot row and then meets the first's key, committed after its snapshot. Its failure
+/// aborts its transaction, so it gets a transient error (not a refusal that would pretend the
+/// transaction is usable); run again, the key replays. Outside a transaction block the same
+/// race is answered as on the pool: the statement undid only itself, and the key replays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_raced_by_another_transaction_aborts_the_loser_with_a_transient_error() {
+    use slot_booking::{HoldOutcome, TransactionWrites};
+    let Some(ctx) = setup("tx_key_race").await else {
+        return;
+    };
+    let (engine, _clock) = engine(&ctx.store);
+    let slot_id = engine_slot(&engine, 5).await;
+    for in_transaction in [true, false] {
+        let k = key(if in_transaction {
+            "raced-in-tx"
+        } else {
+            "raced-outside"
+        });
+        let mut first = ctx.pool().begin().await.unwrap();
+        let placed = ctx
+            .store
+            .on(&mut first)
+            .create_hold(request(slot_id, &k, at(0)))
+            .await
+            .unwrap();
+        assert!(matches!(placed.outcome, HoldOutcome::Created(_)));
+        let second = {
+            let (store, pool, k) = (ctx.store.clone(), ctx.pool().clone(), k.clone());
+            tokio::spawn(async move {
+                let mut conn = pool.acquire().await.unwrap();
+                if in_transaction {
+                    let mut tx = conn.begin().await.unwrap();
+                    let answer = store
+                        .on(&mut tx)
+                        .create_hold(request(slot_id, &k, at(1)))
+                        .await;
+                    let aborted = sqlx::query("SELECT 1").execute(&mut *tx).await.is_err();
+                    tx.rollback().await.unwrap();
+                    (answer, aborted)
+                } else {
+                    let answer = store
+                        .on(&mut conn)
+                        .create_hold(request(slot_id, &k, at(1)))
+                        .await;
+                    (answer, false)
+                }
+            })
+        };
+        // The second waits for the first's slot row.
+        let s = ctx.schema();
+        let watcher = ctx.url_pool().await;
+        loop {
+            let waiting: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
+                 WHERE NOT l.granted AND a.query LIKE '%' || $1 || '%'",
+            )
+            .bind(format!("\"{s}\".slots SET remaining"))
+            .fetch_one(&watcher)
+            .await
+            .unwrap();
+            if waiting > 0 {
+                break;
+            }
+            tokio::time::sleep(StdDuration::from_millis(5)).await;
+        }
+        first.commit().await.unwrap();
+        let (answer, aborted) = second.await.unwrap();
+        if in_transaction {
+            let error = answer.expect_err("the loser's transaction is aborted");
+            assert!(error.is_transient(), "{error}");
+            assert!(aborted, "the transaction was aborted indeed");
+        } else {
+            assert!(
+                matches!(answer.unwrap().outcome, HoldOutcome::Replayed(_)),
+                "outside a transaction block the race replays"
+            );
+        }
+        // Run again: the key replays.
+        let mut again = ctx.pool().begin().await.unwrap();
+        let replayed = ctx
+            .store
+            .on(&mut again)
+            .create_hold(request(slot_id, &k, at(2)))
+            .await
+            .unwrap();
+        assert!(matches!(replayed.outcome, HoldOutcome::Replayed(_)));
+        again.commit().await.unwrap();
+    }
+    assert_eq!(counts(&ctx.store, slot_id).await, (5, 3, 2, 0));
+    assert_invariant(&ctx.store, slot_id).await;
 }
