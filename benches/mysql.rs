@@ -292,6 +292,8 @@ impl Drop for Database {
 
 async fn admin_pool(server: &str) -> Result<MySqlPool, sqlx::Error> {
     MySqlPoolOptions::new()
+        .idle_timeout(None)
+        .max_lifetime(None)
         .max_connections(1)
         .acquire_timeout(Duration::from_secs(5))
         .connect(&format!("{server}/mysql"))
@@ -313,6 +315,8 @@ async fn store_pool(url: &str, connections: u32) -> MySqlPool {
 /// The same, with the causal wait off (`wsrep_sync_wait = 0`).
 async fn no_wait_pool(url: &str, connections: u32) -> MySqlPool {
     MySqlPoolOptions::new()
+        .idle_timeout(None)
+        .max_lifetime(None)
         .max_connections(connections)
         .min_connections(connections)
         .test_before_acquire(false)

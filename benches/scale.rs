@@ -329,6 +329,8 @@ async fn sqlite_bare_one(pool: &SqlitePool, from: DateTime<Utc>, to: DateTime<Ut
 
 async fn pg_pool(url: &str, connections: u32) -> PgPool {
     PgPoolOptions::new()
+        .idle_timeout(None)
+        .max_lifetime(None)
         .max_connections(connections)
         .min_connections(connections)
         .test_before_acquire(false)

@@ -14,6 +14,8 @@ pub const CONNECTIONS: u32 = 8;
 
 pub async fn pool(url: &str) -> PgPool {
     PgPoolOptions::new()
+        .idle_timeout(None)
+        .max_lifetime(None)
         .max_connections(CONNECTIONS)
         .min_connections(CONNECTIONS)
         .test_before_acquire(false)

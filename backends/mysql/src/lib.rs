@@ -194,10 +194,15 @@ impl MySqlStore {
     /// (`wsrep_on`), to causal reads and writes (`wsrep_sync_wait = 15`): a statement first
     /// waits until the node has applied every transaction the cluster committed before it, so
     /// a client whose next request lands on another node (a confirm after its hold, a read
-    /// after its cancel) finds its own writes there.
+    /// after its cancel) finds its own writes there. The connections stay open (no idle
+    /// timeout, no maximum lifetime): with either set, sqlx 0.9.0 runs a reaper task that can
+    /// spin on one core for good and never let its runtime shut down (launchbadge/sqlx#3645;
+    /// it hung a CI run of this crate).
     pub fn pool_options() -> MySqlPoolOptions {
         MySqlPoolOptions::new()
             .max_connections(DEFAULT_MAX_CONNECTIONS)
+            .idle_timeout(None)
+            .max_lifetime(None)
             .after_connect(|conn, _| {
                 Box::pin(async move {
                     conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")

@@ -132,6 +132,8 @@ async fn a_node_killed_under_load_loses_no_acknowledged_hold() {
     // Every node, through fresh connections (causal reads: each has applied everything).
     for node in common::cluster() {
         let pool = sqlx::mysql::MySqlPoolOptions::new()
+            .idle_timeout(None)
+            .max_lifetime(None)
             .max_connections(1)
             .connect(&guard.url_on(&node))
             .await

@@ -109,6 +109,8 @@ async fn writes_that_change_nothing_append_no_event() {
 /// A store on `url` whose lock waits give up after a second (error 1205, a conflict).
 async fn impatient_store(url: &str, policy: RetryPolicy) -> MySqlStore {
     let pool = sqlx::mysql::MySqlPoolOptions::new()
+        .idle_timeout(None)
+        .max_lifetime(None)
         .max_connections(4)
         .after_connect(|conn, _| {
             Box::pin(async move {
@@ -271,6 +273,8 @@ async fn a_cancelled_step_leaves_no_write_refused() {
     let owned = common::owned_store("cancelled").await;
     let url = owned.guard.url();
     let pool = sqlx::mysql::MySqlPoolOptions::new()
+        .idle_timeout(None)
+        .max_lifetime(None)
         .max_connections(1)
         .connect(&url)
         .await
@@ -335,4 +339,14 @@ async fn a_cancelled_step_leaves_no_write_refused() {
         .unwrap()
         .outcome;
     assert!(matches!(again, HoldOutcome::Created(_)), "{again:?}");
+}
+
+/// The pool of `connect` keeps its connections (no idle timeout, no maximum lifetime): with
+/// either, sqlx 0.9.0 runs a reaper task that can spin on one core for good and keep its
+/// runtime from shutting down (launchbadge/sqlx#3645: it hung a cluster suite in CI).
+#[test]
+fn connect_runs_no_pool_reaper() {
+    let options = MySqlStore::pool_options();
+    assert_eq!(options.get_idle_timeout(), None);
+    assert_eq!(options.get_max_lifetime(), None);
 }

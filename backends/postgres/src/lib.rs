@@ -476,11 +476,16 @@ impl PostgresStore {
     ///
     /// The pool does not ping a connection before handing it out
     /// (`test_before_acquire(false)`), so a hold is one round trip; a connection that died
-    /// while idle fails its next call with [`StoreError::unavailable`]. Build your own pool
-    /// and use [`PostgresStore::new`] for other settings.
+    /// while idle fails its next call with [`StoreError::unavailable`]. It keeps its
+    /// connections open (no idle timeout, no maximum lifetime): with either set, sqlx 0.9.0
+    /// runs a reaper task that can spin on one core for good and never let its runtime shut
+    /// down (launchbadge/sqlx#3645; it hung a CI run of this crate). Build your own pool and use
+    /// [`PostgresStore::new`] for other settings.
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
         let pool = PgPoolOptions::new()
             .max_connections(DEFAULT_MAX_CONNECTIONS)
+            .idle_timeout(None)
+            .max_lifetime(None)
             // sqlx pings every connection it hands out by default: a second round trip on
             // every call. A connection that died is reported as unavailable instead.
             .test_before_acquire(false)

@@ -356,6 +356,8 @@ async fn elsewhere(url: &str) -> PgPool {
     }
     let options: sqlx::postgres::PgConnectOptions = url.parse().unwrap();
     sqlx::postgres::PgPoolOptions::new()
+        .idle_timeout(None)
+        .max_lifetime(None)
         .max_connections(1)
         .connect_with(options.database("slot_booking_elsewhere"))
         .await

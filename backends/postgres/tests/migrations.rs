@@ -43,6 +43,8 @@ impl Host {
             .unwrap();
         let options: PgConnectOptions = url.parse().unwrap();
         let pool = PgPoolOptions::new()
+            .idle_timeout(None)
+            .max_lifetime(None)
             .max_connections(connections)
             .connect_with(options.options([("search_path", schema.as_str())]))
             .await
@@ -172,6 +174,8 @@ async fn concurrent_migrations_apply_once() {
             let (url, schema) = (url.clone(), schema.clone());
             tokio::spawn(async move {
                 let pool = PgPoolOptions::new()
+                    .idle_timeout(None)
+                    .max_lifetime(None)
                     .max_connections(1)
                     .connect(&url)
                     .await

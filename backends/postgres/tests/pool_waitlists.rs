@@ -550,6 +550,8 @@ async fn a_race_on_the_slots_of_one_pool_oversells_nothing_and_jumps_no_line() {
     drop(conn);
 
     let connections = PgPoolOptions::new()
+        .idle_timeout(None)
+        .max_lifetime(None)
         .max_connections(24)
         .acquire_timeout(StdDuration::from_secs(60))
         .connect(&ctx.url)

@@ -283,6 +283,8 @@ async fn a_booking_reads_its_lines_only_in_the_generic_plan() {
     )
     .await;
     let connection = sqlx::postgres::PgPoolOptions::new()
+        .idle_timeout(None)
+        .max_lifetime(None)
         .max_connections(1)
         .after_connect(|conn, _| {
             Box::pin(async move {

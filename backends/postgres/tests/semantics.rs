@@ -115,6 +115,8 @@ async fn store_errors_are_mapped() {
 
     // Nothing listens on this port: unavailable.
     let pool = sqlx::postgres::PgPoolOptions::new()
+        .idle_timeout(None)
+        .max_lifetime(None)
         .acquire_timeout(std::time::Duration::from_secs(2))
         .connect_lazy("postgres://postgres@127.0.0.1:1/postgres")
         .unwrap();
@@ -128,6 +130,8 @@ async fn store_errors_are_mapped() {
 #[tokio::test]
 async fn schema_names_must_be_plain_identifiers() {
     let pool = sqlx::postgres::PgPoolOptions::new()
+        .idle_timeout(None)
+        .max_lifetime(None)
         .connect_lazy("postgres://localhost/none")
         .unwrap();
     for good in ["slot_booking", "x", "_a1", "a_b_c", &"s".repeat(63)] {
@@ -214,4 +218,18 @@ async fn tables_live_in_the_configured_schema() {
             "{written}: {slot_indexes:?}"
         );
     }
+}
+
+/// The pool of `connect` keeps its connections (no idle timeout, no maximum lifetime): with
+/// either, sqlx 0.9.0 runs a reaper task that can spin on one core for good
+/// (launchbadge/sqlx#3645).
+#[tokio::test]
+async fn connect_runs_no_pool_reaper() {
+    let Some(ctx) = setup("connect_runs_no_pool_reaper").await else {
+        return;
+    };
+    let store = PostgresStore::connect(&ctx.url).await.unwrap();
+    let options = store.pool().options();
+    assert_eq!(options.get_idle_timeout(), None);
+    assert_eq!(options.get_max_lifetime(), None);
 }

@@ -410,7 +410,12 @@ impl SqliteStore {
                 .idle_timeout(None)
                 .max_lifetime(None)
         } else {
-            SqlitePoolOptions::new().max_connections(DEFAULT_MAX_CONNECTIONS)
+            // Connections stay open: with an idle timeout or a maximum lifetime, sqlx 0.9.0
+            // runs a reaper task that can spin on one core for good (launchbadge/sqlx#3645).
+            SqlitePoolOptions::new()
+                .max_connections(DEFAULT_MAX_CONNECTIONS)
+                .idle_timeout(None)
+                .max_lifetime(None)
         }
         // sqlx pings every connection it hands out by default; a local file does not hang up.
         .test_before_acquire(false);

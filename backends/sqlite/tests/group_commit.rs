@@ -29,6 +29,8 @@ async fn counting_store(db: &TempDb, connections: u32, commits: &Arc<AtomicU64>)
     let options = SqliteStore::configure(SqliteConnectOptions::from_str(&db.url()).unwrap());
     let counter = Arc::clone(commits);
     let pool = SqlitePoolOptions::new()
+        .idle_timeout(None)
+        .max_lifetime(None)
         .max_connections(connections)
         .after_connect(move |conn, _| {
             let counter = Arc::clone(&counter);

@@ -121,3 +121,15 @@ async fn store_errors_are_mapped() {
     let err = store.get_slot(SlotId(1)).await.unwrap_err();
     assert_eq!(err.kind(), StoreErrorKind::Failed);
 }
+
+/// The pool of `connect` keeps its connections (no idle timeout, no maximum lifetime): with
+/// either, sqlx 0.9.0 runs a reaper task that can spin on one core for good
+/// (launchbadge/sqlx#3645).
+#[tokio::test]
+async fn connect_runs_no_pool_reaper() {
+    let db = TempDb::new("reaper");
+    let store = db.store().await;
+    let options = store.pool().options();
+    assert_eq!(options.get_idle_timeout(), None);
+    assert_eq!(options.get_max_lifetime(), None);
+}

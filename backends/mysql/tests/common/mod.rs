@@ -91,6 +91,8 @@ impl Drop for DatabaseGuard {
             runtime.block_on(async move {
                 let url = format!("{server}/mysql");
                 if let Ok(pool) = MySqlPoolOptions::new()
+                    .idle_timeout(None)
+                    .max_lifetime(None)
                     .max_connections(1)
                     .connect(&url)
                     .await
@@ -111,6 +113,8 @@ pub async fn database(server: &str, prefix: &str) -> DatabaseGuard {
     let name = unique_name(prefix);
     let url = format!("{server}/mysql");
     let pool = MySqlPoolOptions::new()
+        .idle_timeout(None)
+        .max_lifetime(None)
         .max_connections(1)
         .connect(&url)
         .await
@@ -212,6 +216,8 @@ pub async fn cluster_database(prefix: &str) -> (DatabaseGuard, Vec<MySqlStore>) 
     // on each node (causal read) until it has applied the `CREATE DATABASE`.
     for node in &nodes {
         let pool = MySqlPoolOptions::new()
+            .idle_timeout(None)
+            .max_lifetime(None)
             .max_connections(1)
             .connect(&format!("{node}/mysql"))
             .await

@@ -30,6 +30,8 @@ pub fn database_url(test: &str) -> Option<String> {
 
 pub async fn pool(url: &str) -> PgPool {
     PgPoolOptions::new()
+        .idle_timeout(None)
+        .max_lifetime(None)
         .max_connections(POOL_SIZE)
         .test_before_acquire(false)
         .acquire_timeout(StdDuration::from_secs(60))
@@ -77,7 +79,13 @@ impl Drop for SchemaGuard {
                 .build()
                 .unwrap();
             runtime.block_on(async move {
-                if let Ok(pool) = PgPoolOptions::new().max_connections(1).connect(&url).await {
+                if let Ok(pool) = PgPoolOptions::new()
+                    .idle_timeout(None)
+                    .max_lifetime(None)
+                    .max_connections(1)
+                    .connect(&url)
+                    .await
+                {
                     let _ = sqlx::query(AssertSqlSafe(format!(
                         "DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"
                     )))
@@ -268,6 +276,8 @@ pub async fn owned_store(test: &str) -> Option<OwnedStore> {
 /// A pool of one connection, whose statistics [`flush_statistics`] can send.
 pub async fn one_connection(url: &str) -> PgPool {
     PgPoolOptions::new()
+        .idle_timeout(None)
+        .max_lifetime(None)
         .max_connections(1)
         .connect(url)
         .await
