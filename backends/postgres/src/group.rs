@@ -83,7 +83,10 @@ impl GroupStatements {
             // version once locked). `t`: the requests whose running total fits the `remaining`
             // the lock returned. The new `remaining` is computed from that locked value, which
             // nobody changes while the lock is held (see `sql.rs`, "Deciding on the locked
-            // row"). The keys last, as in the fast statement, and in key order: two groups of
+            // row"), and `capacity` is written from it too: the update checks the CHECK
+            // constraints first on a projection from the row as of its snapshot, and the locked
+            // `remaining` beside a snapshot's `capacity` fails `remaining <= capacity` after a
+            // concurrent raise (see `sql.rs`, `reclaim_then_change`). The keys last, as in the fast statement, and in key order: two groups of
             // two slots whose keys overlap (a client retrying on another slot) wait for each
             // other's keys in one order, never in a circle (the lock order is the slot's row,
             // then the keys by key).
@@ -95,7 +98,7 @@ impl GroupStatements {
                      WHERE NOT EXISTS ( \
                          SELECT 1 FROM {s}.hold_keys k WHERE k.idempotency_key = r.key)), \
                  sl AS ( \
-                     SELECT id, remaining FROM {s}.slots \
+                     SELECT id, remaining, capacity FROM {s}.slots \
                      WHERE id = $1 AND starts_at > {now} AND NOT closed \
                        AND removed_at IS NULL AND cardinality(pools) = 0 AND waiting = 0 \
                      FOR NO KEY UPDATE), \
@@ -106,7 +109,8 @@ impl GroupStatements {
                      WHERE q.upto <= sl.remaining), \
                  dec AS ( \
                      UPDATE {s}.slots s \
-                     SET remaining = (sl.remaining - (SELECT sum(t.quantity) FROM t))::int4 \
+                     SET remaining = (sl.remaining - (SELECT sum(t.quantity) FROM t))::int4, \
+                         capacity = sl.capacity \
                      FROM sl WHERE s.id = sl.id AND EXISTS (SELECT 1 FROM t) \
                      RETURNING s.id), \
                  ins AS ( \

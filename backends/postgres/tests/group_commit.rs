@@ -11,7 +11,8 @@ use slot_booking::{HoldOutcome, HoldStore, TransactionWrites};
 use slot_booking_postgres::PostgresStore;
 use sqlx::{AssertSqlSafe, Connection};
 
-/// Waits until some backend of the database waits for a lock of `kind` (`pg_locks.locktype`)
+/// Waits until some backend of the database waits for a lock of `kind` (`pg_locks.locktype`, a
+/// `LIKE` pattern)
 /// while running a statement that contains `text`: the signal that a statement reached the
 /// lock it is meant to wait for.
 async fn wait_for_lock(ctx: &Ctx, kind: &str, text: &str) {
@@ -24,7 +25,7 @@ async fn wait_for_locks(ctx: &Ctx, kind: &str, text: &str, n: i64) {
     for _ in 0..2_000 {
         let waiting: i64 = sqlx::query_scalar(
             "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
-             WHERE NOT l.granted AND l.locktype = $1 AND a.query LIKE '%' || $2 || '%'",
+             WHERE NOT l.granted AND l.locktype LIKE $1 AND a.query LIKE '%' || $2 || '%'",
         )
         .bind(kind)
         .bind(text)
@@ -344,4 +345,66 @@ async fn groups_sharing_keys_take_them_in_one_order() {
     assert!(store.group_commits().groups >= 2);
     assert_invariant(&store, a).await;
     assert_invariant(&store, b).await;
+}
+
+/// A group whose statement began before a capacity raise committed, and locked the slot's row
+/// after it, places its holds on the raised row: it writes `remaining` and `capacity` both from
+/// the row it locked (with `capacity` from its snapshot beside the locked `remaining`, the
+/// update's first constraint check failed `remaining <= capacity`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_group_behind_a_capacity_raise_places_its_holds() {
+    let Some(ctx) = setup("a_group_behind_a_capacity_raise_places_its_holds").await else {
+        return;
+    };
+    let store = Arc::new(ctx.store.clone());
+    let slot_id = slot(&*store, 3).await;
+    let s = ctx.schema();
+    // The raise, from 3 to 10 units, left uncommitted: it holds the slot's row.
+    let mut raiser = sqlx::PgConnection::connect(&ctx.url).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut raiser).await.unwrap();
+    sqlx::query(AssertSqlSafe(format!(
+        "UPDATE \"{s}\".slots SET capacity = 10, remaining = remaining + 7 WHERE id = $1"
+    )))
+    .bind(slot_id.get())
+    .execute(&mut raiser)
+    .await
+    .unwrap();
+    // A first hold takes the slot's lane and waits for the row; two more queue behind it.
+    let first = {
+        let store = Arc::clone(&store);
+        tokio::spawn(async move { hold(&*store, slot_id, "first", at(0)).await })
+    };
+    wait_for_lock(
+        &ctx,
+        "transactionid",
+        &format!("\"{s}\".slots SET remaining"),
+    )
+    .await;
+    let grouped: Vec<_> = ["g-1", "g-2"]
+        .into_iter()
+        .map(|k| {
+            let store = Arc::clone(&store);
+            tokio::spawn(async move { hold(&*store, slot_id, k, at(0)).await })
+        })
+        .collect();
+    while store.holds_waiting(slot_id) < 2 {
+        tokio::task::yield_now().await;
+    }
+    // The first caller goes away: the lane passes to the two queued, whose statement starts
+    // (its snapshot before the raise) and waits for the row too (for the row's tuple lock, when
+    // the first caller's statement still waits for the raise).
+    first.abort();
+    wait_for_lock(&ctx, "%", "WITH ORDINALITY").await;
+    sqlx::query("COMMIT").execute(&mut raiser).await.unwrap();
+    for task in grouped {
+        let outcome = task.await.unwrap();
+        assert!(matches!(outcome, HoldOutcome::Created(_)), "{outcome:?}");
+    }
+    assert!(store.group_commits().groups >= 1);
+    let (capacity, remaining, held, _) = counts(&store, slot_id).await;
+    assert_eq!(capacity, 10);
+    // The first caller's statement may still have run after it went away.
+    assert!(held == 2 || held == 3, "{held}");
+    assert_eq!(remaining, 10 - held);
+    assert_invariant(&store, slot_id).await;
 }
