@@ -303,11 +303,16 @@ async fn a_cancelled_step_leaves_no_write_refused() {
             .cancel_hold(hold.hold_id, &Scope::Anonymous, at(1))
             .await
     });
-    // The store's step waits for the hold's row: its transaction shows as waiting for a lock.
+    // The store's step waits for a row `other` locked: its locking read shows in the process
+    // list, and cannot finish while `other` is open. (`INNODB_TRX` is no signal: MariaDB 10.11
+    // can list such a transaction as `RUNNING` with id 0 for as long as it waits, which hung
+    // this test in CI.)
     let mut watcher = sqlx::MySqlConnection::connect(&url).await.unwrap();
+    let mut polls = 0;
     loop {
         let waiting: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'",
+            "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
+             WHERE DB = DATABASE() AND ID <> CONNECTION_ID() AND INFO LIKE '%FOR UPDATE%'",
         )
         .fetch_one(&mut watcher)
         .await
@@ -315,7 +320,9 @@ async fn a_cancelled_step_leaves_no_write_refused() {
         if waiting > 0 {
             break;
         }
-        tokio::task::yield_now().await;
+        polls += 1;
+        assert!(polls < 2_000, "the step never reached its locking read");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
     cancel.abort();
     assert!(cancel.await.unwrap_err().is_cancelled());
