@@ -17,6 +17,10 @@
 //!    hold-then-cancel with 8 tasks on two schemas alike but for the triggers (dropped on
 //!    the baseline), each followed by 3 listening engines, in alternating 2 s rounds; cancels
 //!    per second and the median cancel, and their ratios.
+//! 7. What following changes costs the writers now that followers read the event log (every
+//!    20 ms) beside the notifications, so that holds and bookings show on other instances:
+//!    holds on 1,000 slots with 8 connections, without and with 3 following engines (each
+//!    with its own pool), alternating rounds (`followers`).
 
 // criterion_group!/criterion_main! generate undocumented items.
 #![allow(missing_docs)]
@@ -425,6 +429,47 @@ async fn consumer_cost(url: &str) {
     );
 }
 
+/// Holds per second on 1,000 slots, 8 connections, without and with 3 engines following the
+/// schema's changes (`follow_changes`: notifications and the event log read every 20 ms, each
+/// engine on a pool of its own), alternating rounds of `RUN` on one schema: what following
+/// costs the writers.
+async fn follower_cost(url: &str) {
+    let schema = "sb_bench_followers";
+    let store = Arc::new(fresh_store(url, schema).await);
+    let engine = BookingEngine::new(Arc::clone(&store));
+    let ids = slots(&engine, 1_000, i32::MAX).await;
+    let (mut without, mut with) = (Vec::new(), Vec::new());
+    for round in 0..3 {
+        without.push(engine_holds(&engine, &ids, &format!("plain{round}")).await);
+        let mut followers = Vec::new();
+        for _ in 0..3 {
+            let pool = sqlx::postgres::PgPoolOptions::new()
+                .max_connections(2)
+                .connect(url)
+                .await
+                .unwrap();
+            let other = PostgresStore::with_schema(pool, schema).unwrap();
+            let follower = BookingEngine::new(other.clone());
+            let following = other.follow_changes(follower.invalidator()).await.unwrap();
+            followers.push((follower, following));
+        }
+        with.push(engine_holds(&engine, &ids, &format!("followed{round}")).await);
+        for (_, following) in followers {
+            following.stop().await;
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (a, b) = (median(&mut without), median(&mut with));
+    println!(
+        "postgres holds, 8 connections, 1,000 slots: {a:.0}/s with no follower, {b:.0}/s with 3 \
+         engines following (notifications and the event log every 20 ms), ratio {:.2}x",
+        b / a
+    );
+}
+
 /// 1,000 future slots and 1,000,000 holds spread evenly over them: 90% history (confirmed,
 /// cancelled, expired), 9% held and active, 1% (10 per slot) held but expired and not yet
 /// reclaimed.
@@ -792,6 +837,9 @@ fn main() {
     }
     if filter.as_deref().is_none_or(|f| "notify".contains(f)) {
         rt.block_on(notify_cost(&url));
+    }
+    if filter.as_deref().is_none_or(|f| "followers".contains(f)) {
+        rt.block_on(follower_cost(&url));
     }
     // Not by the criterion group's name, which contains "holds".
     if filter

@@ -23,6 +23,7 @@
 //! | `SHUTDOWN_GRACE_SECONDS` | `--shutdown-grace-seconds` | `10` | after SIGTERM/SIGINT, time for requests in flight |
 //! | `AVAILABILITY_PAGE_LIMIT` | `--availability-page-limit` | `1000` | most availability entries in one response (1–100,000); more are paged (`Link: rel="next"`) |
 //! | `REQUEST_LOG` | `--request-log` | `1` | `0` turns off the one `INFO` line per request |
+//! | `HISTORY_RETENTION_SECONDS` | `--history-retention-seconds` | `604800` | ended holds and delivered events older than this are deleted, so the event log stays bounded (`0`: kept forever) |
 //! | `ADMIN_TOKEN` | `--admin-token` | none | enables the `/admin/...` routes, each needing `Authorization: Bearer <token>` (16+ visible ASCII characters) |
 //! | `OWNER_SECRET` | `--owner-secret` | none | `Owner-Id` must be `<owner>.<hex HMAC-SHA256 of the owner>` signed with it (32+ visible ASCII characters) |
 //!

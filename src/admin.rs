@@ -47,7 +47,9 @@
 
 use crate::engine::{check_limit, guarded, BookingEngine};
 use crate::error::BookingError;
-use crate::model::{AvailabilityQuery, InvalidSlot, Page, PageRequest, Slot, SlotId};
+use crate::model::{
+    AvailabilityQuery, CapacityChange, InvalidSlot, Page, PageRequest, Slot, SlotId,
+};
 use crate::observe::{Op, Operation};
 use crate::store::{HoldStore, SlotAdmin, SlotChange};
 
@@ -57,14 +59,14 @@ pub use crate::model::{InvalidSlotCursor, SlotCursor, SlotPage, SlotSummary, Slo
 #[allow(deprecated)]
 pub use crate::SlotFilter;
 
-/// A capacity as the engine accepts it: `1..=i32::MAX`.
-pub(crate) fn checked_capacity(capacity: i32) -> Result<i32, BookingError> {
-    if capacity >= 1 {
-        Ok(capacity)
-    } else {
-        Err(BookingError::InvalidSlot(InvalidSlot::Capacity(
+/// A capacity change as the engine accepts it: a capacity it names outright in
+/// `1..=i32::MAX` (a move by any number of units is checked against the slot by the store).
+pub(crate) fn checked_capacity(change: CapacityChange) -> Result<CapacityChange, BookingError> {
+    match change.target() {
+        Some(capacity) if capacity < 1 => Err(BookingError::InvalidSlot(InvalidSlot::Capacity(
             capacity.into(),
-        )))
+        ))),
+        _ => Ok(change),
     }
 }
 
@@ -72,8 +74,8 @@ pub(crate) fn checked_capacity(capacity: i32) -> Result<i32, BookingError> {
 /// answer.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum SlotOperation {
-    /// A new capacity (already checked).
-    Capacity(i32),
+    /// A capacity change (already checked).
+    Capacity(CapacityChange),
     /// Closing or reopening sales.
     Sales,
     /// Removal.
@@ -85,12 +87,24 @@ impl SlotOperation {
     pub(crate) fn answer(self, change: SlotChange, slot_id: SlotId) -> Result<Slot, BookingError> {
         match (change, self) {
             (SlotChange::Applied(slot), _) => Ok(slot),
-            (SlotChange::InUse(usage), SlotOperation::Capacity(requested)) => {
-                Err(BookingError::CapacityTaken {
-                    slot_id,
-                    requested,
-                    taken: usage.taken(),
-                })
+            // Refused: why, from the slot as read after the refusal.
+            (SlotChange::InUse(usage), SlotOperation::Capacity(change)) => {
+                let actual = usage.slot.capacity;
+                match change.applied_to(actual) {
+                    None => Err(BookingError::CapacityChanged {
+                        slot_id,
+                        expected: change.terms().expected.unwrap_or(actual),
+                        actual,
+                    }),
+                    Some(requested) => match i32::try_from(requested) {
+                        Ok(requested) if requested >= 1 => Err(BookingError::CapacityTaken {
+                            slot_id,
+                            requested,
+                            taken: usage.taken(),
+                        }),
+                        _ => Err(BookingError::InvalidSlot(InvalidSlot::Capacity(requested))),
+                    },
+                }
             }
             (SlotChange::InUse(usage), SlotOperation::Remove) => Err(BookingError::SlotInUse {
                 slot_id,
@@ -106,21 +120,46 @@ impl SlotOperation {
 }
 
 impl<S: HoldStore + SlotAdmin> BookingEngine<S> {
-    /// Sets the slot's capacity to `capacity` (`1..=i32::MAX`).
+    /// Changes the slot's capacity: to a number (`change_capacity(slot, 12)`), by a number of
+    /// units (`CapacityChange::By(1)`: concurrent moves add up, none is lost), or to a number
+    /// only while it is still the capacity the caller read (`CapacityChange::Replace`); see
+    /// [`CapacityChange`]. The capacity after it is in `1..=i32::MAX` (`invalid_slot`).
     ///
     /// Raising it adds free units. Lowering it takes free units only, in one conditional
     /// update (`remaining >= capacity taken away`), reclaiming the slot's expired holds first
     /// when that makes it fit; when units held or confirmed stand in the way nothing changes
-    /// and the error says how many are taken (`capacity_taken`). Works on closed and started
-    /// slots, not on removed ones (`slot_not_found`).
+    /// and the error says how many are taken (`capacity_taken`). A `Replace` that finds another
+    /// capacity changes nothing (`capacity_changed`, with the capacity found). Works on closed
+    /// and started slots, not on removed ones (`slot_not_found`).
+    ///
+    /// ```
+    /// # use chrono::{Duration, Utc};
+    /// # use slot_booking::{BookingEngine, BookingError, CapacityChange, MemoryStore, NewSlot};
+    /// # tokio_test::block_on(async {
+    /// let engine = BookingEngine::new(MemoryStore::new());
+    /// let start = Utc::now() + Duration::days(1);
+    /// let slot = engine.create_slot(NewSlot::new(start, start + Duration::hours(1), 4)).await?;
+    /// let id = slot.slot_id;
+    /// // One more room, whatever the others add meanwhile.
+    /// assert_eq!(engine.change_capacity(id, CapacityChange::By(1)).await?.capacity, 5);
+    /// // Six, but only if nobody changed it since we read 5.
+    /// let replace = CapacityChange::Replace { expected: 5, to: 6 };
+    /// assert_eq!(engine.change_capacity(id, replace).await?.capacity, 6);
+    /// let stale = CapacityChange::Replace { expected: 5, to: 8 };
+    /// let refused = engine.change_capacity(id, stale).await.unwrap_err();
+    /// assert_eq!(refused.code(), "capacity_changed");
+    /// # Ok::<(), BookingError>(())
+    /// # }).unwrap();
+    /// ```
     pub async fn change_capacity(
         &self,
         slot_id: SlotId,
-        capacity: i32,
+        change: impl Into<CapacityChange>,
     ) -> Result<Slot, BookingError> {
+        let change = change.into();
         let op = Op::new(Operation::ChangeCapacity).slot(slot_id);
         op.run(async {
-            let capacity = checked_capacity(capacity)?;
+            let capacity = checked_capacity(change)?;
             let now = self.clock().now();
             let change = self
                 .changing_write(
@@ -292,13 +331,24 @@ mod tests {
 
     #[test]
     fn capacities_outside_the_range_are_invalid() {
-        assert_eq!(checked_capacity(1).ok(), Some(1));
-        assert_eq!(checked_capacity(i32::MAX).ok(), Some(i32::MAX));
+        let to = CapacityChange::To;
+        assert_eq!(checked_capacity(to(1)).ok(), Some(to(1)));
+        assert_eq!(checked_capacity(to(i32::MAX)).ok(), Some(to(i32::MAX)));
+        // A move is checked against the slot by the store.
+        assert!(checked_capacity(CapacityChange::By(i32::MIN)).is_ok());
         for bad in [0, -1, i32::MIN] {
-            assert!(matches!(
-                checked_capacity(bad),
-                Err(BookingError::InvalidSlot(InvalidSlot::Capacity(c))) if c == i64::from(bad)
-            ));
+            for change in [
+                to(bad),
+                CapacityChange::Replace {
+                    expected: 1,
+                    to: bad,
+                },
+            ] {
+                assert!(matches!(
+                    checked_capacity(change),
+                    Err(BookingError::InvalidSlot(InvalidSlot::Capacity(c))) if c == i64::from(bad)
+                ));
+            }
         }
     }
 }

@@ -3,8 +3,10 @@
 //! Each engine's availability cache lives in its own process. A cancel committed through
 //! another application server (or inside a caller's transaction, or by an operator's SQL)
 //! changes availability without this engine knowing. A store that can tell — PostgreSQL
-//! notifies on every commit that changes availability — offers a [`ChangeFeed`], and
-//! [`follow_changes`] turns it into invalidations of this engine's cache:
+//! notifies cancels and slot changes, every store with an event log appends an event for each
+//! committed change ([`EventLogFeed`] reads it) — offers a [`ChangeFeed`] (two of them
+//! [`merge`]d are one), and [`follow_changes`] turns it into invalidations of this engine's
+//! cache:
 //!
 //! - a notice invalidates at once when the previous invalidation is older than the coalescing
 //!   window; notices arriving within the window are folded into one more invalidation at its
@@ -30,7 +32,8 @@ use tokio::time::Instant;
 
 use crate::availability::AvailabilitySnapshot;
 use crate::cache::SingleFlightCache;
-use crate::store::StoreError;
+use crate::model::EventPosition;
+use crate::store::{EventStore, StoreError};
 
 /// The default coalescing window of [`follow_changes`]: well inside the 100 ms in which a
 /// change should show everywhere.
@@ -209,6 +212,117 @@ async fn follow(
                 pending = false;
                 last = Some(invalidate());
             }
+        }
+    }
+}
+
+/// How often an [`EventLogFeed`] reads the log by default: a change made anywhere shows within
+/// about this long (plus the coalescing window).
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(20);
+
+/// Most events one poll of an [`EventLogFeed`] reads; more only mean "changed" sooner.
+const POLL_LIMIT: u32 = 256;
+
+/// A [`ChangeFeed`] over any [`EventStore`]: it reads the event log by position every interval,
+/// and a poll that finds events reports [`Notice::Changed`]. Every write that changes what a
+/// listing shows appends its events in its own transaction, holds and bookings included, so
+/// this sees every committed change of every instance, the caller's transactions and other
+/// nodes of a cluster included; a poll that fails reports [`Notice::Unsure`], and the next one
+/// goes on from the same position. Each poll is one read of the log past the last position
+/// seen.
+#[derive(Debug)]
+pub struct EventLogFeed<S> {
+    store: S,
+    interval: Duration,
+    after: EventPosition,
+}
+
+impl<S: EventStore> EventLogFeed<S> {
+    /// A feed of `store`'s changes committed from now on (after the log's end as of this
+    /// call), read every `interval`.
+    pub async fn new(store: S, interval: Duration) -> Result<Self, StoreError> {
+        let after = store.event_log_end().await?;
+        Ok(EventLogFeed {
+            store,
+            interval,
+            after,
+        })
+    }
+
+    /// How often the feed reads the log.
+    pub fn interval(&self) -> Duration {
+        self.interval
+    }
+}
+
+#[async_trait]
+impl<S: EventStore> ChangeFeed for EventLogFeed<S> {
+    async fn next(&mut self) -> Notice {
+        loop {
+            tokio::time::sleep(self.interval).await;
+            match self.store.read_events_after(self.after, POLL_LIMIT).await {
+                Ok(events) => {
+                    if let Some(last) = events.last() {
+                        self.after = last.position;
+                        return Notice::Changed;
+                    }
+                }
+                Err(_) => return Notice::Unsure,
+            }
+        }
+    }
+}
+
+/// Two feeds read as one: a notice of either is a notice. Each is read on a task of its own
+/// (from the first call of [`next`](ChangeFeed::next) on), so neither waits for the other and
+/// no notice is lost to a cancelled read; both stop when this is dropped.
+pub struct Merged<A, B> {
+    feeds: Option<(A, B)>,
+    notices: Option<mpsc::Receiver<Notice>>,
+    _readers: Vec<AbortOnDrop>,
+}
+
+impl<A, B> std::fmt::Debug for Merged<A, B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Merged").finish_non_exhaustive()
+    }
+}
+
+/// `a` and `b` as one [`ChangeFeed`] (see [`Merged`]).
+pub fn merge<A: ChangeFeed, B: ChangeFeed>(a: A, b: B) -> Merged<A, B> {
+    Merged {
+        feeds: Some((a, b)),
+        notices: None,
+        _readers: Vec::new(),
+    }
+}
+
+/// Reads `feed` into `sender`, every notice, until the receiver is gone.
+fn read_into(mut feed: impl ChangeFeed, sender: mpsc::Sender<Notice>) -> AbortOnDrop {
+    AbortOnDrop(tokio::spawn(async move {
+        loop {
+            let notice = feed.next().await;
+            if sender.send(notice).await.is_err() {
+                return;
+            }
+        }
+    }))
+}
+
+#[async_trait]
+impl<A: ChangeFeed, B: ChangeFeed> ChangeFeed for Merged<A, B> {
+    async fn next(&mut self) -> Notice {
+        if let Some((a, b)) = self.feeds.take() {
+            let (sender, notices) = mpsc::channel(2);
+            self._readers = vec![read_into(a, sender.clone()), read_into(b, sender)];
+            self.notices = Some(notices);
+        }
+        match self.notices.as_mut() {
+            Some(notices) => match notices.recv().await {
+                Some(notice) => notice,
+                None => std::future::pending().await,
+            },
+            None => std::future::pending().await,
         }
     }
 }

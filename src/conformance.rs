@@ -39,6 +39,7 @@ macro_rules! assert_err {
 }
 
 pub mod cases;
+pub mod cuts;
 pub mod events;
 pub mod faults;
 mod fixture;
@@ -234,6 +235,7 @@ macro_rules! booking_conformance_tests {
     (transactions, optional: $factory:expr) => {
         $crate::__conformance_case_tests!($factory, transactions;
             bookings_commit_with_the_callers_transaction
+            an_engine_sees_its_own_commit_at_once
         );
     };
     (transactions, $factory:expr) => {
@@ -438,6 +440,37 @@ macro_rules! transaction_conformance_tests {
             let store = ($factory)();
             async move { Some(store.await) }
         });
+    };
+}
+
+/// Expands to the cases of [`cuts`](crate::conformance::cuts): every write cut at each of
+/// its await points, on the pool and in the caller's transaction, then the application's own
+/// write on the same connection. `$factory` yields an optional store whose pool has one
+/// connection; `$app` is an [`Application`](crate::conformance::cuts::Application) of it.
+#[macro_export]
+macro_rules! cut_conformance_tests {
+    (optional: $factory:expr, $app:expr) => {
+        #[test]
+        fn cut_calls_in_the_callers_transaction_leave_nothing() {
+            $crate::conformance::run_optional(
+                "cut_calls_in_the_callers_transaction_leave_nothing",
+                $factory,
+                |store| {
+                    $crate::conformance::cuts::cut_calls_in_the_callers_transaction_leave_nothing(
+                        store, $app,
+                    )
+                },
+            );
+        }
+
+        #[test]
+        fn cut_calls_on_the_pool_leave_nothing() {
+            $crate::conformance::run_optional(
+                "cut_calls_on_the_pool_leave_nothing",
+                $factory,
+                |store| $crate::conformance::cuts::cut_calls_on_the_pool_leave_nothing(store, $app),
+            );
+        }
     };
 }
 

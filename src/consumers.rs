@@ -10,7 +10,7 @@
 //!   or at once with [`BookingEngine::release_consumer`].
 //! - **A fenced acknowledgement.** [`BookingEngine::acknowledge_leased`] moves the cursor only
 //!   while the caller still holds the lease, decided in the same atomic step as the move, and
-//!   [`Within::acknowledge_leased`] does so inside the caller's transaction: the effect of the
+//!   [`EngineTransaction::acknowledge_leased`](crate::EngineTransaction::acknowledge_leased) does so inside the caller's transaction: the effect of the
 //!   handled events (a row "email sent", a payment released) commits with the
 //!   acknowledgement, or neither does. A holder whose lease was taken over gets
 //!   [`BookingError::LeaseLost`] and rolls its transaction back; the new holder reads the same

@@ -577,6 +577,11 @@ impl<S: HoldStore> BookingEngine<S> {
         self.inner.cache.invalidate();
     }
 
+    /// Shows units this engine's own committed write took in its cached listing at once.
+    pub(crate) fn show_taken(&self, units: &[(SlotId, i32)]) {
+        self.inner.show_taken(units);
+    }
+
     /// A handle that invalidates this engine's cached availability from elsewhere: for a
     /// [`ChangeFeed`](crate::changes::ChangeFeed) follower (see
     /// [`follow_changes`](crate::changes::follow_changes)), which it also tells when the

@@ -98,6 +98,17 @@ pub enum BookingError {
         /// Units held by active holds or confirmed.
         taken: i32,
     },
+    /// A [`CapacityChange::Replace`](crate::CapacityChange::Replace) found another capacity
+    /// than the one the caller read: a concurrent change came first; nothing changed.
+    #[error("slot {slot_id} has capacity {actual}, not the {expected} the change expected")]
+    CapacityChanged {
+        /// The slot asked for.
+        slot_id: SlotId,
+        /// The capacity the caller read.
+        expected: i32,
+        /// The capacity found.
+        actual: i32,
+    },
     /// The slot still has active held or confirmed units, so it cannot be removed; nothing
     /// changed.
     #[error("slot {slot_id} has {held} units held and {confirmed} confirmed; cancel them before removing it")]
@@ -175,6 +186,17 @@ pub enum BookingError {
         /// Units held by active holds or confirmed that stand in the way.
         taken: i32,
     },
+    /// A [`CapacityChange::Replace`](crate::CapacityChange::Replace) of a pool found another
+    /// capacity than the one the caller read: a concurrent change came first; nothing changed.
+    #[error("pool {pool_id} has capacity {actual}, not the {expected} the change expected")]
+    PoolCapacityChanged {
+        /// The pool asked for.
+        pool_id: PoolId,
+        /// The capacity the caller read.
+        expected: i32,
+        /// The capacity found.
+        actual: i32,
+    },
     /// The slot already belongs to [`MAX_POOLS_PER_SLOT`](crate::model::MAX_POOLS_PER_SLOT)
     /// pools; nothing changed.
     #[error("slot {slot_id} already belongs to the most pools a slot may have")]
@@ -228,6 +250,7 @@ impl BookingError {
         "idempotency_key_reused",
         "quantity_exceeds_capacity",
         "capacity_taken",
+        "capacity_changed",
         "slot_in_use",
         "invalid_quantity",
         "invalid_lifetime",
@@ -246,6 +269,7 @@ impl BookingError {
         "entry_not_found",
         "pool_not_found",
         "pool_in_use",
+        "pool_capacity_changed",
         "too_many_pools",
         "invalid_pool",
         "lease_lost",
@@ -266,6 +290,7 @@ impl BookingError {
             BookingError::IdempotencyKeyReused { .. } => "idempotency_key_reused",
             BookingError::QuantityExceedsCapacity { .. } => "quantity_exceeds_capacity",
             BookingError::CapacityTaken { .. } => "capacity_taken",
+            BookingError::CapacityChanged { .. } => "capacity_changed",
             BookingError::SlotInUse { .. } => "slot_in_use",
             BookingError::InvalidQuantity { .. } => "invalid_quantity",
             BookingError::InvalidLifetime { .. } => "invalid_lifetime",
@@ -284,6 +309,7 @@ impl BookingError {
             BookingError::EntryNotFound { .. } => "entry_not_found",
             BookingError::PoolNotFound { .. } => "pool_not_found",
             BookingError::PoolInUse { .. } => "pool_in_use",
+            BookingError::PoolCapacityChanged { .. } => "pool_capacity_changed",
             BookingError::TooManyPools { .. } => "too_many_pools",
             BookingError::InvalidPool { .. } => "invalid_pool",
             BookingError::LeaseLost { .. } => "lease_lost",
@@ -390,6 +416,11 @@ mod tests {
                 requested: 1,
                 taken: 2,
             },
+            BookingError::CapacityChanged {
+                slot_id,
+                expected: 3,
+                actual: 4,
+            },
             BookingError::SlotInUse {
                 slot_id,
                 held: 1,
@@ -422,6 +453,11 @@ mod tests {
                 requested: 1,
                 taken: 2,
             },
+            BookingError::PoolCapacityChanged {
+                pool_id: PoolId(1),
+                expected: 3,
+                actual: 4,
+            },
             BookingError::TooManyPools { slot_id },
             BookingError::InvalidPool { capacity: -1 },
             BookingError::LeaseLost {
@@ -449,21 +485,23 @@ mod tests {
             BookingError::InvalidSlot(_) => 10,
             BookingError::InvalidQuery => 11,
             BookingError::CapacityTaken { .. } => 12,
-            BookingError::SlotInUse { .. } => 13,
-            BookingError::HoldNotFound { .. } => 14,
-            BookingError::HoldCancelled { .. } => 15,
-            BookingError::HoldExpired { .. } => 16,
-            BookingError::InvalidBooking(_) => 17,
-            BookingError::LinesUnavailable { .. } => 18,
-            BookingError::InvalidCandidates(_) => 19,
-            BookingError::NoCandidateAvailable { .. } => 20,
-            BookingError::EntryNotFound { .. } => 21,
-            BookingError::PoolNotFound { .. } => 22,
-            BookingError::PoolInUse { .. } => 23,
-            BookingError::TooManyPools { .. } => 24,
-            BookingError::InvalidPool { .. } => 25,
-            BookingError::LeaseLost { .. } => 26,
-            BookingError::Store(_) => 27,
+            BookingError::CapacityChanged { .. } => 13,
+            BookingError::SlotInUse { .. } => 14,
+            BookingError::HoldNotFound { .. } => 15,
+            BookingError::HoldCancelled { .. } => 16,
+            BookingError::HoldExpired { .. } => 17,
+            BookingError::InvalidBooking(_) => 18,
+            BookingError::LinesUnavailable { .. } => 19,
+            BookingError::InvalidCandidates(_) => 20,
+            BookingError::NoCandidateAvailable { .. } => 21,
+            BookingError::EntryNotFound { .. } => 22,
+            BookingError::PoolNotFound { .. } => 23,
+            BookingError::PoolInUse { .. } => 24,
+            BookingError::PoolCapacityChanged { .. } => 25,
+            BookingError::TooManyPools { .. } => 26,
+            BookingError::InvalidPool { .. } => 27,
+            BookingError::LeaseLost { .. } => 28,
+            BookingError::Store(_) => 29,
         }
     }
 
@@ -471,7 +509,7 @@ mod tests {
     fn codes_lists_every_code_once_and_nothing_else() {
         let errors = one_of_each();
         let variants: BTreeSet<usize> = errors.iter().map(variant).collect();
-        assert_eq!(variants, (0..=27).collect(), "a value of every variant");
+        assert_eq!(variants, (0..=29).collect(), "a value of every variant");
 
         for error in &errors {
             assert!(

@@ -7,8 +7,9 @@
 //! then **confirm**, **cancel** or **renew** it. Operators change capacities, close and
 //! reopen sales, remove slots and list them all ([`admin`]). [`BookingEngine`] holds the rules
 //! and a single-flight availability cache; a [`Store`] holds the data and makes each operation
-//! atomic. Stores: [`MemoryStore`] (this crate), SQLite (`slot_booking_sqlite`) and PostgreSQL
-//! (`slot_booking_postgres`), both on sqlx.
+//! atomic. Stores: [`MemoryStore`] (this crate), SQLite (`slot_booking_sqlite`), PostgreSQL
+//! (`slot_booking_postgres`) and MariaDB/MySQL, Galera clusters included (`slot_booking_mysql`),
+//! the last three on sqlx.
 //!
 //! ```
 //! use chrono::{Duration, Utc};
@@ -157,18 +158,22 @@
 //!
 //! # Inside your own transaction
 //!
-//! [`BookingEngine::within`] runs every write on a connection or transaction the application
-//! owns (the SQL stores' `on(&mut connection)`), with the same validation, rules and errors,
-//! so a confirm and the application's own order row commit or roll back together. See
+//! [`BookingEngine::transaction`] opens a transaction of the store for the engine's writes,
+//! with the same validation, rules and errors, and the application's own statements
+//! ([`EngineTransaction::run`]), so a confirm and the application's own order row commit or
+//! roll back together; the engine's listing shows the change once the commit succeeded, and a
+//! call cut midway (a request the client left) is finished, not left half done. See
 //! [`transaction`].
 //!
 //! # Every instance sees every commit
 //!
 //! Each engine caches availability in its own process. A store that can report commits made
-//! elsewhere (PostgreSQL through `LISTEN`/`NOTIFY`, SQLite through `PRAGMA data_version`)
-//! offers a [`ChangeFeed`](changes::ChangeFeed); [`changes::follow_changes`] turns its
-//! notices into invalidations of an engine's cache, coalesced, and treats any doubt (a lost
-//! connection) as "everything changed". See [`changes`].
+//! elsewhere offers a [`ChangeFeed`](changes::ChangeFeed) (PostgreSQL: `LISTEN`/`NOTIFY`
+//! merged with its event log; MariaDB: the event log, [`changes::EventLogFeed`]; SQLite:
+//! `PRAGMA data_version`), each of which sees every committed change of the store's writes,
+//! holds and bookings included; [`changes::follow_changes`] turns its notices into
+//! invalidations of an engine's cache, coalesced, and treats any doubt (a lost connection) as
+//! "everything changed". See [`changes`].
 //!
 //! # Events after commit
 //!
@@ -179,7 +184,7 @@
 //! `hold_expired` events without a job scheduler, and [`BookingEngine::purge`] bounds the
 //! history kept. Several instances share a consumer through its lease
 //! ([`BookingEngine::lease_consumer`]), and an acknowledgement can commit inside the
-//! application's own transaction ([`Within::acknowledge_leased`]), so each event is handled
+//! application's own transaction ([`EngineTransaction::acknowledge_leased`]), so each event is handled
 //! once. See [`events`], [`consumers`] and [`reclaimer`].
 //!
 //! # Observability
@@ -255,10 +260,10 @@ pub use memory::MemoryStore;
 #[allow(deprecated)]
 pub use model::SlotPageRequest;
 pub use model::{
-    AvailabilityEntry, AvailabilityQuery, Booking, BookingLine, ConsumerId, Event, EventKind,
-    EventPosition, Hold, HoldId, HoldPage, HoldStatus, IdempotencyKey, LeaseHolder, NewSlot,
-    OwnerId, Page, PageItem, PageRequest, Purged, ResourceId, Slot, SlotCursor, SlotId, SlotPage,
-    SlotSummary, SlotUsage, Timestamp,
+    AvailabilityEntry, AvailabilityQuery, Booking, BookingLine, CapacityChange, ConsumerId, Event,
+    EventKind, EventPosition, Hold, HoldId, HoldPage, HoldStatus, IdempotencyKey, LeaseHolder,
+    NewSlot, OwnerId, Page, PageItem, PageRequest, Purged, ResourceId, Slot, SlotCursor, SlotId,
+    SlotPage, SlotSummary, SlotUsage, Timestamp,
 };
 pub use model::{CandidateProblem, CandidateRefused, Strategy, MAX_CANDIDATES};
 pub use model::{EntryId, WaitlistEntry};
@@ -272,7 +277,7 @@ pub use store::{
     TransactionBookings, TransactionPools, TransactionWrites, TransactionalStore, Transition,
 };
 pub use store::{JoinOutcome, JoinRequest, WaitlistStore};
-pub use transaction::Within;
+pub use transaction::EngineTransaction;
 
 /// The operator's listing filter.
 #[deprecated(

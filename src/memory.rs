@@ -98,7 +98,9 @@ impl EventLog {
     fn append(&mut self, event: NewEvent) {
         self.last_sequence += 1;
         let position = EventPosition::new(0, self.last_sequence);
-        self.events.push_back(event.at_position(position));
+        // The booking of a hold event is read from the store's bookings when it is read
+        // ([`MemoryStore::with_bookings`]), as the SQL stores read it from the holds.
+        self.events.push_back(event.at_position(position, None));
     }
 
     /// Up to `limit` events after `after`, oldest first.

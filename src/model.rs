@@ -8,6 +8,7 @@
 
 mod booking;
 mod candidates;
+mod capacity;
 mod event;
 mod hold;
 mod ids;
@@ -25,6 +26,7 @@ pub use candidates::{
     check_candidates, CandidateProblem, CandidateRefused, InvalidCandidates, Strategy,
     MAX_CANDIDATES,
 };
+pub use capacity::{CapacityChange, CapacityTerms};
 pub use event::{
     Event, EventKind, EventPosition, InvalidEventPosition, NewEvent, Purged, UnknownEventKind,
 };

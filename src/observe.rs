@@ -9,7 +9,7 @@
 //!   `outcome` (`ok` or the error's [`code`](BookingError::code)), `store_us` (microseconds
 //!   spent awaiting the store), `replayed` (a hold), `cache` (`fresh`, `stale` or `loaded`,
 //!   for availability) and `transaction` (`true` for writes in the caller's transaction,
-//!   [`Within`](crate::Within)); and one `cache_load` span per availability load, a child of
+//!   [`EngineTransaction`](crate::EngineTransaction)); and one `cache_load` span per availability load, a child of
 //!   the read that started it, with `outcome` and `store_us`. A store's own spans and events
 //!   (sqlx's queries, say) nest inside the operation's span.
 //! - **[`metrics`]**: the counters and histogram named by the constants below. Labels are

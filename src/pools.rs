@@ -31,7 +31,7 @@
 
 use crate::engine::{detached, guarded, BookingEngine};
 use crate::error::BookingError;
-use crate::model::{NewPool, PoolId, PoolSummary, PoolUsage, SlotId};
+use crate::model::{CapacityChange, NewPool, PoolId, PoolSummary, PoolUsage, SlotId};
 use crate::observe::{Op, Operation};
 use crate::store::{PoolChange, PoolStore};
 
@@ -121,28 +121,56 @@ impl<S: PoolStore> BookingEngine<S> {
         .await
     }
 
-    /// Sets the pool's capacity (`0..=i32::MAX`), as a slot's: raising it adds free units,
-    /// lowering it takes free units only (expired holds given back first when that makes it
-    /// fit); `pool_in_use` when units held or confirmed stand in the way.
+    /// Changes the pool's capacity as a slot's ([`BookingEngine::change_capacity`]): to a
+    /// number, by a number of units, or to a number only while it is still the capacity read
+    /// ([`CapacityChange`]), the capacity after it in `0..=i32::MAX` (`invalid_pool`).
+    /// Raising it adds free units, lowering it takes free units only (expired holds given back
+    /// first when that makes it fit); `pool_in_use` when units held or confirmed stand in the
+    /// way, `pool_capacity_changed` when a `Replace` finds another capacity.
     pub async fn change_pool_capacity(
         &self,
         pool_id: PoolId,
-        capacity: i32,
+        change: impl Into<CapacityChange>,
     ) -> Result<PoolSummary, BookingError> {
+        let change = change.into();
         let op = Op::new(Operation::ChangePoolCapacity);
         op.run(async {
-            if capacity < 0 {
+            if let Some(capacity) = change.target().filter(|capacity| *capacity < 0) {
                 return Err(BookingError::InvalidPool {
                     capacity: i64::from(capacity),
                 });
             }
             let now = self.clock().now();
-            let change = self
+            let outcome = self
                 .changing_write(&op, move |store| async move {
-                    store.change_pool_capacity(pool_id, capacity, now).await
+                    store.change_pool_capacity(pool_id, change, now).await
                 }, |change| matches!(change, PoolChange::Applied(_)))
-                .await?;
-            answer(change.outcome, pool_id, SlotId(0), Some(capacity))
+                .await?
+                .outcome;
+            // Refused: why, from the pool as read after the refusal.
+            if let PoolChange::InUse(usage) = &outcome {
+                let actual = usage.pool.capacity;
+                match change.applied_to(actual) {
+                    None => {
+                        return Err(BookingError::PoolCapacityChanged {
+                            pool_id,
+                            expected: change.terms().expected.unwrap_or(actual),
+                            actual,
+                        })
+                    }
+                    Some(capacity) if !(0..=i64::from(i32::MAX)).contains(&capacity) => {
+                        return Err(BookingError::InvalidPool { capacity })
+                    }
+                    Some(_) => {}
+                }
+            }
+            let requested = change
+                .applied_to(match &outcome {
+                    PoolChange::InUse(usage) => usage.pool.capacity,
+                    _ => 0,
+                })
+                .and_then(|capacity| i32::try_from(capacity).ok());
+            answer(outcome, pool_id, SlotId(0), requested)
         })
         .await
     }

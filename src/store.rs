@@ -10,7 +10,7 @@
 //! | [`SlotAdmin`] | change capacity, close and reopen sales, remove, list every slot | the engine's administration ([`crate::admin`]) |
 //! | [`HoldQueries`] | an owner's holds, a slot's roster, by page | [`BookingEngine::owner_holds`](crate::BookingEngine::owner_holds), [`slot_holds`](crate::BookingEngine::slot_holds) |
 //! | [`EventStore`] | the event log, consumers' cursors and leases, reclaiming, purging | [`crate::events`], [`crate::consumers`], [`crate::reclaimer`] |
-//! | [`TransactionWrites`], [`TransactionalStore`] | the writes on a connection the caller owns | [`BookingEngine::within`](crate::BookingEngine::within) |
+//! | [`TransactionalStore`], [`TransactionWrites`] (with [`TransactionBookings`], [`TransactionPools`]) | transactions of the store and the writes on one | [`BookingEngine::transaction`](crate::BookingEngine::transaction) |
 //!
 //! A store implements [`HoldStore`] and whichever others it can; the engine offers each
 //! operation where its store has the capability. [`Store`] names the three every SQL store

@@ -17,3 +17,12 @@ mod pools {
 mod waitlists {
     slot_booking::waitlist_conformance_tests!(|| async { slot_booking::MemoryStore::new() });
 }
+
+/// Every write cut at each of its await points leaves no half-written step.
+#[test]
+fn cut_calls_leave_nothing() {
+    slot_booking::conformance::run(
+        || async { slot_booking::MemoryStore::new() },
+        slot_booking::conformance::cuts::cut_calls_leave_nothing,
+    );
+}

@@ -14,6 +14,7 @@ mod availability;
 mod booking_events;
 mod bookings;
 mod candidates;
+mod capacity;
 mod lifecycle;
 mod lifetimes;
 mod owners;
@@ -33,6 +34,7 @@ mod bodies {
     pub(super) use super::booking_events::*;
     pub(super) use super::bookings::*;
     pub(super) use super::candidates::*;
+    pub(super) use super::capacity::*;
     pub(super) use super::lifecycle::*;
     pub(super) use super::lifetimes::*;
     pub(super) use super::owners::*;
@@ -142,6 +144,8 @@ macro_rules! __admin_case_list {
             slot_changes_show_in_cached_availability_at_once
             race_lowering_capacity_while_holds_race
             race_removal_never_strands_a_booking
+            capacity_moves_by_units_and_by_compare_and_set
+            race_capacity_moves_add_up
         }
     };
 }
@@ -178,6 +182,7 @@ macro_rules! __booking_event_case_list {
     ($callback:path; $($args:tt)*) => {
         $callback! { $($args)*;
             a_consumer_rebuilds_every_slots_units_from_events
+            booking_line_events_carry_the_booking
         }
     };
 }
@@ -199,6 +204,7 @@ macro_rules! __pool_case_list {
             pool_capacity_never_below_its_taken_units
             pools_show_in_the_cached_listing_at_once
             race_over_shared_pools_never_oversells
+            pool_capacity_moves_by_units_and_by_compare_and_set
         }
     };
 }

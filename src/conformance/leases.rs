@@ -257,7 +257,7 @@ where
     answer
 }
 
-/// An acknowledgement through [`Within`](crate::Within) moves the cursor when the caller's
+/// An acknowledgement through an [`EngineTransaction`](crate::EngineTransaction) moves the cursor when the caller's
 /// transaction commits and never when it rolls back; a fenced one by a holder whose lease was
 /// taken over answers `lease_lost` inside the transaction and moves nothing.
 pub async fn acknowledgements_commit_with_the_callers_transaction<S>(store: S)

@@ -21,9 +21,7 @@ use crate::{AvailabilityQuery, PageRequest};
 pub async fn transactional_writes_commit_together<S: crate::Store + TransactionalStore>(store: S) {
     let f = Fixture::new(store);
     let slot = f.slot(3, hours(1)).await;
-    let store = f.engine.store();
-    let mut tx = store.begin().await.expect("begin");
-    let mut w = f.engine.within(store.writes(&mut tx));
+    let mut w = f.engine.transaction().await.expect("begin");
     let start = f.now() + hours(2);
     let second = w
         .create_slot(NewSlot::new(start, start + hours(1), 2))
@@ -62,11 +60,10 @@ pub async fn transactional_writes_commit_together<S: crate::Store + Transactiona
     assert!(w.close_sales(second).await.unwrap().closed);
     let seen = w.get_hold_as(&Scope::BackOffice, c.hold_id).await.unwrap();
     assert_eq!(seen, renewed, "the transaction sees its own writes");
-    drop(w);
     // Outside the transaction nothing has happened yet.
     assert_eq!(f.stored_hold(a.hold_id).await, None);
     assert_eq!(f.stored_slot(slot).await.capacity, 3);
-    store.commit(tx).await.expect("commit");
+    w.commit().await.expect("commit");
     assert_eq!(
         f.stored_status(a.hold_id).await,
         Some(HoldStatus::Confirmed)
@@ -103,9 +100,7 @@ pub async fn a_rolled_back_transaction_leaves_nothing<S: crate::Store + Transact
         f.stored_slot(spare).await,
         f.stored_hold(booked.hold_id).await,
     );
-    let store = f.engine.store();
-    let mut tx = store.begin().await.expect("begin");
-    let mut w = f.engine.within(store.writes(&mut tx));
+    let mut w = f.engine.transaction().await.expect("begin");
     let placed = w
         .place_hold(NewHold::new(slot, "rolled-back").quantity(2))
         .await
@@ -121,8 +116,7 @@ pub async fn a_rolled_back_transaction_leaves_nothing<S: crate::Store + Transact
         .await
         .unwrap();
     w.remove_slot(spare).await.unwrap();
-    drop(w);
-    store.rollback(tx).await.expect("rollback");
+    w.rollback().await.expect("rollback");
     let after = (
         f.stored_slot(slot).await,
         f.stored_slot(spare).await,
@@ -160,9 +154,7 @@ pub async fn a_refusal_inside_a_transaction_leaves_it_usable<
     let taken = f.engine.hold(full, "taken").await.unwrap().hold;
     let short = f.minute_hold(other, "short").await;
     f.advance(Duration::seconds(61));
-    let store = f.engine.store();
-    let mut tx = store.begin().await.expect("begin");
-    let mut w = f.engine.within(store.writes(&mut tx));
+    let mut w = f.engine.transaction().await.expect("begin");
     assert!(matches!(
         w.hold(other, "taken").await,
         Err(BookingError::IdempotencyKeyReused { .. })
@@ -188,8 +180,7 @@ pub async fn a_refusal_inside_a_transaction_leaves_it_usable<
         Err(BookingError::InvalidSlot(_))
     ));
     let fine = w.hold(other, "fine").await.unwrap().hold;
-    drop(w);
-    store.commit(tx).await.expect("commit after refusals");
+    w.commit().await.expect("commit after refusals");
     assert_eq!(f.stored_status(fine.hold_id).await, Some(HoldStatus::Held));
     assert_eq!(
         f.stored_status(short.hold_id).await,
@@ -211,14 +202,11 @@ pub async fn race_transactions_never_oversell<S: crate::Store + TransactionalSto
         .map(|i| {
             let f = Arc::clone(&f);
             tokio::spawn(async move {
-                let store = f.engine.store();
-                let mut tx = store.begin().await.expect("begin");
-                let mut w = f.engine.within(store.writes(&mut tx));
+                let mut w = f.engine.transaction().await.expect("begin");
                 let placed = match w.hold(slot, &format!("tx-{i}")).await {
                     Ok(placed) => placed.hold,
                     Err(BookingError::SoldOut { .. }) => {
-                        drop(w);
-                        store.rollback(tx).await.expect("rollback");
+                        w.rollback().await.expect("rollback");
                         return None;
                     }
                     Err(other) => panic!("unexpected {other:?}"),
@@ -226,12 +214,11 @@ pub async fn race_transactions_never_oversell<S: crate::Store + TransactionalSto
                 w.confirm_as(&Scope::Anonymous, placed.hold_id)
                     .await
                     .expect("confirm inside");
-                drop(w);
                 if i % 3 == 0 {
-                    store.rollback(tx).await.expect("rollback");
+                    w.rollback().await.expect("rollback");
                     Some((placed.hold_id, false))
                 } else {
-                    store.commit(tx).await.expect("commit");
+                    w.commit().await.expect("commit");
                     Some((placed.hold_id, true))
                 }
             })
@@ -278,9 +265,7 @@ where
     let any = Scope::Anonymous;
     let request = |key: &str, qa: i32, qb: i32| crate::NewBooking::new(key).line(a, qa).line(b, qb);
     for commit in [false, true] {
-        let store = f.engine.store();
-        let mut tx = store.begin().await.expect("begin");
-        let mut w = f.engine.within(store.writes(&mut tx));
+        let mut w = f.engine.transaction().await.expect("begin");
         let key = if commit { "kept" } else { "rolled-back" };
         let placed = w.book(request(key, 2, 1)).await.unwrap().booking;
         assert!(
@@ -301,11 +286,10 @@ where
         assert_eq!(read, confirmed, "the transaction sees its own booking");
         let renewed = w.renew_booking_as(&any, id, None).await.unwrap();
         assert_eq!(renewed, confirmed, "a confirmed booking renews unchanged");
-        drop(w);
         if commit {
-            store.commit(tx).await.expect("commit");
+            w.commit().await.expect("commit");
         } else {
-            store.rollback(tx).await.expect("rollback");
+            w.rollback().await.expect("rollback");
         }
         let outside = f.engine.get_booking_as(&any, id).await;
         if commit {
@@ -317,17 +301,14 @@ where
         }
     }
     // A booking cancelled in the transaction that placed it gives every unit back at commit.
-    let store = f.engine.store();
-    let mut tx = store.begin().await.expect("begin");
-    let mut w = f.engine.within(store.writes(&mut tx));
+    let mut w = f.engine.transaction().await.expect("begin");
     let later = w.book(request("later", 1, 1)).await.unwrap().booking;
     let cancelled = w.cancel_booking_as(&any, later.booking_id).await.unwrap();
     assert!(cancelled
         .lines
         .iter()
         .all(|h| h.status == HoldStatus::Cancelled));
-    drop(w);
-    store.commit(tx).await.expect("commit");
+    w.commit().await.expect("commit");
     assert_eq!((f.remaining(a).await, f.remaining(b).await), (1, 2));
 }
 
@@ -343,9 +324,7 @@ where
     let (a, b) = (f.slot(4, hours(1)).await, f.slot(4, hours(2)).await);
     let pool = f.pool(5, &[a, b]).await;
     for commit in [false, true] {
-        let store = f.engine.store();
-        let mut tx = store.begin().await.expect("begin");
-        let mut w = f.engine.within(store.writes(&mut tx));
+        let mut w = f.engine.transaction().await.expect("begin");
         let key = if commit { "kept" } else { "rolled-back" };
         w.place_hold(crate::NewHold::new(a, key).quantity(3))
             .await
@@ -366,13 +345,117 @@ where
             w.slot_usage(SlotId(i64::MAX)).await,
             BookingError::SlotNotFound { .. }
         );
-        drop(w);
         if commit {
-            store.commit(tx).await.expect("commit");
+            w.commit().await.expect("commit");
         } else {
-            store.rollback(tx).await.expect("rollback");
+            w.rollback().await.expect("rollback");
         }
         let outside = f.read_pool(pool).await;
         assert_eq!(outside.remaining, if commit { 2 } else { 5 });
     }
+}
+
+/// An engine whose listing is cached for an hour sees what its own transactions committed at
+/// the first read after the commit, and nothing of what they rolled back: ten rounds each of a
+/// booking placed, a hold cancelled and a slot's capacity changed in a transaction, every read
+/// made at once after the commit (0 stale); a transaction rolled back or dropped uncommitted
+/// leaves the listing as it was.
+pub async fn an_engine_sees_its_own_commit_at_once<S>(store: S)
+where
+    S: crate::Store + crate::BookingStore + TransactionalStore,
+    for<'t> S::Writes<'t>: crate::TransactionBookings,
+{
+    let clock = crate::ManualClock::new(super::epoch());
+    let engine = crate::BookingEngine::builder(store)
+        .cache_period(std::time::Duration::from_secs(3600))
+        .clock(clock.clone())
+        .build();
+    let start = super::epoch() + hours(1);
+    let mut slots = Vec::new();
+    for n in 0..2 {
+        let at = start + hours(n);
+        let slot = engine
+            .create_slot(NewSlot::new(at, at + hours(1), 40))
+            .await
+            .expect("create_slot");
+        slots.push(slot.slot_id);
+    }
+    let (a, b) = (slots[0], slots[1]);
+    let shown = |engine: &crate::BookingEngine<S>| {
+        let engine = engine.clone();
+        async move {
+            let listing = engine
+                .availability(AvailabilityQuery::all())
+                .await
+                .expect("availability");
+            let units = |slot| listing.entry(slot).map(|entry| entry.remaining);
+            (units(a), units(b))
+        }
+    };
+    let mut expected = (Some(40), Some(40));
+    assert_eq!(shown(&engine).await, expected, "the first load");
+    let mut stale = Vec::new();
+    for round in 0..10 {
+        // A booking of two lines, committed: both slots show it.
+        let mut tx = engine.transaction().await.expect("transaction");
+        tx.book(
+            crate::NewBooking::new(format!("stay-{round}"))
+                .line(a, 2)
+                .line(b, 1),
+        )
+        .await
+        .expect("book");
+        tx.commit().await.expect("commit");
+        expected = (expected.0.map(|n| n - 2), expected.1.map(|n| n - 1));
+        let seen = shown(&engine).await;
+        if seen != expected {
+            stale.push(format!(
+                "round {round}, after a booking: {seen:?}, not {expected:?}"
+            ));
+        }
+        // A hold cancelled in the transaction that placed it: nothing changes.
+        let mut tx = engine.transaction().await.expect("transaction");
+        let hold = tx
+            .hold(a, &format!("brief-{round}"))
+            .await
+            .expect("hold")
+            .hold;
+        tx.cancel_as(&Scope::Anonymous, hold.hold_id)
+            .await
+            .expect("cancel");
+        tx.commit().await.expect("commit");
+        let seen = shown(&engine).await;
+        if seen != expected {
+            stale.push(format!(
+                "round {round}, after a cancel: {seen:?}, not {expected:?}"
+            ));
+        }
+        // Rolled back and dropped: nothing shows.
+        let mut tx = engine.transaction().await.expect("transaction");
+        tx.hold(a, &format!("rolled-{round}")).await.expect("hold");
+        tx.rollback().await.expect("rollback");
+        let mut tx = engine.transaction().await.expect("transaction");
+        tx.hold(b, &format!("dropped-{round}")).await.expect("hold");
+        drop(tx);
+        let seen = shown(&engine).await;
+        if seen != expected {
+            stale.push(format!(
+                "round {round}, after a rollback: {seen:?}, not {expected:?}"
+            ));
+        }
+        // A capacity raised in a transaction.
+        let mut tx = engine.transaction().await.expect("transaction");
+        tx.change_capacity(b, crate::CapacityChange::By(1))
+            .await
+            .expect("change_capacity");
+        tx.commit().await.expect("commit");
+        expected.1 = expected.1.map(|n| n + 1);
+        let seen = shown(&engine).await;
+        if seen != expected {
+            stale.push(format!(
+                "round {round}, after a capacity change: {seen:?}, not {expected:?}"
+            ));
+        }
+    }
+    assert!(stale.is_empty(), "stale reads after a commit: {stale:#?}");
 }

@@ -3,13 +3,14 @@
 use async_trait::async_trait;
 
 use super::*;
+use crate::model::CapacityChange;
 
 #[async_trait]
 impl SlotAdmin for MemoryStore {
     async fn change_capacity(
         &self,
         slot_id: SlotId,
-        capacity: i32,
+        change: CapacityChange,
         now: Timestamp,
     ) -> Result<Decided<SlotChange>, StoreError> {
         let Some(row) = self.slot_row(slot_id) else {
@@ -17,19 +18,29 @@ impl SlotAdmin for MemoryStore {
         };
         let mut row = lock(&row);
         let before = (row.slot.capacity, row.slot.stored_remaining);
-        // Widened: `capacity - slot.capacity` can leave i32 when one is near its maximum.
-        let remaining_after = |slot: &Slot, extra: i32| {
-            i64::from(slot.stored_remaining) + i64::from(extra) + i64::from(capacity)
-                - i64::from(slot.capacity)
+        // The capacity the change gives the slot, when it applies and is in range; widened, as
+        // a move or `new - capacity` can leave i32.
+        let capacity_after = |slot: &Slot| {
+            change
+                .applied_to(slot.capacity)
+                .filter(|capacity| (1..=i64::from(i32::MAX)).contains(capacity))
         };
         let change = row.change_taking_free_units(
             now,
             &self.log,
             &self.pools,
-            |slot, extra| remaining_after(slot, extra) >= 0,
+            |slot, extra| {
+                capacity_after(slot).is_some_and(|capacity| {
+                    i64::from(slot.stored_remaining) + i64::from(extra) + capacity
+                        - i64::from(slot.capacity)
+                        >= 0
+                })
+            },
             |slot| {
-                slot.stored_remaining += capacity - slot.capacity;
-                slot.capacity = capacity;
+                if let Some(capacity) = capacity_after(slot).and_then(|c| i32::try_from(c).ok()) {
+                    slot.stored_remaining += capacity - slot.capacity;
+                    slot.capacity = capacity;
+                }
                 EventKind::SlotCapacityChanged
             },
         );

@@ -1,5 +1,7 @@
 //! The event log of [`MemoryStore`].
 
+use std::collections::HashSet;
+
 use async_trait::async_trait;
 
 use super::*;
@@ -11,12 +13,15 @@ impl EventStore for MemoryStore {
         consumer: &ConsumerId,
         limit: u32,
     ) -> Result<Vec<Event>, StoreError> {
-        let log = lock(&self.log);
-        let after = log
-            .consumers
-            .get(consumer)
-            .map_or(EventPosition::START, |cursor| cursor.position);
-        Ok(log.read_after(after, limit))
+        let events = {
+            let log = lock(&self.log);
+            let after = log
+                .consumers
+                .get(consumer)
+                .map_or(EventPosition::START, |cursor| cursor.position);
+            log.read_after(after, limit)
+        };
+        Ok(self.with_bookings(events))
     }
 
     async fn read_events_after(
@@ -24,7 +29,8 @@ impl EventStore for MemoryStore {
         after: EventPosition,
         limit: u32,
     ) -> Result<Vec<Event>, StoreError> {
-        Ok(lock(&self.log).read_after(after, limit))
+        let events = lock(&self.log).read_after(after, limit);
+        Ok(self.with_bookings(events))
     }
 
     async fn event_log_end(&self) -> Result<EventPosition, StoreError> {
@@ -126,6 +132,30 @@ impl EventStore for MemoryStore {
     }
 
     async fn purge(&self, before: Timestamp, limit: u32) -> Result<Purged, StoreError> {
+        let mut purged = Purged::default();
+        // The events first; a line of a booking that an event still kept names stays, so that
+        // every event read finds its line's booking.
+        let named: HashSet<HoldId> = {
+            let mut log = lock(&self.log);
+            let delivered = log.consumers.values().map(|cursor| cursor.position).min();
+            while purged.events < u64::from(limit) {
+                let Some(first) = log.events.front() else {
+                    break;
+                };
+                let acknowledged = delivered.is_none_or(|through| first.position <= through);
+                if !acknowledged || first.at >= before {
+                    break;
+                }
+                log.events.pop_front();
+                purged.events += 1;
+            }
+            let bookings = lock(&self.bookings);
+            log.events
+                .iter()
+                .filter_map(|event| event.hold_id)
+                .filter(|hold| bookings.contains_key(hold))
+                .collect()
+        };
         // Ended holds never change again, so candidates picked under each slot's lock are
         // deleted afterwards in lock order: key shard, then slot, then the indexes.
         let rows: Vec<Arc<Mutex<SlotRow>>> = {
@@ -143,7 +173,7 @@ impl EventStore for MemoryStore {
                 row_guard
                     .holds
                     .values()
-                    .filter(|hold| ended_before(hold, before))
+                    .filter(|hold| ended_before(hold, before) && !named.contains(&hold.hold_id))
                     .take(left)
                     .map(|hold| {
                         // Only a booking's first line carries its key.
@@ -152,7 +182,6 @@ impl EventStore for MemoryStore {
                     }),
             );
         }
-        let mut purged = Purged::default();
         for (row, hold_id, key) in candidates {
             let mut keys = key.as_ref().map(|key| lock(self.key_shard(key)));
             let mut row = lock(&row);
@@ -173,19 +202,20 @@ impl EventStore for MemoryStore {
             purged.holds += 1;
         }
 
-        let mut log = lock(&self.log);
-        let delivered = log.consumers.values().map(|cursor| cursor.position).min();
-        while purged.events < u64::from(limit) {
-            let Some(first) = log.events.front() else {
-                break;
-            };
-            let acknowledged = delivered.is_none_or(|through| first.position <= through);
-            if !acknowledged || first.at >= before {
-                break;
-            }
-            log.events.pop_front();
-            purged.events += 1;
-        }
         Ok(purged)
+    }
+}
+
+impl MemoryStore {
+    /// `events` with each hold event's booking, for lines of a booking of several lines.
+    fn with_bookings(&self, mut events: Vec<Event>) -> Vec<Event> {
+        let bookings = lock(&self.bookings);
+        for event in &mut events {
+            event.booking_id = event
+                .hold_id
+                .and_then(|hold| bookings.get(&hold))
+                .and_then(|lines| lines.first().map(|(first, _)| *first));
+        }
+        events
     }
 }

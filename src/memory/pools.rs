@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 
 use super::*;
-use crate::model::{NewPool, Pool, PoolUsage, MAX_POOLS_PER_SLOT};
+use crate::model::{CapacityChange, NewPool, Pool, PoolUsage, MAX_POOLS_PER_SLOT};
 use crate::store::{PoolChange, PoolStore};
 
 /// Every pool, by id.
@@ -196,12 +196,14 @@ impl MemoryStore {
         )
     }
 
-    /// A change of `pool_id`'s capacity; `None` when it does not fit as stored.
-    fn change_capacity_of(&self, pool_id: PoolId, capacity: i32) -> Option<bool> {
+    /// A change of `pool_id`'s capacity: `Some(true)` applied, `Some(false)` no such pool,
+    /// `None` when it does not fit as stored (or does not apply).
+    fn change_capacity_of(&self, pool_id: PoolId, change: CapacityChange) -> Option<bool> {
         let mut table = lock(&self.pools);
         let Some(pool) = table.by_id.get_mut(&pool_id) else {
             return Some(false);
         };
+        let capacity = pool_capacity_after(change, pool.capacity)?;
         let remaining =
             i64::from(pool.stored_remaining) + i64::from(capacity) - i64::from(pool.capacity);
         let remaining = i32::try_from(remaining).ok().filter(|r| *r >= 0)?;
@@ -285,19 +287,22 @@ impl PoolStore for MemoryStore {
     async fn change_pool_capacity(
         &self,
         pool_id: PoolId,
-        capacity: i32,
+        change: CapacityChange,
         now: Timestamp,
     ) -> Result<Decided<PoolChange>, StoreError> {
         let before = lock(&self.pools).by_id.get(&pool_id).map(|p| p.capacity);
-        let mut changed = self.change_capacity_of(pool_id, capacity);
+        let mut changed = self.change_capacity_of(pool_id, change);
         if changed.is_none() {
             let usage = self.pool_usage(pool_id, now);
             let fits = usage.as_ref().is_some_and(|usage| {
-                i64::from(usage.available()) + i64::from(capacity) - i64::from(usage.pool.capacity)
-                    >= 0
+                pool_capacity_after(change, usage.pool.capacity).is_some_and(|capacity| {
+                    i64::from(usage.available()) + i64::from(capacity)
+                        - i64::from(usage.pool.capacity)
+                        >= 0
+                })
             });
             if fits && self.reclaim_pools(&[pool_id], now) {
-                changed = self.change_capacity_of(pool_id, capacity);
+                changed = self.change_capacity_of(pool_id, change);
             }
         }
         let usage = self.pool_usage(pool_id, now);
@@ -307,11 +312,21 @@ impl PoolStore for MemoryStore {
             _ => PoolChange::PoolNotFound,
         };
         // Another capacity: the pool's line is served (the answer is the change, before).
-        if changed == Some(true) && before != Some(capacity) {
+        let after = lock(&self.pools).by_id.get(&pool_id).map(|p| p.capacity);
+        if changed == Some(true) && before != after {
             self.serve_lines(&[], &[pool_id], now);
         }
         Ok(Decided::new(now, change))
     }
+}
+
+/// The capacity `change` gives a pool whose capacity is `current`, when it applies and is in
+/// `0..=i32::MAX`.
+fn pool_capacity_after(change: CapacityChange, current: i32) -> Option<i32> {
+    change
+        .applied_to(current)
+        .and_then(|capacity| i32::try_from(capacity).ok())
+        .filter(|capacity| *capacity >= 0)
 }
 
 impl MemoryStore {

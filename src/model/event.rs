@@ -178,6 +178,13 @@ pub struct Event {
     /// The hold, for hold events.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hold_id: Option<HoldId>,
+    /// The booking the hold is a line of, for hold events of a booking of several lines: the
+    /// booking's id (its first line's hold id), shared by the events of every line of it.
+    /// `None` for a hold placed alone (a booking of one line) and for slot events. To act once
+    /// per booking, act on the events whose `booking_id` is `None` or equal to their
+    /// `hold_id`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub booking_id: Option<HoldId>,
     /// The hold's owner, for hold events of an owned hold.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub owner: Option<OwnerId>,
@@ -230,13 +237,14 @@ impl NewEvent {
         }
     }
 
-    /// The event at `position`.
-    pub fn at_position(self, position: EventPosition) -> Event {
+    /// The event at `position`, of the booking `booking_id` (see [`Event::booking_id`]).
+    pub fn at_position(self, position: EventPosition, booking_id: Option<HoldId>) -> Event {
         Event {
             position,
             kind: self.kind,
             slot_id: self.slot_id,
             hold_id: self.hold_id,
+            booking_id,
             owner: self.owner,
             quantity: self.quantity,
             at: self.at,

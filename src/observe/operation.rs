@@ -30,7 +30,7 @@ macro_rules! operations {
         $($(#[doc = $doc:literal])* $variant:ident => $name:literal,)*
     ) => {
         /// An engine operation, as spans and metrics name it. Calls on the caller's
-        /// transaction ([`Within`](crate::Within)) are the operation of the same name.
+        /// transaction ([`EngineTransaction`](crate::EngineTransaction)) are the operation of the same name.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
         #[non_exhaustive]
         pub enum Operation {
@@ -83,7 +83,7 @@ macro_rules! operations {
 operations! {
     // Every index of OUTCOMES, in order: the keys they build are an array of OUTCOMES.len(),
     // so the compiler refuses a list too short or too long.
-    outcomes: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29];
+    outcomes: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31];
     /// [`BookingEngine::availability`](crate::BookingEngine::availability).
     Availability => "availability",
     /// [`BookingEngine::place_hold`](crate::BookingEngine::place_hold) (and `hold`).

@@ -173,8 +173,16 @@ fn writes_in_the_callers_transaction_are_the_same_operations_marked_as_such() {
         let engine = engine();
         let slot = slot(&engine, 1).await;
         let mut within = engine.within(Direct(engine.store()));
-        let hold = within.hold(slot, "t-1").await.unwrap().hold.hold_id;
-        within.hold(slot, "t-2").await.unwrap_err();
+        let hold = within
+            .place_hold(crate::NewHold::new(slot, "t-1"))
+            .await
+            .unwrap()
+            .hold
+            .hold_id;
+        within
+            .place_hold(crate::NewHold::new(slot, "t-2"))
+            .await
+            .unwrap_err();
         within.confirm_as(&Scope::Anonymous, hold).await.unwrap();
         within.close_sales(slot).await.unwrap();
     });

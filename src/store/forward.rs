@@ -130,8 +130,8 @@ macro_rules! forward_store {
             async fn detach_slot(&self, pool_id: $crate::PoolId, slot_id: $crate::SlotId, now: $crate::Timestamp) -> Result<$crate::Decided<$crate::PoolChange>, $crate::StoreError> {
                 $crate::forward_store!(@call self; $this; $get; $call; $wrap; detach_slot(pool_id, slot_id, now))
             }
-            async fn change_pool_capacity(&self, pool_id: $crate::PoolId, capacity: i32, now: $crate::Timestamp) -> Result<$crate::Decided<$crate::PoolChange>, $crate::StoreError> {
-                $crate::forward_store!(@call self; $this; $get; $call; $wrap; change_pool_capacity(pool_id, capacity, now))
+            async fn change_pool_capacity(&self, pool_id: $crate::PoolId, change: $crate::CapacityChange, now: $crate::Timestamp) -> Result<$crate::Decided<$crate::PoolChange>, $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; change_pool_capacity(pool_id, change, now))
             }
         }
     };
@@ -163,8 +163,8 @@ macro_rules! forward_store {
     (@SlotAdmin [$($generics:tt)*] $ty:ty; $this:ident; $get:expr; $call:ident; $wrap:expr) => {
         #[$crate::__private::async_trait]
         impl<$($generics)*> $crate::SlotAdmin for $ty {
-            async fn change_capacity(&self, slot_id: $crate::SlotId, capacity: i32, now: $crate::Timestamp) -> Result<$crate::Decided<$crate::SlotChange>, $crate::StoreError> {
-                $crate::forward_store!(@call self; $this; $get; $call; $wrap; change_capacity(slot_id, capacity, now))
+            async fn change_capacity(&self, slot_id: $crate::SlotId, change: $crate::CapacityChange, now: $crate::Timestamp) -> Result<$crate::Decided<$crate::SlotChange>, $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; change_capacity(slot_id, change, now))
             }
             async fn set_closed(&self, slot_id: $crate::SlotId, closed: bool, now: $crate::Timestamp) -> Result<$crate::Decided<$crate::SlotChange>, $crate::StoreError> {
                 $crate::forward_store!(@call self; $this; $get; $call; $wrap; set_closed(slot_id, closed, now))
@@ -264,8 +264,8 @@ macro_rules! forward_store {
             async fn create_slot(&mut self, slot: &$crate::NewSlot, now: $crate::Timestamp) -> Result<$crate::Slot, $crate::StoreError> {
                 $crate::forward_store!(@call self; $this; $get; $call; $wrap; create_slot(slot, now))
             }
-            async fn change_capacity(&mut self, slot_id: $crate::SlotId, capacity: i32, now: $crate::Timestamp) -> Result<$crate::Decided<$crate::SlotChange>, $crate::StoreError> {
-                $crate::forward_store!(@call self; $this; $get; $call; $wrap; change_capacity(slot_id, capacity, now))
+            async fn change_capacity(&mut self, slot_id: $crate::SlotId, change: $crate::CapacityChange, now: $crate::Timestamp) -> Result<$crate::Decided<$crate::SlotChange>, $crate::StoreError> {
+                $crate::forward_store!(@call self; $this; $get; $call; $wrap; change_capacity(slot_id, change, now))
             }
             async fn set_closed(&mut self, slot_id: $crate::SlotId, closed: bool, now: $crate::Timestamp) -> Result<$crate::Decided<$crate::SlotChange>, $crate::StoreError> {
                 $crate::forward_store!(@call self; $this; $get; $call; $wrap; set_closed(slot_id, closed, now))

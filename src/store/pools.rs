@@ -6,7 +6,9 @@ use async_trait::async_trait;
 use super::error::StoreError;
 use super::holds::HoldStore;
 use super::outcome::Decided;
-use crate::model::{NewPool, Pool, PoolId, PoolUsage, SlotId, SlotUsage, Timestamp};
+use crate::model::{
+    CapacityChange, NewPool, Pool, PoolId, PoolUsage, SlotId, SlotUsage, Timestamp,
+};
 
 /// Pools: capacities that several slots draw from, each unit a hold takes being taken from
 /// its slot and from each of the slot's pools, all or nothing.
@@ -72,14 +74,19 @@ pub trait PoolStore: HoldStore {
         now: Timestamp,
     ) -> Result<Decided<PoolChange>, StoreError>;
 
-    /// Sets a pool's capacity (`>= 0`), moving its `remaining` by the same amount where the
-    /// new `remaining` is `>= 0` (one conditional update); when that affects no row and the
-    /// expired holds of its slots would make it fit, they are given back and it is tried
-    /// once more. [`PoolChange::InUse`] when held and confirmed units stand in the way.
+    /// Changes a pool's capacity as `change` says ([`CapacityChange`]: to a number, by a
+    /// number, or to a number while it still is the one read), the capacity after it in
+    /// `0..=i32::MAX`, moving its `remaining` by the same amount where the new `remaining` is
+    /// `>= 0` (one conditional update: [`CapacityChange::terms`]); when that affects no row and
+    /// the expired holds of its slots would make it fit, they are given back and it is tried
+    /// once more. A change that leaves the capacity as it is is applied without a write.
+    /// [`PoolChange::InUse`] when anything refused it (held and confirmed units in the way, a
+    /// capacity out of range, another capacity than `Replace` expected), with the pool read
+    /// after the refusal: the engine says which.
     async fn change_pool_capacity(
         &self,
         pool_id: PoolId,
-        capacity: i32,
+        change: CapacityChange,
         now: Timestamp,
     ) -> Result<Decided<PoolChange>, StoreError>;
 }

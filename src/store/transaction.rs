@@ -9,7 +9,8 @@ use super::error::StoreError;
 use super::holds::HoldStore;
 use super::outcome::{Decided, HoldOutcome, HoldRequest, RenewRequest, SlotChange, Transition};
 use crate::model::{
-    Booking, ConsumerId, EventPosition, Hold, HoldId, LeaseHolder, NewSlot, Slot, SlotId, Timestamp,
+    Booking, CapacityChange, ConsumerId, EventPosition, Hold, HoldId, LeaseHolder, NewSlot, Slot,
+    SlotId, Timestamp,
 };
 use crate::scope::Scope;
 
@@ -64,7 +65,7 @@ pub trait TransactionWrites: Send {
     async fn change_capacity(
         &mut self,
         slot_id: SlotId,
-        capacity: i32,
+        change: CapacityChange,
         now: Timestamp,
     ) -> Result<Decided<SlotChange>, StoreError>;
 
@@ -146,7 +147,7 @@ pub trait TransactionBookings: Send {
 #[async_trait]
 pub trait TransactionalStore: HoldStore {
     /// An open transaction.
-    type Transaction: Send;
+    type Transaction: Send + 'static;
 
     /// The store's writes on an open transaction.
     type Writes<'t>: TransactionWrites

@@ -2,14 +2,14 @@
 //! each taking only free units, each one conditional update of the slot's row decided by the
 //! rows it matched.
 
-use slot_booking::{EventKind, Slot, SlotChange, SlotId, StoreError, Timestamp};
+use slot_booking::{CapacityChange, EventKind, Slot, SlotChange, SlotId, StoreError, Timestamp};
 use sqlx::mysql::MySqlConnection;
 use sqlx::{AssertSqlSafe, Connection};
 
 use crate::map_err;
 use crate::rows::{slot_from_row, to_micros, usage_from_row};
 use crate::serve::{serve, Lines};
-use crate::sql::Statements;
+use crate::sql::{bind_capacity, Statements};
 use crate::writes::{append_event, finish, reclaim_slot, Step};
 use slot_booking::events::NewEvent;
 
@@ -53,12 +53,12 @@ pub(crate) async fn change_capacity(
     sql: &Statements,
     conn: &mut MySqlConnection,
     slot_id: SlotId,
-    capacity: i32,
+    capacity: CapacityChange,
     now: Timestamp,
 ) -> Result<Step<SlotChange>, StoreError> {
     let change = AdminChange {
         kind: EventKind::SlotCapacityChanged,
-        already: &|slot: &Slot| slot.capacity == capacity,
+        already: &|slot: &Slot| capacity.leaves(slot.capacity),
         statement: &sql.change_capacity,
         binds: Binds::Capacity(capacity),
     };
@@ -85,8 +85,8 @@ pub(crate) async fn remove_slot(
 /// The parameters of an administrative update, bound around the slot id.
 #[derive(Clone, Copy)]
 enum Binds {
-    /// `change_capacity`: (capacity, capacity, slot id, capacity, capacity).
-    Capacity(i32),
+    /// `change_capacity`: the change's binds around the slot id (`bind_capacity`).
+    Capacity(CapacityChange),
     /// `remove_slot`: (now, slot id).
     Removal(Timestamp),
 }
@@ -110,12 +110,7 @@ impl AdminChange<'_> {
     ) -> Result<bool, StoreError> {
         let query = sqlx::query(AssertSqlSafe(self.statement));
         let query = match self.binds {
-            Binds::Capacity(capacity) => query
-                .bind(capacity)
-                .bind(capacity)
-                .bind(slot_id.get())
-                .bind(capacity)
-                .bind(capacity),
+            Binds::Capacity(change) => bind_capacity(query, change, slot_id.get(), 3),
             Binds::Removal(now) => query.bind(to_micros(now)).bind(slot_id.get()),
         };
         let done = query.execute(conn).await.map_err(map_err)?;

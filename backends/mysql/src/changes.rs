@@ -4,67 +4,21 @@
 
 use std::time::Duration;
 
-use async_trait::async_trait;
 use slot_booking::changes::{
-    follow_changes, ChangeFeed, Follower, Invalidator, Notice, DEFAULT_COALESCING_WINDOW,
+    follow_changes, Follower, Invalidator, DEFAULT_COALESCING_WINDOW, DEFAULT_POLL_INTERVAL,
 };
-use slot_booking::{EventPosition, EventStore, StoreError};
+use slot_booking::StoreError;
 
 use crate::MySqlStore;
 
-/// How often [`MySqlStore::follow_changes`] reads the log: a change made anywhere shows within
-/// about this long (plus the coalescing window).
-pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(20);
-
-/// Most events one poll reads; more only mean "changed" sooner.
-const POLL_LIMIT: u32 = 256;
-
-/// A [`ChangeFeed`] that reads the event log by position every interval: a poll that finds
-/// events (of any node) reports [`Notice::Changed`]; one that fails reports
-/// [`Notice::Unsure`] and the next poll goes on from the same position. Each poll is one
-/// indexed read of the log past the last position seen, and places the committed events not
-/// yet placed when that came up short.
-#[derive(Debug)]
-pub struct EventLogFeed {
-    store: MySqlStore,
-    interval: Duration,
-    after: EventPosition,
-}
-
-impl EventLogFeed {
-    /// How often the feed reads the log.
-    pub fn interval(&self) -> Duration {
-        self.interval
-    }
-}
-
-#[async_trait]
-impl ChangeFeed for EventLogFeed {
-    async fn next(&mut self) -> Notice {
-        loop {
-            tokio::time::sleep(self.interval).await;
-            match self.store.read_events_after(self.after, POLL_LIMIT).await {
-                Ok(events) => {
-                    if let Some(last) = events.last() {
-                        self.after = last.position;
-                        return Notice::Changed;
-                    }
-                }
-                Err(_) => return Notice::Unsure,
-            }
-        }
-    }
-}
+/// The [`ChangeFeed`](slot_booking::changes::ChangeFeed) of a MySQL store: the core's, reading
+/// the event log by position.
+pub type EventLogFeed = slot_booking::changes::EventLogFeed<MySqlStore>;
 
 impl MySqlStore {
     /// A feed of this store's changes from now on, read every `interval`.
     pub async fn change_feed(&self, interval: Duration) -> Result<EventLogFeed, StoreError> {
-        let after = self.event_log_end().await?;
-        Ok(EventLogFeed {
-            store: self.clone(),
-            interval,
-            after,
-        })
+        EventLogFeed::new(self.clone(), interval).await
     }
 
     /// Keeps `invalidator`'s engine fresh with changes committed anywhere else — other

@@ -23,10 +23,11 @@ use sqlx::mysql::MySqlConnection;
 use sqlx::{AssertSqlSafe, Row};
 
 use crate::map_err;
+use crate::pooled::Pooled;
 use crate::retry::in_transaction;
 use crate::rows::{event_from_row, hold_from_row, to_micros};
 use crate::serve::{serve, serve_waiting, Lines};
-use crate::sql::{placeholders, Statements};
+use crate::sql::{placeholders, write_statement, Statements};
 use crate::units::lock_pools_of;
 use crate::writes::{gave_back, Step};
 use crate::MySqlStore;
@@ -54,7 +55,7 @@ async fn place(sql: &Statements, conn: &mut MySqlConnection) -> Result<Step<u32>
     // Positions follow `seq` from `placed + 1`: increasing, above every earlier one, with
     // gaps where a skipped event lies between two placed ones (it comes later, higher).
     let offset = placed - first + 1;
-    let statement = format!(
+    let statement = write_statement!(
         "UPDATE {} SET position = ? + seq WHERE seq IN ({})",
         sql.events,
         placeholders(seqs.len())
@@ -116,10 +117,12 @@ impl MySqlStore {
 
     /// Whether an event is waiting to be placed (committed or not).
     async fn any_unplaced(&self) -> Result<bool, StoreError> {
+        let mut conn = Pooled::acquire(self).await?;
         let found: Option<i64> = sqlx::query_scalar(AssertSqlSafe(self.sql.any_unplaced.as_str()))
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut *conn)
             .await
             .map_err(map_err)?;
+        conn.done();
         Ok(found.is_some())
     }
 
@@ -139,7 +142,9 @@ impl MySqlStore {
         if self.any_unplaced().await? {
             self.place_all().await?;
         }
-        let rows = read().fetch_all(&self.pool).await.map_err(map_err)?;
+        let mut conn = Pooled::acquire(self).await?;
+        let rows = read().fetch_all(&mut *conn).await.map_err(map_err)?;
+        conn.done();
         rows.iter().map(event_from_row).collect()
     }
 }
@@ -215,7 +220,7 @@ async fn reclaim_batch(
     if reclaimed.is_empty() {
         return Ok(Step::undo(reclaimed));
     }
-    let expire = format!(
+    let expire = write_statement!(
         "UPDATE {} SET status = 'expired' WHERE id IN ({})",
         sql.holds,
         placeholders(reclaimed.len())
@@ -249,14 +254,15 @@ async fn purge(
     before: Timestamp,
     limit: u32,
 ) -> Result<Step<Purged>, StoreError> {
-    let holds = sqlx::query(AssertSqlSafe(sql.purge_holds.as_str()))
-        .bind(to_micros(before))
+    // The events first: a hold an event still kept names is not purged.
+    let events = sqlx::query(AssertSqlSafe(sql.purge_events.as_str()))
         .bind(to_micros(before))
         .bind(limit)
         .execute(&mut *conn)
         .await
         .map_err(map_err)?;
-    let events = sqlx::query(AssertSqlSafe(sql.purge_events.as_str()))
+    let holds = sqlx::query(AssertSqlSafe(sql.purge_holds.as_str()))
+        .bind(to_micros(before))
         .bind(to_micros(before))
         .bind(limit)
         .execute(&mut *conn)
@@ -330,10 +336,12 @@ impl EventStore for MySqlStore {
 
     async fn event_log_end(&self) -> Result<EventPosition, StoreError> {
         self.place_all().await?;
+        let mut conn = Pooled::acquire(self).await?;
         let placed: i64 = sqlx::query_scalar(AssertSqlSafe(self.sql.event_log_end.as_str()))
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *conn)
             .await
             .map_err(map_err)?;
+        conn.done();
         Ok(EventPosition::new(0, placed))
     }
 
@@ -350,11 +358,13 @@ impl EventStore for MySqlStore {
         &self,
         consumer: &ConsumerId,
     ) -> Result<Option<EventPosition>, StoreError> {
+        let mut conn = Pooled::acquire(self).await?;
         let row = sqlx::query(AssertSqlSafe(self.sql.consumer_position.as_str()))
             .bind(consumer.as_str())
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut *conn)
             .await
             .map_err(map_err)?;
+        conn.done();
         row.map(|row| {
             let acknowledged: i64 = row.try_get("acknowledged").map_err(map_err)?;
             Ok(EventPosition::new(0, acknowledged))

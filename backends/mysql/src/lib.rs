@@ -106,10 +106,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use slot_booking::{
-    async_trait, AvailabilityEntry, AvailabilityQuery, Decided, Hold, HoldId, HoldOutcome,
-    HoldQueries, HoldRequest, HoldStore, NewSlot, OwnerId, PageRequest, PoolUsage, RenewRequest,
-    Scope, Slot, SlotAdmin, SlotChange, SlotCursor, SlotId, SlotUsage, StoreError, Timestamp,
-    Transition,
+    async_trait, AvailabilityEntry, AvailabilityQuery, CapacityChange, Decided, Hold, HoldId,
+    HoldOutcome, HoldQueries, HoldRequest, HoldStore, NewSlot, OwnerId, PageRequest, PoolUsage,
+    RenewRequest, Scope, Slot, SlotAdmin, SlotChange, SlotCursor, SlotId, SlotUsage, StoreError,
+    Timestamp, Transition,
 };
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 use sqlx::Executor;
@@ -120,6 +120,7 @@ mod changes;
 mod events;
 mod lines;
 mod migrate;
+mod pooled;
 mod pools;
 mod reads;
 mod retry;
@@ -133,8 +134,9 @@ mod waitlist_sql;
 mod waitlists;
 mod writes;
 
-pub use changes::{EventLogFeed, DEFAULT_POLL_INTERVAL};
+pub use changes::EventLogFeed;
 pub use retry::{Conflict, RetryPolicy, DEFAULT_RETRY_POLICY};
+pub use slot_booking::changes::DEFAULT_POLL_INTERVAL;
 pub use sql::{InvalidTablePrefix, DEFAULT_TABLE_PREFIX};
 /// The sqlx this crate is built on (0.9). Build pools and connection options through this
 /// re-export: a pool from another sqlx major version is a different type.
@@ -367,10 +369,10 @@ impl SlotAdmin for MySqlStore {
     async fn change_capacity(
         &self,
         slot_id: SlotId,
-        capacity: i32,
+        change: CapacityChange,
         now: Timestamp,
     ) -> Result<Decided<SlotChange>, StoreError> {
-        let done = self.run().change_capacity(slot_id, capacity, now).await?;
+        let done = self.run().change_capacity(slot_id, change, now).await?;
         Ok(Decided::new(now, done))
     }
 

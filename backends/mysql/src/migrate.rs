@@ -52,6 +52,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         description: "waitlists",
         sql: include_str!("../migrations/0005_waitlists.sql"),
     },
+    Migration {
+        version: 6,
+        description: "events by hold",
+        sql: include_str!("../migrations/0006_events_by_hold.sql"),
+    },
 ];
 
 /// The statements of a migration's text: split where a line ends with `;`, comment lines

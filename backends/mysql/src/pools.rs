@@ -24,16 +24,17 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use slot_booking::{
-    async_trait, Decided, NewPool, Pool, PoolChange, PoolId, PoolStore, PoolUsage, SlotId,
-    StoreError, Timestamp, MAX_POOLS_PER_SLOT,
+    async_trait, CapacityChange, Decided, NewPool, Pool, PoolChange, PoolId, PoolStore, PoolUsage,
+    SlotId, StoreError, Timestamp, MAX_POOLS_PER_SLOT,
 };
 use sqlx::mysql::{MySqlConnection, MySqlRow};
 use sqlx::{AssertSqlSafe, Row};
 
+use crate::pooled::Pooled;
 use crate::retry::in_transaction;
 use crate::rows::to_micros;
 use crate::serve::{serve, Lines};
-use crate::sql::Statements;
+use crate::sql::{bind_capacity, Statements};
 use crate::units::{id_of, lock_pools_of, lock_slot, pools_of_slot, reclaim_locked, Step};
 use crate::writes::{reclaim_slot, slot_limits, take_pool};
 use crate::{map_err, MySqlStore};
@@ -379,7 +380,7 @@ async fn set_capacity(
     sql: &Statements,
     conn: &mut MySqlConnection,
     pool: i64,
-    capacity: i32,
+    change: CapacityChange,
 ) -> Result<Capacity, StoreError> {
     let before: Option<i32> = sqlx::query_scalar(AssertSqlSafe(sql.lock_pool.as_str()))
         .bind(pool)
@@ -389,17 +390,18 @@ async fn set_capacity(
     let Some(before) = before else {
         return Ok(Capacity::Refused);
     };
-    let set = sqlx::query(AssertSqlSafe(sql.change_pool_capacity.as_str()))
-        .bind(capacity)
-        .bind(capacity)
-        .bind(pool)
-        .bind(capacity)
-        .execute(&mut *conn)
-        .await
-        .map_err(map_err)?;
+    let set = bind_capacity(
+        sqlx::query(AssertSqlSafe(sql.change_pool_capacity.as_str())),
+        change,
+        pool,
+        2,
+    )
+    .execute(&mut *conn)
+    .await
+    .map_err(map_err)?;
     Ok(match set.rows_affected() {
         1 => Capacity::Set {
-            changed: before != capacity,
+            changed: !change.leaves(before),
         },
         _ => Capacity::Refused,
     })
@@ -411,10 +413,10 @@ async fn change_capacity(
     sql: &Statements,
     conn: &mut MySqlConnection,
     pool: i64,
-    capacity: i32,
+    change: CapacityChange,
     now: Timestamp,
 ) -> Result<Step<Administered>, StoreError> {
-    if let Capacity::Set { changed } = set_capacity(sql, conn, pool, capacity).await? {
+    if let Capacity::Set { changed } = set_capacity(sql, conn, pool, change).await? {
         let answer = applied(sql, conn, pool, now).await?;
         if changed {
             let mut lines = Lines::new();
@@ -427,9 +429,12 @@ async fn change_capacity(
     Ok(Step::undo(match pool_usage(sql, conn, pool, now).await? {
         None => Administered::Done(PoolChange::PoolNotFound),
         Some(usage)
-            if i64::from(usage.available()) + i64::from(capacity)
-                - i64::from(usage.pool.capacity)
-                >= 0 =>
+            if change
+                .applied_to(usage.pool.capacity)
+                .filter(|capacity| (0..=i64::from(i32::MAX)).contains(capacity))
+                .is_some_and(|capacity| {
+                    i64::from(usage.available()) + capacity - i64::from(usage.pool.capacity) >= 0
+                }) =>
         {
             Administered::Short
         }
@@ -446,7 +451,7 @@ async fn reclaim_then_change(
     sql: &Statements,
     conn: &mut MySqlConnection,
     pool: i64,
-    capacity: i32,
+    change: CapacityChange,
     now: Timestamp,
 ) -> Result<Step<Administered>, StoreError> {
     let slots: Vec<SlotId> = slots_of_pool(sql, conn, pool)
@@ -462,7 +467,7 @@ async fn reclaim_then_change(
         reclaim_locked(sql, conn, *slot, now).await?;
     }
     // Refused before, it changes the capacity if it is set now.
-    if set_capacity(sql, conn, pool, capacity).await? == Capacity::Refused {
+    if set_capacity(sql, conn, pool, change).await? == Capacity::Refused {
         return Ok(Step::undo(Administered::Short));
     }
     let answer = applied(sql, conn, pool, now).await?;
@@ -477,8 +482,10 @@ async fn reclaim_then_change(
 
 /// The pool in use, read after a refused change.
 async fn in_use(store: &MySqlStore, pool: i64, now: Timestamp) -> Result<PoolChange, StoreError> {
-    let mut conn = store.pool.acquire().await.map_err(map_err)?;
-    Ok(match pool_usage(&store.sql, &mut conn, pool, now).await? {
+    let mut conn = Pooled::acquire(store).await?;
+    let usage = pool_usage(&store.sql, &mut conn, pool, now).await?;
+    conn.done();
+    Ok(match usage {
         Some(usage) => PoolChange::InUse(usage),
         None => PoolChange::PoolNotFound,
     })
@@ -490,7 +497,7 @@ pub(crate) async fn all_pools(
     now: Timestamp,
 ) -> Result<Decided<Vec<PoolUsage>>, StoreError> {
     let sql = &store.sql;
-    let mut conn = store.pool.acquire().await.map_err(map_err)?;
+    let mut conn = Pooled::acquire(store).await?;
     let memberships: Vec<(i64, i64)> = sqlx::query_as(AssertSqlSafe(sql.all_pool_slots.as_str()))
         .fetch_all(&mut *conn)
         .await
@@ -505,6 +512,7 @@ pub(crate) async fn all_pools(
         .fetch_all(&mut *conn)
         .await
         .map_err(map_err)?;
+    conn.done();
     let mut pools = Vec::with_capacity(rows.len());
     for row in &rows {
         let id: i64 = row.try_get("id").map_err(map_err)?;
@@ -562,7 +570,7 @@ impl PoolStore for MySqlStore {
     async fn change_pool_capacity(
         &self,
         pool_id: PoolId,
-        capacity: i32,
+        capacity: CapacityChange,
         now: Timestamp,
     ) -> Result<Decided<PoolChange>, StoreError> {
         let (sql, pool) = (&self.sql, pool_id.get());

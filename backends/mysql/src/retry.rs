@@ -165,16 +165,17 @@ macro_rules! in_transaction {
         let mut retry = $crate::retry::Retry::new(store.retry_policy(), store.retried());
         loop {
             let outcome = async {
-                let mut tx = store
-                    .pool()
-                    .begin_with($crate::units::UNIT_BEGIN)
+                let mut pooled = $crate::pooled::Pooled::acquire(store).await?;
+                let mut tx = sqlx::Connection::begin(&mut *pooled)
                     .await
                     .map_err($crate::map_err)?;
                 let step = {
                     let $conn: &mut sqlx::mysql::MySqlConnection = &mut tx;
                     $step.await
                 };
-                $crate::units::finish_unit(tx, step).await
+                let outcome = $crate::units::finish_unit(tx, step).await;
+                pooled.done();
+                outcome
             }
             .await;
             match outcome {
@@ -205,9 +206,13 @@ macro_rules! reading {
                 let mut retry = $crate::retry::Retry::new(store.retry_policy(), store.retried());
                 loop {
                     let outcome = async {
-                        let mut pooled = store.pool().acquire().await.map_err($crate::map_err)?;
-                        let $conn: &mut sqlx::mysql::MySqlConnection = &mut pooled;
-                        $read.await
+                        let mut pooled = $crate::pooled::Pooled::acquire(store).await?;
+                        let read = {
+                            let $conn: &mut sqlx::mysql::MySqlConnection = &mut pooled;
+                            $read.await
+                        };
+                        pooled.done();
+                        read
                     }
                     .await;
                     match outcome {

@@ -19,9 +19,9 @@
 //! ([`reading!`](crate::retry::reading)).
 
 use slot_booking::{
-    ConsumerId, EventPosition, Hold, HoldId, HoldOutcome, HoldRequest, LeaseHolder, NewSlot,
-    PoolId, PoolUsage, RenewRequest, Scope, Slot, SlotChange, SlotId, SlotUsage, StoreError,
-    Timestamp, Transition,
+    CapacityChange, ConsumerId, EventPosition, Hold, HoldId, HoldOutcome, HoldRequest, LeaseHolder,
+    NewSlot, PoolId, PoolUsage, RenewRequest, Scope, Slot, SlotChange, SlotId, SlotUsage,
+    StoreError, Timestamp, Transition,
 };
 use sqlx::mysql::MySqlConnection;
 use sqlx::AssertSqlSafe;
@@ -54,17 +54,9 @@ macro_rules! in_unit {
                 let mut retry = $crate::retry::Retry::new(store.retry_policy(), store.retried());
                 loop {
                     let outcome = async {
-                        let mut unit = if own {
-                            sqlx::Connection::begin_with(&mut *caller, $crate::units::UNIT_BEGIN)
-                                .await
-                        } else {
-                            sqlx::raw_sql($crate::units::UNIT_GUARD)
-                                .execute(&mut *caller)
-                                .await
-                                .map_err($crate::map_err)?;
-                            sqlx::Connection::begin(&mut *caller).await
-                        }
-                        .map_err($crate::map_err)?;
+                        let mut unit = sqlx::Connection::begin(&mut *caller)
+                            .await
+                            .map_err($crate::map_err)?;
                         let step = {
                             let $conn: &mut sqlx::mysql::MySqlConnection = &mut unit;
                             $step.await
@@ -191,12 +183,12 @@ impl<'a> Run<'a> {
     pub(crate) async fn change_capacity(
         &mut self,
         slot_id: SlotId,
-        capacity: i32,
+        change: CapacityChange,
         now: Timestamp,
     ) -> Result<SlotChange, StoreError> {
         let sql = self.statements();
         in_unit!(self, |conn| admin::change_capacity(
-            sql, conn, slot_id, capacity, now
+            sql, conn, slot_id, change, now
         ))
     }
 

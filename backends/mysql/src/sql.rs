@@ -15,6 +15,50 @@ use std::fmt;
 
 use crate::waitlist_sql::WaitlistStatements;
 
+/// What every write statement starts with: it runs as written inside a transaction, and fails
+/// (1792, a conflict: the step runs again) when no transaction is open, so a write can never
+/// commit on its own in autocommit after Galera ended its step's transaction under it (see
+/// [`units`](crate::units)). `SET STATEMENT` (MariaDB) sets the access mode for the statement
+/// alone: a step cut at any point leaves no session state behind.
+pub(crate) const WRITE_GUARD: &str = "SET STATEMENT tx_read_only = 1 FOR ";
+
+/// `format!` of a write statement, prefixed with [`WRITE_GUARD`].
+macro_rules! write_statement {
+    ($($format:tt)*) => {
+        format!("{}{}", $crate::sql::WRITE_GUARD, format_args!($($format)*))
+    };
+}
+
+pub(crate) use write_statement;
+
+/// The capacity a change gives a slot's or pool's row: `keep * capacity + add`, two
+/// parameters ([`CapacityChange::terms`](slot_booking::CapacityChange::terms)).
+const CAPACITY_AFTER: &str = "(? * capacity + ?)";
+
+/// Binds a capacity change's statement (`change_capacity`, `change_pool_capacity`): the new
+/// capacity's terms for each place `SET` names it, the row's id, the capacity expected twice,
+/// then the terms for each later place the `WHERE` names the new capacity (`places` of them).
+pub(crate) fn bind_capacity<'q>(
+    query: sqlx::query::Query<'q, sqlx::MySql, sqlx::mysql::MySqlArguments>,
+    change: slot_booking::CapacityChange,
+    id: i64,
+    places: usize,
+) -> sqlx::query::Query<'q, sqlx::MySql, sqlx::mysql::MySqlArguments> {
+    let terms = change.terms();
+    let mut query = query
+        .bind(terms.keep)
+        .bind(terms.add)
+        .bind(terms.keep)
+        .bind(terms.add)
+        .bind(id)
+        .bind(terms.expected)
+        .bind(terms.expected);
+    for _ in 0..places {
+        query = query.bind(terms.keep).bind(terms.add);
+    }
+    query
+}
+
 /// The prefix [`MySqlStore::new`](crate::MySqlStore::new) gives its tables:
 /// `slot_booking_slots`, `slot_booking_holds`, `slot_booking_migrations`.
 pub const DEFAULT_TABLE_PREFIX: &str = "slot_booking_";
@@ -173,6 +217,9 @@ impl Statements {
         let slots = format!("{prefix}slots");
         let holds = format!("{prefix}holds");
         let events = format!("{prefix}events");
+        // A hold event's booking, read from its hold (NULL for a hold placed alone).
+        let booking_of =
+            format!("(SELECT booking_id FROM {holds} WHERE id = {events}.hold_id) AS booking_id");
         let log = format!("{prefix}event_log");
         let consumers = format!("{prefix}event_consumers");
         let pools = format!("{prefix}pools");
@@ -207,7 +254,7 @@ impl Statements {
                          AND (s.starts_at > ? OR (s.starts_at = ? AND s.id > ?)) \
                          ORDER BY s.starts_at, s.id LIMIT ?";
         Statements {
-            create_slot: format!(
+            create_slot: write_statement!(
                 "INSERT INTO {slots} (starts_at, ends_at, capacity, remaining, resource) \
                  VALUES (?, ?, ?, ?, ?)"
             ),
@@ -226,16 +273,16 @@ impl Statements {
             // The conditional decrement (quantity, slot id, quantity, now): one row matched is
             // the units taken from a selling slot nobody waits for (an offer's is the
             // waitlists' own).
-            take_units: format!(
+            take_units: write_statement!(
                 "UPDATE {slots} SET remaining = remaining - ? \
                  WHERE id = ? AND remaining >= ? AND starts_at > ? AND NOT closed \
                    AND removed_at IS NULL AND waiting = 0"
             ),
             // (units, slot id)
-            give_back: format!("UPDATE {slots} SET remaining = remaining + ? WHERE id = ?"),
+            give_back: write_statement!("UPDATE {slots} SET remaining = remaining + ? WHERE id = ?"),
             // (slot id, key, expires_at, now, quantity, owner); the key's unique constraint
             // refuses a second hold with it.
-            insert_hold: format!(
+            insert_hold: write_statement!(
                 "INSERT INTO {holds} \
                      (slot_id, idempotency_key, status, expires_at, created_at, quantity, owner) \
                  VALUES (?, ?, 'held', ?, ?, ?, ?)"
@@ -253,24 +300,24 @@ impl Statements {
                 "SELECT {HOLD_COLUMNS} FROM {holds} \
                  WHERE slot_id = ? AND status = 'held' AND expires_at <= ? ORDER BY id FOR UPDATE"
             ),
-            expire_of_slot: format!(
+            expire_of_slot: write_statement!(
                 "UPDATE {holds} SET status = 'expired' \
                  WHERE slot_id = ? AND status = 'held' AND expires_at <= ?"
             ),
             // (now, hold id, now, any, owner)
-            confirm: format!(
+            confirm: write_statement!(
                 "UPDATE {holds} SET status = 'confirmed', confirmed_at = ? \
                  WHERE id = ? AND status = 'held' AND expires_at > ? AND (? OR owner <=> ?)"
             ),
             // (now, hold id, now, any, owner)
-            cancel: format!(
+            cancel: write_statement!(
                 "UPDATE {holds} SET status = 'cancelled', cancelled_at = ? \
                  WHERE id = ? AND (status = 'confirmed' OR (status = 'held' AND expires_at > ?)) \
                    AND (? OR owner <=> ?)"
             ),
             // (wanted, max life, hold id, now, any, owner, wanted, max life): the expiry moves
             // to now + lifetime, capped at created_at + the maximum life, and only forward.
-            renew: format!(
+            renew: write_statement!(
                 "UPDATE {holds} SET expires_at = LEAST(?, created_at + ?) \
                  WHERE id = ? AND status = 'held' AND expires_at > ? AND (? OR owner <=> ?) \
                    AND LEAST(?, created_at + ?) > expires_at"
@@ -313,20 +360,24 @@ impl Statements {
                 "SELECT {HOLD_COLUMNS} FROM {holds} \
                  WHERE slot_id = ? AND id > ? AND status <> 'waiting' ORDER BY id LIMIT ?"
             ),
-            // (capacity, slot id, capacity, capacity): `remaining` moves by the difference,
-            // taking free units only. MySQL assigns left to right, so `remaining` is set while
-            // `capacity` still holds the old value.
-            change_capacity: format!(
-                "UPDATE {slots} SET remaining = remaining + (? - capacity), capacity = ? \
-                 WHERE id = ? AND removed_at IS NULL AND capacity <> ? \
-                   AND remaining + (? - capacity) >= 0"
+            // (the capacity change's binds, see `bind_capacity`, around the slot id): the new
+            // capacity is `keep * capacity + add`, in range, `remaining` moves by the
+            // difference, taking free units only, and a compare-and-set needs the capacity it
+            // expected. MySQL assigns left to right, so `remaining` is set while `capacity`
+            // still holds the old value; integer arithmetic is 64-bit.
+            change_capacity: write_statement!(
+                "UPDATE {slots} SET remaining = remaining + ({NEW} - capacity), capacity = {NEW} \
+                 WHERE id = ? AND removed_at IS NULL AND (? IS NULL OR capacity = ?) \
+                   AND {NEW} <> capacity AND {NEW} BETWEEN 1 AND 2147483647 \
+                   AND remaining + ({NEW} - capacity) >= 0",
+                NEW = CAPACITY_AFTER
             ),
             // (closed, slot id, closed)
-            set_closed: format!(
+            set_closed: write_statement!(
                 "UPDATE {slots} SET closed = ? WHERE id = ? AND removed_at IS NULL AND closed <> ?"
             ),
             // (now, slot id): no unit held or confirmed is the row's own `remaining = capacity`.
-            remove_slot: format!(
+            remove_slot: write_statement!(
                 "UPDATE {slots} SET removed_at = ? \
                  WHERE id = ? AND removed_at IS NULL AND remaining = capacity"
             ),
@@ -337,7 +388,7 @@ impl Statements {
                 "SELECT {usage_columns} FROM {slots} s WHERE s.resource = ? AND {page_tail}"
             ),
             // (kind, slot id, hold id, owner, quantity, at): appended unplaced.
-            append_event: format!(
+            append_event: write_statement!(
                 "INSERT INTO {events} (kind, slot_id, hold_id, owner, quantity, occurred_at) \
                  VALUES (?, ?, ?, ?, ?, ?)"
             ),
@@ -350,45 +401,47 @@ impl Statements {
             ),
             any_unplaced: format!("SELECT seq FROM {events} WHERE position IS NULL LIMIT 1"),
             // (placed)
-            move_event_log: format!("UPDATE {log} SET placed = ? WHERE one = 1"),
+            move_event_log: write_statement!("UPDATE {log} SET placed = ? WHERE one = 1"),
             // (consumer, limit)
+            // Each with its hold's booking (NULL for a hold placed alone).
             read_events: format!(
-                "SELECT {EVENT_COLUMNS} FROM {events} \
+                "SELECT {EVENT_COLUMNS}, {booking_of} FROM {events} \
                  WHERE position > COALESCE( \
                      (SELECT acknowledged FROM {consumers} WHERE name = ?), 0) \
                  ORDER BY position LIMIT ?"
             ),
             // (position, limit)
             read_events_after: format!(
-                "SELECT {EVENT_COLUMNS} FROM {events} WHERE position > ? ORDER BY position LIMIT ?"
+                "SELECT {EVENT_COLUMNS}, {booking_of} FROM {events} \
+                 WHERE position > ? ORDER BY position LIMIT ?"
             ),
             event_log_end: format!("SELECT placed FROM {log} WHERE one = 1"),
             // (consumer, position): registers a consumer; never moves a cursor back.
-            acknowledge: format!(
+            acknowledge: write_statement!(
                 "INSERT INTO {consumers} (name, acknowledged) VALUES (?, ?) \
                  ON DUPLICATE KEY UPDATE acknowledged = GREATEST(acknowledged, VALUES(acknowledged))"
             ),
             // (position, consumer, holder): moves the cursor only while the holder holds the
             // lease.
-            acknowledge_leased: format!(
+            acknowledge_leased: write_statement!(
                 "UPDATE {consumers} SET acknowledged = GREATEST(acknowledged, ?) \
                  WHERE name = ? AND holder = ?"
             ),
             consumer_position: format!("SELECT acknowledged FROM {consumers} WHERE name = ?"),
             // (holder, until, consumer, holder, now): takes a free or lapsed lease, or extends
             // the holder's own.
-            extend_lease: format!(
+            extend_lease: write_statement!(
                 "UPDATE {consumers} SET holder = ?, lease_until = ? \
                  WHERE name = ? AND (holder IS NULL OR holder = ? OR lease_until <= ?)"
             ),
             // (consumer, holder, until): a consumer never seen, registered at the start with
             // the lease; nothing when it exists (another holder has it).
-            register_leased: format!(
+            register_leased: write_statement!(
                 "INSERT IGNORE INTO {consumers} (name, acknowledged, holder, lease_until) \
                  VALUES (?, 0, ?, ?)"
             ),
             // (consumer, holder)
-            release_consumer: format!(
+            release_consumer: write_statement!(
                 "UPDATE {consumers} SET holder = NULL, lease_until = NULL \
                  WHERE name = ? AND holder = ?"
             ),
@@ -398,30 +451,34 @@ impl Statements {
                 "SELECT id, slot_id FROM {holds} WHERE status = 'held' AND expires_at <= ? \
                  ORDER BY expires_at LIMIT ?"
             ),
-            // (before, before, limit): cancelled and expired holds that ended before the cut-off;
-            // the idempotency key goes with the row.
-            purge_holds: format!(
+            // (before, before, limit), after `purge_events`: cancelled and expired holds that
+            // ended before the cut-off, but not a line of a booking that an event still kept
+            // names (a consumer reading it late finds the line's booking; `events_by_hold`,
+            // migration 6); the idempotency key goes with the row.
+            purge_holds: write_statement!(
                 "DELETE FROM {holds} \
-                 WHERE (status = 'cancelled' AND cancelled_at < ?) \
-                    OR (status = 'expired' AND expires_at < ?) \
+                 WHERE ((status = 'cancelled' AND cancelled_at < ?) \
+                        OR (status = 'expired' AND expires_at < ?)) \
+                   AND (booking_id IS NULL \
+                        OR NOT EXISTS (SELECT 1 FROM {events} e WHERE e.hold_id = {holds}.id)) \
                  LIMIT ?"
             ),
             // (before, limit): placed events older than the cut-off that every consumer has
             // acknowledged (every one, with no consumer), the oldest first.
-            purge_events: format!(
+            purge_events: write_statement!(
                 "DELETE FROM {events} WHERE occurred_at < ? AND position IS NOT NULL \
                    AND position <= (SELECT COALESCE(MIN(acknowledged), 9223372036854775807) \
                                     FROM {consumers}) \
                  ORDER BY position LIMIT ?"
             ),
             // (slot id, key, expires_at, now, quantity, owner, booking id): a line of a booking.
-            insert_line: format!(
+            insert_line: write_statement!(
                 "INSERT INTO {holds} (slot_id, idempotency_key, status, expires_at, created_at, \
                      quantity, owner, booking_id) \
                  VALUES (?, ?, 'held', ?, ?, ?, ?, ?)"
             ),
             // (booking id, booking id): the first line, inserted before its id was known.
-            mark_booking: format!(
+            mark_booking: write_statement!(
                 "UPDATE {holds} SET booking_id = ? WHERE id = ? AND booking_id IS NULL"
             ),
             // (booking id, booking id, any, owner): a plain hold, or every line of the booking
@@ -445,19 +502,19 @@ impl Statements {
                 "SELECT {HOLD_COLUMNS} FROM {holds} WHERE booking_id = ? ORDER BY id FOR UPDATE"
             ),
             // (now, booking id, now, any, owner): `confirm` and `cancel` of every line.
-            confirm_booking: format!(
+            confirm_booking: write_statement!(
                 "UPDATE {holds} SET status = 'confirmed', confirmed_at = ? \
                  WHERE booking_id = ? AND status = 'held' AND expires_at > ? \
                    AND (? OR owner <=> ?)"
             ),
-            cancel_booking: format!(
+            cancel_booking: write_statement!(
                 "UPDATE {holds} SET status = 'cancelled', cancelled_at = ? \
                  WHERE booking_id = ? \
                    AND (status = 'confirmed' OR (status = 'held' AND expires_at > ?)) \
                    AND (? OR owner <=> ?)"
             ),
             // `renew` and `renew_unmoved` of every line (the booking id for the hold id).
-            renew_booking: format!(
+            renew_booking: write_statement!(
                 "UPDATE {holds} SET expires_at = LEAST(?, created_at + ?) \
                  WHERE booking_id = ? AND status = 'held' AND expires_at > ? \
                    AND (? OR owner <=> ?) AND LEAST(?, created_at + ?) > expires_at"
@@ -485,7 +542,7 @@ impl Statements {
                  FROM {slots} s WHERE s.id = ?"
             ),
             // (capacity, capacity)
-            create_pool: format!("INSERT INTO {pools} (capacity, remaining) VALUES (?, ?)"),
+            create_pool: write_statement!("INSERT INTO {pools} (capacity, remaining) VALUES (?, ?)"),
             // (pool id): its capacity, the row locked.
             lock_pool: format!("SELECT capacity FROM {pools} WHERE id = ? FOR UPDATE"),
             // (pool id)
@@ -497,12 +554,12 @@ impl Statements {
                 "SELECT pool_id FROM {pool_slots} WHERE slot_id = ? ORDER BY pool_id"
             ),
             // (units, pool id, units): the pool's conditional decrement.
-            take_pool: format!(
+            take_pool: write_statement!(
                 "UPDATE {pools} SET remaining = remaining - ? WHERE id = ? AND remaining >= ?"
             ),
             // (units, pool id, units, now): a newcomer's, refused while anyone waits in the
             // pool's line (the entries of its selling slots).
-            take_pool_newcomer: format!(
+            take_pool_newcomer: write_statement!(
                 "UPDATE {pools} SET remaining = remaining - ? WHERE id = ? AND remaining >= ? \
                    AND (waiting = 0 OR NOT EXISTS ( \
                        SELECT 1 FROM {pool_slots} ps \
@@ -521,7 +578,7 @@ impl Statements {
                    AND s.removed_at IS NULL LIMIT 1"
             ),
             // (units, pool id)
-            give_pool: format!("UPDATE {pools} SET remaining = remaining + ? WHERE id = ?"),
+            give_pool: write_statement!("UPDATE {pools} SET remaining = remaining + ? WHERE id = ?"),
             // (now, now, pool id)
             pool_usage: format!("SELECT {pool_columns} FROM {pools} p WHERE p.id = ?"),
             // (now, now)
@@ -530,15 +587,15 @@ impl Statements {
                 "SELECT pool_id, slot_id FROM {pool_slots} ORDER BY pool_id, slot_id"
             ),
             // (pool id, slot id): one row when the slot was not attached yet.
-            attach: format!("INSERT IGNORE INTO {pool_slots} (pool_id, slot_id) VALUES (?, ?)"),
+            attach: write_statement!("INSERT IGNORE INTO {pool_slots} (pool_id, slot_id) VALUES (?, ?)"),
             // (slot id, most): a live slot with room for one more pool.
-            count_pool: format!(
+            count_pool: write_statement!(
                 "UPDATE {slots} SET pool_count = pool_count + 1 \
                  WHERE id = ? AND removed_at IS NULL AND pool_count < ?"
             ),
             // (pool id, slot id)
-            detach: format!("DELETE FROM {pool_slots} WHERE pool_id = ? AND slot_id = ?"),
-            uncount_pool: format!(
+            detach: write_statement!("DELETE FROM {pool_slots} WHERE pool_id = ? AND slot_id = ?"),
+            uncount_pool: write_statement!(
                 "UPDATE {slots} SET pool_count = pool_count - 1 WHERE id = ? AND pool_count > 0"
             ),
             // (slot id): units of the slot's holds stored as held or confirmed; read once the
@@ -547,11 +604,14 @@ impl Statements {
                 "SELECT CAST(COALESCE(SUM(quantity), 0) AS SIGNED) FROM {holds} \
                  WHERE slot_id = ? AND status IN ('held', 'confirmed')"
             ),
-            // (capacity, capacity, pool id, capacity): `remaining` moves by the difference,
-            // taking free units only (assigned left to right, as a slot's).
-            change_pool_capacity: format!(
-                "UPDATE {pools} SET remaining = remaining + (? - capacity), capacity = ? \
-                 WHERE id = ? AND remaining + (? - capacity) >= 0"
+            // (the capacity change's binds around the pool id, as a slot's): the capacity after
+            // it in 0..=i32::MAX (assigned left to right, as a slot's).
+            change_pool_capacity: write_statement!(
+                "UPDATE {pools} SET remaining = remaining + ({NEW} - capacity), capacity = {NEW} \
+                 WHERE id = ? AND (? IS NULL OR capacity = ?) \
+                   AND {NEW} BETWEEN 0 AND 2147483647 \
+                   AND remaining + ({NEW} - capacity) >= 0",
+                NEW = CAPACITY_AFTER
             ),
             waitlists: WaitlistStatements::new(&slots, &holds, &pools, &pool_slots),
             slots,
@@ -569,6 +629,19 @@ pub(crate) fn placeholders(n: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every write statement carries its own guard: none starts with a bare `INSERT`,
+    /// `UPDATE` or `DELETE`, so none can commit on its own outside a step's transaction, and
+    /// none needs a session setting that a cut call would leave behind.
+    #[test]
+    fn every_write_statement_is_guarded() {
+        let statements = format!("{:?}", Statements::new(&TablePrefix::default_prefix()));
+        for bare in [": \"INSERT", ": \"UPDATE", ": \"DELETE", ": \"REPLACE"] {
+            assert!(!statements.contains(bare), "an unguarded write: {bare}");
+        }
+        let guarded = statements.matches(WRITE_GUARD).count();
+        assert!(guarded >= 40, "{guarded} guarded writes");
+    }
 
     #[test]
     fn prefixes_are_plain_identifier_starts() {

@@ -4,10 +4,10 @@
 //! savepoint of the caller's transaction instead of a transaction of its own.
 
 use slot_booking::{
-    async_trait, Booking, BookingOutcome, BookingRequest, ConsumerId, Decided, EventPosition, Hold,
-    HoldId, HoldOutcome, HoldRequest, LeaseHolder, NewSlot, PoolId, PoolUsage, RenewRequest, Scope,
-    Slot, SlotChange, SlotId, SlotUsage, StoreError, Timestamp, TransactionBookings,
-    TransactionPools, TransactionWrites, TransactionalStore, Transition,
+    async_trait, Booking, BookingOutcome, BookingRequest, CapacityChange, ConsumerId, Decided,
+    EventPosition, Hold, HoldId, HoldOutcome, HoldRequest, LeaseHolder, NewSlot, PoolId, PoolUsage,
+    RenewRequest, Scope, Slot, SlotChange, SlotId, SlotUsage, StoreError, Timestamp,
+    TransactionBookings, TransactionPools, TransactionWrites, TransactionalStore, Transition,
 };
 use sqlx::mysql::MySqlConnection;
 use sqlx::MySql;
@@ -52,27 +52,11 @@ impl MySqlWrites<'_> {
 
 impl MySqlStore {
     /// This store's writes on `conn`, a connection the caller owns, usually inside the caller's
-    /// own transaction, for [`BookingEngine::within`](slot_booking::BookingEngine::within):
-    /// they commit or roll back with the caller's rows.
-    ///
-    /// ```no_run
-    /// # async fn demo(
-    /// #     engine: slot_booking::BookingEngine<slot_booking_mysql::MySqlStore>,
-    /// #     hold_id: slot_booking::HoldId,
-    /// # ) -> Result<(), Box<dyn std::error::Error>> {
-    /// let store = engine.store();
-    /// let mut tx = store.pool().begin().await?;
-    /// let booked = engine
-    ///     .within(store.on(&mut tx))
-    ///     .confirm_as(&slot_booking::Scope::Anonymous, hold_id)
-    ///     .await?;
-    /// slot_booking_mysql::sqlx::query("INSERT INTO orders (hold_id) VALUES (?)")
-    ///     .bind(booked.hold_id.get())
-    ///     .execute(&mut *tx)
-    ///     .await?;
-    /// tx.commit().await?; // both, or neither
-    /// # Ok(()) }
-    /// ```
+    /// own transaction: the [`TransactionWrites`] that [`TransactionalStore::writes`] hands an
+    /// [`EngineTransaction`](slot_booking::EngineTransaction), whose calls are the way an
+    /// application writes inside its transaction
+    /// ([`BookingEngine::transaction`](slot_booking::BookingEngine::transaction)). Called
+    /// directly, they are the store-level operations, each with the store's contract.
     ///
     /// - **Each call runs in a `SAVEPOINT`** of the caller's transaction, released when its
     ///   writes stay and rolled back when it refuses (a hold that found no unit, a change that
@@ -93,11 +77,11 @@ impl MySqlStore {
     ///   nests a savepoint in it. On a transaction begun by a raw `BEGIN` statement sqlx
     ///   would issue `BEGIN` again, which commits it implicitly.
     /// - READ COMMITTED is advised for the caller's connection, as for the pool's.
-    /// - While a call runs, the session's default access mode is read-only (the store's
-    ///   guard against writes landing outside the transaction on Galera), restored when the
-    ///   call ends. A call whose future is dropped midway leaves it read-only: run
-    ///   `SET SESSION TRANSACTION READ WRITE` before the connection's next transaction of your
-    ///   own, or give the connection back to the pool (the store's own steps reset it).
+    /// - Do not drop a call before it answers: sqlx's MySQL connections are not safe to stop
+    ///   midway (a result half read leaves the connection out of step with the server; its
+    ///   next statement can wait forever). An `EngineTransaction` finishes a dropped call on a
+    ///   task of its own; the store's own calls on its pool close a connection they were cut
+    ///   on instead of returning it. No call changes a session variable.
     pub fn on<'c>(&self, conn: &'c mut MySqlConnection) -> MySqlWrites<'c> {
         MySqlWrites {
             store: self.clone(),
@@ -161,10 +145,10 @@ impl TransactionWrites for MySqlWrites<'_> {
     async fn change_capacity(
         &mut self,
         slot_id: SlotId,
-        capacity: i32,
+        change: CapacityChange,
         now: Timestamp,
     ) -> Result<Decided<SlotChange>, StoreError> {
-        let done = self.run().change_capacity(slot_id, capacity, now).await?;
+        let done = self.run().change_capacity(slot_id, change, now).await?;
         Ok(Decided::new(now, done))
     }
 
@@ -289,7 +273,14 @@ impl TransactionalStore for MySqlStore {
     type Writes<'t> = MySqlWrites<'t>;
 
     async fn begin(&self) -> Result<Self::Transaction, StoreError> {
-        self.pool().begin().await.map_err(map_err)
+        // On a task of its own: a `BEGIN` cut while it waits for the server would leave the
+        // connection out of step (see `pooled.rs`); finished there, a transaction nobody
+        // awaits any more is rolled back when dropped and its connection goes back clean.
+        let pool = self.pool().clone();
+        tokio::spawn(async move { pool.begin().await })
+            .await
+            .map_err(|_| StoreError::failed("beginning a transaction panicked"))?
+            .map_err(map_err)
     }
 
     fn writes<'t>(&'t self, transaction: &'t mut Self::Transaction) -> MySqlWrites<'t> {

@@ -1,23 +1,27 @@
 //! The primitives every write step is made of: the [`Step`] a write answers, the unit of work
-//! it runs in ([`UNIT_BEGIN`], [`finish_unit`]) and [`finish`] that ends a savepoint inside
-//! it, a slot's row locked, units given back, a hold read, and events appended in the write's
-//! own transaction. Nothing here decides an outcome.
+//! it runs in ([`finish_unit`]) and [`finish`] that ends a savepoint inside it, a slot's row
+//! locked, units given back, a hold read, and events appended in the write's own transaction.
+//! Nothing here decides an outcome.
 //!
 //! **A unit never commits in pieces.** On Galera, a transaction that another node's commit
 //! aborts is rolled back under the client, and the statement that should report it does not
 //! always do so (seen on MariaDB 10.11 with galera-4 26.4: an `UPDATE` answered with its rows
-//! matched while its transaction was already gone). Each statement after that ran on its
-//! own, in autocommit, and committed at once: a unit taken from a slot with no hold for it.
-//! So while a step runs, the session's default access mode is read-only
-//! ([`UNIT_BEGIN`]: `SET SESSION TRANSACTION READ ONLY`, then `START TRANSACTION READ
-//! WRITE` for the unit itself): a write outside the unit's transaction fails (1792) instead
-//! of committing, and is a conflict the step is run again for. Before the unit ends (commit
-//! or rollback), [`finish_unit`] restores the read-write default and checks, in the same
-//! round trip, that the transaction is still open (`@@in_transaction`, MariaDB); a unit found
-//! gone is a conflict too, so no answer, success or refusal, is made of writes that did not
-//! commit. A step cancelled midway (its future dropped) leaves its connection read-only by
-//! default until the next step sets it again: the store writes only inside steps, so that
-//! costs it nothing (`tests/semantics.rs`, a cancelled step).
+//! matched while its transaction was already gone). Each statement after that would run on its
+//! own, in autocommit, and commit at once: a unit taken from a slot with no hold for it. So
+//! every write statement starts with [`WRITE_GUARD`](crate::sql::WRITE_GUARD)
+//! (`SET STATEMENT tx_read_only = 1 FOR …`): inside the unit's transaction it runs as written
+//! (the access mode applies to transactions that start, not to the one open), and outside any
+//! transaction it fails (1792) instead of committing, a conflict the step is run again for.
+//! Before the unit ends (commit or rollback), [`finish_unit`] checks that its transaction is
+//! still open (`@@in_transaction`, MariaDB); a unit found gone is a conflict too, so no answer,
+//! success or refusal, is made of writes that did not commit.
+//!
+//! **A cut step leaves nothing behind.** The guard is the statement's own, not the session's:
+//! a step whose future is dropped at any await point (a web request the client left) leaves
+//! its connection as it found it. Its transaction or savepoint is rolled back by sqlx before
+//! the connection's next use, and no session variable was changed (`tests/cuts.rs` cuts every
+//! write at every await point, on the pool and in the caller's transaction, then writes on the
+//! same connection).
 
 use std::collections::BTreeMap;
 
@@ -60,26 +64,11 @@ pub(crate) async fn finish<T>(
     }
 }
 
-/// Begins a unit of work on a connection outside any transaction: the session's default
-/// access mode read-only while the unit's own transaction is read-write (see the module's
-/// docs). Restored by [`finish_unit`].
-pub(crate) const UNIT_BEGIN: &str =
-    "SET SESSION TRANSACTION READ ONLY; START TRANSACTION READ WRITE";
+/// Says whether the unit's transaction is still open.
+const UNIT_CHECK: &str = "SELECT CAST(@@in_transaction AS SIGNED)";
 
-/// Before a savepoint in the caller's transaction: the same read-only default ([`UNIT_BEGIN`]).
-pub(crate) const UNIT_GUARD: &str = "SET SESSION TRANSACTION READ ONLY";
-
-/// Restores the session's read-write default, and says whether the unit's transaction is still
-/// open.
-const UNIT_CHECK: &str =
-    "SET SESSION TRANSACTION READ WRITE; SELECT CAST(@@in_transaction AS SIGNED)";
-
-/// Restores the session's read-write default.
-const UNIT_RESTORE: &str = "SET SESSION TRANSACTION READ WRITE";
-
-/// Ends a unit of work (a transaction begun with [`UNIT_BEGIN`], or a savepoint in the
-/// caller's transaction after [`UNIT_GUARD`]) as `step` says, the session's read-write default
-/// restored first: commits when the writes stay, rolls back when they do not or on an error.
+/// Ends a unit of work (a transaction of its own, or a savepoint in the caller's transaction)
+/// as `step` says: commits when the writes stay, rolls back when they do not or on an error.
 /// A unit found gone (its transaction ended under it: see the module's docs) is a
 /// [`Conflict`](crate::Conflict), whatever the step decided: a refusal read after its own
 /// writes were lost is no more an answer than a success. The outcome is returned only after
@@ -117,9 +106,8 @@ pub(crate) async fn finish_unit<T>(
     }
 }
 
-/// Restores the session's read-write default and says whether the unit's transaction is gone
-/// (a conflict reported by the check itself says so too; the default is then restored by a
-/// statement of its own).
+/// Says whether the unit's transaction is gone (a conflict reported by the check itself says so
+/// too).
 async fn unit_gone(tx: &mut Transaction<'_, MySql>) -> Result<bool, StoreError> {
     match sqlx::raw_sql(UNIT_CHECK).fetch_all(&mut **tx).await {
         Ok(rows) => {
@@ -130,13 +118,10 @@ async fn unit_gone(tx: &mut Transaction<'_, MySql>) -> Result<bool, StoreError> 
                 .map_err(map_err)?;
             Ok(open != [1])
         }
-        Err(error) => {
-            let _ = sqlx::raw_sql(UNIT_RESTORE).execute(&mut **tx).await;
-            match crate::retry::conflict(error) {
-                Ok(_) => Ok(true),
-                Err(error) => Err(map_err(error)),
-            }
-        }
+        Err(error) => match crate::retry::conflict(error) {
+            Ok(_) => Ok(true),
+            Err(error) => Err(map_err(error)),
+        },
     }
 }
 

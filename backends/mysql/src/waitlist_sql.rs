@@ -3,6 +3,8 @@
 //! the key space of holds and bookings, its id the id its offer will have); offering it turns
 //! the row into a held hold.
 
+use crate::sql::write_statement;
+
 /// The columns [`entry_from_row`](crate::waitlists) reads, of the holds table aliased `e`.
 const ENTRY_COLUMNS: &str = "e.id, e.slot_id, e.quantity, e.owner, e.priority, \
      e.created_at AS joined_at, e.offer_micros";
@@ -40,14 +42,14 @@ impl WaitlistStatements {
         );
         WaitlistStatements {
             // (slot id, key, now, now, quantity, owner, priority, offer window)
-            insert_entry: format!(
+            insert_entry: write_statement!(
                 "INSERT INTO {holds} (slot_id, idempotency_key, status, expires_at, created_at, \
                      quantity, owner, priority, offer_micros) \
                  VALUES (?, ?, 'waiting', ?, ?, ?, ?, ?, ?)"
             ),
             // (change, slot id) and (change, pool id): the count of waiting entries.
-            count_slot: format!("UPDATE {slots} SET waiting = waiting + ? WHERE id = ?"),
-            count_pool: format!("UPDATE {pools} SET waiting = waiting + ? WHERE id = ?"),
+            count_slot: write_statement!("UPDATE {slots} SET waiting = waiting + ? WHERE id = ?"),
+            count_pool: write_statement!("UPDATE {pools} SET waiting = waiting + ? WHERE id = ?"),
             // (key)
             entry_by_key: format!(
                 "SELECT {ENTRY_COLUMNS}, {position} FROM {holds} e \
@@ -61,7 +63,7 @@ impl WaitlistStatements {
                 "SELECT {ENTRY_COLUMNS}, {position} FROM {holds} e \
                  WHERE e.id = ? AND e.status = 'waiting' AND (? OR e.owner <=> ?)"
             ),
-            leave: format!(
+            leave: write_statement!(
                 "DELETE FROM {holds} WHERE id = ? AND status = 'waiting' AND (? OR owner <=> ?)"
             ),
             // (slot id, now): the head of a selling slot's line.
@@ -83,12 +85,12 @@ impl WaitlistStatements {
             lock_slot_skip: format!("SELECT id FROM {slots} WHERE id = ? FOR UPDATE SKIP LOCKED"),
             lock_pool_skip: format!("SELECT id FROM {pools} WHERE id = ? FOR UPDATE SKIP LOCKED"),
             // (quantity, slot id, quantity, now): an offer's decrement, which no line blocks.
-            take_offer_units: format!(
+            take_offer_units: write_statement!(
                 "UPDATE {slots} s SET s.remaining = s.remaining - ? \
                  WHERE s.id = ? AND s.remaining >= ? AND {selling}"
             ),
             // (now, now, entry id): the entry becomes its held offer.
-            offer: format!(
+            offer: write_statement!(
                 "UPDATE {holds} SET status = 'held', created_at = ?, expires_at = ? + offer_micros \
                  WHERE id = ? AND status = 'waiting'"
             ),

@@ -65,7 +65,7 @@ async fn writes_that_change_nothing_append_no_event() {
     assert!(matches!(again, SlotChange::Applied(ref s) if s.closed));
     store.set_closed(slot_id, false, t0()).await.unwrap();
     let same = store
-        .change_capacity(slot_id, 3, t0())
+        .change_capacity(slot_id, 3.into(), t0())
         .await
         .unwrap()
         .outcome;

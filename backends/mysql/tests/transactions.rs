@@ -5,7 +5,10 @@ mod common;
 
 use chrono::{Duration, Utc};
 use common::*;
-use slot_booking::{BookingEngine, BookingError, HoldId, HoldStore, NewSlot, Scope, SlotId};
+use slot_booking::{
+    BookingEngine, BookingError, EngineTransaction, HoldId, HoldOutcome, HoldRequest, HoldStore,
+    NewSlot, Scope, SlotId, TransactionWrites,
+};
 use slot_booking_mysql::sqlx::mysql::MySqlConnection;
 use slot_booking_mysql::sqlx::Connection;
 use slot_booking_mysql::MySqlStore;
@@ -20,6 +23,13 @@ async fn store_with_orders(guard: &DatabaseGuard) -> MySqlStore {
     .await
     .unwrap();
     store
+}
+
+/// The application's order row for `hold_id`, written in `tx`.
+async fn order_in(tx: &mut EngineTransaction<MySqlStore>, hold_id: HoldId) {
+    tx.run(move |tx| Box::pin(async move { insert_order(tx, hold_id).await }))
+        .await
+        .unwrap();
 }
 
 async fn insert_order(conn: &mut MySqlConnection, hold_id: HoldId) {
@@ -72,13 +82,9 @@ async fn a_hold_and_the_callers_row_commit_together_and_roll_back_together() {
     let slot = new_slot(&engine, 2).await;
 
     // Committed: both stay.
-    let mut tx = store.pool().begin().await.unwrap();
-    let placed = engine
-        .within(store.on(&mut tx))
-        .hold(slot, "kept")
-        .await
-        .unwrap();
-    insert_order(&mut tx, placed.hold.hold_id).await;
+    let mut tx = engine.transaction().await.unwrap();
+    let placed = tx.hold(slot, "kept").await.unwrap();
+    order_in(&mut tx, placed.hold.hold_id).await;
     // Not committed yet: another connection sees neither.
     assert!(!stored(&store, placed.hold.hold_id).await);
     assert!(orders(&store).await.is_empty());
@@ -88,13 +94,9 @@ async fn a_hold_and_the_callers_row_commit_together_and_roll_back_together() {
     assert_eq!(remaining(&store, slot).await, 1);
 
     // Rolled back: neither stays, the unit is back, the key is free again.
-    let mut tx = store.pool().begin().await.unwrap();
-    let gone = engine
-        .within(store.on(&mut tx))
-        .hold(slot, "gone")
-        .await
-        .unwrap();
-    insert_order(&mut tx, gone.hold.hold_id).await;
+    let mut tx = engine.transaction().await.unwrap();
+    let gone = tx.hold(slot, "gone").await.unwrap();
+    order_in(&mut tx, gone.hold.hold_id).await;
     tx.rollback().await.unwrap();
     assert!(!stored(&store, gone.hold.hold_id).await);
     assert_eq!(orders(&store).await, vec![placed.hold.hold_id.get()]);
@@ -112,25 +114,28 @@ async fn a_refused_hold_leaves_the_callers_transaction_usable() {
     let open = new_slot(&engine, 1).await;
     let taken = engine.hold(full, "first").await.unwrap();
 
-    let mut tx = store.pool().begin().await.unwrap();
-    insert_order(&mut tx, taken.hold.hold_id).await;
-    let mut within = engine.within(store.on(&mut tx));
-    let refused = within.hold(full, "second").await;
+    let mut tx = engine.transaction().await.unwrap();
+    order_in(&mut tx, taken.hold.hold_id).await;
+    let refused = tx.hold(full, "second").await;
     assert!(
         matches!(refused, Err(BookingError::SoldOut { .. })),
         "{refused:?}"
     );
     // The transaction goes on: the caller's row is still in it, another hold and another row
     // join it, and all commit together.
-    let placed = within.hold(open, "third").await.unwrap();
-    let conn = within.writes().connection();
-    insert_order(conn, placed.hold.hold_id).await;
-    let in_tx: i64 = slot_booking_mysql::sqlx::query_scalar("SELECT count(*) FROM orders")
-        .fetch_one(&mut *conn)
+    let placed = tx.hold(open, "third").await.unwrap();
+    order_in(&mut tx, placed.hold.hold_id).await;
+    let in_tx: i64 = tx
+        .run(|tx| {
+            Box::pin(
+                slot_booking_mysql::sqlx::query_scalar("SELECT count(*) FROM orders")
+                    .fetch_one(&mut **tx),
+            )
+        })
         .await
+        .unwrap()
         .unwrap();
     assert_eq!(in_tx, 2);
-    drop(within);
     tx.commit().await.unwrap();
 
     let mut expected = vec![taken.hold.hold_id.get(), placed.hold.hold_id.get()];
@@ -148,14 +153,25 @@ async fn writes_on_a_connection_outside_a_transaction_commit_on_their_own() {
     let slot = new_slot(&engine, 1).await;
 
     let mut conn = MySqlConnection::connect(&guard.url()).await.unwrap();
-    let placed = engine
-        .within(store.on(&mut conn))
-        .hold(slot, "own")
-        .await
-        .unwrap();
-    assert!(stored(&store, placed.hold.hold_id).await);
-    let refused = engine.within(store.on(&mut conn)).hold(slot, "late").await;
-    assert!(matches!(refused, Err(BookingError::SoldOut { .. })));
+    let (own, late) = (key("own"), key("late"));
+    let hold = |key| HoldRequest {
+        slot_id: slot,
+        key,
+        owner: None,
+        quantity: 1,
+        now: Utc::now(),
+        expires_at: Utc::now() + Duration::minutes(5),
+    };
+    let placed = store.on(&mut conn).create_hold(hold(&own)).await.unwrap();
+    let HoldOutcome::Created(placed) = placed.outcome else {
+        panic!("{placed:?}")
+    };
+    assert!(stored(&store, placed.hold_id).await);
+    let refused = store.on(&mut conn).create_hold(hold(&late)).await.unwrap();
+    assert!(
+        matches!(refused.outcome, HoldOutcome::SoldOut),
+        "{refused:?}"
+    );
     assert_eq!(remaining(&store, slot).await, 0);
     conn.close().await.unwrap();
 }

@@ -2,18 +2,20 @@
 //! each taking only free units, on the one write path ([`Run`]).
 
 use super::*;
+use slot_booking::CapacityChange;
 
 impl Run<'_> {
     /// Runs a slot change's conditional update (`fast`, returning the slot and `decided_at` if
     /// it changed it), then, if it changed nothing and there is one, the statement that
     /// reclaims expired holds first (`reclaim`, returning the slot, `applied` and
-    /// `decided_at`), each with `$1` the slot, `$2` now and `$3` the `value` when given; when
-    /// neither applied, reads the slot's usage to say why.
+    /// `decided_at`), each with `$1` the slot, `$2` now and, for a capacity `change`, its terms
+    /// as `$3` keep, `$4` add, `$5` expected; when neither applied, reads the slot's usage to
+    /// say why.
     pub(crate) async fn change_slot(
         &mut self,
         slot_id: SlotId,
         now: Timestamp,
-        value: Option<i32>,
+        change: Option<CapacityChange>,
         fast: &str,
         reclaim: &str,
     ) -> Result<Decided<SlotChange>, StoreError> {
@@ -21,8 +23,9 @@ impl Run<'_> {
             let mut query = sqlx::query(AssertSqlSafe(sql))
                 .bind(slot_id.get())
                 .bind(self.now_param(now));
-            if let Some(value) = value {
-                query = query.bind(value);
+            if let Some(change) = change {
+                let terms = change.terms();
+                query = query.bind(terms.keep).bind(terms.add).bind(terms.expected);
             }
             let Some(row) = query
                 .fetch_optional(self.conn.get().await?)
@@ -65,7 +68,7 @@ impl Run<'_> {
     pub(crate) async fn change_capacity(
         &mut self,
         slot_id: SlotId,
-        capacity: i32,
+        change: CapacityChange,
         now: Timestamp,
     ) -> Result<Decided<SlotChange>, StoreError> {
         let inner = Arc::clone(&self.store.inner);
@@ -73,7 +76,7 @@ impl Run<'_> {
         self.change_slot(
             slot_id,
             now,
-            Some(capacity),
+            Some(change),
             &sql.capacity_fast,
             &sql.capacity_reclaim,
         )

@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use slot_booking::changes::{
-    follow_changes, ChangeFeed, Follower, Invalidator, Notice, DEFAULT_COALESCING_WINDOW,
+    follow_changes, merge, ChangeFeed, EventLogFeed, Follower, Invalidator, Notice,
+    DEFAULT_COALESCING_WINDOW, DEFAULT_POLL_INTERVAL,
 };
 use slot_booking::StoreError;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
@@ -69,10 +70,11 @@ async fn pause(duration: Duration) {
 ///   `pg_notify('slot_booking:<schema>', <slot id>)` after an insert, a delete or a
 ///   `TRUNCATE`, and after an update that gives units back (`remaining` rose: a cancel, a
 ///   reclaim) or changes `capacity`, `closed`, `removed_at`, `starts_at`, `ends_at` or
-///   `resource`. A hold's decrement does not notify: a hold re-checks the slot row itself and
-///   the listing is advisory for holds, so the hot path pays one comparison in the trigger's
-///   `WHEN` clause and no `NOTIFY` (whose commit takes an instance-wide lock). Confirms do not
-///   touch the slot row. The channel names the schema (cut to 63 bytes), so stores in other
+///   `resource`. A hold's decrement does not notify, so the hot path pays one comparison in the
+///   trigger's `WHEN` clause and no `NOTIFY` (whose commit takes an instance-wide lock);
+///   [`PostgresStore::follow_changes`] sees holds and bookings through the event log instead
+///   ([`EventLogFeed`](slot_booking::changes::EventLogFeed)). Confirms do not touch the slot
+///   row. The channel names the schema (cut to 63 bytes), so stores in other
 ///   schemas of the same database are not woken.
 /// * **After commit, by construction.** PostgreSQL delivers a notification when the
 ///   transaction that sent it commits, and drops it when it rolls back; identical
@@ -236,9 +238,13 @@ impl PostgresStore {
 
     /// Invalidates `invalidator`'s engine after every commit that changes availability in this
     /// store's schema, from any instance, transaction or SQL session, coalesced within
-    /// [`DEFAULT_COALESCING_WINDOW`]. Listens before it returns (see
-    /// [`PostgresChangeFeed`]). Needs a tokio runtime; the follower stops when the engine is
-    /// dropped.
+    /// [`DEFAULT_COALESCING_WINDOW`]: cancels, reclaims and slot changes as soon as their
+    /// notification arrives ([`PostgresChangeFeed`], listening before this returns), and
+    /// every change the store's writes make, holds and bookings included (which notify
+    /// nobody: their commits stay off the notification lock), when the event log is next read,
+    /// every [`DEFAULT_POLL_INTERVAL`] ([`EventLogFeed`]). A change written by plain SQL
+    /// outside the store shows through its notification only. Needs a tokio runtime; the
+    /// follower stops when the engine is dropped.
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), slot_booking::StoreError> {
@@ -264,11 +270,12 @@ impl PostgresStore {
         invalidator: Invalidator,
         window: Duration,
     ) -> Result<Follower, StoreError> {
-        let feed = self.change_feed().await?;
-        // The engine may have cached a listing before the feed listened; a change committed in
-        // between was notified to nobody.
+        let notified = self.change_feed().await?;
+        let logged = EventLogFeed::new(self.clone(), DEFAULT_POLL_INTERVAL).await?;
+        // The engine may have cached a listing before the feeds started; a change committed in
+        // between was seen by neither.
         invalidator.invalidate();
-        Ok(follow_changes(feed, invalidator, window))
+        Ok(follow_changes(merge(notified, logged), invalidator, window))
     }
 }
 

@@ -55,11 +55,13 @@ fn event_from_row(row: &PgRow) -> Result<Option<Event>, StoreError> {
     let kind: String = row.try_get("kind").map_err(map_err)?;
     let owner: Option<String> = row.try_get("owner").map_err(map_err)?;
     let hold_id: Option<i64> = row.try_get("hold_id").map_err(map_err)?;
+    let booking_id: Option<i64> = row.try_get("booking_id").map_err(map_err)?;
     Ok(Some(Event {
         position: EventPosition::new(epoch, row.try_get("sequence").map_err(map_err)?),
         kind: EventKind::from_str(&kind).map_err(StoreError::failed)?,
         slot_id: SlotId(row.try_get("slot_id").map_err(map_err)?),
         hold_id: hold_id.map(HoldId),
+        booking_id: booking_id.map(HoldId),
         owner: owner
             .map(OwnerId::new)
             .transpose()
@@ -373,7 +375,10 @@ fn read_from(s: &str, cur: &str) -> String {
                  found AS ( \
                      SELECT * FROM legacy UNION ALL SELECT * FROM later \
                      ORDER BY epoch, sequence LIMIT $2) \
-                 SELECT f.fresh, f.newest_age_us, x.* FROM fresh f LEFT JOIN found x ON true \
+                 SELECT f.fresh, f.newest_age_us, x.*, \
+                        (SELECT h.booking_id FROM {s}.holds h WHERE h.id = x.hold_id) \
+                        AS booking_id \
+                 FROM fresh f LEFT JOIN found x ON true \
                  ORDER BY x.epoch, x.sequence"
     )
 }
@@ -537,7 +542,9 @@ impl EventStatements {
             },
             // `$1` before, `$2` limit. Up to `$2` ended holds (cancelled, or expired and
             // reclaimed, before `$1`: through `holds_ended`), with their keys (deleted in the
-            // same statement, before the foreign key is checked at its end), and up to `$2`
+            // same statement, before the foreign key is checked at its end; a line of a booking
+            // only when no event kept after this purge names it, so that a consumer reading
+            // late finds each line's booking: `events_by_hold`, migration 13), and up to `$2`
             // events before `$1` at or below every consumer's cursor (all of them with no
             // consumer). An event is acknowledged by every consumer when the newest horizon
             // below the lowest cursor's epoch sees it (every horizon before the cursor's is
@@ -550,17 +557,7 @@ impl EventStatements {
             // every remaining event's tx, so none of their events is left), which waits only
             // for a reader taking a horizon.
             purge: format!(
-                "WITH doomed AS ( \
-                     SELECT id FROM {s}.holds \
-                     WHERE status IN ('cancelled', 'expired') \
-                       AND (CASE WHEN status = 'cancelled' THEN cancelled_at \
-                                 ELSE expires_at END) < $1 \
-                     LIMIT $2 FOR UPDATE SKIP LOCKED), \
-                 dk AS ( \
-                     DELETE FROM {s}.hold_keys k USING doomed d WHERE k.hold_id = d.id), \
-                 dh AS ( \
-                     DELETE FROM {s}.holds h USING doomed d WHERE h.id = d.id RETURNING h.id), \
-                 low AS ( \
+                "WITH low AS ( \
                      SELECT tx, id FROM {s}.event_consumers ORDER BY tx, id LIMIT 1), \
                  done AS ( \
                      SELECT z.snap FROM {s}.event_horizons z \
@@ -586,6 +583,19 @@ impl EventStatements {
                  de AS ( \
                      DELETE FROM {s}.events e USING old o WHERE e.tx = o.tx AND e.id = o.id \
                      RETURNING e.id), \
+                 doomed AS ( \
+                     SELECT h.id FROM {s}.holds h \
+                     WHERE h.status IN ('cancelled', 'expired') \
+                       AND (CASE WHEN h.status = 'cancelled' THEN h.cancelled_at \
+                                 ELSE h.expires_at END) < $1 \
+                       AND (h.booking_id IS NULL OR NOT EXISTS ( \
+                           SELECT 1 FROM {s}.events e WHERE e.hold_id = h.id \
+                             AND (e.tx, e.id) NOT IN (SELECT tx, id FROM old))) \
+                     LIMIT $2 FOR UPDATE OF h SKIP LOCKED), \
+                 dk AS ( \
+                     DELETE FROM {s}.hold_keys k USING doomed d WHERE k.hold_id = d.id), \
+                 dh AS ( \
+                     DELETE FROM {s}.holds h USING doomed d WHERE h.id = d.id RETURNING h.id), \
                  dz AS ( \
                      DELETE FROM {s}.event_horizons z \
                      WHERE z.n < (SELECT max(n) FROM {s}.event_horizons) \

@@ -63,3 +63,16 @@ pub(crate) fn give_back(s: &str, moved: &str) -> String {
              WHERE p.id = pl.id AND p.id = ANY (ARRAY(SELECT id FROM pl)) RETURNING p.id)"
     )
 }
+
+/// The capacity a change gives a row whose capacity is `capacity`, from the change's terms
+/// ([`CapacityChange::terms`](slot_booking::CapacityChange::terms)) bound at `$keep` (keep)
+/// and the next parameter (add), in int8.
+pub(crate) fn capacity_after(keep: u8, capacity: &str) -> String {
+    format!("(${keep}::int8 * {capacity} + ${}::int8)", keep + 1)
+}
+
+/// Whether a row whose capacity is `capacity` is the one a change expects, the expected
+/// capacity bound at `$expected` (NULL: any).
+pub(crate) fn capacity_expected(expected: u8, capacity: &str) -> String {
+    format!("(${expected}::int4 IS NULL OR {capacity} = ${expected}::int4)")
+}

@@ -15,27 +15,31 @@
 //!
 //! # Inside your own transaction
 //!
-//! [`PostgresStore::on`] runs the store's writes on a connection you own, usually inside your
-//! own transaction, and [`BookingEngine::within`](slot_booking::BookingEngine::within) runs
-//! the engine's on them: a hold confirmed and an order row written commit together, or roll
-//! back together.
+//! [`BookingEngine::transaction`](slot_booking::BookingEngine::transaction) opens a sqlx
+//! transaction on the store's pool ([`TransactionalStore`]) for the engine's writes and your
+//! own statements: a hold confirmed and an order row written commit together, or roll back
+//! together, and the engine's listing shows the change as soon as the commit succeeded.
 //!
 //! ```no_run
 //! # async fn demo(
 //! #     engine: slot_booking::BookingEngine<slot_booking_postgres::PostgresStore>,
 //! #     slot_id: slot_booking::SlotId,
 //! # ) -> Result<(), Box<dyn std::error::Error>> {
-//! let store = engine.store();
-//! let mut tx = store.pool().begin().await?; // READ COMMITTED, as usual
-//! let mut within = engine.within(store.on(&mut tx));
-//! let placed = within.hold(slot_id, "checkout-7f3a").await?;
+//! use slot_booking_postgres::sqlx;
+//!
+//! let mut tx = engine.transaction().await?; // READ COMMITTED, as usual
+//! let placed = tx.hold(slot_id, "checkout-7f3a").await?;
 //! let scope = slot_booking::Scope::Anonymous; // whose holds this call may touch
-//! let confirmed = within.confirm_as(&scope, placed.hold.hold_id).await?;
-//! drop(within);
-//! slot_booking_postgres::sqlx::query("INSERT INTO orders (hold_id) VALUES ($1)")
-//!     .bind(confirmed.hold_id.get())
-//!     .execute(&mut *tx)
-//!     .await?;
+//! let confirmed = tx.confirm_as(&scope, placed.hold.hold_id).await?;
+//! tx.run(move |tx| {
+//!     Box::pin(async move {
+//!         sqlx::query("INSERT INTO orders (hold_id) VALUES ($1)")
+//!             .bind(confirmed.hold_id.get())
+//!             .execute(&mut **tx)
+//!             .await
+//!     })
+//! })
+//! .await??;
 //! tx.commit().await?; // the hold, its confirmation and the order, or none of them
 //! # Ok(()) }
 //! ```
@@ -46,8 +50,7 @@
 //! savepoint). Locks the writes take (a slot's row, for a hold, a cancel or a
 //! slot change) last until you commit, so keep the transaction short, and touch several slots
 //! in one transaction in a consistent order (by ascending slot id, say).
-//! [`PostgresStore::on`] says more. The store also implements
-//! [`TransactionalStore`], whose transactions are sqlx transactions on its pool.
+//! [`PostgresStore::on`] says more.
 //!
 //! # Events
 //!
@@ -496,28 +499,14 @@ impl PostgresStore {
     }
 
     /// The store's writes on `conn`, a connection the caller owns, usually inside a transaction
-    /// the caller began (pass `&mut tx` for a sqlx [`Transaction`](sqlx::Transaction)): hand
-    /// them to [`BookingEngine::within`](slot_booking::BookingEngine::within), and everything
-    /// they write commits or rolls back with the caller's own rows.
-    ///
-    /// ```no_run
-    /// # async fn demo(
-    /// #     engine: slot_booking::BookingEngine<slot_booking_postgres::PostgresStore>,
-    /// #     hold_id: slot_booking::HoldId,
-    /// # ) -> Result<(), Box<dyn std::error::Error>> {
-    /// let store = engine.store();
-    /// let mut tx = store.pool().begin().await?;
-    /// let confirmed = engine
-    ///     .within(store.on(&mut tx))
-    ///     .confirm_as(&slot_booking::Scope::Anonymous, hold_id)
-    ///     .await?;
-    /// slot_booking_postgres::sqlx::query("INSERT INTO orders (hold_id) VALUES ($1)")
-    ///     .bind(confirmed.hold_id.get())
-    ///     .execute(&mut *tx)
-    ///     .await?;
-    /// tx.commit().await?; // the confirmation and the order, or neither
-    /// # Ok(()) }
-    /// ```
+    /// (pass `&mut tx` for a sqlx [`Transaction`](sqlx::Transaction)): the
+    /// [`TransactionWrites`](slot_booking::TransactionWrites) that
+    /// [`TransactionalStore::writes`] hands an
+    /// [`EngineTransaction`](slot_booking::EngineTransaction), whose calls are the way an
+    /// application writes inside its transaction. Called directly, they are the store-level
+    /// operations, each with the store's contract; sqlx's connections are not safe to stop
+    /// midway, so do not drop one of these calls before it answers (an `EngineTransaction`
+    /// finishes a dropped call on a task of its own).
     ///
     /// * **Begin the transaction as usual**, in READ COMMITTED (PostgreSQL's default). Every
     ///   decision is a condition on a row the statement locks, re-read at its latest version
@@ -547,8 +536,6 @@ impl PostgresStore {
     ///   them in a consistent order (by ascending slot id, say), as with any rows: two
     ///   transactions taking the same two slots in opposite orders deadlock, and PostgreSQL
     ///   then fails one of them with [`StoreError::unavailable`].
-    /// * **The caller commits.** The engine does not invalidate its availability cache for
-    ///   these writes: see [`slot_booking::Within`].
     pub fn on<'c>(&self, conn: &'c mut PgConnection) -> PostgresWrites<'c> {
         PostgresWrites {
             store: self.clone(),

@@ -83,6 +83,11 @@ const MIGRATIONS: &[Migration] = &[
         description: "pool waitlists",
         sql: include_str!("../migrations/0012_pool_waitlists.sql"),
     },
+    Migration {
+        version: 13,
+        description: "events by hold",
+        sql: include_str!("../migrations/0013_events_by_hold.sql"),
+    },
 ];
 
 /// The advisory lock key of a schema's migrations: FNV-1a (64 bit) of a fixed prefix and the

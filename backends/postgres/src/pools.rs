@@ -42,11 +42,15 @@
 //! to its savepoint first, so the reclaim's locks are taken in order there too (after
 //! whatever the caller's transaction already holds).
 
-use slot_booking::{NewPool, Pool, PoolChange, PoolId, PoolUsage, MAX_POOLS_PER_SLOT};
+use slot_booking::{
+    CapacityChange, NewPool, Pool, PoolChange, PoolId, PoolUsage, MAX_POOLS_PER_SLOT,
+};
 use sqlx::Connection;
 
 use super::*;
-use crate::fragments::{append_events, give_back, hold_event_rows, now, H_COLUMNS};
+use crate::fragments::{
+    append_events, capacity_after, capacity_expected, give_back, hold_event_rows, now, H_COLUMNS,
+};
 use crate::writes::Insert;
 
 /// The second hold statement (`$1`..`$6` as the fast one's), when the fast one found no unit
@@ -327,19 +331,24 @@ impl PoolStatements {
             some: usage(s, &now1, "p.id = ANY($2::int8[])"),
             attach: change("attach"),
             detach: change("detach"),
-            // One conditional update of the pool row alone, decided on the row it locked.
+            // One conditional update of the pool row alone, decided on the row it locked: the
+            // capacity change's terms `$2` keep, `$3` add, `$4` expected (`capacity_after`), the
+            // capacity after it in 0..=i32::MAX.
             capacity: format!(
                 "WITH o AS ( \
                      SELECT id, remaining, capacity FROM {s}.pools WHERE id = $1 \
                      FOR NO KEY UPDATE), \
                  ch AS ( \
-                     UPDATE {s}.pools p SET capacity = $2, \
-                         remaining = (o.remaining::int8 + ($2::int8 - o.capacity))::int4 \
-                     FROM o WHERE p.id = o.id \
-                       AND o.remaining::int8 + ($2::int8 - o.capacity) >= 0 \
-                     RETURNING p.id, o.capacity <> $2 AS changed) \
+                     UPDATE {s}.pools p SET capacity = ({new})::int4, \
+                         remaining = (o.remaining::int8 + ({new} - o.capacity))::int4 \
+                     FROM o WHERE p.id = o.id AND {guard} \
+                       AND {new} BETWEEN 0 AND 2147483647 \
+                       AND o.remaining::int8 + ({new} - o.capacity) >= 0 \
+                     RETURNING p.id, o.capacity <> {new} AS changed) \
                  SELECT EXISTS (SELECT 1 FROM o) AS found, EXISTS (SELECT 1 FROM ch) AS applied, \
-                        coalesce((SELECT changed FROM ch), false) AS changed"
+                        coalesce((SELECT changed FROM ch), false) AS changed",
+                new = capacity_after(2, "o.capacity"),
+                guard = capacity_expected(4, "o.capacity"),
             ),
             // The step of its own that gives back the expired holds of pools' slots (and of
             // `$3`'s): the slots with held holds expired by now (at the snapshot: only which
@@ -743,10 +752,11 @@ impl Run<'_> {
     pub(crate) async fn change_pool_capacity(
         &mut self,
         pool_id: PoolId,
-        capacity: i32,
+        change: CapacityChange,
         now: Timestamp,
     ) -> Result<Decided<PoolChange>, StoreError> {
         let inner = self.pool_sql();
+        let terms = change.terms();
         let now_param = self.now_param(now);
         let pool = [pool_id.get()];
         for attempt in 0..2 {
@@ -758,7 +768,9 @@ impl Run<'_> {
             }
             let row = sqlx::query(AssertSqlSafe(inner.pools.capacity.as_str()))
                 .bind(pool_id.get())
-                .bind(capacity)
+                .bind(terms.keep)
+                .bind(terms.add)
+                .bind(terms.expected)
                 .fetch_one(&mut *tx)
                 .await
                 .map_err(map_err)?;

@@ -93,7 +93,8 @@
 //! it.
 
 use crate::fragments::{
-    append_events, give_back, hold_event_rows, now, quote, HOLD_COLUMNS, H_COLUMNS,
+    append_events, capacity_after, capacity_expected, give_back, hold_event_rows, now, quote,
+    HOLD_COLUMNS, H_COLUMNS,
 };
 
 /// Opens the savepoint a hold's reclaiming statements run under on the caller's connection,
@@ -516,10 +517,13 @@ impl Statements {
                     )
                 )
             ),
-            // A capacity change in one conditional update of the slot row: `remaining` moves
-            // by the same amount and must stay >= 0, decided on the row itself (re-checked on
-            // its latest version). In int8: `$3 - capacity` and the sum leave int4 near its
-            // maximum. Started and closed slots change too; removed ones do not.
+            // A capacity change in one conditional update of the slot row: the new capacity is
+            // the change's terms (`$3` keep, `$4` add: `keep * capacity + add`) on the locked
+            // row, in 1..=i32::MAX, and for a compare-and-set (`$5` expected) the capacity must
+            // be the one expected; `remaining` moves by the same amount and must stay >= 0,
+            // decided on the row itself (re-checked on its latest version). In int8: the new
+            // capacity and the sum leave int4 near its maximum. Started and closed slots change
+            // too; removed ones do not.
             //
             // The row is locked first (`o`) so the capacity it had is known exactly: a
             // `slot_capacity_changed` event only when it changed (setting the same capacity
@@ -532,10 +536,11 @@ impl Statements {
                      WHERE id = $1 AND removed_at IS NULL FOR NO KEY UPDATE), \
                  ch AS ( \
                      UPDATE {s}.slots sl \
-                     SET capacity = $3, \
-                         remaining = (o.remaining::int8 + ($3::int8 - o.capacity))::int4 \
-                     FROM o WHERE sl.id = o.id \
-                       AND o.remaining::int8 + ($3::int8 - o.capacity) >= 0 \
+                     SET capacity = ({new})::int4, \
+                         remaining = (o.remaining::int8 + ({new} - o.capacity))::int4 \
+                     FROM o WHERE sl.id = o.id AND {guard} \
+                       AND {new} BETWEEN 1 AND 2147483647 \
+                       AND o.remaining::int8 + ({new} - o.capacity) >= 0 \
                      RETURNING {SL_COLUMNS}, o.capacity AS old_capacity), \
                  ev AS ({}) \
                  SELECT {SLOT_COLUMNS}, {now2} AS decided_at FROM ch",
@@ -545,20 +550,37 @@ impl Statements {
                         "SELECT 'slot_capacity_changed', id, NULL, NULL, capacity, {now2} \
                          FROM ch WHERE capacity <> old_capacity"
                     )
-                )
+                ),
+                new = capacity_after(3, "o.capacity"),
+                guard = capacity_expected(5, "o.capacity"),
             ),
             // When the free units alone are too few: reclaim the slot's expired holds if that
             // makes it fit, and give their units back and change the capacity in one update.
             capacity_reclaim: reclaim_then_change(
                 &s,
                 &now2,
-                |free, capacity| format!("{free} + ($3::int8 - {capacity}) >= 0"),
-                "remaining = (s.remaining + u.units \
-                     + CASE WHEN {fits} THEN $3::int8 - s.capacity ELSE 0 END)::int4, \
-                 capacity = CASE WHEN {fits} THEN $3 ELSE s.capacity END",
-                // Not applied leaves the capacity as it was, which was not `$3`: at `$3` the
-                // change takes no unit and always fits.
-                "capacity = $3",
+                |free, capacity| {
+                    let new = capacity_after(3, capacity);
+                    format!(
+                        "({} AND {new} BETWEEN 1 AND 2147483647 \
+                          AND {free} + ({new} - {capacity}) >= 0)",
+                        capacity_expected(5, capacity)
+                    )
+                },
+                &format!(
+                    "remaining = (s.remaining + u.units \
+                         + CASE WHEN {{fits}} THEN {new} - s.capacity ELSE 0 END)::int4, \
+                     capacity = CASE WHEN {{fits}} THEN ({new})::int4 ELSE s.capacity END",
+                    new = capacity_after(3, "s.capacity")
+                ),
+                // Not applied leaves the capacity as it was, which was not the new one (a
+                // change that leaves it takes no unit and always fits), or is not the one
+                // expected.
+                &format!(
+                    "({} AND capacity = {})",
+                    capacity_expected(5, "old_capacity"),
+                    capacity_after(3, "old_capacity")
+                ),
                 ("slot_capacity_changed", "ch.capacity <> ch.old_capacity"),
             ),
             // One conditional update; the instant comes back even when no row changed.

@@ -24,9 +24,8 @@ pub struct PostgresWrites<'c> {
 }
 
 impl PostgresWrites<'_> {
-    /// The caller's connection, to run statements of its own between the store's writes
-    /// (reach it through [`Within::writes`](slot_booking::Within::writes) once the writes are
-    /// handed to the engine).
+    /// The caller's connection, to run statements of its own between the store's writes (in
+    /// an [`EngineTransaction`](slot_booking::EngineTransaction), run them with its `run`).
     pub fn connection(&mut self) -> &mut PgConnection {
         self.conn
     }

@@ -100,6 +100,7 @@ pub(crate) struct WaitlistStatements {
     join: String,
     serve: String,
     entry: String,
+    entry_in_scope: String,
     by_key: String,
     leave: String,
     key_waits: String,
@@ -169,6 +170,15 @@ impl WaitlistStatements {
                  FROM (SELECT 1) AS one \
                  LEFT JOIN {s}.waitlist_entries e ON e.id = $1 \
                  LEFT JOIN {s}.holds h ON h.id = $1"
+            ),
+            // The entry if it waits in the caller's scope (`$3` any, `$4` owner), with its place
+            // in line: the scope is part of the join, so an entry of another owner costs what
+            // an unknown id costs (no place counted, no row sent).
+            entry_in_scope: format!(
+                "SELECT {now2} AS decided_at, {ENTRY_COLUMNS}, {position} \
+                 FROM (SELECT 1) AS one \
+                 LEFT JOIN {s}.waitlist_entries e ON e.id = $1 \
+                      AND ($3 OR e.owner IS NOT DISTINCT FROM $4)"
             ),
             // Whom the key belongs to: a waiting entry (with its place), or a hold (its id).
             by_key: format!(
@@ -456,15 +466,17 @@ impl Run<'_> {
         now: Timestamp,
     ) -> Result<Decided<Option<(WaitlistEntry, u32)>>, StoreError> {
         let inner = self.waitlist_sql();
-        let row = sqlx::query(AssertSqlSafe(inner.waitlists.entry.as_str()))
+        let (any, owner) = scope.as_filter();
+        let row = sqlx::query(AssertSqlSafe(inner.waitlists.entry_in_scope.as_str()))
             .bind(entry_id.0)
             .bind(self.now_param(now))
+            .bind(any)
+            .bind(owner)
             .fetch_one(self.conn.get().await?)
             .await
             .map_err(map_err)?;
         let at: Timestamp = row.try_get("decided_at").map_err(map_err)?;
-        let found = placed_entry(&row)?.filter(|(entry, _)| scope.admits(&entry.offer(at)));
-        Ok(Decided::new(at, found))
+        Ok(Decided::new(at, placed_entry(&row)?))
     }
 
     /// Whether `key` is a waiting entry's (after a statement failed on it as taken).

@@ -49,7 +49,7 @@ async fn capacity_change(
     now: i64,
 ) -> SlotChange {
     store
-        .change_capacity(slot_id, capacity, at(now))
+        .change_capacity(slot_id, capacity.into(), at(now))
         .await
         .unwrap()
         .outcome
@@ -372,12 +372,12 @@ async fn answers_on_the_database_clock_carry_its_instant() {
             .unwrap()
             .at,
         store
-            .change_capacity(slot_id, 3, engine_now)
+            .change_capacity(slot_id, 3.into(), engine_now)
             .await
             .unwrap()
             .at,
         store
-            .change_capacity(SlotId(999), 3, engine_now)
+            .change_capacity(SlotId(999), 3.into(), engine_now)
             .await
             .unwrap()
             .at,

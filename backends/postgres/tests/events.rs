@@ -168,7 +168,7 @@ async fn writes_in_a_caller_transaction_append_with_it_or_not_at_all() {
             .confirm_hold(hold.hold_id, &Scope::BackOffice, at(1))
             .await
             .unwrap();
-        writes.change_capacity(slot, 3, at(1)).await.unwrap();
+        writes.change_capacity(slot, 3.into(), at(1)).await.unwrap();
     }
     let in_flight: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
         "SELECT count(*) FROM \"{}\".events WHERE tx = pg_current_xact_id()",
@@ -651,7 +651,7 @@ async fn reclaimers_race_holds_and_each_other_without_deadlock_or_double_report(
                             .expect("cancel");
                     }
                     store
-                        .change_capacity(slot, 12 + k % 2, now)
+                        .change_capacity(slot, (12 + k % 2).into(), now)
                         .await
                         .expect("capacity");
                 }
@@ -694,10 +694,11 @@ async fn reclaimers_race_holds_and_each_other_without_deadlock_or_double_report(
 /// Exactly once across instances: three instances (each a pool of its own, an engine on a
 /// shared manual clock) share the consumer `mailer` while writers place and cancel holds.
 /// Each takes the lease before every read, then records the batch in the application's own
-/// table `handled` and acknowledges it through `within(store.on(&mut tx))` in one transaction,
-/// committed only when the acknowledgement succeeded. Now and then an instance crashes (its
-/// transaction dropped uncommitted, its lease left to lapse) or stalls past its lease before
-/// acknowledging, so another takes over. Every event lands in `handled` exactly once.
+/// table `handled` (through `EngineTransaction::run`) and acknowledges it through
+/// `EngineTransaction::acknowledge_leased` in one transaction, committed only when the
+/// acknowledgement succeeded. Now and then an instance crashes (its transaction dropped
+/// uncommitted, its lease left to lapse) or stalls past its lease before acknowledging, so
+/// another takes over. Every event lands in `handled` exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_instances_handle_every_event_once_with_the_acknowledgement_in_their_transaction() {
     use slot_booking::{BookingEngine, BookingError, LeaseHolder, ManualClock};
@@ -773,18 +774,29 @@ async fn three_instances_handle_every_event_once_with_the_acknowledgement_in_the
                     tokio::task::yield_now().await;
                     continue;
                 };
-                let mut tx = store.pool().begin().await.unwrap();
-                for event in &batch {
-                    sqlx::query(AssertSqlSafe(format!(
-                        "INSERT INTO {handled_table} VALUES ($1, $2, $3)"
-                    )))
-                    .bind(event.position.epoch())
-                    .bind(event.position.sequence())
-                    .bind(me.as_str())
-                    .execute(&mut *tx)
-                    .await
-                    .unwrap();
-                }
+                let mut tx = engine.transaction().await.unwrap();
+                let insert = format!("INSERT INTO {handled_table} VALUES ($1, $2, $3)");
+                let positions: Vec<(i64, i64)> = batch
+                    .iter()
+                    .map(|event| (event.position.epoch(), event.position.sequence()))
+                    .collect();
+                let holder = me.as_str().to_owned();
+                tx.run(move |tx| {
+                    Box::pin(async move {
+                        for (epoch, sequence) in positions {
+                            sqlx::query(AssertSqlSafe(insert.as_str()))
+                                .bind(epoch)
+                                .bind(sequence)
+                                .bind(holder.as_str())
+                                .execute(&mut **tx)
+                                .await?;
+                        }
+                        Ok::<_, sqlx::Error>(())
+                    })
+                })
+                .await
+                .unwrap()
+                .unwrap();
                 match turns % 5 {
                     // A crash: the transaction is dropped (rolled back), the lease never
                     // released; the clock moves on past it.
@@ -801,11 +813,7 @@ async fn three_instances_handle_every_event_once_with_the_acknowledgement_in_the
                     }
                     _ => {}
                 }
-                match engine
-                    .within(store.on(&mut tx))
-                    .acknowledge_leased(&mailer, &me, last)
-                    .await
-                {
+                match tx.acknowledge_leased(&mailer, &me, last).await {
                     Ok(()) => tx.commit().await.unwrap(),
                     Err(BookingError::LeaseLost { .. }) => tx.rollback().await.unwrap(),
                     Err(other) => panic!("acknowledge: {other}"),

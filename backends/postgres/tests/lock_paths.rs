@@ -322,7 +322,13 @@ async fn a_capacity_change_waits_for_a_reclaiming_hold_and_is_refused() {
     ));
     let change = {
         let store = store.clone();
-        async move { store.change_capacity(x, 1, at(600)).await.unwrap().outcome }
+        async move {
+            store
+                .change_capacity(x, 1.into(), at(600))
+                .await
+                .unwrap()
+                .outcome
+        }
     };
     let (placed, change) =
         change_behind_a_parked_hold(&ctx, units_at(store.clone(), x, "both", 2), change).await;
@@ -377,7 +383,7 @@ async fn a_change_waiting_behind_a_give_back_sees_the_units_returned() {
     gate.until_waiting(1).await;
     let changing = {
         let store = store.clone();
-        tokio::spawn(async move { store.change_capacity(x, 3, at(60)).await })
+        tokio::spawn(async move { store.change_capacity(x, 3.into(), at(60)).await })
     };
     gate.until_row_waits(ctx.schema(), 1).await;
     gate.open().await;

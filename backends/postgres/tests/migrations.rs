@@ -124,6 +124,7 @@ async fn migrations_coexist_with_host_sqlx_migrations() {
             (10, "pools".to_owned()),
             (11, "waitlists".to_owned()),
             (12, "pool waitlists".to_owned()),
+            (13, "events by hold".to_owned()),
         ]
     );
     let theirs: Vec<i64> = sqlx::query_scalar(AssertSqlSafe(format!(
@@ -196,7 +197,7 @@ async fn concurrent_migrations_apply_once() {
     .fetch_one(&admin)
     .await
     .unwrap();
-    assert_eq!(n, 12, "each of the twelve migrations applied once");
+    assert_eq!(n, 13, "each of the thirteen migrations applied once");
     admin.close().await;
 }
 
@@ -588,7 +589,8 @@ async fn a_schema_from_before_slot_administration_upgrades_in_place() {
             (9,),
             (10,),
             (11,),
-            (12,)
+            (12,),
+            (13,)
         ]
     );
     let slots_after: Vec<SlotRow> = old.rows(slot_rows).await;
@@ -632,14 +634,14 @@ async fn a_schema_from_before_slot_administration_upgrades_in_place() {
     }
     assert!(matches!(
         store
-            .change_capacity(SlotId(2), 2, now)
+            .change_capacity(SlotId(2), 2.into(), now)
             .await
             .unwrap()
             .outcome,
         SlotChange::InUse(_)
     ));
     match store
-        .change_capacity(SlotId(2), 3, now)
+        .change_capacity(SlotId(2), 3.into(), now)
         .await
         .unwrap()
         .outcome
@@ -727,7 +729,7 @@ async fn a_schema_from_before_events_upgrades_in_place() {
     let versions: Vec<(i64,)> = old
         .rows("SELECT version FROM {s}.slot_booking_migrations ORDER BY version")
         .await;
-    assert_eq!(versions.last(), Some(&(12,)));
+    assert_eq!(versions.last(), Some(&(13,)));
     assert_eq!(old.rows::<SlotRow>(slot_rows).await, slots_before);
     assert_eq!(old.rows::<HoldRow>(hold_rows).await, holds_before);
     assert_eq!(old.rows::<(String, i64)>(key_rows).await, keys_before);
@@ -900,7 +902,7 @@ async fn a_schema_from_before_bookings_upgrades_in_place() {
     let versions: Vec<(i64,)> = old
         .rows("SELECT version FROM {s}.slot_booking_migrations ORDER BY version")
         .await;
-    assert_eq!(versions.last(), Some(&(12,)));
+    assert_eq!(versions.last(), Some(&(13,)));
     assert_eq!(old.rows::<SlotRow>(slot_rows).await, slots_before);
     assert_eq!(old.rows::<HoldRow>(hold_rows).await, holds_before);
     assert_eq!(old.rows::<(String, i64)>(key_rows).await, keys_before);
@@ -1036,7 +1038,7 @@ async fn a_schema_from_before_pools_upgrades_in_place() {
     let versions: Vec<(i64,)> = old
         .rows("SELECT version FROM {s}.slot_booking_migrations ORDER BY version")
         .await;
-    assert_eq!(versions.last(), Some(&(12,)));
+    assert_eq!(versions.last(), Some(&(13,)));
     assert_eq!(old.rows::<SlotRow>(slot_rows).await, slots_before);
     assert_eq!(old.rows::<HoldRow>(hold_rows).await, holds_before);
     assert_eq!(old.rows::<(String, i64)>(key_rows).await, keys_before);
@@ -1127,7 +1129,7 @@ async fn a_schema_from_before_waitlists_upgrades_in_place() {
     let versions: Vec<(i64,)> = old
         .rows("SELECT version FROM {s}.slot_booking_migrations ORDER BY version")
         .await;
-    assert_eq!(versions.last(), Some(&(12,)));
+    assert_eq!(versions.last(), Some(&(13,)));
     assert_eq!(old.rows::<SlotRow>(slot_rows).await, slots_before);
     assert_eq!(old.rows::<HoldRow>(hold_rows).await, holds_before);
     assert_eq!(old.rows::<(String, i64)>(key_rows).await, keys_before);
@@ -1276,7 +1278,7 @@ async fn a_schema_from_before_pool_waitlists_upgrades_in_place() {
     let versions: Vec<(i64,)> = old
         .rows("SELECT version FROM {s}.slot_booking_migrations ORDER BY version")
         .await;
-    assert_eq!(versions.last(), Some(&(12,)));
+    assert_eq!(versions.last(), Some(&(13,)));
     assert_eq!(old.rows::<SlotRow>(slot_rows).await, slots_before);
     assert_eq!(old.rows::<HoldRow>(hold_rows).await, holds_before);
     assert_eq!(old.rows::<EntryRow>(entry_rows).await, entries_before);

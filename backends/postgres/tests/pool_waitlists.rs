@@ -878,20 +878,25 @@ async fn bookings_any_one_holds_and_callers_transactions_respect_the_pools_line(
         .hold;
     assert_eq!(placed.slot_id, free, "the pool's slots are passed over");
 
-    let mut tx = ctx.pool().begin().await.unwrap();
-    engine
-        .within(store.on(&mut tx))
-        .cancel_as(&Scope::Anonymous, held.hold_id)
-        .await
-        .unwrap();
-    let inside: Option<(String,)> = sqlx::query_as(AssertSqlSafe(format!(
+    let mut tx = engine.transaction().await.unwrap();
+    tx.cancel_as(&Scope::Anonymous, held.hold_id).await.unwrap();
+    let select = format!(
         "SELECT status FROM \"{}\".holds WHERE id = $1",
         store.schema()
-    )))
-    .bind(head.offer_id().get())
-    .fetch_optional(&mut *tx)
-    .await
-    .unwrap();
+    );
+    let offer_id = head.offer_id().get();
+    let inside: Option<(String,)> = tx
+        .run(move |tx| {
+            Box::pin(async move {
+                sqlx::query_as(AssertSqlSafe(select))
+                    .bind(offer_id)
+                    .fetch_optional(&mut **tx)
+                    .await
+            })
+        })
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(inside, Some(("held".to_owned(),)), "offered in it");
     tx.rollback().await.unwrap();
     assert_eq!(offer(store, &head).await, None, "rolled back with it");

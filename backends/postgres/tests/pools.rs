@@ -358,24 +358,20 @@ async fn pools_read_inside_a_callers_transaction() {
     let a = new_slot(&engine, 4).await;
     let p = new_pool(&engine, 3).await;
     engine.attach_slot(p, a).await.unwrap();
-    let mut tx = ctx.pool().begin().await.unwrap();
-    {
-        let mut within = engine.within(ctx.store.on(&mut tx));
-        within
-            .place_hold(NewHold::new(a, "in-tx").quantity(2))
-            .await
-            .unwrap();
-        let pool = within.get_pool(p).await.unwrap();
-        assert_eq!((pool.remaining, pool.held), (1, 2));
-        let slot = within.slot_usage(a).await.unwrap();
-        assert_eq!(slot.held, 2);
-        // Short in the pool: refused, the transaction still usable.
-        let refused = within
-            .place_hold(NewHold::new(a, "too-many").quantity(2))
-            .await
-            .unwrap_err();
-        assert_eq!(refused.code(), "sold_out");
-    }
+    let mut tx = engine.transaction().await.unwrap();
+    tx.place_hold(NewHold::new(a, "in-tx").quantity(2))
+        .await
+        .unwrap();
+    let pool = tx.get_pool(p).await.unwrap();
+    assert_eq!((pool.remaining, pool.held), (1, 2));
+    let slot = tx.slot_usage(a).await.unwrap();
+    assert_eq!(slot.held, 2);
+    // Short in the pool: refused, the transaction still usable.
+    let refused = tx
+        .place_hold(NewHold::new(a, "too-many").quantity(2))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), "sold_out");
     assert_eq!(engine.get_pool(p).await.unwrap().remaining, 3);
     tx.rollback().await.unwrap();
     assert_eq!(assert_pools(&ctx.store).await, vec![(3, 3, 0)]);

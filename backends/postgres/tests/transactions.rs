@@ -1,4 +1,6 @@
-//! The store's writes inside the caller's own transaction (`PostgresStore::on`): they commit
+//! The engine's writes inside a transaction shared with the caller's own rows
+//! (`BookingEngine::transaction`, the caller's statements through `EngineTransaction::run`),
+//! and the store's writes on a connection the caller owns (`PostgresStore::on`): they commit
 //! and roll back with the caller's rows, a refused request leaves the transaction usable, and
 //! racing transactions never oversell.
 
@@ -10,7 +12,8 @@ use std::time::Duration as StdDuration;
 use chrono::Duration;
 use common::*;
 use slot_booking::{
-    BookingEngine, BookingError, HoldId, HoldStatus, ManualClock, NewHold, NewSlot, Scope, SlotId,
+    BookingEngine, BookingError, EngineTransaction, HoldId, HoldStatus, ManualClock, NewHold,
+    NewSlot, Scope, SlotId,
 };
 use slot_booking_postgres::PostgresStore;
 use sqlx::{AssertSqlSafe, Connection, PgPool};
@@ -38,6 +41,28 @@ async fn orders_table(ctx: &Ctx) {
 
 fn insert_order(schema: &str) -> String {
     format!("INSERT INTO \"{schema}\".orders (hold_id, note) VALUES ($1, $2)")
+}
+
+/// The caller's order row for `hold_id`, written in `tx` through `run`.
+async fn order_in(
+    tx: &mut EngineTransaction<PostgresStore>,
+    schema: &str,
+    hold_id: HoldId,
+    note: &str,
+) {
+    let (insert, note) = (insert_order(schema), note.to_owned());
+    tx.run(move |tx| {
+        Box::pin(async move {
+            sqlx::query(AssertSqlSafe(insert))
+                .bind(hold_id.get())
+                .bind(note)
+                .execute(&mut **tx)
+                .await
+        })
+    })
+    .await
+    .unwrap()
+    .unwrap();
 }
 
 /// The caller's orders, as committed.
@@ -105,33 +130,20 @@ async fn a_confirm_and_the_callers_order_commit_together() {
     let slot_id = engine_slot(&engine, 2).await;
     let placed = engine.hold(slot_id, "order-1").await.unwrap().hold;
 
-    let mut tx = ctx.pool().begin().await.unwrap();
-    let mut within = engine.within(ctx.store.on(&mut tx));
-    let confirmed = within
+    let mut tx = engine.transaction().await.unwrap();
+    let confirmed = tx
         .confirm_as(&Scope::Anonymous, placed.hold_id)
         .await
         .unwrap();
     assert_eq!(confirmed.status, HoldStatus::Confirmed);
-    // The caller's row, on the same connection, between the store's writes.
-    sqlx::query(AssertSqlSafe(insert_order(ctx.schema())))
-        .bind(confirmed.hold_id.get())
-        .bind("paid")
-        .execute(within.writes().connection())
-        .await
-        .unwrap();
+    // The caller's row, on the same connection, between the engine's writes.
+    order_in(&mut tx, ctx.schema(), confirmed.hold_id, "paid").await;
     // A second hold and its order in the same transaction.
-    let second = within.hold(slot_id, "order-2").await.unwrap().hold;
-    within
-        .confirm_as(&Scope::Anonymous, second.hold_id)
+    let second = tx.hold(slot_id, "order-2").await.unwrap().hold;
+    tx.confirm_as(&Scope::Anonymous, second.hold_id)
         .await
         .unwrap();
-    drop(within);
-    sqlx::query(AssertSqlSafe(insert_order(ctx.schema())))
-        .bind(second.hold_id.get())
-        .bind("paid too")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
+    order_in(&mut tx, ctx.schema(), second.hold_id, "paid too").await;
 
     // Nothing is visible outside before the commit.
     assert_eq!(
@@ -171,19 +183,13 @@ async fn a_confirm_and_the_callers_order_roll_back_together() {
     let slot_id = engine_slot(&engine, 2).await;
     let placed = engine.hold(slot_id, "order-1").await.unwrap().hold;
 
-    let mut tx = ctx.pool().begin().await.unwrap();
-    let confirmed = engine
-        .within(ctx.store.on(&mut tx))
+    let mut tx = engine.transaction().await.unwrap();
+    let confirmed = tx
         .confirm_as(&Scope::Anonymous, placed.hold_id)
         .await
         .unwrap();
     assert_eq!(confirmed.status, HoldStatus::Confirmed);
-    sqlx::query(AssertSqlSafe(insert_order(ctx.schema())))
-        .bind(confirmed.hold_id.get())
-        .bind("paid")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
+    order_in(&mut tx, ctx.schema(), confirmed.hold_id, "paid").await;
     tx.rollback().await.unwrap();
 
     assert_eq!(
@@ -219,38 +225,27 @@ async fn a_rolled_back_transaction_leaves_the_tables_as_they_were() {
         .unwrap();
     let before = snapshot(ctx.pool(), ctx.schema()).await;
 
-    let mut tx = ctx.pool().begin().await.unwrap();
-    let mut within = engine.within(ctx.store.on(&mut tx));
-    let placed = within
+    let mut tx = engine.transaction().await.unwrap();
+    let placed = tx
         .place_hold(NewHold::new(slot_id, "rolled-back").quantity(2))
         .await
         .unwrap()
         .hold;
-    let made = within
+    let made = tx
         .create_slot(NewSlot::new(at(7200), at(9000), 4))
         .await
         .unwrap();
-    within.hold(made.slot_id, "on-the-new-slot").await.unwrap();
+    tx.hold(made.slot_id, "on-the-new-slot").await.unwrap();
+    assert_eq!(tx.change_capacity(slot_id, 10).await.unwrap().capacity, 10);
+    assert!(tx.close_sales(slot_id).await.unwrap().closed);
+    assert!(tx.remove_slot(spare).await.unwrap().removed_at.is_some());
     assert_eq!(
-        within.change_capacity(slot_id, 10).await.unwrap().capacity,
-        10
-    );
-    assert!(within.close_sales(slot_id).await.unwrap().closed);
-    assert!(within
-        .remove_slot(spare)
-        .await
-        .unwrap()
-        .removed_at
-        .is_some());
-    assert_eq!(
-        within
-            .cancel_as(&Scope::Anonymous, booked.hold_id)
+        tx.cancel_as(&Scope::Anonymous, booked.hold_id)
             .await
             .unwrap()
             .status,
         HoldStatus::Cancelled
     );
-    drop(within);
     tx.rollback().await.unwrap();
 
     assert_eq!(snapshot(ctx.pool(), ctx.schema()).await, before);
@@ -284,44 +279,41 @@ async fn a_refused_request_leaves_the_transaction_usable() {
         .hold;
     clock.advance(Duration::seconds(61));
 
-    let mut tx = ctx.pool().begin().await.unwrap();
-    let mut within = engine.within(ctx.store.on(&mut tx));
+    let mut tx = engine.transaction().await.unwrap();
     // A hold of the transaction's own, then refusals of every kind.
-    let mine = within.hold(spare, "mine").await.unwrap().hold;
-    let replay = within.hold(spare, "mine").await.unwrap();
+    let mine = tx.hold(spare, "mine").await.unwrap().hold;
+    let replay = tx.hold(spare, "mine").await.unwrap();
     assert!(replay.replayed, "a replay inside the transaction");
     assert_eq!(replay.hold.hold_id, mine.hold_id);
     assert!(matches!(
-        within.hold(other, "taken").await,
+        tx.hold(other, "taken").await,
         Err(BookingError::IdempotencyKeyReused { .. })
     ));
     assert!(matches!(
-        within.hold(other, "mine").await,
+        tx.hold(other, "mine").await,
         Err(BookingError::IdempotencyKeyReused { .. })
     ));
     assert!(matches!(
-        within.hold(full, "x").await,
+        tx.hold(full, "x").await,
         Err(BookingError::SoldOut { .. })
     ));
     assert!(matches!(
-        within.hold(SlotId(full.get() + 1000), "y").await,
+        tx.hold(SlotId(full.get() + 1000), "y").await,
         Err(BookingError::SlotNotFound { .. })
     ));
     assert!(matches!(
-        within.confirm_as(&Scope::Anonymous, short.hold_id).await,
+        tx.confirm_as(&Scope::Anonymous, short.hold_id).await,
         Err(BookingError::HoldExpired { .. })
     ));
     assert!(matches!(
-        within.remove_slot(full).await,
+        tx.remove_slot(full).await,
         Err(BookingError::SlotInUse { held: 1, .. })
     ));
     // Still usable: a later write succeeds, and the transaction commits.
-    let fine = within.hold(other, "fine").await.unwrap().hold;
-    within
-        .confirm_as(&Scope::Anonymous, fine.hold_id)
+    let fine = tx.hold(other, "fine").await.unwrap().hold;
+    tx.confirm_as(&Scope::Anonymous, fine.hold_id)
         .await
         .unwrap();
-    drop(within);
     tx.commit().await.unwrap();
 
     assert_eq!(
@@ -360,9 +352,9 @@ async fn a_refused_hold_keeps_no_lock_on_its_slot() {
     let full = engine_slot(&engine, 1).await;
     engine.hold(full, "taken").await.unwrap();
 
-    let mut tx = ctx.pool().begin().await.unwrap();
+    let mut tx = engine.transaction().await.unwrap();
     assert!(matches!(
-        engine.within(ctx.store.on(&mut tx)).hold(full, "x").await,
+        tx.hold(full, "x").await,
         Err(BookingError::SoldOut { .. })
     ));
     // The transaction is still open: a change of the slot outside it goes through at once.
@@ -384,23 +376,47 @@ async fn writes_on_a_connection_outside_a_transaction_commit_by_themselves() {
     else {
         return;
     };
+    use slot_booking::{HoldOutcome, TransactionWrites};
     let (engine, _clock) = engine(&ctx.store);
     let slot_id = engine_slot(&engine, 2).await;
     let mut conn = ctx.pool().acquire().await.unwrap();
-    let mut within = engine.within(ctx.store.on(&mut conn));
-    let placed = within.hold(slot_id, "plain").await.unwrap();
-    assert!(!placed.replayed);
+    let (plain, second, other) = (key("plain"), key("second"), key("other"));
+    let mut writes = ctx.store.on(&mut conn);
+    let placed = match writes
+        .create_hold(request(slot_id, &plain, at(0)))
+        .await
+        .unwrap()
+        .outcome
+    {
+        HoldOutcome::Created(hold) => hold,
+        outcome => panic!("not placed: {outcome:?}"),
+    };
     // A unit is free, and the statement finds the key in use before it takes it.
-    assert!(within.hold(slot_id, "plain").await.unwrap().replayed);
-    within.hold(slot_id, "second").await.unwrap();
-    assert!(matches!(
-        within.hold(slot_id, "other").await,
-        Err(BookingError::SoldOut { .. })
-    ));
-    drop(within);
+    let replay = writes
+        .create_hold(request(slot_id, &plain, at(0)))
+        .await
+        .unwrap();
+    assert!(
+        matches!(&replay.outcome, HoldOutcome::Replayed(hold) if hold.hold_id == placed.hold_id),
+        "{replay:?}"
+    );
+    let next = writes
+        .create_hold(request(slot_id, &second, at(0)))
+        .await
+        .unwrap();
+    assert!(matches!(next.outcome, HoldOutcome::Created(_)), "{next:?}");
+    let refused = writes
+        .create_hold(request(slot_id, &other, at(0)))
+        .await
+        .unwrap();
+    assert!(
+        matches!(refused.outcome, HoldOutcome::SoldOut),
+        "{refused:?}"
+    );
+    drop(writes);
     // Already committed, seen from another connection while this one is still held.
     assert_eq!(
-        stored_status(&ctx, placed.hold.hold_id).await.as_deref(),
+        stored_status(&ctx, placed.hold_id).await.as_deref(),
         Some("held")
     );
     assert_eq!(counts(&ctx.store, slot_id).await, (2, 0, 2, 0));
@@ -410,6 +426,7 @@ async fn writes_on_a_connection_outside_a_transaction_commit_by_themselves() {
 /// savepoint: a refusal leaves it usable, and its `ROLLBACK` undoes everything.
 #[tokio::test]
 async fn a_transaction_opened_with_a_plain_begin_is_protected_too() {
+    use slot_booking::{HoldOutcome, TransactionWrites, Transition};
     let Some(ctx) = setup("a_transaction_opened_with_a_plain_begin_is_protected_too").await else {
         return;
     };
@@ -421,18 +438,35 @@ async fn a_transaction_opened_with_a_plain_begin_is_protected_too() {
 
     let mut conn = sqlx::PgConnection::connect(&ctx.url).await.unwrap();
     sqlx::query("BEGIN").execute(&mut conn).await.unwrap();
-    let mut within = engine.within(ctx.store.on(&mut conn));
-    let inside = within.hold(slot_id, "inside").await.unwrap().hold;
-    assert!(matches!(
-        // A unit is free there: the statement meets the key's unique violation.
-        within.hold(free, "outside").await,
-        Err(BookingError::IdempotencyKeyReused { .. })
-    ));
-    within
-        .confirm_as(&Scope::Anonymous, inside.hold_id)
+    let (inside_key, outside_key) = (key("inside"), key("outside"));
+    let mut writes = ctx.store.on(&mut conn);
+    let inside = match writes
+        .create_hold(request(slot_id, &inside_key, at(0)))
+        .await
+        .unwrap()
+        .outcome
+    {
+        HoldOutcome::Created(hold) => hold,
+        outcome => panic!("not placed: {outcome:?}"),
+    };
+    // A unit is free there: the statement meets the key's unique violation.
+    let reused = writes
+        .create_hold(request(free, &outside_key, at(0)))
         .await
         .unwrap();
-    drop(within);
+    assert!(
+        matches!(reused.outcome, HoldOutcome::KeyReused(_)),
+        "{reused:?}"
+    );
+    let confirmed = writes
+        .confirm_hold(inside.hold_id, &Scope::Anonymous, at(0))
+        .await
+        .unwrap();
+    assert!(
+        matches!(&confirmed.outcome, Transition::Applied(hold) if hold.status == HoldStatus::Confirmed),
+        "{confirmed:?}"
+    );
+    drop(writes);
     // Still in the caller's transaction: nothing visible outside, and a rollback undoes all.
     assert_eq!(stored_status(&ctx, inside.hold_id).await, None);
     sqlx::query("ROLLBACK").execute(&mut conn).await.unwrap();
@@ -449,41 +483,33 @@ async fn racing_transactions_never_oversell() {
         return;
     };
     orders_table(&ctx).await;
-    let stores = [ctx.store.clone(), ctx.second_store().await];
-    let (engine, _clock) = engine(&ctx.store);
-    let slot_id = engine_slot(&engine, 5).await;
-    let engine = Arc::new(engine);
+    // One engine on each store: each transaction is begun on its engine's store's pool.
+    let engines = [
+        Arc::new(engine(&ctx.store).0),
+        Arc::new(engine(&ctx.second_store().await).0),
+    ];
+    let slot_id = engine_slot(&engines[0], 5).await;
     let schema = ctx.schema().to_owned();
 
     let tasks: Vec<_> = (0..48)
         .map(|i| {
-            let engine = Arc::clone(&engine);
-            let store = stores[i % 2].clone();
-            let insert = insert_order(&schema);
+            let engine = Arc::clone(&engines[i % 2]);
+            let schema = schema.clone();
             tokio::spawn(async move {
                 let key = format!("tx-{i}");
-                let mut tx = store.pool().begin().await.unwrap();
-                let mut within = engine.within(store.on(&mut tx));
-                let placed = match within.hold(slot_id, &key).await {
+                let mut tx = engine.transaction().await.unwrap();
+                let placed = match tx.hold(slot_id, &key).await {
                     Ok(placed) => placed.hold,
                     Err(BookingError::SoldOut { .. }) => {
-                        drop(within);
                         tx.rollback().await.unwrap();
                         return (key, None);
                     }
                     Err(other) => panic!("unexpected {other:?}"),
                 };
-                within
-                    .confirm_as(&Scope::Anonymous, placed.hold_id)
+                tx.confirm_as(&Scope::Anonymous, placed.hold_id)
                     .await
                     .unwrap();
-                drop(within);
-                sqlx::query(AssertSqlSafe(insert.as_str()))
-                    .bind(placed.hold_id.get())
-                    .bind(&key)
-                    .execute(&mut *tx)
-                    .await
-                    .unwrap();
+                order_in(&mut tx, &schema, placed.hold_id, &key).await;
                 // Give the others time to queue on the slot row.
                 tokio::time::sleep(StdDuration::from_millis(5)).await;
                 let commit = i % 4 != 0;
@@ -578,17 +604,15 @@ async fn a_line_changed_in_a_transaction_changes_its_whole_booking() {
     };
 
     // Cancelled by its second line, then rolled back: nothing changed.
-    let mut tx = ctx.pool().begin().await.unwrap();
-    let mut within = engine.within(ctx.store.on(&mut tx));
-    let cancelled = within.cancel_as(&scope, second).await.unwrap();
+    let mut tx = engine.transaction().await.unwrap();
+    let cancelled = tx.cancel_as(&scope, second).await.unwrap();
     assert_eq!(cancelled.status, HoldStatus::Cancelled);
-    let line = within.get_hold_as(&scope, first).await.unwrap();
+    let line = tx.get_hold_as(&scope, first).await.unwrap();
     assert_eq!(line.status, HoldStatus::Cancelled, "the first line too");
     assert!(matches!(
-        within.hold(x, "cart").await,
+        tx.hold(x, "cart").await,
         Err(BookingError::IdempotencyKeyReused { .. })
     ));
-    drop(within);
     tx.rollback().await.unwrap();
     for line in [first, second] {
         assert_eq!(stored_status(&ctx, line).await.as_deref(), Some("held"));
@@ -596,12 +620,10 @@ async fn a_line_changed_in_a_transaction_changes_its_whole_booking() {
     assert_eq!((remaining(x).await, remaining(y).await), (2, 1));
 
     // Renewed and confirmed by its second line, committed: every line changed.
-    let mut tx = ctx.pool().begin().await.unwrap();
-    let mut within = engine.within(ctx.store.on(&mut tx));
-    let renewed = within.renew_as(&scope, second, None).await.unwrap();
-    let confirmed = within.confirm_as(&scope, second).await.unwrap();
+    let mut tx = engine.transaction().await.unwrap();
+    let renewed = tx.renew_as(&scope, second, None).await.unwrap();
+    let confirmed = tx.confirm_as(&scope, second).await.unwrap();
     assert_eq!(confirmed.status, HoldStatus::Confirmed);
-    drop(within);
     tx.commit().await.unwrap();
     let whole = engine.get_booking_as(&scope, first).await.unwrap();
     assert!(whole

@@ -216,21 +216,25 @@ async fn a_cancel_in_the_callers_transaction_serves_the_line_with_it() {
     let held = engine.hold(slot, "held").await.unwrap().hold;
     let head = wait(&engine, slot, "head", 1).await;
 
-    let mut tx = ctx.pool().begin().await.unwrap();
-    let mut within = engine.within(store.on(&mut tx));
-    within
-        .cancel_as(&Scope::Anonymous, held.hold_id)
-        .await
-        .unwrap();
-    drop(within);
-    let inside: Option<(String,)> = sqlx::query_as(AssertSqlSafe(format!(
+    let mut tx = engine.transaction().await.unwrap();
+    tx.cancel_as(&Scope::Anonymous, held.hold_id).await.unwrap();
+    let select = format!(
         "SELECT status FROM \"{}\".holds WHERE id = $1",
         store.schema()
-    )))
-    .bind(head.offer_id().get())
-    .fetch_optional(&mut *tx)
-    .await
-    .unwrap();
+    );
+    let offer_id = head.offer_id().get();
+    let inside: Option<(String,)> = tx
+        .run(move |tx| {
+            Box::pin(async move {
+                sqlx::query_as(AssertSqlSafe(select))
+                    .bind(offer_id)
+                    .fetch_optional(&mut **tx)
+                    .await
+            })
+        })
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(
         inside,
         Some(("held".to_owned(),)),
@@ -244,12 +248,8 @@ async fn a_cancel_in_the_callers_transaction_serves_the_line_with_it() {
         .unwrap();
     assert_eq!(position, 1);
 
-    let mut tx = ctx.pool().begin().await.unwrap();
-    engine
-        .within(store.on(&mut tx))
-        .cancel_as(&Scope::Anonymous, held.hold_id)
-        .await
-        .unwrap();
+    let mut tx = engine.transaction().await.unwrap();
+    tx.cancel_as(&Scope::Anonymous, held.hold_id).await.unwrap();
     tx.commit().await.unwrap();
     assert!(offer(store, &head).await.is_some(), "committed with it");
     assert_lines(store, t0()).await;

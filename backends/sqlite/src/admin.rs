@@ -6,14 +6,14 @@ use crate::rows::usage_from_row;
 use crate::units::{log_slot, reclaim, Query};
 use crate::waitlists::serve;
 use crate::writes::{finish, Run, Step};
-use slot_booking::SlotChange;
+use slot_booking::{CapacityChange, SlotChange};
 use sqlx::Connection;
 
 impl Run<'_> {
     pub(crate) async fn change_capacity(
         &mut self,
         slot_id: SlotId,
-        capacity: i32,
+        change: CapacityChange,
         now: Timestamp,
     ) -> Result<Decided<SlotChange>, StoreError> {
         let sql = Arc::clone(&self.sql);
@@ -23,7 +23,7 @@ impl Run<'_> {
         // before the change, to serve its line only when the change gave it units or changed
         // its capacity, as every store does.
         let step = match live_slot(&sql, conn, slot_id).await {
-            Ok(before) => match change_capacity(&sql, conn, slot_id, capacity, now).await {
+            Ok(before) => match change_capacity(&sql, conn, slot_id, change, now).await {
                 Ok(step) => {
                     let gave = |after: &Slot| {
                         before.as_ref().is_some_and(|b| {
@@ -159,17 +159,20 @@ pub(crate) async fn change_capacity(
     sql: &Statements,
     conn: &mut SqliteConnection,
     slot_id: SlotId,
-    capacity: i32,
+    change: CapacityChange,
     now: Timestamp,
 ) -> Result<Step<SlotChange>, StoreError> {
+    let terms = change.terms();
     let update = || {
         sqlx::query(AssertSqlSafe(sql.change_capacity.as_str()))
             .bind(slot_id.get())
-            .bind(capacity)
+            .bind(terms.keep)
+            .bind(terms.add)
+            .bind(terms.expected)
     };
     let change = AdminChange {
         kind: EventKind::SlotCapacityChanged,
-        already: |slot: &Slot| slot.capacity == capacity,
+        already: |slot: &Slot| change.leaves(slot.capacity),
         update,
     };
     change_taking_free_units(sql, conn, slot_id, now, change).await

@@ -192,9 +192,10 @@ pub(crate) async fn purge(
     limit: u32,
 ) -> Result<Step<Purged>, StoreError> {
     let mut purged = Purged::default();
+    // The events first: a hold an event still kept names is not purged.
     for (statement, count) in [
-        (&sql.purge_holds, &mut purged.holds),
         (&sql.purge_events, &mut purged.events),
+        (&sql.purge_holds, &mut purged.holds),
     ] {
         *count = sqlx::query(AssertSqlSafe(statement.as_str()))
             .bind(to_micros(before))

@@ -96,8 +96,8 @@
 //! * through the store (its [`Store`](slot_booking::Store) methods): a place in the in-process write queue, then a
 //!   `BEGIN IMMEDIATE` transaction, committed or rolled back (a hold's `INSERT` runs alone
 //!   as one autocommit statement, or in a group commit, as above);
-//! * on the caller's connection ([`SqliteStore::on`], for
-//!   [`BookingEngine::within`](slot_booking::BookingEngine::within)): a savepoint inside the
+//! * on the caller's connection ([`SqliteStore::on`], what an
+//!   [`EngineTransaction`](slot_booking::EngineTransaction) runs its calls with): a savepoint inside the
 //!   caller's transaction, released when the writes stay and rolled back when the request is
 //!   refused or fails — a hold's reclaim that turns out not to fit, an administrative change
 //!   that does not fit — so the caller's transaction stays usable and unchanged by a refusal.

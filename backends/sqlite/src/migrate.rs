@@ -81,6 +81,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         description: "pool waitlists",
         sql: include_str!("../migrations/0011_pool_waitlists.sql"),
     },
+    Migration {
+        version: 12,
+        description: "events by hold",
+        sql: include_str!("../migrations/0012_events_by_hold.sql"),
+    },
 ];
 
 /// The ledger 0.1 kept for its unprefixed tables.

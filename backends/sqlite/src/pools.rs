@@ -28,15 +28,15 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use slot_booking::{
-    Decided, Hold, NewPool, Pool, PoolChange, PoolId, PoolUsage, SlotId, SlotUsage, StoreError,
-    Timestamp, TransactionPools, MAX_POOLS_PER_SLOT,
+    CapacityChange, Decided, Hold, NewPool, Pool, PoolChange, PoolId, PoolUsage, SlotId, SlotUsage,
+    StoreError, Timestamp, TransactionPools, MAX_POOLS_PER_SLOT,
 };
 use sqlx::sqlite::{SqliteConnection, SqliteRow};
 use sqlx::{AssertSqlSafe, Row};
 
 use crate::map_err;
 use crate::rows::{to_micros, usage_from_row};
-use crate::sql::{Statements, TablePrefix, HOLD_COLUMNS};
+use crate::sql::{Statements, TablePrefix, CAPACITY_AFTER, HOLD_COLUMNS};
 use crate::transaction::SqliteWrites;
 use crate::units::{reclaim, reclaim_by};
 use crate::waitlists::{serve_lines, Lines};
@@ -156,10 +156,15 @@ impl PoolStatements {
                      (SELECT capacity - remaining FROM {slots} WHERE id = ?1) \
                  WHERE id = ?2"
             ),
-            // ?1 pool id, ?2 capacity: as a slot's (`change_capacity` in sql.rs).
+            // ?1 pool id, ?2 keep, ?3 add, ?4 expected: as a slot's (`change_capacity` in
+            // sql.rs), the capacity after it in 0..=i32::MAX.
             change_capacity: format!(
-                "UPDATE {pools} SET capacity = ?2, remaining = remaining + (?2 - capacity) \
-                 WHERE id = ?1 AND capacity <> ?2 AND remaining + (?2 - capacity) >= 0 \
+                "UPDATE {pools} SET capacity = {CAPACITY_AFTER}, \
+                     remaining = remaining + ({CAPACITY_AFTER} - capacity) \
+                 WHERE id = ?1 AND (?4 IS NULL OR capacity = ?4) \
+                   AND {CAPACITY_AFTER} <> capacity \
+                   AND {CAPACITY_AFTER} BETWEEN 0 AND 2147483647 \
+                   AND remaining + ({CAPACITY_AFTER} - capacity) >= 0 \
                  RETURNING id"
             ),
         }
@@ -426,11 +431,14 @@ async fn try_change_capacity(
     sql: &Statements,
     conn: &mut SqliteConnection,
     pool_id: PoolId,
-    capacity: i32,
+    change: CapacityChange,
 ) -> Result<bool, StoreError> {
+    let terms = change.terms();
     let changed = sqlx::query(AssertSqlSafe(sql.pools.change_capacity.as_str()))
         .bind(pool_id.get())
-        .bind(capacity)
+        .bind(terms.keep)
+        .bind(terms.add)
+        .bind(terms.expected)
         .fetch_optional(conn)
         .await
         .map_err(map_err)?;
@@ -447,13 +455,13 @@ async fn change_pool_capacity(
     sql: &Statements,
     conn: &mut SqliteConnection,
     pool_id: PoolId,
-    capacity: i32,
+    change: CapacityChange,
     now: Timestamp,
 ) -> Result<Step<PoolChange>, StoreError> {
-    if !try_change_capacity(sql, conn, pool_id, capacity).await? {
+    if !try_change_capacity(sql, conn, pool_id, change).await? {
         match pool_usage(sql, conn, pool_id, now).await? {
             None => return Ok(Step::undo(PoolChange::PoolNotFound)),
-            Some(usage) if usage.pool.capacity == capacity => {
+            Some(usage) if change.leaves(usage.pool.capacity) => {
                 return Ok(Step::keep(PoolChange::Applied(usage)))
             }
             Some(_) => {}
@@ -461,7 +469,7 @@ async fn change_pool_capacity(
         let reclaimed = reclaim(sql, &sql.pools.reclaim_pool, conn, pool_id.get(), now)
             .await?
             .len();
-        if reclaimed == 0 || !try_change_capacity(sql, conn, pool_id, capacity).await? {
+        if reclaimed == 0 || !try_change_capacity(sql, conn, pool_id, change).await? {
             return Ok(Step::undo(PoolChange::InUse(
                 usage_now(sql, conn, pool_id, now).await?,
             )));
@@ -558,12 +566,12 @@ impl Run<'_> {
     pub(crate) async fn change_pool_capacity(
         &mut self,
         pool_id: PoolId,
-        capacity: i32,
+        change: CapacityChange,
         now: Timestamp,
     ) -> Result<Decided<PoolChange>, StoreError> {
         let sql = Arc::clone(&self.sql);
         let mut unit = self.unit().await?;
-        let step = change_pool_capacity(&sql, unit.connection(), pool_id, capacity, now).await;
+        let step = change_pool_capacity(&sql, unit.connection(), pool_id, change, now).await;
         Ok(Decided::new(now, unit.finish(step).await?))
     }
 

@@ -73,11 +73,13 @@ pub(crate) fn event_from_row(row: &SqliteRow) -> Result<Event, StoreError> {
     let kind: String = row.try_get("kind").map_err(map_err)?;
     let owner: Option<String> = row.try_get("owner").map_err(map_err)?;
     let hold_id: Option<i64> = row.try_get("hold_id").map_err(map_err)?;
+    let booking_id: Option<i64> = row.try_get("booking_id").map_err(map_err)?;
     Ok(Event {
         position: EventPosition::new(0, row.try_get("id").map_err(map_err)?),
         kind: EventKind::from_str(&kind).map_err(StoreError::failed)?,
         slot_id: SlotId(row.try_get("slot_id").map_err(map_err)?),
         hold_id: hold_id.map(HoldId),
+        booking_id: booking_id.map(HoldId),
         owner: owner
             .map(OwnerId::new)
             .transpose()

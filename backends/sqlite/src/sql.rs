@@ -21,6 +21,10 @@ pub const DEFAULT_TABLE_PREFIX: &str = "slot_booking_";
 /// of a connection's statement cache (sqlx keeps 100 by default), so they are few.
 pub(crate) const MAX_INSERTS_AT_ONCE: usize = 32;
 
+/// The capacity a change gives a slot's or pool's row, from its terms `?2` keep and `?3` add
+/// ([`CapacityChange::terms`](slot_booking::CapacityChange::terms)).
+pub(crate) const CAPACITY_AFTER: &str = "(?2 * capacity + ?3)";
+
 /// The columns [`hold_from_row`](crate::hold_from_row) reads.
 pub(crate) const HOLD_COLUMNS: &str =
     "id, slot_id, status, expires_at, confirmed_at, cancelled_at, quantity, owner, created_at";
@@ -177,6 +181,9 @@ impl Statements {
         let holds = format!("{prefix}holds");
         let events = format!("{prefix}events");
         let consumers = format!("{prefix}event_consumers");
+        // A hold event's booking, read from its hold (NULL for a hold placed alone).
+        let booking_of =
+            format!("(SELECT booking_id FROM {holds} WHERE id = {events}.hold_id) AS booking_id");
         let slot_pools = format!("{prefix}slot_pools");
         let next_id = next_hold_id(prefix.as_str());
         // Whether the line of a pool of the slot `s` is not empty at ?1: a slot of one of its
@@ -374,16 +381,21 @@ impl Statements {
                  WHERE slot_id = ?1 AND status = 'held' AND expires_at <= ?2 \
                  RETURNING {HOLD_COLUMNS}"
             ),
-            // ?1 slot id, ?2 the new capacity. `remaining` moves by the difference, taking only
-            // free units: the row is changed only if the new `remaining` is not negative. SET
-            // reads the row as it was, and SQLite integers are 64-bit, so `?2 - capacity`
-            // cannot overflow between two i32 capacities.
-            // Setting the capacity it has changes no row (and appends no event): the writer
+            // ?1 slot id, then a capacity change's terms (`CapacityChange::terms`): ?2 keep,
+            // ?3 add, ?4 expected. The new capacity is `?2 * capacity + ?3`, in range, and
+            // `remaining` moves by the difference, taking only free units: the row is changed
+            // only if the new `remaining` is not negative and, for a compare-and-set, the
+            // capacity is the one expected. SET reads the row as it was, and SQLite integers
+            // are 64-bit, so nothing overflows between two i32 capacities.
+            // Leaving the capacity as it is changes no row (and appends no event): the writer
             // then reads the slot to tell that from a refusal.
             change_capacity: format!(
-                "UPDATE {slots} SET capacity = ?2, remaining = remaining + (?2 - capacity) \
-                 WHERE id = ?1 AND removed_at IS NULL AND capacity <> ?2 \
-                   AND remaining + (?2 - capacity) >= 0 \
+                "UPDATE {slots} SET capacity = {CAPACITY_AFTER}, \
+                     remaining = remaining + ({CAPACITY_AFTER} - capacity) \
+                 WHERE id = ?1 AND removed_at IS NULL AND (?4 IS NULL OR capacity = ?4) \
+                   AND {CAPACITY_AFTER} <> capacity \
+                   AND {CAPACITY_AFTER} BETWEEN 1 AND 2147483647 \
+                   AND remaining + ({CAPACITY_AFTER} - capacity) >= 0 \
                  RETURNING {SLOT_COLUMNS}"
             ),
             // ?1 slot id, ?2 closed (0 or 1). Setting what already is changes no row (and
@@ -419,14 +431,16 @@ impl Statements {
             ),
             // ?1 consumer, ?2 limit: the events after its cursor (0, before every id, for a
             // consumer never seen), one range of the primary key, in one snapshot.
+            // Each with its hold's booking (`booking_of`).
             read_events: format!(
-                "SELECT {EVENT_COLUMNS} FROM {events} \
+                "SELECT {EVENT_COLUMNS}, {booking_of} FROM {events} \
                  WHERE id > coalesce((SELECT acknowledged FROM {consumers} WHERE name = ?1), 0) \
                  ORDER BY id LIMIT ?2"
             ),
             // ?1 event id, ?2 limit: the events after that id, one range of the primary key.
             read_events_after: format!(
-                "SELECT {EVENT_COLUMNS} FROM {events} WHERE id > ?1 ORDER BY id LIMIT ?2"
+                "SELECT {EVENT_COLUMNS}, {booking_of} FROM {events} \
+                 WHERE id > ?1 ORDER BY id LIMIT ?2"
             ),
             // The largest id ever handed out (AUTOINCREMENT's counter, kept through purges; no
             // row before the first event), or of the events kept if larger (never, but it
@@ -478,11 +492,15 @@ impl Statements {
             // ?1 before, ?2 limit: up to ?2 holds that ended before ?1, cancelled or expired
             // (reclaimed), through `holds_ended` (migration 5), whose expression this repeats.
             // Never confirmed or held ones. The idempotency key goes with the row.
+            // (run after `purge_events`) A line of a booking an event still kept names stays: a
+            // consumer reading it late finds the line's booking (`events_by_hold`, migration 12).
             purge_holds: format!(
                 "DELETE FROM {holds} WHERE id IN ( \
-                     SELECT id FROM {holds} WHERE status IN ('cancelled', 'expired') \
+                     SELECT id FROM {holds} h WHERE status IN ('cancelled', 'expired') \
                        AND (CASE WHEN status = 'cancelled' THEN cancelled_at ELSE expires_at END) \
                            < ?1 \
+                       AND (h.booking_id IS NULL \
+                            OR NOT EXISTS (SELECT 1 FROM {events} e WHERE e.hold_id = h.id)) \
                      LIMIT ?2)"
             ),
             // ?1 before, ?2 limit: up to ?2 events older than ?1 that every consumer has

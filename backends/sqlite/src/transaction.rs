@@ -12,8 +12,8 @@ slot_booking::forward_store!(
 );
 
 /// The store's writes on a connection or transaction the caller owns: the
-/// [`TransactionWrites`](slot_booking::TransactionWrites) of [`SqliteStore::on`], for
-/// [`BookingEngine::within`](slot_booking::BookingEngine::within).
+/// [`TransactionWrites`](slot_booking::TransactionWrites) of [`SqliteStore::on`], which an
+/// [`EngineTransaction`](slot_booking::EngineTransaction) runs its calls with.
 ///
 /// Each call is all or nothing inside the caller's transaction, its events included (they
 /// commit or roll back with the caller's transaction): it runs under a savepoint,
@@ -48,28 +48,13 @@ impl SqliteWrites<'_> {
 }
 
 impl SqliteStore {
-    /// This store's writes on `conn`, a connection or transaction the caller owns, for
-    /// [`BookingEngine::within`](slot_booking::BookingEngine::within): they commit or roll
-    /// back with the caller's own rows (see [`SqliteWrites`]).
-    ///
-    /// ```no_run
-    /// # async fn demo(
-    /// #     engine: slot_booking::BookingEngine<slot_booking_sqlite::SqliteStore>,
-    /// #     hold_id: slot_booking::HoldId,
-    /// # ) -> Result<(), Box<dyn std::error::Error>> {
-    /// let store = engine.store();
-    /// let mut tx = store.pool().begin_with("BEGIN IMMEDIATE").await?;
-    /// let booked = engine
-    ///     .within(store.on(&mut tx))
-    ///     .confirm_as(&slot_booking::Scope::Anonymous, hold_id)
-    ///     .await?;
-    /// slot_booking_sqlite::sqlx::query("INSERT INTO orders (hold_id) VALUES (?1)")
-    ///     .bind(booked.hold_id.get())
-    ///     .execute(&mut *tx)
-    ///     .await?;
-    /// tx.commit().await?; // both, or neither
-    /// # Ok(()) }
-    /// ```
+    /// This store's writes on `conn`, a connection or transaction the caller owns: the
+    /// [`TransactionWrites`](slot_booking::TransactionWrites) that
+    /// [`TransactionalStore::writes`] hands an
+    /// [`EngineTransaction`](slot_booking::EngineTransaction) (see [`SqliteWrites`]), whose
+    /// calls are the way an application writes inside its transaction
+    /// ([`BookingEngine::transaction`](slot_booking::BookingEngine::transaction)). Called
+    /// directly, they are the store-level operations, each with the store's contract.
     ///
     /// - **Begin the transaction with `BEGIN IMMEDIATE`** (sqlx:
     ///   `pool.begin_with("BEGIN IMMEDIATE")`). A plain `BEGIN` starts as a reader; its first

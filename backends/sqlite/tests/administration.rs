@@ -46,7 +46,7 @@ async fn outcome<T>(call: impl Future<Output = Result<Decided<T>, StoreError>>) 
 
 /// (capacity, remaining) of the slot after a capacity change that must apply.
 async fn resized(store: &impl Store, slot_id: SlotId, capacity: i32, now: Timestamp) -> (i32, i32) {
-    let slot = applied(outcome(store.change_capacity(slot_id, capacity, now)).await);
+    let slot = applied(outcome(store.change_capacity(slot_id, capacity.into(), now)).await);
     (slot.capacity, slot.stored_remaining)
 }
 
@@ -76,7 +76,7 @@ async fn capacity_changes_reclaim_only_when_that_makes_them_fit() {
     assert_eq!(statuses(&pool, slot_id).await, ["held", "held"]);
     // 1 would take an active unit even with the expired ones: refused, nothing reclaimed,
     // the units as stored.
-    let usage = in_use(outcome(store.change_capacity(slot_id, 1, at(120))).await);
+    let usage = in_use(outcome(store.change_capacity(slot_id, 1.into(), at(120))).await);
     assert_eq!(
         (usage.slot.stored_remaining, usage.held, usage.expired),
         (0, 2, 2)
@@ -92,7 +92,7 @@ async fn capacity_changes_reclaim_only_when_that_makes_them_fit() {
     assert_eq!(resized(&store, slot_id, 7, at(4000)).await, (7, 5));
     assert_invariant(&pool, slot_id).await;
     assert_eq!(
-        outcome(store.change_capacity(SlotId(99), 3, at(0))).await,
+        outcome(store.change_capacity(SlotId(99), 3.into(), at(0))).await,
         SlotChange::NotFound
     );
 }
@@ -131,7 +131,7 @@ async fn removal_keeps_the_row_and_its_holds() {
 
     for change in [
         outcome(store.remove_slot(slot_id, at(1001))).await,
-        outcome(store.change_capacity(slot_id, 5, at(1001))).await,
+        outcome(store.change_capacity(slot_id, 5.into(), at(1001))).await,
         outcome(store.set_closed(slot_id, true, at(1001))).await,
     ] {
         assert_eq!(change, SlotChange::NotFound);

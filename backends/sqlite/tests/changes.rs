@@ -87,12 +87,8 @@ async fn commits_through_another_store_show_on_a_following_engine() {
 
     // A transaction on A that writes and rolls back: nothing committed, nothing reported.
     let mut feed = b.change_feed(POLL).await.unwrap();
-    let mut tx = a.pool().begin_with("BEGIN IMMEDIATE").await.unwrap();
-    engine_a
-        .within(a.on(&mut tx))
-        .hold(slot_id, "rolled-back")
-        .await
-        .unwrap();
+    let mut tx = engine_a.transaction().await.unwrap();
+    tx.hold(slot_id, "rolled-back").await.unwrap();
     tx.rollback().await.unwrap();
     // Here the timeout is the assertion: several polls pass without a notice.
     assert!(

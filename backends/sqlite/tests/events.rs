@@ -9,7 +9,7 @@ use common::*;
 use slot_booking::{
     BookingEngine, Clock, ConsumerId, Event, EventKind, EventPosition, EventStore, Hold,
     HoldOutcome, HoldStatus, ManualClock, NewHold, NewSlot, RenewRequest, Scope, SlotChange,
-    SlotId, Timestamp, TransactionalStore, Transition,
+    SlotId, Timestamp, Transition,
 };
 use slot_booking::{HoldStore, SlotAdmin};
 use slot_booking_sqlite::SqliteStore;
@@ -117,9 +117,9 @@ async fn a_consumer_resumes_after_a_crash_on_a_new_store() {
     assert!(engine.read_events(&mailer, 1000).await.unwrap().is_empty());
 }
 
-/// Writes in the caller's transaction (`SqliteStore::on`) append their events in it: rolled
-/// back, the transaction leaves no event (nor the writes); committed, each change has its one
-/// event, at the engine's time, after the events committed before it.
+/// Writes in a transaction shared with the caller (`BookingEngine::transaction`) append their
+/// events in it: rolled back, the transaction leaves no event (nor the writes); committed, each
+/// change has its one event, at the engine's time, after the events committed before it.
 #[tokio::test]
 async fn a_rolled_back_transaction_leaves_no_event() {
     let db = TempDb::new("events_rollback");
@@ -142,24 +142,18 @@ async fn a_rolled_back_transaction_leaves_no_event() {
     clock.advance(Duration::seconds(120));
 
     for commit in [false, true] {
-        let mut tx = store.pool().begin_with("BEGIN IMMEDIATE").await.unwrap();
-        {
-            let mut within = engine.within(store.on(&mut tx));
-            within
-                .confirm_as(&Scope::Anonymous, booked.hold_id)
-                .await
-                .unwrap();
-            // Two units are free, one of them only once `short` (expired) is reclaimed.
-            within
-                .place_hold(NewHold::new(slot_id, "pair").quantity(2))
-                .await
-                .unwrap();
-            within.close_sales(slot_id).await.unwrap();
-            within
-                .create_slot(NewSlot::new(at(3600), at(7200), 1))
-                .await
-                .unwrap();
-        }
+        let mut tx = engine.transaction().await.unwrap();
+        tx.confirm_as(&Scope::Anonymous, booked.hold_id)
+            .await
+            .unwrap();
+        // Two units are free, one of them only once `short` (expired) is reclaimed.
+        tx.place_hold(NewHold::new(slot_id, "pair").quantity(2))
+            .await
+            .unwrap();
+        tx.close_sales(slot_id).await.unwrap();
+        tx.create_slot(NewSlot::new(at(3600), at(7200), 1))
+            .await
+            .unwrap();
         if commit {
             tx.commit().await.unwrap();
         } else {
@@ -188,27 +182,22 @@ async fn a_rolled_back_transaction_leaves_no_event() {
     assert_eq!(new[2].quantity, 2);
     assert_counts(store.pool(), slot_id, (3, 0, 2, 1)).await;
 
-    // The store's own transactions (`TransactionalStore`) too.
-    let mut tx = store.begin().await.unwrap();
-    engine
-        .within(store.writes(&mut tx))
-        .cancel_as(&Scope::Anonymous, booked.hold_id)
+    // A cancel rolled back leaves none either.
+    let mut tx = engine.transaction().await.unwrap();
+    tx.cancel_as(&Scope::Anonymous, booked.hold_id)
         .await
         .unwrap();
-    store.rollback(tx).await.unwrap();
+    tx.rollback().await.unwrap();
     assert_eq!(all_events(&store).await, after);
-    // A refusal in the caller's transaction (its savepoint rolled back) leaves none either,
-    // and the transaction goes on.
-    let mut tx = store.pool().begin_with("BEGIN IMMEDIATE").await.unwrap();
-    {
-        let mut within = engine.within(store.on(&mut tx));
-        assert!(within.reopen_sales(slot_id).await.is_ok());
-        assert!(within.change_capacity(slot_id, 1).await.is_err(), "in use");
-        assert!(within
-            .cancel_as(&Scope::Anonymous, booked.hold_id)
-            .await
-            .is_ok());
-    }
+    // A refusal in the transaction (its savepoint rolled back) leaves none either, and the
+    // transaction goes on.
+    let mut tx = engine.transaction().await.unwrap();
+    assert!(tx.reopen_sales(slot_id).await.is_ok());
+    assert!(tx.change_capacity(slot_id, 1).await.is_err(), "in use");
+    assert!(tx
+        .cancel_as(&Scope::Anonymous, booked.hold_id)
+        .await
+        .is_ok());
     tx.commit().await.unwrap();
     assert_eq!(
         kinds(&all_events(&store).await[after.len()..]),
@@ -294,7 +283,7 @@ async fn writes_that_change_nothing_append_nothing() {
             .outcome;
         assert!(matches!(closed, SlotChange::Applied(ref s) if s.closed));
         let same = store
-            .change_capacity(slot_id, 2, at(1))
+            .change_capacity(slot_id, 2.into(), at(1))
             .await
             .unwrap()
             .outcome;

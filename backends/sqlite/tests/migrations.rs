@@ -127,6 +127,7 @@ async fn migrations_coexist_with_host_sqlx_migrations() {
             (9, "pools".to_owned()),
             (10, "waitlists".to_owned()),
             (11, "pool waitlists".to_owned()),
+            (12, "events by hold".to_owned()),
         ]
     );
     let theirs: Vec<i64> = column(
@@ -167,7 +168,7 @@ async fn concurrent_migrations_apply_once() {
         .fetch_one(store.pool())
         .await
         .unwrap();
-    assert_eq!(n, 11, "each of the eleven migrations applied once");
+    assert_eq!(n, 12, "each of the twelve migrations applied once");
 }
 
 #[tokio::test]
@@ -516,7 +517,7 @@ async fn a_database_made_by_migrations_1_to_3_upgrades_in_place() {
         "SELECT version FROM slot_booking_migrations ORDER BY version",
     )
     .await;
-    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]);
+    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]);
     for id in 1..=3 {
         let slot = store.get_slot(SlotId(id)).await.unwrap().unwrap();
         assert_eq!(
@@ -618,7 +619,7 @@ async fn a_database_made_by_migrations_1_to_4_upgrades_in_place() {
         "SELECT version FROM slot_booking_migrations ORDER BY version",
     )
     .await;
-    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]);
+    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]);
     let reader = ConsumerId::new("reader").unwrap();
     assert!(store.read_events(&reader, 100).await.unwrap().is_empty());
 
@@ -713,7 +714,7 @@ async fn a_database_made_by_migrations_1_to_5_upgrades_in_place() {
         "SELECT version FROM slot_booking_migrations ORDER BY version",
     )
     .await;
-    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]);
+    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]);
 
     // The old rows sell on (the old expired hold reclaimed lazily), filling slot 1.
     assert_previous_release_sells_on(&store).await;
@@ -804,7 +805,7 @@ async fn a_database_made_by_migrations_1_to_7_upgrades_in_place() {
         "SELECT version FROM slot_booking_migrations ORDER BY version",
     )
     .await;
-    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]);
+    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]);
     let marked: Vec<Option<i64>> = column(
         &pool,
         "SELECT booking_id FROM slot_booking_holds ORDER BY id",
@@ -953,7 +954,7 @@ async fn a_database_made_by_migrations_1_to_9_upgrades_in_place() {
         "SELECT version FROM slot_booking_migrations ORDER BY version",
     )
     .await;
-    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]);
+    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]);
     let waiting: Vec<i64> = column(&pool, "SELECT waiting FROM slot_booking_slots").await;
     assert_eq!(waiting, vec![0], "nobody waits in an old slot's line");
     assert_counts(&pool, SlotId(1), (5, 2, 2, 1)).await;
@@ -1086,7 +1087,7 @@ async fn a_database_made_by_migrations_1_to_10_upgrades_in_place() {
         "SELECT version FROM slot_booking_migrations ORDER BY version",
     )
     .await;
-    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]);
+    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]);
     let lined: Vec<i64> = column(
         &pool,
         "SELECT id FROM slot_booking_slots INDEXED BY slot_booking_slots_lined \

@@ -761,7 +761,7 @@ async fn admin(store: Arc<SqliteStore>, ticks: Arc<Ticks>, pool_id: PoolId) -> T
     for _ in 0..ROUNDS / 2 {
         let capacity = 8 + rng.next(6) as i32;
         match store
-            .change_pool_capacity(pool_id, capacity, ticks.now())
+            .change_pool_capacity(pool_id, capacity.into(), ticks.now())
             .await
             .unwrap()
             .outcome

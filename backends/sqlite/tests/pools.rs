@@ -342,7 +342,7 @@ async fn the_reclaimer_gives_units_back_to_pools() {
         .unwrap();
     clock.advance(Duration::minutes(6));
     let at_now = clock_now(&clock);
-    store.change_capacity(b, 1, at_now).await.unwrap();
+    store.change_capacity(b, 1.into(), at_now).await.unwrap();
     assert_eq!(
         (stored(store.pool(), p).await, stored(store.pool(), q).await),
         (5, 9)
@@ -548,7 +548,7 @@ async fn a_database_made_by_migrations_1_to_8_upgrades_in_place() {
             .fetch_all(&pool)
             .await
             .unwrap();
-    assert_eq!(versions, (1..=11).collect::<Vec<_>>());
+    assert_eq!(versions, (1..=12).collect::<Vec<_>>());
     let slots_after: Vec<(i64, i64, i64)> =
         sqlx::query_as(slot_rows).fetch_all(&pool).await.unwrap();
     let holds_after: Vec<(i64, i64, String, i64)> =

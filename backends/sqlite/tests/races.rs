@@ -236,7 +236,7 @@ async fn holds_race_capacity_changes_and_closing() {
                 0 => {
                     let capacity = 1 + (i / 10) % 15;
                     match store
-                        .change_capacity(slot_id, capacity, at(0))
+                        .change_capacity(slot_id, capacity.into(), at(0))
                         .await
                         .unwrap()
                         .outcome

@@ -1,5 +1,6 @@
-//! Writes on a connection or transaction the caller supplies: `SqliteStore::on` and the
-//! store's `TransactionalStore`.
+//! Writes in a transaction shared with the caller's own rows (`BookingEngine::transaction`,
+//! the caller's statements through `EngineTransaction::run`), and the store's writes on a
+//! connection the caller supplies (`SqliteStore::on`).
 
 mod common;
 
@@ -9,8 +10,8 @@ use std::sync::Arc;
 use chrono::Duration;
 use common::*;
 use slot_booking::{
-    BookingEngine, BookingError, Hold, HoldId, HoldStatus, ManualClock, NewHold, NewSlot, Scope,
-    SlotId, TransactionalStore,
+    BookingEngine, BookingError, EngineTransaction, Hold, HoldId, HoldOutcome, HoldStatus,
+    ManualClock, NewHold, NewSlot, Scope, SlotId, TransactionWrites,
 };
 use slot_booking_sqlite::SqliteStore;
 use sqlx::{Connection, SqliteConnection, SqlitePool};
@@ -39,6 +40,14 @@ async fn insert_order(conn: &mut SqliteConnection, hold_id: HoldId) {
     sqlx::query("INSERT INTO orders (hold_id) VALUES (?1)")
         .bind(hold_id.get())
         .execute(conn)
+        .await
+        .unwrap();
+}
+
+/// The caller's order row for `hold_id`, written in `tx` through `run`, on the connection of
+/// the store's transaction (`SqliteTransaction::connection`).
+async fn order_in(tx: &mut EngineTransaction<SqliteStore>, hold_id: HoldId) {
+    tx.run(move |tx| Box::pin(async move { insert_order(tx.connection(), hold_id).await }))
         .await
         .unwrap();
 }
@@ -74,8 +83,9 @@ async fn slot_count(pool: &SqlitePool) -> i64 {
         .unwrap()
 }
 
-/// A confirm in the caller's transaction (`pool.begin_with("BEGIN IMMEDIATE")` and
-/// `SqliteStore::on`) and the caller's order row commit together; rolled back, neither stays.
+/// A confirm in a transaction shared with the caller (`BookingEngine::transaction`) and the
+/// caller's order row (through `EngineTransaction::run`) commit together; rolled back, neither
+/// stays.
 #[tokio::test]
 async fn a_confirm_and_the_callers_order_commit_together() {
     let db = TempDb::new("tx_orders");
@@ -90,14 +100,10 @@ async fn a_confirm_and_the_callers_order_commit_together() {
     let a = engine.hold(slot_id, "a").await.unwrap().hold;
     let b = engine.hold(slot_id, "b").await.unwrap().hold;
 
-    let mut tx = store.pool().begin_with("BEGIN IMMEDIATE").await.unwrap();
-    let booked = engine
-        .within(store.on(&mut tx))
-        .confirm_as(&Scope::Anonymous, a.hold_id)
-        .await
-        .unwrap();
+    let mut tx = engine.transaction().await.unwrap();
+    let booked = tx.confirm_as(&Scope::Anonymous, a.hold_id).await.unwrap();
     assert_eq!(booked.status, HoldStatus::Confirmed);
-    insert_order(&mut tx, booked.hold_id).await;
+    order_in(&mut tx, booked.hold_id).await;
     // Outside the transaction, nothing yet.
     assert_eq!(
         stored_hold(&store, a.hold_id).await.map(|h| h.status),
@@ -111,16 +117,10 @@ async fn a_confirm_and_the_callers_order_commit_together() {
     );
     assert_eq!(orders(store.pool()).await, vec![a.hold_id.get()]);
 
-    let mut tx = store.pool().begin_with("BEGIN IMMEDIATE").await.unwrap();
-    {
-        let mut within = engine.within(store.on(&mut tx));
-        within
-            .confirm_as(&Scope::Anonymous, b.hold_id)
-            .await
-            .unwrap();
-        // The caller's row through the writes it handed over.
-        insert_order(within.writes().connection(), b.hold_id).await;
-    }
+    let mut tx = engine.transaction().await.unwrap();
+    tx.confirm_as(&Scope::Anonymous, b.hold_id).await.unwrap();
+    // The caller's row through the transaction `run` hands over.
+    order_in(&mut tx, b.hold_id).await;
     tx.rollback().await.unwrap();
     assert_eq!(
         stored_hold(&store, b.hold_id).await.map(|h| h.status),
@@ -130,8 +130,9 @@ async fn a_confirm_and_the_callers_order_commit_together() {
     assert_counts(store.pool(), slot_id, (2, 0, 1, 1)).await;
 }
 
-/// The same through the store's own transactions (`TransactionalStore`): the caller's row
-/// goes through `SqliteTransaction::connection`.
+/// The same, one transaction after the other in a loop, through the store's own transactions
+/// (`TransactionalStore`, which `BookingEngine::transaction` begins): the caller's row goes
+/// through `SqliteTransaction::connection`, and the store's write queue is free after each.
 #[tokio::test]
 async fn a_store_transaction_carries_the_callers_order_too() {
     let db = TempDb::new("tx_store_orders");
@@ -147,17 +148,13 @@ async fn a_store_transaction_carries_the_callers_order_too() {
     let b = engine.hold(slot_id, "b").await.unwrap().hold;
 
     for (hold_id, commit) in [(a.hold_id, true), (b.hold_id, false)] {
-        let mut tx = store.begin().await.unwrap();
-        engine
-            .within(store.writes(&mut tx))
-            .confirm_as(&Scope::Anonymous, hold_id)
-            .await
-            .unwrap();
-        insert_order(tx.connection(), hold_id).await;
+        let mut tx = engine.transaction().await.unwrap();
+        tx.confirm_as(&Scope::Anonymous, hold_id).await.unwrap();
+        order_in(&mut tx, hold_id).await;
         if commit {
-            store.commit(tx).await.unwrap();
+            tx.commit().await.unwrap();
         } else {
-            store.rollback(tx).await.unwrap();
+            tx.rollback().await.unwrap();
         }
     }
     assert_eq!(
@@ -207,33 +204,32 @@ async fn a_rollback_leaves_nothing_and_frees_the_key() {
     );
 
     for roll_back in [true, false] {
-        let mut tx = store.pool().begin_with("BEGIN IMMEDIATE").await.unwrap();
-        let mut w = engine.within(store.on(&mut tx));
-        let placed = w
+        let mut tx = engine.transaction().await.unwrap();
+        let placed = tx
             .place_hold(NewHold::new(slot_id, "again").quantity(2))
             .await
             .unwrap();
         assert!(!placed.replayed);
-        w.cancel_as(&Scope::Anonymous, booked.hold_id)
+        tx.cancel_as(&Scope::Anonymous, booked.hold_id)
             .await
             .unwrap();
         assert_eq!(
-            w.change_capacity(slot_id, 10)
+            tx.change_capacity(slot_id, 10)
                 .await
                 .unwrap()
                 .stored_remaining,
             8
         );
-        assert!(w.close_sales(slot_id).await.unwrap().closed);
-        w.create_slot(NewSlot::new(at(9000), at(9600), 4))
+        assert!(tx.close_sales(slot_id).await.unwrap().closed);
+        tx.create_slot(NewSlot::new(at(9000), at(9600), 4))
             .await
             .unwrap();
-        assert!(w.remove_slot(spare).await.unwrap().removed_at.is_some());
-        drop(w);
+        assert!(tx.remove_slot(spare).await.unwrap().removed_at.is_some());
         if roll_back {
             tx.rollback().await.unwrap();
         } else {
-            // sqlx rolls a dropped transaction back before the connection's next use.
+            // Dropped uncommitted, the transaction rolls back (sqlx rolls a dropped
+            // transaction back before the connection's next use).
             drop(tx);
         }
         let after = (
@@ -295,23 +291,22 @@ async fn a_refused_request_leaves_the_transaction_usable() {
         .hold;
     clock.advance(Duration::seconds(61));
 
-    let mut tx = store.pool().begin_with("BEGIN IMMEDIATE").await.unwrap();
-    let mut w = engine.within(store.on(&mut tx));
+    let mut tx = engine.transaction().await.unwrap();
     assert!(matches!(
-        w.hold(other, "taken").await,
+        tx.hold(other, "taken").await,
         Err(BookingError::IdempotencyKeyReused { .. })
     ));
     // Reclaiming `short` frees one unit: not the two asked for.
     assert!(matches!(
-        w.place_hold(NewHold::new(full, "big").quantity(2)).await,
+        tx.place_hold(NewHold::new(full, "big").quantity(2)).await,
         Err(BookingError::SoldOut { .. })
     ));
     assert!(matches!(
-        w.change_capacity(full, 1).await,
+        tx.change_capacity(full, 1).await,
         Err(BookingError::CapacityTaken { taken: 2, .. })
     ));
     assert!(matches!(
-        w.remove_slot(full).await,
+        tx.remove_slot(full).await,
         Err(BookingError::SlotInUse {
             held: 2,
             confirmed: 0,
@@ -319,29 +314,35 @@ async fn a_refused_request_leaves_the_transaction_usable() {
         })
     ));
     assert!(matches!(
-        w.confirm_as(&Scope::Anonymous, short.hold_id).await,
+        tx.confirm_as(&Scope::Anonymous, short.hold_id).await,
         Err(BookingError::HoldExpired { .. })
     ));
     assert!(matches!(
-        w.hold(SlotId(full.get() + 1000), "nowhere").await,
+        tx.hold(SlotId(full.get() + 1000), "nowhere").await,
         Err(BookingError::SlotNotFound { .. })
     ));
     // Inside the transaction, nothing moved: the reclaims were undone.
-    let conn = w.writes().connection();
-    assert_eq!(
-        stored_status(conn, short.hold_id).await.as_deref(),
-        Some("held")
-    );
-    let remaining: i64 =
-        sqlx::query_scalar("SELECT remaining FROM slot_booking_slots WHERE id = ?1")
-            .bind(full.get())
-            .fetch_one(&mut *conn)
-            .await
-            .unwrap();
+    let (short_id, full_id) = (short.hold_id, full.get());
+    let (status, remaining) = tx
+        .run(move |tx| {
+            Box::pin(async move {
+                let conn = tx.connection();
+                let status = stored_status(conn, short_id).await;
+                let remaining: i64 =
+                    sqlx::query_scalar("SELECT remaining FROM slot_booking_slots WHERE id = ?1")
+                        .bind(full_id)
+                        .fetch_one(&mut *conn)
+                        .await
+                        .unwrap();
+                (status, remaining)
+            })
+        })
+        .await
+        .unwrap();
+    assert_eq!(status.as_deref(), Some("held"));
     assert_eq!(remaining, 0);
-    let fine = w.hold(other, "fine").await.unwrap().hold;
-    drop(w);
-    insert_order(&mut tx, fine.hold_id).await;
+    let fine = tx.hold(other, "fine").await.unwrap().hold;
+    order_in(&mut tx, fine.hold_id).await;
     tx.commit().await.unwrap();
 
     assert_eq!(
@@ -375,13 +376,20 @@ async fn writes_on_a_bare_connection_commit_each_call() {
         .unwrap()
         .slot_id;
     let mut conn = store.pool().acquire().await.unwrap();
-    let mut w = engine.within(store.on(&mut conn));
-    let placed = w.hold(slot_id, "bare").await.unwrap().hold;
-    assert!(matches!(
-        w.hold(slot_id, "more").await,
-        Err(BookingError::SoldOut { .. })
-    ));
-    assert!(!w.writes().connection().is_in_transaction());
+    let (bare, more) = (key("bare"), key("more"));
+    let mut w = store.on(&mut conn);
+    let placed = created(
+        w.create_hold(request(slot_id, &bare, at(0)))
+            .await
+            .unwrap()
+            .outcome,
+    );
+    let refused = w.create_hold(request(slot_id, &more, at(0))).await.unwrap();
+    assert!(
+        matches!(refused.outcome, HoldOutcome::SoldOut),
+        "{refused:?}"
+    );
+    assert!(!w.connection().is_in_transaction());
     drop(w);
     // Seen from another connection at once.
     assert_eq!(
@@ -392,10 +400,11 @@ async fn writes_on_a_bare_connection_commit_each_call() {
 }
 
 /// 48 tasks race for one slot of five units, each in its own transaction placing and
-/// confirming a hold; every third hold placed (the first included) rolls back. Half use the store's own transactions, half a
-/// transaction of their own on a second store's pool (another process, as far as SQLite can
-/// tell). Exactly five units are sold, rolled-back holds leave nothing, every call succeeds
-/// or is refused as sold out (no `SQLITE_BUSY`), and the invariant holds.
+/// confirming a hold; every third hold placed (the first included) rolls back. Half use the
+/// transactions of an engine on one store, half those of an engine on a second store with a
+/// pool of its own (another process, as far as SQLite can tell). Exactly five units are sold,
+/// rolled-back holds leave nothing, every call succeeds or is refused as sold out (no
+/// `SQLITE_BUSY`), and the invariant holds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn racing_transactions_never_oversell() {
     let db = TempDb::new("tx_race");
@@ -417,7 +426,6 @@ async fn racing_transactions_never_oversell() {
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..48 {
         let (engine_a, engine_b) = (Arc::clone(&engine_a), Arc::clone(&engine_b));
-        let (a, b) = (a.clone(), b.clone());
         let placed_count = Arc::clone(&placed_count);
         let commit = move || {
             !placed_count
@@ -426,45 +434,25 @@ async fn racing_transactions_never_oversell() {
         };
         tasks.spawn(async move {
             let key = format!("tx-{i}");
-            if i % 2 == 0 {
-                let mut tx = a.begin().await.unwrap();
-                let mut w = engine_a.within(a.writes(&mut tx));
-                let placed = match w.hold(slot_id, &key).await {
-                    Ok(placed) => placed.hold,
-                    Err(BookingError::SoldOut { .. }) => return None,
-                    Err(other) => panic!("task {i}: {other:?}"),
-                };
-                let commit = commit();
-                w.confirm_as(&Scope::Anonymous, placed.hold_id)
-                    .await
-                    .unwrap();
-                drop(w);
-                if commit {
-                    a.commit(tx).await.unwrap();
-                } else {
-                    a.rollback(tx).await.unwrap();
-                }
-                Some((placed.hold_id, commit))
+            // Each engine's own transactions, on its own store.
+            let engine = if i % 2 == 0 { engine_a } else { engine_b };
+            let mut tx = engine.transaction().await.unwrap();
+            let placed = match tx.hold(slot_id, &key).await {
+                Ok(placed) => placed.hold,
+                // Dropped uncommitted: rolled back.
+                Err(BookingError::SoldOut { .. }) => return None,
+                Err(other) => panic!("task {i}: {other:?}"),
+            };
+            let commit = commit();
+            tx.confirm_as(&Scope::Anonymous, placed.hold_id)
+                .await
+                .unwrap();
+            if commit {
+                tx.commit().await.unwrap();
             } else {
-                let mut tx = b.pool().begin_with("BEGIN IMMEDIATE").await.unwrap();
-                let mut w = engine_b.within(b.on(&mut tx));
-                let placed = match w.hold(slot_id, &key).await {
-                    Ok(placed) => placed.hold,
-                    Err(BookingError::SoldOut { .. }) => return None,
-                    Err(other) => panic!("task {i}: {other:?}"),
-                };
-                let commit = commit();
-                w.confirm_as(&Scope::Anonymous, placed.hold_id)
-                    .await
-                    .unwrap();
-                drop(w);
-                if commit {
-                    tx.commit().await.unwrap();
-                } else {
-                    tx.rollback().await.unwrap();
-                }
-                Some((placed.hold_id, commit))
+                tx.rollback().await.unwrap();
             }
+            Some((placed.hold_id, commit))
         });
     }
     let mut committed = Vec::new();
@@ -494,8 +482,8 @@ async fn racing_transactions_never_oversell() {
     assert_counts(a.pool(), slot_id, (5, 0, 0, 5)).await;
 }
 
-/// `Within` offers the engine's short forms too: renewing and reading an anonymous hold on the
-/// caller's transaction, the renewal committing with it.
+/// `EngineTransaction` offers the engine's short forms too: renewing and reading an anonymous
+/// hold in the transaction, the renewal committing with it.
 #[tokio::test]
 async fn within_renews_and_reads_anonymous_holds() {
     let db = TempDb::new("tx_short_forms");
@@ -509,16 +497,14 @@ async fn within_renews_and_reads_anonymous_holds() {
     let placed = engine.hold(slot.slot_id, "renew-me").await.unwrap().hold;
     clock.advance(Duration::minutes(4));
 
-    let mut tx = store.pool().begin_with("BEGIN IMMEDIATE").await.unwrap();
-    let mut within = engine.within(store.on(&mut tx));
-    let renewed = within
+    let mut tx = engine.transaction().await.unwrap();
+    let renewed = tx
         .renew_as(&Scope::Anonymous, placed.hold_id, None)
         .await
         .unwrap();
     assert!(renewed.expires_at > placed.expires_at);
     assert_eq!(
-        within
-            .get_hold_as(&Scope::Anonymous, placed.hold_id)
+        tx.get_hold_as(&Scope::Anonymous, placed.hold_id)
             .await
             .unwrap(),
         renewed

@@ -135,8 +135,9 @@ async fn a_capacity_raise_serves_the_line() {
     assert_counts(store.pool(), slot_id, (6, 1, 5, 0)).await;
 }
 
-/// A cancel on the caller's connection serves the line in the caller's transaction: rolled
-/// back, the cancel, the offer and its events go; committed, they stay.
+/// A cancel in a transaction shared with the caller (`BookingEngine::transaction`) serves the
+/// line in that transaction: rolled back, the cancel, the offer and its events go; committed,
+/// they stay.
 #[tokio::test]
 async fn a_cancel_in_the_callers_transaction_serves_the_line_there() {
     let db = TempDb::new("wl_within");
@@ -153,18 +154,21 @@ async fn a_cancel_in_the_callers_transaction_serves_the_line_there() {
     };
     let events_before = events_of(store.pool().clone()).await;
     for commit in [false, true] {
-        let mut tx = store.pool().begin_with("BEGIN IMMEDIATE").await.unwrap();
-        engine
-            .within(store.on(&mut tx))
-            .cancel_as(&ANYONE, HoldId(1))
+        let mut tx = engine.transaction().await.unwrap();
+        tx.cancel_as(&ANYONE, HoldId(1)).await.unwrap();
+        let offer_id = entry.offer_id().get();
+        let inside: Option<String> = tx
+            .run(move |tx| {
+                Box::pin(async move {
+                    sqlx::query_scalar("SELECT status FROM slot_booking_holds WHERE id = ?1")
+                        .bind(offer_id)
+                        .fetch_optional(tx.connection())
+                        .await
+                })
+            })
             .await
+            .unwrap()
             .unwrap();
-        let inside: Option<String> =
-            sqlx::query_scalar("SELECT status FROM slot_booking_holds WHERE id = ?1")
-                .bind(entry.offer_id().get())
-                .fetch_optional(&mut *tx)
-                .await
-                .unwrap();
         assert_eq!(
             inside.as_deref(),
             Some("held"),

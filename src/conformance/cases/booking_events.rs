@@ -130,3 +130,108 @@ pub(super) async fn a_consumer_rebuilds_every_slots_units_from_events<
         );
     }
 }
+
+/// Every event of a line of a booking of several lines carries the booking's id (its first
+/// line's hold id), for each of its changes (placed, confirmed, cancelled); a hold placed alone
+/// carries none. A purge keeps an ended booking's lines while a consumer has not read their
+/// events (so a late reader still finds each line's booking), and drops them once it has; a
+/// hold placed alone goes as ever.
+pub(super) async fn booking_line_events_carry_the_booking<
+    S: BookingStore + SlotAdmin + EventStore,
+>(
+    store: S,
+) {
+    let f = Fixture::new(store);
+    let (a, b, c) = (
+        f.slot(5, hours(1)).await,
+        f.slot(5, hours(1)).await,
+        f.slot(5, hours(1)).await,
+    );
+    let mailer = consumer("mailer");
+    let store = f.engine.store();
+    store
+        .acknowledge(&mailer, crate::EventPosition::START)
+        .await
+        .expect("register the consumer");
+    let any = Scope::Anonymous;
+    let stay = NewBooking::new("stay").line(a, 1).line(b, 2).line(c, 1);
+    let stay = f.engine.book(stay).await.unwrap().booking;
+    let single = f.engine.hold(a, "single").await.unwrap().hold;
+    f.engine
+        .confirm_booking_as(&any, stay.booking_id)
+        .await
+        .unwrap();
+    f.engine
+        .cancel_booking_as(&any, stay.booking_id)
+        .await
+        .unwrap();
+    f.engine.cancel_as(&any, single.hold_id).await.unwrap();
+    let lines: HashSet<_> = stay.lines.iter().map(|h| h.hold_id).collect();
+    let check = |events: &[Event]| {
+        let mut per_kind: BTreeMap<&str, usize> = BTreeMap::new();
+        for event in events.iter().filter(|e| e.hold_id.is_some()) {
+            let hold = event.hold_id.expect("a hold event");
+            if lines.contains(&hold) {
+                assert_eq!(event.booking_id, Some(stay.booking_id), "{event:?}");
+                *per_kind.entry(event.kind.as_str()).or_default() += 1;
+            } else {
+                assert_eq!(hold, single.hold_id);
+                assert_eq!(event.booking_id, None, "a hold placed alone: {event:?}");
+            }
+        }
+        assert_eq!(
+            per_kind,
+            BTreeMap::from([
+                ("hold_cancelled", 3),
+                ("hold_confirmed", 3),
+                ("hold_placed", 3)
+            ]),
+            "one event per line and change"
+        );
+        // Acting once per booking: the events whose booking is their own hold or none.
+        let once: Vec<_> = events
+            .iter()
+            .filter(|e| e.hold_id.is_some() && e.booking_id.is_none_or(|b| Some(b) == e.hold_id))
+            .map(|e| (e.kind, e.hold_id))
+            .collect();
+        assert_eq!(
+            once.len(),
+            5,
+            "three changes of the booking, two of the hold: {once:?}"
+        );
+    };
+    check(
+        &store
+            .read_events_after(crate::EventPosition::START, 100)
+            .await
+            .unwrap(),
+    );
+
+    // A purge past every hold's end, the mailer behind: the booking's lines stay with their
+    // events, the hold placed alone goes.
+    f.advance(hours(24));
+    let purged = f
+        .engine
+        .purge(StdDuration::from_secs(3600), 1000)
+        .await
+        .expect("purge");
+    assert_eq!(
+        purged.holds, 1,
+        "the lines of unread events stay: {purged:?}"
+    );
+    let unread = store.read_events(&mailer, 100).await.unwrap();
+    check(&unread);
+    // Read and acknowledged: the events go, then their holds.
+    let last = unread.last().expect("events").position;
+    store.acknowledge(&mailer, last).await.unwrap();
+    let mut holds = 0;
+    for _ in 0..3 {
+        holds += f
+            .engine
+            .purge(StdDuration::from_secs(3600), 1000)
+            .await
+            .expect("purge")
+            .holds;
+    }
+    assert_eq!(holds, 3, "every line, once no event names it");
+}

@@ -41,7 +41,8 @@ fn batch() -> impl Strategy<Value = Batch> {
         2 => (0..16usize).prop_map(|hold| ModelOp::Cancel { hold, scope: 4 }),
         1 => (0..16usize).prop_map(|hold| ModelOp::Renew { hold, scope: 4, lifetime: None }),
         1 => (0..3u8).prop_map(|resource| ModelOp::Availability { resource }),
-        1 => (0..3usize, 1..=8i32).prop_map(|(slot, capacity)| ModelOp::SetCapacity { slot, capacity }),
+        1 => (0..3usize, super::strategies::capacity_change(1..=8i32))
+            .prop_map(|(slot, change)| ModelOp::SetCapacity { slot, change }),
         1 => (0..3usize, any::<bool>()).prop_map(|(slot, closed)| ModelOp::SetClosed { slot, closed }),
     ];
     (
@@ -142,8 +143,8 @@ async fn run_batches<S: Store>(store: S, batches: &[Batch]) -> Result<(), Mismat
                         }
                         // A capacity change or a close races the holds; the invariant after
                         // the batch, with the slot's capacity as stored then, judges them.
-                        (ModelOp::SetCapacity { capacity, .. }, _) => engine
-                            .change_capacity(target_slot, capacity)
+                        (ModelOp::SetCapacity { change, .. }, _) => engine
+                            .change_capacity(target_slot, change)
                             .await
                             .map(|_| None),
                         (ModelOp::SetClosed { closed: true, .. }, _) => {

@@ -17,15 +17,22 @@ use super::runner::{reclaim_step, run_checked, run_property, StepCheck};
 use super::strategies::{after_opening, op};
 use super::Mismatch;
 
-/// An event as the model predicts it: kind, slot, hold, units (or capacity), owner.
-type ExpectedEvent = (EventKind, SlotId, Option<HoldId>, i32, Option<OwnerId>);
+/// An event as the model predicts it: kind, slot, hold, units (or capacity), owner, booking.
+type ExpectedEvent = (
+    EventKind,
+    SlotId,
+    Option<HoldId>,
+    i32,
+    Option<OwnerId>,
+    Option<HoldId>,
+);
 
 /// The events a step that turned `before` into `after` must have appended, derived from the
 /// difference of the two states alone (sorted, as a step's events may come in any order).
 pub(super) fn expected_events(before: &Model, after: &Model) -> Vec<ExpectedEvent> {
     let mut expected = Vec::new();
     for slot in &after.slots {
-        let event = |kind| (kind, slot.id, None, slot.capacity, None);
+        let event = |kind| (kind, slot.id, None, slot.capacity, None, None);
         match before.slots.iter().find(|s| s.id == slot.id) {
             None => expected.push(event(EventKind::SlotCreated)),
             Some(old) => {
@@ -45,7 +52,12 @@ pub(super) fn expected_events(before: &Model, after: &Model) -> Vec<ExpectedEven
             }
         }
     }
-    for hold in &after.holds {
+    for (index, hold) in after.holds.iter().enumerate() {
+        // The booking of several lines the hold is a line of: its first line's id.
+        let group = after.group(index);
+        let booking = (group.len() > 1)
+            .then(|| group.iter().map(|&i| after.holds[i].hold_id).min())
+            .flatten();
         let event = |kind| {
             (
                 kind,
@@ -53,6 +65,7 @@ pub(super) fn expected_events(before: &Model, after: &Model) -> Vec<ExpectedEven
                 Some(hold.hold_id),
                 hold.quantity,
                 hold.owner.clone(),
+                booking,
             )
         };
         let Some(old) = before.holds.iter().find(|h| h.hold_id == hold.hold_id) else {
@@ -252,7 +265,16 @@ impl<S: crate::Store + EventStore> StepCheck<S> for EventsMatchTheModel {
         self.follow(engine, &read).await?;
         let mut actual: Vec<ExpectedEvent> = read
             .iter()
-            .map(|e| (e.kind, e.slot_id, e.hold_id, e.quantity, e.owner.clone()))
+            .map(|e| {
+                (
+                    e.kind,
+                    e.slot_id,
+                    e.hold_id,
+                    e.quantity,
+                    e.owner.clone(),
+                    e.booking_id,
+                )
+            })
             .collect();
         actual.sort_by_key(|e| (e.0.as_str(), e.1, e.2));
         let expected = expected_events(before, after);

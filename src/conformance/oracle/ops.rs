@@ -25,12 +25,13 @@ pub enum ModelOp {
         /// Resource number, 0 for none.
         resource: u8,
     },
-    /// Set slot number `slot`'s capacity (some out of bounds on purpose).
+    /// Change slot number `slot`'s capacity: to a number, by a number, or compare-and-set
+    /// (some out of bounds on purpose).
     SetCapacity {
         /// Slot index.
         slot: usize,
-        /// The new capacity.
-        capacity: i32,
+        /// The change.
+        change: crate::CapacityChange,
     },
     /// Close (`true`) or reopen slot number `slot`'s sales.
     SetClosed {
@@ -155,12 +156,12 @@ pub enum ModelOp {
         /// Attach or detach.
         attach: bool,
     },
-    /// Set pool number `pool`'s capacity (some below zero on purpose).
+    /// Change pool number `pool`'s capacity (some below zero on purpose).
     SetPoolCapacity {
         /// Pool index.
         pool: usize,
-        /// The new capacity.
-        capacity: i32,
+        /// The change.
+        change: crate::CapacityChange,
     },
     /// Read pool number `pool`.
     GetPool {

@@ -120,10 +120,19 @@ impl Model {
                 self.pool_seen(self.pools.len() - 1, now)
             }
             ModelOp::GetPool { pool } => self.pool_seen(pool, now),
-            ModelOp::SetPoolCapacity { capacity, .. } if capacity < 0 => {
+            ModelOp::SetPoolCapacity { change, .. }
+                if change.target().is_some_and(|capacity| capacity < 0) =>
+            {
                 Seen::Error("invalid_pool")
             }
-            ModelOp::SetPoolCapacity { pool, capacity } => {
+            ModelOp::SetPoolCapacity { pool, change } => {
+                let current = self.pools[pool].capacity;
+                let Some(capacity) = change.applied_to(current) else {
+                    return Seen::PoolCapacityChanged(current);
+                };
+                let Some(capacity) = i32::try_from(capacity).ok().filter(|c| *c >= 0) else {
+                    return Seen::Error("invalid_pool");
+                };
                 let taken = self.pool_taken(&self.pools[pool], now);
                 if capacity < taken {
                     return Seen::PoolInUse(capacity, taken);
@@ -180,6 +189,7 @@ fn seen(result: Result<PoolSummary, BookingError>) -> Seen {
         Err(BookingError::PoolInUse {
             requested, taken, ..
         }) => Seen::PoolInUse(requested, taken),
+        Err(BookingError::PoolCapacityChanged { actual, .. }) => Seen::PoolCapacityChanged(actual),
         Err(error) => Seen::Error(error.code()),
     }
 }
@@ -210,8 +220,8 @@ impl<S: Store + BookingStore + PoolStore, C: StepCheck<S>> StepCheck<S> for Pool
             // No pool yet: nothing to do on either side.
             _ if pools == 0 && is_pool_op(op) => return Some((Seen::Done, Seen::Done)),
             ModelOp::GetPool { pool } => engine.get_pool(pool_id(pool)?).await,
-            ModelOp::SetPoolCapacity { pool, capacity } => {
-                engine.change_pool_capacity(pool_id(pool)?, capacity).await
+            ModelOp::SetPoolCapacity { pool, change } => {
+                engine.change_pool_capacity(pool_id(pool)?, change).await
             }
             ModelOp::PoolMember { pool, slot, attach } => {
                 let slot_id = model.slot_id(slot);
@@ -224,9 +234,9 @@ impl<S: Store + BookingStore + PoolStore, C: StepCheck<S>> StepCheck<S> for Pool
         };
         let op = match *op {
             ModelOp::GetPool { pool } => ModelOp::GetPool { pool: pool % pools },
-            ModelOp::SetPoolCapacity { pool, capacity } => ModelOp::SetPoolCapacity {
+            ModelOp::SetPoolCapacity { pool, change } => ModelOp::SetPoolCapacity {
                 pool: pool % pools,
-                capacity,
+                change,
             },
             ModelOp::PoolMember { pool, slot, attach } => ModelOp::PoolMember {
                 pool: pool % pools,
@@ -377,8 +387,8 @@ pub fn pool_op() -> impl Strategy<Value = ModelOp> {
             .prop_map(|capacity| ModelOp::CreatePool { capacity }),
         4 => (0..3usize, 0..5usize, prop_oneof![3 => Just(true), 1 => Just(false)])
             .prop_map(|(pool, slot, attach)| ModelOp::PoolMember { pool, slot, attach }),
-        2 => (0..3usize, prop_oneof![6 => 0..=8i32, 1 => Just(-1i32)])
-            .prop_map(|(pool, capacity)| ModelOp::SetPoolCapacity { pool, capacity }),
+        2 => (0..3usize, super::strategies::capacity_change(prop_oneof![6 => 0..=8i32, 1 => Just(-1i32)]))
+            .prop_map(|(pool, change)| ModelOp::SetPoolCapacity { pool, change }),
         1 => (0..3usize).prop_map(|pool| ModelOp::GetPool { pool }),
     ]
 }

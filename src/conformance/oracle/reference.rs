@@ -97,6 +97,10 @@ pub(super) enum Seen {
     Slot(Slot),
     /// `capacity_taken`, with the units taken.
     CapacityTaken(i32),
+    /// `capacity_changed`, with the capacity found.
+    CapacityChanged(i32),
+    /// `pool_capacity_changed`, with the capacity found.
+    PoolCapacityChanged(i32),
     /// `slot_in_use`, with the units held and confirmed.
     InUse(i32, i32),
     /// A pool after a change or read.
@@ -541,24 +545,49 @@ impl Model {
         Seen::Slot(self.slots[index].as_slot())
     }
 
-    pub(super) fn set_capacity(&mut self, index: usize, capacity: i32, now: Timestamp) -> Seen {
-        if capacity < 1 {
+    pub(super) fn set_capacity(
+        &mut self,
+        index: usize,
+        change: crate::CapacityChange,
+        now: Timestamp,
+    ) -> Seen {
+        if change.target().is_some_and(|capacity| capacity < 1) {
             return Seen::Error("invalid_slot");
         }
+        // The capacity the change gives a slot of `capacity`, when it applies (a
+        // compare-and-set of another capacity does not).
+        let after = move |capacity: i32| change.applied_to(capacity);
+        let in_range = |capacity: i64| (1..=i64::from(i32::MAX)).contains(&capacity);
         let before = self.slots.get(index).map(|s| (s.capacity, s.remaining));
         let seen = self.take_free_units(
             index,
             now,
             |s, extra| {
-                i64::from(s.remaining) + extra + i64::from(capacity) - i64::from(s.capacity) >= 0
+                after(s.capacity).is_some_and(|capacity| {
+                    in_range(capacity)
+                        && i64::from(s.remaining) + extra + capacity - i64::from(s.capacity) >= 0
+                })
             },
             |s| {
-                s.remaining += capacity - s.capacity;
-                s.capacity = capacity;
+                if let Some(capacity) = after(s.capacity).and_then(|c| i32::try_from(c).ok()) {
+                    s.remaining += capacity - s.capacity;
+                    s.capacity = capacity;
+                }
             },
             |model, id| {
-                let (active, _) = model.held_units(id, now);
-                Seen::CapacityTaken(active + model.confirmed_units(id))
+                let capacity = model
+                    .slots
+                    .iter()
+                    .find(|s| s.id == id)
+                    .map_or(0, |s| s.capacity);
+                match after(capacity) {
+                    None => Seen::CapacityChanged(capacity),
+                    Some(new) if !in_range(new) => Seen::Error("invalid_slot"),
+                    Some(_) => {
+                        let (active, _) = model.held_units(id, now);
+                        Seen::CapacityTaken(active + model.confirmed_units(id))
+                    }
+                }
             },
         );
         // Served when the change gave the slot something: another capacity, units back.

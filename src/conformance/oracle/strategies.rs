@@ -50,13 +50,28 @@ pub fn lifecycle_op() -> impl Strategy<Value = ModelOp> {
     ]
 }
 
+/// A capacity change: to a capacity from `to`, by -3 to 3 units (or far out of range), or
+/// to one of `to` while it is 1 to 8 (often what it is, often not).
+pub fn capacity_change(
+    to: impl Strategy<Value = i32> + Clone,
+) -> impl Strategy<Value = crate::CapacityChange> {
+    use crate::CapacityChange;
+    prop_oneof![
+        4 => to.clone().prop_map(CapacityChange::To),
+        3 => prop_oneof![6 => -3..=3i32, 1 => Just(i32::MIN), 1 => Just(i32::MAX)]
+            .prop_map(CapacityChange::By),
+        2 => (1..=8i32, to).prop_map(|(expected, to)| CapacityChange::Replace { expected, to }),
+    ]
+}
+
 /// The generator for one administration operation: change a capacity (some out of bounds on
 /// purpose), close or reopen sales, remove a slot, read the operator's listing.
 pub fn admin_op() -> impl Strategy<Value = ModelOp> {
     let capacity =
         prop_oneof![8 => 1..=8i32, 1 => Just(0i32), 1 => Just(-1i32), 1 => Just(i32::MIN)];
     prop_oneof![
-        2 => (0..5usize, capacity).prop_map(|(slot, capacity)| ModelOp::SetCapacity { slot, capacity }),
+        3 => (0..5usize, capacity_change(capacity))
+            .prop_map(|(slot, change)| ModelOp::SetCapacity { slot, change }),
         1 => (0..5usize, any::<bool>()).prop_map(|(slot, closed)| ModelOp::SetClosed { slot, closed }),
         1 => (0..5usize).prop_map(|slot| ModelOp::Remove { slot }),
         1 => (1..=3u32, 0..3u8).prop_map(|(limit, resource)| ModelOp::ListSlots { limit, resource }),

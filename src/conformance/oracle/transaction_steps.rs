@@ -20,7 +20,7 @@ use super::Mismatch;
 /// transaction, which then commits or rolls back; then the clock moves.
 #[derive(Clone, Debug)]
 pub struct TransactionStep {
-    /// The writes, in order (only the operations [`Within`](crate::Within) offers).
+    /// The writes, in order (only the operations an [`EngineTransaction`](crate::EngineTransaction) offers).
     pub ops: Vec<ModelOp>,
     /// Commit (else roll back).
     pub commit: bool,

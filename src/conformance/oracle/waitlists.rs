@@ -528,14 +528,14 @@ fn pinned_pool_waitlists() -> Vec<Vec<ModelOp>> {
         join(0, 2, Some(1)),
         SetPoolCapacity {
             pool: 0,
-            capacity: 5,
+            change: crate::CapacityChange::To(5),
         },
         Advance {
             micros: 300_000_000,
         },
         SetPoolCapacity {
             pool: 0,
-            capacity: 5,
+            change: crate::CapacityChange::To(5),
         },
     ];
     let hold_behind_a_pool_line = [

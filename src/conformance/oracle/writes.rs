@@ -30,6 +30,7 @@ fn seen_slot(result: Result<Slot, BookingError>) -> Seen {
     match result {
         Ok(slot) => Seen::Slot(slot),
         Err(BookingError::CapacityTaken { taken, .. }) => Seen::CapacityTaken(taken),
+        Err(BookingError::CapacityChanged { actual, .. }) => Seen::CapacityChanged(actual),
         Err(BookingError::SlotInUse {
             held, confirmed, ..
         }) => Seen::InUse(held, confirmed),
@@ -61,7 +62,11 @@ pub(super) trait Writer {
     ) -> Result<Hold, BookingError>;
     async fn get_hold_as(&mut self, scope: &Scope, hold: HoldId) -> Result<Hold, BookingError>;
     async fn create_slot(&mut self, slot: NewSlot) -> Result<Slot, BookingError>;
-    async fn change_capacity(&mut self, slot: SlotId, capacity: i32) -> Result<Slot, BookingError>;
+    async fn change_capacity(
+        &mut self,
+        slot: SlotId,
+        change: crate::CapacityChange,
+    ) -> Result<Slot, BookingError>;
     async fn close_sales(&mut self, slot: SlotId) -> Result<Slot, BookingError>;
     async fn reopen_sales(&mut self, slot: SlotId) -> Result<Slot, BookingError>;
     async fn remove_slot(&mut self, slot: SlotId) -> Result<Slot, BookingError>;
@@ -89,8 +94,8 @@ macro_rules! writer {
             async fn create_slot(&mut self, slot: NewSlot) -> Result<Slot, BookingError> {
                 (*self).create_slot(slot).await
             }
-            async fn change_capacity(&mut self, slot: SlotId, capacity: i32) -> Result<Slot, BookingError> {
-                (*self).change_capacity(slot, capacity).await
+            async fn change_capacity(&mut self, slot: SlotId, change: crate::CapacityChange) -> Result<Slot, BookingError> {
+                (*self).change_capacity(slot, change).await
             }
             async fn close_sales(&mut self, slot: SlotId) -> Result<Slot, BookingError> {
                 (*self).close_sales(slot).await
@@ -162,9 +167,9 @@ pub(super) async fn write_step(
                 Err(error) => (Seen::Done, Seen::Error(error.code())),
             }
         }
-        ModelOp::SetCapacity { slot, capacity } => {
-            let actual = seen_slot(writer.change_capacity(model.slot_id(slot), capacity).await);
-            (model.set_capacity(slot, capacity, now), actual)
+        ModelOp::SetCapacity { slot, change } => {
+            let actual = seen_slot(writer.change_capacity(model.slot_id(slot), change).await);
+            (model.set_capacity(slot, change, now), actual)
         }
         ModelOp::SetClosed { slot, closed } => {
             let slot_id = model.slot_id(slot);

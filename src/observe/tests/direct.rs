@@ -34,7 +34,7 @@ delegate_writes! {
     fn renew_hold(request: RenewRequest<'_>) -> Decided<Transition>;
     fn get_hold(hold_id: HoldId, scope: &Scope, now: Timestamp) -> Decided<Option<Hold>>;
     fn create_slot(slot: &NewSlot, now: Timestamp) -> Slot;
-    fn change_capacity(slot_id: SlotId, capacity: i32, now: Timestamp) -> Decided<SlotChange>;
+    fn change_capacity(slot_id: SlotId, change: crate::CapacityChange, now: Timestamp) -> Decided<SlotChange>;
     fn set_closed(slot_id: SlotId, closed: bool, now: Timestamp) -> Decided<SlotChange>;
     fn remove_slot(slot_id: SlotId, now: Timestamp) -> Decided<SlotChange>;
     {
