@@ -603,6 +603,12 @@
       refreshSoon();
     };
     stream.onmessage = (event) => changed(event.data);
+    // A `reset`: the browser resumed from further back than the server keeps changes, so some
+    // may be gone for good: the listing and every hold of this tab are read again.
+    stream.addEventListener('reset', () => {
+      refreshSoon();
+      for (const id of holds.keys()) reread(id);
+    });
     stream.onerror = () => {
       if (stream.readyState === EventSource.CLOSED) {
         stream.close();

@@ -21,16 +21,15 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use serde::Deserialize;
-use slot_booking::model::InvalidSlot;
 use slot_booking::{
-    AvailabilityQuery, BookingError, HoldPage, NewSlot, PageRequest, Slot, SlotId, SlotPage,
-    Timestamp,
+    AvailabilityQuery, HoldPage, NewSlot, PageRequest, Slot, SlotId, SlotPage, Timestamp,
 };
 
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::routes;
 
 use crate::body::{Answer, JsonObject};
+use crate::capacity::{invalid_slot, whole, CapacityChangeBody};
 use crate::config::AdminToken;
 use crate::extract::On;
 use crate::openapi::Documented;
@@ -101,33 +100,6 @@ struct NewSlotBody {
     resource: Option<String>,
 }
 
-/// The body of `POST /admin/slots/{slot}/capacity`.
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-#[schema(as = SlotCapacity)]
-struct CapacityBody {
-    /// The slot's new capacity, 1 to 2147483647.
-    #[schema(value_type = i64, minimum = 1, maximum = 2147483647)]
-    capacity: serde_json::Number,
-}
-
-/// A capacity as sent: a whole number (range checked by the engine), else `invalid_slot`.
-/// A capacity from a body: a whole number that fits the crate's `i32` counts of units (the
-/// engine checks the lower bound); anything else is `invalid_slot` with what was sent.
-fn capacity(number: &serde_json::Number) -> Result<i32, Problem> {
-    match number.as_i64() {
-        Some(wide) => i32::try_from(wide)
-            .map_err(|_| BookingError::InvalidSlot(InvalidSlot::Capacity(wide)).into()),
-        None => Err(Problem::bad_request(
-            "invalid_slot",
-            format!(
-                "invalid slot: capacity must be a whole number between 1 and 2147483647, got \
-                 {number}"
-            ),
-        )),
-    }
-}
-
 /// `POST /admin/slots`: 201 with the slot and its `Location`.
 #[utoipa::path(
     post,
@@ -147,7 +119,7 @@ async fn create_slot(
     Extension(PathPrefix(prefix)): Extension<PathPrefix>,
     JsonObject(body): JsonObject<NewSlotBody>,
 ) -> Result<Response, Problem> {
-    let capacity = capacity(&body.capacity)?;
+    let capacity = whole(&body.capacity, invalid_slot)?;
     let mut slot = NewSlot::new(body.starts_at, body.ends_at, capacity);
     if let Some(resource) = body.resource.as_deref() {
         slot = slot.resource(parse_resource(resource)?);
@@ -228,7 +200,8 @@ async fn get_slot(slot: On<SlotId>) -> Answer<Slot> {
     Ok(Json(slot.engine.get_slot(slot.id).await?))
 }
 
-/// `POST /admin/slots/{slot}/capacity` with `{"capacity": n}`.
+/// `POST /admin/slots/{slot}/capacity` with `{"capacity": n}`, `{"add": n}` or
+/// `{"capacity": n, "expected": m}` ([`CapacityChangeBody`]).
 #[utoipa::path(
     post,
     path = "/admin/slots/{slot}/capacity",
@@ -238,20 +211,20 @@ async fn get_slot(slot: On<SlotId>) -> Answer<Slot> {
     params(
         ("slot" = i64, Path, description = "The slot (digits; anything else is 404 `not_found`)."),
     ),
-    request_body(content = CapacityBody),
+    request_body(content = CapacityChangeBody),
     responses(
         (status = 200, description = "The slot, its free units moved by the same amount.", body = crate::schemas::Slot),
-        (status = 400, description = "`invalid_slot` (a capacity out of range or not a whole number), `invalid_body`."),
+        (status = 400, description = "`invalid_slot` (a capacity out of range or not a whole number, before or after an `add`), `invalid_body` (both or neither of `capacity` and `add`, or `expected` without `capacity`)."),
         (status = 404, description = "`slot_not_found` (no such slot, or removed), `not_found`."),
-        (status = 409, description = "`capacity_taken`: lower than the units held or confirmed."),
+        (status = 409, description = "`capacity_taken`: lower than the units held or confirmed. `capacity_changed`: the capacity is no longer the `expected` one (the problem's detail names it); nothing changed."),
     )
 )]
 async fn change_capacity(
     slot: On<SlotId>,
-    JsonObject(body): JsonObject<CapacityBody>,
+    JsonObject(body): JsonObject<CapacityChangeBody>,
 ) -> Answer<Slot> {
-    let capacity = capacity(&body.capacity)?;
-    Ok(Json(slot.engine.change_capacity(slot.id, capacity).await?))
+    let change = body.change(invalid_slot)?;
+    Ok(Json(slot.engine.change_capacity(slot.id, change).await?))
 }
 
 /// `POST /admin/slots/{slot}/close`: no more holds on it.

@@ -130,8 +130,9 @@ impl From<Booking> for BookingBody {
                 ("Idempotent-Replayed" = String, description = "`true` when the key's booking was answered again."),
             )),
         (status = 400, description = "`idempotency_key_required`, `invalid_idempotency_key`, `invalid_owner`, `invalid_booking` (no lines, more than 50, a slot twice, a bad quantity), `invalid_quantity`, `invalid_lifetime`, `invalid_body`."),
-        (status = 409, description = "`lines_unavailable`, with `lines`: every line that cannot be had and why."),
-        (status = 422, description = "`idempotency_key_reused`."),
+        (status = 404, description = "`slot_not_found`: a booking of one line is a hold, and answers as one; its slot is not there (or removed)."),
+        (status = 409, description = "`lines_unavailable`, with `lines`: every line of a booking of several lines that cannot be had and why. A booking of one line is a hold, and answers as one: `sold_out`, `slot_closed`."),
+        (status = 422, description = "`idempotency_key_reused`; `quantity_exceeds_capacity` for a booking of one line (a hold)."),
     )
 )]
 pub(crate) async fn book(

@@ -59,11 +59,24 @@ pub struct Config {
     /// `REQUEST_LOG`: `0` turns off the one `INFO` line per request (default `1`). The line
     /// costs about a quarter of a cached availability request's CPU (`benches/http.sh`).
     pub request_log: bool,
+    /// `HISTORY_RETENTION_SECONDS`: how long history is kept (default 7 days; `0`, `None`
+    /// here, keeps it forever). Holds cancelled or expired longer ago than this are deleted,
+    /// their idempotency keys with them (a retry with such a key places a new hold, and
+    /// `GET /holds/{id}` is `hold_not_found`), and so are older events of the log every
+    /// consumer has acknowledged, at least every hour ([`crate::events::Purging::keeping`]):
+    /// the change stream replays at most this much, and a client resuming from further back
+    /// is told to read the state again (see [`crate::live`]).
+    pub history_retention: Option<Duration>,
     /// `OWNER_SECRET`: when set, an `Owner-Id` header must carry the owner and its signature
     /// under this secret ([`OwnerSecret`]), and anything else is refused; unset (the default),
     /// `Owner-Id` is taken as sent.
     pub owner_secret: Option<OwnerSecret>,
 }
+
+/// `HISTORY_RETENTION_SECONDS`' default: a week, well above any client's retry window for an
+/// idempotency key (Stripe keeps keys a day) and any reasonable absence of a change stream's
+/// client.
+pub const DEFAULT_HISTORY_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// The largest `AVAILABILITY_PAGE_LIMIT` accepted.
 pub const MAX_AVAILABILITY_PAGE_LIMIT: u32 = 100_000;
@@ -84,6 +97,7 @@ impl Default for Config {
             admin_token: None,
             availability_page_limit: 1000,
             request_log: true,
+            history_retention: Some(DEFAULT_HISTORY_RETENTION),
             owner_secret: None,
         }
     }

@@ -11,7 +11,7 @@ use slot_booking::{
     BookingEngine, BookingError, NewSlot, StoreError, Timestamp, TransactionWrites,
 };
 
-use crate::events::EventTasks;
+use crate::events::{EventTasks, Purging};
 use slot_booking_mysql::MySqlStore;
 use slot_booking_postgres::PostgresStore;
 use slot_booking_sqlite::SqliteStore;
@@ -120,13 +120,17 @@ impl Database {
         each_store!(self, store => Arc::new(store.clone()))
     }
 
-    /// Starts logging every event committed to this database (with `handle`) and reclaiming its
-    /// expired holds; see [`crate::events`]. Stops when the [`EventTasks`] is dropped.
+    /// Starts logging every event committed to this database (with `handle`), reclaiming its
+    /// expired holds and, with `purging`, deleting its history older than the retention; see
+    /// [`crate::events`]. Stops when the [`EventTasks`] is dropped.
     pub fn log_events(
         &self,
+        purging: Option<Purging>,
         handle: impl FnMut(&Event) + Send + 'static,
     ) -> Result<EventTasks, BookingError> {
-        each_store!(self, store => EventTasks::start(BookingEngine::new(store.clone()), handle))
+        each_store!(self, store => {
+            EventTasks::start(BookingEngine::new(store.clone()), purging, handle)
+        })
     }
 
     /// Invalidates `invalidator`'s engine after every commit that changes this database's

@@ -22,7 +22,7 @@
 //! | POST | /admin/slots/{slot}/reopen | 200, the slot (administration) |
 //! | DELETE | /admin/slots/{slot} | 200, the slot with `removed_at` (administration) |
 //! | GET | /admin/slots/{slot}/holds?after=&limit= | 200 `{"holds":[...],"next_after":id}`: the slot's roster (administration) |
-//! | GET | /changes | 200 `text/event-stream`: every committed change as it happens, resuming after `Last-Event-ID` ([`live`]; extension) |
+//! | GET | /changes | 200 `text/event-stream`: every committed change as it happens, resuming after `Last-Event-ID` as far back as `HISTORY_RETENTION_SECONDS` keeps changes, else after a `reset` event ([`live`]; extension) |
 //! | GET | /metrics | 200, Prometheus text (`text/plain; version=0.0.4`): the engine's metrics (observability) |
 //! | GET | /openapi.json | 200, the OpenAPI 3.1 document of exactly the routes served ([`openapi`]) |
 //! | GET | / | 200, `text/html`: a page to try the API from a browser (the coming slots with their free units, kept current from `/changes`; holds to place, confirm, renew and cancel) |
@@ -100,8 +100,9 @@
 //! [`run`] is the whole server: [`Config`] from flags and the environment (checked before
 //! anything is opened; [`main_from_env`] answers `--help` and `--version` first), the [`Database`] (migrated, demo slots added once), the engine following the
 //! database's changes ([`Database::follow_changes`], so a commit by another server process
-//! on the same database soon invalidates this one's cached listing), and [`serve()`] with
-//! its connection bounds (at `MAX_CONNECTIONS`, the longest-idle keep-alive connection is
+//! on the same database soon invalidates this one's cached listing), its event log,
+//! reclaimer and purger of history older than `HISTORY_RETENTION_SECONDS` ([`events`]), and
+//! [`serve()`] with its connection bounds (at `MAX_CONNECTIONS`, the longest-idle keep-alive connection is
 //! closed to admit a newcomer; never one in the middle of a request or response). Limits a
 //! client meets:
 //!
@@ -122,6 +123,7 @@ mod admin;
 pub mod availability;
 mod body;
 mod bookings;
+mod capacity;
 pub mod config;
 pub mod database;
 pub mod events;

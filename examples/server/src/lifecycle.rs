@@ -90,11 +90,21 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         "following changes in the {scheme} database ({})",
         database.following()
     );
-    // Every committed change is logged from the database's event log, and expired holds are
-    // swept so their `hold_expired` events come soon.
+    // Every committed change is logged from the database's event log, expired holds are
+    // swept so their `hold_expired` events come soon, and history older than the retention is
+    // purged so the log stays bounded.
+    let purging = config.history_retention.map(events::Purging::keeping);
     let events = database
-        .log_events(events::log)
+        .log_events(purging, events::log)
         .map_err(|e| format!("cannot start the event log: {e}"))?;
+    match purging {
+        Some(purging) => tracing::info!(
+            "purging history older than {} s every {} s",
+            purging.keep.as_secs(),
+            purging.every.as_secs()
+        ),
+        None => tracing::info!("keeping history forever (HISTORY_RETENTION_SECONDS=0)"),
+    }
     let listener = serve::listen(&config.bind)
         .map_err(|e| format!("cannot listen on {}: {e}", config.bind))?;
     let address = listener.local_addr().map_err(|e| e.to_string())?;

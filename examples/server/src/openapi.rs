@@ -12,7 +12,9 @@
 //!   shape [`Problem`](crate::Problem) writes);
 //! * the answers of what runs before any route, on every operation: 400 `invalid_body`, 408
 //!   `body_timeout`, 413 `payload_too_large`, 414 `uri_too_long`, 431 `headers_too_large`;
-//!   and on every operation that reads the store, 500 and 503 (with `Retry-After`).
+//!   and on every operation that reads the store, 500 and 503;
+//! * the `Retry-After` header on every 503, shared or an operation's own (`/changes`'
+//!   `too_many_streams`), as [`Problem`](crate::Problem) sends it.
 //!
 //! A route that exists without the request's method answers 405 `method_not_allowed`, and a
 //! path no route has 404 `not_found`: neither is an operation, so neither is in the document.
@@ -261,13 +263,7 @@ pub(crate) fn finish(mut api: OpenApi, prefix: &str) -> OpenApi {
     for (_, name, description) in FRONT.iter().chain(STORE) {
         let mut response = problem_response(ResponseDoc::new(*description));
         if *name == "StoreUnavailable" {
-            let seconds = utoipa::openapi::schema::ObjectBuilder::new()
-                .schema_type(Type::Integer)
-                .build();
-            response.headers.insert(
-                "Retry-After".to_owned(),
-                described(Header::new(seconds), "Seconds to wait: 1."),
-            );
+            retry_after(&mut response);
         }
         components
             .responses
@@ -289,6 +285,10 @@ pub(crate) fn finish(mut api: OpenApi, prefix: &str) -> OpenApi {
                 optional_body(body);
             }
             let responses = &mut operation.responses.responses;
+            // Every 503 says when to come back, its own as well as the shared one.
+            if let Some(RefOr::T(unavailable)) = responses.get_mut("503") {
+                retry_after(unavailable);
+            }
             let shared = FRONT.iter().chain(if reads_store { STORE } else { &[] });
             for (status, name, description) in shared {
                 match responses.get_mut(*status) {
@@ -319,6 +319,22 @@ pub(crate) fn finish(mut api: OpenApi, prefix: &str) -> OpenApi {
             .collect(),
     );
     api
+}
+
+/// `response` (a 503) with its `Retry-After` header, which [`Problem`] writes on every 503.
+fn retry_after(response: &mut ResponseDoc) {
+    let seconds = utoipa::openapi::schema::ObjectBuilder::new()
+        .schema_type(Type::Integer)
+        .minimum(Some(0))
+        .build();
+    let description = format!(
+        "Seconds to wait before trying again: {}. Always sent with a 503.",
+        crate::RETRY_AFTER_SECONDS
+    );
+    response.headers.insert(
+        "Retry-After".to_owned(),
+        described(Header::new(seconds), &description),
+    );
 }
 
 /// A body that may be left out (`request_body(content = Option<T>)`): the schema is `T`'s, the

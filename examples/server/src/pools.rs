@@ -20,11 +20,12 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use serde::Deserialize;
-use slot_booking::{BookingError, NewPool, PoolId, PoolSummary, SlotId};
+use slot_booking::{NewPool, PoolId, PoolSummary, SlotId};
 use utoipa::ToSchema;
 use utoipa_axum::routes;
 
 use crate::body::{Answer, JsonObject};
+use crate::capacity::{invalid_pool, whole, CapacityChangeBody};
 use crate::extract::{parse_id, On};
 use crate::openapi::Documented;
 use crate::state::{Engine, PathPrefix};
@@ -49,22 +50,6 @@ struct CapacityBody {
     capacity: serde_json::Number,
 }
 
-/// A pool's capacity from a body: a whole number that fits `i32` (the engine checks it is not
-/// negative); anything else is `invalid_pool` with what was sent.
-fn capacity(number: &serde_json::Number) -> Result<i32, Problem> {
-    match number.as_i64() {
-        Some(wide) => {
-            i32::try_from(wide).map_err(|_| BookingError::InvalidPool { capacity: wide }.into())
-        }
-        None => Err(Problem::bad_request(
-            "invalid_pool",
-            format!(
-                "a pool's capacity must be a whole number between 0 and 2147483647, got {number}"
-            ),
-        )),
-    }
-}
-
 /// `POST /admin/pools`: 201 with the pool and its `Location`.
 #[utoipa::path(
     post,
@@ -85,7 +70,7 @@ async fn create_pool(
     JsonObject(body): JsonObject<CapacityBody>,
 ) -> Result<Response, Problem> {
     let pool = engine
-        .create_pool(NewPool::new(capacity(&body.capacity)?))
+        .create_pool(NewPool::new(whole(&body.capacity, invalid_pool)?))
         .await?;
     let location = format!("{prefix}/admin/pools/{}", pool.pool_id);
     Ok((StatusCode::CREATED, [(LOCATION, location)], Json(pool)).into_response())
@@ -110,7 +95,8 @@ async fn get_pool(pool: On<PoolId>) -> Answer<PoolSummary> {
     Ok(Json(pool.engine.get_pool(pool.id).await?))
 }
 
-/// `POST /admin/pools/{pool}/capacity` with `{"capacity": n}`.
+/// `POST /admin/pools/{pool}/capacity` with `{"capacity": n}`, `{"add": n}` or
+/// `{"capacity": n, "expected": m}` ([`CapacityChangeBody`]).
 #[utoipa::path(
     post,
     path = "/admin/pools/{pool}/capacity",
@@ -120,21 +106,21 @@ async fn get_pool(pool: On<PoolId>) -> Answer<PoolSummary> {
     params(
         ("pool" = i64, Path, description = "The pool (digits; anything else is 404 `not_found`)."),
     ),
-    request_body(content = CapacityBody),
+    request_body(content = CapacityChangeBody),
     responses(
         (status = 200, description = "The pool.", body = crate::schemas::Pool),
-        (status = 400, description = "`invalid_pool`, `invalid_body`."),
+        (status = 400, description = "`invalid_pool` (a capacity out of range, before or after an `add`), `invalid_body` (both or neither of `capacity` and `add`, or `expected` without `capacity`)."),
         (status = 404, description = "`pool_not_found`, `not_found`."),
-        (status = 409, description = "`pool_in_use`: lower than the units its slots hold or confirmed."),
+        (status = 409, description = "`pool_in_use`: lower than the units its slots hold or confirmed. `pool_capacity_changed`: the capacity is no longer the `expected` one; nothing changed."),
     )
 )]
 async fn change_capacity(
     pool: On<PoolId>,
-    JsonObject(body): JsonObject<CapacityBody>,
+    JsonObject(body): JsonObject<CapacityChangeBody>,
 ) -> Answer<PoolSummary> {
-    let capacity = capacity(&body.capacity)?;
+    let change = body.change(invalid_pool)?;
     Ok(Json(
-        pool.engine.change_pool_capacity(pool.id, capacity).await?,
+        pool.engine.change_pool_capacity(pool.id, change).await?,
     ))
 }
 

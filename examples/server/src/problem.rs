@@ -208,10 +208,12 @@ impl From<BookingError> for Problem {
             | BookingError::HoldCancelled { .. }
             | BookingError::HoldExpired { .. }
             | BookingError::CapacityTaken { .. }
+            | BookingError::CapacityChanged { .. }
             | BookingError::SlotInUse { .. }
             | BookingError::LinesUnavailable { .. }
             | BookingError::NoCandidateAvailable { .. }
             | BookingError::PoolInUse { .. }
+            | BookingError::PoolCapacityChanged { .. }
             | BookingError::TooManyPools { .. } => StatusCode::CONFLICT,
             BookingError::IdempotencyKeyReused { .. }
             | BookingError::QuantityExceedsCapacity { .. } => StatusCode::UNPROCESSABLE_ENTITY,

@@ -10,8 +10,8 @@ use crate::OwnerSecret;
 /// What the server asks of a store: the hold lifecycle, administration, queries
 /// ([`Store`]), bookings of several lines ([`BookingStore`]), pools ([`PoolStore`]),
 /// waitlists ([`WaitlistStore`]) and the event log the change stream follows
-/// ([`EventStore`]). Implemented for every type that has them (the in-memory, SQLite and
-/// PostgreSQL stores).
+/// ([`EventStore`]). Implemented for every type that has them (the in-memory, SQLite,
+/// PostgreSQL and MariaDB/MySQL stores).
 pub trait ServerStore: Store + BookingStore + PoolStore + WaitlistStore + EventStore {}
 
 impl<T: Store + BookingStore + PoolStore + WaitlistStore + EventStore + ?Sized> ServerStore for T {}

@@ -197,7 +197,7 @@ pub(crate) async fn get_entry(
         Caller,
     ),
     responses(
-        (status = 200, description = "The entry as it was, `position` `null`.", body = EntryBody),
+        (status = 200, description = "The entry as it was, `position` `null`. Its `Idempotency-Key` is free again: the same join makes a new entry, at the back of the line.", body = EntryBody),
         (status = 400, description = "`invalid_owner`."),
         (status = 404, description = "`entry_not_found`, `not_found`."),
     )

@@ -27,6 +27,7 @@ on_every_backend!(
     resource_filters_availability_and_the_listing,
     raising_capacity_adds_free_units,
     lowering_capacity_is_refused_while_units_are_taken,
+    capacity_moves_by_units_and_by_compare_and_set,
     closed_slot_refuses_holds_and_leaves_availability_until_reopened,
     removal_waits_until_nothing_is_held_or_confirmed,
     listing_pages_through_every_slot,
@@ -621,6 +622,70 @@ async fn lowering_capacity_is_refused_while_units_are_taken(app: App) {
     let lowered = app.admin(Method::POST, &path, r#"{"capacity": 1}"#).await;
     assert_eq!(lowered.slot(200)["capacity"], 1);
     assert_eq!(app.summary(slot).await["confirmed"], 1);
+}
+
+/// `{"add": n}` moves the capacity by `n` units, concurrent moves adding up (twenty at once);
+/// `{"capacity": n, "expected": m}` sets it only while it is `m`, else 409 `capacity_changed`
+/// naming the capacity found; a body with both or neither of `capacity` and `add` is 400
+/// `invalid_body`. None of the refusals changes anything.
+async fn capacity_moves_by_units_and_by_compare_and_set(app: App) {
+    let slot = id(&app.create(4, 2, None).await);
+    let path = format!("/admin/slots/{slot}/capacity");
+    let moves: Vec<_> = (0..20)
+        .map(|_| app.admin(Method::POST, &path, r#"{"add": 1}"#))
+        .collect();
+    for reply in futures::future::join_all(moves).await {
+        reply.slot(200);
+    }
+    let moved = app.admin(Method::POST, &path, r#"{"add": -2}"#).await;
+    assert_eq!(moved.slot(200)["capacity"], 22, "4 + 20 - 2: no move lost");
+
+    let set = app
+        .admin(Method::POST, &path, r#"{"capacity": 30, "expected": 22}"#)
+        .await;
+    assert_eq!(set.slot(200)["capacity"], 30);
+    let before = app.state().await;
+    let stale = app
+        .admin(Method::POST, &path, r#"{"capacity": 40, "expected": 22}"#)
+        .await;
+    let detail = stale.problem(409, "capacity_changed");
+    assert_eq!(numbers_in(detail), [slot, 30, 22], "{detail}");
+    for bad in [
+        r#"{"capacity": 5, "add": 1}"#,
+        r#"{"add": 1, "expected": 30}"#,
+        r#"{"expected": 30}"#,
+        r#"{}"#,
+    ] {
+        app.admin(Method::POST, &path, bad)
+            .await
+            .problem(400, "invalid_body");
+    }
+    app.admin(Method::POST, &path, r#"{"add": -30}"#)
+        .await
+        .problem(400, "invalid_slot");
+    app.admin(Method::POST, &path, r#"{"add": 2147483648}"#)
+        .await
+        .problem(400, "invalid_slot");
+    assert_eq!(app.state().await, before);
+
+    // A pool's, the same way, with codes of its own.
+    let pool = app
+        .admin(Method::POST, "/admin/pools", r#"{"capacity": 3}"#)
+        .await
+        .ok(201)["pool_id"]
+        .as_i64()
+        .unwrap();
+    let path = format!("/admin/pools/{pool}/capacity");
+    let moved = app.admin(Method::POST, &path, r#"{"add": 2}"#).await;
+    assert_eq!(moved.ok(200)["capacity"], 5);
+    let stale = app
+        .admin(Method::POST, &path, r#"{"capacity": 7, "expected": 3}"#)
+        .await;
+    let detail = stale.problem(409, "pool_capacity_changed");
+    assert_eq!(numbers_in(detail), [pool, 5, 3], "{detail}");
+    app.admin(Method::POST, &path, r#"{"add": -6}"#)
+        .await
+        .problem(400, "invalid_pool");
 }
 
 // ---- closing and removing -------------------------------------------------------------------

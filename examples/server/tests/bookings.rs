@@ -118,10 +118,21 @@ async fn a_booking_takes_every_line_or_none_and_names_every_short_line(app: App)
         ])
     );
     assert_eq!(app.left(&[a, b, c]).await, vec![1, 0, 1], "nothing taken");
-    // A booking of one line is a hold: the hold's own refusal.
+    // A booking of one line is a hold: the hold's own refusals, each one the operation's
+    // document names (the contract checks every answer's code against it).
     app.book("one", None, &[(b, 1)])
         .await
         .problem(409, "sold_out");
+    app.book("unknown", None, &[(SlotId(b.0 + 1000), 1)])
+        .await
+        .problem(404, "slot_not_found");
+    app.book("too-many", None, &[(c, 3)])
+        .await
+        .problem(422, "quantity_exceeds_capacity");
+    app.engine.close_sales(c).await.unwrap();
+    app.book("closed", None, &[(c, 1)])
+        .await
+        .problem(409, "slot_closed");
 }
 
 async fn a_booking_changes_whole_by_its_routes_and_by_a_lines_hold_routes(app: App) {

@@ -7,7 +7,8 @@
 //! after a reload), cancels another hold and sees the units come back, sees a hold cancelled
 //! elsewhere leave its list, and meets the readable messages of `sold_out` and
 //! `quantity_exceeds_capacity`. It runs at the root and under a `PATH_PREFIX` on SQLite, and
-//! at the root on PostgreSQL and on MariaDB/MySQL.
+//! at the root on PostgreSQL and on MariaDB/MySQL. A page whose change stream resumes from
+//! before what the server keeps reads its holds again on the `reset` (SQLite).
 //!
 //! Chromium and chromedriver must be installed (Debian: `apt-get install -y chromium
 //! chromium-driver`; `CHROME` and `CHROMEDRIVER` name other binaries): without them these
@@ -81,6 +82,110 @@ async fn page_at_the_root_on_mysql() {
     scenario(&server, "", 1, None).await;
     drop(server);
     common::drop_mysql(&url).await;
+}
+
+/// A page whose change stream resumes from before what the server keeps (its last change
+/// purged meanwhile) gets a `reset`, and reads its holds again: a hold confirmed elsewhere
+/// while the page was cut off shows as confirmed, which no change the page receives says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_reset_the_page_reads_its_holds_again() {
+    let _one = ONE_BROWSER_AT_A_TIME.lock().await;
+    let (url, dir) = common::sqlite_url().await;
+    let server = TestServer::start(&url, dir).await;
+    server.clock.set(chrono::Utc::now());
+    let slot = server.slot(5, chrono::Duration::hours(1)).await;
+    let target = server.base.trim_start_matches("http://").parse().unwrap();
+    let proxy = Proxy::start(target).await;
+
+    let driver = Driver::start().await;
+    let session = driver.session("reset").await;
+    session
+        .goto(&format!("http://{}/", proxy.address))
+        .await
+        .unwrap();
+    wait(&session, "the page to follow the change stream", LIVE).await;
+    hold(&session, slot, 1).await;
+    let held = wait_for_hold(&session, slot, "held").await;
+    // A hold placed elsewhere shows only through the stream: the page has its change, and
+    // that change's id is the one it resumes from.
+    server.hold(slot, "elsewhere").await;
+    wait(&session, "the stream's change", &remaining_is(slot, 3)).await;
+
+    // Cut off, the page misses the confirmation of its hold, and every change it saw is
+    // purged (older than an hour by the engine's clock; the confirmed hold stays).
+    proxy.cut();
+    let confirm = server.url(&format!("/holds/{held}/confirm"));
+    let (status, _, _) = common::read(server.http.post(confirm).send().await.unwrap()).await;
+    assert_eq!(status, 200);
+    server.clock.advance(chrono::Duration::hours(2));
+    let purged = server.engine.purge(Duration::from_secs(3600), 1000).await;
+    assert!(
+        purged.unwrap().events >= 4,
+        "the slot, two holds, the confirmation"
+    );
+    proxy.reopen();
+
+    wait(&session, "the page to follow the stream again", LIVE).await;
+    wait(
+        &session,
+        "the hold confirmed while the page was cut off",
+        &format!(
+            "!!document.querySelector('li[data-hold-id=\"{held}\"][data-status=\"confirmed\"]')"
+        ),
+    )
+    .await;
+    session.close().await.unwrap();
+    driver.stop();
+}
+
+/// A TCP proxy in front of the server whose connections a test can cut (the browser then
+/// reconnects its change stream with `Last-Event-ID`), holding new ones until it reopens.
+struct Proxy {
+    address: std::net::SocketAddr,
+    connections: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+    open: tokio::sync::watch::Sender<bool>,
+}
+
+impl Proxy {
+    async fn start(target: std::net::SocketAddr) -> Proxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let connections = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (open, opened) = tokio::sync::watch::channel(true);
+        let kept = std::sync::Arc::clone(&connections);
+        tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                let mut opened = opened.clone();
+                let connection = tokio::spawn(async move {
+                    if opened.wait_for(|open| *open).await.is_err() {
+                        return;
+                    }
+                    if let Ok(mut server) = tokio::net::TcpStream::connect(target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                    }
+                });
+                kept.lock().unwrap().push(connection);
+            }
+        });
+        Proxy {
+            address,
+            connections,
+            open,
+        }
+    }
+
+    /// Closes every connection and holds new ones.
+    fn cut(&self) {
+        self.open.send_replace(false);
+        for connection in self.connections.lock().unwrap().drain(..) {
+            connection.abort();
+        }
+    }
+
+    /// Lets connections through again.
+    fn reopen(&self) {
+        self.open.send_replace(true);
+    }
 }
 
 /// Without a browser: the page is HTML with its own content security policy, at the root and

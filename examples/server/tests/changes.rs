@@ -1,8 +1,13 @@
 //! The change stream, `GET /changes` (Server-Sent Events), through the router with `oneshot`
 //! over SQLite, PostgreSQL and MariaDB/MySQL: every committed change once and in order, whoever
-//! made it; resuming after `Last-Event-ID` without a gap or a repeat; a bad id is 400 and a
-//! bound on open streams is 503. Over the in-memory store: a stalled client falls behind alone and
-//! loses nothing; over a real socket: shutting down ends every stream.
+//! made it; resuming after `Last-Event-ID` without a gap or a repeat, and, from before the
+//! oldest change the log keeps, with a `reset` first; a bad id is 400 and a bound on open
+//! streams is 503. Over the in-memory store: a stalled client falls behind alone and loses
+//! nothing, and every kind of change is an event the document describes; over a real socket:
+//! shutting down ends every stream.
+//!
+//! Every event a test reads is checked against the schema the OpenAPI document served by the
+//! same router gives the stream's events (`common::contract`).
 
 #[macro_use]
 mod common;
@@ -13,10 +18,11 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{Method, Request};
+use common::contract::Contract;
 use common::{new_slot, Oneshot as App};
 use http_body_util::BodyExt;
 use serde_json::Value;
-use slot_booking::{BookingEngine, MemoryStore, SlotId};
+use slot_booking::{BookingEngine, EventKind, ManualClock, MemoryStore, NewHold, Scope, SlotId};
 use slot_booking_server::{router_with_config, Config, Engine, ServerStore};
 use tower::ServiceExt;
 
@@ -25,6 +31,7 @@ on_every_backend!(
     each_committed_change_comes_once_in_order,
     a_reconnect_resumes_after_its_last_event_id,
     bad_ids_are_refused_and_streams_are_bounded,
+    a_resume_from_before_what_the_log_keeps_starts_with_a_reset,
 );
 
 async fn open(url: &str, sqlite_dir: Option<PathBuf>) -> App {
@@ -38,15 +45,18 @@ async fn open(url: &str, sqlite_dir: Option<PathBuf>) -> App {
 /// How long a test waits for a change it expects.
 const PATIENCE: Duration = Duration::from_secs(20);
 
-/// One open stream, read event by event.
+/// One open stream, read event by event, each checked against the document of the router
+/// that serves it.
 struct Stream {
     body: Body,
     buffer: String,
+    contract: Arc<Contract>,
 }
 
-/// One event of a stream: its `id` and its JSON `data`.
+/// One event of a stream: its name (`None` for a change), its `id` and its JSON `data`.
 #[derive(Debug, Clone, PartialEq)]
 struct Change {
+    event: Option<String>,
     id: String,
     data: Value,
 }
@@ -71,9 +81,13 @@ impl Stream {
             .unwrap();
         assert_eq!(response.status(), 200);
         assert_eq!(response.headers()["content-type"], "text/event-stream");
+        let request = Request::get("/openapi.json").body(Body::empty()).unwrap();
+        let document = router.clone().oneshot(request).await.unwrap();
+        let document = document.into_body().collect().await.unwrap().to_bytes();
         Stream {
             body: response.into_body(),
             buffer: String::new(),
+            contract: Contract::of(&document),
         }
     }
 
@@ -98,18 +112,35 @@ impl Stream {
         loop {
             if let Some(end) = self.buffer.find("\n\n") {
                 let block: String = self.buffer.drain(..end + 2).collect();
-                let (mut id, mut data) = (None, None);
-                for line in block.lines() {
-                    if let Some(value) = line.strip_prefix("id: ") {
-                        id = Some(value.to_owned());
-                    } else if let Some(value) = line.strip_prefix("data: ") {
-                        data = Some(serde_json::from_str(value).unwrap());
-                    }
+                // The event's fields (a comment line, `:…`, is none), as the document's
+                // schema of one event has them; `data` lines joined by newlines.
+                let mut fields = serde_json::Map::new();
+                let lines = block
+                    .lines()
+                    .filter(|l| !l.is_empty() && !l.starts_with(':'));
+                for line in lines {
+                    let (name, value) = line.split_once(':').unwrap_or((line, ""));
+                    let value = value.strip_prefix(' ').unwrap_or(value);
+                    let joined = match (name, fields.get(name)) {
+                        ("data", Some(Value::String(before))) => format!("{before}\n{value}"),
+                        _ => value.to_owned(),
+                    };
+                    fields.insert(name.to_owned(), Value::String(joined));
                 }
-                if let (Some(id), Some(data)) = (id, data) {
-                    return Some(Change { id, data });
+                if fields.is_empty() {
+                    continue;
                 }
-                continue;
+                let fields = Value::Object(fields);
+                if let Err(drift) = self.contract.check_event("GET", "/changes", 200, &fields) {
+                    panic!(
+                        "the stream sent an event the OpenAPI document does not describe: {drift}"
+                    );
+                }
+                return Some(Change {
+                    event: fields["event"].as_str().map(str::to_owned),
+                    id: fields["id"].as_str().unwrap().to_owned(),
+                    data: serde_json::from_str(fields["data"].as_str().unwrap()).unwrap(),
+                });
             }
             let frame = self.body.frame().await?.unwrap();
             if let Ok(bytes) = frame.into_data() {
@@ -123,6 +154,7 @@ impl Stream {
 fn assert_well_formed(changes: &[Change]) {
     let mut previous: Option<(i64, i64)> = None;
     for change in changes {
+        assert_eq!(change.event, None, "{change:?}");
         let mut fields: Vec<&str> = change
             .data
             .as_object()
@@ -233,8 +265,9 @@ async fn a_reconnect_resumes_after_its_last_event_id(app: App) {
 }
 
 /// A `Last-Event-ID` that is no position is 400 and opens nothing; one past the log's end
-/// starts at the present. At most half of `MAX_CONNECTIONS` streams (here one) are open at
-/// once: the next is 503 `too_many_streams` with `Retry-After`, until one closes.
+/// (another log's) starts at the present after a `reset`. At most half of `MAX_CONNECTIONS`
+/// streams (here one) are open at once: the next is 503 `too_many_streams` with
+/// `Retry-After`, until one closes.
 async fn bad_ids_are_refused_and_streams_are_bounded(app: App) {
     for bad in ["abc", "1_", "-1_2", "1_2_3"] {
         let request = Request::get("/changes").header("last-event-id", bad);
@@ -256,6 +289,7 @@ async fn bad_ids_are_refused_and_streams_are_bounded(app: App) {
     refused.problem(503, "too_many_streams");
     assert_eq!(refused.headers["retry-after"], "1");
     hold(&app, slot, "a", 2).await;
+    assert_reset(&ahead.next().await);
     assert_eq!(ahead.next().await.kind(), "hold_placed");
     drop(ahead);
     // The closed stream's place is free once its writer has seen the client leave.
@@ -350,4 +384,125 @@ async fn shutting_down_ends_every_stream() {
         }
     }
     assert_eq!(served.await.unwrap(), 0);
+}
+
+/// A `reset` event: named `reset`, its id the position its data names.
+fn assert_reset(change: &Change) {
+    assert_eq!(change.event.as_deref(), Some("reset"), "{change:?}");
+    assert_eq!(change.data["kind"], "reset", "{change:?}");
+    assert_eq!(change.data["position"], change.id.as_str(), "{change:?}");
+}
+
+/// An event id as the position it is, to compare.
+fn position(id: &str) -> (i64, i64) {
+    let (epoch, sequence) = id.split_once('_').unwrap();
+    (epoch.parse().unwrap(), sequence.parse().unwrap())
+}
+
+/// Changes older than the history kept are purged (by the engine's purge on a manual clock,
+/// as the server's purger does): a client whose `Last-Event-ID` is one of them, or `0_0`,
+/// gets a `reset` first and then the changes from the present on, not the ones the log kept
+/// after its id; a client whose id is still kept (the oldest kept included) resumes as usual,
+/// and so does one that resumes with the reset's id.
+async fn a_resume_from_before_what_the_log_keeps_starts_with_a_reset(app: App) {
+    let router = router_with_config(app.engine.clone(), &Config::default());
+    let slot = new_slot(&app.engine, 20, chrono::Duration::hours(4)).await;
+    let mut stream = Stream::open(&router, None).await;
+    hold(&app, slot, "a", 1).await;
+    hold(&app, slot, "b", 2).await;
+    let old = stream.take(2).await;
+    drop(stream);
+    app.clock.advance(chrono::Duration::hours(2));
+    hold(&app, slot, "c", 3).await;
+    // No consumer is registered in this database: every change older than an hour goes.
+    let purged = app.engine.purge(Duration::from_secs(3600), 1000).await;
+    assert_eq!(
+        purged.unwrap().events,
+        3,
+        "the slot and the first two holds"
+    );
+    let kept = app.engine.read_events_after(Default::default(), 10).await;
+    let kept = kept.unwrap();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    let oldest_kept = kept[0].position.to_string();
+
+    let mut from_purged = Stream::open(&router, Some(&old[0].id)).await;
+    let mut from_start = Stream::open(&router, Some("0_0")).await;
+    let mut from_kept = Stream::open(&router, Some(&oldest_kept)).await;
+    hold(&app, slot, "d", 4).await;
+    let mut reset_id = String::new();
+    for stream in [&mut from_purged, &mut from_start] {
+        let reset = stream.next().await;
+        assert_reset(&reset);
+        // Not the change kept after its id ("c", 3 units): the present on.
+        let next = stream.next().await;
+        assert_eq!(next.kind(), "hold_placed");
+        assert_eq!(next.data["quantity"], 4);
+        assert!(position(&next.id) > position(&reset.id));
+        reset_id = reset.id;
+    }
+    let resumed = from_kept.next().await;
+    assert_eq!(resumed.event, None, "no reset for an id the log keeps");
+    assert_eq!(resumed.data["quantity"], 4);
+
+    // The reset's id is a position like any other: resuming with it misses nothing.
+    drop((from_purged, from_start, from_kept));
+    let mut again = Stream::open(&router, Some(&reset_id)).await;
+    let first = again.next().await;
+    assert_eq!(
+        (first.event.as_deref(), first.kind()),
+        (None, "hold_placed")
+    );
+    assert_eq!(first.data["quantity"], 4);
+}
+
+/// Every kind of change the log has reaches the stream as an event the OpenAPI document
+/// describes ([`Stream`] checks each against it), a `reset` too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kind_of_change_is_an_event_the_document_describes() {
+    let clock = ManualClock::new(common::epoch());
+    let store: Arc<dyn ServerStore> = Arc::new(MemoryStore::new());
+    let engine: Engine = BookingEngine::builder(store).clock(clock.clone()).build();
+    let router = router_with_config(engine.clone(), &Config::default());
+    let mut stream = Stream::open(&router, None).await;
+    let slot = new_slot(&engine, 2, chrono::Duration::hours(2)).await;
+    let first = engine.hold(slot, "a").await.unwrap().hold.hold_id;
+    let longer = Some(Duration::from_secs(600));
+    engine
+        .renew_as(&Scope::Anonymous, first, longer)
+        .await
+        .unwrap();
+    engine.confirm_as(&Scope::Anonymous, first).await.unwrap();
+    let second = engine.hold(slot, "b").await.unwrap().hold.hold_id;
+    // Sold out: "c" waits in line, and is offered the unit "b" gives back.
+    engine
+        .join_waitlist(NewHold::new(slot, "c"), 0)
+        .await
+        .unwrap();
+    engine.cancel_as(&Scope::Anonymous, second).await.unwrap();
+    engine.change_capacity(slot, 5).await.unwrap();
+    let short = NewHold::new(slot, "d").lifetime(Duration::from_secs(60));
+    engine.place_hold(short).await.unwrap();
+    clock.advance(chrono::Duration::seconds(61));
+    engine.reclaim_expired(100).await.unwrap();
+    engine.close_sales(slot).await.unwrap();
+    engine.reopen_sales(slot).await.unwrap();
+    let other = new_slot(&engine, 1, chrono::Duration::hours(3)).await;
+    engine.remove_slot(other).await.unwrap();
+
+    let mut seen = std::collections::BTreeSet::new();
+    while seen.len() < EventKind::ALL.len() {
+        let change = tokio::time::timeout(PATIENCE, stream.next_or_end()).await;
+        let change = change.unwrap_or_else(|_| panic!("only {seen:?} came"));
+        seen.insert(change.unwrap().kind().to_owned());
+    }
+    let all: std::collections::BTreeSet<String> = EventKind::ALL
+        .iter()
+        .map(|kind| kind.as_str().to_owned())
+        .collect();
+    assert_eq!(seen, all);
+    // And a reset, for an id before the oldest change kept.
+    drop(stream);
+    let mut reset = Stream::open(&router, Some("0_0")).await;
+    assert_reset(&reset.next().await);
 }

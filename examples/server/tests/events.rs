@@ -1,6 +1,8 @@
 //! The server's event log (`oneshot`): changes made through the API reach the log consumer
 //! after they commit, and a consumer started again (a restart) resumes after what the previous
-//! one acknowledged, on each backend.
+//! one acknowledged, on each backend. Under a history retention the log stays bounded: what
+//! the consumer acknowledged is purged once older than the retention, unless another consumer
+//! registered in the database holds it back (which the purger reports).
 
 #[macro_use]
 mod common;
@@ -8,11 +10,12 @@ mod common;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use axum::http::Request;
 use slot_booking::events::{Event, EventKind, EventPosition};
 use slot_booking::{ConsumerId, EventStore};
 use slot_booking_server::database::Database;
-use slot_booking_server::events::{EventTasks, CONSUMER};
-use slot_booking_server::Config;
+use slot_booking_server::events::{EventTasks, Purger, Purging, CONSUMER};
+use slot_booking_server::{Config, Engine};
 use tokio::sync::mpsc;
 
 use common::{new_slot, Oneshot};
@@ -35,14 +38,17 @@ async fn open(url: &str, dir: Option<PathBuf>) -> App {
 on_every_backend!(open: open, worker_threads: 2;
     changes_through_the_api_reach_the_log_and_a_restart_resumes,
     two_servers_log_each_event_once_and_hand_over_on_stop,
+    the_retention_purges_what_the_server_logged_once_it_is_older,
+    another_consumer_behind_holds_the_log_back_and_is_reported,
 );
 
 /// The events the consumer hands over, and the tasks behind it.
 async fn start_log(url: &str) -> (Database, mpsc::UnboundedReceiver<Event>, EventTasks) {
     let database = Database::open(url).await.unwrap();
     let (sink, events) = mpsc::unbounded_channel();
+    let purging = Config::default().history_retention.map(Purging::keeping);
     let tasks = database
-        .log_events(move |event: &Event| {
+        .log_events(purging, move |event: &Event| {
             let _ = sink.send(event.clone());
         })
         .unwrap();
@@ -165,4 +171,172 @@ async fn two_servers_log_each_event_once_and_hand_over_on_stop(app: App) {
     let next_event = next(staying_events).await;
     assert_eq!(next_event.kind, EventKind::HoldPlaced);
     assert!(next_event.position > seen[5].position);
+}
+
+/// The server's event tasks on `engine` (the app's, on its manual clock) keeping history for
+/// `keep` and purging every few milliseconds of real time, and the events they log.
+fn start_purging(engine: &Engine, keep: Duration) -> (EventTasks, mpsc::UnboundedReceiver<Event>) {
+    let (sink, events) = mpsc::unbounded_channel();
+    let purging = Purging {
+        keep,
+        every: Duration::from_millis(10),
+    };
+    let tasks = EventTasks::start(engine.clone(), Some(purging), move |event: &Event| {
+        let _ = sink.send(event.clone());
+    })
+    .unwrap();
+    (tasks, events)
+}
+
+/// Every event the log holds.
+async fn log_length(engine: &Engine) -> usize {
+    let events = engine.read_events_after(EventPosition::START, 1000).await;
+    events.unwrap().len()
+}
+
+/// Two more rounds of `purger`: the first of them may have started before the caller's last
+/// change, the second did not.
+async fn two_more_rounds(purger: &mut Purger) -> slot_booking_server::events::PurgeStats {
+    let rounds = purger.stats().rounds;
+    purger.wait_for_rounds(rounds + 2).await
+}
+
+/// `HISTORY_RETENTION_SECONDS=3600` as the server reads it.
+fn an_hour() -> Duration {
+    let config =
+        Config::from_vars(|name| (name == "HISTORY_RETENTION_SECONDS").then(|| "3600".to_owned()));
+    config.unwrap().history_retention.unwrap()
+}
+
+/// A slot, a hold confirmed and a hold cancelled, through the API: five changes, each logged
+/// and acknowledged by the server's consumer before this returns. The hold ids and the last
+/// change's position.
+async fn some_history(
+    app: &App,
+    tasks: &EventTasks,
+    events: &mut mpsc::UnboundedReceiver<Event>,
+) -> (i64, i64) {
+    let slot = new_slot(&app.api.engine, 5, chrono::Duration::hours(2)).await;
+    let kept = app.api.hold(slot, "kept", None, "").await.hold(201)["hold_id"]
+        .as_i64()
+        .unwrap();
+    let confirm = Request::post(format!("/holds/{kept}/confirm"));
+    app.api.send(confirm, "").await.hold(200);
+    let gone = app.api.hold(slot, "gone", None, "").await.hold(201)["hold_id"]
+        .as_i64()
+        .unwrap();
+    app.api
+        .send(Request::delete(format!("/holds/{gone}")), "")
+        .await
+        .hold(200);
+    let mut last = next(events).await;
+    for _ in 1..5 {
+        last = next(events).await;
+    }
+    assert_eq!(last.kind, EventKind::HoldCancelled);
+    let mut acknowledged = tasks.acknowledged();
+    let reached = acknowledged.wait_for(|at| at.is_some_and(|at| at >= last.position));
+    tokio::time::timeout(DEADLINE, reached)
+        .await
+        .expect("the consumer acknowledged within the deadline")
+        .unwrap();
+    (kept, gone)
+}
+
+/// Under the retention the server reads from `HISTORY_RETENTION_SECONDS`, its purger deletes
+/// nothing younger than the retention; once the clock passes it, every change the server's
+/// consumer logged goes, and so does the hold cancelled that long ago (its id is then
+/// `hold_not_found`, its key free again), while the confirmed hold stays. What comes after is
+/// kept until it is as old: the log holds at most the retention's worth.
+async fn the_retention_purges_what_the_server_logged_once_it_is_older(app: App) {
+    let keep = an_hour();
+    let (mut tasks, mut events) = start_purging(&app.api.engine, keep);
+    let (kept, gone) = some_history(&app, &tasks, &mut events).await;
+    let purger = tasks.purger().expect("a purger under a retention");
+    let within = two_more_rounds(purger).await;
+    assert_eq!(
+        (within.events, within.holds, within.held_back),
+        (0, 0, None)
+    );
+    assert_eq!(log_length(&app.api.engine).await, 5);
+
+    app.api
+        .clock
+        .advance(chrono::Duration::from_std(keep).unwrap() + chrono::Duration::seconds(1));
+    let past = two_more_rounds(purger).await;
+    assert_eq!((past.events, past.holds, past.held_back), (5, 1, None));
+    assert_eq!(past.failures, 0);
+    assert_eq!(log_length(&app.api.engine).await, 0);
+    let read = |hold: i64| Request::get(format!("/holds/{hold}"));
+    app.api
+        .send(read(gone), "")
+        .await
+        .problem(404, "hold_not_found");
+    assert_eq!(
+        app.api.send(read(kept), "").await.hold(200)["status"],
+        "confirmed"
+    );
+    // The purged hold's key places a new hold (not a replay of the cancelled one).
+    let slot = app.api.send(read(kept), "").await.body["slot_id"]
+        .as_i64()
+        .unwrap();
+    let again = app.api.hold(slot, "gone", None, "").await;
+    assert!(!again.replayed());
+    assert_eq!(again.hold(201)["status"], "held");
+
+    // The new hold's change is logged and kept: younger than the retention.
+    let placed = next(&mut events).await;
+    assert_eq!(placed.kind, EventKind::HoldPlaced);
+    let mut acknowledged = tasks.acknowledged();
+    let reached = acknowledged.wait_for(|at| at.is_some_and(|at| at >= placed.position));
+    tokio::time::timeout(DEADLINE, reached)
+        .await
+        .unwrap()
+        .unwrap();
+    let purger = tasks.purger().unwrap();
+    let after = two_more_rounds(purger).await;
+    assert_eq!((after.events, after.held_back), (5, None));
+    assert_eq!(log_length(&app.api.engine).await, 1);
+    tasks.stop().await;
+}
+
+/// The core deletes only what every registered consumer acknowledged: a consumer of the
+/// application's that has read nothing keeps the whole log past the retention, and the purger
+/// reports the oldest change it had to keep; once that consumer catches up, the next round
+/// purges.
+async fn another_consumer_behind_holds_the_log_back_and_is_reported(app: App) {
+    let mailer = ConsumerId::new("mailer").unwrap();
+    app.api
+        .engine
+        .acknowledge_events(&mailer, EventPosition::START)
+        .await
+        .unwrap();
+    let keep = an_hour();
+    let (mut tasks, mut events) = start_purging(&app.api.engine, keep);
+    some_history(&app, &tasks, &mut events).await;
+    app.api
+        .clock
+        .advance(chrono::Duration::from_std(keep).unwrap() + chrono::Duration::seconds(1));
+    let log = app
+        .api
+        .engine
+        .read_events_after(EventPosition::START, 10)
+        .await
+        .unwrap();
+    assert_eq!(log.len(), 5);
+    let purger = tasks.purger().unwrap();
+    let held = two_more_rounds(purger).await;
+    assert_eq!(held.events, 0);
+    assert_eq!(held.held_back, Some(log[0].position));
+    assert_eq!(log_length(&app.api.engine).await, 5);
+
+    app.api
+        .engine
+        .acknowledge_events(&mailer, log[4].position)
+        .await
+        .unwrap();
+    let caught_up = two_more_rounds(purger).await;
+    assert_eq!((caught_up.events, caught_up.held_back), (5, None));
+    assert_eq!(log_length(&app.api.engine).await, 0);
+    tasks.stop().await;
 }

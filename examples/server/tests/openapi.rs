@@ -331,6 +331,7 @@ async fn every_documented_operation_reaches_its_handler() {
                 path: &uri,
                 status: answer.status,
                 content_type: answer.content_type(),
+                headers: &answer.headers,
                 body: &answer.body,
             };
             contract
@@ -545,4 +546,153 @@ fn routes_are_registered_only_with_their_documentation() {
         document["paths"].as_object().unwrap().len(),
         "routes! groups"
     );
+}
+
+/// Every 503 the document lists, shared (`store_unavailable`) or an operation's own
+/// (`/changes`' `too_many_streams`), declares the `Retry-After` the server sends with it, a
+/// whole number of seconds.
+#[tokio::test]
+async fn every_503_declares_its_retry_after() {
+    for config in configs() {
+        let (_, document) = served(&config).await;
+        let mut unavailable = 0;
+        for (path, item) in document["paths"].as_object().unwrap() {
+            for (method, operation) in item.as_object().unwrap() {
+                let Some(response) = operation["responses"].get("503") else {
+                    continue;
+                };
+                let response = match response["$ref"].as_str() {
+                    Some(reference) => document.pointer(&reference[1..]).unwrap(),
+                    None => response,
+                };
+                let header = &response["headers"]["Retry-After"];
+                assert_eq!(header["schema"]["type"], "integer", "{method} {path}");
+                unavailable += 1;
+            }
+        }
+        assert!(unavailable > 10, "{unavailable} operations answer 503");
+        assert!(
+            document["paths"]["/changes"]["get"]["responses"]["503"]["headers"]["Retry-After"]
+                .is_object()
+        );
+    }
+}
+
+/// A problem body with `status` and `code`.
+fn problem(status: u16, code: &str) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({
+        "type": "about:blank",
+        "title": "Service Unavailable",
+        "status": status,
+        "detail": "try again later",
+        "code": code,
+    }))
+    .unwrap()
+}
+
+/// The contract the other binaries check every response against holds a 503 to the header
+/// its response declares: without `Retry-After`, or with one that is not a number of seconds,
+/// it is drift; a shared 503 and an operation's own alike.
+#[tokio::test]
+async fn the_contract_refuses_a_503_without_its_retry_after() {
+    let (_, document) = served(&Config::default()).await;
+    let contract = Contract::of(&serde_json::to_vec(&document).unwrap());
+    for (path, code) in [
+        ("/changes", "too_many_streams"),
+        ("/slots/availability", "store_unavailable"),
+        ("/holds/1", "store_unavailable"),
+    ] {
+        let body = problem(503, code);
+        for (retry_after, valid) in [(None, false), (Some("soon"), false), (Some("1"), true)] {
+            let mut headers = axum::http::HeaderMap::new();
+            if let Some(value) = retry_after {
+                headers.insert("retry-after", value.parse().unwrap());
+            }
+            let exchange = Exchange {
+                method: "GET",
+                path,
+                status: 503,
+                content_type: Some("application/problem+json"),
+                headers: &headers,
+                body: &body,
+            };
+            let checked = contract.check(&exchange);
+            assert_eq!(
+                checked.is_ok(),
+                valid,
+                "{path} {retry_after:?}: {checked:?}"
+            );
+        }
+    }
+}
+
+/// The schema the document gives the change stream's events names every kind of change the
+/// log has, and refuses what the stream never sends: a change with a field more or less, a
+/// kind or a time it does not write, an id that is no position, a change named `reset` or a
+/// reset without its name, a field SSE has but the stream does not send. (The events the
+/// stream does send are checked against it in `tests/changes.rs`.)
+#[tokio::test]
+async fn the_change_events_schema_refuses_what_the_stream_does_not_send() {
+    let (_, document) = served(&Config::default()).await;
+    let kinds: BTreeSet<&str> = document["components"]["schemas"]["Change"]["properties"]["kind"]
+        ["enum"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|kind| kind.as_str().unwrap())
+        .collect();
+    let all: BTreeSet<&str> = slot_booking::EventKind::ALL
+        .iter()
+        .map(|kind| kind.as_str())
+        .collect();
+    assert_eq!(kinds, all);
+    let media = &document["paths"]["/changes"]["get"]["responses"]["200"]["content"];
+    assert_eq!(
+        media["text/event-stream"]["schema"]["$ref"],
+        "#/components/schemas/ChangeEvent"
+    );
+
+    let contract = Contract::of(&serde_json::to_vec(&document).unwrap());
+    let change = serde_json::json!({
+        "position": "0_7", "kind": "hold_placed", "slot_id": 3, "quantity": 2,
+        "at": "2030-06-01T08:00:00.000000+00:00",
+    });
+    let event = |name: Option<&str>, id: &str, data: &Value| {
+        let mut event = serde_json::json!({ "id": id, "data": data.to_string() });
+        if let Some(name) = name {
+            event["event"] = name.into();
+        }
+        event
+    };
+    let check = |event: &Value| contract.check_event("GET", "/changes", 200, event);
+    assert_eq!(check(&event(None, "0_7", &change)), Ok(()));
+    let reset = serde_json::json!({ "position": "0_9", "kind": "reset" });
+    assert_eq!(check(&event(Some("reset"), "0_9", &reset)), Ok(()));
+
+    let mut refused = Vec::new();
+    for (field, value) in [
+        ("hold_id", Value::from(5)),
+        ("kind", "hold_lost".into()),
+        ("at", "yesterday".into()),
+        ("slot_id", "3".into()),
+        ("quantity", Value::Null),
+    ] {
+        let mut data = change.clone();
+        data[field] = value;
+        refused.push(event(None, "0_7", &data));
+    }
+    let mut without_at = change.clone();
+    without_at.as_object_mut().unwrap().remove("at");
+    refused.push(event(None, "0_7", &without_at));
+    refused.push(event(None, "seven", &change));
+    refused.push(event(Some("reset"), "0_7", &change));
+    refused.push(event(None, "0_9", &reset));
+    refused.push(event(Some("update"), "0_7", &change));
+    let mut with_retry = event(None, "0_7", &change);
+    with_retry["retry"] = "1000".into();
+    refused.push(with_retry);
+    refused.push(serde_json::json!({ "id": "0_7", "data": "{not json" }));
+    for event in refused {
+        assert!(check(&event).is_err(), "{event} was accepted");
+    }
 }

@@ -205,3 +205,58 @@ async fn sigterm_exits_within_the_grace_period_while_a_client_stalls() {
     drop(stalled);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// The binary as configured purges: with `HISTORY_RETENTION_SECONDS=1` it says so at start-up,
+/// its consumer logs and acknowledges the demo slots' eight changes, and a purge round soon
+/// deletes them (it logs the count), leaving the database's event log empty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_retention_empties_the_event_log_of_the_running_server() {
+    use slot_booking::{EventPosition, EventStore};
+
+    let dir = temp_dir("retention");
+    let url = format!("sqlite://{}", dir.join("r.db").display());
+    let mut child = server(&[
+        ("DATABASE_URL", url.clone()),
+        ("BIND", "127.0.0.1:0".to_owned()),
+        ("HISTORY_RETENTION_SECONDS", "1".to_owned()),
+        ("REQUEST_LOG", "0".to_owned()),
+    ])
+    .spawn()
+    .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut said = Vec::new();
+    let purged = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            let line = lines.next_line().await.unwrap().expect("the server exited");
+            if line.contains("purged history older than the retention") {
+                return line;
+            }
+            said.push(line);
+        }
+    })
+    .await
+    .expect("a purge round deleted the demo slots' changes within a minute");
+    assert!(
+        said.iter()
+            .any(|line| line.contains("purging history older than 1 s every 1 s")),
+        "{said:?}"
+    );
+    assert_eq!(
+        said.iter()
+            .filter(|line| line.contains("kind=slot_created"))
+            .count(),
+        8,
+        "{said:?}"
+    );
+    assert!(purged.contains("events=8"), "{purged}");
+    let store = slot_booking_sqlite::SqliteStore::connect(&url)
+        .await
+        .unwrap();
+    let log = store
+        .read_events_after(EventPosition::START, 100)
+        .await
+        .unwrap();
+    assert!(log.is_empty(), "{log:?}");
+    child.kill().await.unwrap();
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -43,6 +43,11 @@ impl Config {
                 seconds(true),
                 defaults.shutdown_grace,
             )?,
+            history_retention: read.or(
+                "HISTORY_RETENTION_SECONDS",
+                retention,
+                defaults.history_retention,
+            )?,
             admin_token: read.value("ADMIN_TOKEN", AdminToken::new)?,
             owner_secret: read.value("OWNER_SECRET", OwnerSecret::new)?,
             availability_page_limit: read.or(
@@ -122,6 +127,11 @@ fn seconds(zero_ok: bool) -> impl FnOnce(String) -> Result<Duration, String> {
             "{raw:?} is not a whole number of seconds (at most a year)"
         )),
     }
+}
+
+/// `HISTORY_RETENTION_SECONDS`: whole seconds up to a year; `0` keeps history forever.
+fn retention(raw: String) -> Result<Option<Duration>, String> {
+    seconds(true)(raw).map(|keep| (!keep.is_zero()).then_some(keep))
 }
 
 /// `MAX_CONNECTIONS`: a positive whole number.
@@ -240,6 +250,7 @@ mod tests {
             ("ADMIN_TOKEN", "s3cret-admin-token-0123"),
             ("AVAILABILITY_PAGE_LIMIT", "50"),
             ("REQUEST_LOG", "0"),
+            ("HISTORY_RETENTION_SECONDS", "3600"),
             ("OWNER_SECRET", "0123456789abcdef0123456789abcdef"),
         ])
         .unwrap();
@@ -259,6 +270,7 @@ mod tests {
                 admin_token: Some(AdminToken::new("s3cret-admin-token-0123").unwrap()),
                 availability_page_limit: 50,
                 request_log: false,
+                history_retention: Some(Duration::from_secs(3600)),
                 owner_secret: Some(OwnerSecret::new("0123456789abcdef0123456789abcdef").unwrap()),
             }
         );
@@ -288,6 +300,9 @@ mod tests {
             ("AVAILABILITY_PAGE_LIMIT", "100001"),
             ("AVAILABILITY_PAGE_LIMIT", "ten"),
             ("REQUEST_LOG", "yes"),
+            ("HISTORY_RETENTION_SECONDS", "-1"),
+            ("HISTORY_RETENTION_SECONDS", "7d"),
+            ("HISTORY_RETENTION_SECONDS", "31622401"),
             ("ADMIN_TOKEN", ""),
             ("ADMIN_TOKEN", "fifteen-chars15"),
             ("ADMIN_TOKEN", "sixteen chars 16"),
@@ -303,6 +318,21 @@ mod tests {
             assert!(line.starts_with(&format!("invalid {variable}: ")), "{line}");
             assert!(!line.contains('\n'), "{line}");
         }
+    }
+
+    #[test]
+    fn history_is_kept_a_week_unless_set_and_zero_keeps_it_forever() {
+        assert_eq!(
+            with(&[]).unwrap().history_retention,
+            Some(Duration::from_secs(7 * 24 * 3600))
+        );
+        let forever = with(&[("HISTORY_RETENTION_SECONDS", "0")]).unwrap();
+        assert_eq!(forever.history_retention, None);
+        let year = with(&[("HISTORY_RETENTION_SECONDS", "31622400")]).unwrap();
+        assert_eq!(
+            year.history_retention,
+            Some(Duration::from_secs(31_622_400))
+        );
     }
 
     #[test]

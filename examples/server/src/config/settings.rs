@@ -114,6 +114,15 @@ pub const SETTINGS: &[Setting] = &[
         help: "0 turns off the one INFO line per request",
     },
     Setting {
+        variable: "HISTORY_RETENTION_SECONDS",
+        flag: "history-retention-seconds",
+        value_name: "SECONDS",
+        default: Some("604800"),
+        help: "cancelled and expired holds, and events of the log every consumer has \
+               acknowledged, are deleted once this old, so the event log stays bounded \
+               (0: kept forever)",
+    },
+    Setting {
         variable: "ADMIN_TOKEN",
         flag: "admin-token",
         value_name: "TOKEN",

@@ -4,6 +4,13 @@
 //! request's path), the content type is the documented one, and a JSON body validates against
 //! the documented schema. Schemas are checked closed: every object that lists `properties`
 //! gets `unevaluatedProperties: false`, so a field the document does not name fails too.
+//! The headers a response declares are checked too: each one sent must match its schema, and
+//! an error answer (4xx, 5xx; a 503's `Retry-After`, a 401's `WWW-Authenticate`) must send
+//! every header its response declares.
+//!
+//! The events of a `text/event-stream` answer are checked one by one ([`Contract::check_event`])
+//! against the schema the document gives that content: one event (`event`, `id`, `data`), and
+//! its `data`, JSON text, against the `contentSchema` of the branch it matched.
 //!
 //! A path no operation has must get the router's 404 `not_found`, and a documented path with
 //! another method 405 `method_not_allowed` (401 first on a path behind the admin token); either
@@ -26,6 +33,27 @@ const FRONT: &[(u16, &str)] = &[
 /// One response of the document: its bodies by media type (`None`: not checked as JSON).
 type Bodies = BTreeMap<String, Option<Arc<jsonschema::Validator>>>;
 
+/// One documented response.
+struct Response {
+    /// Its description, which names (in backticks) every problem `code` it may carry.
+    description: String,
+    bodies: Bodies,
+    /// The headers it declares (lower case), each with its schema.
+    headers: Vec<(String, Option<Arc<jsonschema::Validator>>)>,
+    /// The schema of one event of its `text/event-stream` body, if it has one.
+    events: Option<Events>,
+}
+
+/// The schema of one event of a stream: the whole (a closed `oneOf` of the event's kinds, or
+/// one kind), and per kind its own schema and the `contentSchema` of its `data`.
+struct Events {
+    whole: Arc<jsonschema::Validator>,
+    branches: Vec<(
+        Arc<jsonschema::Validator>,
+        Option<Arc<jsonschema::Validator>>,
+    )>,
+}
+
 /// One documented operation.
 struct Operation {
     method: String,
@@ -33,7 +61,7 @@ struct Operation {
     /// Behind the admin token (`security`).
     secured: bool,
     /// By status key (`"200"`, `"4XX"`, `"default"`).
-    responses: BTreeMap<String, Bodies>,
+    responses: BTreeMap<String, Response>,
 }
 
 /// A document, ready to check responses against.
@@ -50,6 +78,7 @@ pub struct Exchange<'a> {
     pub path: &'a str,
     pub status: u16,
     pub content_type: Option<&'a str>,
+    pub headers: &'a axum::http::HeaderMap,
     pub body: &'a [u8],
 }
 
@@ -115,6 +144,7 @@ impl Contract {
                 for (status, response) in documented {
                     let response = resolve(document, response);
                     let mut bodies = Bodies::new();
+                    let mut events = None;
                     if let Some(content) = response["content"].as_object() {
                         for (media_type, media) in content {
                             let schema = media
@@ -122,9 +152,35 @@ impl Contract {
                                 .filter(|_| is_json(media_type))
                                 .map(&mut validator);
                             bodies.insert(media_type.clone(), schema);
+                            if let (Some(schema), true) =
+                                (media.get("schema"), is_event_stream(media_type))
+                            {
+                                events = Some(event_schema(document, schema, &mut validator));
+                            }
                         }
                     }
-                    responses.insert(status.clone(), bodies);
+                    let headers = response["headers"]
+                        .as_object()
+                        .into_iter()
+                        .flatten()
+                        .map(|(name, header)| {
+                            let schema = header.get("schema").map(&mut validator);
+                            (name.to_ascii_lowercase(), schema)
+                        })
+                        .collect();
+                    let description = response["description"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned();
+                    responses.insert(
+                        status.clone(),
+                        Response {
+                            description,
+                            bodies,
+                            headers,
+                            events,
+                        },
+                    );
                 }
                 operations.push(Operation {
                     method: method.clone(),
@@ -146,25 +202,89 @@ impl Contract {
         }
     }
 
+    /// The operations whose template `path` (under the document's prefix) matches, and the
+    /// one among them of `method` (`HEAD` is `GET`'s), the most literal first.
+    fn operation(&self, method: &str, path: &str) -> (Vec<&Operation>, Option<&Operation>) {
+        let path = segments(path);
+        let matching: Vec<&Operation> = self
+            .operations
+            .iter()
+            .filter(|operation| matches(&operation.template, &path))
+            .collect();
+        let method = method.to_ascii_lowercase();
+        let wanted = if method == "head" { "get" } else { &method };
+        let operation = matching
+            .iter()
+            .filter(|operation| operation.method == wanted)
+            .max_by_key(|operation| literal_segments(&operation.template))
+            .copied();
+        (matching, operation)
+    }
+
+    /// Whether `event`, one event of the stream `method path` answered `status` with (an
+    /// object of its fields: `event` if any, `id`, `data` as the text it carried), is what
+    /// the document says that stream's events are; else why not.
+    pub fn check_event(
+        &self,
+        method: &str,
+        path: &str,
+        status: u16,
+        event: &Value,
+    ) -> Result<(), String> {
+        let rest = self
+            .within(path)
+            .ok_or_else(|| format!("{path} is outside the document's prefix"))?;
+        let (_, operation) = self.operation(method, rest);
+        let operation = operation.ok_or_else(|| format!("{method} {path} is no operation"))?;
+        let events = operation
+            .responses
+            .get(&status.to_string())
+            .and_then(|response| response.events.as_ref())
+            .ok_or_else(|| format!("{method} {path} {status} documents no event stream"))?;
+        let context = format!("{method} {path}: the event {event}");
+        let errors: Vec<String> = events
+            .whole
+            .iter_errors(event)
+            .map(|error| format!("{} at {}", error, error.instance_path()))
+            .collect();
+        if !errors.is_empty() {
+            return Err(format!(
+                "{context} is not what the document says: {errors:?}"
+            ));
+        }
+        let (_, content) = events
+            .branches
+            .iter()
+            .find(|(branch, _)| branch.is_valid(event))
+            .ok_or_else(|| format!("{context} matches none of the document's events"))?;
+        let Some(content) = content else {
+            return Ok(());
+        };
+        let text = event["data"].as_str().unwrap_or_default();
+        let data: Value = serde_json::from_str(text)
+            .map_err(|error| format!("{context}: its data is not JSON: {error}"))?;
+        let errors: Vec<String> = content
+            .iter_errors(&data)
+            .map(|error| format!("{} at {}", error, error.instance_path()))
+            .collect();
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{context}: its data is not what the document's contentSchema says: {errors:?}"
+            ))
+        }
+    }
+
     /// Whether `exchange` is what the document says; else why not.
     pub fn check(&self, exchange: &Exchange<'_>) -> Result<(), String> {
         let method = exchange.method.to_ascii_lowercase();
         let Some(rest) = self.within(exchange.path) else {
             return self.refusal(exchange, &[(404, "not_found")]);
         };
-        let path = segments(rest);
-        let matching: Vec<&Operation> = self
-            .operations
-            .iter()
-            .filter(|operation| matches(&operation.template, &path))
-            .collect();
         // `HEAD` is answered as `GET`, without a body.
         let head = method == "head";
-        let wanted = if head { "get" } else { method.as_str() };
-        let operation = matching
-            .iter()
-            .filter(|operation| operation.method == wanted)
-            .max_by_key(|operation| literal_segments(&operation.template));
+        let (matching, operation) = self.operation(&method, rest);
         let Some(operation) = operation else {
             if matching.is_empty() {
                 return self.refusal(exchange, &[(404, "not_found")]);
@@ -177,7 +297,7 @@ impl Contract {
         };
         let status = exchange.status.to_string();
         let range = format!("{}XX", exchange.status / 100);
-        let bodies = operation
+        let response = operation
             .responses
             .get(&status)
             .or_else(|| operation.responses.get(&range))
@@ -188,6 +308,21 @@ impl Contract {
                     exchange.method, exchange.path, exchange.status
                 )
             })?;
+        check_headers(response, exchange)?;
+        // A problem's code is one its response names: a refusal no description mentions is
+        // drift, as a status none lists is.
+        if exchange.content_type == Some("application/problem+json") {
+            let body: Value = serde_json::from_slice(exchange.body).unwrap_or(Value::Null);
+            let code = body["code"].as_str().unwrap_or_default();
+            if !response.description.contains(&format!("`{code}`")) {
+                return Err(format!(
+                    "{} {} answered {} `{code}`, which its response's description does not \
+                     name: {:?}",
+                    exchange.method, exchange.path, exchange.status, response.description
+                ));
+            }
+        }
+        let bodies = &response.bodies;
         if head || bodies.is_empty() {
             return if exchange.body.is_empty() {
                 Ok(())
@@ -253,6 +388,69 @@ impl Contract {
     }
 }
 
+/// `exchange`'s headers against those `response` declares: each one sent matches its schema
+/// (an integer's value read as one), and an error answer sends every one.
+fn check_headers(response: &Response, exchange: &Exchange<'_>) -> Result<(), String> {
+    let context = format!(
+        "{} {} answered {}",
+        exchange.method, exchange.path, exchange.status
+    );
+    for (name, schema) in &response.headers {
+        let Some(value) = exchange.headers.get(name.as_str()) else {
+            if exchange.status >= 400 {
+                return Err(format!(
+                    "{context} without the {name} header the document declares"
+                ));
+            }
+            continue;
+        };
+        let Some(schema) = schema else {
+            continue;
+        };
+        let text = value
+            .to_str()
+            .map_err(|_| format!("{context} with a {name} that is not text"))?;
+        // A header is text; a number is compared as one when it reads as one.
+        let value = text
+            .parse::<i64>()
+            .map(Value::from)
+            .unwrap_or_else(|_| Value::from(text));
+        let errors: Vec<String> = schema.iter_errors(&value).map(|e| e.to_string()).collect();
+        if !errors.is_empty() {
+            return Err(format!(
+                "{context} with {name}: {text:?}, which the document's schema refuses: {errors:?}"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The schema of one event of a stream, from the `schema` of its `text/event-stream` content
+/// (its `$ref` resolved; a `oneOf` is one branch per kind of event).
+fn event_schema(
+    document: &Value,
+    schema: &Value,
+    validator: &mut impl FnMut(&Value) -> Arc<jsonschema::Validator>,
+) -> Events {
+    let whole = validator(schema);
+    let resolved = resolve(document, schema);
+    let branches: Vec<Value> = match resolved["oneOf"].as_array() {
+        Some(branches) => branches.clone(),
+        None => vec![resolved.clone()],
+    };
+    let branches = branches
+        .iter()
+        .map(|branch| {
+            let branch = resolve(document, branch);
+            let content = branch["properties"]["data"]
+                .get("contentSchema")
+                .map(&mut *validator);
+            (validator(branch), content)
+        })
+        .collect();
+    Events { whole, branches }
+}
+
 /// `exchange`'s JSON body against `schema`.
 fn validate(schema: &jsonschema::Validator, exchange: &Exchange<'_>) -> Result<(), String> {
     let body: Value = serde_json::from_slice(exchange.body)
@@ -271,7 +469,7 @@ fn validate(schema: &jsonschema::Validator, exchange: &Exchange<'_>) -> Result<(
     }
 }
 
-/// `response`, or what its `$ref` names.
+/// `response` (or a schema), or what its `$ref` names.
 fn resolve<'d>(document: &'d Value, response: &'d Value) -> &'d Value {
     match response["$ref"].as_str() {
         Some(reference) => {
@@ -327,6 +525,10 @@ fn is_method(key: &str) -> bool {
         key,
         "get" | "put" | "post" | "delete" | "options" | "head" | "patch" | "trace"
     )
+}
+
+fn is_event_stream(media_type: &str) -> bool {
+    media_type.split(';').next().unwrap_or_default().trim() == "text/event-stream"
 }
 
 fn is_json(media_type: &str) -> bool {

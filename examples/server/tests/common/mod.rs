@@ -305,12 +305,14 @@ pub async fn read(response: reqwest::Response) -> (u16, Option<String>, Value) {
         .get("content-type")
         .map(|value| value.to_str().unwrap().to_owned());
     let url = response.url().clone();
+    let headers = response.headers().clone();
     let bytes = response.bytes().await.unwrap();
     let exchange = contract::Exchange {
         method: &method,
         path: url.path(),
         status,
         content_type: content_type.as_deref(),
+        headers: &headers,
         body: &bytes,
     };
     check_served(&exchange, |prefix| {
@@ -469,6 +471,7 @@ pub async fn send(router: &Router, request: Builder, body: &str) -> Reply {
         path: &path,
         status,
         content_type: headers.get("content-type").and_then(|v| v.to_str().ok()),
+        headers: &headers,
         body: &bytes,
     };
     check_served(&exchange, |prefix| async move {
