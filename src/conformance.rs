@@ -197,6 +197,7 @@ macro_rules! event_conformance_tests {
             reclaiming_expired_holds_yields_one_event_each
             race_reclaimers_expire_each_hold_once
             purge_deletes_old_history_in_bounded_batches
+            a_purged_holds_id_is_never_given_again
             race_a_consumer_never_skips_an_event
         );
         $crate::__conformance_case_tests!($factory, leases;

@@ -620,3 +620,38 @@ pub async fn race_a_consumer_never_skips_an_event<S: crate::Store + EventStore>(
     // and i % 3 == 1 confirmed (13 of 40).
     assert_eq!(fresh.len(), 8 + 320 + 8 * 14 + 8 * 13);
 }
+
+/// A hold purged while it was the newest leaves its id behind for good: the next hold gets a
+/// higher one, so a client still holding the purged id can never reach another's hold with it.
+pub async fn a_purged_holds_id_is_never_given_again<S: crate::Store + EventStore>(store: S) {
+    let f = Fixture::new(store);
+    let slot = f.slot(10, hours(48)).await;
+    let older = f.engine.hold(slot, "older").await.unwrap().hold;
+    let newest = f.engine.hold(slot, "newest").await.unwrap().hold;
+    for hold in [&older, &newest] {
+        f.engine
+            .cancel_as(&Scope::Anonymous, hold.hold_id)
+            .await
+            .unwrap();
+    }
+    f.advance(Duration::hours(2));
+    let purged = f
+        .engine
+        .purge(std::time::Duration::from_secs(3600), 100)
+        .await
+        .unwrap();
+    assert_eq!(purged.holds, 2);
+    let next = f.engine.hold(slot, "next").await.unwrap().hold;
+    assert!(
+        next.hold_id > newest.hold_id,
+        "the new hold took {}, at or below the purged {}",
+        next.hold_id,
+        newest.hold_id
+    );
+    assert_err!(
+        f.engine
+            .get_hold_as(&Scope::Anonymous, newest.hold_id)
+            .await,
+        crate::BookingError::HoldNotFound { .. }
+    );
+}

@@ -192,6 +192,13 @@ pub(crate) async fn purge(
     limit: u32,
 ) -> Result<Step<Purged>, StoreError> {
     let mut purged = Purged::default();
+    // New ids are drawn past the highest hold and `waitlist_ids`: remember the highest hold
+    // before any goes, so that a purged hold's id is never drawn again (a client still holding
+    // it would reach another's hold).
+    sqlx::query(AssertSqlSafe(sql.keep_highest_hold_id.as_str()))
+        .execute(&mut *conn)
+        .await
+        .map_err(map_err)?;
     // The events first: a hold an event still kept names is not purged.
     for (statement, count) in [
         (&sql.purge_events, &mut purged.events),

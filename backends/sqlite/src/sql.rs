@@ -152,6 +152,7 @@ pub(crate) struct Statements {
     pub(crate) release_consumer: String,
     pub(crate) reclaim_expired_every: String,
     pub(crate) purge_holds: String,
+    pub(crate) keep_highest_hold_id: String,
     pub(crate) purge_events: String,
     pub(crate) booking_lines: String,
     pub(crate) booking_by_key: String,
@@ -502,6 +503,14 @@ impl Statements {
                        AND (h.booking_id IS NULL \
                             OR NOT EXISTS (SELECT 1 FROM {events} e WHERE e.hold_id = h.id)) \
                      LIMIT ?2)"
+            ),
+            // Before a purge: the highest hold id ever drawn is kept in `waitlist_ids` (where
+            // entries' ids are kept for the same reason), since `next_hold_id` reads the holds'
+            // highest id, which a purge of the newest holds would lower.
+            keep_highest_hold_id: format!(
+                "UPDATE {prefix}waitlist_ids \
+                 SET last_id = max(last_id, coalesce((SELECT max(id) FROM {holds}), 0)) \
+                 WHERE one = 1"
             ),
             // ?1 before, ?2 limit: up to ?2 events older than ?1 that every consumer has
             // acknowledged (with no consumer, every one), the oldest first.
