@@ -17,10 +17,11 @@
 //!    hold-then-cancel with 8 tasks on two schemas alike but for the triggers (dropped on
 //!    the baseline), each followed by 3 listening engines, in alternating 2 s rounds; cancels
 //!    per second and the median cancel, and their ratios.
-//! 7. What following changes costs the writers now that followers read the event log (every
-//!    20 ms) beside the notifications, so that holds and bookings show on other instances:
-//!    holds on 1,000 slots with 8 connections, without and with 3 following engines (each
-//!    with its own pool), alternating rounds (`followers`).
+//! 7. What following changes costs the writers now that followers also read the event log's
+//!    commits (every 20 ms) beside the notifications, so that holds and bookings show on other
+//!    instances: holds on 1,000 slots with 8 connections, without and with 3 following engines
+//!    (each with its own pool), and with 3 reading the log itself by position instead,
+//!    alternating rounds (`followers`).
 
 // criterion_group!/criterion_main! generate undocumented items.
 #![allow(missing_docs)]
@@ -438,35 +439,65 @@ async fn follower_cost(url: &str) {
     let store = Arc::new(fresh_store(url, schema).await);
     let engine = BookingEngine::new(Arc::clone(&store));
     let ids = slots(&engine, 1_000, i32::MAX).await;
-    let (mut without, mut with) = (Vec::new(), Vec::new());
+    let (mut without, mut with, mut reading) = (Vec::new(), Vec::new(), Vec::new());
     for round in 0..3 {
         without.push(engine_holds(&engine, &ids, &format!("plain{round}")).await);
-        let mut followers = Vec::new();
-        for _ in 0..3 {
-            let pool = sqlx::postgres::PgPoolOptions::new()
-                .max_connections(2)
-                .connect(url)
-                .await
-                .unwrap();
-            let other = PostgresStore::with_schema(pool, schema).unwrap();
-            let follower = BookingEngine::new(other.clone());
-            let following = other.follow_changes(follower.invalidator()).await.unwrap();
-            followers.push((follower, following));
-        }
-        with.push(engine_holds(&engine, &ids, &format!("followed{round}")).await);
-        for (_, following) in followers {
-            following.stop().await;
+        // `follow_changes` (notifications and the log's commits), then, to compare, followers
+        // that read the log itself by position (the core's `EventLogFeed`).
+        for by_position in [false, true] {
+            let mut followers = Vec::new();
+            for _ in 0..3 {
+                let pool = sqlx::postgres::PgPoolOptions::new()
+                    .max_connections(2)
+                    .connect(url)
+                    .await
+                    .unwrap();
+                let other = PostgresStore::with_schema(pool, schema).unwrap();
+                let follower = BookingEngine::new(other.clone());
+                let following = if by_position {
+                    let feed = slot_booking::changes::EventLogFeed::new(
+                        other.clone(),
+                        slot_booking::changes::DEFAULT_POLL_INTERVAL,
+                    )
+                    .await
+                    .unwrap();
+                    slot_booking::changes::follow_changes(
+                        feed,
+                        follower.invalidator(),
+                        slot_booking::changes::DEFAULT_COALESCING_WINDOW,
+                    )
+                } else {
+                    other.follow_changes(follower.invalidator()).await.unwrap()
+                };
+                followers.push((follower, following));
+            }
+            let tag = format!("followed{round}{by_position}");
+            let rate = engine_holds(&engine, &ids, &tag).await;
+            if by_position {
+                reading.push(rate);
+            } else {
+                with.push(rate);
+            }
+            for (_, following) in followers {
+                following.stop().await;
+            }
         }
     }
     let median = |v: &mut Vec<f64>| {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
-    let (a, b) = (median(&mut without), median(&mut with));
+    let (a, b, c) = (
+        median(&mut without),
+        median(&mut with),
+        median(&mut reading),
+    );
     println!(
         "postgres holds, 8 connections, 1,000 slots: {a:.0}/s with no follower, {b:.0}/s with 3 \
-         engines following (notifications and the event log every 20 ms), ratio {:.2}x",
-        b / a
+         engines following (notifications and the log's commits every 20 ms), ratio {:.2}x; \
+         {c:.0}/s with 3 reading the log by position every 20 ms instead, ratio {:.2}x",
+        b / a,
+        c / a
     );
 }
 

@@ -11,11 +11,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use slot_booking::changes::{
-    follow_changes, merge, ChangeFeed, EventLogFeed, Follower, Invalidator, Notice,
-    DEFAULT_COALESCING_WINDOW, DEFAULT_POLL_INTERVAL,
+    follow_changes, merge, ChangeFeed, Follower, Invalidator, Notice, DEFAULT_COALESCING_WINDOW,
+    DEFAULT_POLL_INTERVAL,
 };
 use slot_booking::StoreError;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
+
+use sqlx::AssertSqlSafe;
 
 use crate::{map_err, PostgresStore};
 
@@ -73,7 +75,7 @@ async fn pause(duration: Duration) {
 ///   `resource`. A hold's decrement does not notify, so the hot path pays one comparison in the
 ///   trigger's `WHEN` clause and no `NOTIFY` (whose commit takes an instance-wide lock);
 ///   [`PostgresStore::follow_changes`] sees holds and bookings through the event log instead
-///   ([`EventLogFeed`](slot_booking::changes::EventLogFeed)). Confirms do not touch the slot
+///   ([`EventCommitFeed`]). Confirms do not touch the slot
 ///   row. The channel names the schema (cut to 63 bytes), so stores in other
 ///   schemas of the same database are not woken.
 /// * **After commit, by construction.** PostgreSQL delivers a notification when the
@@ -191,7 +193,85 @@ impl ChangeFeed for PostgresChangeFeed {
     }
 }
 
+/// A [`ChangeFeed`] of the commits that appended events to this schema's log: every interval,
+/// one read says whether a transaction that appended events committed since the previous read,
+/// comparing the two reads' snapshots — an event whose transaction started after the older
+/// snapshot (`tx` at or above its xmax) or was running then (in its `xip`), and is visible now,
+/// committed in between. Every write of the store appends events, holds and bookings included
+/// (which the notifications leave out), so this sees them; it writes nothing (no event
+/// horizon is taken), so its cost to the writers is one indexed read per interval. A read that
+/// fails reports [`Notice::Unsure`]; the next compares with the last snapshot read.
+#[derive(Debug)]
+pub struct EventCommitFeed {
+    pool: sqlx::PgPool,
+    statement: String,
+    interval: Duration,
+    snapshot: String,
+}
+
+impl EventCommitFeed {
+    /// How often the feed reads.
+    pub fn interval(&self) -> Duration {
+        self.interval
+    }
+}
+
+#[async_trait]
+impl ChangeFeed for EventCommitFeed {
+    async fn next(&mut self) -> Notice {
+        loop {
+            tokio::time::sleep(self.interval).await;
+            let read = sqlx::query_as::<_, (String, bool)>(AssertSqlSafe(self.statement.as_str()))
+                .bind(self.snapshot.as_str())
+                .fetch_one(&self.pool)
+                .await;
+            match read {
+                Ok((snapshot, changed)) => {
+                    self.snapshot = snapshot;
+                    if changed {
+                        return Notice::Changed;
+                    }
+                }
+                Err(_) => return Notice::Unsure,
+            }
+        }
+    }
+}
+
 impl PostgresStore {
+    /// A feed of the commits that append events to this store's log from now on, read every
+    /// `interval` (see [`EventCommitFeed`]).
+    pub async fn event_commit_feed(
+        &self,
+        interval: Duration,
+    ) -> Result<EventCommitFeed, StoreError> {
+        let snapshot: String = sqlx::query_scalar("SELECT pg_catalog.pg_current_snapshot()::text")
+            .fetch_one(self.pool())
+            .await
+            .map_err(map_err)?;
+        let s = crate::fragments::quote(self.schema());
+        // The newest visible event's transaction (one backward step of the primary key), and
+        // one probe of the key per transaction running at the older snapshot: a plain range or
+        // `= ANY` over `tx` is planned as a scan of the whole log (36 ms on 128,000 events,
+        // against 0.2 ms).
+        let statement = format!(
+            "SELECT pg_catalog.pg_current_snapshot()::text, \
+                    coalesce((SELECT e.tx FROM {s}.events e ORDER BY e.tx DESC LIMIT 1) \
+                             >= pg_catalog.pg_snapshot_xmax($1::text::pg_snapshot), false) \
+                    OR EXISTS ( \
+                        SELECT 1 FROM unnest(ARRAY( \
+                            SELECT pg_catalog.pg_snapshot_xip($1::text::pg_snapshot))) r(x) \
+                        CROSS JOIN LATERAL ( \
+                            SELECT 1 FROM {s}.events e WHERE e.tx = r.x LIMIT 1) hit)"
+        );
+        Ok(EventCommitFeed {
+            pool: self.pool().clone(),
+            statement,
+            interval,
+            snapshot,
+        })
+    }
+
     /// The channel migration 6's triggers notify for this store's schema:
     /// [`CHANGE_CHANNEL_PREFIX`] followed by the schema's name, cut to 63 bytes.
     pub fn change_channel(&self) -> String {
@@ -241,8 +321,8 @@ impl PostgresStore {
     /// [`DEFAULT_COALESCING_WINDOW`]: cancels, reclaims and slot changes as soon as their
     /// notification arrives ([`PostgresChangeFeed`], listening before this returns), and
     /// every change the store's writes make, holds and bookings included (which notify
-    /// nobody: their commits stay off the notification lock), when the event log is next read,
-    /// every [`DEFAULT_POLL_INTERVAL`] ([`EventLogFeed`]). A change written by plain SQL
+    /// nobody: their commits stay off the notification lock), when the event log's commits are
+    /// next read, every [`DEFAULT_POLL_INTERVAL`] ([`EventCommitFeed`]). A change written by plain SQL
     /// outside the store shows through its notification only. Needs a tokio runtime; the
     /// follower stops when the engine is dropped.
     ///
@@ -271,7 +351,7 @@ impl PostgresStore {
         window: Duration,
     ) -> Result<Follower, StoreError> {
         let notified = self.change_feed().await?;
-        let logged = EventLogFeed::new(self.clone(), DEFAULT_POLL_INTERVAL).await?;
+        let logged = self.event_commit_feed(DEFAULT_POLL_INTERVAL).await?;
         // The engine may have cached a listing before the feeds started; a change committed in
         // between was seen by neither.
         invalidator.invalidate();
