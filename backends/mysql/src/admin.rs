@@ -9,7 +9,7 @@ use sqlx::{AssertSqlSafe, Connection};
 use crate::map_err;
 use crate::rows::{slot_from_row, to_micros, usage_from_row};
 use crate::serve::{serve, Lines};
-use crate::sql::{bind_capacity, Statements};
+use crate::sql::Statements;
 use crate::writes::{append_event, finish, reclaim_slot, Step};
 use slot_booking::events::NewEvent;
 
@@ -80,6 +80,31 @@ pub(crate) async fn remove_slot(
         binds: Binds::Removal(now),
     };
     change_taking_free_units(sql, conn, slot_id, now, change).await
+}
+
+/// Binds a capacity change's statement (`change_capacity`, `change_pool_capacity`): the new
+/// capacity's terms ([`CAPACITY_AFTER`](crate::sql::CAPACITY_AFTER))
+/// capacity's terms for each place `SET` names it, the row's id, the capacity expected twice,
+/// then the terms for each later place the `WHERE` names the new capacity (`places` of them).
+pub(crate) fn bind_capacity<'q>(
+    query: sqlx::query::Query<'q, sqlx::MySql, sqlx::mysql::MySqlArguments>,
+    change: slot_booking::CapacityChange,
+    id: i64,
+    places: usize,
+) -> sqlx::query::Query<'q, sqlx::MySql, sqlx::mysql::MySqlArguments> {
+    let terms = change.terms();
+    let mut query = query
+        .bind(terms.keep)
+        .bind(terms.add)
+        .bind(terms.keep)
+        .bind(terms.add)
+        .bind(id)
+        .bind(terms.expected)
+        .bind(terms.expected);
+    for _ in 0..places {
+        query = query.bind(terms.keep).bind(terms.add);
+    }
+    query
 }
 
 /// The parameters of an administrative update, bound around the slot id.

@@ -22,12 +22,13 @@ use slot_booking::{
 use sqlx::mysql::MySqlConnection;
 use sqlx::{AssertSqlSafe, Row};
 
+use crate::guard::write_statement;
 use crate::map_err;
 use crate::pooled::Pooled;
 use crate::retry::in_transaction;
 use crate::rows::{event_from_row, hold_from_row, to_micros};
 use crate::serve::{serve, serve_waiting, Lines};
-use crate::sql::{placeholders, write_statement, Statements};
+use crate::sql::{placeholders, Statements};
 use crate::units::lock_pools_of;
 use crate::writes::{gave_back, Step};
 use crate::MySqlStore;

@@ -118,6 +118,7 @@ mod admin;
 mod bookings;
 mod changes;
 mod events;
+mod guard;
 mod lines;
 mod migrate;
 mod pooled;

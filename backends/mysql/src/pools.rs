@@ -30,11 +30,12 @@ use slot_booking::{
 use sqlx::mysql::{MySqlConnection, MySqlRow};
 use sqlx::{AssertSqlSafe, Row};
 
+use crate::admin::bind_capacity;
 use crate::pooled::Pooled;
 use crate::retry::in_transaction;
 use crate::rows::to_micros;
 use crate::serve::{serve, Lines};
-use crate::sql::{bind_capacity, Statements};
+use crate::sql::Statements;
 use crate::units::{id_of, lock_pools_of, lock_slot, pools_of_slot, reclaim_locked, Step};
 use crate::writes::{reclaim_slot, slot_limits, take_pool};
 use crate::{map_err, MySqlStore};

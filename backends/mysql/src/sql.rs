@@ -13,51 +13,12 @@
 
 use std::fmt;
 
+use crate::guard::write_statement;
 use crate::waitlist_sql::WaitlistStatements;
-
-/// What every write statement starts with: it runs as written inside a transaction, and fails
-/// (1792, a conflict: the step runs again) when no transaction is open, so a write can never
-/// commit on its own in autocommit after Galera ended its step's transaction under it (see
-/// [`units`](crate::units)). `SET STATEMENT` (MariaDB) sets the access mode for the statement
-/// alone: a step cut at any point leaves no session state behind.
-pub(crate) const WRITE_GUARD: &str = "SET STATEMENT tx_read_only = 1 FOR ";
-
-/// `format!` of a write statement, prefixed with [`WRITE_GUARD`].
-macro_rules! write_statement {
-    ($($format:tt)*) => {
-        format!("{}{}", $crate::sql::WRITE_GUARD, format_args!($($format)*))
-    };
-}
-
-pub(crate) use write_statement;
 
 /// The capacity a change gives a slot's or pool's row: `keep * capacity + add`, two
 /// parameters ([`CapacityChange::terms`](slot_booking::CapacityChange::terms)).
-const CAPACITY_AFTER: &str = "(? * capacity + ?)";
-
-/// Binds a capacity change's statement (`change_capacity`, `change_pool_capacity`): the new
-/// capacity's terms for each place `SET` names it, the row's id, the capacity expected twice,
-/// then the terms for each later place the `WHERE` names the new capacity (`places` of them).
-pub(crate) fn bind_capacity<'q>(
-    query: sqlx::query::Query<'q, sqlx::MySql, sqlx::mysql::MySqlArguments>,
-    change: slot_booking::CapacityChange,
-    id: i64,
-    places: usize,
-) -> sqlx::query::Query<'q, sqlx::MySql, sqlx::mysql::MySqlArguments> {
-    let terms = change.terms();
-    let mut query = query
-        .bind(terms.keep)
-        .bind(terms.add)
-        .bind(terms.keep)
-        .bind(terms.add)
-        .bind(id)
-        .bind(terms.expected)
-        .bind(terms.expected);
-    for _ in 0..places {
-        query = query.bind(terms.keep).bind(terms.add);
-    }
-    query
-}
+pub(crate) const CAPACITY_AFTER: &str = "(? * capacity + ?)";
 
 /// The prefix [`MySqlStore::new`](crate::MySqlStore::new) gives its tables:
 /// `slot_booking_slots`, `slot_booking_holds`, `slot_booking_migrations`.
@@ -629,19 +590,6 @@ pub(crate) fn placeholders(n: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Every write statement carries its own guard: none starts with a bare `INSERT`,
-    /// `UPDATE` or `DELETE`, so none can commit on its own outside a step's transaction, and
-    /// none needs a session setting that a cut call would leave behind.
-    #[test]
-    fn every_write_statement_is_guarded() {
-        let statements = format!("{:?}", Statements::new(&TablePrefix::default_prefix()));
-        for bare in [": \"INSERT", ": \"UPDATE", ": \"DELETE", ": \"REPLACE"] {
-            assert!(!statements.contains(bare), "an unguarded write: {bare}");
-        }
-        let guarded = statements.matches(WRITE_GUARD).count();
-        assert!(guarded >= 40, "{guarded} guarded writes");
-    }
 
     #[test]
     fn prefixes_are_plain_identifier_starts() {

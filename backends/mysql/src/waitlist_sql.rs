@@ -3,7 +3,7 @@
 //! the key space of holds and bookings, its id the id its offer will have); offering it turns
 //! the row into a held hold.
 
-use crate::sql::write_statement;
+use crate::guard::write_statement;
 
 /// The columns [`entry_from_row`](crate::waitlists) reads, of the holds table aliased `e`.
 const ENTRY_COLUMNS: &str = "e.id, e.slot_id, e.quantity, e.owner, e.priority, \
