@@ -20,8 +20,8 @@
 
 use slot_booking::store::LineState;
 use slot_booking::{
-    async_trait, Booking, BookingLine, BookingOutcome, BookingRequest, BookingStore, Decided, Hold,
-    HoldId, HoldStatus, RenewRequest, Scope, SlotId, SlotLimits, StoreError, Timestamp, Transition,
+    Booking, BookingLine, BookingOutcome, BookingRequest, Decided, Hold, HoldId, HoldStatus,
+    RenewRequest, Scope, SlotId, SlotLimits, StoreError, Timestamp, Transition,
 };
 use sqlx::mysql::MySqlConnection;
 use sqlx::AssertSqlSafe;
@@ -29,6 +29,7 @@ use sqlx::AssertSqlSafe;
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::lines::{booking_by_id, booking_by_key, change_booking, hold_place, Change};
+use crate::map_err;
 use crate::pools::pool_usage;
 use crate::retry::reading;
 use crate::rows::{from_micros, to_micros};
@@ -40,7 +41,6 @@ use crate::writes::{
     cancel_hold, confirm_hold, pool_line_waits, reclaim_selling, renew_hold, take_pool_newcomer,
     take_units,
 };
-use crate::{map_err, MySqlStore};
 
 /// The key of a line that is not its booking's first: a leading space (no client key starts
 /// with one: a client's key is visible ASCII), the booking's id and the line's slot id, unique
@@ -359,9 +359,10 @@ impl Run<'_> {
     /// the booking's step once more.
     pub(crate) async fn create_booking(
         &mut self,
-        request: &BookingRequest<'_>,
-    ) -> Result<BookingOutcome, StoreError> {
+        request: BookingRequest<'_>,
+    ) -> Result<Decided<BookingOutcome>, StoreError> {
         let sql = self.statements();
+        let request = &request;
         let mut pools_reclaimed = false;
         loop {
             let booked = in_unit!(self, |conn| create_booking(
@@ -371,15 +372,15 @@ impl Run<'_> {
                 pools_reclaimed
             ))?;
             match booked {
-                Booked::Outcome(outcome) => return Ok(outcome),
+                Booked::Outcome(outcome) => return Ok(Decided::new(request.now, outcome)),
                 Booked::KeyTaken => {
-                    return reading!(self, |conn| key_in_use(sql, conn, request))?.ok_or_else(
-                        || {
+                    let outcome = reading!(self, |conn| key_in_use(sql, conn, request))?
+                        .ok_or_else(|| {
                             StoreError::failed(
                                 "a unique violation on the idempotency key, but no hold has it",
                             )
-                        },
-                    );
+                        })?;
+                    return Ok(Decided::new(request.now, outcome));
                 }
                 Booked::PoolShort(pools) => {
                     self.reclaim(&pools, None, request.now).await?;
@@ -393,79 +394,52 @@ impl Run<'_> {
         &mut self,
         booking_id: HoldId,
         scope: &Scope,
-    ) -> Result<Option<Booking>, StoreError> {
+        now: Timestamp,
+    ) -> Result<Decided<Option<Booking>>, StoreError> {
         let sql = self.statements();
-        reading!(self, |conn| booking_by_id(sql, conn, booking_id, scope))
+        let booking = reading!(self, |conn| booking_by_id(sql, conn, booking_id, scope))?;
+        Ok(Decided::new(now, booking))
+    }
+
+    pub(crate) async fn confirm_booking(
+        &mut self,
+        booking_id: HoldId,
+        scope: &Scope,
+        now: Timestamp,
+    ) -> Result<Decided<Transition<Booking>>, StoreError> {
+        self.change_booking(booking_id, scope, now, Change::Confirm)
+            .await
+    }
+
+    pub(crate) async fn cancel_booking(
+        &mut self,
+        booking_id: HoldId,
+        scope: &Scope,
+        now: Timestamp,
+    ) -> Result<Decided<Transition<Booking>>, StoreError> {
+        self.change_booking(booking_id, scope, now, Change::Cancel)
+            .await
+    }
+
+    pub(crate) async fn renew_booking(
+        &mut self,
+        request: RenewRequest<'_>,
+    ) -> Result<Decided<Transition<Booking>>, StoreError> {
+        let (id, scope, now) = (request.hold_id, request.scope, request.now);
+        self.change_booking(id, scope, now, Change::Renew(&request))
+            .await
     }
 
     /// Confirms, cancels or renews a booking (a plain hold as the booking of one line).
-    pub(crate) async fn change_booking(
+    async fn change_booking(
         &mut self,
         booking_id: HoldId,
         scope: &Scope,
         now: Timestamp,
         what: Change<'_>,
-    ) -> Result<Transition<Booking>, StoreError> {
+    ) -> Result<Decided<Transition<Booking>>, StoreError> {
         let sql = self.statements();
-        in_unit!(self, |conn| change(sql, conn, booking_id, scope, now, what))
-    }
-}
-
-#[async_trait]
-impl BookingStore for MySqlStore {
-    async fn create_booking(
-        &self,
-        request: BookingRequest<'_>,
-    ) -> Result<Decided<BookingOutcome>, StoreError> {
-        let outcome = self.run().create_booking(&request).await?;
-        Ok(Decided::new(request.now, outcome))
-    }
-
-    async fn get_booking(
-        &self,
-        booking_id: HoldId,
-        scope: &Scope,
-        now: Timestamp,
-    ) -> Result<Decided<Option<Booking>>, StoreError> {
-        let booking = self.run().get_booking(booking_id, scope).await?;
-        Ok(Decided::new(now, booking))
-    }
-
-    async fn confirm_booking(
-        &self,
-        booking_id: HoldId,
-        scope: &Scope,
-        now: Timestamp,
-    ) -> Result<Decided<Transition<Booking>>, StoreError> {
-        let mut run = self.run();
-        let done = run
-            .change_booking(booking_id, scope, now, Change::Confirm)
-            .await?;
-        Ok(Decided::new(now, done))
-    }
-
-    async fn cancel_booking(
-        &self,
-        booking_id: HoldId,
-        scope: &Scope,
-        now: Timestamp,
-    ) -> Result<Decided<Transition<Booking>>, StoreError> {
-        let mut run = self.run();
-        let done = run
-            .change_booking(booking_id, scope, now, Change::Cancel)
-            .await?;
-        Ok(Decided::new(now, done))
-    }
-
-    async fn renew_booking(
-        &self,
-        request: RenewRequest<'_>,
-    ) -> Result<Decided<Transition<Booking>>, StoreError> {
-        let (id, scope, now) = (request.hold_id, request.scope, request.now);
-        let mut run = self.run();
-        let done = run
-            .change_booking(id, scope, now, Change::Renew(&request))
-            .await?;
+        let done = in_unit!(self, |conn| change(sql, conn, booking_id, scope, now, what))?;
         Ok(Decided::new(now, done))
     }
 }

@@ -105,12 +105,7 @@ use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use slot_booking::{
-    async_trait, AvailabilityEntry, AvailabilityQuery, CapacityChange, Decided, Hold, HoldId,
-    HoldOutcome, HoldQueries, HoldRequest, HoldStore, NewSlot, OwnerId, PageRequest, PoolUsage,
-    RenewRequest, Scope, Slot, SlotAdmin, SlotChange, SlotCursor, SlotId, SlotUsage, StoreError,
-    Timestamp, Transition,
-};
+use slot_booking::StoreError;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 use sqlx::Executor;
 
@@ -144,7 +139,6 @@ pub use sql::{InvalidTablePrefix, DEFAULT_TABLE_PREFIX};
 pub use sqlx;
 pub use transaction::MySqlWrites;
 
-use retry::reading;
 use sql::{Statements, TablePrefix};
 
 /// Connections in the pool [`MySqlStore::connect`] opens.
@@ -292,146 +286,8 @@ pub(crate) fn map_err(error: sqlx::Error) -> StoreError {
     }
 }
 
-#[async_trait]
-impl HoldStore for MySqlStore {
-    async fn create_slot(&self, slot: &NewSlot, now: Timestamp) -> Result<Slot, StoreError> {
-        self.run().create_slot(slot, now).await
-    }
-
-    async fn get_slot(&self, slot_id: SlotId) -> Result<Option<Slot>, StoreError> {
-        reading!(&mut self.run(), |conn| reads::get_slot(
-            &self.sql, conn, slot_id
-        ))
-    }
-
-    async fn availability(
-        &self,
-        now: Timestamp,
-    ) -> Result<Decided<Vec<AvailabilityEntry>>, StoreError> {
-        let entries = reading!(&mut self.run(), |conn| reads::availability(
-            &self.sql, conn, now
-        ))?;
-        Ok(Decided::new(now, entries))
-    }
-
-    async fn pools(&self, now: Timestamp) -> Result<Decided<Vec<PoolUsage>>, StoreError> {
-        pools::all_pools(self, now).await
-    }
-
-    async fn create_hold(
-        &self,
-        request: HoldRequest<'_>,
-    ) -> Result<Decided<HoldOutcome>, StoreError> {
-        let outcome = self.run().create_hold(&request).await?;
-        Ok(Decided::new(request.now, outcome))
-    }
-
-    async fn confirm_hold(
-        &self,
-        hold_id: HoldId,
-        scope: &Scope,
-        now: Timestamp,
-    ) -> Result<Decided<Transition>, StoreError> {
-        let done = self.run().confirm_hold(hold_id, scope, now).await?;
-        Ok(Decided::new(now, done))
-    }
-
-    async fn cancel_hold(
-        &self,
-        hold_id: HoldId,
-        scope: &Scope,
-        now: Timestamp,
-    ) -> Result<Decided<Transition>, StoreError> {
-        let done = self.run().cancel_hold(hold_id, scope, now).await?;
-        Ok(Decided::new(now, done))
-    }
-
-    async fn renew_hold(
-        &self,
-        request: RenewRequest<'_>,
-    ) -> Result<Decided<Transition>, StoreError> {
-        let done = self.run().renew_hold(&request).await?;
-        Ok(Decided::new(request.now, done))
-    }
-
-    async fn get_hold(
-        &self,
-        hold_id: HoldId,
-        scope: &Scope,
-        now: Timestamp,
-    ) -> Result<Decided<Option<Hold>>, StoreError> {
-        let hold = self.run().get_hold(hold_id, scope).await?;
-        Ok(Decided::new(now, hold))
-    }
-}
-
-#[async_trait]
-impl SlotAdmin for MySqlStore {
-    async fn change_capacity(
-        &self,
-        slot_id: SlotId,
-        change: CapacityChange,
-        now: Timestamp,
-    ) -> Result<Decided<SlotChange>, StoreError> {
-        let done = self.run().change_capacity(slot_id, change, now).await?;
-        Ok(Decided::new(now, done))
-    }
-
-    async fn set_closed(
-        &self,
-        slot_id: SlotId,
-        closed: bool,
-        now: Timestamp,
-    ) -> Result<Decided<SlotChange>, StoreError> {
-        let done = self.run().set_closed(slot_id, closed, now).await?;
-        Ok(Decided::new(now, done))
-    }
-
-    async fn remove_slot(
-        &self,
-        slot_id: SlotId,
-        now: Timestamp,
-    ) -> Result<Decided<SlotChange>, StoreError> {
-        let done = self.run().remove_slot(slot_id, now).await?;
-        Ok(Decided::new(now, done))
-    }
-
-    async fn list_slots(
-        &self,
-        filter: &AvailabilityQuery,
-        page: PageRequest<SlotCursor>,
-        now: Timestamp,
-    ) -> Result<Decided<Vec<SlotUsage>>, StoreError> {
-        let listed = reading!(&mut self.run(), |conn| reads::list_slots(
-            &self.sql, conn, filter, page, now
-        ))?;
-        Ok(Decided::new(now, listed))
-    }
-}
-
-#[async_trait]
-impl HoldQueries for MySqlStore {
-    async fn owner_holds(
-        &self,
-        owner: &OwnerId,
-        page: PageRequest,
-        now: Timestamp,
-    ) -> Result<Decided<Vec<Hold>>, StoreError> {
-        let holds = reading!(&mut self.run(), |conn| reads::owner_holds(
-            &self.sql, conn, owner, page
-        ))?;
-        Ok(Decided::new(now, holds))
-    }
-
-    async fn slot_holds(
-        &self,
-        slot_id: SlotId,
-        page: PageRequest,
-        now: Timestamp,
-    ) -> Result<Decided<Vec<Hold>>, StoreError> {
-        let holds = reading!(&mut self.run(), |conn| reads::slot_holds(
-            &self.sql, conn, slot_id, page
-        ))?;
-        Ok(Decided::new(now, holds))
-    }
-}
+// Every operation of the store's own, through the one write path (`run.rs`).
+slot_booking::forward_store!(
+    impl[] HoldStore, BookingStore, SlotAdmin, HoldQueries for MySqlStore,
+    |this| this.run()
+);

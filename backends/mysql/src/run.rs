@@ -18,10 +18,13 @@
 //! writes, or a connection of the pool, run again after a conflict as a step is
 //! ([`reading!`](crate::retry::reading)).
 
+use async_trait::async_trait;
+use slot_booking::store::{first_that_fits, PlaceOne};
 use slot_booking::{
-    CapacityChange, ConsumerId, EventPosition, Hold, HoldId, HoldOutcome, HoldRequest, LeaseHolder,
-    NewSlot, PoolId, PoolUsage, RenewRequest, Scope, Slot, SlotChange, SlotId, SlotUsage,
-    StoreError, Timestamp, Transition,
+    AnyHoldOutcome, AnyHoldRequest, AvailabilityEntry, AvailabilityQuery, CapacityChange,
+    ConsumerId, Decided, EventPosition, Hold, HoldId, HoldOutcome, HoldRequest, LeaseHolder,
+    NewSlot, OwnerId, PageRequest, PoolId, PoolUsage, RenewRequest, Scope, Slot, SlotChange,
+    SlotCursor, SlotId, SlotUsage, StoreError, Timestamp, Transition,
 };
 use sqlx::mysql::MySqlConnection;
 use sqlx::AssertSqlSafe;
@@ -29,7 +32,7 @@ use sqlx::AssertSqlSafe;
 use crate::retry::reading;
 use crate::rows::{to_micros, usage_from_row};
 use crate::sql::Statements;
-use crate::{admin, events, map_err, pools, writes, MySqlStore};
+use crate::{admin, events, map_err, pools, reads, writes, MySqlStore};
 
 /// Where an operation runs: on the store's pool (`caller` `None`), or on the caller's
 /// connection.
@@ -86,6 +89,18 @@ impl MySqlStore {
     }
 }
 
+/// A candidate of "any one of these" is an ordinary hold: the core's rule
+/// ([`first_that_fits`]) over this store's one placement.
+#[async_trait]
+impl PlaceOne for Run<'_> {
+    async fn place_one(
+        &mut self,
+        request: HoldRequest<'_>,
+    ) -> Result<Decided<HoldOutcome>, StoreError> {
+        self.create_hold(request).await
+    }
+}
+
 impl<'a> Run<'a> {
     /// The store's statements, for as long as the run.
     pub(crate) fn statements(&self) -> &'a Statements {
@@ -105,9 +120,10 @@ impl<'a> Run<'a> {
     /// own and the hold's step once more.
     pub(crate) async fn create_hold(
         &mut self,
-        request: &HoldRequest<'_>,
-    ) -> Result<HoldOutcome, StoreError> {
+        request: HoldRequest<'_>,
+    ) -> Result<Decided<HoldOutcome>, StoreError> {
         let sql = self.statements();
+        let request = &request;
         let mut pools_reclaimed = false;
         loop {
             let held = in_unit!(self, |conn| writes::hold(
@@ -117,9 +133,11 @@ impl<'a> Run<'a> {
                 pools_reclaimed
             ))?;
             match held {
-                writes::Held::Outcome(outcome) => return Ok(outcome),
+                writes::Held::Outcome(outcome) => return Ok(Decided::new(request.now, outcome)),
                 writes::Held::KeyTaken => {
-                    return reading!(self, |conn| writes::answer_key_taken(sql, conn, request));
+                    let outcome =
+                        reading!(self, |conn| writes::answer_key_taken(sql, conn, request))?;
+                    return Ok(Decided::new(request.now, outcome));
                 }
                 writes::Held::PoolShort(pools) => {
                     self.reclaim(&pools, None, request.now).await?;
@@ -143,14 +161,22 @@ impl<'a> Run<'a> {
         ))
     }
 
+    pub(crate) async fn create_hold_any(
+        &mut self,
+        request: AnyHoldRequest<'_>,
+    ) -> Result<Decided<AnyHoldOutcome>, StoreError> {
+        first_that_fits(self, request).await
+    }
+
     pub(crate) async fn confirm_hold(
         &mut self,
         hold_id: HoldId,
         scope: &Scope,
         now: Timestamp,
-    ) -> Result<Transition, StoreError> {
+    ) -> Result<Decided<Transition>, StoreError> {
         let sql = self.statements();
-        in_unit!(self, |conn| writes::confirm(sql, conn, hold_id, scope, now))
+        let done = in_unit!(self, |conn| writes::confirm(sql, conn, hold_id, scope, now))?;
+        Ok(Decided::new(now, done))
     }
 
     pub(crate) async fn cancel_hold(
@@ -158,26 +184,52 @@ impl<'a> Run<'a> {
         hold_id: HoldId,
         scope: &Scope,
         now: Timestamp,
-    ) -> Result<Transition, StoreError> {
+    ) -> Result<Decided<Transition>, StoreError> {
         let sql = self.statements();
-        in_unit!(self, |conn| writes::cancel(sql, conn, hold_id, scope, now))
+        let done = in_unit!(self, |conn| writes::cancel(sql, conn, hold_id, scope, now))?;
+        Ok(Decided::new(now, done))
     }
 
     pub(crate) async fn renew_hold(
         &mut self,
-        request: &RenewRequest<'_>,
-    ) -> Result<Transition, StoreError> {
+        request: RenewRequest<'_>,
+    ) -> Result<Decided<Transition>, StoreError> {
         let sql = self.statements();
-        in_unit!(self, |conn| writes::renew(sql, conn, request))
+        let request = &request;
+        let done = in_unit!(self, |conn| writes::renew(sql, conn, request))?;
+        Ok(Decided::new(request.now, done))
     }
 
     pub(crate) async fn get_hold(
         &mut self,
         hold_id: HoldId,
         scope: &Scope,
-    ) -> Result<Option<Hold>, StoreError> {
+        now: Timestamp,
+    ) -> Result<Decided<Option<Hold>>, StoreError> {
         let sql = self.statements();
-        reading!(self, |conn| writes::hold_by_id(sql, conn, hold_id, scope))
+        let hold = reading!(self, |conn| writes::hold_by_id(sql, conn, hold_id, scope))?;
+        Ok(Decided::new(now, hold))
+    }
+
+    pub(crate) async fn get_slot(&mut self, slot_id: SlotId) -> Result<Option<Slot>, StoreError> {
+        let sql = self.statements();
+        reading!(self, |conn| reads::get_slot(sql, conn, slot_id))
+    }
+
+    pub(crate) async fn availability(
+        &mut self,
+        now: Timestamp,
+    ) -> Result<Decided<Vec<AvailabilityEntry>>, StoreError> {
+        let sql = self.statements();
+        let entries = reading!(self, |conn| reads::availability(sql, conn, now))?;
+        Ok(Decided::new(now, entries))
+    }
+
+    pub(crate) async fn pools(
+        &mut self,
+        now: Timestamp,
+    ) -> Result<Decided<Vec<PoolUsage>>, StoreError> {
+        pools::all_pools(self.store, now).await
     }
 
     pub(crate) async fn change_capacity(
@@ -185,11 +237,12 @@ impl<'a> Run<'a> {
         slot_id: SlotId,
         change: CapacityChange,
         now: Timestamp,
-    ) -> Result<SlotChange, StoreError> {
+    ) -> Result<Decided<SlotChange>, StoreError> {
         let sql = self.statements();
-        in_unit!(self, |conn| admin::change_capacity(
+        let done = in_unit!(self, |conn| admin::change_capacity(
             sql, conn, slot_id, change, now
-        ))
+        ))?;
+        Ok(Decided::new(now, done))
     }
 
     pub(crate) async fn set_closed(
@@ -197,20 +250,55 @@ impl<'a> Run<'a> {
         slot_id: SlotId,
         closed: bool,
         now: Timestamp,
-    ) -> Result<SlotChange, StoreError> {
+    ) -> Result<Decided<SlotChange>, StoreError> {
         let sql = self.statements();
-        in_unit!(self, |conn| admin::set_closed(
+        let done = in_unit!(self, |conn| admin::set_closed(
             sql, conn, slot_id, closed, now
-        ))
+        ))?;
+        Ok(Decided::new(now, done))
     }
 
     pub(crate) async fn remove_slot(
         &mut self,
         slot_id: SlotId,
         now: Timestamp,
-    ) -> Result<SlotChange, StoreError> {
+    ) -> Result<Decided<SlotChange>, StoreError> {
         let sql = self.statements();
-        in_unit!(self, |conn| admin::remove_slot(sql, conn, slot_id, now))
+        let done = in_unit!(self, |conn| admin::remove_slot(sql, conn, slot_id, now))?;
+        Ok(Decided::new(now, done))
+    }
+
+    pub(crate) async fn list_slots(
+        &mut self,
+        filter: &AvailabilityQuery,
+        page: PageRequest<SlotCursor>,
+        now: Timestamp,
+    ) -> Result<Decided<Vec<SlotUsage>>, StoreError> {
+        let sql = self.statements();
+        let listed = reading!(self, |conn| reads::list_slots(sql, conn, filter, page, now))?;
+        Ok(Decided::new(now, listed))
+    }
+
+    pub(crate) async fn owner_holds(
+        &mut self,
+        owner: &OwnerId,
+        page: PageRequest,
+        now: Timestamp,
+    ) -> Result<Decided<Vec<Hold>>, StoreError> {
+        let sql = self.statements();
+        let holds = reading!(self, |conn| reads::owner_holds(sql, conn, owner, page))?;
+        Ok(Decided::new(now, holds))
+    }
+
+    pub(crate) async fn slot_holds(
+        &mut self,
+        slot_id: SlotId,
+        page: PageRequest,
+        now: Timestamp,
+    ) -> Result<Decided<Vec<Hold>>, StoreError> {
+        let sql = self.statements();
+        let holds = reading!(self, |conn| reads::slot_holds(sql, conn, slot_id, page))?;
+        Ok(Decided::new(now, holds))
     }
 
     /// Moves a consumer's cursor: any holder's (`holder` `None`, always `true`) or only while

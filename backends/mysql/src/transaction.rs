@@ -4,15 +4,12 @@
 //! savepoint of the caller's transaction instead of a transaction of its own.
 
 use slot_booking::{
-    async_trait, Booking, BookingOutcome, BookingRequest, CapacityChange, ConsumerId, Decided,
-    EventPosition, Hold, HoldId, HoldOutcome, HoldRequest, LeaseHolder, NewSlot, PoolId, PoolUsage,
-    RenewRequest, Scope, Slot, SlotChange, SlotId, SlotUsage, StoreError, Timestamp,
-    TransactionBookings, TransactionPools, TransactionWrites, TransactionalStore, Transition,
+    async_trait, PoolId, PoolUsage, SlotId, SlotUsage, StoreError, Timestamp, TransactionPools,
+    TransactionalStore,
 };
 use sqlx::mysql::MySqlConnection;
 use sqlx::MySql;
 
-use crate::lines::Change;
 use crate::run::Run;
 use crate::{map_err, MySqlStore};
 
@@ -52,7 +49,7 @@ impl MySqlWrites<'_> {
 
 impl MySqlStore {
     /// This store's writes on `conn`, a connection the caller owns, usually inside the caller's
-    /// own transaction: the [`TransactionWrites`] that [`TransactionalStore::writes`] hands an
+    /// own transaction: the [`TransactionWrites`](slot_booking::TransactionWrites) that [`TransactionalStore::writes`] hands an
     /// [`EngineTransaction`](slot_booking::EngineTransaction), whose calls are the way an
     /// application writes inside its transaction
     /// ([`BookingEngine::transaction`](slot_booking::BookingEngine::transaction)). Called
@@ -90,155 +87,11 @@ impl MySqlStore {
     }
 }
 
-#[async_trait]
-impl TransactionWrites for MySqlWrites<'_> {
-    async fn create_hold(
-        &mut self,
-        request: HoldRequest<'_>,
-    ) -> Result<Decided<HoldOutcome>, StoreError> {
-        let outcome = self.run().create_hold(&request).await?;
-        Ok(Decided::new(request.now, outcome))
-    }
-
-    async fn confirm_hold(
-        &mut self,
-        hold_id: HoldId,
-        scope: &Scope,
-        now: Timestamp,
-    ) -> Result<Decided<Transition>, StoreError> {
-        let done = self.run().confirm_hold(hold_id, scope, now).await?;
-        Ok(Decided::new(now, done))
-    }
-
-    async fn cancel_hold(
-        &mut self,
-        hold_id: HoldId,
-        scope: &Scope,
-        now: Timestamp,
-    ) -> Result<Decided<Transition>, StoreError> {
-        let done = self.run().cancel_hold(hold_id, scope, now).await?;
-        Ok(Decided::new(now, done))
-    }
-
-    async fn renew_hold(
-        &mut self,
-        request: RenewRequest<'_>,
-    ) -> Result<Decided<Transition>, StoreError> {
-        let done = self.run().renew_hold(&request).await?;
-        Ok(Decided::new(request.now, done))
-    }
-
-    async fn get_hold(
-        &mut self,
-        hold_id: HoldId,
-        scope: &Scope,
-        now: Timestamp,
-    ) -> Result<Decided<Option<Hold>>, StoreError> {
-        let hold = self.run().get_hold(hold_id, scope).await?;
-        Ok(Decided::new(now, hold))
-    }
-
-    async fn create_slot(&mut self, slot: &NewSlot, now: Timestamp) -> Result<Slot, StoreError> {
-        self.run().create_slot(slot, now).await
-    }
-
-    async fn change_capacity(
-        &mut self,
-        slot_id: SlotId,
-        change: CapacityChange,
-        now: Timestamp,
-    ) -> Result<Decided<SlotChange>, StoreError> {
-        let done = self.run().change_capacity(slot_id, change, now).await?;
-        Ok(Decided::new(now, done))
-    }
-
-    async fn set_closed(
-        &mut self,
-        slot_id: SlotId,
-        closed: bool,
-        now: Timestamp,
-    ) -> Result<Decided<SlotChange>, StoreError> {
-        let done = self.run().set_closed(slot_id, closed, now).await?;
-        Ok(Decided::new(now, done))
-    }
-
-    async fn remove_slot(
-        &mut self,
-        slot_id: SlotId,
-        now: Timestamp,
-    ) -> Result<Decided<SlotChange>, StoreError> {
-        let done = self.run().remove_slot(slot_id, now).await?;
-        Ok(Decided::new(now, done))
-    }
-
-    async fn acknowledge(
-        &mut self,
-        consumer: &ConsumerId,
-        holder: Option<&LeaseHolder>,
-        through: EventPosition,
-    ) -> Result<bool, StoreError> {
-        self.run().acknowledge(consumer, holder, through).await
-    }
-}
-
-#[async_trait]
-impl TransactionBookings for MySqlWrites<'_> {
-    async fn create_booking(
-        &mut self,
-        request: BookingRequest<'_>,
-    ) -> Result<Decided<BookingOutcome>, StoreError> {
-        let outcome = self.run().create_booking(&request).await?;
-        Ok(Decided::new(request.now, outcome))
-    }
-
-    async fn get_booking(
-        &mut self,
-        booking_id: HoldId,
-        scope: &Scope,
-        now: Timestamp,
-    ) -> Result<Decided<Option<Booking>>, StoreError> {
-        let booking = self.run().get_booking(booking_id, scope).await?;
-        Ok(Decided::new(now, booking))
-    }
-
-    async fn confirm_booking(
-        &mut self,
-        booking_id: HoldId,
-        scope: &Scope,
-        now: Timestamp,
-    ) -> Result<Decided<Transition<Booking>>, StoreError> {
-        let mut run = self.run();
-        let done = run
-            .change_booking(booking_id, scope, now, Change::Confirm)
-            .await?;
-        Ok(Decided::new(now, done))
-    }
-
-    async fn cancel_booking(
-        &mut self,
-        booking_id: HoldId,
-        scope: &Scope,
-        now: Timestamp,
-    ) -> Result<Decided<Transition<Booking>>, StoreError> {
-        let mut run = self.run();
-        let done = run
-            .change_booking(booking_id, scope, now, Change::Cancel)
-            .await?;
-        Ok(Decided::new(now, done))
-    }
-
-    async fn renew_booking(
-        &mut self,
-        request: RenewRequest<'_>,
-    ) -> Result<Decided<Transition<Booking>>, StoreError> {
-        let (id, scope, now) = (request.hold_id, request.scope, request.now);
-        let mut run = self.run();
-        let done = run
-            .change_booking(id, scope, now, Change::Renew(&request))
-            .await?;
-        Ok(Decided::new(now, done))
-    }
-}
+// Every write on the caller's connection, through the same path as the store's own.
+slot_booking::forward_store!(
+    impl['c] TransactionWrites, TransactionBookings for MySqlWrites<'c>,
+    |this| this.run()
+);
 
 /// Units of pools and slots read on the caller's connection, inside its transaction: what it
 /// reads is what its transaction commits against.
