@@ -451,8 +451,8 @@ fn summary(_: &mut Criterion) {
         (ratio(1), ratio(2), ratio(3), ratio(4));
     let grouped = eight_store.group_commits();
     let (batches, batched) = (
-        grouped.transactions - before.transactions,
-        grouped.holds - before.holds,
+        grouped.groups - before.groups,
+        grouped.requests - before.requests,
     );
 
     let one_trip = |run: &dyn Fn() -> Duration| {

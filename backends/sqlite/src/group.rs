@@ -27,6 +27,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use futures::StreamExt;
+use slot_booking::store::GroupStats;
 use slot_booking::StoreError;
 use sqlx::sqlite::SqlitePool;
 use sqlx::{AssertSqlSafe, Connection, SqliteConnection};
@@ -62,18 +63,7 @@ pub(crate) struct HoldQueue {
     next_id: AtomicU64,
     /// Transactions committed with more than one hold in them, and the holds they took: for
     /// [`SqliteStore::group_commits`](crate::SqliteStore::group_commits).
-    stats: Mutex<GroupCommits>,
-}
-
-/// How many holds the store has committed together.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct GroupCommits {
-    /// Transactions that committed the `INSERT`s of more than one waiting hold.
-    pub transactions: u64,
-    /// The holds' `INSERT`s those transactions ran (whatever each one's outcome).
-    pub holds: u64,
-    /// The most `INSERT`s one of them ran.
-    pub largest: u64,
+    stats: Mutex<GroupStats>,
 }
 
 impl HoldQueue {
@@ -90,7 +80,7 @@ impl HoldQueue {
             .len()
     }
 
-    pub(crate) fn stats(&self) -> GroupCommits {
+    pub(crate) fn stats(&self) -> GroupStats {
         *self.stats.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -116,8 +106,8 @@ impl HoldQueue {
     fn count(&self, holds: usize) {
         let mut stats = self.stats.lock().unwrap_or_else(PoisonError::into_inner);
         let holds = holds as u64;
-        stats.transactions += 1;
-        stats.holds += holds;
+        stats.groups += 1;
+        stats.requests += holds;
         stats.largest = stats.largest.max(holds);
     }
 }

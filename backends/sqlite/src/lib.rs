@@ -295,7 +295,6 @@ mod waitlists;
 mod writes;
 
 pub use changes::{DataVersionFeed, DEFAULT_POLL_INTERVAL};
-pub use group::GroupCommits;
 pub use sql::{InvalidTablePrefix, DEFAULT_TABLE_PREFIX};
 /// The sqlx this crate is built on (0.9). Build pools and connection options through this
 /// re-export: a pool from another sqlx major version is a different type.
@@ -450,14 +449,16 @@ impl SqliteStore {
 
     /// Holds waiting now in this store's queue for the next writer, which commits them
     /// together (see the crate's docs on group commit). For monitoring, and for tests that
-    /// need several holds waiting at once.
-    pub fn waiting_holds(&self) -> usize {
+    /// need several holds waiting at once. (PostgreSQL's store counts them per slot, its
+    /// group commit's key: `PostgresStore::holds_waiting(slot)`.)
+    pub fn holds_waiting(&self) -> usize {
         self.holds.len()
     }
 
-    /// How many holds this store (and its clones) has committed together so far: the
-    /// transactions that ran the `INSERT`s of several concurrent holds, and how many.
-    pub fn group_commits(&self) -> GroupCommits {
+    /// How many holds this store (and its clones) has committed together so far, as every
+    /// store with a group commit counts them: the transactions that ran the `INSERT`s of
+    /// several concurrent holds (`groups`), the holds they ran (`requests`), the most at once.
+    pub fn group_commits(&self) -> slot_booking::store::GroupStats {
         self.holds.stats()
     }
 

@@ -1,6 +1,6 @@
 //! Group commit: concurrent holds through one store are committed together, each caller
 //! answered by its own statement. The holds are queued behind a transaction that holds the
-//! store's write queue, so every one of them is waiting (`SqliteStore::waiting_holds`) when the
+//! store's write queue, so every one of them is waiting (`SqliteStore::holds_waiting`) when the
 //! queue is let go: the batch is then certain, not a matter of timing.
 //!
 //! Commits are counted by a commit hook that the pool's `after_connect` sets on every
@@ -66,7 +66,7 @@ fn spawn_hold(store: &SqliteStore, slot_id: SlotId, k: &str) -> JoinHandle<HoldO
 /// Waits until `n` holds wait in the store's queue: each task has left its request and waits
 /// for its answer or the write queue. Yields rather than sleeps: the count is the signal.
 async fn until_waiting(store: &SqliteStore, n: usize) {
-    while store.waiting_holds() < n {
+    while store.holds_waiting() < n {
         tokio::task::yield_now().await;
     }
 }
@@ -121,8 +121,8 @@ async fn forty_holds_waiting_together(connections: u32) -> u64 {
     let commits = commits.load(Ordering::SeqCst) - commits_before;
 
     let groups = store.group_commits();
-    assert_eq!(groups.transactions - groups_before.transactions, 1);
-    assert_eq!(groups.holds - groups_before.holds, 40);
+    assert_eq!(groups.groups - groups_before.groups, 1);
+    assert_eq!(groups.requests - groups_before.requests, 40);
     assert_eq!(groups.largest, 40);
 
     let mut created_keys = Vec::new();
@@ -214,7 +214,7 @@ async fn a_lone_hold_commits_alone() {
         created(hold(&store, open, k, at(1)).await);
     }
     assert_eq!(commits.load(Ordering::SeqCst) - before, 3);
-    assert_eq!(store.group_commits().transactions, 0);
+    assert_eq!(store.group_commits().groups, 0);
 }
 
 /// The writer's connection is detached from the pool: closing the pool does not wait for it,
