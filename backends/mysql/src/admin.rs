@@ -83,7 +83,7 @@ pub(crate) async fn remove_slot(
 }
 
 /// Binds a capacity change's statement (`change_capacity`, `change_pool_capacity`): the new
-/// capacity's terms ([`CAPACITY_AFTER`](crate::sql::CAPACITY_AFTER))
+/// capacity's terms ([`CAPACITY_AFTER`](crate::fragments::CAPACITY_AFTER))
 /// capacity's terms for each place `SET` names it, the row's id, the capacity expected twice,
 /// then the terms for each later place the `WHERE` names the new capacity (`places` of them).
 pub(crate) fn bind_capacity<'q>(

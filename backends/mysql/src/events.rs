@@ -22,13 +22,14 @@ use slot_booking::{
 use sqlx::mysql::MySqlConnection;
 use sqlx::{AssertSqlSafe, Row};
 
+use crate::fragments::placeholders;
 use crate::guard::write_statement;
 use crate::map_err;
 use crate::pooled::Pooled;
 use crate::retry::in_transaction;
 use crate::rows::{event_from_row, hold_from_row, to_micros};
 use crate::serve::{serve, serve_waiting, Lines};
-use crate::sql::{placeholders, Statements};
+use crate::sql::Statements;
 use crate::units::lock_pools_of;
 use crate::writes::{gave_back, Step};
 use crate::MySqlStore;
@@ -201,7 +202,7 @@ async fn reclaim_batch(
     let recheck = format!(
         "SELECT {} FROM {} WHERE id IN ({}) AND status = 'held' AND expires_at <= ? \
          ORDER BY id FOR UPDATE",
-        crate::sql::HOLD_COLUMNS,
+        crate::fragments::HOLD_COLUMNS,
         sql.holds,
         placeholders(candidates.len())
     );

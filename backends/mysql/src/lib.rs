@@ -112,7 +112,9 @@ use sqlx::Executor;
 mod admin;
 mod bookings;
 mod changes;
+mod conflict;
 mod events;
+mod fragments;
 mod guard;
 mod lines;
 mod migrate;
@@ -131,15 +133,17 @@ mod waitlists;
 mod writes;
 
 pub use changes::EventLogFeed;
-pub use retry::{Conflict, RetryPolicy, DEFAULT_RETRY_POLICY};
+pub use conflict::Conflict;
+pub use fragments::{InvalidTablePrefix, DEFAULT_TABLE_PREFIX};
+pub use retry::{RetryPolicy, DEFAULT_RETRY_POLICY};
 pub use slot_booking::changes::DEFAULT_POLL_INTERVAL;
-pub use sql::{InvalidTablePrefix, DEFAULT_TABLE_PREFIX};
 /// The sqlx this crate is built on (0.9). Build pools and connection options through this
 /// re-export: a pool from another sqlx major version is a different type.
 pub use sqlx;
 pub use transaction::MySqlWrites;
 
-use sql::{Statements, TablePrefix};
+use fragments::TablePrefix;
+use sql::Statements;
 
 /// Connections in the pool [`MySqlStore::connect`] opens.
 pub const DEFAULT_MAX_CONNECTIONS: u32 = 16;
@@ -272,7 +276,7 @@ impl MySqlStore {
 /// [`StoreError::unavailable`]; everything else — a constraint, a syntax error, a missing
 /// table — is [`StoreError::failed`].
 pub(crate) fn map_err(error: sqlx::Error) -> StoreError {
-    let error = match retry::conflict(error) {
+    let error = match conflict::conflict(error) {
         Ok(conflict) => return StoreError::unavailable(conflict),
         Err(error) => error,
     };

@@ -14,8 +14,8 @@ use slot_booking::StoreError;
 use sqlx::mysql::MySqlPool;
 use sqlx::{AssertSqlSafe, Executor};
 
+use crate::fragments::TablePrefix;
 use crate::map_err;
-use crate::sql::TablePrefix;
 
 /// One embedded migration. Its SQL writes `{p}` where the table prefix goes, and ends each
 /// statement with `;` at the end of a line.

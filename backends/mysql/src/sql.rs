@@ -11,22 +11,9 @@
 //! "the value moves" where a write must tell a change from a no-op (a renewal, a capacity, a
 //! close): one row matched is one row changed.
 
-use std::fmt;
-
+use crate::fragments::{TablePrefix, CAPACITY_AFTER, HOLD_COLUMNS};
 use crate::guard::write_statement;
 use crate::waitlist_sql::WaitlistStatements;
-
-/// The capacity a change gives a slot's or pool's row: `keep * capacity + add`, two
-/// parameters ([`CapacityChange::terms`](slot_booking::CapacityChange::terms)).
-pub(crate) const CAPACITY_AFTER: &str = "(? * capacity + ?)";
-
-/// The prefix [`MySqlStore::new`](crate::MySqlStore::new) gives its tables:
-/// `slot_booking_slots`, `slot_booking_holds`, `slot_booking_migrations`.
-pub const DEFAULT_TABLE_PREFIX: &str = "slot_booking_";
-
-/// The columns [`hold_from_row`](crate::rows::hold_from_row) reads.
-pub(crate) const HOLD_COLUMNS: &str =
-    "id, slot_id, status, expires_at, confirmed_at, cancelled_at, quantity, owner, created_at";
 
 /// The columns [`slot_from_row`](crate::rows::slot_from_row) reads.
 const SLOT_COLUMNS: &str =
@@ -38,60 +25,6 @@ const S_SLOT_COLUMNS: &str =
 
 /// The columns [`event_from_row`](crate::rows::event_from_row) reads.
 const EVENT_COLUMNS: &str = "position, kind, slot_id, hold_id, owner, quantity, occurred_at";
-
-/// A table prefix that is not a plain identifier start.
-///
-/// Accepted: 1 to 32 characters, lowercase ASCII letters, digits and `_`, starting with a
-/// letter.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid table prefix {0:?}: use 1-32 of [a-z0-9_], starting with a letter")]
-pub struct InvalidTablePrefix(pub String);
-
-/// A bad name is a permanent failure of the store's set-up, never "unavailable".
-impl From<InvalidTablePrefix> for slot_booking::StoreError {
-    fn from(error: InvalidTablePrefix) -> Self {
-        slot_booking::StoreError::failed(error)
-    }
-}
-
-/// A validated table prefix: every name this store creates starts with it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct TablePrefix(String);
-
-impl TablePrefix {
-    pub(crate) fn new(prefix: &str) -> Result<Self, InvalidTablePrefix> {
-        let bytes = prefix.as_bytes();
-        let valid = (1..=32).contains(&bytes.len())
-            && bytes[0].is_ascii_lowercase()
-            && bytes
-                .iter()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'_');
-        if valid {
-            Ok(TablePrefix(prefix.to_owned()))
-        } else {
-            Err(InvalidTablePrefix(prefix.to_owned()))
-        }
-    }
-
-    pub(crate) fn default_prefix() -> Self {
-        TablePrefix(DEFAULT_TABLE_PREFIX.to_owned())
-    }
-
-    pub(crate) fn as_str(&self) -> &str {
-        &self.0
-    }
-
-    /// `sql` with every `{p}` replaced by the prefix (the migrations are written that way).
-    pub(crate) fn apply(&self, sql: &str) -> String {
-        sql.replace("{p}", &self.0)
-    }
-}
-
-impl fmt::Display for TablePrefix {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
 
 /// Every statement the store runs, with its table names.
 #[derive(Debug)]
@@ -582,37 +515,10 @@ impl Statements {
     }
 }
 
-/// `?, ?, …`: `n` placeholders, for a list of ids.
-pub(crate) fn placeholders(n: usize) -> String {
-    vec!["?"; n].join(", ")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn prefixes_are_plain_identifier_starts() {
-        for good in ["slot_booking_", "b", "booking2_", "a_b_c"] {
-            assert!(TablePrefix::new(good).is_ok(), "{good}");
-        }
-        for bad in [
-            "",
-            "_x",
-            "1x",
-            "Booking_",
-            "x y",
-            "x`",
-            "x;drop",
-            &"a".repeat(33),
-        ] {
-            assert_eq!(
-                TablePrefix::new(bad),
-                Err(InvalidTablePrefix(bad.to_owned())),
-                "{bad}"
-            );
-        }
-    }
+    use crate::guard::WRITE_GUARD;
 
     #[test]
     fn every_statement_names_only_prefixed_tables() {
@@ -642,9 +548,16 @@ mod tests {
         }
     }
 
+    /// Every write statement carries its own guard: none starts with a bare `INSERT`,
+    /// `UPDATE` or `DELETE`, so none can commit on its own outside a step's transaction, and
+    /// none needs a session setting that a cut call would leave behind.
     #[test]
-    fn placeholders_are_counted() {
-        assert_eq!(placeholders(1), "?");
-        assert_eq!(placeholders(3), "?, ?, ?");
+    fn every_write_statement_is_guarded() {
+        let statements = format!("{:?}", Statements::new(&TablePrefix::default_prefix()));
+        for bare in [": \"INSERT", ": \"UPDATE", ": \"DELETE", ": \"REPLACE"] {
+            assert!(!statements.contains(bare), "an unguarded write: {bare}");
+        }
+        let guarded = statements.matches(WRITE_GUARD).count();
+        assert!(guarded >= 40, "{guarded} guarded writes");
     }
 }

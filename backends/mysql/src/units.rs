@@ -8,7 +8,7 @@
 //! always do so (seen on MariaDB 10.11 with galera-4 26.4: an `UPDATE` answered with its rows
 //! matched while its transaction was already gone). Each statement after that would run on its
 //! own, in autocommit, and commit at once: a unit taken from a slot with no hold for it. So
-//! every write statement starts with [`WRITE_GUARD`](crate::sql::WRITE_GUARD)
+//! every write statement starts with [`WRITE_GUARD`](crate::guard::WRITE_GUARD)
 //! (`SET STATEMENT tx_read_only = 1 FOR …`): inside the unit's transaction it runs as written
 //! (the access mode applies to transactions that start, not to the one open), and outside any
 //! transaction it fails (1792) instead of committing, a conflict the step is run again for.
@@ -98,7 +98,7 @@ pub(crate) async fn finish_unit<T>(
             // fails too (the connection is gone) adds nothing, and sqlx rolls back before
             // the connection's next use.
             let _ = tx.rollback().await;
-            if matches!(gone, Ok(true)) && !crate::retry::is_conflict(&error) {
+            if matches!(gone, Ok(true)) && !crate::conflict::is_conflict(&error) {
                 return Err(StoreError::unavailable(crate::Conflict::lost()));
             }
             Err(error)
@@ -118,7 +118,7 @@ async fn unit_gone(tx: &mut Transaction<'_, MySql>) -> Result<bool, StoreError> 
                 .map_err(map_err)?;
             Ok(open != [1])
         }
-        Err(error) => match crate::retry::conflict(error) {
+        Err(error) => match crate::conflict::conflict(error) {
             Ok(_) => Ok(true),
             Err(error) => Err(map_err(error)),
         },

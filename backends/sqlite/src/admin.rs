@@ -3,9 +3,9 @@
 
 use super::*;
 use crate::rows::usage_from_row;
+use crate::run::{finish, Run, Step};
+use crate::serve::serve;
 use crate::units::{log_slot, reclaim, Query};
-use crate::waitlists::serve;
-use crate::writes::{finish, Run, Step};
 use slot_booking::{CapacityChange, SlotChange};
 use sqlx::Connection;
 

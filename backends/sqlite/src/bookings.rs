@@ -23,13 +23,15 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::group::{insert_outcome, Insert};
-use crate::lines::{booking_by_id, booking_by_key, change_lines};
+use crate::lines::change_lines;
 use crate::map_err;
-use crate::pools::{pool_usage, reclaim_short_pools};
+use crate::pools::pool_usage;
+use crate::reads::{booking_by_id, booking_by_key};
 use crate::rows::{from_micros, hold_from_row, to_micros};
+use crate::run::{Run, Step};
 use crate::sql::Statements;
-use crate::units::reclaim;
-use crate::writes::{Renewal, Run, Step};
+use crate::units::{reclaim, reclaim_short_pools};
+use crate::writes::Renewal;
 
 /// The key of a line that is not its booking's first: a leading space (no stored client key
 /// starts with one: a client's key is visible ASCII, and a key scoped to its owner starts with

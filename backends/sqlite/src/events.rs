@@ -4,9 +4,9 @@
 use super::*;
 use std::collections::BTreeMap;
 
+use crate::run::{Run, Step, Target};
+use crate::serve::{serve_lines, Lines};
 use crate::units::{give_back, log_hold};
-use crate::waitlists::{serve_lines, Lines};
-use crate::writes::{Run, Step, Target};
 
 /// The event log lives in the store's database (migration 5): every write above appends its
 /// events in its own unit of work (see [`SqliteStore`]'s docs), and these read it, keep the

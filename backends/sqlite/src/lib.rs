@@ -282,29 +282,35 @@ mod admin;
 mod bookings;
 mod changes;
 mod events;
+mod fragments;
 mod group;
 mod lines;
 mod migrate;
+mod pool_sql;
 mod pools;
 mod reads;
 mod rows;
+mod run;
+mod serve;
 mod sql;
 mod transaction;
 mod units;
+mod waitlist_sql;
 mod waitlists;
 mod writes;
 
 pub use changes::{DataVersionFeed, DEFAULT_POLL_INTERVAL};
-pub use sql::{InvalidTablePrefix, DEFAULT_TABLE_PREFIX};
+pub use fragments::{InvalidTablePrefix, DEFAULT_TABLE_PREFIX};
+pub use run::SqliteTransaction;
 /// The sqlx this crate is built on (0.9). Build pools and connection options through this
 /// re-export: a pool from another sqlx major version is a different type.
 pub use sqlx;
 pub use transaction::SqliteWrites;
-pub use writes::SqliteTransaction;
 
+use fragments::TablePrefix;
 use group::{sold_out, HoldParams, Insert};
 use rows::*;
-use sql::{Statements, TablePrefix};
+use sql::Statements;
 
 /// How long a connection waits for SQLite's write lock before giving up (`busy_timeout`), as
 /// set by [`SqliteStore::connect`].

@@ -1,54 +1,15 @@
-//! The lines of a booking, below the writes that change them: a booking read by its key or
-//! its id, and one change of all its lines (a hold's confirm, cancel or renewal changes every
-//! line of its booking, on the store's connections and the caller's alike).
+//! One change of all the lines of a booking, below the writes that make it: a hold's confirm,
+//! cancel or renewal changes every line of its booking, on the store's connections and the
+//! caller's alike.
 
-use slot_booking::{Booking, EventKind, Hold, HoldId, Scope, StoreError, Timestamp};
+use slot_booking::{EventKind, Hold, StoreError, Timestamp};
 use sqlx::sqlite::SqliteConnection;
-use sqlx::{AssertSqlSafe, Sqlite};
 
 use crate::map_err;
 use crate::rows::hold_from_row;
+use crate::serve::{serve_lines, Lines};
 use crate::sql::Statements;
 use crate::units::{give_back, log_hold, Query};
-use crate::waitlists::{serve_lines, Lines};
-
-/// Every line of the booking (or the plain hold) whose first line has `key`, if any.
-pub(crate) async fn booking_by_key<'e, E>(
-    sql: &Statements,
-    executor: E,
-    key: &str,
-) -> Result<Option<Booking>, StoreError>
-where
-    E: sqlx::Executor<'e, Database = Sqlite>,
-{
-    let rows = sqlx::query(AssertSqlSafe(sql.booking_by_key.as_str()))
-        .bind(key)
-        .fetch_all(executor)
-        .await
-        .map_err(map_err)?;
-    let lines = rows.iter().map(hold_from_row).collect::<Result<_, _>>()?;
-    Ok(Booking::of_lines(lines))
-}
-
-/// Every line of the booking whose id is `booking_id`, if it exists in `scope` (a plain hold is
-/// a booking of one line; the id of a line that is not the first is no booking's).
-pub(crate) async fn booking_by_id(
-    sql: &Statements,
-    conn: &mut SqliteConnection,
-    booking_id: HoldId,
-    scope: &Scope,
-) -> Result<Option<Booking>, StoreError> {
-    let (any, owner) = scope.as_filter();
-    let rows = sqlx::query(AssertSqlSafe(sql.booking_lines.as_str()))
-        .bind(booking_id.get())
-        .bind(any)
-        .bind(owner)
-        .fetch_all(conn)
-        .await
-        .map_err(map_err)?;
-    let lines = rows.iter().map(hold_from_row).collect::<Result<_, _>>()?;
-    Ok(Booking::of_lines(lines))
-}
 
 /// Runs `update`, one change of every line of a booking (confirm, cancel or renew: it returns
 /// every line it changed, all of them or none), and for each line changed, by slot id, gives

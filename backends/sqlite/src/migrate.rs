@@ -14,8 +14,8 @@ use sqlx::{AssertSqlSafe, Executor, Sqlite, Transaction};
 
 use slot_booking::StoreError;
 
+use crate::fragments::TablePrefix;
 use crate::map_err;
-use crate::sql::TablePrefix;
 
 /// One embedded migration. Its SQL writes `{p}` where the table prefix goes.
 pub(crate) struct Migration {

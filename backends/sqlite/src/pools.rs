@@ -28,7 +28,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use slot_booking::{
-    CapacityChange, Decided, Hold, NewPool, Pool, PoolChange, PoolId, PoolUsage, SlotId, SlotUsage,
+    CapacityChange, Decided, NewPool, Pool, PoolChange, PoolId, PoolUsage, SlotId, SlotUsage,
     StoreError, Timestamp, TransactionPools, MAX_POOLS_PER_SLOT,
 };
 use sqlx::sqlite::{SqliteConnection, SqliteRow};
@@ -36,140 +36,11 @@ use sqlx::{AssertSqlSafe, Row};
 
 use crate::map_err;
 use crate::rows::{to_micros, usage_from_row};
-use crate::sql::{Statements, TablePrefix, CAPACITY_AFTER, HOLD_COLUMNS};
+use crate::run::{Run, Step};
+use crate::serve::{serve_lines, Lines};
+use crate::sql::Statements;
 use crate::transaction::SqliteWrites;
-use crate::units::{reclaim, reclaim_by};
-use crate::waitlists::{serve_lines, Lines};
-use crate::writes::{Run, Step};
-
-/// The pools' statements, with this store's table names.
-#[derive(Debug)]
-pub(crate) struct PoolStatements {
-    create_pool: String,
-    pool_usage: String,
-    every_pool: String,
-    give_back: String,
-    pub(crate) pools_of_slot: String,
-    reclaim_pool: String,
-    reclaim_short_pools: String,
-    attach: String,
-    add_member: String,
-    attach_refusal: String,
-    detach: String,
-    detach_give_back: String,
-    change_capacity: String,
-}
-
-impl PoolStatements {
-    pub(crate) fn new(prefix: &TablePrefix) -> Self {
-        let slots = format!("{prefix}slots");
-        let holds = format!("{prefix}holds");
-        let pools = format!("{prefix}pools");
-        let slot_pools = format!("{prefix}slot_pools");
-        // A pool's units stored as held over its slots, split at ?1 (now) into active and
-        // expired (each sum one range of `slot_pools_by_pool`, then of the partial index over
-        // held holds per slot), and its slots (sorted when decoded).
-        let held = |cmp: &str| {
-            format!(
-                "(SELECT coalesce(SUM(h.quantity), 0) FROM {slot_pools} sp \
-                  JOIN {holds} h ON h.slot_id = sp.slot_id \
-                  WHERE sp.pool_id = p.id AND h.status = 'held' AND h.expires_at {cmp} ?1)"
-            )
-        };
-        let usage = format!(
-            "SELECT p.id, p.capacity, p.remaining, {} AS held, {} AS expired, \
-                    (SELECT group_concat(sp.slot_id) FROM {slot_pools} sp \
-                     WHERE sp.pool_id = p.id) AS slots \
-             FROM {pools} p",
-            held(">"),
-            held("<=")
-        );
-        // The taken units of the slot ?1 (held, expired not reclaimed, confirmed): its
-        // capacity less its `remaining`, by the slot's own invariant; NULL for a removed slot
-        // or none.
-        let taken = format!(
-            "(SELECT capacity - remaining FROM {slots} WHERE id = ?1 AND removed_at IS NULL)"
-        );
-        PoolStatements {
-            // ?1 capacity, ?2 now.
-            create_pool: format!(
-                "INSERT INTO {pools} (capacity, remaining, created_at) VALUES (?1, ?1, ?2) \
-                 RETURNING id, capacity, remaining"
-            ),
-            // ?1 now, ?2 pool id.
-            pool_usage: format!("{usage} WHERE p.id = ?2"),
-            // ?1 now: every pool, by id. No pool, no row: one look at an empty table.
-            every_pool: format!("{usage} ORDER BY p.id"),
-            // ?1 units, ?2 slot id: the units a slot got back, given back to its pools.
-            give_back: format!(
-                "UPDATE {pools} SET remaining = remaining + ?1 \
-                 WHERE id IN (SELECT pool_id FROM {slot_pools} WHERE slot_id = ?2)"
-            ),
-            // ?1 slot id.
-            pools_of_slot: format!(
-                "SELECT pool_id FROM {slot_pools} WHERE slot_id = ?1 ORDER BY pool_id"
-            ),
-            // ?1 slot id, ?2 now, ?3 units: the expired held holds of the slots of the slot's
-            // pools that have fewer than ?3 units (a hold's or line's insert aborted by one of
-            // them), if the slot is selling.
-            reclaim_short_pools: format!(
-                "UPDATE {holds} SET status = 'expired' \
-                 WHERE slot_id IN (SELECT o.slot_id FROM {slot_pools} m \
-                                   JOIN {pools} p ON p.id = m.pool_id AND p.remaining < ?3 \
-                                   JOIN {slot_pools} o ON o.pool_id = m.pool_id \
-                                   WHERE m.slot_id = ?1) \
-                   AND status = 'held' AND expires_at <= ?2 \
-                   AND EXISTS (SELECT 1 FROM {slots} WHERE id = ?1 AND starts_at > ?2 \
-                                 AND closed = 0 AND removed_at IS NULL) \
-                 RETURNING {HOLD_COLUMNS}"
-            ),
-            // ?1 pool id, ?2 now: the expired held holds of the pool's slots.
-            reclaim_pool: format!(
-                "UPDATE {holds} SET status = 'expired' \
-                 WHERE status = 'held' AND expires_at <= ?2 \
-                   AND slot_id IN (SELECT slot_id FROM {slot_pools} WHERE pool_id = ?1) \
-                 RETURNING {HOLD_COLUMNS}"
-            ),
-            // ?1 slot id, ?2 pool id, ?3 most pools per slot: the slot's taken units taken
-            // from the pool, only for a live slot not yet attached and in fewer than ?3
-            // pools, where the pool has them free.
-            attach: format!(
-                "UPDATE {pools} SET remaining = remaining - {taken} \
-                 WHERE id = ?2 AND remaining >= {taken} \
-                   AND NOT EXISTS (SELECT 1 FROM {slot_pools} \
-                                   WHERE slot_id = ?1 AND pool_id = ?2) \
-                   AND (SELECT count(*) FROM {slot_pools} WHERE slot_id = ?1) < ?3"
-            ),
-            add_member: format!("INSERT INTO {slot_pools} (slot_id, pool_id) VALUES (?1, ?2)"),
-            // ?1 slot id, ?2 pool id: why `attach` changed no row (or `detach` deleted none).
-            attach_refusal: format!(
-                "SELECT EXISTS (SELECT 1 FROM {slots} WHERE id = ?1), \
-                        EXISTS (SELECT 1 FROM {pools} WHERE id = ?2), \
-                        EXISTS (SELECT 1 FROM {slots} WHERE id = ?1 AND removed_at IS NULL), \
-                        EXISTS (SELECT 1 FROM {slot_pools} WHERE slot_id = ?1 AND pool_id = ?2), \
-                        (SELECT count(*) FROM {slot_pools} WHERE slot_id = ?1)"
-            ),
-            // ?1 slot id, ?2 pool id.
-            detach: format!("DELETE FROM {slot_pools} WHERE slot_id = ?1 AND pool_id = ?2"),
-            detach_give_back: format!(
-                "UPDATE {pools} SET remaining = remaining + \
-                     (SELECT capacity - remaining FROM {slots} WHERE id = ?1) \
-                 WHERE id = ?2"
-            ),
-            // ?1 pool id, ?2 keep, ?3 add, ?4 expected: as a slot's (`change_capacity` in
-            // sql.rs), the capacity after it in 0..=i32::MAX.
-            change_capacity: format!(
-                "UPDATE {pools} SET capacity = {CAPACITY_AFTER}, \
-                     remaining = remaining + ({CAPACITY_AFTER} - capacity) \
-                 WHERE id = ?1 AND (?4 IS NULL OR capacity = ?4) \
-                   AND {CAPACITY_AFTER} <> capacity \
-                   AND {CAPACITY_AFTER} BETWEEN 0 AND 2147483647 \
-                   AND remaining + ({CAPACITY_AFTER} - capacity) >= 0 \
-                 RETURNING id"
-            ),
-        }
-    }
-}
+use crate::units::reclaim;
 
 /// A row of `pool_usage` or `every_pool`.
 fn pool_usage_from_row(row: &SqliteRow) -> Result<PoolUsage, StoreError> {
@@ -214,42 +85,6 @@ pub(crate) async fn pool_usage(
         .as_ref()
         .map(pool_usage_from_row)
         .transpose()
-}
-
-/// Gives `units` a slot got back to each of its pools (see
-/// [`units::give_back`](crate::units::give_back), which calls it for a slot of some pool).
-pub(crate) async fn give_back(
-    sql: &Statements,
-    conn: &mut SqliteConnection,
-    units: i64,
-    slot_id: i64,
-) -> Result<(), StoreError> {
-    sqlx::query(AssertSqlSafe(sql.pools.give_back.as_str()))
-        .bind(units)
-        .bind(slot_id)
-        .execute(conn)
-        .await
-        .map_err(map_err)?;
-    Ok(())
-}
-
-/// For a hold (or a booking's line) of `quantity` units on `slot_id` that a pool refused after
-/// the slot's own expired holds were reclaimed: reclaims the expired holds of every slot of
-/// the slot's pools short of `quantity`, giving them back to their slots and all their pools.
-/// The caller's unit of work is rolled back, and this with it, if it is refused all the same.
-/// Returns the holds reclaimed.
-pub(crate) async fn reclaim_short_pools(
-    sql: &Statements,
-    conn: &mut SqliteConnection,
-    slot_id: i64,
-    quantity: i32,
-    now: Timestamp,
-) -> Result<Vec<Hold>, StoreError> {
-    let update = sqlx::query(AssertSqlSafe(sql.pools.reclaim_short_pools.as_str()))
-        .bind(slot_id)
-        .bind(to_micros(now))
-        .bind(quantity);
-    reclaim_by(sql, conn, update, now).await
 }
 
 /// What `attach_refusal` read: why `attach` changed no row (or `detach` deleted none).
@@ -613,53 +448,5 @@ impl TransactionPools for SqliteWrites<'_> {
         now: Timestamp,
     ) -> Result<Option<SlotUsage>, StoreError> {
         self.run.slot_usage(slot_id, now).await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_pool_statement_names_only_prefixed_tables() {
-        let sql = PoolStatements::new(&TablePrefix::new("zz_").unwrap());
-        let PoolStatements {
-            create_pool,
-            pool_usage,
-            every_pool,
-            give_back,
-            pools_of_slot,
-            reclaim_pool,
-            reclaim_short_pools,
-            attach,
-            add_member,
-            attach_refusal,
-            detach,
-            detach_give_back,
-            change_capacity,
-        } = &sql;
-        for statement in [
-            create_pool,
-            pool_usage,
-            every_pool,
-            give_back,
-            pools_of_slot,
-            reclaim_pool,
-            reclaim_short_pools,
-            attach,
-            add_member,
-            attach_refusal,
-            detach,
-            detach_give_back,
-            change_capacity,
-        ] {
-            assert!(statement.contains("zz_"), "{statement}");
-            for table in ["slots", "holds", "pools", "slot_pools"] {
-                for verb in ["FROM", "JOIN", "INTO", "UPDATE"] {
-                    let bare = format!("{verb} {table} ");
-                    assert!(!statement.contains(&bare), "{statement}");
-                }
-            }
-        }
     }
 }

@@ -1,8 +1,11 @@
 //! The reads of the store on one connection (one of the pool's, or the caller's):
-//! availability, one hold, pages of holds, one slot, the operator's listing.
+//! availability, one hold, pages of holds, one slot, the operator's listing; and the reads the
+//! writes make in their units of work (a hold by id, a booking by its key or its id).
 
 use super::*;
-use crate::writes::{hold_by_id, Run};
+use slot_booking::Booking;
+
+use crate::run::Run;
 
 /// One keyset page of holds: `query` (the owner's or the slot's statement, its first
 /// parameter bound) with the cursor and the limit.
@@ -136,4 +139,65 @@ impl Run<'_> {
         let listed = rows.iter().map(usage_from_row).collect::<Result<_, _>>()?;
         Ok(Decided::new(now, listed))
     }
+}
+
+/// The hold `hold_id` if it is in `scope`, as stored.
+pub(crate) async fn hold_by_id<'e, E>(
+    sql: &Statements,
+    executor: E,
+    hold_id: HoldId,
+    scope: &Scope,
+) -> Result<Option<Hold>, StoreError>
+where
+    E: sqlx::Executor<'e, Database = Sqlite>,
+{
+    let (any, owner) = scope.as_filter();
+    sqlx::query(AssertSqlSafe(sql.hold_by_id.as_str()))
+        .bind(hold_id.get())
+        .bind(any)
+        .bind(owner)
+        .fetch_optional(executor)
+        .await
+        .map_err(map_err)?
+        .as_ref()
+        .map(hold_from_row)
+        .transpose()
+}
+
+/// Every line of the booking (or the plain hold) whose first line has `key`, if any.
+pub(crate) async fn booking_by_key<'e, E>(
+    sql: &Statements,
+    executor: E,
+    key: &str,
+) -> Result<Option<Booking>, StoreError>
+where
+    E: sqlx::Executor<'e, Database = Sqlite>,
+{
+    let rows = sqlx::query(AssertSqlSafe(sql.booking_by_key.as_str()))
+        .bind(key)
+        .fetch_all(executor)
+        .await
+        .map_err(map_err)?;
+    let lines = rows.iter().map(hold_from_row).collect::<Result<_, _>>()?;
+    Ok(Booking::of_lines(lines))
+}
+
+/// Every line of the booking whose id is `booking_id`, if it exists in `scope` (a plain hold is
+/// a booking of one line; the id of a line that is not the first is no booking's).
+pub(crate) async fn booking_by_id(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    booking_id: HoldId,
+    scope: &Scope,
+) -> Result<Option<Booking>, StoreError> {
+    let (any, owner) = scope.as_filter();
+    let rows = sqlx::query(AssertSqlSafe(sql.booking_lines.as_str()))
+        .bind(booking_id.get())
+        .bind(any)
+        .bind(owner)
+        .fetch_all(conn)
+        .await
+        .map_err(map_err)?;
+    let lines = rows.iter().map(hold_from_row).collect::<Result<_, _>>()?;
+    Ok(Booking::of_lines(lines))
 }

@@ -1,6 +1,7 @@
 //! Decoding rows into the crate's types, and timestamps as the microseconds SQLite keeps.
 
 use super::*;
+use slot_booking::{EntryId, OwnerId, WaitlistEntry};
 
 pub(crate) fn to_micros(t: Timestamp) -> i64 {
     t.timestamp_micros()
@@ -87,4 +88,30 @@ pub(crate) fn event_from_row(row: &SqliteRow) -> Result<Event, StoreError> {
         quantity: row.try_get("quantity").map_err(map_err)?,
         at: from_micros(row.try_get("occurred_at").map_err(map_err)?)?,
     })
+}
+
+/// A row of [`ENTRY_COLUMNS`](crate::waitlist_sql::ENTRY_COLUMNS).
+pub(crate) fn entry_from_row(row: &SqliteRow) -> Result<WaitlistEntry, StoreError> {
+    let owner: Option<String> = row.try_get("owner").map_err(map_err)?;
+    Ok(WaitlistEntry {
+        entry_id: EntryId(row.try_get("id").map_err(map_err)?),
+        slot_id: SlotId(row.try_get("slot_id").map_err(map_err)?),
+        quantity: row.try_get("quantity").map_err(map_err)?,
+        owner: owner
+            .map(OwnerId::new)
+            .transpose()
+            .map_err(StoreError::failed)?,
+        priority: row.try_get("priority").map_err(map_err)?,
+        joined_at: from_micros(row.try_get("joined_at").map_err(map_err)?)?,
+        offer_micros: row.try_get("offer_micros").map_err(map_err)?,
+    })
+}
+
+/// A row of [`ENTRY_COLUMNS`](crate::waitlist_sql::ENTRY_COLUMNS) and its `position`.
+pub(crate) fn placed_entry_from_row(row: &SqliteRow) -> Result<(WaitlistEntry, u32), StoreError> {
+    let position: i64 = row.try_get("position").map_err(map_err)?;
+    Ok((
+        entry_from_row(row)?,
+        u32::try_from(position).unwrap_or(u32::MAX),
+    ))
 }

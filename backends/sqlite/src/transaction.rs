@@ -1,9 +1,9 @@
 //! The store's own write transactions ([`SqliteTransaction`]), its writes on the caller's
 //! connection ([`SqliteWrites`]), and its traits, each generated from the one write path
-//! ([`Run`](crate::writes::Run)).
+//! ([`Run`](crate::run::Run)).
 
 use super::*;
-use crate::writes::{Run, SqliteTransaction, Target};
+use crate::run::{Run, SqliteTransaction, Target};
 
 // Every operation of the store's own, through the same statements as the caller's writes.
 slot_booking::forward_store!(

@@ -1,6 +1,6 @@
-//! The small statements every write shares, below all of them: giving a slot's units back,
-//! reclaiming a slot's expired holds, and appending the events of a change in the same unit of
-//! work.
+//! The small statements every write shares, below all of them: giving a slot's units back
+//! (to its pools too), reclaiming a slot's expired holds (or those of a short pool's slots),
+//! and appending the events of a change in the same unit of work.
 
 use std::collections::BTreeMap;
 
@@ -41,7 +41,7 @@ pub(crate) async fn log_hold(
 
 /// Marks held holds that expired by `now` as expired with `statement`, bound to `(id, now)`:
 /// `reclaim` (a selling slot's), `reclaim_expired` (any slot's), or a pool's slots'
-/// (`pools.rs`); see [`reclaim_by`].
+/// ([`reclaim_short_pools`]); see [`reclaim_by`].
 pub(crate) async fn reclaim(
     sql: &Statements,
     statement: &str,
@@ -119,7 +119,7 @@ pub(crate) async fn append_event(
 /// costs the one statement. Returns whether anyone may wait for the units (as the same update
 /// returns): someone waits in the slot's line, or the slot belongs to a pool, whose line the
 /// units may serve. The caller then serves the slot's line and its pools' lines
-/// ([`serve`](crate::waitlists::serve)) in its unit of work, once its change is made.
+/// ([`serve`](crate::serve::serve)) in its unit of work, once its change is made.
 pub(crate) async fn give_back(
     sql: &Statements,
     conn: &mut SqliteConnection,
@@ -138,8 +138,44 @@ pub(crate) async fn give_back(
         ))),
         Some((false, lined)) => Ok(lined),
         Some((true, _)) => {
-            crate::pools::give_back(sql, conn, units, slot_id).await?;
+            give_back_to_pools(sql, conn, units, slot_id).await?;
             Ok(true)
         }
     }
+}
+
+/// Gives `units` a slot got back to each of its pools (see [`give_back`], which calls it for a
+/// slot of some pool).
+async fn give_back_to_pools(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    units: i64,
+    slot_id: i64,
+) -> Result<(), StoreError> {
+    sqlx::query(AssertSqlSafe(sql.pools.give_back.as_str()))
+        .bind(units)
+        .bind(slot_id)
+        .execute(conn)
+        .await
+        .map_err(map_err)?;
+    Ok(())
+}
+
+/// For a hold (or a booking's line) of `quantity` units on `slot_id` that a pool refused after
+/// the slot's own expired holds were reclaimed: reclaims the expired holds of every slot of
+/// the slot's pools short of `quantity`, giving them back to their slots and all their pools.
+/// The caller's unit of work is rolled back, and this with it, if it is refused all the same.
+/// Returns the holds reclaimed.
+pub(crate) async fn reclaim_short_pools(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    slot_id: i64,
+    quantity: i32,
+    now: Timestamp,
+) -> Result<Vec<Hold>, StoreError> {
+    let update = sqlx::query(AssertSqlSafe(sql.pools.reclaim_short_pools.as_str()))
+        .bind(slot_id)
+        .bind(to_micros(now))
+        .bind(quantity);
+    reclaim_by(sql, conn, update, now).await
 }
