@@ -213,7 +213,8 @@ impl BookingStatements {
                  FROM ({expired} UNION ALL {placed}) x ORDER BY ord, hold_id"
             ),
         );
-        let (pools_locked, pools_estimate, pools_fit, pools_take) = crate::pools::booking_pools(s);
+        let (pools_locked, pools_estimate, pools_fit, pools_take) =
+            crate::pool_sql::booking_pools(s);
         let create = format!(
             "WITH l AS ( \
                  SELECT x.slot_id, x.quantity, x.n \

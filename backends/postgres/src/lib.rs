@@ -304,6 +304,7 @@ mod events;
 mod fragments;
 mod group;
 mod migrate;
+mod pool_sql;
 mod pools;
 mod reads;
 mod rows;
@@ -366,7 +367,7 @@ struct Inner {
     /// The booking statements, beside the code that runs them (`bookings.rs`).
     bookings: bookings::BookingStatements,
     /// The pool statements, beside the code that runs them (`pools.rs`).
-    pools: pools::PoolStatements,
+    pools: pool_sql::PoolStatements,
     /// The waitlist statements, beside the code that runs them (`waitlists.rs`).
     waitlists: waitlists::WaitlistStatements,
     /// The statement of a group of holds of one slot, beside the code that runs it
@@ -411,7 +412,7 @@ impl PostgresStore {
         let sql = Statements::new(&schema);
         let events = events::EventStatements::new(&fragments::quote(&schema));
         let bookings = bookings::BookingStatements::new(&fragments::quote(&schema));
-        let pools = pools::PoolStatements::new(&fragments::quote(&schema));
+        let pools = pool_sql::PoolStatements::new(&fragments::quote(&schema));
         let waitlists = waitlists::WaitlistStatements::new(&fragments::quote(&schema));
         let groups_sql = group::GroupStatements::new(&fragments::quote(&schema));
         PostgresStore {

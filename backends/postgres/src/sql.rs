@@ -428,8 +428,8 @@ impl Statements {
                  {insert_fast}"
             ),
             // The slow path, also one statement, and the path of a slot drawing from pools:
-            // see `pools::hold_reclaim`.
-            hold_reclaim: crate::pools::hold_reclaim(&s, &now3, |answer| insert_hold(true, answer)),
+            // see `pool_sql::hold_reclaim`.
+            hold_reclaim: crate::pool_sql::hold_reclaim(&s, &now3, |answer| insert_hold(true, answer)),
             // After a hold statement changed nothing: the key's hold, if any, and the slot's
             // limits, in one read, with the instant it was read at.
             explain_hold: format!(
