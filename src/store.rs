@@ -280,6 +280,7 @@ mod holds;
 mod outcome;
 mod pools;
 mod queries;
+mod serve;
 mod step;
 mod transaction;
 mod waitlists;
@@ -298,6 +299,7 @@ pub use outcome::{
 };
 pub use pools::{PoolChange, PoolStore, TransactionPools};
 pub use queries::HoldQueries;
+pub use serve::{serve_lines, HeadState, LineOps, Lines, OfferPlan, Units};
 pub use step::Step;
 pub use transaction::{TransactionBookings, TransactionWrites, TransactionalStore};
 pub use waitlists::{JoinOutcome, JoinRequest, WaitlistStore};

@@ -3,21 +3,19 @@
 //! leave and a join each serve the lines of the slots and pools they gave units to, in their
 //! own transaction, before it commits.
 //!
-//! Lines are served in strict order to a fixpoint: the head of each line is offered its units
-//! when it is ready, and the heads are looked at again after any offer (the offered entry's
-//! slot and pools join the lines to look at), until no head is ready. An entry is ready when
-//! its slot sells, it heads its slot's line and the line of each pool of its slot (the entries
-//! of the pool's selling slots), and its whole quantity fits in its slot and every such pool,
-//! their expired holds counted free; the expired holds that make it fit are reclaimed first.
+//! Lines are served by the core's one rule, [`serve_lines`] (strict order, to a fixpoint,
+//! readiness and the reclaims that make a head fit decided there), over this store's
+//! primitives ([`LineOps`] for `Serving`): the heads of lines, a head's state read under its
+//! rows' locks, the reclaims, the offer.
 //!
 //! **Lock order.** The rows a head needs beyond the step's own (another slot of a pool, its
 //! pools) are locked with `SKIP LOCKED`, never waited for: a head whose rows another step holds
 //! is left in line for the next step that frees its units, or the sweeper's pass.
 
-use std::collections::BTreeSet;
-
+use slot_booking::store::{self, serve_lines, HeadState, LineOps, Units};
 use slot_booking::{
-    EntryId, EventKind, Hold, HoldId, OwnerId, Scope, SlotId, StoreError, Timestamp, WaitlistEntry,
+    async_trait, EntryId, EventKind, Hold, HoldId, OwnerId, PoolId, Scope, SlotId, StoreError,
+    Timestamp, WaitlistEntry,
 };
 use sqlx::mysql::{MySqlConnection, MySqlRow};
 use sqlx::{AssertSqlSafe, Connection, Row};
@@ -27,12 +25,9 @@ use crate::rows::{from_micros, to_micros};
 use crate::sql::Statements;
 use crate::units::{finish, hold_by_id, log_hold, pools_of_slot, reclaim_slot, Step};
 
-/// The lines a step looks at: slots' and pools'.
+/// The lines a step looks at: slots' and pools' (the core's [`slot_booking::store::Lines`]).
 #[derive(Debug, Default)]
-pub(crate) struct Lines {
-    slots: BTreeSet<i64>,
-    pools: BTreeSet<i64>,
-}
+pub(crate) struct Lines(store::Lines);
 
 impl Lines {
     /// No line.
@@ -47,14 +42,15 @@ impl Lines {
         conn: &mut MySqlConnection,
         slot: SlotId,
     ) -> Result<(), StoreError> {
-        self.slots.insert(slot.get());
-        self.pools.extend(pools_of_slot(sql, conn, slot).await?);
+        self.0.slots.insert(slot);
+        let pools = pools_of_slot(sql, conn, slot).await?;
+        self.0.pools.extend(pools.into_iter().map(PoolId));
         Ok(())
     }
 
     /// Adds the line of a pool.
     pub(crate) fn pool(&mut self, pool: i64) {
-        self.pools.insert(pool);
+        self.0.pools.insert(PoolId(pool));
     }
 }
 
@@ -96,50 +92,160 @@ pub(crate) async fn serve_waiting(
     if slots.is_empty() && pools.is_empty() {
         return Ok(Step::undo(0));
     }
-    let lines = Lines {
-        slots: slots.into_iter().collect(),
-        pools: pools.into_iter().collect(),
+    let lines = store::Lines {
+        slots: slots.into_iter().map(SlotId).collect(),
+        pools: pools.into_iter().map(PoolId).collect(),
     };
-    let offers = serve(sql, conn, lines, now).await?;
+    let offers = serve_lines(&mut Serving::new(sql, conn), lines, now).await?;
     Ok(Step::keep(offers.len()))
 }
 
-/// Serves `lines` to a fixpoint (see the module's docs). Returns the offers made, in order.
+/// Serves `lines` to a fixpoint: the core's rule ([`serve_lines`]) over this store's
+/// primitives. Returns the offers made, in order.
 pub(crate) async fn serve(
     sql: &Statements,
     conn: &mut MySqlConnection,
-    mut lines: Lines,
+    lines: Lines,
     now: Timestamp,
 ) -> Result<Vec<Hold>, StoreError> {
-    let mut offers = Vec::new();
-    loop {
-        let mut heads: Vec<WaitlistEntry> = Vec::new();
+    serve_lines(&mut Serving::new(sql, conn), lines.0, now).await
+}
+
+/// The store's serving primitives in one step's transaction.
+struct Serving<'a> {
+    sql: &'a Statements,
+    conn: &'a mut MySqlConnection,
+    /// The pools of the slot whose rows [`LineOps::head_state`] locked last.
+    locked: Vec<i64>,
+}
+
+impl<'a> Serving<'a> {
+    fn new(sql: &'a Statements, conn: &'a mut MySqlConnection) -> Self {
+        Serving {
+            sql,
+            conn,
+            locked: Vec::new(),
+        }
+    }
+}
+
+#[async_trait]
+impl LineOps for Serving<'_> {
+    async fn heads(
+        &mut self,
+        lines: &store::Lines,
+        now: Timestamp,
+    ) -> Result<Vec<WaitlistEntry>, StoreError> {
+        let (sql, conn) = (self.sql, &mut *self.conn);
+        let mut heads = Vec::new();
         for slot in &lines.slots {
-            heads.extend(head(sql, conn, &sql.waitlists.slot_head, *slot, now).await?);
+            heads.extend(head(conn, &sql.waitlists.slot_head, slot.get(), now).await?);
         }
         for pool in &lines.pools {
-            heads.extend(head(sql, conn, &sql.waitlists.pool_head, *pool, now).await?);
+            heads.extend(head(conn, &sql.waitlists.pool_head, pool.get(), now).await?);
         }
-        heads.sort_by_key(|entry| entry.entry_id.0);
-        heads.dedup_by_key(|entry| entry.entry_id.0);
-        let mut offered = None;
-        for entry in heads {
-            if let Some(hold) = offer(sql, conn, &entry, now).await? {
-                offered = Some(hold);
-                break;
+        Ok(heads)
+    }
+
+    /// The entry's slot row and its pools' locked without waiting (`None` when another step
+    /// has one), then whether it heads every line it is in and the units of each.
+    async fn head_state(
+        &mut self,
+        entry: &WaitlistEntry,
+        now: Timestamp,
+    ) -> Result<Option<HeadState>, StoreError> {
+        let (sql, conn) = (self.sql, &mut *self.conn);
+        let slot = entry.slot_id.get();
+        let Some(pools) = try_lock_slot(sql, conn, slot).await? else {
+            return Ok(None);
+        };
+        let mut heads_every_line = head(conn, &sql.waitlists.slot_head, slot, now)
+            .await?
+            .is_some_and(|head| head.entry_id == entry.entry_id);
+        for pool in &pools {
+            let head = head(conn, &sql.waitlists.pool_head, *pool, now).await?;
+            heads_every_line &= head.is_some_and(|head| head.entry_id == entry.entry_id);
+        }
+        let slot_units = slot_units(sql, conn, slot, now).await?;
+        let mut pool_units = Vec::with_capacity(pools.len());
+        for pool in &pools {
+            pool_units.push((
+                PoolId(*pool),
+                self::pool_units(sql, conn, *pool, now).await?,
+            ));
+        }
+        self.locked = pools;
+        Ok(Some(HeadState {
+            heads_every_line,
+            slot: slot_units,
+            pools: pool_units,
+        }))
+    }
+
+    async fn reclaim_slot(&mut self, slot: SlotId, now: Timestamp) -> Result<(), StoreError> {
+        reclaim_slot(self.sql, self.conn, slot, now).await?;
+        Ok(())
+    }
+
+    /// The pool's slots whose rows can be had without waiting.
+    async fn refill(&mut self, pool: PoolId, now: Timestamp) -> Result<(), StoreError> {
+        let (sql, conn) = (self.sql, &mut *self.conn);
+        let slots: Vec<i64> = sqlx::query_scalar(AssertSqlSafe(sql.pool_slots.as_str()))
+            .bind(pool.get())
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(map_err)?;
+        for other in slots {
+            if try_lock_slot(sql, conn, other).await?.is_some() {
+                reclaim_slot(sql, conn, SlotId(other), now).await?;
             }
         }
-        let Some(hold) = offered else {
-            return Ok(offers);
-        };
-        lines.slot_and_pools(sql, conn, hold.slot_id).await?;
-        offers.push(hold);
+        Ok(())
+    }
+
+    /// Its units taken from its slot and pools (the rows [`LineOps::head_state`] locked), its
+    /// row turned into its held offer, the lines' counts moved down.
+    async fn offer(
+        &mut self,
+        entry: &WaitlistEntry,
+        now: Timestamp,
+    ) -> Result<Option<Hold>, StoreError> {
+        let (sql, conn) = (self.sql, &mut *self.conn);
+        let slot = entry.slot_id.get();
+        let pools = std::mem::take(&mut self.locked);
+        if !take(sql, conn, slot, &pools, i64::from(entry.quantity), now).await? {
+            return Ok(None);
+        }
+        let offered = sqlx::query(AssertSqlSafe(sql.waitlists.offer.as_str()))
+            .bind(to_micros(now))
+            .bind(to_micros(now))
+            .bind(entry.entry_id.0)
+            .execute(&mut *conn)
+            .await
+            .map_err(map_err)?;
+        if offered.rows_affected() != 1 {
+            return Err(StoreError::failed(format!(
+                "the waiting entry {} is gone",
+                entry.entry_id.0
+            )));
+        }
+        count(sql, conn, slot, &pools, -1).await?;
+        let hold = hold_by_id(sql, conn, HoldId(entry.entry_id.0), &Scope::BackOffice)
+            .await?
+            .ok_or_else(|| StoreError::failed("an offer made, then not found"))?;
+        log_hold(sql, conn, EventKind::HoldPlaced, &hold, now).await?;
+        log_hold(sql, conn, EventKind::WaitlistOffered, &hold, now).await?;
+        Ok(Some(hold))
+    }
+
+    async fn pools_of(&mut self, slot: SlotId) -> Result<Vec<PoolId>, StoreError> {
+        let pools = pools_of_slot(self.sql, self.conn, slot).await?;
+        Ok(pools.into_iter().map(PoolId).collect())
     }
 }
 
 /// The head of a line (`statement`: a slot's or a pool's), if anyone waits in it.
 async fn head(
-    _sql: &Statements,
     conn: &mut MySqlConnection,
     statement: &str,
     id: i64,
@@ -195,7 +301,7 @@ async fn slot_units(
     conn: &mut MySqlConnection,
     slot: i64,
     now: Timestamp,
-) -> Result<(i64, i64), StoreError> {
+) -> Result<Units, StoreError> {
     let row: Option<(i64, i32, bool, Option<i64>, i64, bool)> =
         sqlx::query_as(AssertSqlSafe(sql.line_state.as_str()))
             .bind(to_micros(now))
@@ -213,19 +319,21 @@ async fn slot_units(
     .await
     .map_err(map_err)?;
     match (row, remaining) {
-        (Some((_, _, _, _, free, _)), Some(remaining)) => Ok((i64::from(remaining), free)),
+        (Some((_, _, _, _, free, _)), Some(remaining)) => Ok(Units {
+            remaining: i64::from(remaining),
+            expired: free - i64::from(remaining),
+        }),
         _ => Err(StoreError::failed(format!("slot {slot} is gone"))),
     }
 }
 
-/// A pool's stored `remaining` and its units free (`remaining` plus its slots' expired held
-/// holds).
+/// A pool's stored `remaining` and its slots' expired held holds.
 async fn pool_units(
     sql: &Statements,
     conn: &mut MySqlConnection,
     pool: i64,
     now: Timestamp,
-) -> Result<(i64, i64), StoreError> {
+) -> Result<Units, StoreError> {
     let row = sqlx::query(AssertSqlSafe(sql.pool_usage.as_str()))
         .bind(to_micros(now))
         .bind(to_micros(now))
@@ -236,90 +344,10 @@ async fn pool_units(
         .ok_or_else(|| StoreError::failed(format!("pool {pool} is gone")))?;
     let remaining: i32 = row.try_get("remaining").map_err(map_err)?;
     let expired: i64 = row.try_get("expired").map_err(map_err)?;
-    Ok((i64::from(remaining), i64::from(remaining) + expired))
-}
-
-/// Offers `entry` its units if it is ready (see the module's docs): its rows locked without
-/// waiting, the expired holds that make it fit reclaimed, its units taken from its slot and
-/// pools, its row turned into its held offer (`hold_placed`, then `waitlist_offered`) and the
-/// lines' counts moved down. `None` when it is not ready, or its rows are another step's.
-async fn offer(
-    sql: &Statements,
-    conn: &mut MySqlConnection,
-    entry: &WaitlistEntry,
-    now: Timestamp,
-) -> Result<Option<Hold>, StoreError> {
-    let slot = entry.slot_id.get();
-    let quantity = i64::from(entry.quantity);
-    let Some(pools) = try_lock_slot(sql, conn, slot).await? else {
-        return Ok(None);
-    };
-    // The head of every line it is in?
-    let own = head(sql, conn, &sql.waitlists.slot_head, slot, now).await?;
-    if own.map(|head| head.entry_id) != Some(entry.entry_id) {
-        return Ok(None);
-    }
-    for pool in &pools {
-        let head = head(sql, conn, &sql.waitlists.pool_head, *pool, now).await?;
-        if head.map(|head| head.entry_id) != Some(entry.entry_id) {
-            return Ok(None);
-        }
-    }
-    // Does it fit, expired holds counted free?
-    let (remaining, free) = slot_units(sql, conn, slot, now).await?;
-    if free < quantity {
-        return Ok(None);
-    }
-    let mut short_pools = Vec::new();
-    for pool in &pools {
-        let (remaining, free) = pool_units(sql, conn, *pool, now).await?;
-        if free < quantity {
-            return Ok(None);
-        }
-        if remaining < quantity {
-            short_pools.push(*pool);
-        }
-    }
-    // The expired holds that make it fit, reclaimed: its slot's, then its short pools'
-    // slots' (those had without waiting).
-    if remaining < quantity {
-        reclaim_slot(sql, conn, entry.slot_id, now).await?;
-    }
-    for pool in short_pools {
-        let slots: Vec<i64> = sqlx::query_scalar(AssertSqlSafe(sql.pool_slots.as_str()))
-            .bind(pool)
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(map_err)?;
-        for other in slots {
-            if try_lock_slot(sql, conn, other).await?.is_some() {
-                reclaim_slot(sql, conn, SlotId(other), now).await?;
-            }
-        }
-    }
-    if !take(sql, conn, slot, &pools, quantity, now).await? {
-        return Ok(None);
-    }
-    let offered = sqlx::query(AssertSqlSafe(sql.waitlists.offer.as_str()))
-        .bind(to_micros(now))
-        .bind(to_micros(now))
-        .bind(entry.entry_id.0)
-        .execute(&mut *conn)
-        .await
-        .map_err(map_err)?;
-    if offered.rows_affected() != 1 {
-        return Err(StoreError::failed(format!(
-            "the waiting entry {} is gone",
-            entry.entry_id.0
-        )));
-    }
-    count(sql, conn, slot, &pools, -1).await?;
-    let hold = hold_by_id(sql, conn, HoldId(entry.entry_id.0), &Scope::BackOffice)
-        .await?
-        .ok_or_else(|| StoreError::failed("an offer made, then not found"))?;
-    log_hold(sql, conn, EventKind::HoldPlaced, &hold, now).await?;
-    log_hold(sql, conn, EventKind::WaitlistOffered, &hold, now).await?;
-    Ok(Some(hold))
+    Ok(Units {
+        remaining: i64::from(remaining),
+        expired,
+    })
 }
 
 /// Takes an offer's units from its slot and each of its pools under a savepoint: all of them,
