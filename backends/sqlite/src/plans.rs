@@ -259,7 +259,13 @@ async fn serving_reads_its_indexes() {
     .await
     .unwrap();
     let w = &store.sql.waitlists;
-    for sql in [&w.offer_entry, &w.entry_ready, &w.slot_head, &w.pool_head] {
+    for sql in [
+        &w.offer_entry,
+        &w.entry_state,
+        &w.slot_pools_state,
+        &w.slot_head,
+        &w.pool_head,
+    ] {
         let plan = query_plan(&store, sql, &[Param::Int(10_005_i64), Param::Int(100_i64)]).await;
         for table in ["slots", "holds", "waitlist_entries"] {
             let scan = format!("SCAN slot_booking_{table}");

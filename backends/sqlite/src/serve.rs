@@ -1,24 +1,25 @@
-//! Serving lines in strict order, in the unit of work of the write that frees their units
-//! (see `waitlists.rs` for which writes serve which lines): to a fixpoint, each line's head
-//! that is ready is offered its units, the expired holds that make it fit reclaimed first.
+//! Serving lines in the unit of work of the write that frees their units (see `waitlists.rs`
+//! for which writes serve which lines), by the core's one rule
+//! ([`serve_lines`](slot_booking::store::serve_lines): strict order, to a fixpoint, readiness
+//! and the reclaims that make a head fit decided there) over this store's primitives
+//! ([`LineOps`] for `Serving`).
 
-use std::collections::BTreeSet;
-
-use slot_booking::{EventKind, Hold, PoolId, SlotId, StoreError, Timestamp};
+use slot_booking::store::{self, HeadState, LineOps, Units};
+use slot_booking::{
+    async_trait, EventKind, Hold, PoolId, SlotId, StoreError, Timestamp, WaitlistEntry,
+};
 use sqlx::sqlite::SqliteConnection;
 use sqlx::AssertSqlSafe;
 
 use crate::map_err;
-use crate::rows::{hold_from_row, to_micros};
+use crate::rows::{entry_from_row, hold_from_row, to_micros};
 use crate::sql::Statements;
-use crate::units::{log_hold, reclaim, reclaim_short_pools};
+use crate::units::{log_hold, reclaim};
 
-/// A set of lines to serve: slots' lines and pools' lines.
+/// A set of lines to serve: slots' lines and pools' lines (the core's
+/// [`slot_booking::store::Lines`]).
 #[derive(Debug, Default)]
-pub(crate) struct Lines {
-    slots: BTreeSet<i64>,
-    pools: BTreeSet<i64>,
-}
+pub(crate) struct Lines(store::Lines);
 
 impl Lines {
     /// No line.
@@ -28,13 +29,13 @@ impl Lines {
 
     /// Adds the slot's line.
     pub(crate) fn slot(&mut self, slot_id: SlotId) -> &mut Self {
-        self.slots.insert(slot_id.get());
+        self.0.slots.insert(slot_id);
         self
     }
 
     /// Adds the pool's line.
     pub(crate) fn pool(&mut self, pool_id: PoolId) -> &mut Self {
-        self.pools.insert(pool_id.get());
+        self.0.pools.insert(pool_id);
         self
     }
 
@@ -45,13 +46,8 @@ impl Lines {
         conn: &mut SqliteConnection,
         slot_id: SlotId,
     ) -> Result<&mut Self, StoreError> {
-        self.slots.insert(slot_id.get());
-        let pools: Vec<i64> = sqlx::query_scalar(AssertSqlSafe(sql.pools.pools_of_slot.as_str()))
-            .bind(slot_id.get())
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(map_err)?;
-        self.pools.extend(pools);
+        self.0.slots.insert(slot_id);
+        self.0.pools.extend(pools_of(sql, conn, slot_id).await?);
         Ok(self)
     }
 
@@ -68,20 +64,34 @@ impl Lines {
             .fetch_all(&mut *conn)
             .await
             .map_err(map_err)?;
-        self.slots.extend(slots);
+        self.0.slots.extend(slots.into_iter().map(SlotId));
         let pools: Vec<i64> = sqlx::query_scalar(AssertSqlSafe(sql.waitlists.pools_lined.as_str()))
             .bind(to_micros(now))
             .fetch_all(&mut *conn)
             .await
             .map_err(map_err)?;
-        self.pools.extend(pools);
+        self.0.pools.extend(pools.into_iter().map(PoolId));
         Ok(self)
     }
 
     /// Whether there is no line in the set.
     pub(crate) fn is_empty(&self) -> bool {
-        self.slots.is_empty() && self.pools.is_empty()
+        self.0.is_empty()
     }
+}
+
+/// The pools of slot `slot_id`, by id.
+async fn pools_of(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    slot_id: SlotId,
+) -> Result<Vec<PoolId>, StoreError> {
+    let pools: Vec<i64> = sqlx::query_scalar(AssertSqlSafe(sql.pools.pools_of_slot.as_str()))
+        .bind(slot_id.get())
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(map_err)?;
+    Ok(pools.into_iter().map(PoolId).collect())
 }
 
 /// Serves the line of `slot_id` and the lines of its pools in the unit of work `conn` is in
@@ -97,132 +107,131 @@ pub(crate) async fn serve(
     serve_lines(sql, conn, &lines, now).await
 }
 
-/// Serves `lines` in the unit of work `conn` is in, to a fixpoint: the head of each line (a
-/// pool's head may wait on another slot of the pool) is offered its units if it is ready, and
-/// the heads are looked at again after any offer, until no head is ready; an offered entry's
-/// slot and pools join the set, since the next in each of its lines may have waited only
-/// behind it. An entry is ready when its slot sells, it is the head of its slot's line and of
-/// the line of each pool of its slot, and its whole quantity fits in its slot and every pool,
-/// their expired holds counted free ([`offer`]). SQLite's one writer holds the write lock:
-/// nothing else moves meanwhile. Returns the offers made, in the order made.
+/// Serves `lines` in the unit of work `conn` is in, to a fixpoint: the core's rule
+/// ([`serve_lines`](store::serve_lines)) over this store's primitives. SQLite's one writer
+/// holds the write lock: nothing else moves meanwhile. Returns the offers made, in the order
+/// made.
 pub(crate) async fn serve_lines(
     sql: &Statements,
     conn: &mut SqliteConnection,
     lines: &Lines,
     now: Timestamp,
 ) -> Result<Vec<Hold>, StoreError> {
-    let statements = &sql.waitlists;
-    let mut offers = Vec::new();
-    let mut lines = Lines {
-        slots: lines.slots.clone(),
-        pools: lines.pools.clone(),
-    };
-    loop {
-        let mut heads = BTreeSet::new();
-        for &slot_id in &lines.slots {
-            let head: Option<i64> =
-                sqlx::query_scalar(AssertSqlSafe(statements.slot_head.as_str()))
-                    .bind(slot_id)
-                    .fetch_optional(&mut *conn)
-                    .await
-                    .map_err(map_err)?;
-            heads.extend(head);
-        }
-        for &pool_id in &lines.pools {
-            let head: Option<i64> =
-                sqlx::query_scalar(AssertSqlSafe(statements.pool_head.as_str()))
-                    .bind(pool_id)
-                    .bind(to_micros(now))
-                    .fetch_optional(&mut *conn)
-                    .await
-                    .map_err(map_err)?;
-            heads.extend(head);
-        }
-        let mut offered = false;
-        for entry_id in heads {
-            if let Some(hold) = offer(sql, conn, entry_id, now).await? {
-                // The entry left every line it was in: the next in each may have waited
-                // only behind it.
-                lines.slot_and_pools(sql, conn, hold.slot_id).await?;
-                offers.push(hold);
-                offered = true;
-            }
-        }
-        if !offered {
-            break;
-        }
-    }
-    Ok(offers)
+    store::serve_lines(&mut Serving { sql, conn }, lines.0.clone(), now).await
 }
 
-/// Offers the entry `entry_id` its units if it is ready at `now` (see [`serve_lines`]): the
-/// offer's conditional insert, which takes them from the slot's and the pools' stored
-/// `remaining`; when that inserts nothing, the entry's readiness with expired units counted
-/// free, and if it is ready, the expired holds that make it fit reclaimed (`hold_expired`,
-/// units back to their slots and pools): its slot's when the slot is short, then, when a pool
-/// is short, those of every short pool's slots (the pool refill); then the insert once more.
-/// Nothing is reclaimed for an entry that is not ready. An offered entry leaves its lines and
-/// `waitlist_offered` is appended after the trigger's `hold_placed`.
-async fn offer(
-    sql: &Statements,
-    conn: &mut SqliteConnection,
-    entry_id: i64,
-    now: Timestamp,
-) -> Result<Option<Hold>, StoreError> {
-    if let Some(offer) = insert_offer(sql, conn, entry_id, now).await? {
-        return Ok(Some(offer));
+/// The store's serving primitives in one unit of work.
+struct Serving<'a> {
+    sql: &'a Statements,
+    conn: &'a mut SqliteConnection,
+}
+
+#[async_trait]
+impl LineOps for Serving<'_> {
+    async fn heads(
+        &mut self,
+        lines: &store::Lines,
+        now: Timestamp,
+    ) -> Result<Vec<WaitlistEntry>, StoreError> {
+        let statements = &self.sql.waitlists;
+        let mut heads = Vec::new();
+        for slot_id in &lines.slots {
+            let head = sqlx::query(AssertSqlSafe(statements.slot_head.as_str()))
+                .bind(slot_id.get())
+                .fetch_optional(&mut *self.conn)
+                .await
+                .map_err(map_err)?;
+            heads.extend(head.as_ref().map(entry_from_row).transpose()?);
+        }
+        for pool_id in &lines.pools {
+            let head = sqlx::query(AssertSqlSafe(statements.pool_head.as_str()))
+                .bind(pool_id.get())
+                .bind(to_micros(now))
+                .fetch_optional(&mut *self.conn)
+                .await
+                .map_err(map_err)?;
+            heads.extend(head.as_ref().map(entry_from_row).transpose()?);
+        }
+        Ok(heads)
     }
-    let ready: Option<(i64, i32, bool, bool)> =
-        sqlx::query_as(AssertSqlSafe(sql.waitlists.entry_ready.as_str()))
-            .bind(entry_id)
+
+    async fn head_state(
+        &mut self,
+        entry: &WaitlistEntry,
+        now: Timestamp,
+    ) -> Result<Option<HeadState>, StoreError> {
+        let statements = &self.sql.waitlists;
+        let slot: Option<(bool, i64, i64)> =
+            sqlx::query_as(AssertSqlSafe(statements.entry_state.as_str()))
+                .bind(entry.entry_id.0)
+                .bind(to_micros(now))
+                .fetch_optional(&mut *self.conn)
+                .await
+                .map_err(map_err)?;
+        let Some((heads_every_line, remaining, expired)) = slot else {
+            return Ok(None);
+        };
+        let pools: Vec<(i64, i64, i64)> =
+            sqlx::query_as(AssertSqlSafe(statements.slot_pools_state.as_str()))
+                .bind(entry.slot_id.get())
+                .bind(to_micros(now))
+                .fetch_all(&mut *self.conn)
+                .await
+                .map_err(map_err)?;
+        Ok(Some(HeadState {
+            heads_every_line,
+            slot: Units { remaining, expired },
+            pools: (pools.into_iter())
+                .map(|(id, remaining, expired)| (PoolId(id), Units { remaining, expired }))
+                .collect(),
+        }))
+    }
+
+    async fn reclaim_slot(&mut self, slot: SlotId, now: Timestamp) -> Result<(), StoreError> {
+        reclaim(self.sql, &self.sql.reclaim, self.conn, slot.get(), now).await?;
+        Ok(())
+    }
+
+    async fn refill(&mut self, pool: PoolId, now: Timestamp) -> Result<(), StoreError> {
+        let statement = &self.sql.pools.reclaim_pool;
+        reclaim(self.sql, statement, self.conn, pool.get(), now).await?;
+        Ok(())
+    }
+
+    /// The offer's conditional insert, which takes its units from the slot's and the pools'
+    /// stored `remaining` (the `holds_take_a_unit` trigger) and appends `hold_placed` (the
+    /// `holds_placed_event` trigger); when it stored the hold, the entry deleted and
+    /// `waitlist_offered` appended.
+    async fn offer(
+        &mut self,
+        entry: &WaitlistEntry,
+        now: Timestamp,
+    ) -> Result<Option<Hold>, StoreError> {
+        let (sql, conn) = (self.sql, &mut *self.conn);
+        let statements = &sql.waitlists;
+        let rows = sqlx::query(AssertSqlSafe(statements.offer_entry.as_str()))
+            .bind(entry.entry_id.0)
             .bind(to_micros(now))
-            .fetch_optional(&mut *conn)
+            .fetch_all(&mut *conn)
             .await
             .map_err(map_err)?;
-    let Some((slot_id, quantity, slot_short, pool_short)) = ready else {
-        return Ok(None);
-    };
-    if slot_short {
-        reclaim(sql, &sql.reclaim, conn, slot_id, now).await?;
+        let Some(row) = rows.first() else {
+            return Ok(None);
+        };
+        let offer = hold_from_row(row)?;
+        let dropped = sqlx::query(AssertSqlSafe(statements.drop_entry.as_str()))
+            .bind(offer.hold_id.get())
+            .execute(&mut *conn)
+            .await
+            .map_err(map_err)?;
+        if dropped.rows_affected() != 1 {
+            return Err(StoreError::failed("an entry offered its units is gone"));
+        }
+        log_hold(sql, conn, EventKind::WaitlistOffered, &offer, now).await?;
+        Ok(Some(offer))
     }
-    if pool_short {
-        reclaim_short_pools(sql, conn, slot_id, quantity, now).await?;
-    }
-    match insert_offer(sql, conn, entry_id, now).await? {
-        Some(offer) => Ok(Some(offer)),
-        None => Err(StoreError::failed(format!(
-            "waitlist entry {entry_id} was ready, but its offer found no units after the reclaim"
-        ))),
-    }
-}
 
-/// The offer's conditional insert ([`offer`]), and when it stored the hold, the entry deleted
-/// and `waitlist_offered` appended.
-async fn insert_offer(
-    sql: &Statements,
-    conn: &mut SqliteConnection,
-    entry_id: i64,
-    now: Timestamp,
-) -> Result<Option<Hold>, StoreError> {
-    let statements = &sql.waitlists;
-    let rows = sqlx::query(AssertSqlSafe(statements.offer_entry.as_str()))
-        .bind(entry_id)
-        .bind(to_micros(now))
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(map_err)?;
-    let Some(row) = rows.first() else {
-        return Ok(None);
-    };
-    let offer = hold_from_row(row)?;
-    let dropped = sqlx::query(AssertSqlSafe(statements.drop_entry.as_str()))
-        .bind(offer.hold_id.get())
-        .execute(&mut *conn)
-        .await
-        .map_err(map_err)?;
-    if dropped.rows_affected() != 1 {
-        return Err(StoreError::failed("an entry offered its units is gone"));
+    async fn pools_of(&mut self, slot: SlotId) -> Result<Vec<PoolId>, StoreError> {
+        pools_of(self.sql, self.conn, slot).await
     }
-    log_hold(sql, conn, EventKind::WaitlistOffered, &offer, now).await?;
-    Ok(Some(offer))
 }

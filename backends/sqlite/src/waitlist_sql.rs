@@ -24,7 +24,8 @@ pub(crate) struct WaitlistStatements {
     pub(crate) pools_lined: String,
     pub(crate) offer_entry: String,
     pub(crate) drop_entry: String,
-    pub(crate) entry_ready: String,
+    pub(crate) entry_state: String,
+    pub(crate) slot_pools_state: String,
     pub(crate) slots_lined: String,
 }
 
@@ -114,12 +115,15 @@ impl WaitlistStatements {
             // ?1 slot id: the head of its line, by (priority DESC, id), through
             // `waitlist_line`.
             slot_head: format!(
-                "SELECT id FROM {entries} WHERE slot_id = ?1 ORDER BY priority DESC, id LIMIT 1"
+                "SELECT {ENTRY_COLUMNS} FROM {entries} WHERE slot_id = ?1 \
+                 ORDER BY priority DESC, id LIMIT 1"
             ),
             // ?1 pool id, ?2 now: the head of the pool's line, the first of the entries of its
             // slots that sell at ?2.
             pool_head: format!(
-                "SELECT x.id FROM {slot_pools} o JOIN {slots} t ON t.id = o.slot_id \
+                "SELECT x.id, x.slot_id, x.quantity, x.owner, x.priority, x.joined_at, \
+                        x.offer_micros \
+                 FROM {slot_pools} o JOIN {slots} t ON t.id = o.slot_id \
                  JOIN {entries} x ON x.slot_id = o.slot_id \
                  WHERE o.pool_id = ?1 AND t.waiting > 0 AND {selling_t} \
                  ORDER BY x.priority DESC, x.id LIMIT 1"
@@ -154,31 +158,27 @@ impl WaitlistStatements {
             ),
             // ?1 entry id: an offered entry leaves the lines.
             drop_entry: format!("DELETE FROM {entries} WHERE id = ?1"),
-            // ?1 entry id, ?2 now: the entry's slot id and quantity if it is ready, its
-            // expired units counted free: its slot sells, it is the head of its slot's line and of every line of its
-            // slot's pools, its quantity fits in its slot's `remaining` with the slot's held
-            // holds expired by ?2, and in each pool's with the expired held holds of the pool's
-            // slots. The row says whether the slot is short of its stored `remaining` (its
-            // expired holds are then reclaimed before the offer) and whether a pool is (the
-            // expired holds of such pools' slots are then reclaimed: the pool refill).
-            entry_ready: format!(
-                "SELECT e.slot_id, e.quantity, s.remaining < e.quantity AS slot_short, \
-                        EXISTS (SELECT 1 FROM {slot_pools} m JOIN {pools} p ON p.id = m.pool_id \
-                                WHERE m.slot_id = e.slot_id AND p.remaining < e.quantity) \
-                            AS pool_short \
-                 FROM {entries} e JOIN {slots} s ON s.id = e.slot_id \
-                 WHERE e.id = ?1 AND {selling_s} AND {head_everywhere} \
-                   AND s.remaining + (SELECT coalesce(SUM(h.quantity), 0) FROM {holds} h \
-                                      WHERE h.slot_id = s.id AND h.status = 'held' \
-                                        AND h.expires_at <= ?2) >= e.quantity \
-                   AND NOT EXISTS ( \
-                       SELECT 1 FROM {slot_pools} m JOIN {pools} p ON p.id = m.pool_id \
-                       WHERE m.slot_id = e.slot_id \
-                         AND p.remaining + (SELECT coalesce(SUM(h.quantity), 0) \
-                                            FROM {slot_pools} o \
-                                            JOIN {holds} h ON h.slot_id = o.slot_id \
-                                            WHERE o.pool_id = p.id AND h.status = 'held' \
-                                              AND h.expires_at <= ?2) < e.quantity)"
+            // ?1 entry id, ?2 now: the entry's state for the core's readiness rule: whether
+            // its slot sells and it heads its slot's line and every line of its slot's pools,
+            // its slot's stored `remaining`, and the units of the slot's held holds expired by
+            // ?2.
+            entry_state: format!(
+                "SELECT ({selling_s} AND {head_everywhere}) AS heads_every_line, s.remaining, \
+                        (SELECT coalesce(SUM(h.quantity), 0) FROM {holds} h \
+                         WHERE h.slot_id = s.id AND h.status = 'held' AND h.expires_at <= ?2) \
+                            AS expired \
+                 FROM {entries} e JOIN {slots} s ON s.id = e.slot_id WHERE e.id = ?1"
+            ),
+            // ?1 slot id, ?2 now: each pool of the slot, by id, with its stored `remaining`
+            // and the units of its slots' held holds expired by ?2.
+            slot_pools_state: format!(
+                "SELECT p.id, p.remaining, \
+                        (SELECT coalesce(SUM(h.quantity), 0) FROM {slot_pools} o \
+                         JOIN {holds} h ON h.slot_id = o.slot_id \
+                         WHERE o.pool_id = p.id AND h.status = 'held' AND h.expires_at <= ?2) \
+                            AS expired \
+                 FROM {slot_pools} m JOIN {pools} p ON p.id = m.pool_id \
+                 WHERE m.slot_id = ?1 ORDER BY p.id"
             ),
             // ?1 now: every slot that sells with a line, by id (the sweeper's pass), through
             // the partial index `slots_lined` (migration 11).
@@ -208,7 +208,8 @@ mod tests {
             pools_lined,
             offer_entry,
             drop_entry,
-            entry_ready,
+            entry_state,
+            slot_pools_state,
             slots_lined,
         } = &sql;
         for statement in [
@@ -222,7 +223,8 @@ mod tests {
             pools_lined,
             offer_entry,
             drop_entry,
-            entry_ready,
+            entry_state,
+            slot_pools_state,
             slots_lined,
         ] {
             assert!(statement.contains("zz_"), "{statement}");
