@@ -7,6 +7,7 @@
 
 use super::*;
 use crate::model::{EntryId, Pool, WaitlistEntry};
+use crate::store::{HeadState, Units};
 
 /// What the pool table knows of a slot's line.
 #[derive(Debug, Clone, Copy)]
@@ -132,10 +133,10 @@ impl MemoryStore {
         }
     }
 
-    /// Offers the first head of the lines of `slots` and `pools` that is ready, if one is: it
-    /// heads its slot's line and every line of its slot's pools, and fits in its slot and
-    /// every pool (their expired holds counted free, and reclaimed first when only they make
-    /// it fit).
+    /// Offers the first head of the lines of `slots` and `pools` that is ready, if one is, by
+    /// the core's rule ([`HeadState::plan`]): it heads its slot's line and every line of its
+    /// slot's pools, and fits in its slot and every pool (their expired holds counted free,
+    /// and reclaimed first when only they make it fit).
     fn offer_ready(
         &self,
         rows: &mut [MutexGuard<'_, SlotRow>],
@@ -143,7 +144,7 @@ impl MemoryStore {
         pools: &[PoolId],
         now: Timestamp,
     ) -> Option<Hold> {
-        let (index, quantity, refill) = {
+        let (index, reclaim_slot, refill) = {
             let table = lock(&self.pools);
             let slot_heads = (rows.iter().enumerate())
                 .filter(|(_, row)| slots.contains(&row.slot.slot_id))
@@ -164,28 +165,33 @@ impl MemoryStore {
                     .iter()
                     .filter_map(|id| table.by_id.get(id))
                     .collect();
-                let heads_all = of_row
-                    .iter()
-                    .all(|pool| pool_head(pool, rows, now).map(|h| h.0) == Some(order));
-                let slot_fits = row.slot.stored_remaining + row.expired_units(now) >= quantity;
                 let expired_of = |pool: &Pool| -> i32 {
                     rows.iter()
                         .filter(|r| pool.slots.contains(&r.slot.slot_id))
                         .map(|r| r.expired_units(now))
                         .sum()
                 };
-                let pools_fit = of_row
-                    .iter()
-                    .all(|pool| pool.stored_remaining + expired_of(pool) >= quantity);
-                let refill: Vec<SlotId> = of_row
-                    .iter()
-                    .filter(|pool| pool.stored_remaining < quantity)
+                let units = |remaining: i32, expired: i32| Units {
+                    remaining: i64::from(remaining),
+                    expired: i64::from(expired),
+                };
+                let state = HeadState {
+                    heads_every_line: (of_row.iter())
+                        .all(|pool| pool_head(pool, rows, now).map(|h| h.0) == Some(order)),
+                    slot: units(row.slot.stored_remaining, row.expired_units(now)),
+                    pools: (of_row.iter())
+                        .map(|pool| (pool.pool_id, units(pool.stored_remaining, expired_of(pool))))
+                        .collect(),
+                };
+                let plan = state.plan(quantity)?;
+                let refill: Vec<SlotId> = (of_row.iter())
+                    .filter(|pool| plan.refill.contains(&pool.pool_id))
                     .flat_map(|pool| pool.slots.iter().copied())
                     .collect();
-                (heads_all && slot_fits && pools_fit).then_some((index, quantity, refill))
+                Some((index, plan.reclaim_slot, refill))
             })?
         };
-        if rows[index].slot.stored_remaining < quantity {
+        if reclaim_slot {
             rows[index].reclaim(now, usize::MAX, &self.log, &self.pools);
         }
         for row in rows.iter_mut() {
