@@ -13,6 +13,7 @@
 //! belongs to, guarded so that it changes every line or none ([`change_lines`]).
 
 use slot_booking::store::LineState;
+use slot_booking::store::{take_with_refill, Attempt};
 use slot_booking::{
     Booking, BookingLine, BookingOutcome, BookingRequest, Decided, EventKind, Hold, HoldId, PoolId,
     RenewRequest, Scope, SlotLimits, StoreError, Timestamp, Transition,
@@ -22,7 +23,7 @@ use sqlx::AssertSqlSafe;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::group::{insert_outcome, Insert};
+use crate::group::Insert;
 use crate::lines::change_lines;
 use crate::map_err;
 use crate::pools::pool_usage;
@@ -30,8 +31,7 @@ use crate::reads::{booking_by_id, booking_by_key};
 use crate::rows::{from_micros, hold_from_row, to_micros};
 use crate::run::{Run, Step};
 use crate::sql::Statements;
-use crate::units::{reclaim, reclaim_short_pools};
-use crate::writes::Renewal;
+use crate::writes::{insert, Renewal, Retake, Taking};
 
 /// The key of a line that is not its booking's first: a leading space (no stored client key
 /// starts with one: a client's key is visible ASCII, and a key scoped to its owner starts with
@@ -75,8 +75,8 @@ enum LineInsert {
 }
 
 /// Inserts `line`'s hold (its conditional decrement); when it finds no unit for a reason the
-/// statement could not settle, reclaims the slot's expired holds and inserts once more, and
-/// when a pool of the slot is short then, those of the short pools' slots and once more. `key`
+/// statement could not settle, inserts it again by the core's rule ([`take_with_refill`]:
+/// the slot's expired holds reclaimed, then a short pool's slots'). `key`
 /// is the client's key for the first line, [`line_key`] for the others. The first line's key
 /// was read free in this unit, under the write lock; it is taken at its insert only if that
 /// read was somehow not the last word, and the unique key then refuses the insert.
@@ -88,40 +88,23 @@ async fn take_line(
     key: &str,
     booking: Option<HoldId>,
 ) -> Result<LineInsert, StoreError> {
-    let slot_id = line.slot_id.get();
-    // 0: as stored; 1: the slot's expired holds reclaimed; 2: and those of its short pools.
-    let mut reclaimed = 0;
-    loop {
-        let inserted = sqlx::query(AssertSqlSafe(sql.insert_line.as_str()))
-            .bind(slot_id)
-            .bind(key)
-            .bind(to_micros(request.now))
-            .bind(to_micros(request.expires_at))
-            .bind(line.quantity)
-            .bind(request.owner.map(|o| o.as_str()))
-            .bind(booking.map(HoldId::get))
-            // Stepped to its end, as a hold's insert is (see `run_insert`).
-            .fetch_all(&mut *conn)
-            .await;
-        match insert_outcome(inserted).map_err(map_err)? {
-            Insert::Created(hold) => return Ok(LineInsert::Taken(hold)),
-            Insert::KeyTaken => return Ok(LineInsert::KeyInUse),
-            Insert::KeyWaits => return Ok(LineInsert::KeyWaits),
-            // Settled inside the statement: nothing expired to reclaim.
-            Insert::SoldOut => return Ok(LineInsert::Short),
-            Insert::NoUnit | Insert::PoolShort if reclaimed == 0 => {
-                // Only a selling slot is reclaimed; the booking's unit of work is rolled back
-                // (and the reclaim with it) if any line stays short.
-                reclaim(sql, &sql.reclaim, conn, slot_id, request.now).await?;
-                reclaimed = 1;
-            }
-            Insert::PoolShort if reclaimed == 1 => {
-                reclaim_short_pools(sql, conn, slot_id, line.quantity, request.now).await?;
-                reclaimed = 2;
-            }
-            Insert::NoUnit | Insert::PoolShort => return Ok(LineInsert::Short),
-        }
-    }
+    let taking = Taking::Line {
+        request,
+        line,
+        key,
+        booking,
+    };
+    let first = insert(sql, conn, &taking).await?;
+    // Only a selling slot is reclaimed; the booking's unit of work is rolled back (and the
+    // reclaims with it) if any line stays short.
+    let last = take_with_refill(&mut Retake::new(sql, conn, taking), first).await?;
+    Ok(match last {
+        Attempt::Done(Insert::Created(hold)) => LineInsert::Taken(hold),
+        Attempt::Done(Insert::KeyTaken) => LineInsert::KeyInUse,
+        Attempt::Done(Insert::KeyWaits) => LineInsert::KeyWaits,
+        // Settled inside the statement (nothing expired to reclaim), or still short.
+        Attempt::Done(_) | Attempt::Short { .. } => LineInsert::Short,
+    })
 }
 
 /// [`BookingStore::create_booking`](slot_booking::BookingStore::create_booking) in the unit of

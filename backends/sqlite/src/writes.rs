@@ -12,10 +12,12 @@ use sqlx::sqlite::SqliteConnection;
 use sqlx::{AssertSqlSafe, Sqlite};
 use std::sync::Arc;
 
-use slot_booking::store::first_that_fits;
-use slot_booking::{AnyHoldOutcome, AnyHoldRequest, PlaceOne};
+use slot_booking::store::{first_that_fits, take_with_refill, Attempt, RefillOps};
+use slot_booking::{
+    async_trait, AnyHoldOutcome, AnyHoldRequest, BookingLine, BookingRequest, PlaceOne,
+};
 
-use crate::group::{insert_hold, sold_out, Insert};
+use crate::group::{insert_hold, insert_outcome, sold_out, Insert};
 use crate::lines::change_lines;
 use crate::map_err;
 use crate::reads::{booking_by_key, hold_by_id};
@@ -89,23 +91,25 @@ where
 
 const KEY_TAKEN_BY_NONE: &str = "a unique violation on the idempotency key, but no hold has it";
 
-/// A hold that found no unit: reclaims the slot's expired holds (one `hold_expired` event each)
-/// and inserts once more; when a pool of the slot is short then, reclaims the expired holds of
-/// the short pools' slots ([`reclaim_short_pools`]) and inserts once more. Tried even if this reclaimed nothing: a racing hold may have
-/// reclaimed units since. Refused, it says why and undoes the reclaim and its events (the next
-/// hold that needs the units redoes it).
+/// A hold that found no unit, inserted again by the core's rule ([`take_with_refill`]): the
+/// slot's expired holds reclaimed (one `hold_expired` event each) and once more; when a pool of
+/// the slot is short then, the expired holds of the short pools' slots
+/// ([`reclaim_short_pools`]) and once more. Tried even if this reclaimed nothing: a racing hold
+/// may have reclaimed units since. Refused, it says why and undoes the reclaims and their
+/// events (the next hold that needs the units redoes them).
 pub(crate) async fn hold_after_reclaim(
     sql: &Statements,
     conn: &mut SqliteConnection,
     request: &HoldRequest<'_>,
 ) -> Result<Step<HoldOutcome>, StoreError> {
     let slot_id = request.slot_id.get();
-    reclaim(sql, &sql.reclaim, conn, slot_id, request.now).await?;
-    let mut insert = insert_hold(sql, &mut *conn, request).await?;
-    if matches!(insert, Insert::PoolShort) {
-        reclaim_short_pools(sql, conn, slot_id, request.quantity, request.now).await?;
-        insert = insert_hold(sql, &mut *conn, request).await?;
-    }
+    let short = Attempt::Short { pool: false };
+    let last = take_with_refill(&mut Retake::new(sql, conn, Taking::Hold(request)), short).await?;
+    let insert = match last {
+        Attempt::Done(insert) => insert,
+        Attempt::Short { pool: false } => Insert::NoUnit,
+        Attempt::Short { pool: true } => Insert::PoolShort,
+    };
     match insert {
         Insert::Created(hold) => return Ok(Step::keep(HoldOutcome::Created(hold))),
         // Settled by the trigger after the reclaim: nothing left to read.
@@ -347,5 +351,102 @@ impl PlaceOne for Run<'_> {
         request: HoldRequest<'_>,
     ) -> Result<Decided<HoldOutcome>, StoreError> {
         self.create_hold(request).await
+    }
+}
+
+/// What a [`Retake`] inserts: a hold, or a booking's line (`key` the client's key for the
+/// first line, [`line_key`](crate::bookings::line_key) for the others).
+pub(crate) enum Taking<'a> {
+    Hold(&'a HoldRequest<'a>),
+    Line {
+        request: &'a BookingRequest<'a>,
+        line: &'a BookingLine,
+        key: &'a str,
+        booking: Option<HoldId>,
+    },
+}
+
+impl Taking<'_> {
+    fn slot_and_quantity(&self) -> (i64, i32, Timestamp) {
+        match self {
+            Taking::Hold(request) => (request.slot_id.get(), request.quantity, request.now),
+            Taking::Line { request, line, .. } => (line.slot_id.get(), line.quantity, request.now),
+        }
+    }
+}
+
+/// `taking`'s insert, as an attempt of the core's [`take_with_refill`]: short (the slot, or a
+/// pool of it) when the trigger found no unit for a reason the statement could not settle.
+pub(crate) async fn insert(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    taking: &Taking<'_>,
+) -> Result<Attempt<Insert>, StoreError> {
+    let insert = match taking {
+        Taking::Hold(request) => insert_hold(sql, &mut *conn, request).await?,
+        Taking::Line {
+            request,
+            line,
+            key,
+            booking,
+        } => {
+            let inserted = sqlx::query(AssertSqlSafe(sql.insert_line.as_str()))
+                .bind(line.slot_id.get())
+                .bind(*key)
+                .bind(to_micros(request.now))
+                .bind(to_micros(request.expires_at))
+                .bind(line.quantity)
+                .bind(request.owner.map(|o| o.as_str()))
+                .bind(booking.map(HoldId::get))
+                // Stepped to its end, as a hold's insert is (see `run_insert`).
+                .fetch_all(&mut *conn)
+                .await;
+            insert_outcome(inserted).map_err(map_err)?
+        }
+    };
+    Ok(match insert {
+        Insert::NoUnit => Attempt::Short { pool: false },
+        Insert::PoolShort => Attempt::Short { pool: true },
+        settled => Attempt::Done(settled),
+    })
+}
+
+/// A hold's or a booking line's insert, tried again after the reclaims the core's rule
+/// ([`take_with_refill`]) asks for, in the unit of work `conn` is in.
+pub(crate) struct Retake<'a> {
+    sql: &'a Statements,
+    conn: &'a mut SqliteConnection,
+    taking: Taking<'a>,
+}
+
+impl<'a> Retake<'a> {
+    pub(crate) fn new(
+        sql: &'a Statements,
+        conn: &'a mut SqliteConnection,
+        taking: Taking<'a>,
+    ) -> Self {
+        Retake { sql, conn, taking }
+    }
+}
+
+#[async_trait]
+impl RefillOps for Retake<'_> {
+    type Done = Insert;
+
+    async fn attempt(&mut self) -> Result<Attempt<Insert>, StoreError> {
+        insert(self.sql, self.conn, &self.taking).await
+    }
+
+    /// Only a selling slot's holds are reclaimed.
+    async fn reclaim_slot(&mut self) -> Result<(), StoreError> {
+        let (slot_id, _, now) = self.taking.slot_and_quantity();
+        reclaim(self.sql, &self.sql.reclaim, self.conn, slot_id, now).await?;
+        Ok(())
+    }
+
+    async fn refill_pools(&mut self) -> Result<(), StoreError> {
+        let (slot_id, quantity, now) = self.taking.slot_and_quantity();
+        reclaim_short_pools(self.sql, self.conn, slot_id, quantity, now).await?;
+        Ok(())
     }
 }
