@@ -134,7 +134,7 @@ async fn a_cancel_through_one_instance_shows_on_the_others() {
     let mut delays = [Vec::with_capacity(TRIALS), Vec::with_capacity(TRIALS)];
     for trial in 0..TRIALS {
         let placed = a.hold(slot, &format!("trial-{trial}")).await.unwrap();
-        a.confirm_as(&Scope::Anonymous, placed.hold.hold_id)
+        a.confirm(&Scope::Anonymous, placed.hold.hold_id)
             .await
             .unwrap();
         // A hold does not notify: make B and C list the slot as taken before the cancel.
@@ -149,7 +149,7 @@ async fn a_cancel_through_one_instance_shows_on_the_others() {
         if spaced {
             tokio::time::sleep(DEFAULT_COALESCING_WINDOW + Duration::from_millis(5)).await;
         }
-        a.cancel_as(&Scope::Anonymous, placed.hold.hold_id)
+        a.cancel(&Scope::Anonymous, placed.hold.hold_id)
             .await
             .unwrap();
         // From the cancel's commit (it has returned) to each instance serving the unit.
@@ -344,7 +344,7 @@ async fn a_change_in_a_callers_transaction_shows_at_commit_and_never_on_rollback
 
     // A hold's decrement and a confirm notify nothing either.
     let placed = e.hold(slot, "quiet").await.unwrap();
-    e.confirm_as(&Scope::Anonymous, placed.hold.hold_id)
+    e.confirm(&Scope::Anonymous, placed.hold.hold_id)
         .await
         .unwrap();
     execute(ctx.pool(), &raise, marker).await;

@@ -60,7 +60,7 @@ async fn commits_through_another_store_show_on_a_following_engine() {
         .slot_id;
     let placed = engine_a.hold(slot_id, "booked").await.unwrap().hold;
     engine_a
-        .confirm_as(&Scope::Anonymous, placed.hold_id)
+        .confirm(&Scope::Anonymous, placed.hold_id)
         .await
         .unwrap();
 
@@ -75,7 +75,7 @@ async fn commits_through_another_store_show_on_a_following_engine() {
 
     // A cancel through store A, which engine B's cache knows nothing of.
     engine_a
-        .cancel_as(&Scope::Anonymous, placed.hold_id)
+        .cancel(&Scope::Anonymous, placed.hold_id)
         .await
         .unwrap();
     eventually("the cancel on engine B", || async {
