@@ -132,7 +132,7 @@ mod writes;
 
 pub use changes::EventLogFeed;
 pub use retry::{Conflict, RetryPolicy, DEFAULT_RETRY_POLICY};
-pub use slot_booking::changes::DEFAULT_POLL_INTERVAL;
+pub use slot_booking::changes::{Following, DEFAULT_POLL_INTERVAL};
 pub use sql::{InvalidTablePrefix, DEFAULT_TABLE_PREFIX};
 /// The sqlx this crate is built on (0.9). Build pools and connection options through this
 /// re-export: a pool from another sqlx major version is a different type.

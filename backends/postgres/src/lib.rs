@@ -313,6 +313,7 @@ mod waitlists;
 mod writes;
 
 pub use changes::{EventCommitFeed, PostgresChangeFeed, CHANGE_CHANNEL_PREFIX};
+pub use slot_booking::changes::Following;
 /// The sqlx this crate is built on (0.9). Build pools and connection options through this
 /// re-export: a pool from another sqlx major version is a different type.
 pub use sqlx;
