@@ -731,7 +731,7 @@ async fn pairs(
                     let placed = engine.hold(slot, &format!("{tag}-{i}")).await.unwrap();
                     let held = Instant::now();
                     engine
-                        .cancel_as(&Scope::Anonymous, placed.hold.hold_id)
+                        .cancel(&Scope::Anonymous, placed.hold.hold_id)
                         .await
                         .unwrap();
                     done.holds.push((held - started).as_secs_f64());

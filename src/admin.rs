@@ -21,7 +21,7 @@
 //!     .create_slot(NewSlot::new(start, start + Duration::hours(1), 10).resource(room.clone()))
 //!     .await?;
 //! let hold = engine.hold(slot.slot_id, "order-1").await?.hold;
-//! engine.confirm_as(&Scope::Anonymous, hold.hold_id).await?;
+//! engine.confirm(&Scope::Anonymous, hold.hold_id).await?;
 //!
 //! // Fewer seats: free units only. One is sold, so 1 is the floor.
 //! assert_eq!(engine.change_capacity(slot.slot_id, 4).await?.stored_remaining, 3);
@@ -53,11 +53,7 @@ use crate::model::{
 use crate::observe::{Op, Operation};
 use crate::store::{HoldStore, SlotAdmin, SlotChange};
 
-#[allow(deprecated)]
-pub use crate::model::SlotPageRequest;
 pub use crate::model::{InvalidSlotCursor, SlotCursor, SlotPage, SlotSummary, SlotUsage};
-#[allow(deprecated)]
-pub use crate::SlotFilter;
 
 /// A capacity change as the engine accepts it: a capacity it names outright in
 /// `1..=i32::MAX` (a move by any number of units is checked against the slot by the store).

@@ -31,7 +31,7 @@
 //! assert_eq!(lines[0].slot_id, nights[1]);
 //!
 //! let booked = engine
-//!     .confirm_booking_as(&Scope::Anonymous, placed.booking.booking_id)
+//!     .confirm_booking(&Scope::Anonymous, placed.booking.booking_id)
 //!     .await?;
 //! assert!(booked.lines.iter().all(|line| line.status == HoldStatus::Confirmed));
 //! # Ok::<(), BookingError>(())
@@ -166,7 +166,7 @@ impl<S: BookingStore> BookingEngine<S> {
     /// Reads a booking in `scope` with every line, statuses resolved at the current time. A
     /// hold's id reads it as a booking of one line; a booking outside `scope`, or the id of a
     /// line that is not its first, is `hold_not_found`.
-    pub async fn get_booking_as(
+    pub async fn get_booking(
         &self,
         scope: &Scope,
         booking_id: HoldId,
@@ -190,7 +190,7 @@ impl<S: BookingStore> BookingEngine<S> {
     /// Confirms every line of an active booking in `scope` at once. Confirming a confirmed
     /// booking returns it unchanged; an expired one is `hold_expired`, a cancelled one
     /// `hold_cancelled`.
-    pub async fn confirm_booking_as(
+    pub async fn confirm_booking(
         &self,
         scope: &Scope,
         booking_id: HoldId,
@@ -201,7 +201,7 @@ impl<S: BookingStore> BookingEngine<S> {
 
     /// Cancels every line of an active or confirmed booking in `scope` at once, giving each
     /// line's units back. Cancelling a cancelled booking returns it unchanged.
-    pub async fn cancel_booking_as(
+    pub async fn cancel_booking(
         &self,
         scope: &Scope,
         booking_id: HoldId,
@@ -211,8 +211,8 @@ impl<S: BookingStore> BookingEngine<S> {
     }
 
     /// Renews every line of an active booking in `scope` at once, as
-    /// [`renew_as`](BookingEngine::renew_as) renews a hold.
-    pub async fn renew_booking_as(
+    /// [`renew`](BookingEngine::renew) renews a hold.
+    pub async fn renew_booking(
         &self,
         scope: &Scope,
         booking_id: HoldId,

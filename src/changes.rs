@@ -21,6 +21,10 @@
 //! Invalidation drops the whole listing and the next read reloads it (one store read, shared
 //! by every concurrent reader). A notice names no slot the engine patches: the reload is one
 //! indexed read of the future slots, and the window bounds how often it happens.
+//!
+//! Each SQL store starts a follower in one call: `follow_changes(invalidator)` with the
+//! defaults, or `follow_changes_with(invalidator, following)` with a [`Following`] (how often
+//! the store polls, and the coalescing window).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -219,6 +223,80 @@ async fn follow(
 /// How often an [`EventLogFeed`] reads the log by default: a change made anywhere shows within
 /// about this long (plus the coalescing window).
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(20);
+
+/// How a store follows changes: how often it polls, and the coalescing window. Every SQL
+/// store has the same two calls: `follow_changes(invalidator)` follows with
+/// [`Following::default()`], and `follow_changes_with(invalidator, following)` with the
+/// settings given.
+///
+/// - **Poll interval** ([`with_poll_every`](Following::with_poll_every)): how often the store
+///   looks for commits made elsewhere — SQLite reads `PRAGMA data_version`, MySQL reads its
+///   event log, PostgreSQL reads its event log's commits (its `EventCommitFeed`, beside the
+///   notifications, which need no polling). A change made elsewhere shows within about one
+///   interval plus the coalescing window; each poll is one cheap read per following engine.
+///   By default each store's own interval: [`DEFAULT_POLL_INTERVAL`] (20 ms) for PostgreSQL
+///   and MySQL, `slot_booking_sqlite::DEFAULT_POLL_INTERVAL` (50 ms) for SQLite.
+/// - **Coalescing window** ([`with_coalesce_within`](Following::with_coalesce_within)): the
+///   window [`follow_changes`] folds notices into, so an engine reloads its listing at most
+///   about twice per window however many changes commit. By default
+///   [`DEFAULT_COALESCING_WINDOW`] (20 ms). A wider window trades freshness for fewer reloads.
+///
+/// ```
+/// use std::time::Duration;
+/// use slot_booking::changes::{Following, DEFAULT_COALESCING_WINDOW};
+///
+/// let following = Following::default()
+///     .with_poll_every(Duration::from_millis(100))
+///     .with_coalesce_within(Duration::from_millis(50));
+/// assert_eq!(following.poll_every(), Some(Duration::from_millis(100)));
+/// assert_eq!(following.coalesce_within(), Duration::from_millis(50));
+///
+/// // The default: each store's own poll interval, the default window.
+/// assert_eq!(Following::default().poll_every(), None);
+/// assert_eq!(Following::default().coalesce_within(), DEFAULT_COALESCING_WINDOW);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Following {
+    poll_every: Option<Duration>,
+    coalesce_within: Duration,
+}
+
+impl Default for Following {
+    /// Each store's own poll interval and a coalescing window of [`DEFAULT_COALESCING_WINDOW`]:
+    /// what `follow_changes(invalidator)` uses.
+    fn default() -> Self {
+        Following {
+            poll_every: None,
+            coalesce_within: DEFAULT_COALESCING_WINDOW,
+        }
+    }
+}
+
+impl Following {
+    /// Polls every `interval` instead of the store's default.
+    #[must_use]
+    pub fn with_poll_every(mut self, interval: Duration) -> Self {
+        self.poll_every = Some(interval);
+        self
+    }
+
+    /// Coalesces notices within `window`.
+    #[must_use]
+    pub fn with_coalesce_within(mut self, window: Duration) -> Self {
+        self.coalesce_within = window;
+        self
+    }
+
+    /// The poll interval asked for; `None` for the store's own default.
+    pub fn poll_every(&self) -> Option<Duration> {
+        self.poll_every
+    }
+
+    /// The coalescing window.
+    pub fn coalesce_within(&self) -> Duration {
+        self.coalesce_within
+    }
+}
 
 /// Most events one poll of an [`EventLogFeed`] reads; more only mean "changed" sooner.
 const POLL_LIMIT: u32 = 256;

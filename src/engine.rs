@@ -57,7 +57,7 @@ pub const DEFAULT_MAX_HOLD_LIFE: Duration = Duration::from_secs(2 * 60 * 60);
 ///
 /// let placed = engine.hold(slot.slot_id, "order-7").await?;
 /// assert_eq!(placed.hold.status, HoldStatus::Held);
-/// let booked = engine.confirm_as(&Scope::Anonymous, placed.hold.hold_id).await?;
+/// let booked = engine.confirm(&Scope::Anonymous, placed.hold.hold_id).await?;
 /// assert_eq!(booked.status, HoldStatus::Confirmed);
 ///
 /// let listing = engine.availability(AvailabilityQuery::all()).await?;

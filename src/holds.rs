@@ -95,35 +95,15 @@ impl<S: HoldStore> BookingEngine<S> {
         Ok((lifetime, max_life, self.inner.clock.now()))
     }
 
-    /// Confirms an active anonymous hold ([`Scope::Anonymous`]). Confirming a confirmed hold
-    /// returns it unchanged.
-    #[deprecated(
-        since = "0.2.0",
-        note = "acts as an anonymous client: an owner's hold answers hold_not_found. Name the scope: `confirm_as(&Scope::Anonymous, ..)`, `Scope::Owner(..)` or `Scope::BackOffice`"
-    )]
-    pub async fn confirm(&self, hold_id: HoldId) -> Result<Hold, BookingError> {
-        self.confirm_as(&Scope::Anonymous, hold_id).await
-    }
-
     /// Confirms an active hold in `scope`. Confirming a confirmed hold returns it unchanged;
     /// a hold outside `scope` is `hold_not_found`.
-    pub async fn confirm_as(&self, scope: &Scope, hold_id: HoldId) -> Result<Hold, BookingError> {
+    pub async fn confirm(&self, scope: &Scope, hold_id: HoldId) -> Result<Hold, BookingError> {
         self.end_hold(scope, hold_id, HoldStatus::Confirmed).await
-    }
-
-    /// Cancels an active or confirmed anonymous hold ([`Scope::Anonymous`]), giving its units
-    /// back. Cancelling a cancelled hold returns it unchanged.
-    #[deprecated(
-        since = "0.2.0",
-        note = "acts as an anonymous client: an owner's hold answers hold_not_found. Name the scope: `cancel_as(&Scope::Anonymous, ..)`, `Scope::Owner(..)` or `Scope::BackOffice`"
-    )]
-    pub async fn cancel(&self, hold_id: HoldId) -> Result<Hold, BookingError> {
-        self.cancel_as(&Scope::Anonymous, hold_id).await
     }
 
     /// Cancels an active or confirmed hold in `scope`, giving its units back. Cancelling a
     /// cancelled hold returns it unchanged; a hold outside `scope` is `hold_not_found`.
-    pub async fn cancel_as(&self, scope: &Scope, hold_id: HoldId) -> Result<Hold, BookingError> {
+    pub async fn cancel(&self, scope: &Scope, hold_id: HoldId) -> Result<Hold, BookingError> {
         self.end_hold(scope, hold_id, HoldStatus::Cancelled).await
     }
 
@@ -161,16 +141,6 @@ impl<S: HoldStore> BookingEngine<S> {
         .await
     }
 
-    /// Renews an active anonymous hold for the engine's hold lifetime (see
-    /// [`renew_as`](BookingEngine::renew_as)).
-    #[deprecated(
-        since = "0.2.0",
-        note = "acts as an anonymous client: an owner's hold answers hold_not_found. Name the scope: `renew_as(&Scope::Anonymous, ..)`, `Scope::Owner(..)` or `Scope::BackOffice`"
-    )]
-    pub async fn renew(&self, hold_id: HoldId) -> Result<Hold, BookingError> {
-        self.renew_as(&Scope::Anonymous, hold_id, None).await
-    }
-
     /// Renews an active hold in `scope`: `expires_at` moves to now plus `lifetime` (the
     /// engine's hold lifetime if `None`, else within its
     /// [`requested_ttl_bounds`](crate::EngineBuilder::requested_ttl_bounds)), but never past the
@@ -179,7 +149,7 @@ impl<S: HoldStore> BookingEngine<S> {
     ///
     /// An expired hold cannot be renewed (`hold_expired`), nor a cancelled one
     /// (`hold_cancelled`); a confirmed hold has nothing to renew and is returned unchanged.
-    pub async fn renew_as(
+    pub async fn renew(
         &self,
         scope: &Scope,
         hold_id: HoldId,
@@ -208,18 +178,9 @@ impl<S: HoldStore> BookingEngine<S> {
         .await
     }
 
-    /// Reads an anonymous hold ([`Scope::Anonymous`]), its status resolved at the current time.
-    #[deprecated(
-        since = "0.2.0",
-        note = "acts as an anonymous client: an owner's hold answers hold_not_found. Name the scope: `get_hold_as(&Scope::Anonymous, ..)`, `Scope::Owner(..)` or `Scope::BackOffice`"
-    )]
-    pub async fn get_hold(&self, hold_id: HoldId) -> Result<Hold, BookingError> {
-        self.get_hold_as(&Scope::Anonymous, hold_id).await
-    }
-
     /// Reads a hold in `scope`, its status resolved at the current time; a hold outside
     /// `scope` is `hold_not_found`.
-    pub async fn get_hold_as(&self, scope: &Scope, hold_id: HoldId) -> Result<Hold, BookingError> {
+    pub async fn get_hold(&self, scope: &Scope, hold_id: HoldId) -> Result<Hold, BookingError> {
         let op = Op::new(Operation::GetHold).hold(hold_id);
         op.run(async {
             let now = self.inner.clock.now();

@@ -27,7 +27,7 @@
 //! let again = engine.hold(slot.slot_id, "order-1234").await?;
 //! assert!(again.replayed && again.hold.hold_id == placed.hold.hold_id);
 //!
-//! let booked = engine.confirm_as(&Scope::Anonymous, placed.hold.hold_id).await?;
+//! let booked = engine.confirm(&Scope::Anonymous, placed.hold.hold_id).await?;
 //! assert_eq!(booked.status, HoldStatus::Confirmed);
 //! let listing = engine.availability(AvailabilityQuery::all()).await?;
 //! assert_eq!(listing[0].remaining, 19);
@@ -53,17 +53,17 @@
 //! | | key not 1–255 visible ASCII characters | error; the store is not called | `invalid_idempotency_key` |
 //! | [`place_hold`](BookingEngine::place_hold) | quantity outside 1–1000 | error; the store is not called | `invalid_quantity` |
 //! | | lifetime outside the engine's bounds | error; the store is not called | `invalid_lifetime` |
-//! | [`confirm_as`](BookingEngine::confirm_as) | an active held hold | `confirmed`, `confirmed_at = now` | — |
+//! | [`confirm`](BookingEngine::confirm) | an active held hold | `confirmed`, `confirmed_at = now` | — |
 //! | | a confirmed hold | unchanged (idempotent) | — |
 //! | | a cancelled hold | error | `hold_cancelled` |
 //! | | an expired hold | error | `hold_expired` |
-//! | [`cancel_as`](BookingEngine::cancel_as) | an active held or a confirmed hold | `cancelled`, `cancelled_at = now`, unit given back | — |
+//! | [`cancel`](BookingEngine::cancel) | an active held or a confirmed hold | `cancelled`, `cancelled_at = now`, unit given back | — |
 //! | | a cancelled hold | unchanged (idempotent) | — |
 //! | | an expired hold | error | `hold_expired` |
-//! | [`renew_as`](BookingEngine::renew_as) | an active held hold | `expires_at = now + lifetime`, capped at `created_at + max hold life`, never shortened | — |
+//! | [`renew`](BookingEngine::renew) | an active held hold | `expires_at = now + lifetime`, capped at `created_at + max hold life`, never shortened | — |
 //! | | a confirmed hold | unchanged | — |
 //! | | a cancelled / an expired hold | error | `hold_cancelled` / `hold_expired` |
-//! | confirm, cancel, renew, [`get_hold_as`](BookingEngine::get_hold_as) | no such hold, or one outside the caller's [`Scope`] | error (the same for both) | `hold_not_found` |
+//! | confirm, cancel, renew, [`get_hold`](BookingEngine::get_hold) | no such hold, or one outside the caller's [`Scope`] | error (the same for both) | `hold_not_found` |
 //! | [`owner_holds`](BookingEngine::owner_holds), [`slot_holds`](BookingEngine::slot_holds) | a page by id | up to `limit` holds after `after`, statuses resolved at now | — |
 //! | | `limit` outside 1–1000 | error | `invalid_page` |
 //! | [`create_slot`](BookingEngine::create_slot) | `ends_at <= starts_at` or capacity < 1 | error | `invalid_slot` |
@@ -90,7 +90,7 @@
 //!   `remaining >= 0`.
 //! - **Owners.** A hold placed with an [`OwnerId`] is read, confirmed, cancelled and renewed
 //!   only in that owner's [`Scope`] (or [`Scope::BackOffice`]); every call on an existing
-//!   hold names its scope (`confirm_as(&scope, id)`), and [`Scope::Anonymous`] — the seed's
+//!   hold names its scope (`confirm(&scope, id)`), and [`Scope::Anonymous`] — the seed's
 //!   client — sees only holds without an owner. The scope is part of each store's
 //!   conditional write.
 //! - **Idempotent holds.** A unique constraint on the idempotency key: two holds with one key
@@ -150,7 +150,7 @@
 //! let slot = engine.create_slot(NewSlot::new(start, start + chrono::Duration::hours(1), 1)).await?;
 //! let hold = engine.hold(slot.slot_id, "k").await?.hold;
 //! clock.advance(chrono::Duration::minutes(11));
-//! let late = engine.confirm_as(&Scope::Anonymous, hold.hold_id).await;
+//! let late = engine.confirm(&Scope::Anonymous, hold.hold_id).await;
 //! assert!(matches!(late, Err(BookingError::HoldExpired { .. })));
 //! # Ok::<(), BookingError>(())
 //! # }).unwrap();
@@ -233,21 +233,6 @@ pub mod pools;
 pub mod reclaimer;
 pub mod scope;
 pub mod store;
-
-/// The old path of [`reclaimer`]: its types under their old names.
-#[doc(hidden)]
-pub mod sweeper {
-    /// The old name of [`Reclaimer`](crate::reclaimer::Reclaimer).
-    #[deprecated(since = "0.2.0", note = "renamed `reclaimer::Reclaimer`")]
-    pub type Sweeper = crate::reclaimer::Reclaimer;
-    /// The old name of [`ReclaimStats`](crate::reclaimer::ReclaimStats) (its `sweeps` are now
-    /// `rounds`).
-    #[deprecated(since = "0.2.0", note = "renamed `reclaimer::ReclaimStats`")]
-    pub type SweepStats = crate::reclaimer::ReclaimStats;
-    /// The old name of [`MIN_RECLAIM_PERIOD`](crate::reclaimer::MIN_RECLAIM_PERIOD).
-    #[deprecated(since = "0.2.0", note = "renamed `reclaimer::MIN_RECLAIM_PERIOD`")]
-    pub const MIN_SWEEP_PERIOD: std::time::Duration = crate::reclaimer::MIN_RECLAIM_PERIOD;
-}
 pub mod transaction;
 pub mod waitlists;
 
@@ -257,8 +242,6 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use engine::{BookingEngine, EngineBuilder, HoldPlaced, NewHold};
 pub use error::BookingError;
 pub use memory::MemoryStore;
-#[allow(deprecated)]
-pub use model::SlotPageRequest;
 pub use model::{
     AvailabilityEntry, AvailabilityQuery, Booking, BookingLine, CapacityChange, ConsumerId, Event,
     EventKind, EventPosition, Hold, HoldId, HoldPage, HoldStatus, IdempotencyKey, LeaseHolder,
@@ -278,12 +261,6 @@ pub use store::{
 };
 pub use store::{JoinOutcome, JoinRequest, WaitlistStore};
 pub use transaction::EngineTransaction;
-
-/// The operator's listing filter.
-#[deprecated(
-    note = "the listing takes an `AvailabilityQuery`: the same narrowing, applied to every slot"
-)]
-pub type SlotFilter = AvailabilityQuery;
 
 /// The attribute the store traits are written with (re-exported, so a store needs no
 /// dependency of its own on `async-trait`).

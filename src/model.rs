@@ -36,8 +36,6 @@ pub use ids::{
     InvalidLeaseHolder, InvalidOwnerId, InvalidResourceId, LeaseHolder, OwnerId, ParseIdError,
     PoolId, ResourceId, SlotId,
 };
-#[allow(deprecated)]
-pub use page::SlotPageRequest;
 pub use page::{
     HoldPage, InvalidSlotCursor, Page, PageItem, PageRequest, SlotCursor, SlotPage,
     DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE,

@@ -144,17 +144,6 @@ impl<S: EventStore> BookingEngine<S> {
     }
 }
 
-impl<S: EventStore> BookingEngine<S> {
-    /// The old name of [`reclaim_expired_every`](BookingEngine::reclaim_expired_every).
-    #[deprecated(
-        since = "0.2.0",
-        note = "one verb for one act: use `reclaim_expired_every` (a `Reclaimer`), beside `reclaim_expired` (one batch)"
-    )]
-    pub fn sweep_expired(&self, every: Duration, batch: u32) -> Result<Reclaimer, BookingError> {
-        self.reclaim_expired_every(every, batch)
-    }
-}
-
 /// One round: reclaims until a batch comes back short. Returns the holds reclaimed and
 /// whether it ended on an error.
 async fn reclaim_round<S: EventStore>(engine: &BookingEngine<S>, batch: u32) -> (u64, bool) {
@@ -244,9 +233,6 @@ mod tests {
         for batch in [0, MAX_BATCH + 1] {
             let refused = engine.reclaim_expired_every(Duration::from_secs(1), batch);
             assert!(matches!(refused, Err(BookingError::InvalidPage { .. })));
-            #[allow(deprecated)]
-            let old_name = engine.sweep_expired(Duration::from_secs(1), batch);
-            assert!(matches!(old_name, Err(BookingError::InvalidPage { .. })));
         }
     }
 }

@@ -17,7 +17,7 @@
 //! use slot_booking_postgres::sqlx;
 //!
 //! let mut tx = engine.transaction().await?;
-//! let booked = tx.confirm_as(&Scope::Anonymous, hold_id).await?;
+//! let booked = tx.confirm(&Scope::Anonymous, hold_id).await?;
 //! let order = tx
 //!     .run(move |tx| {
 //!         Box::pin(async move {
@@ -346,34 +346,26 @@ where
         .await
     }
 
-    /// As [`BookingEngine::confirm_as`].
-    pub async fn confirm_as(
-        &mut self,
-        scope: &Scope,
-        hold_id: HoldId,
-    ) -> Result<Hold, BookingError> {
+    /// As [`BookingEngine::confirm`].
+    pub async fn confirm(&mut self, scope: &Scope, hold_id: HoldId) -> Result<Hold, BookingError> {
         let scope = scope.clone();
         self.call(changed, move |mut within| {
-            Box::pin(async move { within.confirm_as(&scope, hold_id).await })
+            Box::pin(async move { within.confirm(&scope, hold_id).await })
         })
         .await
     }
 
-    /// As [`BookingEngine::cancel_as`].
-    pub async fn cancel_as(
-        &mut self,
-        scope: &Scope,
-        hold_id: HoldId,
-    ) -> Result<Hold, BookingError> {
+    /// As [`BookingEngine::cancel`].
+    pub async fn cancel(&mut self, scope: &Scope, hold_id: HoldId) -> Result<Hold, BookingError> {
         let scope = scope.clone();
         self.call(changed, move |mut within| {
-            Box::pin(async move { within.cancel_as(&scope, hold_id).await })
+            Box::pin(async move { within.cancel(&scope, hold_id).await })
         })
         .await
     }
 
-    /// As [`BookingEngine::renew_as`].
-    pub async fn renew_as(
+    /// As [`BookingEngine::renew`].
+    pub async fn renew(
         &mut self,
         scope: &Scope,
         hold_id: HoldId,
@@ -381,20 +373,16 @@ where
     ) -> Result<Hold, BookingError> {
         let scope = scope.clone();
         self.call(unchanged, move |mut within| {
-            Box::pin(async move { within.renew_as(&scope, hold_id, lifetime).await })
+            Box::pin(async move { within.renew(&scope, hold_id, lifetime).await })
         })
         .await
     }
 
-    /// As [`BookingEngine::get_hold_as`], seeing the transaction's own writes.
-    pub async fn get_hold_as(
-        &mut self,
-        scope: &Scope,
-        hold_id: HoldId,
-    ) -> Result<Hold, BookingError> {
+    /// As [`BookingEngine::get_hold`], seeing the transaction's own writes.
+    pub async fn get_hold(&mut self, scope: &Scope, hold_id: HoldId) -> Result<Hold, BookingError> {
         let scope = scope.clone();
         self.call(unchanged, move |mut within| {
-            Box::pin(async move { within.get_hold_as(&scope, hold_id).await })
+            Box::pin(async move { within.get_hold(&scope, hold_id).await })
         })
         .await
     }
@@ -490,47 +478,47 @@ where
         .await
     }
 
-    /// As [`BookingEngine::get_booking_as`], seeing the transaction's own writes.
-    pub async fn get_booking_as(
+    /// As [`BookingEngine::get_booking`], seeing the transaction's own writes.
+    pub async fn get_booking(
         &mut self,
         scope: &Scope,
         booking_id: HoldId,
     ) -> Result<Booking, BookingError> {
         let scope = scope.clone();
         self.call(unchanged, move |mut within| {
-            Box::pin(async move { within.get_booking_as(&scope, booking_id).await })
+            Box::pin(async move { within.get_booking(&scope, booking_id).await })
         })
         .await
     }
 
-    /// As [`BookingEngine::confirm_booking_as`].
-    pub async fn confirm_booking_as(
+    /// As [`BookingEngine::confirm_booking`].
+    pub async fn confirm_booking(
         &mut self,
         scope: &Scope,
         booking_id: HoldId,
     ) -> Result<Booking, BookingError> {
         let scope = scope.clone();
         self.call(changed, move |mut within| {
-            Box::pin(async move { within.confirm_booking_as(&scope, booking_id).await })
+            Box::pin(async move { within.confirm_booking(&scope, booking_id).await })
         })
         .await
     }
 
-    /// As [`BookingEngine::cancel_booking_as`].
-    pub async fn cancel_booking_as(
+    /// As [`BookingEngine::cancel_booking`].
+    pub async fn cancel_booking(
         &mut self,
         scope: &Scope,
         booking_id: HoldId,
     ) -> Result<Booking, BookingError> {
         let scope = scope.clone();
         self.call(changed, move |mut within| {
-            Box::pin(async move { within.cancel_booking_as(&scope, booking_id).await })
+            Box::pin(async move { within.cancel_booking(&scope, booking_id).await })
         })
         .await
     }
 
-    /// As [`BookingEngine::renew_booking_as`].
-    pub async fn renew_booking_as(
+    /// As [`BookingEngine::renew_booking`].
+    pub async fn renew_booking(
         &mut self,
         scope: &Scope,
         booking_id: HoldId,
@@ -538,7 +526,7 @@ where
     ) -> Result<Booking, BookingError> {
         let scope = scope.clone();
         self.call(unchanged, move |mut within| {
-            Box::pin(async move { within.renew_booking_as(&scope, booking_id, lifetime).await })
+            Box::pin(async move { within.renew_booking(&scope, booking_id, lifetime).await })
         })
         .await
     }

@@ -21,10 +21,10 @@
 //! else { unreachable!() };
 //! assert_eq!(position, 1);
 //! // A cancel offers the seat to the head of the line in the same step.
-//! engine.cancel_as(&Scope::Anonymous, seat.hold_id).await?;
-//! let offer = engine.get_hold_as(&Scope::Anonymous, entry.offer_id()).await?;
+//! engine.cancel(&Scope::Anonymous, seat.hold_id).await?;
+//! let offer = engine.get_hold(&Scope::Anonymous, entry.offer_id()).await?;
 //! assert_eq!(offer.slot_id, class.slot_id);
-//! engine.confirm_as(&Scope::Anonymous, offer.hold_id).await?;
+//! engine.confirm(&Scope::Anonymous, offer.hold_id).await?;
 //! # Ok::<(), slot_booking::BookingError>(())
 //! # }).unwrap();
 //! ```

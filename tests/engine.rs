@@ -200,7 +200,7 @@ async fn r3_cancel_invalidates_only_after_its_commit() {
 
     let cancelling = tokio::spawn({
         let engine = engine.clone();
-        async move { engine.cancel_as(&Scope::Anonymous, hold.hold_id).await }
+        async move { engine.cancel(&Scope::Anonymous, hold.hold_id).await }
     });
     // While the cancel is inside the store (not committed), readers are served the cached
     // listing. Had the engine invalidated first, this read would load and cache the
@@ -240,14 +240,14 @@ async fn r3_confirm_and_create_slot_invalidate_but_a_hold_patches_the_listing() 
     );
     assert_eq!(engine.store().reads(), 1);
     engine
-        .confirm_as(&Scope::Anonymous, hold.hold_id)
+        .confirm(&Scope::Anonymous, hold.hold_id)
         .await
         .unwrap();
     let listing = engine.availability(AvailabilityQuery::all()).await.unwrap();
     assert_eq!(listing[0].remaining, 2);
     assert_eq!(engine.store().reads(), 2);
     engine
-        .confirm_as(&Scope::Anonymous, hold.hold_id)
+        .confirm(&Scope::Anonymous, hold.hold_id)
         .await
         .unwrap();
     engine.availability(AvailabilityQuery::all()).await.unwrap();
@@ -389,7 +389,7 @@ async fn slot_changes_invalidate_after_commit_and_refused_ones_do_not() {
     assert_eq!(engine.store().reads(), 3);
     engine.reopen_sales(slot).await.unwrap();
     engine
-        .cancel_as(&Scope::Anonymous, hold.hold_id)
+        .cancel(&Scope::Anonymous, hold.hold_id)
         .await
         .unwrap();
     engine.remove_slot(slot).await.unwrap();
@@ -487,15 +487,15 @@ async fn store_failures_surface_as_store_unavailable_and_change_nothing() {
     for error in [
         engine.hold(slot, "k").await.unwrap_err(),
         engine
-            .confirm_as(&Scope::Anonymous, HoldId(1))
+            .confirm(&Scope::Anonymous, HoldId(1))
             .await
             .unwrap_err(),
         engine
-            .cancel_as(&Scope::Anonymous, HoldId(1))
+            .cancel(&Scope::Anonymous, HoldId(1))
             .await
             .unwrap_err(),
         engine
-            .get_hold_as(&Scope::Anonymous, HoldId(1))
+            .get_hold(&Scope::Anonymous, HoldId(1))
             .await
             .unwrap_err(),
         engine
@@ -530,15 +530,15 @@ async fn a_permanent_store_failure_is_store_failed_not_unavailable() {
     for error in [
         engine.hold(slot, "k").await.unwrap_err(),
         engine
-            .confirm_as(&Scope::Anonymous, HoldId(1))
+            .confirm(&Scope::Anonymous, HoldId(1))
             .await
             .unwrap_err(),
         engine
-            .cancel_as(&Scope::Anonymous, HoldId(1))
+            .cancel(&Scope::Anonymous, HoldId(1))
             .await
             .unwrap_err(),
         engine
-            .get_hold_as(&Scope::Anonymous, HoldId(1))
+            .get_hold(&Scope::Anonymous, HoldId(1))
             .await
             .unwrap_err(),
         engine
@@ -663,7 +663,7 @@ async fn a_store_that_refuses_an_active_hold_is_an_error_not_a_panic() {
     let slot = slot(&engine, 1, chrono::Duration::hours(1)).await;
     let hold = engine.hold(slot, "k").await.unwrap().hold;
     let error = engine
-        .confirm_as(&Scope::Anonymous, hold.hold_id)
+        .confirm(&Scope::Anonymous, hold.hold_id)
         .await
         .unwrap_err();
     assert_eq!(error.code(), "store_failed");
@@ -697,7 +697,7 @@ async fn holds_last_the_configured_lifetime() {
     clock.advance(chrono::Duration::seconds(90));
     assert_eq!(
         engine
-            .get_hold_as(&Scope::Anonymous, hold.hold_id)
+            .get_hold(&Scope::Anonymous, hold.hold_id)
             .await
             .unwrap()
             .status,
@@ -783,7 +783,7 @@ async fn a_panicking_store_is_a_store_error_not_a_panic() {
     for error in [
         engine.hold(slot.slot_id, "k").await.unwrap_err(),
         engine
-            .get_hold_as(&Scope::Anonymous, HoldId(1))
+            .get_hold(&Scope::Anonymous, HoldId(1))
             .await
             .unwrap_err(),
         engine
@@ -818,7 +818,7 @@ async fn a_dropped_cancel_still_commits_and_invalidates() {
 
     let caller = tokio::spawn({
         let engine = engine.clone();
-        async move { engine.cancel_as(&Scope::Anonymous, hold.hold_id).await }
+        async move { engine.cancel(&Scope::Anonymous, hold.hold_id).await }
     });
     engine.store().cancel_reached.wait_total(1).await;
     caller.abort();
@@ -833,7 +833,7 @@ async fn a_dropped_cancel_still_commits_and_invalidates() {
     engine.store().cancel_done.wait_total(1).await;
     assert_eq!(
         engine
-            .get_hold_as(&Scope::Anonymous, hold.hold_id)
+            .get_hold(&Scope::Anonymous, hold.hold_id)
             .await
             .unwrap()
             .status,
@@ -847,11 +847,10 @@ async fn a_dropped_cancel_still_commits_and_invalidates() {
     );
 }
 
-/// The deprecated short forms still act as an anonymous client, exactly like the `_as` forms
-/// with `Scope::Anonymous`: an owner's hold is not found through them, an anonymous one is.
+/// `Scope::Anonymous` acts as an anonymous client: an owner's hold is not found through it, an
+/// anonymous one is; the owner's scope finds the owner's hold.
 #[tokio::test]
-#[allow(deprecated)]
-async fn deprecated_short_forms_act_as_the_anonymous_scope() {
+async fn the_anonymous_scope_finds_anonymous_holds_only() {
     let engine = BookingEngine::new(MemoryStore::new());
     let starts_at = chrono::Utc::now() + chrono::Duration::hours(2);
     let slot = engine
@@ -877,28 +876,32 @@ async fn deprecated_short_forms_act_as_the_anonymous_scope() {
         .hold
         .hold_id;
 
+    let anon = &Scope::Anonymous;
     let not_found =
         |r: Result<Hold, BookingError>| matches!(r, Err(BookingError::HoldNotFound { .. }));
-    assert!(not_found(engine.get_hold(owned).await));
-    assert!(not_found(engine.renew(owned).await));
-    assert!(not_found(engine.confirm(owned).await));
-    assert!(not_found(engine.cancel(owned).await));
-    assert_eq!(engine.get_hold(anonymous).await.unwrap().hold_id, anonymous);
+    assert!(not_found(engine.get_hold(anon, owned).await));
+    assert!(not_found(engine.renew(anon, owned, None).await));
+    assert!(not_found(engine.confirm(anon, owned).await));
+    assert!(not_found(engine.cancel(anon, owned).await));
     assert_eq!(
-        engine.renew(anonymous).await.unwrap().status,
+        engine.get_hold(anon, anonymous).await.unwrap().hold_id,
+        anonymous
+    );
+    assert_eq!(
+        engine.renew(anon, anonymous, None).await.unwrap().status,
         HoldStatus::Held
     );
     assert_eq!(
-        engine.confirm(anonymous).await.unwrap().status,
+        engine.confirm(anon, anonymous).await.unwrap().status,
         HoldStatus::Confirmed
     );
     assert_eq!(
-        engine.cancel(anonymous).await.unwrap().status,
+        engine.cancel(anon, anonymous).await.unwrap().status,
         HoldStatus::Cancelled
     );
     let owner = Scope::Owner("alice".parse().unwrap());
     assert_eq!(
-        engine.confirm_as(&owner, owned).await.unwrap().status,
+        engine.confirm(&owner, owned).await.unwrap().status,
         HoldStatus::Confirmed
     );
 }
@@ -979,22 +982,22 @@ async fn a_store_answering_a_booking_of_no_lines_fails_the_call_without_a_panic(
     let errors = [
         engine.book(request).await.map(|_| ()).unwrap_err(),
         engine
-            .get_booking_as(&any, HoldId(1))
+            .get_booking(&any, HoldId(1))
             .await
             .map(|_| ())
             .unwrap_err(),
         engine
-            .confirm_booking_as(&any, HoldId(1))
+            .confirm_booking(&any, HoldId(1))
             .await
             .map(|_| ())
             .unwrap_err(),
         engine
-            .cancel_booking_as(&any, HoldId(1))
+            .cancel_booking(&any, HoldId(1))
             .await
             .map(|_| ())
             .unwrap_err(),
         engine
-            .renew_booking_as(&any, HoldId(1), None)
+            .renew_booking(&any, HoldId(1), None)
             .await
             .map(|_| ())
             .unwrap_err(),

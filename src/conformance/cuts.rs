@@ -257,22 +257,18 @@ where
                             )
                             .await
                             .map(drop),
-                        Write::Confirm => {
-                            tx.confirm_as(&Scope::Anonymous, scene.hold).await.map(drop)
-                        }
-                        Write::Cancel => {
-                            tx.cancel_as(&Scope::Anonymous, scene.hold).await.map(drop)
-                        }
+                        Write::Confirm => tx.confirm(&Scope::Anonymous, scene.hold).await.map(drop),
+                        Write::Cancel => tx.cancel(&Scope::Anonymous, scene.hold).await.map(drop),
                         Write::Renew => tx
-                            .renew_as(&Scope::Anonymous, scene.hold, None)
+                            .renew(&Scope::Anonymous, scene.hold, None)
                             .await
                             .map(drop),
                         Write::ConfirmBooking => tx
-                            .confirm_booking_as(&Scope::Anonymous, scene.booking)
+                            .confirm_booking(&Scope::Anonymous, scene.booking)
                             .await
                             .map(drop),
                         Write::CancelBooking => tx
-                            .cancel_booking_as(&Scope::Anonymous, scene.booking)
+                            .cancel_booking(&Scope::Anonymous, scene.booking)
                             .await
                             .map(drop),
                         Write::CreateSlot => tx

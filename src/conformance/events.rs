@@ -103,14 +103,11 @@ pub async fn every_change_appends_one_event<S: crate::Store + EventStore>(store:
     assert_eq!(f.new_kinds(&log).await, []);
 
     f.advance(Duration::seconds(1));
-    f.engine
-        .renew_as(&scope, placed.hold_id, None)
-        .await
-        .unwrap();
-    f.engine.confirm_as(&scope, placed.hold_id).await.unwrap();
-    f.engine.confirm_as(&scope, placed.hold_id).await.unwrap();
-    f.engine.cancel_as(&scope, placed.hold_id).await.unwrap();
-    f.engine.cancel_as(&scope, placed.hold_id).await.unwrap();
+    f.engine.renew(&scope, placed.hold_id, None).await.unwrap();
+    f.engine.confirm(&scope, placed.hold_id).await.unwrap();
+    f.engine.confirm(&scope, placed.hold_id).await.unwrap();
+    f.engine.cancel(&scope, placed.hold_id).await.unwrap();
+    f.engine.cancel(&scope, placed.hold_id).await.unwrap();
     let events = f.drain_events(&log, 1000).await;
     let kinds: Vec<_> = events.iter().map(|e| e.kind).collect();
     assert_eq!(kinds, [HoldRenewed, HoldConfirmed, HoldCancelled]);
@@ -154,14 +151,14 @@ pub async fn refusals_append_no_event<S: crate::Store + EventStore>(store: S) {
     f.advance(Duration::seconds(61));
     assert!(
         f.engine
-            .confirm_as(&Scope::Anonymous, short.hold_id)
+            .confirm(&Scope::Anonymous, short.hold_id)
             .await
             .is_err(),
         "expired"
     );
     assert!(
         f.engine
-            .cancel_as(&Scope::Anonymous, short.hold_id)
+            .cancel(&Scope::Anonymous, short.hold_id)
             .await
             .is_err(),
         "expired"
@@ -173,7 +170,7 @@ pub async fn refusals_append_no_event<S: crate::Store + EventStore>(store: S) {
     // The kept hold is untouched by it all.
     assert!(f
         .engine
-        .confirm_as(&Scope::Anonymous, kept.hold_id)
+        .confirm(&Scope::Anonymous, kept.hold_id)
         .await
         .is_ok());
     assert_eq!(f.new_kinds(&log).await, [EventKind::HoldConfirmed]);
@@ -242,7 +239,7 @@ pub async fn followers_read_after_any_position<S: crate::Store + EventStore>(sto
     let a = f.engine.hold(slot, "a").await.unwrap().hold;
     f.engine.hold(slot, "b").await.unwrap();
     f.engine
-        .confirm_as(&Scope::Anonymous, a.hold_id)
+        .confirm(&Scope::Anonymous, a.hold_id)
         .await
         .unwrap();
     let all = f.drain_events(&consumer("all"), 1000).await;
@@ -268,10 +265,7 @@ pub async fn followers_read_after_any_position<S: crate::Store + EventStore>(sto
     );
     assert_eq!(f.engine.read_events_after(end, 10).await.unwrap(), []);
     // What happens next is read after the end, whoever else reads or acknowledges.
-    f.engine
-        .cancel_as(&Scope::Anonymous, a.hold_id)
-        .await
-        .unwrap();
+    f.engine.cancel(&Scope::Anonymous, a.hold_id).await.unwrap();
     f.drain_events(&consumer("all"), 1000).await;
     let next = f.engine.read_events_after(end, 10).await.unwrap();
     assert_eq!(
@@ -312,7 +306,7 @@ pub async fn reclaiming_expired_holds_yields_one_event_each<S: crate::Store + Ev
     }
     let booked = f.engine.place_hold(short("booked")).await.unwrap().hold;
     f.engine
-        .confirm_as(&Scope::Anonymous, booked.hold_id)
+        .confirm(&Scope::Anonymous, booked.hold_id)
         .await
         .unwrap();
     f.drain_events(&log, 1000).await;
@@ -438,7 +432,7 @@ pub async fn purge_deletes_old_history_in_bounded_batches<S: crate::Store + Even
     for key in ["c1", "c2", "c3"] {
         let hold = f.engine.place_hold(lapsing(key)).await.unwrap().hold;
         f.engine
-            .cancel_as(&Scope::Anonymous, hold.hold_id)
+            .cancel(&Scope::Anonymous, hold.hold_id)
             .await
             .unwrap();
         ended.push(hold.hold_id);
@@ -446,7 +440,7 @@ pub async fn purge_deletes_old_history_in_bounded_batches<S: crate::Store + Even
     let expired = f.engine.place_hold(lapsing("e1")).await.unwrap().hold;
     let booked = f.engine.place_hold(lapsing("b1")).await.unwrap().hold;
     f.engine
-        .confirm_as(&Scope::Anonymous, booked.hold_id)
+        .confirm(&Scope::Anonymous, booked.hold_id)
         .await
         .unwrap();
     f.advance(Duration::seconds(61));
@@ -483,17 +477,17 @@ pub async fn purge_deletes_old_history_in_bounded_batches<S: crate::Store + Even
         }
     );
     for hold_id in &ended {
-        let found = f.engine.get_hold_as(&Scope::Anonymous, *hold_id).await;
+        let found = f.engine.get_hold(&Scope::Anonymous, *hold_id).await;
         assert!(found.is_err(), "purged hold {hold_id} still there");
     }
     assert!(f
         .engine
-        .get_hold_as(&Scope::Anonymous, booked.hold_id)
+        .get_hold(&Scope::Anonymous, booked.hold_id)
         .await
         .is_ok());
     assert!(f
         .engine
-        .get_hold_as(&Scope::Anonymous, held.hold_id)
+        .get_hold(&Scope::Anonymous, held.hold_id)
         .await
         .is_ok());
     // A purged hold's key places a new hold.
@@ -585,12 +579,12 @@ pub async fn race_a_consumer_never_skips_an_event<S: crate::Store + EventStore>(
                         .hold;
                     if i % 3 == 0 {
                         f.engine
-                            .cancel_as(&Scope::Anonymous, hold.hold_id)
+                            .cancel(&Scope::Anonymous, hold.hold_id)
                             .await
                             .expect("cancel");
                     } else if i % 3 == 1 {
                         f.engine
-                            .confirm_as(&Scope::Anonymous, hold.hold_id)
+                            .confirm(&Scope::Anonymous, hold.hold_id)
                             .await
                             .expect("confirm");
                     }
@@ -630,7 +624,7 @@ pub async fn a_purged_holds_id_is_never_given_again<S: crate::Store + EventStore
     let newest = f.engine.hold(slot, "newest").await.unwrap().hold;
     for hold in [&older, &newest] {
         f.engine
-            .cancel_as(&Scope::Anonymous, hold.hold_id)
+            .cancel(&Scope::Anonymous, hold.hold_id)
             .await
             .unwrap();
     }
@@ -649,9 +643,7 @@ pub async fn a_purged_holds_id_is_never_given_again<S: crate::Store + EventStore
         newest.hold_id
     );
     assert_err!(
-        f.engine
-            .get_hold_as(&Scope::Anonymous, newest.hold_id)
-            .await,
+        f.engine.get_hold(&Scope::Anonymous, newest.hold_id).await,
         crate::BookingError::HoldNotFound { .. }
     );
 }

@@ -101,7 +101,7 @@ pub async fn check_previous_release_sells_on<S: Store>(store: S, now: Timestamp)
         .cache_period(std::time::Duration::ZERO)
         .build();
     let old = engine
-        .get_hold_as(&Scope::Anonymous, HoldId(1))
+        .get_hold(&Scope::Anonymous, HoldId(1))
         .await
         .expect("hold 1 reads");
     assert_eq!((old.quantity, old.owner.clone()), (1, None));

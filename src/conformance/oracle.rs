@@ -53,11 +53,6 @@ pub use concurrent_pools::check_concurrent_pools;
 pub use expected_events::check_events;
 pub use ops::{ModelOp, LEASE};
 pub use pools::{check_pools, pool_op};
-
-/// The former name of [`ModelOp`], renamed so that it is not taken for the crate's own
-/// `Op` of its metrics and traces (`observe`).
-#[deprecated(note = "renamed to `ModelOp`")]
-pub type Op = ModelOp;
 pub use runner::check;
 pub use strategies::{admin_op, lifecycle_op, op, query_op, sequence};
 pub use transaction_steps::{check_transactional, TransactionStep};

@@ -31,7 +31,7 @@ pub async fn transactional_writes_commit_together<S: crate::Store + Transactiona
     let a = w.hold(slot, "a").await.unwrap().hold;
     assert!(w.hold(slot, "a").await.unwrap().replayed, "a replay inside");
     assert_eq!(
-        w.confirm_as(&Scope::Anonymous, a.hold_id)
+        w.confirm(&Scope::Anonymous, a.hold_id)
             .await
             .unwrap()
             .status,
@@ -43,22 +43,19 @@ pub async fn transactional_writes_commit_together<S: crate::Store + Transactiona
         .unwrap()
         .hold;
     assert_eq!(
-        w.cancel_as(&Scope::Anonymous, b.hold_id)
-            .await
-            .unwrap()
-            .status,
+        w.cancel(&Scope::Anonymous, b.hold_id).await.unwrap().status,
         HoldStatus::Cancelled
     );
     let c = w.hold(second, "c").await.unwrap().hold;
     let renewed = w
-        .renew_as(&Scope::Anonymous, c.hold_id, Some(super::MAX_REQUESTED_TTL))
+        .renew(&Scope::Anonymous, c.hold_id, Some(super::MAX_REQUESTED_TTL))
         .await
         .unwrap();
     assert!(renewed.expires_at > c.expires_at);
     let resized = w.change_capacity(slot, 5).await.unwrap();
     assert_eq!((resized.capacity, resized.stored_remaining), (5, 4));
     assert!(w.close_sales(second).await.unwrap().closed);
-    let seen = w.get_hold_as(&Scope::BackOffice, c.hold_id).await.unwrap();
+    let seen = w.get_hold(&Scope::BackOffice, c.hold_id).await.unwrap();
     assert_eq!(seen, renewed, "the transaction sees its own writes");
     // Outside the transaction nothing has happened yet.
     assert_eq!(f.stored_hold(a.hold_id).await, None);
@@ -92,7 +89,7 @@ pub async fn a_rolled_back_transaction_leaves_nothing<S: crate::Store + Transact
     let spare = f.slot(1, hours(1)).await;
     let booked = f.engine.hold(slot, "booked").await.unwrap().hold;
     f.engine
-        .confirm_as(&Scope::Anonymous, booked.hold_id)
+        .confirm(&Scope::Anonymous, booked.hold_id)
         .await
         .unwrap();
     let before = (
@@ -106,9 +103,7 @@ pub async fn a_rolled_back_transaction_leaves_nothing<S: crate::Store + Transact
         .await
         .unwrap()
         .hold;
-    w.cancel_as(&Scope::Anonymous, booked.hold_id)
-        .await
-        .unwrap();
+    w.cancel(&Scope::Anonymous, booked.hold_id).await.unwrap();
     w.change_capacity(slot, 10).await.unwrap();
     w.close_sales(slot).await.unwrap();
     let start = f.now() + hours(3);
@@ -168,7 +163,7 @@ pub async fn a_refusal_inside_a_transaction_leaves_it_usable<
         Err(BookingError::SlotNotFound { .. })
     ));
     assert!(matches!(
-        w.confirm_as(&Scope::Anonymous, short.hold_id).await,
+        w.confirm(&Scope::Anonymous, short.hold_id).await,
         Err(BookingError::HoldExpired { .. })
     ));
     assert!(matches!(
@@ -211,7 +206,7 @@ pub async fn race_transactions_never_oversell<S: crate::Store + TransactionalSto
                     }
                     Err(other) => panic!("unexpected {other:?}"),
                 };
-                w.confirm_as(&Scope::Anonymous, placed.hold_id)
+                w.confirm(&Scope::Anonymous, placed.hold_id)
                     .await
                     .expect("confirm inside");
                 if i % 3 == 0 {
@@ -277,21 +272,21 @@ where
             w.book(request("too-many", 2, 1)).await,
             BookingError::LinesUnavailable { .. }
         );
-        let confirmed = w.confirm_booking_as(&any, id).await.unwrap();
+        let confirmed = w.confirm_booking(&any, id).await.unwrap();
         assert!(confirmed
             .lines
             .iter()
             .all(|h| h.status == HoldStatus::Confirmed));
-        let read = w.get_booking_as(&any, id).await.unwrap();
+        let read = w.get_booking(&any, id).await.unwrap();
         assert_eq!(read, confirmed, "the transaction sees its own booking");
-        let renewed = w.renew_booking_as(&any, id, None).await.unwrap();
+        let renewed = w.renew_booking(&any, id, None).await.unwrap();
         assert_eq!(renewed, confirmed, "a confirmed booking renews unchanged");
         if commit {
             w.commit().await.expect("commit");
         } else {
             w.rollback().await.expect("rollback");
         }
-        let outside = f.engine.get_booking_as(&any, id).await;
+        let outside = f.engine.get_booking(&any, id).await;
         if commit {
             assert_eq!(outside.unwrap().lines.len(), 2);
             assert_eq!((f.remaining(a).await, f.remaining(b).await), (1, 2));
@@ -303,7 +298,7 @@ where
     // A booking cancelled in the transaction that placed it gives every unit back at commit.
     let mut w = f.engine.transaction().await.expect("begin");
     let later = w.book(request("later", 1, 1)).await.unwrap().booking;
-    let cancelled = w.cancel_booking_as(&any, later.booking_id).await.unwrap();
+    let cancelled = w.cancel_booking(&any, later.booking_id).await.unwrap();
     assert!(cancelled
         .lines
         .iter()
@@ -420,7 +415,7 @@ where
             .await
             .expect("hold")
             .hold;
-        tx.cancel_as(&Scope::Anonymous, hold.hold_id)
+        tx.cancel(&Scope::Anonymous, hold.hold_id)
             .await
             .expect("cancel");
         tx.commit().await.expect("commit");

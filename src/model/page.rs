@@ -125,10 +125,6 @@ pub type HoldPage = Page<Hold>;
 /// A page of the operator's slot listing.
 pub type SlotPage = Page<SlotSummary>;
 
-/// A page request of the operator's slot listing.
-#[deprecated(note = "use `PageRequest<SlotCursor>`: one page request for every listing")]
-pub type SlotPageRequest = PageRequest<SlotCursor>;
-
 impl<T> Serialize for Page<T>
 where
     T: PageItem + Serialize,

@@ -126,9 +126,9 @@ pub struct AvailabilityEntry {
     pub resource: Option<ResourceId>,
 }
 
-/// Narrows a listing of slots — availability, or the operator's listing as a
-/// [`SlotFilter`](crate::SlotFilter) — to slots whose `starts_at` lies in `[from, to)`, and
-/// optionally to one resource's slots.
+/// Narrows a listing of slots — availability, or the operator's listing
+/// ([`BookingEngine::list_slots`](crate::BookingEngine::list_slots)) — to slots whose
+/// `starts_at` lies in `[from, to)`, and optionally to one resource's slots.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AvailabilityQuery {
     /// Inclusive lower bound on `starts_at`.

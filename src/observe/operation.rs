@@ -88,13 +88,13 @@ operations! {
     Availability => "availability",
     /// [`BookingEngine::place_hold`](crate::BookingEngine::place_hold) (and `hold`).
     Hold => "hold",
-    /// [`BookingEngine::confirm_as`](crate::BookingEngine::confirm_as) (and `confirm`).
+    /// [`BookingEngine::confirm`](crate::BookingEngine::confirm).
     Confirm => "confirm",
-    /// [`BookingEngine::cancel_as`](crate::BookingEngine::cancel_as) (and `cancel`).
+    /// [`BookingEngine::cancel`](crate::BookingEngine::cancel).
     Cancel => "cancel",
-    /// [`BookingEngine::renew_as`](crate::BookingEngine::renew_as) (and `renew`).
+    /// [`BookingEngine::renew`](crate::BookingEngine::renew).
     Renew => "renew",
-    /// [`BookingEngine::get_hold_as`](crate::BookingEngine::get_hold_as) (and `get_hold`).
+    /// [`BookingEngine::get_hold`](crate::BookingEngine::get_hold).
     GetHold => "get_hold",
     /// [`BookingEngine::hold_any`](crate::BookingEngine::hold_any).
     HoldAny => "hold_any",
@@ -106,13 +106,13 @@ operations! {
     WaitlistEntry => "waitlist_entry",
     /// [`BookingEngine::book`](crate::BookingEngine::book).
     Book => "book",
-    /// [`BookingEngine::get_booking_as`](crate::BookingEngine::get_booking_as).
+    /// [`BookingEngine::get_booking`](crate::BookingEngine::get_booking).
     GetBooking => "get_booking",
-    /// [`BookingEngine::confirm_booking_as`](crate::BookingEngine::confirm_booking_as).
+    /// [`BookingEngine::confirm_booking`](crate::BookingEngine::confirm_booking).
     ConfirmBooking => "confirm_booking",
-    /// [`BookingEngine::cancel_booking_as`](crate::BookingEngine::cancel_booking_as).
+    /// [`BookingEngine::cancel_booking`](crate::BookingEngine::cancel_booking).
     CancelBooking => "cancel_booking",
-    /// [`BookingEngine::renew_booking_as`](crate::BookingEngine::renew_booking_as).
+    /// [`BookingEngine::renew_booking`](crate::BookingEngine::renew_booking).
     RenewBooking => "renew_booking",
     /// [`BookingEngine::owner_holds`](crate::BookingEngine::owner_holds).
     OwnerHolds => "owner_holds",

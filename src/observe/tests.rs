@@ -142,12 +142,9 @@ fn confirm_cancel_and_administration_are_spanned_with_their_ids() {
         let engine = engine();
         let slot = slot(&engine, 2).await;
         let hold = engine.hold(slot, "k").await.unwrap().hold.hold_id;
-        engine.confirm_as(&Scope::Anonymous, hold).await.unwrap();
-        engine.cancel_as(&Scope::Anonymous, hold).await.unwrap();
-        engine
-            .confirm_as(&Scope::Anonymous, hold)
-            .await
-            .unwrap_err();
+        engine.confirm(&Scope::Anonymous, hold).await.unwrap();
+        engine.cancel(&Scope::Anonymous, hold).await.unwrap();
+        engine.confirm(&Scope::Anonymous, hold).await.unwrap_err();
         engine.change_capacity(slot, 5).await.unwrap();
         engine.remove_slot(slot).await.unwrap();
     });
@@ -183,7 +180,7 @@ fn writes_in_the_callers_transaction_are_the_same_operations_marked_as_such() {
             .place_hold(crate::NewHold::new(slot, "t-2"))
             .await
             .unwrap_err();
-        within.confirm_as(&Scope::Anonymous, hold).await.unwrap();
+        within.confirm(&Scope::Anonymous, hold).await.unwrap();
         within.close_sales(slot).await.unwrap();
     });
     assert_counted_once(

@@ -64,12 +64,8 @@ impl<S: HoldStore, W: TransactionWrites> Within<'_, S, W> {
         .await
     }
 
-    /// As [`BookingEngine::confirm_as`].
-    pub async fn confirm_as(
-        &mut self,
-        scope: &Scope,
-        hold_id: HoldId,
-    ) -> Result<Hold, BookingError> {
+    /// As [`BookingEngine::confirm`].
+    pub async fn confirm(&mut self, scope: &Scope, hold_id: HoldId) -> Result<Hold, BookingError> {
         let op = Op::new(Operation::Confirm).hold(hold_id).in_transaction();
         op.run(async {
             let now = self.engine.clock().now();
@@ -81,12 +77,8 @@ impl<S: HoldStore, W: TransactionWrites> Within<'_, S, W> {
         .await
     }
 
-    /// As [`BookingEngine::cancel_as`].
-    pub async fn cancel_as(
-        &mut self,
-        scope: &Scope,
-        hold_id: HoldId,
-    ) -> Result<Hold, BookingError> {
+    /// As [`BookingEngine::cancel`].
+    pub async fn cancel(&mut self, scope: &Scope, hold_id: HoldId) -> Result<Hold, BookingError> {
         let op = Op::new(Operation::Cancel).hold(hold_id).in_transaction();
         op.run(async {
             let now = self.engine.clock().now();
@@ -98,8 +90,8 @@ impl<S: HoldStore, W: TransactionWrites> Within<'_, S, W> {
         .await
     }
 
-    /// As [`BookingEngine::renew_as`].
-    pub async fn renew_as(
+    /// As [`BookingEngine::renew`].
+    pub async fn renew(
         &mut self,
         scope: &Scope,
         hold_id: HoldId,
@@ -121,12 +113,8 @@ impl<S: HoldStore, W: TransactionWrites> Within<'_, S, W> {
         .await
     }
 
-    /// As [`BookingEngine::get_hold_as`], seeing the transaction's own writes.
-    pub async fn get_hold_as(
-        &mut self,
-        scope: &Scope,
-        hold_id: HoldId,
-    ) -> Result<Hold, BookingError> {
+    /// As [`BookingEngine::get_hold`], seeing the transaction's own writes.
+    pub async fn get_hold(&mut self, scope: &Scope, hold_id: HoldId) -> Result<Hold, BookingError> {
         let op = Op::new(Operation::GetHold).hold(hold_id).in_transaction();
         op.run(async {
             let now = self.engine.clock().now();
@@ -240,8 +228,8 @@ impl<S: BookingStore, W: TransactionWrites + TransactionBookings> Within<'_, S, 
         .await
     }
 
-    /// As [`BookingEngine::get_booking_as`], seeing the transaction's own writes.
-    pub async fn get_booking_as(
+    /// As [`BookingEngine::get_booking`], seeing the transaction's own writes.
+    pub async fn get_booking(
         &mut self,
         scope: &Scope,
         booking_id: HoldId,
@@ -264,8 +252,8 @@ impl<S: BookingStore, W: TransactionWrites + TransactionBookings> Within<'_, S, 
         .await
     }
 
-    /// As [`BookingEngine::confirm_booking_as`].
-    pub async fn confirm_booking_as(
+    /// As [`BookingEngine::confirm_booking`].
+    pub async fn confirm_booking(
         &mut self,
         scope: &Scope,
         booking_id: HoldId,
@@ -274,8 +262,8 @@ impl<S: BookingStore, W: TransactionWrites + TransactionBookings> Within<'_, S, 
             .await
     }
 
-    /// As [`BookingEngine::cancel_booking_as`].
-    pub async fn cancel_booking_as(
+    /// As [`BookingEngine::cancel_booking`].
+    pub async fn cancel_booking(
         &mut self,
         scope: &Scope,
         booking_id: HoldId,
@@ -311,8 +299,8 @@ impl<S: BookingStore, W: TransactionWrites + TransactionBookings> Within<'_, S, 
         .await
     }
 
-    /// As [`BookingEngine::renew_booking_as`].
-    pub async fn renew_booking_as(
+    /// As [`BookingEngine::renew_booking`].
+    pub async fn renew_booking(
         &mut self,
         scope: &Scope,
         booking_id: HoldId,

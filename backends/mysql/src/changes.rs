@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use slot_booking::changes::{
-    follow_changes, Follower, Invalidator, DEFAULT_COALESCING_WINDOW, DEFAULT_POLL_INTERVAL,
+    follow_changes, Follower, Following, Invalidator, DEFAULT_POLL_INTERVAL,
 };
 use slot_booking::StoreError;
 
@@ -23,7 +23,9 @@ impl MySqlStore {
 
     /// Keeps `invalidator`'s engine fresh with changes committed anywhere else — other
     /// instances on this server or on other nodes of a Galera cluster, a caller's transaction
-    /// — by reading the event log every [`DEFAULT_POLL_INTERVAL`]. Keep the returned
+    /// — by reading the event log every [`DEFAULT_POLL_INTERVAL`], coalesced within
+    /// [`DEFAULT_COALESCING_WINDOW`](slot_booking::changes::DEFAULT_COALESCING_WINDOW); other
+    /// settings with [`follow_changes_with`](Self::follow_changes_with). Keep the returned
     /// [`Follower`] as long as the engine; dropping it stops following.
     ///
     /// ```no_run
@@ -40,17 +42,24 @@ impl MySqlStore {
     /// # Ok(()) }
     /// ```
     pub async fn follow_changes(&self, invalidator: Invalidator) -> Result<Follower, StoreError> {
-        self.follow_changes_every(invalidator, DEFAULT_POLL_INTERVAL)
+        self.follow_changes_with(invalidator, Following::default())
             .await
     }
 
-    /// As [`follow_changes`](Self::follow_changes), reading the log every `interval`.
-    pub async fn follow_changes_every(
+    /// As [`follow_changes`](Self::follow_changes), reading the log every
+    /// [`Following::poll_every`] (by default [`DEFAULT_POLL_INTERVAL`]) and coalescing within
+    /// [`Following::coalesce_within`].
+    pub async fn follow_changes_with(
         &self,
         invalidator: Invalidator,
-        interval: Duration,
+        following: Following,
     ) -> Result<Follower, StoreError> {
+        let interval = following.poll_every().unwrap_or(DEFAULT_POLL_INTERVAL);
         let feed = self.change_feed(interval).await?;
-        Ok(follow_changes(feed, invalidator, DEFAULT_COALESCING_WINDOW))
+        Ok(follow_changes(
+            feed,
+            invalidator,
+            following.coalesce_within(),
+        ))
     }
 }

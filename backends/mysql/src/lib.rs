@@ -136,7 +136,7 @@ pub use changes::EventLogFeed;
 pub use conflict::Conflict;
 pub use fragments::{InvalidTablePrefix, DEFAULT_TABLE_PREFIX};
 pub use retry::{RetryPolicy, DEFAULT_RETRY_POLICY};
-pub use slot_booking::changes::DEFAULT_POLL_INTERVAL;
+pub use slot_booking::changes::{Following, DEFAULT_POLL_INTERVAL};
 /// The sqlx this crate is built on (0.9). Build pools and connection options through this
 /// re-export: a pool from another sqlx major version is a different type.
 pub use sqlx;

@@ -203,7 +203,7 @@ async fn a_cancel_on_one_node_shows_on_another_through_the_log() {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         writer
-            .cancel_as(&Scope::Anonymous, placed.hold.hold_id)
+            .cancel(&Scope::Anonymous, placed.hold.hold_id)
             .await
             .unwrap();
         let cancelled = Instant::now();

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use slot_booking::changes::{
-    follow_changes, merge, ChangeFeed, Follower, Invalidator, Notice, DEFAULT_COALESCING_WINDOW,
+    follow_changes, merge, ChangeFeed, Follower, Following, Invalidator, Notice,
     DEFAULT_POLL_INTERVAL,
 };
 use slot_booking::StoreError;
@@ -113,8 +113,9 @@ async fn pause(duration: Duration) {
 /// future slots. With the default 20 ms window, 100 instances and 50 cancels/s, each instance
 /// reloads at most `min(50, 50) = 50` times a second: at most 5,000 reloads/s across the fleet.
 /// With 500 cancels/s it is still `min(500, 50) = 50` per instance, 5,000 in all: the bound
-/// follows the number of instances and the window, not the commit rate. A wider window (see
-/// [`PostgresStore::follow_changes_within`]) trades freshness for fewer reloads.
+/// follows the number of instances and the window, not the commit rate. A wider window
+/// ([`Following::with_coalesce_within`] for [`PostgresStore::follow_changes_with`]) trades
+/// freshness for fewer reloads.
 ///
 /// What the notification costs the write that sends it: PostgreSQL serializes the commits of
 /// notifying transactions (a database-wide lock from queueing the notification until the
@@ -318,13 +319,15 @@ impl PostgresStore {
 
     /// Invalidates `invalidator`'s engine after every commit that changes availability in this
     /// store's schema, from any instance, transaction or SQL session, coalesced within
-    /// [`DEFAULT_COALESCING_WINDOW`]: cancels, reclaims and slot changes as soon as their
-    /// notification arrives ([`PostgresChangeFeed`], listening before this returns), and
-    /// every change the store's writes make, holds and bookings included (which notify
-    /// nobody: their commits stay off the notification lock), when the event log's commits are
-    /// next read, every [`DEFAULT_POLL_INTERVAL`] ([`EventCommitFeed`]). A change written by plain SQL
-    /// outside the store shows through its notification only. Needs a tokio runtime; the
-    /// follower stops when the engine is dropped.
+    /// [`DEFAULT_COALESCING_WINDOW`](slot_booking::changes::DEFAULT_COALESCING_WINDOW):
+    /// cancels, reclaims and slot changes as soon as their notification arrives
+    /// ([`PostgresChangeFeed`], listening before this returns), and every change the store's
+    /// writes make, holds and bookings included (which notify nobody: their commits stay off
+    /// the notification lock), when the event log's commits are next read, every
+    /// [`DEFAULT_POLL_INTERVAL`] ([`EventCommitFeed`]). A change written by plain SQL outside
+    /// the store shows through its notification only. Other settings with
+    /// [`follow_changes_with`](Self::follow_changes_with). Needs a tokio runtime; the follower
+    /// stops when the engine is dropped.
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), slot_booking::StoreError> {
@@ -339,23 +342,43 @@ impl PostgresStore {
     /// # Ok(()) }
     /// ```
     pub async fn follow_changes(&self, invalidator: Invalidator) -> Result<Follower, StoreError> {
-        self.follow_changes_within(invalidator, DEFAULT_COALESCING_WINDOW)
+        self.follow_changes_with(invalidator, Following::default())
             .await
     }
 
-    /// [`PostgresStore::follow_changes`] with a coalescing window of `window`: an instance
-    /// invalidates at most once per window however many changes commit.
-    pub async fn follow_changes_within(
+    /// As [`PostgresStore::follow_changes`], reading the event log's commits
+    /// ([`EventCommitFeed`]) every [`Following::poll_every`] (by default
+    /// [`DEFAULT_POLL_INTERVAL`]) and coalescing within [`Following::coalesce_within`]: an
+    /// instance invalidates at most about twice per window however many changes commit.
+    /// Notifications need no polling: they arrive as they are sent.
+    ///
+    /// ```no_run
+    /// # async fn demo(store: slot_booking_postgres::PostgresStore) -> Result<(), slot_booking::StoreError> {
+    /// use std::time::Duration;
+    /// use slot_booking::changes::Following;
+    ///
+    /// let engine = slot_booking::BookingEngine::new(store.clone());
+    /// let following = Following::default().with_coalesce_within(Duration::from_millis(100));
+    /// let follower = store.follow_changes_with(engine.invalidator(), following).await?;
+    /// # drop(follower);
+    /// # Ok(()) }
+    /// ```
+    pub async fn follow_changes_with(
         &self,
         invalidator: Invalidator,
-        window: Duration,
+        following: Following,
     ) -> Result<Follower, StoreError> {
+        let interval = following.poll_every().unwrap_or(DEFAULT_POLL_INTERVAL);
         let notified = self.change_feed().await?;
-        let logged = self.event_commit_feed(DEFAULT_POLL_INTERVAL).await?;
+        let logged = self.event_commit_feed(interval).await?;
         // The engine may have cached a listing before the feeds started; a change committed in
         // between was seen by neither.
         invalidator.invalidate();
-        Ok(follow_changes(merge(notified, logged), invalidator, window))
+        Ok(follow_changes(
+            merge(notified, logged),
+            invalidator,
+            following.coalesce_within(),
+        ))
     }
 }
 

@@ -72,17 +72,6 @@ fn event_from_row(row: &PgRow) -> Result<Option<Event>, StoreError> {
 }
 
 impl PostgresStore {
-    /// This store, unchanged: reads no longer wait for anything (since migration 8 a read
-    /// delivers every committed event at once, whatever else is running), so there is no
-    /// wait to set.
-    #[deprecated(
-        since = "0.2.0",
-        note = "event reads no longer wait; this does nothing"
-    )]
-    pub fn with_event_read_wait(self, _wait: Duration) -> Self {
-        self
-    }
-
     /// Up to `limit` events after `from`: one look, and when it comes up short while events
     /// committed since the newest horizon, a new horizon (not sooner than the interval after
     /// the newest) and a second look.

@@ -30,7 +30,7 @@
 //! let mut tx = engine.transaction().await?; // READ COMMITTED, as usual
 //! let placed = tx.hold(slot_id, "checkout-7f3a").await?;
 //! let scope = slot_booking::Scope::Anonymous; // whose holds this call may touch
-//! let confirmed = tx.confirm_as(&scope, placed.hold.hold_id).await?;
+//! let confirmed = tx.confirm(&scope, placed.hold.hold_id).await?;
 //! tx.run(move |tx| {
 //!     Box::pin(async move {
 //!         sqlx::query("INSERT INTO orders (hold_id) VALUES ($1)")
@@ -314,6 +314,7 @@ mod waitlists;
 mod writes;
 
 pub use changes::{EventCommitFeed, PostgresChangeFeed, CHANGE_CHANNEL_PREFIX};
+pub use slot_booking::changes::Following;
 /// The sqlx this crate is built on (0.9). Build pools and connection options through this
 /// re-export: a pool from another sqlx major version is a different type.
 pub use sqlx;
@@ -329,10 +330,6 @@ pub const DEFAULT_SCHEMA: &str = "slot_booking";
 /// The shortest time between two horizons taken by one store's readers: see
 /// [`PostgresStore::with_horizon_interval`].
 pub const DEFAULT_HORIZON_INTERVAL: std::time::Duration = std::time::Duration::from_millis(5);
-
-/// What event reads waited for before migration 8; they no longer wait.
-#[deprecated(since = "0.2.0", note = "event reads no longer wait")]
-pub const DEFAULT_EVENT_READ_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Connections in the pool [`PostgresStore::connect`] opens.
 pub const DEFAULT_MAX_CONNECTIONS: u32 = 10;

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use common::{pool, setup, Ctx};
 use slot_booking::changes::{
-    follow_changes, Follower, DEFAULT_COALESCING_WINDOW, DEFAULT_POLL_INTERVAL,
+    follow_changes, Follower, Following, DEFAULT_COALESCING_WINDOW, DEFAULT_POLL_INTERVAL,
 };
 use slot_booking::{AvailabilityQuery, BookingEngine, NewBooking, NewSlot, Scope, SlotId};
 use slot_booking_postgres::PostgresStore;
@@ -134,7 +134,7 @@ async fn a_cancel_through_one_instance_shows_on_the_others() {
     let mut delays = [Vec::with_capacity(TRIALS), Vec::with_capacity(TRIALS)];
     for trial in 0..TRIALS {
         let placed = a.hold(slot, &format!("trial-{trial}")).await.unwrap();
-        a.confirm_as(&Scope::Anonymous, placed.hold.hold_id)
+        a.confirm(&Scope::Anonymous, placed.hold.hold_id)
             .await
             .unwrap();
         // A hold does not notify: make B and C list the slot as taken before the cancel.
@@ -149,7 +149,7 @@ async fn a_cancel_through_one_instance_shows_on_the_others() {
         if spaced {
             tokio::time::sleep(DEFAULT_COALESCING_WINDOW + Duration::from_millis(5)).await;
         }
-        a.cancel_as(&Scope::Anonymous, placed.hold.hold_id)
+        a.cancel(&Scope::Anonymous, placed.hold.hold_id)
             .await
             .unwrap();
         // From the cancel's commit (it has returned) to each instance serving the unit.
@@ -344,7 +344,7 @@ async fn a_change_in_a_callers_transaction_shows_at_commit_and_never_on_rollback
 
     // A hold's decrement and a confirm notify nothing either.
     let placed = e.hold(slot, "quiet").await.unwrap();
-    e.confirm_as(&Scope::Anonymous, placed.hold.hold_id)
+    e.confirm(&Scope::Anonymous, placed.hold.hold_id)
         .await
         .unwrap();
     execute(ctx.pool(), &raise, marker).await;
@@ -648,4 +648,47 @@ async fn a_waitlist_forming_and_leaving_shows_on_the_others() {
         listed(&b, slot).await == Some(1)
     })
     .await;
+}
+
+/// `follow_changes_with` reads the event log's commits every `poll_every` and coalesces within
+/// `coalesce_within`: holds (which notify nobody) reach a follower reading every 20 ms, not one
+/// reading once an hour, and a follower whose window is an hour invalidates once for two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn following_honours_its_poll_interval_and_window() {
+    let Some(ctx) = setup("following_honours_its_poll_interval_and_window").await else {
+        return;
+    };
+    let a = engine(ctx.store.clone());
+    let b = engine(ctx.second_store().await);
+    let slot = future_slot(&a, 5).await;
+    let hour = Duration::from_secs(3600);
+    let hourly = b
+        .store()
+        .follow_changes_with(b.invalidator(), Following::default().with_poll_every(hour))
+        .await
+        .unwrap();
+    let windowed = b
+        .store()
+        .follow_changes_with(
+            b.invalidator(),
+            Following::default()
+                .with_poll_every(DEFAULT_POLL_INTERVAL)
+                .with_coalesce_within(hour),
+        )
+        .await
+        .unwrap();
+    for n in 1..=2 {
+        a.hold(slot, &format!("hold-{n}")).await.unwrap();
+        wait_for_notices(&windowed, n).await;
+    }
+    assert_eq!(
+        windowed.stats().invalidations,
+        1,
+        "the second hold waits for the window's end, an hour away"
+    );
+    assert_eq!(
+        hourly.stats().notices,
+        0,
+        "no read of the log within the hour"
+    );
 }

@@ -100,7 +100,7 @@ async fn fast_server_reclaims_early(store: &PostgresStore, database_clock: bool)
         .hold;
     // Well before the hold expires by any clock but the fast one, another client tries.
     let rival = s.fast.hold(slot, &key("rival", database_clock)).await;
-    let confirm = s.slow.confirm_as(&Scope::Anonymous, owners.hold_id).await;
+    let confirm = s.slow.confirm(&Scope::Anonymous, owners.hold_id).await;
     match (rival, confirm) {
         (Err(BookingError::SoldOut { .. }), Ok(hold)) => {
             assert_eq!(hold.status, HoldStatus::Confirmed);
@@ -122,7 +122,7 @@ async fn slow_server_confirms_late(store: &PostgresStore, database_clock: bool) 
         .unwrap()
         .hold;
     until_database_passes(store, hold.expires_at).await;
-    match s.slow.confirm_as(&Scope::Anonymous, hold.hold_id).await {
+    match s.slow.confirm(&Scope::Anonymous, hold.hold_id).await {
         Ok(hold) => {
             assert_eq!(hold.status, HoldStatus::Confirmed);
             true
@@ -161,7 +161,7 @@ async fn fast_server_reads_an_active_hold_as_expired(
         .hold;
     match s
         .fast
-        .get_hold_as(&Scope::Anonymous, hold.hold_id)
+        .get_hold(&Scope::Anonymous, hold.hold_id)
         .await
         .unwrap()
         .status
@@ -228,7 +228,7 @@ async fn on_the_database_clock_holds_expire_by_it() {
     assert!(s.fast.hold(slot, "next").await.is_ok());
     assert_eq!(
         s.slow
-            .get_hold_as(&Scope::Anonymous, hold.hold_id)
+            .get_hold(&Scope::Anonymous, hold.hold_id)
             .await
             .unwrap()
             .status,

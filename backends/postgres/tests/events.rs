@@ -834,7 +834,7 @@ async fn three_instances_handle_every_event_once_with_the_acknowledgement_in_the
                     .hold;
                 if i % 3 == 0 {
                     engine
-                        .cancel_as(&Scope::Anonymous, hold.hold_id)
+                        .cancel(&Scope::Anonymous, hold.hold_id)
                         .await
                         .unwrap();
                 }

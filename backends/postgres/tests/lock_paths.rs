@@ -517,9 +517,9 @@ async fn bookings_over_two_slots_in_opposite_orders_never_deadlock() {
                 let (first, second) = (booking.lines[0].hold_id, booking.lines[1].hold_id);
                 let scope = Scope::Anonymous;
                 let step = match i % 4 {
-                    0 => engine.confirm_as(&scope, second).await.map(drop),
-                    1 => engine.cancel_as(&scope, second).await.map(drop),
-                    2 => engine.cancel_booking_as(&scope, first).await.map(drop),
+                    0 => engine.confirm(&scope, second).await.map(drop),
+                    1 => engine.cancel(&scope, second).await.map(drop),
+                    2 => engine.cancel_booking(&scope, first).await.map(drop),
                     _ => engine
                         .hold(if task % 2 == 0 { x } else { y }, &format!("h{task}-{i}"))
                         .await

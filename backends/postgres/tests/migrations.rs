@@ -1060,10 +1060,7 @@ async fn a_schema_from_before_pools_upgrades_in_place() {
         .place_hold(NewHold::new(SlotId(2), "new").quantity(3))
         .await
         .unwrap();
-    let cancelled = engine
-        .cancel_as(&Scope::Anonymous, HoldId(1))
-        .await
-        .unwrap();
+    let cancelled = engine.cancel(&Scope::Anonymous, HoldId(1)).await.unwrap();
     assert_eq!(cancelled.status, HoldStatus::Cancelled);
     let read = store
         .get_pool(pool.pool_id, now)
@@ -1167,12 +1164,9 @@ async fn a_schema_from_before_waitlists_upgrades_in_place() {
         store.acknowledge(&log, last.position).await.unwrap();
     }
 
-    engine
-        .cancel_as(&Scope::Anonymous, HoldId(1))
-        .await
-        .unwrap();
+    engine.cancel(&Scope::Anonymous, HoldId(1)).await.unwrap();
     let offer = engine
-        .get_hold_as(&Scope::Anonymous, entry.offer_id())
+        .get_hold(&Scope::Anonymous, entry.offer_id())
         .await
         .unwrap();
     assert_eq!(
@@ -1315,12 +1309,9 @@ async fn a_schema_from_before_pool_waitlists_upgrades_in_place() {
         store.acknowledge(&log, last.position).await.unwrap();
     }
 
-    engine
-        .cancel_as(&Scope::BackOffice, HoldId(2))
-        .await
-        .unwrap();
+    engine.cancel(&Scope::BackOffice, HoldId(2)).await.unwrap();
     let offer = engine
-        .get_hold_as(&Scope::Anonymous, entry.offer_id())
+        .get_hold(&Scope::Anonymous, entry.offer_id())
         .await
         .unwrap();
     assert_eq!(

@@ -180,7 +180,7 @@ async fn a_cancel_on_another_slot_of_the_pool_offers_to_the_pools_head() {
         .await
         .unwrap();
     engine
-        .cancel_as(&Scope::Anonymous, held.hold_id)
+        .cancel(&Scope::Anonymous, held.hold_id)
         .await
         .unwrap();
     let offered = offer(store, &head)
@@ -309,7 +309,7 @@ async fn entries_of_a_closed_or_started_slot_do_not_block_the_pool() {
     engine.reopen_sales(b).await.unwrap();
     assert_eq!(refused(&engine, c, "c-3").await, "sold_out");
     engine
-        .cancel_as(&Scope::Anonymous, on_c.hold_id)
+        .cancel(&Scope::Anonymous, on_c.hold_id)
         .await
         .unwrap();
     assert!(offer(store, &on_b).await.is_some(), "served by C's cancel");
@@ -319,7 +319,7 @@ async fn entries_of_a_closed_or_started_slot_do_not_block_the_pool() {
     assert_eq!(refused(&engine, c, "c-4").await, "sold_out");
     clock.advance(Duration::seconds(601));
     engine
-        .cancel_as(&Scope::Anonymous, held.hold_id)
+        .cancel(&Scope::Anonymous, held.hold_id)
         .await
         .unwrap();
     assert_eq!(offer(store, &on_d).await, None, "D has started");
@@ -359,7 +359,7 @@ async fn a_head_whose_row_is_locked_is_skipped_then_served_by_the_sweeper() {
     let started = Instant::now();
     let cancelled = tokio::time::timeout(
         StdDuration::from_secs(10),
-        engine.cancel_as(&Scope::Anonymous, held.hold_id),
+        engine.cancel(&Scope::Anonymous, held.hold_id),
     )
     .await
     .expect("the cancel does not wait for B's row");
@@ -395,7 +395,7 @@ async fn a_head_whose_row_is_locked_is_skipped_then_served_by_the_sweeper() {
     .unwrap();
     tokio::time::timeout(
         StdDuration::from_secs(10),
-        engine.cancel_as(&Scope::Anonymous, offered.hold_id),
+        engine.cancel(&Scope::Anonymous, offered.hold_id),
     )
     .await
     .expect("the cancel does not wait for Q's row")
@@ -624,7 +624,7 @@ async fn a_race_on_the_slots_of_one_pool_oversells_nothing_and_jumps_no_line() {
                         tally.joined_held.fetch_add(1, Ordering::Relaxed);
                         if i % 2 == 0 {
                             engine
-                                .cancel_as(&Scope::Anonymous, hold.hold_id)
+                                .cancel(&Scope::Anonymous, hold.hold_id)
                                 .await
                                 .unwrap();
                             tally.cancelled.fetch_add(1, Ordering::Relaxed);
@@ -647,7 +647,7 @@ async fn a_race_on_the_slots_of_one_pool_oversells_nothing_and_jumps_no_line() {
                         tally.placed.fetch_add(1, Ordering::Relaxed);
                         if i % 3 == 0 {
                             engine
-                                .cancel_as(&Scope::Anonymous, placed.hold.hold_id)
+                                .cancel(&Scope::Anonymous, placed.hold.hold_id)
                                 .await
                                 .unwrap();
                             tally.cancelled.fetch_add(1, Ordering::Relaxed);
@@ -667,7 +667,7 @@ async fn a_race_on_the_slots_of_one_pool_oversells_nothing_and_jumps_no_line() {
         tasks.push(tokio::spawn(async move {
             tokio::time::sleep(StdDuration::from_millis(20)).await;
             engine
-                .cancel_as(&Scope::Anonymous, hold.hold_id)
+                .cancel(&Scope::Anonymous, hold.hold_id)
                 .await
                 .unwrap();
             tally.cancelled.fetch_add(1, Ordering::Relaxed);
@@ -835,7 +835,7 @@ async fn a_pools_line_forming_and_emptying_notifies_every_listing() {
     let formed = payloads(&mut listener).await;
     assert!(formed.contains(&String::new()), "formed: {formed:?}");
     engine
-        .cancel_as(&Scope::Anonymous, held.hold_id)
+        .cancel(&Scope::Anonymous, held.hold_id)
         .await
         .unwrap();
     assert!(offer(store, &head).await.is_some());
@@ -879,7 +879,7 @@ async fn bookings_any_one_holds_and_callers_transactions_respect_the_pools_line(
     assert_eq!(placed.slot_id, free, "the pool's slots are passed over");
 
     let mut tx = engine.transaction().await.unwrap();
-    tx.cancel_as(&Scope::Anonymous, held.hold_id).await.unwrap();
+    tx.cancel(&Scope::Anonymous, held.hold_id).await.unwrap();
     let select = format!(
         "SELECT status FROM \"{}\".holds WHERE id = $1",
         store.schema()
@@ -901,7 +901,7 @@ async fn bookings_any_one_holds_and_callers_transactions_respect_the_pools_line(
     tx.rollback().await.unwrap();
     assert_eq!(offer(store, &head).await, None, "rolled back with it");
     engine
-        .cancel_as(&Scope::Anonymous, held.hold_id)
+        .cancel(&Scope::Anonymous, held.hold_id)
         .await
         .unwrap();
     assert!(offer(store, &head).await.is_some());

@@ -129,7 +129,7 @@ async fn holds_bookings_and_cancels_move_pool_units() {
     assert_eq!(assert_pools(&ctx.store).await, vec![(5, 1, 4)]);
 
     engine
-        .cancel_as(&Scope::Anonymous, a.hold.hold_id)
+        .cancel(&Scope::Anonymous, a.hold.hold_id)
         .await
         .unwrap();
     assert_eq!(assert_pools(&ctx.store).await, vec![(5, 5, 0)]);
@@ -142,14 +142,14 @@ async fn holds_bookings_and_cancels_move_pool_units() {
     let pool = engine.get_pool(day).await.unwrap();
     assert_eq!((pool.remaining, pool.held, pool.confirmed), (1, 4, 0));
     engine
-        .confirm_booking_as(&Scope::Anonymous, booked.booking.booking_id)
+        .confirm_booking(&Scope::Anonymous, booked.booking.booking_id)
         .await
         .unwrap();
     let pool = engine.get_pool(day).await.unwrap();
     assert_eq!((pool.remaining, pool.held, pool.confirmed), (1, 0, 4));
     // Cancelling one line of a booking cancels the whole booking.
     engine
-        .cancel_as(&Scope::Anonymous, booked.booking.lines[1].hold_id)
+        .cancel(&Scope::Anonymous, booked.booking.lines[1].hold_id)
         .await
         .unwrap();
     assert_eq!(assert_pools(&ctx.store).await, vec![(5, 5, 0)]);
@@ -456,7 +456,7 @@ async fn racing_bookings_and_cancels_over_shared_pools_never_oversell_or_deadloc
                         placed += 1;
                         if next(3) == 0 {
                             engine
-                                .cancel_booking_as(&Scope::Anonymous, booked.booking.booking_id)
+                                .cancel_booking(&Scope::Anonymous, booked.booking.booking_id)
                                 .await
                                 .unwrap();
                             cancelled += 1;
@@ -523,7 +523,7 @@ async fn bookings_over_the_same_pooled_slots_in_opposite_orders_both_complete() 
                     .book(NewBooking::new(format!("b{round}")).line(b, 1).line(a, 1))
                     .await?;
                 engine
-                    .cancel_booking_as(&Scope::Anonymous, booked.booking.booking_id)
+                    .cancel_booking(&Scope::Anonymous, booked.booking.booking_id)
                     .await
             })
         };

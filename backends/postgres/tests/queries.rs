@@ -451,12 +451,12 @@ async fn serving_a_pools_line_reads_its_indexes_only() {
         before.push(index_scans(&ctx, s, table).await);
     }
     engine
-        .cancel_as(&Scope::Anonymous, held[0].hold_id)
+        .cancel(&Scope::Anonymous, held[0].hold_id)
         .await
         .unwrap();
     send_pending_statistics(store.pool()).await;
     let offered = engine
-        .get_hold_as(&Scope::Anonymous, entries[0].offer_id())
+        .get_hold(&Scope::Anonymous, entries[0].offer_id())
         .await;
     assert!(
         offered.is_ok(),

@@ -131,18 +131,13 @@ async fn a_confirm_and_the_callers_order_commit_together() {
     let placed = engine.hold(slot_id, "order-1").await.unwrap().hold;
 
     let mut tx = engine.transaction().await.unwrap();
-    let confirmed = tx
-        .confirm_as(&Scope::Anonymous, placed.hold_id)
-        .await
-        .unwrap();
+    let confirmed = tx.confirm(&Scope::Anonymous, placed.hold_id).await.unwrap();
     assert_eq!(confirmed.status, HoldStatus::Confirmed);
     // The caller's row, on the same connection, between the engine's writes.
     order_in(&mut tx, ctx.schema(), confirmed.hold_id, "paid").await;
     // A second hold and its order in the same transaction.
     let second = tx.hold(slot_id, "order-2").await.unwrap().hold;
-    tx.confirm_as(&Scope::Anonymous, second.hold_id)
-        .await
-        .unwrap();
+    tx.confirm(&Scope::Anonymous, second.hold_id).await.unwrap();
     order_in(&mut tx, ctx.schema(), second.hold_id, "paid too").await;
 
     // Nothing is visible outside before the commit.
@@ -184,10 +179,7 @@ async fn a_confirm_and_the_callers_order_roll_back_together() {
     let placed = engine.hold(slot_id, "order-1").await.unwrap().hold;
 
     let mut tx = engine.transaction().await.unwrap();
-    let confirmed = tx
-        .confirm_as(&Scope::Anonymous, placed.hold_id)
-        .await
-        .unwrap();
+    let confirmed = tx.confirm(&Scope::Anonymous, placed.hold_id).await.unwrap();
     assert_eq!(confirmed.status, HoldStatus::Confirmed);
     order_in(&mut tx, ctx.schema(), confirmed.hold_id, "paid").await;
     tx.rollback().await.unwrap();
@@ -202,7 +194,7 @@ async fn a_confirm_and_the_callers_order_roll_back_together() {
     // Still confirmable afterwards, outside any transaction.
     assert_eq!(
         engine
-            .confirm_as(&Scope::Anonymous, placed.hold_id)
+            .confirm(&Scope::Anonymous, placed.hold_id)
             .await
             .unwrap()
             .status,
@@ -220,7 +212,7 @@ async fn a_rolled_back_transaction_leaves_the_tables_as_they_were() {
     let spare = engine_slot(&engine, 1).await;
     let booked = engine.hold(slot_id, "booked").await.unwrap().hold;
     engine
-        .confirm_as(&Scope::Anonymous, booked.hold_id)
+        .confirm(&Scope::Anonymous, booked.hold_id)
         .await
         .unwrap();
     let before = snapshot(ctx.pool(), ctx.schema()).await;
@@ -240,7 +232,7 @@ async fn a_rolled_back_transaction_leaves_the_tables_as_they_were() {
     assert!(tx.close_sales(slot_id).await.unwrap().closed);
     assert!(tx.remove_slot(spare).await.unwrap().removed_at.is_some());
     assert_eq!(
-        tx.cancel_as(&Scope::Anonymous, booked.hold_id)
+        tx.cancel(&Scope::Anonymous, booked.hold_id)
             .await
             .unwrap()
             .status,
@@ -302,7 +294,7 @@ async fn a_refused_request_leaves_the_transaction_usable() {
         Err(BookingError::SlotNotFound { .. })
     ));
     assert!(matches!(
-        tx.confirm_as(&Scope::Anonymous, short.hold_id).await,
+        tx.confirm(&Scope::Anonymous, short.hold_id).await,
         Err(BookingError::HoldExpired { .. })
     ));
     assert!(matches!(
@@ -311,9 +303,7 @@ async fn a_refused_request_leaves_the_transaction_usable() {
     ));
     // Still usable: a later write succeeds, and the transaction commits.
     let fine = tx.hold(other, "fine").await.unwrap().hold;
-    tx.confirm_as(&Scope::Anonymous, fine.hold_id)
-        .await
-        .unwrap();
+    tx.confirm(&Scope::Anonymous, fine.hold_id).await.unwrap();
     tx.commit().await.unwrap();
 
     assert_eq!(
@@ -506,9 +496,7 @@ async fn racing_transactions_never_oversell() {
                     }
                     Err(other) => panic!("unexpected {other:?}"),
                 };
-                tx.confirm_as(&Scope::Anonymous, placed.hold_id)
-                    .await
-                    .unwrap();
+                tx.confirm(&Scope::Anonymous, placed.hold_id).await.unwrap();
                 order_in(&mut tx, &schema, placed.hold_id, &key).await;
                 // Give the others time to queue on the slot row.
                 tokio::time::sleep(StdDuration::from_millis(5)).await;
@@ -605,9 +593,9 @@ async fn a_line_changed_in_a_transaction_changes_its_whole_booking() {
 
     // Cancelled by its second line, then rolled back: nothing changed.
     let mut tx = engine.transaction().await.unwrap();
-    let cancelled = tx.cancel_as(&scope, second).await.unwrap();
+    let cancelled = tx.cancel(&scope, second).await.unwrap();
     assert_eq!(cancelled.status, HoldStatus::Cancelled);
-    let line = tx.get_hold_as(&scope, first).await.unwrap();
+    let line = tx.get_hold(&scope, first).await.unwrap();
     assert_eq!(line.status, HoldStatus::Cancelled, "the first line too");
     assert!(matches!(
         tx.hold(x, "cart").await,
@@ -621,11 +609,11 @@ async fn a_line_changed_in_a_transaction_changes_its_whole_booking() {
 
     // Renewed and confirmed by its second line, committed: every line changed.
     let mut tx = engine.transaction().await.unwrap();
-    let renewed = tx.renew_as(&scope, second, None).await.unwrap();
-    let confirmed = tx.confirm_as(&scope, second).await.unwrap();
+    let renewed = tx.renew(&scope, second, None).await.unwrap();
+    let confirmed = tx.confirm(&scope, second).await.unwrap();
     assert_eq!(confirmed.status, HoldStatus::Confirmed);
     tx.commit().await.unwrap();
-    let whole = engine.get_booking_as(&scope, first).await.unwrap();
+    let whole = engine.get_booking(&scope, first).await.unwrap();
     assert!(whole
         .lines
         .iter()

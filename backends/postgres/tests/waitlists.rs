@@ -131,7 +131,7 @@ async fn every_statement_that_frees_units_serves_the_line() {
         .await
         .unwrap();
     engine
-        .cancel_booking_as(&Scope::Anonymous, booked.booking_id)
+        .cancel_booking(&Scope::Anonymous, booked.booking_id)
         .await
         .unwrap();
     let offered = offer(store, &head).await.expect("offered by the cancel");
@@ -166,7 +166,7 @@ async fn every_statement_that_frees_units_serves_the_line() {
     let head = wait(&engine, closed, "after-reopen", 1).await;
     engine.close_sales(closed).await.unwrap();
     engine
-        .cancel_as(&Scope::Anonymous, held.hold_id)
+        .cancel(&Scope::Anonymous, held.hold_id)
         .await
         .unwrap();
     assert_eq!(
@@ -217,7 +217,7 @@ async fn a_cancel_in_the_callers_transaction_serves_the_line_with_it() {
     let head = wait(&engine, slot, "head", 1).await;
 
     let mut tx = engine.transaction().await.unwrap();
-    tx.cancel_as(&Scope::Anonymous, held.hold_id).await.unwrap();
+    tx.cancel(&Scope::Anonymous, held.hold_id).await.unwrap();
     let select = format!(
         "SELECT status FROM \"{}\".holds WHERE id = $1",
         store.schema()
@@ -249,7 +249,7 @@ async fn a_cancel_in_the_callers_transaction_serves_the_line_with_it() {
     assert_eq!(position, 1);
 
     let mut tx = engine.transaction().await.unwrap();
-    tx.cancel_as(&Scope::Anonymous, held.hold_id).await.unwrap();
+    tx.cancel(&Scope::Anonymous, held.hold_id).await.unwrap();
     tx.commit().await.unwrap();
     assert!(offer(store, &head).await.is_some(), "committed with it");
     assert_lines(store, t0()).await;
@@ -340,7 +340,7 @@ async fn a_slot_attached_to_a_pool_after_its_line_formed_serves_it_from_the_pool
     let pool = engine.create_pool(NewPool::new(3)).await.unwrap().pool_id;
     engine.attach_slot(pool, slot).await.unwrap();
     engine
-        .cancel_as(&Scope::Anonymous, held.hold_id)
+        .cancel(&Scope::Anonymous, held.hold_id)
         .await
         .unwrap();
     let offered = offer(store, &head).await.expect("offered");
@@ -373,7 +373,7 @@ async fn with_the_database_clock_offers_are_made_at_the_freeing_statements_insta
         panic!("waits")
     };
     let cancelled = engine
-        .cancel_as(&Scope::Anonymous, held.hold_id)
+        .cancel(&Scope::Anonymous, held.hold_id)
         .await
         .unwrap();
     let offered = offer(&store, &entry).await.expect("offered");
@@ -429,7 +429,7 @@ async fn a_race_of_joins_leaves_and_cancels_leaves_every_line_served() {
                     }
                     Ok(Joined::Held { hold, .. }) if i % 2 == 0 => {
                         engine
-                            .cancel_as(&Scope::Anonymous, hold.hold_id)
+                            .cancel(&Scope::Anonymous, hold.hold_id)
                             .await
                             .unwrap();
                     }
@@ -444,7 +444,7 @@ async fn a_race_of_joins_leaves_and_cancels_leaves_every_line_served() {
         tasks.push(tokio::spawn(async move {
             tokio::task::yield_now().await;
             engine
-                .cancel_as(&Scope::Anonymous, hold.hold_id)
+                .cancel(&Scope::Anonymous, hold.hold_id)
                 .await
                 .unwrap();
         }));

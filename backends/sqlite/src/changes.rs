@@ -4,9 +4,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use slot_booking::changes::{
-    follow_changes, ChangeFeed, Follower, Invalidator, Notice, DEFAULT_COALESCING_WINDOW,
-};
+use slot_booking::changes::{follow_changes, ChangeFeed, Follower, Following, Invalidator, Notice};
 use slot_booking::StoreError;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection};
 use sqlx::{ConnectOptions, Connection};
@@ -149,10 +147,12 @@ impl SqliteStore {
 
     /// Invalidates `invalidator`'s engine whenever any connection of any process commits to
     /// this store's database file: a [`DataVersionFeed`] polling every
-    /// [`DEFAULT_POLL_INTERVAL`], followed with
-    /// [`DEFAULT_COALESCING_WINDOW`] (see [`follow_changes`] and the
-    /// [feed's costs](DataVersionFeed)). Commits after this returns are seen. The follower ends
-    /// when the engine is dropped, or when the returned [`Follower`] is stopped or dropped.
+    /// [`DEFAULT_POLL_INTERVAL`], followed with the
+    /// [`DEFAULT_COALESCING_WINDOW`](slot_booking::changes::DEFAULT_COALESCING_WINDOW) (see
+    /// [`follow_changes`] and the [feed's costs](DataVersionFeed)); other settings with
+    /// [`follow_changes_with`](Self::follow_changes_with). Commits after this returns are
+    /// seen. The follower ends when the engine is dropped, or when the returned [`Follower`] is
+    /// stopped or dropped.
     ///
     /// ```no_run
     /// # async fn demo(store: slot_booking_sqlite::SqliteStore) -> Result<(), slot_booking::StoreError> {
@@ -163,17 +163,36 @@ impl SqliteStore {
     /// # Ok(()) }
     /// ```
     pub async fn follow_changes(&self, invalidator: Invalidator) -> Result<Follower, StoreError> {
-        self.follow_changes_every(invalidator, DEFAULT_POLL_INTERVAL)
+        self.follow_changes_with(invalidator, Following::default())
             .await
     }
 
-    /// As [`follow_changes`](Self::follow_changes), polling every `interval`.
-    pub async fn follow_changes_every(
+    /// As [`follow_changes`](Self::follow_changes), polling `PRAGMA data_version` every
+    /// [`Following::poll_every`] (by default [`DEFAULT_POLL_INTERVAL`]) and coalescing within
+    /// [`Following::coalesce_within`].
+    ///
+    /// ```no_run
+    /// # async fn demo(store: slot_booking_sqlite::SqliteStore) -> Result<(), slot_booking::StoreError> {
+    /// use std::time::Duration;
+    /// use slot_booking::changes::Following;
+    ///
+    /// let engine = slot_booking::BookingEngine::new(store.clone());
+    /// let following = Following::default().with_poll_every(Duration::from_millis(200));
+    /// let follower = store.follow_changes_with(engine.invalidator(), following).await?;
+    /// # drop(follower);
+    /// # Ok(()) }
+    /// ```
+    pub async fn follow_changes_with(
         &self,
         invalidator: Invalidator,
-        interval: Duration,
+        following: Following,
     ) -> Result<Follower, StoreError> {
+        let interval = following.poll_every().unwrap_or(DEFAULT_POLL_INTERVAL);
         let feed = self.change_feed(interval).await?;
-        Ok(follow_changes(feed, invalidator, DEFAULT_COALESCING_WINDOW))
+        Ok(follow_changes(
+            feed,
+            invalidator,
+            following.coalesce_within(),
+        ))
     }
 }

@@ -302,6 +302,7 @@ mod writes;
 pub use changes::{DataVersionFeed, DEFAULT_POLL_INTERVAL};
 pub use fragments::{InvalidTablePrefix, DEFAULT_TABLE_PREFIX};
 pub use run::SqliteTransaction;
+pub use slot_booking::changes::Following;
 /// The sqlx this crate is built on (0.9). Build pools and connection options through this
 /// re-export: a pool from another sqlx major version is a different type.
 pub use sqlx;

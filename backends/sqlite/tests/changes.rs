@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use common::TempDb;
-use slot_booking::changes::{ChangeFeed, Notice};
+use slot_booking::changes::{ChangeFeed, Following, Notice};
 use slot_booking::{AvailabilityQuery, BookingEngine, NewSlot, Scope, SlotId};
 use slot_booking_sqlite::SqliteStore;
 
@@ -60,7 +60,7 @@ async fn commits_through_another_store_show_on_a_following_engine() {
         .slot_id;
     let placed = engine_a.hold(slot_id, "booked").await.unwrap().hold;
     engine_a
-        .confirm_as(&Scope::Anonymous, placed.hold_id)
+        .confirm(&Scope::Anonymous, placed.hold_id)
         .await
         .unwrap();
 
@@ -68,14 +68,17 @@ async fn commits_through_another_store_show_on_a_following_engine() {
         .cache_period(Duration::from_secs(3600))
         .build();
     let follower = b
-        .follow_changes_every(engine_b.invalidator(), POLL)
+        .follow_changes_with(
+            engine_b.invalidator(),
+            Following::default().with_poll_every(POLL),
+        )
         .await
         .unwrap();
     assert_eq!(listed(&engine_b, slot_id).await, Some(2));
 
     // A cancel through store A, which engine B's cache knows nothing of.
     engine_a
-        .cancel_as(&Scope::Anonymous, placed.hold_id)
+        .cancel(&Scope::Anonymous, placed.hold_id)
         .await
         .unwrap();
     eventually("the cancel on engine B", || async {
@@ -147,4 +150,50 @@ async fn a_feed_reports_each_commit_once() {
         tokio::time::timeout(POLL * 10, feed.next()).await.is_err(),
         "one commit, one notice"
     );
+}
+
+/// `follow_changes_with` polls every `poll_every` and coalesces within `coalesce_within`: a
+/// follower polling once an hour sees no commit, and one whose window is an hour invalidates
+/// once for two commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn following_honours_its_poll_interval_and_window() {
+    let db = TempDb::new("changes_following");
+    let a = db.store().await;
+    let b = db.store().await;
+    let engine_a = BookingEngine::new(a.clone());
+    let engine_b = BookingEngine::new(b.clone());
+    let hour = Duration::from_secs(3600);
+    let hourly = b
+        .follow_changes_with(
+            engine_b.invalidator(),
+            Following::default().with_poll_every(hour),
+        )
+        .await
+        .unwrap();
+    let windowed = b
+        .follow_changes_with(
+            engine_b.invalidator(),
+            Following::default()
+                .with_poll_every(POLL)
+                .with_coalesce_within(hour),
+        )
+        .await
+        .unwrap();
+    let start = Utc::now() + chrono::Duration::days(1);
+    for commit in 1..=2 {
+        engine_a
+            .create_slot(NewSlot::new(start, start + chrono::Duration::hours(1), 1))
+            .await
+            .unwrap();
+        eventually(&format!("commit {commit}"), || async {
+            windowed.stats().notices >= commit
+        })
+        .await;
+    }
+    assert_eq!(
+        windowed.stats().invalidations,
+        1,
+        "the second commit waits for the window's end, an hour away"
+    );
+    assert_eq!(hourly.stats().notices, 0, "no poll within the hour");
 }

@@ -143,9 +143,7 @@ async fn a_rolled_back_transaction_leaves_no_event() {
 
     for commit in [false, true] {
         let mut tx = engine.transaction().await.unwrap();
-        tx.confirm_as(&Scope::Anonymous, booked.hold_id)
-            .await
-            .unwrap();
+        tx.confirm(&Scope::Anonymous, booked.hold_id).await.unwrap();
         // Two units are free, one of them only once `short` (expired) is reclaimed.
         tx.place_hold(NewHold::new(slot_id, "pair").quantity(2))
             .await
@@ -184,9 +182,7 @@ async fn a_rolled_back_transaction_leaves_no_event() {
 
     // A cancel rolled back leaves none either.
     let mut tx = engine.transaction().await.unwrap();
-    tx.cancel_as(&Scope::Anonymous, booked.hold_id)
-        .await
-        .unwrap();
+    tx.cancel(&Scope::Anonymous, booked.hold_id).await.unwrap();
     tx.rollback().await.unwrap();
     assert_eq!(all_events(&store).await, after);
     // A refusal in the transaction (its savepoint rolled back) leaves none either, and the
@@ -194,10 +190,7 @@ async fn a_rolled_back_transaction_leaves_no_event() {
     let mut tx = engine.transaction().await.unwrap();
     assert!(tx.reopen_sales(slot_id).await.is_ok());
     assert!(tx.change_capacity(slot_id, 1).await.is_err(), "in use");
-    assert!(tx
-        .cancel_as(&Scope::Anonymous, booked.hold_id)
-        .await
-        .is_ok());
+    assert!(tx.cancel(&Scope::Anonymous, booked.hold_id).await.is_ok());
     tx.commit().await.unwrap();
     assert_eq!(
         kinds(&all_events(&store).await[after.len()..]),

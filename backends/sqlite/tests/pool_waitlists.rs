@@ -156,7 +156,7 @@ async fn a_cancel_on_another_slot_of_the_pool_offers_to_the_pools_head() {
     assert_eq!(newcomer(&engine, c, "n1").await, "sold_out");
     assert_eq!(pool_remaining(store.pool(), pool_id).await, 1);
 
-    engine.cancel_as(&ANYONE, taken).await.unwrap();
+    engine.cancel(&ANYONE, taken).await.unwrap();
     let offered = offer(&store, &entry).await.expect("offered by the cancel");
     assert_eq!(
         (offered.slot_id, offered.quantity, offered.status),
@@ -305,7 +305,7 @@ async fn closed_and_started_slots_entries_do_not_block_the_pools_line() {
     engine.close_sales(closed).await.unwrap();
     clock.set(at(700));
 
-    engine.cancel_as(&ANYONE, taken).await.unwrap();
+    engine.cancel(&ANYONE, taken).await.unwrap();
     assert_eq!(offer(&store, &on_early).await, None, "started");
     assert_eq!(offer(&store, &on_closed).await, None, "closed");
     assert_eq!(
@@ -540,13 +540,13 @@ async fn an_entry_in_two_pools_waits_for_both() {
     let on_c = held(&engine, c, "c", 2).await;
     let first = wait(&engine, b, "first", 1, 0).await;
     let second = wait(&engine, c, "second", 1, 0).await;
-    engine.cancel_as(&ANYONE, on_c).await.unwrap();
+    engine.cancel(&ANYONE, on_c).await.unwrap();
     assert_eq!(offer(&store, &first).await, None, "pool p is short");
     assert_eq!(offer(&store, &second).await, None, "behind the head of q");
     assert_eq!(pool_remaining(store.pool(), q).await, 2);
     assert_eq!(newcomer(&engine, c, "n").await, "sold_out");
 
-    engine.cancel_as(&ANYONE, on_a).await.unwrap();
+    engine.cancel(&ANYONE, on_a).await.unwrap();
     assert!(offer(&store, &first).await.is_some(), "head of b, p and q");
     // Its offer made `second` the head of q: served in the same step.
     assert!(offer(&store, &second).await.is_some(), "next in q, at once");

@@ -124,10 +124,10 @@ async fn every_move_of_units_moves_the_pool() {
     assert_eq!(short.code(), "lines_unavailable");
 
     // Confirming moves nothing; cancelling gives back to the slot and the pool.
-    engine.confirm_as(&ANYONE, first.hold_id).await.unwrap();
+    engine.confirm(&ANYONE, first.hold_id).await.unwrap();
     assert_eq!(stored(store.pool(), p).await, 0);
     engine
-        .cancel_booking_as(&ANYONE, booked.booking_id)
+        .cancel_booking(&ANYONE, booked.booking_id)
         .await
         .unwrap();
     assert_eq!(stored(store.pool(), p).await, 2);
@@ -151,7 +151,7 @@ async fn every_move_of_units_moves_the_pool() {
     let again = engine.attach_slot(p, a).await.unwrap();
     assert_eq!(again.remaining, 0);
     assert_eq!(engine.attach_slot(p, a).await.unwrap(), again);
-    engine.cancel_as(&ANYONE, first.hold_id).await.unwrap();
+    engine.cancel(&ANYONE, first.hold_id).await.unwrap();
     assert_eq!(stored(store.pool(), p).await, 4);
     assert_pools(store.pool()).await;
 }

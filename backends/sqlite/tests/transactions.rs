@@ -101,7 +101,7 @@ async fn a_confirm_and_the_callers_order_commit_together() {
     let b = engine.hold(slot_id, "b").await.unwrap().hold;
 
     let mut tx = engine.transaction().await.unwrap();
-    let booked = tx.confirm_as(&Scope::Anonymous, a.hold_id).await.unwrap();
+    let booked = tx.confirm(&Scope::Anonymous, a.hold_id).await.unwrap();
     assert_eq!(booked.status, HoldStatus::Confirmed);
     order_in(&mut tx, booked.hold_id).await;
     // Outside the transaction, nothing yet.
@@ -118,7 +118,7 @@ async fn a_confirm_and_the_callers_order_commit_together() {
     assert_eq!(orders(store.pool()).await, vec![a.hold_id.get()]);
 
     let mut tx = engine.transaction().await.unwrap();
-    tx.confirm_as(&Scope::Anonymous, b.hold_id).await.unwrap();
+    tx.confirm(&Scope::Anonymous, b.hold_id).await.unwrap();
     // The caller's row through the transaction `run` hands over.
     order_in(&mut tx, b.hold_id).await;
     tx.rollback().await.unwrap();
@@ -149,7 +149,7 @@ async fn a_store_transaction_carries_the_callers_order_too() {
 
     for (hold_id, commit) in [(a.hold_id, true), (b.hold_id, false)] {
         let mut tx = engine.transaction().await.unwrap();
-        tx.confirm_as(&Scope::Anonymous, hold_id).await.unwrap();
+        tx.confirm(&Scope::Anonymous, hold_id).await.unwrap();
         order_in(&mut tx, hold_id).await;
         if commit {
             tx.commit().await.unwrap();
@@ -168,10 +168,7 @@ async fn a_store_transaction_carries_the_callers_order_too() {
     assert_eq!(orders(store.pool()).await, vec![a.hold_id.get()]);
     assert_counts(store.pool(), slot_id, (2, 0, 1, 1)).await;
     // The store's queue is free again: a write through the pool goes through.
-    engine
-        .confirm_as(&Scope::Anonymous, b.hold_id)
-        .await
-        .unwrap();
+    engine.confirm(&Scope::Anonymous, b.hold_id).await.unwrap();
 }
 
 /// A hold, a cancel, a capacity change, a close, a new slot and a removal, rolled back (or
@@ -194,7 +191,7 @@ async fn a_rollback_leaves_nothing_and_frees_the_key() {
         .slot_id;
     let booked = engine.hold(slot_id, "booked").await.unwrap().hold;
     engine
-        .confirm_as(&Scope::Anonymous, booked.hold_id)
+        .confirm(&Scope::Anonymous, booked.hold_id)
         .await
         .unwrap();
     let before = (
@@ -210,9 +207,7 @@ async fn a_rollback_leaves_nothing_and_frees_the_key() {
             .await
             .unwrap();
         assert!(!placed.replayed);
-        tx.cancel_as(&Scope::Anonymous, booked.hold_id)
-            .await
-            .unwrap();
+        tx.cancel(&Scope::Anonymous, booked.hold_id).await.unwrap();
         assert_eq!(
             tx.change_capacity(slot_id, 10)
                 .await
@@ -314,7 +309,7 @@ async fn a_refused_request_leaves_the_transaction_usable() {
         })
     ));
     assert!(matches!(
-        tx.confirm_as(&Scope::Anonymous, short.hold_id).await,
+        tx.confirm(&Scope::Anonymous, short.hold_id).await,
         Err(BookingError::HoldExpired { .. })
     ));
     assert!(matches!(
@@ -444,9 +439,7 @@ async fn racing_transactions_never_oversell() {
                 Err(other) => panic!("task {i}: {other:?}"),
             };
             let commit = commit();
-            tx.confirm_as(&Scope::Anonymous, placed.hold_id)
-                .await
-                .unwrap();
+            tx.confirm(&Scope::Anonymous, placed.hold_id).await.unwrap();
             if commit {
                 tx.commit().await.unwrap();
             } else {
@@ -482,7 +475,7 @@ async fn racing_transactions_never_oversell() {
     assert_counts(a.pool(), slot_id, (5, 0, 0, 5)).await;
 }
 
-/// `EngineTransaction` offers the engine's short forms too: renewing and reading an anonymous
+/// `EngineTransaction` renews and reads like the engine: renewing and reading an anonymous
 /// hold in the transaction, the renewal committing with it.
 #[tokio::test]
 async fn within_renews_and_reads_anonymous_holds() {
@@ -499,12 +492,12 @@ async fn within_renews_and_reads_anonymous_holds() {
 
     let mut tx = engine.transaction().await.unwrap();
     let renewed = tx
-        .renew_as(&Scope::Anonymous, placed.hold_id, None)
+        .renew(&Scope::Anonymous, placed.hold_id, None)
         .await
         .unwrap();
     assert!(renewed.expires_at > placed.expires_at);
     assert_eq!(
-        tx.get_hold_as(&Scope::Anonymous, placed.hold_id)
+        tx.get_hold(&Scope::Anonymous, placed.hold_id)
             .await
             .unwrap(),
         renewed
@@ -512,7 +505,7 @@ async fn within_renews_and_reads_anonymous_holds() {
     tx.commit().await.unwrap();
     assert_eq!(
         engine
-            .get_hold_as(&Scope::Anonymous, placed.hold_id)
+            .get_hold(&Scope::Anonymous, placed.hold_id)
             .await
             .unwrap(),
         renewed

@@ -86,7 +86,7 @@ async fn reopening_sales_serves_the_line() {
     let slot_id = full_slot(&engine, 2, "full").await;
     let entry = wait(&engine, slot_id, "w", 2).await;
     engine.close_sales(slot_id).await.unwrap();
-    engine.cancel_as(&ANYONE, HoldId(1)).await.unwrap();
+    engine.cancel(&ANYONE, HoldId(1)).await.unwrap();
     assert_eq!(
         offer(&store, &entry).await,
         None,
@@ -155,7 +155,7 @@ async fn a_cancel_in_the_callers_transaction_serves_the_line_there() {
     let events_before = events_of(store.pool().clone()).await;
     for commit in [false, true] {
         let mut tx = engine.transaction().await.unwrap();
-        tx.cancel_as(&ANYONE, HoldId(1)).await.unwrap();
+        tx.cancel(&ANYONE, HoldId(1)).await.unwrap();
         let offer_id = entry.offer_id().get();
         let inside: Option<String> = tx
             .run(move |tx| {
@@ -339,7 +339,7 @@ async fn offers_are_logged_after_the_write_that_freed_their_units() {
         .acknowledge(&consumer, seen.last().unwrap().position)
         .await
         .unwrap();
-    engine.cancel_as(&ANYONE, HoldId(1)).await.unwrap();
+    engine.cancel(&ANYONE, HoldId(1)).await.unwrap();
     let events = store.read_events(&consumer, 100).await.unwrap();
     let kinds: Vec<(EventKind, Option<HoldId>)> =
         events.iter().map(|e| (e.kind, e.hold_id)).collect();
@@ -423,7 +423,7 @@ async fn a_head_reclaims_expired_holds_only_when_that_makes_it_fit() {
     let head = wait(&engine, slot_id, "head", 5).await;
     clock.advance(Duration::seconds(61));
     // 1 free and x's expired unit: 2 of 5.
-    engine.cancel_as(&ANYONE, y.hold_id).await.unwrap();
+    engine.cancel(&ANYONE, y.hold_id).await.unwrap();
     assert_eq!(stored_status(store.pool(), x.hold_id).await, "held");
     assert_eq!(offer(&store, &head).await, None);
     // 4 free and x's unit: the head's 5.
@@ -433,7 +433,7 @@ async fn a_head_reclaims_expired_holds_only_when_that_makes_it_fit() {
         .acknowledge(&consumer, seen.last().unwrap().position)
         .await
         .unwrap();
-    engine.cancel_as(&ANYONE, z.hold_id).await.unwrap();
+    engine.cancel(&ANYONE, z.hold_id).await.unwrap();
     assert_eq!(stored_status(store.pool(), x.hold_id).await, "expired");
     assert_eq!(offer(&store, &head).await.map(|h| h.quantity), Some(5));
     let kinds: Vec<(EventKind, Option<HoldId>)> = store

@@ -187,7 +187,7 @@ pub(crate) async fn book(
 pub(crate) async fn get_booking(booking: On<HoldId>, caller: Caller) -> Answer<BookingBody> {
     let found = booking
         .engine
-        .get_booking_as(&caller.scope(), booking.id)
+        .get_booking(&caller.scope(), booking.id)
         .await?;
     Ok(Json(found.into()))
 }
@@ -213,7 +213,7 @@ pub(crate) async fn get_booking(booking: On<HoldId>, caller: Caller) -> Answer<B
 pub(crate) async fn confirm(booking: On<HoldId>, caller: Caller) -> Answer<BookingBody> {
     let confirmed = booking
         .engine
-        .confirm_booking_as(&caller.scope(), booking.id)
+        .confirm_booking(&caller.scope(), booking.id)
         .await?;
     Ok(Json(confirmed.into()))
 }
@@ -239,7 +239,7 @@ pub(crate) async fn confirm(booking: On<HoldId>, caller: Caller) -> Answer<Booki
 pub(crate) async fn cancel(booking: On<HoldId>, caller: Caller) -> Answer<BookingBody> {
     let cancelled = booking
         .engine
-        .cancel_booking_as(&caller.scope(), booking.id)
+        .cancel_booking(&caller.scope(), booking.id)
         .await?;
     Ok(Json(cancelled.into()))
 }
@@ -271,7 +271,7 @@ pub(crate) async fn renew(
     let lifetime = options.lifetime_seconds.map(Duration::from_secs);
     let renewed = booking
         .engine
-        .renew_booking_as(&caller.scope(), booking.id, lifetime)
+        .renew_booking(&caller.scope(), booking.id, lifetime)
         .await?;
     Ok(Json(renewed.into()))
 }

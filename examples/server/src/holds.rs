@@ -167,7 +167,7 @@ fn created(prefix: &str, placed: HoldPlaced) -> Response {
     )
 )]
 pub(crate) async fn confirm(hold: On<HoldId>, caller: Caller) -> Answer<HoldBody> {
-    let confirmed = hold.engine.confirm_as(&caller.scope(), hold.id).await?;
+    let confirmed = hold.engine.confirm(&caller.scope(), hold.id).await?;
     Ok(Json(confirmed.into()))
 }
 
@@ -190,7 +190,7 @@ pub(crate) async fn confirm(hold: On<HoldId>, caller: Caller) -> Answer<HoldBody
     )
 )]
 pub(crate) async fn cancel(hold: On<HoldId>, caller: Caller) -> Answer<HoldBody> {
-    let cancelled = hold.engine.cancel_as(&caller.scope(), hold.id).await?;
+    let cancelled = hold.engine.cancel(&caller.scope(), hold.id).await?;
     Ok(Json(cancelled.into()))
 }
 
@@ -212,7 +212,7 @@ pub(crate) async fn cancel(hold: On<HoldId>, caller: Caller) -> Answer<HoldBody>
     )
 )]
 pub(crate) async fn get_hold(hold: On<HoldId>, caller: Caller) -> Answer<HoldBody> {
-    let found = hold.engine.get_hold_as(&caller.scope(), hold.id).await?;
+    let found = hold.engine.get_hold(&caller.scope(), hold.id).await?;
     Ok(Json(found.into()))
 }
 
@@ -243,7 +243,7 @@ pub(crate) async fn renew(
     let lifetime = options.lifetime_seconds.map(Duration::from_secs);
     let renewed = hold
         .engine
-        .renew_as(&caller.scope(), hold.id, lifetime)
+        .renew(&caller.scope(), hold.id, lifetime)
         .await?;
     Ok(Json(renewed.into()))
 }

@@ -469,17 +469,17 @@ async fn every_kind_of_change_is_an_event_the_document_describes() {
     let first = engine.hold(slot, "a").await.unwrap().hold.hold_id;
     let longer = Some(Duration::from_secs(600));
     engine
-        .renew_as(&Scope::Anonymous, first, longer)
+        .renew(&Scope::Anonymous, first, longer)
         .await
         .unwrap();
-    engine.confirm_as(&Scope::Anonymous, first).await.unwrap();
+    engine.confirm(&Scope::Anonymous, first).await.unwrap();
     let second = engine.hold(slot, "b").await.unwrap().hold.hold_id;
     // Sold out: "c" waits in line, and is offered the unit "b" gives back.
     engine
         .join_waitlist(NewHold::new(slot, "c"), 0)
         .await
         .unwrap();
-    engine.cancel_as(&Scope::Anonymous, second).await.unwrap();
+    engine.cancel(&Scope::Anonymous, second).await.unwrap();
     engine.change_capacity(slot, 5).await.unwrap();
     let short = NewHold::new(slot, "d").lifetime(Duration::from_secs(60));
     engine.place_hold(short).await.unwrap();

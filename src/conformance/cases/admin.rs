@@ -27,7 +27,7 @@ impl Mix {
         let booked = place(NewHold::new(slot, "booked")).await;
         let booked = f
             .engine
-            .confirm_as(&Scope::Anonymous, booked.hold_id)
+            .confirm(&Scope::Anonymous, booked.hold_id)
             .await
             .unwrap();
         let short = f.minute_hold(slot, "short").await;
@@ -113,7 +113,7 @@ pub(super) async fn lowering_capacity_takes_only_free_units<S: HoldStore + SlotA
 
     // Cancelling gives units back and makes room to lower further.
     f.engine
-        .cancel_as(&Scope::Anonymous, mix.two.hold_id)
+        .cancel(&Scope::Anonymous, mix.two.hold_id)
         .await
         .unwrap();
     let one = f.engine.change_capacity(slot, 1).await.unwrap();
@@ -181,7 +181,7 @@ pub(super) async fn closed_slots_refuse_new_holds_and_keep_their_holds<S: HoldSt
     assert!(f.engine.hold(slot, "a").await.unwrap().replayed);
     assert_eq!(
         f.engine
-            .confirm_as(&Scope::Anonymous, a.hold_id)
+            .confirm(&Scope::Anonymous, a.hold_id)
             .await
             .unwrap()
             .status,
@@ -189,7 +189,7 @@ pub(super) async fn closed_slots_refuse_new_holds_and_keep_their_holds<S: HoldSt
     );
     assert_eq!(
         f.engine
-            .cancel_as(&Scope::Anonymous, b.hold_id)
+            .cancel(&Scope::Anonymous, b.hold_id)
             .await
             .unwrap()
             .status,
@@ -198,7 +198,7 @@ pub(super) async fn closed_slots_refuse_new_holds_and_keep_their_holds<S: HoldSt
     f.advance(Duration::minutes(1));
     let renewed = f
         .engine
-        .renew_as(&Scope::Anonymous, c.hold_id, None)
+        .renew(&Scope::Anonymous, c.hold_id, None)
         .await
         .unwrap();
     assert!(renewed.expires_at > c.expires_at);
@@ -246,7 +246,7 @@ pub(super) async fn removal_needs_a_slot_with_nothing_held_or_confirmed<
     assert_eq!(f.stored_slot(slot).await.removed_at, None);
 
     f.engine
-        .cancel_as(&Scope::Anonymous, mix.two.hold_id)
+        .cancel(&Scope::Anonymous, mix.two.hold_id)
         .await
         .unwrap();
     assert!(matches!(
@@ -258,7 +258,7 @@ pub(super) async fn removal_needs_a_slot_with_nothing_held_or_confirmed<
         })
     ));
     f.engine
-        .cancel_as(&Scope::Anonymous, mix.booked.hold_id)
+        .cancel(&Scope::Anonymous, mix.booked.hold_id)
         .await
         .unwrap();
     assert!(matches!(
@@ -292,7 +292,7 @@ pub(super) async fn removal_needs_a_slot_with_nothing_held_or_confirmed<
     assert_eq!(replay.hold.status, HoldStatus::Cancelled);
     assert_eq!(
         f.engine
-            .get_hold_as(&Scope::Anonymous, mix.short.hold_id)
+            .get_hold(&Scope::Anonymous, mix.short.hold_id)
             .await
             .unwrap()
             .status,

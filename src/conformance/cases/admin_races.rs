@@ -96,18 +96,12 @@ pub(super) async fn race_removal_never_strands_a_booking<S: HoldStore + SlotAdmi
         let early = f
             .hold_each(slot, (0..2).map(|i| format!("e{round}-{i}")))
             .await;
-        f.engine
-            .confirm_as(&Scope::Anonymous, early[1])
-            .await
-            .unwrap();
+        f.engine.confirm(&Scope::Anonymous, early[1]).await.unwrap();
         let mut tasks = Vec::new();
         for &id in &early {
             let f = Arc::clone(&f);
             tasks.push(tokio::spawn(async move {
-                f.engine
-                    .cancel_as(&Scope::Anonymous, id)
-                    .await
-                    .map(|_| None)
+                f.engine.cancel(&Scope::Anonymous, id).await.map(|_| None)
             }));
         }
         // The removal starts before or after the new holds, by turns.
@@ -149,7 +143,7 @@ pub(super) async fn race_removal_never_strands_a_booking<S: HoldStore + SlotAdmi
         if was_removed {
             removals += 1;
             for &id in &holds {
-                let hold = f.engine.get_hold_as(&Scope::BackOffice, id).await.unwrap();
+                let hold = f.engine.get_hold(&Scope::BackOffice, id).await.unwrap();
                 assert!(
                     !matches!(hold.status, HoldStatus::Held | HoldStatus::Confirmed),
                     "round {round}: hold {id} is {} on a removed slot",
@@ -160,7 +154,7 @@ pub(super) async fn race_removal_never_strands_a_booking<S: HoldStore + SlotAdmi
             refusals += 1;
             // Once its holds are gone, the slot can be removed.
             for &id in &holds[2..] {
-                f.engine.cancel_as(&Scope::Anonymous, id).await.unwrap();
+                f.engine.cancel(&Scope::Anonymous, id).await.unwrap();
             }
             f.engine.remove_slot(slot).await.unwrap();
         }

@@ -33,7 +33,7 @@ pub(super) async fn availability_lists_future_slots_in_order<S: HoldStore>(store
     let started = f.slot(9, Duration::minutes(30)).await;
     let hold = f.engine.hold(soon, "k").await.unwrap().hold;
     f.engine
-        .confirm_as(&Scope::Anonymous, hold.hold_id)
+        .confirm(&Scope::Anonymous, hold.hold_id)
         .await
         .unwrap();
     f.advance(Duration::minutes(30));
@@ -131,13 +131,13 @@ pub(super) async fn cancel_shows_in_cached_availability_at_once<S: HoldStore>(st
         .slot_id;
     let hold = engine.hold(slot, "k").await.unwrap().hold;
     engine
-        .confirm_as(&Scope::Anonymous, hold.hold_id)
+        .confirm(&Scope::Anonymous, hold.hold_id)
         .await
         .unwrap();
     let before = engine.availability(AvailabilityQuery::all()).await.unwrap();
     assert_eq!(before[0].remaining, 0);
     engine
-        .cancel_as(&Scope::Anonymous, hold.hold_id)
+        .cancel(&Scope::Anonymous, hold.hold_id)
         .await
         .unwrap();
     let after = engine.availability(AvailabilityQuery::all()).await.unwrap();

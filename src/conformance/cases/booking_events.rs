@@ -75,10 +75,10 @@ pub(super) async fn a_consumer_rebuilds_every_slots_units_from_events<
     let other = NewBooking::new("other").line(b, 2).line(c, 0);
     assert!(f.engine.book(other).await.is_err());
     f.engine
-        .confirm_booking_as(&any, pair.booking_id)
+        .confirm_booking(&any, pair.booking_id)
         .await
         .unwrap();
-    f.engine.cancel_as(&any, single.hold_id).await.unwrap();
+    f.engine.cancel(&any, single.hold_id).await.unwrap();
     f.engine.change_capacity(a, 6).await.unwrap();
     f.advance(Duration::minutes(2));
     assert_eq!(f.engine.reclaim_expired(100).await.unwrap().len(), 2);
@@ -90,7 +90,7 @@ pub(super) async fn a_consumer_rebuilds_every_slots_units_from_events<
     let last = NewBooking::new("last").line(b, 2).line(c, 2);
     let last = f.engine.book(last).await.unwrap().booking;
     f.engine
-        .cancel_booking_as(&any, last.booking_id)
+        .cancel_booking(&any, last.booking_id)
         .await
         .unwrap();
 
@@ -158,14 +158,14 @@ pub(super) async fn booking_line_events_carry_the_booking<
     let stay = f.engine.book(stay).await.unwrap().booking;
     let single = f.engine.hold(a, "single").await.unwrap().hold;
     f.engine
-        .confirm_booking_as(&any, stay.booking_id)
+        .confirm_booking(&any, stay.booking_id)
         .await
         .unwrap();
     f.engine
-        .cancel_booking_as(&any, stay.booking_id)
+        .cancel_booking(&any, stay.booking_id)
         .await
         .unwrap();
-    f.engine.cancel_as(&any, single.hold_id).await.unwrap();
+    f.engine.cancel(&any, single.hold_id).await.unwrap();
     let lines: HashSet<_> = stay.lines.iter().map(|h| h.hold_id).collect();
     let check = |events: &[Event]| {
         let mut per_kind: BTreeMap<&str, usize> = BTreeMap::new();

@@ -162,54 +162,48 @@ pub(super) async fn booking_lines_change_together<S: BookingStore>(store: S) {
     let id = one.booking_id;
     let second_line = one.lines[1].hold_id;
 
-    let read = f.engine.get_booking_as(&ANY, id).await.unwrap();
+    let read = f.engine.get_booking(&ANY, id).await.unwrap();
     assert_eq!(read, one);
     assert_err!(
-        f.engine.get_booking_as(&ANY, second_line).await,
+        f.engine.get_booking(&ANY, second_line).await,
         BookingError::HoldNotFound { .. }
     );
-    let line = f.engine.get_hold_as(&ANY, second_line).await.unwrap();
+    let line = f.engine.get_hold(&ANY, second_line).await.unwrap();
     assert_eq!((line.slot_id, line.quantity), (b, 2));
 
     f.advance(Duration::minutes(1));
-    let renewed = f.engine.renew_booking_as(&ANY, id, None).await.unwrap();
+    let renewed = f.engine.renew_booking(&ANY, id, None).await.unwrap();
     let expiry = renewed.lines[0].expires_at;
     assert!(expiry > one.lines[0].expires_at);
     assert!(renewed.lines.iter().all(|h| h.expires_at == expiry));
 
-    let confirmed = f.engine.confirm_booking_as(&ANY, id).await.unwrap();
+    let confirmed = f.engine.confirm_booking(&ANY, id).await.unwrap();
     assert!(confirmed
         .lines
         .iter()
         .all(|h| h.status == HoldStatus::Confirmed));
-    assert_eq!(
-        f.engine.confirm_booking_as(&ANY, id).await.unwrap(),
-        confirmed
-    );
+    assert_eq!(f.engine.confirm_booking(&ANY, id).await.unwrap(), confirmed);
     assert_eq!((f.remaining(a).await, f.remaining(b).await), (3, 2));
 
     // A hold operation on the second line cancels the whole booking.
-    let cancelled = f.engine.cancel_as(&ANY, second_line).await.unwrap();
+    let cancelled = f.engine.cancel(&ANY, second_line).await.unwrap();
     assert_eq!(cancelled.status, HoldStatus::Cancelled);
-    let whole = f.engine.get_booking_as(&ANY, id).await.unwrap();
+    let whole = f.engine.get_booking(&ANY, id).await.unwrap();
     assert!(whole
         .lines
         .iter()
         .all(|h| h.status == HoldStatus::Cancelled));
     assert_eq!((f.remaining(a).await, f.remaining(b).await), (4, 4));
     assert_err!(
-        f.engine.confirm_booking_as(&ANY, id).await,
+        f.engine.confirm_booking(&ANY, id).await,
         BookingError::HoldCancelled { .. }
     );
-    assert_eq!(f.engine.cancel_booking_as(&ANY, id).await.unwrap(), whole);
+    assert_eq!(f.engine.cancel_booking(&ANY, id).await.unwrap(), whole);
 
     // Confirming one line of another booking confirms all of it.
     let two = f.book("two", &[(a, 1), (b, 1)]).await.unwrap();
-    f.engine
-        .confirm_as(&ANY, two.lines[1].hold_id)
-        .await
-        .unwrap();
-    let both = f.engine.get_booking_as(&ANY, two.booking_id).await.unwrap();
+    f.engine.confirm(&ANY, two.lines[1].hold_id).await.unwrap();
+    let both = f.engine.get_booking(&ANY, two.booking_id).await.unwrap();
     assert!(both.lines.iter().all(|h| h.status == HoldStatus::Confirmed));
     f.assert_booked(&[a, b], &[one, two]).await;
 }
@@ -267,7 +261,7 @@ pub(super) async fn booking_replays_by_key_in_any_order<S: BookingStore>(store: 
     assert!(as_booking.replayed);
     assert_eq!(as_booking.booking, Booking::of_hold(single.clone()));
     assert_eq!(
-        f.engine.get_booking_as(&ANY, single.hold_id).await.unwrap(),
+        f.engine.get_booking(&ANY, single.hold_id).await.unwrap(),
         Booking::of_hold(single)
     );
     assert_err!(
@@ -301,19 +295,19 @@ pub(super) async fn booking_belongs_to_its_owner<S: BookingStore>(store: S) {
     let id = booking.booking_id;
     for scope in [Scope::Anonymous, Scope::Owner(owner("bob"))] {
         assert_err!(
-            f.engine.get_booking_as(&scope, id).await,
+            f.engine.get_booking(&scope, id).await,
             BookingError::HoldNotFound { .. }
         );
         assert_err!(
-            f.engine.confirm_booking_as(&scope, id).await,
+            f.engine.confirm_booking(&scope, id).await,
             BookingError::HoldNotFound { .. }
         );
         assert_err!(
-            f.engine.cancel_booking_as(&scope, id).await,
+            f.engine.cancel_booking(&scope, id).await,
             BookingError::HoldNotFound { .. }
         );
         assert_err!(
-            f.engine.cancel_as(&scope, booking.lines[1].hold_id).await,
+            f.engine.cancel(&scope, booking.lines[1].hold_id).await,
             BookingError::HoldNotFound { .. }
         );
     }
@@ -328,13 +322,9 @@ pub(super) async fn booking_belongs_to_its_owner<S: BookingStore>(store: S) {
         }) => {}
         unexpected => panic!("somebody else's booking must not be revealed: {unexpected:?}"),
     }
-    let confirmed = f.engine.confirm_booking_as(&alice, id).await.unwrap();
+    let confirmed = f.engine.confirm_booking(&alice, id).await.unwrap();
     assert_eq!(confirmed.owner(), Some(&owner("alice")));
-    assert!(f
-        .engine
-        .get_booking_as(&Scope::BackOffice, id)
-        .await
-        .is_ok());
+    assert!(f.engine.get_booking(&Scope::BackOffice, id).await.is_ok());
 }
 
 /// An unconfirmed booking expires whole at its `expires_at`; each short line of a later
@@ -352,20 +342,14 @@ pub(super) async fn booking_expires_whole<S: BookingStore>(store: S) {
         BookingError::LinesUnavailable { .. }
     );
     f.advance(Duration::seconds(60));
-    let read = f
-        .engine
-        .get_booking_as(&ANY, brief.booking_id)
-        .await
-        .unwrap();
+    let read = f.engine.get_booking(&ANY, brief.booking_id).await.unwrap();
     assert!(read.lines.iter().all(|h| h.status == HoldStatus::Expired));
     assert_err!(
-        f.engine.confirm_booking_as(&ANY, brief.booking_id).await,
+        f.engine.confirm_booking(&ANY, brief.booking_id).await,
         BookingError::HoldExpired { .. }
     );
     assert_err!(
-        f.engine
-            .renew_booking_as(&ANY, brief.booking_id, None)
-            .await,
+        f.engine.renew_booking(&ANY, brief.booking_id, None).await,
         BookingError::HoldExpired { .. }
     );
     assert_eq!(
@@ -451,7 +435,7 @@ pub(super) async fn race_overlapping_bookings_never_oversell<S: BookingStore>(st
                     match f.engine.book(request).await {
                         Ok(done) if next(3) == 0 => {
                             let id = done.booking.booking_id;
-                            let gone = f.engine.cancel_booking_as(&ANY, id).await.unwrap();
+                            let gone = f.engine.cancel_booking(&ANY, id).await.unwrap();
                             assert!(gone.lines.iter().all(|h| h.status == HoldStatus::Cancelled));
                             cancelled += 1;
                             placed.push(gone);
@@ -480,7 +464,7 @@ pub(super) async fn race_overlapping_bookings_never_oversell<S: BookingStore>(st
     for booking in &bookings {
         let stored = f
             .engine
-            .get_booking_as(&ANY, booking.booking_id)
+            .get_booking(&ANY, booking.booking_id)
             .await
             .unwrap();
         assert_eq!(stored.lines.len(), booking.lines.len(), "all or nothing");
@@ -533,7 +517,7 @@ pub(super) async fn bookings_show_in_the_cached_listing_at_once<S: BookingStore>
     engine.hold(b, "one").await.unwrap();
     assert_eq!(read(engine.clone()).await, vec![1, 0], "a hold, at once");
     engine
-        .cancel_booking_as(&ANY, booking.booking_id)
+        .cancel_booking(&ANY, booking.booking_id)
         .await
         .unwrap();
     assert_eq!(

@@ -117,7 +117,7 @@ pub(super) async fn any_hold_replays_on_the_slot_it_took<S: HoldStore>(store: S)
     let placed = f.engine.hold_any(request(vec![a, b])).await.unwrap().hold;
     assert_eq!(placed.slot_id, b);
     f.engine
-        .cancel_as(&Scope::Anonymous, blocker.hold_id)
+        .cancel(&Scope::Anonymous, blocker.hold_id)
         .await
         .unwrap();
     for again in [

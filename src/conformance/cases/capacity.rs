@@ -31,7 +31,7 @@ pub(super) async fn capacity_moves_by_units_and_by_compare_and_set<S: HoldStore 
         .unwrap()
         .hold;
     f.engine
-        .confirm_as(&Scope::Anonymous, held.hold_id)
+        .confirm(&Scope::Anonymous, held.hold_id)
         .await
         .unwrap();
     let moved = f.engine.change_capacity(slot, by(-2)).await.unwrap();

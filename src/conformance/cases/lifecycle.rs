@@ -25,7 +25,7 @@ pub(super) async fn hold_creates_a_held_hold_reserving_one_unit<S: HoldStore>(st
     assert_eq!(f.available(slot).await, Some(2));
     assert_eq!(
         f.engine
-            .get_hold_as(&Scope::Anonymous, hold.hold_id)
+            .get_hold(&Scope::Anonymous, hold.hold_id)
             .await
             .unwrap(),
         hold
@@ -46,7 +46,7 @@ pub(super) async fn hold_replay_returns_the_current_state_and_reserves_nothing<S
     f.advance(Duration::seconds(1));
     let confirmed = f
         .engine
-        .confirm_as(&Scope::Anonymous, first.hold_id)
+        .confirm(&Scope::Anonymous, first.hold_id)
         .await
         .unwrap();
     let replay = f.engine.hold(slot, "same").await.unwrap();
@@ -149,7 +149,7 @@ pub(super) async fn hold_on_full_slot_is_sold_out_and_reserves_nothing<S: HoldSt
         "sold-out slots stay listed"
     );
     // The refused key did not create anything: after a cancel it books normally.
-    f.engine.cancel_as(&Scope::Anonymous, a).await.unwrap();
+    f.engine.cancel(&Scope::Anonymous, a).await.unwrap();
     let c = f.engine.hold(slot, "c").await.unwrap();
     assert!(!c.replayed);
     f.assert_invariant(slot, &[a, b, c.hold.hold_id]).await;
@@ -178,7 +178,7 @@ pub(super) async fn confirm_an_active_hold<S: HoldStore>(store: S) {
     f.advance(ttl() - Duration::microseconds(1));
     let confirmed = f
         .engine
-        .confirm_as(&Scope::Anonymous, hold.hold_id)
+        .confirm(&Scope::Anonymous, hold.hold_id)
         .await
         .unwrap();
     assert_eq!(confirmed.status, HoldStatus::Confirmed);
@@ -196,13 +196,13 @@ pub(super) async fn confirm_is_idempotent<S: HoldStore>(store: S) {
     let hold = f.engine.hold(slot, "k").await.unwrap().hold;
     let first = f
         .engine
-        .confirm_as(&Scope::Anonymous, hold.hold_id)
+        .confirm(&Scope::Anonymous, hold.hold_id)
         .await
         .unwrap();
     f.advance(Duration::seconds(5));
     let second = f
         .engine
-        .confirm_as(&Scope::Anonymous, hold.hold_id)
+        .confirm(&Scope::Anonymous, hold.hold_id)
         .await
         .unwrap();
     assert_eq!(first, second);
@@ -215,17 +215,17 @@ pub(super) async fn confirm_a_cancelled_hold_fails<S: HoldStore>(store: S) {
     let slot = f.slot(2, hours(1)).await;
     let hold = f.engine.hold(slot, "k").await.unwrap().hold;
     f.engine
-        .cancel_as(&Scope::Anonymous, hold.hold_id)
+        .cancel(&Scope::Anonymous, hold.hold_id)
         .await
         .unwrap();
     let error = assert_err!(
-        f.engine.confirm_as(&Scope::Anonymous, hold.hold_id).await,
+        f.engine.confirm(&Scope::Anonymous, hold.hold_id).await,
         BookingError::HoldCancelled { .. }
     );
     assert_eq!(error.code(), "hold_cancelled");
     assert_eq!(
         f.engine
-            .get_hold_as(&Scope::Anonymous, hold.hold_id)
+            .get_hold(&Scope::Anonymous, hold.hold_id)
             .await
             .unwrap()
             .status,
@@ -241,13 +241,13 @@ pub(super) async fn confirm_fails_exactly_at_expires_at<S: HoldStore>(store: S) 
     let hold = f.engine.hold(slot, "k").await.unwrap().hold;
     f.clock.set(hold.expires_at);
     let error = assert_err!(
-        f.engine.confirm_as(&Scope::Anonymous, hold.hold_id).await,
+        f.engine.confirm(&Scope::Anonymous, hold.hold_id).await,
         BookingError::HoldExpired { .. }
     );
     assert_eq!(error.code(), "hold_expired");
     assert_eq!(
         f.engine
-            .get_hold_as(&Scope::Anonymous, hold.hold_id)
+            .get_hold(&Scope::Anonymous, hold.hold_id)
             .await
             .unwrap()
             .status,
@@ -264,7 +264,7 @@ pub(super) async fn cancel_a_held_hold_returns_its_unit<S: HoldStore>(store: S) 
     f.advance(Duration::seconds(3));
     let cancelled = f
         .engine
-        .cancel_as(&Scope::Anonymous, hold.hold_id)
+        .cancel(&Scope::Anonymous, hold.hold_id)
         .await
         .unwrap();
     assert_eq!(cancelled.status, HoldStatus::Cancelled);
@@ -281,13 +281,13 @@ pub(super) async fn cancel_a_confirmed_hold_returns_its_unit<S: HoldStore>(store
     let hold = f.engine.hold(slot, "k").await.unwrap().hold;
     let confirmed = f
         .engine
-        .confirm_as(&Scope::Anonymous, hold.hold_id)
+        .confirm(&Scope::Anonymous, hold.hold_id)
         .await
         .unwrap();
     f.advance(ttl() * 3);
     let cancelled = f
         .engine
-        .cancel_as(&Scope::Anonymous, hold.hold_id)
+        .cancel(&Scope::Anonymous, hold.hold_id)
         .await
         .unwrap();
     assert_eq!(cancelled.status, HoldStatus::Cancelled);
@@ -304,13 +304,13 @@ pub(super) async fn cancel_is_idempotent<S: HoldStore>(store: S) {
     let hold = f.engine.hold(slot, "k").await.unwrap().hold;
     let first = f
         .engine
-        .cancel_as(&Scope::Anonymous, hold.hold_id)
+        .cancel(&Scope::Anonymous, hold.hold_id)
         .await
         .unwrap();
     f.advance(Duration::seconds(1));
     let second = f
         .engine
-        .cancel_as(&Scope::Anonymous, hold.hold_id)
+        .cancel(&Scope::Anonymous, hold.hold_id)
         .await
         .unwrap();
     assert_eq!(first, second);
@@ -325,7 +325,7 @@ pub(super) async fn cancel_an_expired_hold_fails<S: HoldStore>(store: S) {
     let hold = f.engine.hold(slot, "k").await.unwrap().hold;
     f.clock.set(hold.expires_at);
     assert_err!(
-        f.engine.cancel_as(&Scope::Anonymous, hold.hold_id).await,
+        f.engine.cancel(&Scope::Anonymous, hold.hold_id).await,
         BookingError::HoldExpired { .. }
     );
     assert_eq!(f.available(slot).await, Some(1));
@@ -339,20 +339,20 @@ pub(super) async fn unknown_holds_are_not_found<S: HoldStore>(store: S) {
     let hold = f.engine.hold(slot, "k").await.unwrap().hold;
     let missing = HoldId(hold.hold_id.0 + 1000);
     let error = assert_err!(
-        f.engine.confirm_as(&Scope::Anonymous, missing).await,
+        f.engine.confirm(&Scope::Anonymous, missing).await,
         BookingError::HoldNotFound { .. }
     );
     assert_eq!(error.code(), "hold_not_found");
     assert_err!(
-        f.engine.cancel_as(&Scope::Anonymous, missing).await,
+        f.engine.cancel(&Scope::Anonymous, missing).await,
         BookingError::HoldNotFound { .. }
     );
     assert_err!(
-        f.engine.get_hold_as(&Scope::Anonymous, missing).await,
+        f.engine.get_hold(&Scope::Anonymous, missing).await,
         BookingError::HoldNotFound { .. }
     );
     assert_err!(
-        f.engine.get_hold_as(&Scope::Anonymous, HoldId(-1)).await,
+        f.engine.get_hold(&Scope::Anonymous, HoldId(-1)).await,
         BookingError::HoldNotFound { .. }
     );
 }
@@ -365,7 +365,7 @@ pub(super) async fn expired_status_needs_no_cleanup<S: HoldStore>(store: S) {
     f.clock.set(hold.expires_at - Duration::microseconds(1));
     assert_eq!(
         f.engine
-            .get_hold_as(&Scope::Anonymous, hold.hold_id)
+            .get_hold(&Scope::Anonymous, hold.hold_id)
             .await
             .unwrap()
             .status,
@@ -374,7 +374,7 @@ pub(super) async fn expired_status_needs_no_cleanup<S: HoldStore>(store: S) {
     f.clock.set(hold.expires_at);
     assert_eq!(
         f.engine
-            .get_hold_as(&Scope::Anonymous, hold.hold_id)
+            .get_hold(&Scope::Anonymous, hold.hold_id)
             .await
             .unwrap()
             .status,
@@ -400,7 +400,7 @@ pub(super) async fn expired_holds_are_reclaimed_when_the_slot_is_full<S: HoldSto
         let stored = f.stored_hold(old.hold_id).await.unwrap();
         assert_eq!(stored.status, HoldStatus::Expired, "reclaimed");
         assert_err!(
-            f.engine.confirm_as(&Scope::Anonymous, old.hold_id).await,
+            f.engine.confirm(&Scope::Anonymous, old.hold_id).await,
             BookingError::HoldExpired { .. }
         );
     }
@@ -415,13 +415,13 @@ pub(super) async fn confirmed_holds_never_expire<S: HoldStore>(store: S) {
     let slot = f.slot(1, hours(3)).await;
     let hold = f.engine.hold(slot, "k").await.unwrap().hold;
     f.engine
-        .confirm_as(&Scope::Anonymous, hold.hold_id)
+        .confirm(&Scope::Anonymous, hold.hold_id)
         .await
         .unwrap();
     f.advance(ttl() * 2);
     assert_eq!(
         f.engine
-            .get_hold_as(&Scope::Anonymous, hold.hold_id)
+            .get_hold(&Scope::Anonymous, hold.hold_id)
             .await
             .unwrap()
             .status,

@@ -22,10 +22,10 @@ pub(super) async fn renew_extends_an_active_hold_up_to_its_maximum_life<S: HoldS
     // Alice renews her hold for a lifetime of its own.
     let renew_for = |seconds| {
         let lifetime = Some(std::time::Duration::from_secs(seconds));
-        f.engine.renew_as(&alice, hold.hold_id, lifetime)
+        f.engine.renew(&alice, hold.hold_id, lifetime)
     };
     f.advance(Duration::seconds(200));
-    let renewed = f.engine.renew_as(&alice, hold.hold_id, None).await.unwrap();
+    let renewed = f.engine.renew(&alice, hold.hold_id, None).await.unwrap();
     assert_eq!(renewed.expires_at, f.now() + ttl());
     assert_eq!(renewed.status, HoldStatus::Held);
     f.advance(Duration::seconds(100));
@@ -41,13 +41,13 @@ pub(super) async fn renew_extends_an_active_hold_up_to_its_maximum_life<S: HoldS
     let max_life = Duration::from_std(crate::conformance::MAX_HOLD_LIFE).expect("fits");
     assert_eq!(capped.expires_at, hold.created_at + max_life);
     assert_eq!(
-        f.engine.get_hold_as(&alice, hold.hold_id).await.unwrap(),
+        f.engine.get_hold(&alice, hold.hold_id).await.unwrap(),
         capped
     );
     assert_eq!(f.remaining(slot).await, 1, "renewal takes no capacity");
     f.advance(max_life);
     assert_err!(
-        f.engine.renew_as(&alice, hold.hold_id, None).await,
+        f.engine.renew(&alice, hold.hold_id, None).await,
         BookingError::HoldExpired { .. }
     );
     f.assert_invariant(slot, &[hold.hold_id]).await;
@@ -62,33 +62,30 @@ pub(super) async fn renew_refuses_expired_and_cancelled_holds<S: HoldStore>(stor
     let expired = f.engine.hold(slot, "e").await.unwrap().hold.hold_id;
     let confirmed = f
         .engine
-        .confirm_as(&Scope::Anonymous, confirmed)
+        .confirm(&Scope::Anonymous, confirmed)
         .await
         .unwrap();
-    f.engine
-        .cancel_as(&Scope::Anonymous, cancelled)
-        .await
-        .unwrap();
+    f.engine.cancel(&Scope::Anonymous, cancelled).await.unwrap();
     f.advance(Duration::seconds(10));
     assert_eq!(
         f.engine
-            .renew_as(&Scope::Anonymous, confirmed.hold_id, None)
+            .renew(&Scope::Anonymous, confirmed.hold_id, None)
             .await
             .unwrap(),
         confirmed
     );
     assert_err!(
-        f.engine.renew_as(&Scope::Anonymous, cancelled, None).await,
+        f.engine.renew(&Scope::Anonymous, cancelled, None).await,
         BookingError::HoldCancelled { .. }
     );
     f.advance(ttl());
     assert_err!(
-        f.engine.renew_as(&Scope::Anonymous, expired, None).await,
+        f.engine.renew(&Scope::Anonymous, expired, None).await,
         BookingError::HoldExpired { .. }
     );
     assert_eq!(
         f.engine
-            .get_hold_as(&Scope::Anonymous, confirmed.hold_id)
+            .get_hold(&Scope::Anonymous, confirmed.hold_id)
             .await
             .unwrap(),
         confirmed
@@ -121,7 +118,7 @@ pub(super) async fn requested_lifetimes_are_bounded<S: HoldStore>(store: S) {
         assert_eq!(error.code(), "invalid_lifetime");
         assert_err!(
             f.engine
-                .renew_as(&Scope::Anonymous, hold.hold_id, Some(bad))
+                .renew(&Scope::Anonymous, hold.hold_id, Some(bad))
                 .await,
             BookingError::InvalidLifetime { .. }
         );
@@ -129,7 +126,7 @@ pub(super) async fn requested_lifetimes_are_bounded<S: HoldStore>(store: S) {
     assert_eq!(f.remaining(slot).await, 2);
     assert_eq!(
         f.engine
-            .get_hold_as(&Scope::Anonymous, hold.hold_id)
+            .get_hold(&Scope::Anonymous, hold.hold_id)
             .await
             .unwrap(),
         hold

@@ -29,10 +29,10 @@ pub(super) async fn owned_holds_answer_only_in_their_owners_scope<S: HoldStore>(
     ] {
         let e = |r: Result<_, BookingError>| r.map(|_: crate::Hold| ()).unwrap_err();
         for error in [
-            e(f.engine.get_hold_as(&scope, id).await),
-            e(f.engine.confirm_as(&scope, id).await),
-            e(f.engine.cancel_as(&scope, id).await),
-            e(f.engine.renew_as(&scope, id, None).await),
+            e(f.engine.get_hold(&scope, id).await),
+            e(f.engine.confirm(&scope, id).await),
+            e(f.engine.cancel(&scope, id).await),
+            e(f.engine.renew(&scope, id, None).await),
         ] {
             match error {
                 BookingError::HoldNotFound { hold_id } => assert_eq!(hold_id, id),
@@ -43,35 +43,32 @@ pub(super) async fn owned_holds_answer_only_in_their_owners_scope<S: HoldStore>(
     assert_eq!(f.remaining(slot).await, 1, "nothing changed");
     assert_eq!(
         f.engine
-            .get_hold_as(&Scope::Anonymous, held.hold_id)
+            .get_hold(&Scope::Anonymous, held.hold_id)
             .await
             .map_err(|e| e.code()),
         Err("hold_not_found"),
         "the seed's calls are anonymous"
     );
-    assert_eq!(
-        f.engine.get_hold_as(&alice, held.hold_id).await.unwrap(),
-        held
-    );
+    assert_eq!(f.engine.get_hold(&alice, held.hold_id).await.unwrap(), held);
     assert_eq!(
         f.engine
-            .get_hold_as(&Scope::BackOffice, held.hold_id)
+            .get_hold(&Scope::BackOffice, held.hold_id)
             .await
             .unwrap(),
         held
     );
     assert_eq!(
         f.engine
-            .get_hold_as(&Scope::BackOffice, anonymous.hold_id)
+            .get_hold(&Scope::BackOffice, anonymous.hold_id)
             .await
             .unwrap(),
         anonymous
     );
-    let confirmed = f.engine.confirm_as(&alice, held.hold_id).await.unwrap();
+    let confirmed = f.engine.confirm(&alice, held.hold_id).await.unwrap();
     assert_eq!(confirmed.status, HoldStatus::Confirmed);
     let cancelled = f
         .engine
-        .cancel_as(&Scope::BackOffice, held.hold_id)
+        .cancel(&Scope::BackOffice, held.hold_id)
         .await
         .unwrap();
     assert_eq!(cancelled.status, HoldStatus::Cancelled);

@@ -61,7 +61,7 @@ pub(super) async fn pool_waitlist_serves_units_freed_on_another_slot<S: Waitlist
         "sold_out"
     );
     f.engine
-        .cancel_as(&Scope::Anonymous, full.hold_id)
+        .cancel(&Scope::Anonymous, full.hold_id)
         .await
         .unwrap();
     let offered = offer(&f, &on_b).await.expect("the pool's head was offered");
@@ -139,7 +139,7 @@ pub(super) async fn pool_line_skips_slots_that_stopped_selling<S: Waitlists>(sto
     let (on_c, _) = wait(&f, c, "on-c", 1, 0).await;
     f.engine.close_sales(b).await.unwrap();
     f.engine
-        .cancel_as(&Scope::Anonymous, first.hold_id)
+        .cancel(&Scope::Anonymous, first.hold_id)
         .await
         .unwrap();
     let taken = offer(&f, &on_c)
@@ -154,7 +154,7 @@ pub(super) async fn pool_line_skips_slots_that_stopped_selling<S: Waitlists>(sto
         "sold_out"
     );
     f.engine
-        .cancel_as(&Scope::Anonymous, taken.hold_id)
+        .cancel(&Scope::Anonymous, taken.hold_id)
         .await
         .unwrap();
     let later = offer(&f, &on_b).await.expect("back in line, then served");
@@ -212,7 +212,7 @@ pub(super) async fn race_pool_waitlists_never_give_a_unit_to_a_newcomer<S: Waitl
         let (f, id) = (Arc::clone(&f), hold.hold_id);
         cancels.push(tokio::spawn(async move {
             tokio::task::yield_now().await;
-            f.engine.cancel_as(&Scope::Anonymous, id).await.map(drop)
+            f.engine.cancel(&Scope::Anonymous, id).await.map(drop)
         }));
     }
     for cancel in cancels {

@@ -136,10 +136,10 @@ pub(super) async fn pool_caps_its_slots_together<S: PoolStore + BookingStore + S
         (summary.remaining, summary.held, summary.confirmed),
         (0, 5, 0)
     );
-    f.engine.confirm_as(&ANY, second).await.unwrap();
+    f.engine.confirm(&ANY, second).await.unwrap();
     f.assert_pool(pool, &[first, second]).await;
 
-    f.engine.cancel_as(&ANY, first).await.unwrap();
+    f.engine.cancel(&ANY, first).await.unwrap();
     let summary = f.read_pool(pool).await;
     assert_eq!(
         (summary.remaining, summary.held, summary.confirmed),
@@ -188,7 +188,7 @@ pub(super) async fn pool_refusal_takes_nothing<S: PoolStore + BookingStore + Slo
     let ids: Vec<HoldId> = placed.booking.lines.iter().map(|h| h.hold_id).collect();
     f.assert_pool(pool, &ids).await;
     f.engine
-        .cancel_booking_as(&ANY, placed.booking.booking_id)
+        .cancel_booking(&ANY, placed.booking.booking_id)
         .await
         .unwrap();
     assert_eq!(
@@ -291,7 +291,7 @@ pub(super) async fn attaching_and_detaching_move_the_slots_units<
     let f = Fixture::new(store);
     let (a, b) = (f.slot(5, hours(1)).await, f.slot(5, hours(2)).await);
     let sold = f.take(a, "sold", 3).await.unwrap();
-    f.engine.confirm_as(&ANY, sold).await.unwrap();
+    f.engine.confirm(&ANY, sold).await.unwrap();
     let pool = f.pool(2, &[]).await;
     let refused = f.engine.attach_slot(pool, a).await.unwrap_err();
     assert!(
@@ -348,7 +348,7 @@ pub(super) async fn attaching_and_detaching_move_the_slots_units<
     }
     assert_eq!(code(f.engine.attach_slot(pool, b).await), "too_many_pools");
     assert!(!f.read_pool(pool).await.slots.contains(&b));
-    f.engine.cancel_as(&ANY, sold).await.unwrap();
+    f.engine.cancel(&ANY, sold).await.unwrap();
     f.engine.remove_slot(a).await.unwrap();
     assert_eq!(code(f.engine.attach_slot(pool, a).await), "slot_not_found");
 }
@@ -365,7 +365,7 @@ pub(super) async fn pool_capacity_never_below_its_taken_units<
     let pool = f.pool(5, &[a, b]).await;
     let held = f.take(a, "held", 2).await.unwrap();
     let sold = f.take(b, "sold", 1).await.unwrap();
-    f.engine.confirm_as(&ANY, sold).await.unwrap();
+    f.engine.confirm(&ANY, sold).await.unwrap();
     let refused = f.engine.change_pool_capacity(pool, 2).await.unwrap_err();
     assert!(
         matches!(
@@ -430,7 +430,7 @@ pub(super) async fn pools_show_in_the_cached_listing_at_once<
         .unwrap();
     let listing = engine.availability(AvailabilityQuery::all()).await.unwrap();
     assert_eq!((shown(&listing, a), shown(&listing, b)), (Some(1), Some(1)));
-    engine.cancel_as(&ANY, hold.hold.hold_id).await.unwrap();
+    engine.cancel(&ANY, hold.hold.hold_id).await.unwrap();
     engine.change_pool_capacity(pool, 4).await.unwrap();
     let listing = engine.availability(AvailabilityQuery::all()).await.unwrap();
     assert_eq!((shown(&listing, a), shown(&listing, b)), (Some(4), Some(4)));
@@ -484,7 +484,7 @@ pub(super) async fn race_over_shared_pools_never_oversells<
                     match placed {
                         Ok(lines) => {
                             if next(4) == 0 {
-                                f.engine.cancel_as(&ANY, lines[0]).await.unwrap();
+                                f.engine.cancel(&ANY, lines[0]).await.unwrap();
                             }
                             ids.extend(lines);
                         }

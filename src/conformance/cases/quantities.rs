@@ -75,11 +75,11 @@ pub(super) async fn cancel_and_expiry_return_every_unit_of_a_hold<S: HoldStore>(
     let cancelled = place(&f, slot, "c", 3, None).await.unwrap().hold;
     let expiring = place(&f, slot, "e", 2, None).await.unwrap().hold;
     f.engine
-        .confirm_as(&Scope::Anonymous, cancelled.hold_id)
+        .confirm(&Scope::Anonymous, cancelled.hold_id)
         .await
         .unwrap();
     f.engine
-        .cancel_as(&Scope::Anonymous, cancelled.hold_id)
+        .cancel(&Scope::Anonymous, cancelled.hold_id)
         .await
         .unwrap();
     assert_eq!(f.remaining(slot).await, 4);
@@ -92,7 +92,7 @@ pub(super) async fn cancel_and_expiry_return_every_unit_of_a_hold<S: HoldStore>(
     let big = place(&f, slot, "big", 6, None).await.unwrap().hold;
     let stored = f
         .engine
-        .get_hold_as(&Scope::BackOffice, expiring.hold_id)
+        .get_hold(&Scope::BackOffice, expiring.hold_id)
         .await
         .unwrap();
     assert_eq!(stored.status, HoldStatus::Expired);

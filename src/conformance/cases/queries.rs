@@ -32,7 +32,7 @@ pub(super) async fn owner_holds_and_rosters_page_by_id<S: HoldStore + HoldQuerie
     }
     alices[1] = f
         .engine
-        .confirm_as(&Scope::Owner(owner("alice")), alices[1].hold_id)
+        .confirm(&Scope::Owner(owner("alice")), alices[1].hold_id)
         .await
         .unwrap();
     f.advance(ttl());

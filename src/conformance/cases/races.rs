@@ -63,11 +63,11 @@ pub(super) async fn race_cancels_of_one_hold_return_one_unit<S: HoldStore>(store
     let f = Arc::new(Fixture::new(store));
     let slot = f.slot(3, hours(1)).await;
     let hold = f.engine.hold(slot, "k").await.unwrap().hold.hold_id;
-    f.engine.confirm_as(&Scope::Anonymous, hold).await.unwrap();
+    f.engine.confirm(&Scope::Anonymous, hold).await.unwrap();
     let tasks: Vec<_> = (0..40)
         .map(|_| {
             let f = Arc::clone(&f);
-            tokio::spawn(async move { f.engine.cancel_as(&Scope::Anonymous, hold).await })
+            tokio::spawn(async move { f.engine.cancel(&Scope::Anonymous, hold).await })
         })
         .collect();
     for task in tasks {
@@ -95,14 +95,14 @@ pub(super) async fn race_mixed_operations_keep_the_invariant<S: HoldStore>(store
                     let id = placed.hold.hold_id;
                     match i % 3 {
                         0 => {
-                            let _ = f.engine.confirm_as(&Scope::Anonymous, id).await;
+                            let _ = f.engine.confirm(&Scope::Anonymous, id).await;
                         }
                         1 => {
-                            let _ = f.engine.cancel_as(&Scope::Anonymous, id).await;
+                            let _ = f.engine.cancel(&Scope::Anonymous, id).await;
                         }
                         _ => {
-                            let _ = f.engine.confirm_as(&Scope::Anonymous, id).await;
-                            let _ = f.engine.cancel_as(&Scope::Anonymous, id).await;
+                            let _ = f.engine.confirm(&Scope::Anonymous, id).await;
+                            let _ = f.engine.cancel(&Scope::Anonymous, id).await;
                         }
                     }
                     Some((slot, id))
@@ -244,9 +244,9 @@ pub(super) async fn race_owners_touch_only_their_own_holds<S: HoldStore>(store: 
                 let f = Arc::clone(&f);
                 tokio::spawn(async move {
                     let result = if id.0 % 2 == 0 {
-                        f.engine.cancel_as(&scope, id).await
+                        f.engine.cancel(&scope, id).await
                     } else {
-                        f.engine.confirm_as(&scope, id).await
+                        f.engine.confirm(&scope, id).await
                     };
                     (own, result)
                 })

@@ -55,9 +55,9 @@ pub(super) async fn faults_never_break_the_invariant_or_hang_a_caller<S: HoldSto
                     }
                 };
                 let second = if i % 2 == 0 {
-                    tokio::time::timeout(bounded, f.engine.confirm_as(&Scope::Anonymous, id)).await
+                    tokio::time::timeout(bounded, f.engine.confirm(&Scope::Anonymous, id)).await
                 } else {
-                    tokio::time::timeout(bounded, f.engine.cancel_as(&Scope::Anonymous, id)).await
+                    tokio::time::timeout(bounded, f.engine.cancel(&Scope::Anonymous, id)).await
                 };
                 if let Err(error) = second.expect("a confirm or cancel hung") {
                     errors.push(error);
@@ -103,11 +103,9 @@ pub(super) async fn dropped_calls_leak_no_capacity<S: HoldStore>(store: S) {
         if let Ok(placed) = f.engine.hold(slot, key).await {
             let id = placed.hold.hold_id;
             if i % 3 == 0 {
-                let _ =
-                    tokio::time::timeout(budget, f.engine.cancel_as(&Scope::Anonymous, id)).await;
+                let _ = tokio::time::timeout(budget, f.engine.cancel(&Scope::Anonymous, id)).await;
             } else {
-                let _ =
-                    tokio::time::timeout(budget, f.engine.confirm_as(&Scope::Anonymous, id)).await;
+                let _ = tokio::time::timeout(budget, f.engine.confirm(&Scope::Anonymous, id)).await;
             }
         }
         // A dropped availability read must not wedge the cache either.

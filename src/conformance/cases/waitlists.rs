@@ -76,7 +76,7 @@ pub(super) async fn waitlist_serves_freed_units_in_strict_order<S: Waitlists>(st
     let (three, p3) = wait(&f, slot, "three", 1, 0).await;
     assert_eq!((p1, p2, p3), (1, 2, 3));
     f.engine
-        .cancel_as(&Scope::Anonymous, full.hold_id)
+        .cancel(&Scope::Anonymous, full.hold_id)
         .await
         .unwrap();
     // 3 free: `one` takes 1; `two` wants 3 and waits; `three` waits behind it.
@@ -138,11 +138,11 @@ pub(super) async fn waitlist_serves_freed_units_in_strict_order<S: Waitlists>(st
     // The offer confirms like any hold; cancelling it serves `two` (3 free now) and then
     // `three` has nothing left.
     f.engine
-        .confirm_as(&Scope::Anonymous, offered.hold_id)
+        .confirm(&Scope::Anonymous, offered.hold_id)
         .await
         .unwrap();
     f.engine
-        .cancel_as(&Scope::Anonymous, offered.hold_id)
+        .cancel(&Scope::Anonymous, offered.hold_id)
         .await
         .unwrap();
     let second = offer(&f, &two).await.expect("the new head");
@@ -169,7 +169,7 @@ pub(super) async fn waitlist_offers_expire_to_the_next<S: Waitlists>(store: S) {
         panic!("b waits")
     };
     f.engine
-        .cancel_as(&Scope::Anonymous, full.hold_id)
+        .cancel(&Scope::Anonymous, full.hold_id)
         .await
         .unwrap();
     let offered = offer(&f, &first).await.expect("offered");
@@ -379,7 +379,7 @@ pub(super) async fn race_waitlists_never_give_a_unit_to_a_newcomer<S: Waitlists>
         let (f, id) = (Arc::clone(&f), hold.hold_id);
         cancels.push(tokio::spawn(async move {
             tokio::task::yield_now().await;
-            f.engine.cancel_as(&Scope::Anonymous, id).await.map(drop)
+            f.engine.cancel(&Scope::Anonymous, id).await.map(drop)
         }));
     }
     for cancel in cancels {

@@ -294,16 +294,16 @@ impl<S: Store + BookingStore, C: StepCheck<S>> StepCheck<S> for BookingSteps<C> 
             } => {
                 let (id, scope) = (model.hold_id(hold), model.scope(scope, hold));
                 let actual = match confirm {
-                    Some(true) => engine.confirm_booking_as(&scope, id).await,
-                    Some(false) => engine.cancel_booking_as(&scope, id).await,
-                    None => engine.renew_booking_as(&scope, id, None).await,
+                    Some(true) => engine.confirm_booking(&scope, id).await,
+                    Some(false) => engine.cancel_booking(&scope, id).await,
+                    None => engine.renew_booking(&scope, id, None).await,
                 };
                 let expected = model.change_booking(hold, &scope, confirm, now);
                 Some((expected, seen(actual, false)))
             }
             &ModelOp::GetBooking { hold, scope } => {
                 let (id, scope) = (model.hold_id(hold), model.scope(scope, hold));
-                let actual = engine.get_booking_as(&scope, id).await;
+                let actual = engine.get_booking(&scope, id).await;
                 Some((model.get_booking(hold, &scope, now), seen(actual, false)))
             }
             _ => self.0.extra_op(engine, model, op, now).await,

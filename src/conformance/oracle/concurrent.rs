@@ -127,15 +127,14 @@ async fn run_batches<S: Store>(store: S, batches: &[Batch]) -> Result<(), Mismat
                                 .map(|placed| Some((placed.hold, 'h')))
                         }
                         (ModelOp::Confirm { .. }, Some((id, scope))) => {
-                            engine.confirm_as(&scope, id).await.map(|h| Some((h, 'c')))
+                            engine.confirm(&scope, id).await.map(|h| Some((h, 'c')))
                         }
                         (ModelOp::Cancel { .. }, Some((id, scope))) => {
-                            engine.cancel_as(&scope, id).await.map(|h| Some((h, 'x')))
+                            engine.cancel(&scope, id).await.map(|h| Some((h, 'x')))
                         }
-                        (ModelOp::Renew { .. }, Some((id, scope))) => engine
-                            .renew_as(&scope, id, None)
-                            .await
-                            .map(|h| Some((h, 'r'))),
+                        (ModelOp::Renew { .. }, Some((id, scope))) => {
+                            engine.renew(&scope, id, None).await.map(|h| Some((h, 'r')))
+                        }
                         (ModelOp::Availability { resource: number }, _) => {
                             let mut query = AvailabilityQuery::all();
                             query.resource = resource(number);

@@ -93,19 +93,19 @@ async fn run_step<S: Store + BookingStore>(
                 None => 'r',
             };
             let done = match (confirm, by_line) {
-                (Some(true), false) => engine.confirm_booking_as(&any, id).await?,
-                (Some(false), false) => engine.cancel_booking_as(&any, id).await?,
-                (None, false) => engine.renew_booking_as(&any, id, None).await?,
+                (Some(true), false) => engine.confirm_booking(&any, id).await?,
+                (Some(false), false) => engine.cancel_booking(&any, id).await?,
+                (None, false) => engine.renew_booking(&any, id, None).await?,
                 (Some(true), true) => {
-                    engine.confirm_as(&any, line).await?;
+                    engine.confirm(&any, line).await?;
                     booking
                 }
                 (Some(false), true) => {
-                    engine.cancel_as(&any, line).await?;
+                    engine.cancel(&any, line).await?;
                     booking
                 }
                 (None, true) => {
-                    engine.renew_as(&any, line, None).await?;
+                    engine.renew(&any, line, None).await?;
                     booking
                 }
             };

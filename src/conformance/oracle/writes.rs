@@ -52,15 +52,15 @@ fn seen_transition(result: Result<Hold, BookingError>) -> Seen {
 /// ([`Within`]).
 pub(super) trait Writer {
     async fn place_hold(&mut self, request: NewHold) -> Result<crate::HoldPlaced, BookingError>;
-    async fn confirm_as(&mut self, scope: &Scope, hold: HoldId) -> Result<Hold, BookingError>;
-    async fn cancel_as(&mut self, scope: &Scope, hold: HoldId) -> Result<Hold, BookingError>;
-    async fn renew_as(
+    async fn confirm(&mut self, scope: &Scope, hold: HoldId) -> Result<Hold, BookingError>;
+    async fn cancel(&mut self, scope: &Scope, hold: HoldId) -> Result<Hold, BookingError>;
+    async fn renew(
         &mut self,
         scope: &Scope,
         hold: HoldId,
         lifetime: Option<std::time::Duration>,
     ) -> Result<Hold, BookingError>;
-    async fn get_hold_as(&mut self, scope: &Scope, hold: HoldId) -> Result<Hold, BookingError>;
+    async fn get_hold(&mut self, scope: &Scope, hold: HoldId) -> Result<Hold, BookingError>;
     async fn create_slot(&mut self, slot: NewSlot) -> Result<Slot, BookingError>;
     async fn change_capacity(
         &mut self,
@@ -79,17 +79,17 @@ macro_rules! writer {
             async fn place_hold(&mut self, request: NewHold) -> Result<crate::HoldPlaced, BookingError> {
                 (*self).place_hold(request).await
             }
-            async fn confirm_as(&mut self, scope: &Scope, hold: HoldId) -> Result<Hold, BookingError> {
-                (*self).confirm_as(scope, hold).await
+            async fn confirm(&mut self, scope: &Scope, hold: HoldId) -> Result<Hold, BookingError> {
+                (*self).confirm(scope, hold).await
             }
-            async fn cancel_as(&mut self, scope: &Scope, hold: HoldId) -> Result<Hold, BookingError> {
-                (*self).cancel_as(scope, hold).await
+            async fn cancel(&mut self, scope: &Scope, hold: HoldId) -> Result<Hold, BookingError> {
+                (*self).cancel(scope, hold).await
             }
-            async fn renew_as(&mut self, scope: &Scope, hold: HoldId, lifetime: Option<std::time::Duration>) -> Result<Hold, BookingError> {
-                (*self).renew_as(scope, hold, lifetime).await
+            async fn renew(&mut self, scope: &Scope, hold: HoldId, lifetime: Option<std::time::Duration>) -> Result<Hold, BookingError> {
+                (*self).renew(scope, hold, lifetime).await
             }
-            async fn get_hold_as(&mut self, scope: &Scope, hold: HoldId) -> Result<Hold, BookingError> {
-                (*self).get_hold_as(scope, hold).await
+            async fn get_hold(&mut self, scope: &Scope, hold: HoldId) -> Result<Hold, BookingError> {
+                (*self).get_hold(scope, hold).await
             }
             async fn create_slot(&mut self, slot: NewSlot) -> Result<Slot, BookingError> {
                 (*self).create_slot(slot).await
@@ -211,12 +211,12 @@ pub(super) async fn write_step(
         }
         ModelOp::Confirm { hold, scope } => {
             let scope = model.scope(scope, hold);
-            let actual = seen_transition(writer.confirm_as(&scope, model.hold_id(hold)).await);
+            let actual = seen_transition(writer.confirm(&scope, model.hold_id(hold)).await);
             (model.confirm(hold, &scope, now), actual)
         }
         ModelOp::Cancel { hold, scope } => {
             let scope = model.scope(scope, hold);
-            let actual = seen_transition(writer.cancel_as(&scope, model.hold_id(hold)).await);
+            let actual = seen_transition(writer.cancel(&scope, model.hold_id(hold)).await);
             (model.cancel(hold, &scope, now), actual)
         }
         ModelOp::Renew {
@@ -227,14 +227,14 @@ pub(super) async fn write_step(
             let scope = model.scope(scope, hold);
             let actual = seen_transition(
                 writer
-                    .renew_as(&scope, model.hold_id(hold), duration_of(lifetime))
+                    .renew(&scope, model.hold_id(hold), duration_of(lifetime))
                     .await,
             );
             (model.renew(hold, &scope, lifetime, now), actual)
         }
         ModelOp::Get { hold, scope } => {
             let scope = model.scope(scope, hold);
-            let actual = seen_transition(writer.get_hold_as(&scope, model.hold_id(hold)).await);
+            let actual = seen_transition(writer.get_hold(&scope, model.hold_id(hold)).await);
             (model.get(hold, &scope, now), actual)
         }
         _ => (Seen::Done, Seen::Error("(not a write)")),
