@@ -46,9 +46,6 @@ mod fixture;
 pub mod kit;
 pub mod leases;
 pub mod oracle;
-/// The old name of [`oracle`]: kept so that paths written before still compile.
-#[doc(hidden)]
-pub use oracle as model;
 mod support;
 pub mod transactions;
 
