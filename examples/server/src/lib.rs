@@ -121,6 +121,7 @@
 
 mod admin;
 pub mod availability;
+mod bearer;
 mod body;
 mod bookings;
 mod capacity;

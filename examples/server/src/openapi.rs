@@ -145,7 +145,7 @@ impl Documented {
     pub(crate) fn behind_token(self, token: AdminToken) -> Self {
         let mut routes = self.0.layer(middleware::from_fn_with_state(
             token,
-            crate::admin::require_token,
+            crate::bearer::require_token,
         ));
         let api = routes.get_openapi_mut();
         for operation in operations(api) {
