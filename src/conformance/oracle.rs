@@ -31,6 +31,7 @@ macro_rules! ensure {
     };
 }
 
+mod admin;
 mod bookings;
 mod candidates;
 mod concurrent;
