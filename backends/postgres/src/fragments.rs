@@ -1,5 +1,5 @@
 //! Pieces of SQL text that several statement builders share (`sql.rs`, `events.rs`,
-//! `bookings.rs`, `pools.rs`, `waitlists.rs`, `group.rs`): the instant, the event insert, the
+//! `bookings.rs`, `pool_sql.rs`, `waitlists.rs`, `group.rs`): the instant, the event insert, the
 //! hold columns, the give-back to pools, the schema's quoting. It imports none of them.
 
 /// `"schema"`: the name is validated as `[a-z_][a-z0-9_]*`, quoting only guards reserved words.

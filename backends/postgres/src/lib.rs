@@ -363,7 +363,7 @@ struct Inner {
     events: events::EventStatements,
     /// The booking statements, beside the code that runs them (`bookings.rs`).
     bookings: bookings::BookingStatements,
-    /// The pool statements, beside the code that runs them (`pools.rs`).
+    /// The pool statements (`pool_sql.rs`).
     pools: pool_sql::PoolStatements,
     /// The waitlist statements, beside the code that runs them (`waitlists.rs`).
     waitlists: waitlists::WaitlistStatements,

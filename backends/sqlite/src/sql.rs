@@ -91,9 +91,9 @@ pub(crate) struct Statements {
     pub(crate) cancel_booking: String,
     pub(crate) renew_booking: String,
     pub(crate) renew_booking_unmoved: String,
-    /// The pools' statements (`pools.rs`).
+    /// The pools' statements (`pool_sql.rs`).
     pub(crate) pools: PoolStatements,
-    /// The waitlists' statements (`waitlists.rs`).
+    /// The waitlists' statements (`waitlist_sql.rs`).
     pub(crate) waitlists: WaitlistStatements,
     /// The holds table's name, for [`Statements::insert_holds`].
     holds: String,
