@@ -300,7 +300,7 @@ pub use outcome::{
 };
 pub use pools::{PoolChange, PoolStore, TransactionPools};
 pub use queries::HoldQueries;
-pub use refill::{take_with_refill, Attempt, RefillOps};
+pub use refill::{take_with_refill, Attempt, Refill, RefillOps};
 pub use serve::{serve_lines, HeadState, LineOps, Lines, OfferPlan, Units};
 pub use step::Step;
 pub use transaction::{TransactionBookings, TransactionWrites, TransactionalStore};

@@ -8,23 +8,26 @@
 //! ([`line_key`]), since the column is `NOT NULL` and unique.
 //!
 //! **Placing a booking** locks every line's slot row by ascending id (the request's lines come
-//! in that order) before anything else, then takes each line's units by the conditional
-//! decrement. A line that does not fit first answers a key in use, then reclaims its slot's
-//! expired holds (their rows locked after every slot's) and is tried once more. When every line
-//! fits, the lines are inserted with one `hold_placed` event each; when any does not, the
+//! in that order) before anything else, then every pool of them by ascending id, then takes
+//! each line's units by the conditional decrement, and each pool's. Short, the core's rule
+//! ([`take_with_refill`]) reclaims the short lines' slots' expired holds (their rows locked
+//! after every slot's) and takes once more, and a pool still short is refilled in a step of its
+//! own before the booking runs again. When every line fits, the lines are inserted with one
+//! `hold_placed` event each; when any does not, a key in use answers first, then the
 //! transaction is rolled back, reclaims included, and each line's slot read in it explains the
 //! refusal ([`BookingOutcome::refused`]).
 //!
 //! **Changing a booking** (confirm, cancel, renew, by its id or by a hold change of any line)
 //! is the `lines` module's whole-booking change.
 
-use slot_booking::store::LineState;
+use async_trait::async_trait;
+use slot_booking::store::{take_with_refill, Attempt, LineState, Refill, RefillOps};
 use slot_booking::{
     Booking, BookingLine, BookingOutcome, BookingRequest, Decided, Hold, HoldId, HoldStatus,
     RenewRequest, Scope, SlotId, SlotLimits, StoreError, Timestamp, Transition,
 };
 use sqlx::mysql::MySqlConnection;
-use sqlx::AssertSqlSafe;
+use sqlx::{AssertSqlSafe, Connection};
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -35,7 +38,7 @@ use crate::retry::reading;
 use crate::rows::{from_micros, to_micros};
 use crate::run::{in_unit, Run};
 use crate::sql::Statements;
-use crate::units::{id_of, lock_pools_of, lock_slot, log_hold, pools_of_slot, Step};
+use crate::units::{finish, id_of, lock_pools_of, lock_slot, log_hold, pools_of_slot, Step};
 use crate::waitlists::key_waits;
 use crate::writes::{
     cancel_hold, confirm_hold, pool_line_waits, reclaim_selling, renew_hold, take_pool_newcomer,
@@ -65,9 +68,9 @@ pub(crate) enum Booked {
 }
 
 /// [`BookingStore::create_booking`] as a step: every line's slot row locked by ascending id,
-/// then every pool of those slots by ascending id; each line's units taken from its slot (a
-/// short line, after a key in use answered, reclaims its slot's expired holds and is tried once
-/// more), then from each pool the units of every line on its slots; all taken, the lines are
+/// then every pool of those slots by ascending id; then the core's rule
+/// ([`take_with_refill`]) over [`Retake`]'s attempts, each every line's units from its slot
+/// and each pool's units for every line on its slots, all or none. All taken, the lines are
 /// inserted. `pools_reclaimed`: the caller already gave back the expired holds of a short
 /// pool's slots, so a short pool refuses.
 pub(crate) async fn create_booking(
@@ -81,58 +84,143 @@ pub(crate) async fn create_booking(
     }
     let slots: Vec<SlotId> = request.lines.iter().map(|line| line.slot_id).collect();
     lock_pools_of(sql, conn, &slots).await?;
-    let mut taken = Vec::with_capacity(request.lines.len());
-    for line in request.lines {
-        taken.push(take_units(sql, conn, line.slot_id, line.quantity, request.now).await?);
+    let mut retake = Retake {
+        sql,
+        conn,
+        request,
+        pools_reclaimed,
+        taken: Vec::new(),
+        short_pool: None,
+    };
+    let first = retake.attempt().await?;
+    let last = take_with_refill(&mut retake, first).await?;
+    let Retake { conn, taken, .. } = retake;
+    match last {
+        Attempt::Done(booked) => return Ok(booked),
+        Attempt::RefillApart => {
+            let mut pools = BTreeSet::new();
+            for line in request.lines {
+                pools.extend(pools_of_slot(sql, conn, line.slot_id).await?);
+            }
+            return Ok(Step::undo(Booked::PoolShort(pools.into_iter().collect())));
+        }
+        Attempt::Short { .. } => {}
     }
-    if taken.contains(&false) {
-        if let Some(refused) = key_in_use(sql, conn, request).await? {
-            return Ok(Step::undo(Booked::Outcome(refused)));
-        }
-        for (line, taken) in request.lines.iter().zip(taken.iter_mut()) {
-            if *taken {
-                continue;
-            }
-            let reclaimed = reclaim_selling(sql, conn, line.slot_id, request.now).await?;
-            if !reclaimed.is_empty() {
-                *taken = take_units(sql, conn, line.slot_id, line.quantity, request.now).await?;
-            }
-        }
-    }
-    let mut from_pools = BTreeMap::new();
-    if !taken.contains(&false) {
-        // Per pool, the units of every line on its slots.
-        let mut asked: BTreeMap<i64, i64> = BTreeMap::new();
-        for line in request.lines {
-            for pool in pools_of_slot(sql, conn, line.slot_id).await? {
-                *asked.entry(pool).or_default() += i64::from(line.quantity);
-            }
-        }
-        let pools: Vec<i64> = asked.keys().copied().collect();
-        for (pool, units) in asked {
-            if !take_pool_newcomer(sql, conn, pool, units, request.now).await? {
-                if let Some(refused) = key_in_use(sql, conn, request).await? {
-                    return Ok(Step::undo(Booked::Outcome(refused)));
-                }
-                if !pools_reclaimed && !pool_line_waits(sql, conn, pool, request.now).await? {
-                    return Ok(Step::undo(Booked::PoolShort(pools)));
-                }
-                from_pools.insert(pool, 0);
-                break;
-            }
-            from_pools.insert(pool, units);
-        }
-        if from_pools.values().all(|units| *units > 0) {
-            return insert_lines(sql, conn, request).await;
-        }
+    if let Some(refused) = key_in_use(sql, conn, request).await? {
+        return Ok(Step::undo(Booked::Outcome(refused)));
     }
     let mut states = Vec::with_capacity(request.lines.len());
     for (line, taken) in request.lines.iter().zip(&taken) {
         states.push(line_state(sql, conn, line, request.now, *taken).await?);
     }
-    let states = within_pools(sql, conn, request, states, &from_pools).await?;
+    let states = within_pools(sql, conn, request, states).await?;
     let refused = BookingOutcome::refused(request, None, &states);
     Ok(Step::undo(Booked::Outcome(refused)))
+}
+
+/// A booking's takes and inserts, tried again after the reclaims the core's rule
+/// ([`take_with_refill`]) asks for, in the unit of work `conn` is in.
+struct Retake<'a> {
+    sql: &'a Statements,
+    conn: &'a mut MySqlConnection,
+    request: &'a BookingRequest<'a>,
+    /// The pools' refill ran already, in a step of its own.
+    pools_reclaimed: bool,
+    /// Whether the last attempt took each line's units from its slot.
+    taken: Vec<bool>,
+    /// The pool the last attempt found short.
+    short_pool: Option<i64>,
+}
+
+impl Retake<'_> {
+    /// Takes every line's units from its slot, then from each pool the units of every line on
+    /// its slots, under a savepoint: anything short undoes every take.
+    async fn take(&mut self) -> Result<Attempt<()>, StoreError> {
+        let Retake {
+            sql,
+            conn,
+            request,
+            taken: taken_out,
+            short_pool,
+            ..
+        } = self;
+        let (sql, request) = (*sql, *request);
+        let mut savepoint = Connection::begin(&mut **conn).await.map_err(map_err)?;
+        let attempt = async {
+            let mut taken = Vec::with_capacity(request.lines.len());
+            for line in request.lines {
+                let (slot_id, quantity) = (line.slot_id, line.quantity);
+                taken.push(take_units(sql, &mut savepoint, slot_id, quantity, request.now).await?);
+            }
+            let short_slot = taken.contains(&false);
+            *taken_out = taken;
+            if short_slot {
+                return Ok(Attempt::Short { pool: false });
+            }
+            // Per pool, the units of every line on its slots.
+            let mut asked: BTreeMap<i64, i64> = BTreeMap::new();
+            for line in request.lines {
+                for pool in pools_of_slot(sql, &mut savepoint, line.slot_id).await? {
+                    *asked.entry(pool).or_default() += i64::from(line.quantity);
+                }
+            }
+            for (pool, units) in asked {
+                if !take_pool_newcomer(sql, &mut savepoint, pool, units, request.now).await? {
+                    *short_pool = Some(pool);
+                    return Ok(Attempt::Short { pool: true });
+                }
+            }
+            Ok(Attempt::Done(()))
+        }
+        .await;
+        let step = attempt.map(|attempt| match attempt {
+            Attempt::Done(()) => Step::keep(attempt),
+            _ => Step::undo(attempt),
+        });
+        finish(savepoint, step).await
+    }
+}
+
+#[async_trait]
+impl RefillOps for Retake<'_> {
+    type Done = Step<Booked>;
+
+    async fn attempt(&mut self) -> Result<Attempt<Step<Booked>>, StoreError> {
+        self.short_pool = None;
+        Ok(match self.take().await? {
+            Attempt::Done(()) => {
+                Attempt::Done(insert_lines(self.sql, self.conn, self.request).await?)
+            }
+            Attempt::Short { pool } => Attempt::Short { pool },
+            Attempt::RefillApart => Attempt::RefillApart,
+        })
+    }
+
+    /// Only the short lines' selling slots are reclaimed; under their rows' locks, an attempt
+    /// can find more only if this reclaimed any.
+    async fn reclaim_slot(&mut self) -> Result<bool, StoreError> {
+        let (request, mut reclaimed) = (self.request, false);
+        for (line, taken) in request.lines.iter().zip(&self.taken) {
+            if !*taken {
+                let holds = reclaim_selling(self.sql, self.conn, line.slot_id, request.now).await?;
+                reclaimed |= !holds.is_empty();
+            }
+        }
+        Ok(reclaimed)
+    }
+
+    /// In a step of its own: the pools' slots may come before these in the lock order.
+    async fn refill_pools(&mut self) -> Result<Refill, StoreError> {
+        let Some(pool) = self.short_pool.filter(|_| !self.pools_reclaimed) else {
+            return Ok(Refill::Nothing);
+        };
+        Ok(
+            match pool_line_waits(self.sql, self.conn, pool, self.request.now).await? {
+                true => Refill::Nothing,
+                false => Refill::InOwnStep,
+            },
+        )
+    }
 }
 
 /// The answer to a booking whose key is in use: its booking's (or hold's), or a waiting
@@ -152,14 +240,13 @@ async fn key_in_use(
 }
 
 /// A refused booking's line states with the pools of its lines' slots, each read in this
-/// transaction with the units this booking took from it counted free (they go back with the
-/// rollback), as [`LineState::within_pools`] explains every store's.
+/// transaction (the refused attempt undid its takes), as [`LineState::within_pools`] explains
+/// every store's.
 async fn within_pools(
     sql: &Statements,
     conn: &mut MySqlConnection,
     request: &BookingRequest<'_>,
     states: Vec<LineState>,
-    from_pools: &BTreeMap<i64, i64>,
 ) -> Result<Vec<LineState>, StoreError> {
     let mut pools = BTreeSet::new();
     for line in request.lines {
@@ -170,10 +257,7 @@ async fn within_pools(
     }
     let mut usages = Vec::with_capacity(pools.len());
     for pool in pools {
-        if let Some(mut usage) = pool_usage(sql, conn, pool, request.now).await? {
-            let own = from_pools.get(&pool).copied().unwrap_or(0);
-            let remaining = i64::from(usage.pool.stored_remaining) + own;
-            usage.pool.stored_remaining = i32::try_from(remaining).unwrap_or(i32::MAX);
+        if let Some(usage) = pool_usage(sql, conn, pool, request.now).await? {
             usages.push(usage);
         }
     }
@@ -260,8 +344,8 @@ async fn insert_lines(
 }
 
 /// What the store reads of a line's slot after the booking was refused: its limits and the
-/// units a hold could take, the line's own units counted free when it took them (they go back
-/// with the rollback).
+/// units a hold could take (the refused attempt undid its takes); `taken`, whether that
+/// attempt took the line's units.
 async fn line_state(
     sql: &Statements,
     conn: &mut MySqlConnection,
@@ -287,7 +371,6 @@ async fn line_state(
     };
     // Nobody jumps a line: a slot anyone waits for has no unit for a newcomer.
     let (free, taken) = if blocked { (0, false) } else { (free, taken) };
-    let own = if taken { i64::from(line.quantity) } else { 0 };
     Ok(LineState {
         line: *line,
         slot: Some(SlotLimits {
@@ -296,7 +379,7 @@ async fn line_state(
             closed,
             removed: removed_at.is_some(),
         }),
-        free: i32::try_from(free.saturating_add(own)).unwrap_or(i32::MAX),
+        free: i32::try_from(free).unwrap_or(i32::MAX),
         failed: !taken,
     })
 }

@@ -10,7 +10,9 @@
 //! every line of that booking, whole or not at all (`lines::change_booking`); a plain hold's is
 //! the one conditional update of its row here.
 
+use async_trait::async_trait;
 use slot_booking::events::NewEvent;
+use slot_booking::store::{take_with_refill, Attempt, Refill, RefillOps};
 use slot_booking::{
     EventKind, Hold, HoldId, HoldOutcome, HoldRequest, HoldStatus, NewSlot, OwnerId, RenewRequest,
     ResourceId, Scope, Slot, SlotId, SlotLimits, StoreError, Timestamp, Transition,
@@ -84,7 +86,7 @@ pub(crate) async fn take_units(
 }
 
 /// What inserting a hold's row did.
-enum Inserted {
+pub(crate) enum Inserted {
     Hold(Hold),
     /// The key's unique constraint refused it.
     KeyTaken,
@@ -239,29 +241,42 @@ pub(crate) async fn take_pool(
     Ok(taken.rows_affected() == 1)
 }
 
-/// A hold, in one transaction:
-///
-/// 1. the conditional decrement of the slot's `remaining`, then of each of its pools'; all
-///    matched, the hold's row and its event are inserted (a key in use aborts through the
-///    unique constraint: everything is rolled back and the key's hold answers);
-/// 2. otherwise a key in use answers first; then the selling slot's expired holds are
-///    reclaimed (its row locked first, then its pools', then the holds) and the decrements run
-///    once more;
-/// 3. a pool still short: [`Held::PoolShort`], unless `pools_reclaimed` (the caller gave back
-///    the expired holds of the pool's slots already) or the pool refused because anyone waits
-///    in its line (then no reclaim could serve this newcomer first);
-/// 4. still nothing: the slot's limits say why, and everything is rolled back (the reclaim
-///    too: the next hold that needs those units redoes it).
+/// A hold, in one transaction: the conditional decrement of the slot's `remaining`, then of
+/// each of its pools' ([`take_with_pools`]); all matched, the hold's row and its event are
+/// inserted (a key in use aborts through the unique constraint: everything is rolled back and
+/// the key's hold answers). Short, the core's rule ([`take_with_refill`]) reclaims the selling
+/// slot's expired holds (its row locked first, then its pools', then the holds) and takes once
+/// more; a pool still short asks for [`Held::PoolShort`], the refill in a step of its own,
+/// unless `pools_reclaimed` (this is that step's rerun) or anyone waits in the pool's line. A
+/// key in use answers before any refusal; a refusal says why by the slot's limits, and
+/// everything is rolled back (the reclaim too: the next hold that needs those units redoes it).
 pub(crate) async fn hold(
     sql: &Statements,
     conn: &mut MySqlConnection,
     request: &HoldRequest<'_>,
     pools_reclaimed: bool,
 ) -> Result<Step<Held>, StoreError> {
-    let (slot_id, quantity, now) = (request.slot_id, request.quantity, request.now);
-    let mut taken = take_with_pools(sql, conn, slot_id, quantity, now).await?;
-    if taken == Taken::Yes {
-        return inserted(sql, conn, request).await;
+    let mut retake = Retake {
+        sql,
+        conn,
+        request,
+        pools_reclaimed,
+        short_pool: None,
+    };
+    let first = retake.attempt().await?;
+    let last = take_with_refill(&mut retake, first).await?;
+    let conn = retake.conn;
+    match last {
+        Attempt::Done(Inserted::Hold(hold)) => {
+            return Ok(Step::keep(Held::Outcome(HoldOutcome::Created(hold))))
+        }
+        // The units taken are given back by the rollback; the key's hold is read after it.
+        Attempt::Done(Inserted::KeyTaken) => return Ok(Step::undo(Held::KeyTaken)),
+        Attempt::RefillApart => {
+            let pools = pools_of_slot(sql, conn, request.slot_id).await?;
+            return Ok(Step::undo(Held::PoolShort(pools)));
+        }
+        Attempt::Short { .. } => {}
     }
     if let Some(holder) = booking_by_key(sql, conn, request.key.as_str()).await? {
         let refused = HoldOutcome::key_taken(request, holder);
@@ -270,22 +285,64 @@ pub(crate) async fn hold(
     if key_waits(sql, conn, request.key.as_str()).await? {
         return Ok(Step::undo(Held::Outcome(HoldOutcome::KeyReused(None))));
     }
-    let reclaimed = reclaim_selling(sql, conn, slot_id, now).await?;
-    if !reclaimed.is_empty() {
-        taken = take_with_pools(sql, conn, slot_id, quantity, now).await?;
-        if taken == Taken::Yes {
-            return inserted(sql, conn, request).await;
-        }
-    }
-    if let (Taken::PoolShort(pool), false) = (taken, pools_reclaimed) {
-        if !pool_line_waits(sql, conn, pool, now).await? {
-            let pools = pools_of_slot(sql, conn, slot_id).await?;
-            return Ok(Step::undo(Held::PoolShort(pools)));
-        }
-    }
-    let limits = slot_limits(sql, conn, slot_id).await?;
+    let limits = slot_limits(sql, conn, request.slot_id).await?;
     let refused = HoldOutcome::refused(request, None, limits);
     Ok(Step::undo(Held::Outcome(refused)))
+}
+
+/// A hold's take and insert, tried again after the reclaims the core's rule
+/// ([`take_with_refill`]) asks for, in the unit of work `conn` is in.
+struct Retake<'a> {
+    sql: &'a Statements,
+    conn: &'a mut MySqlConnection,
+    request: &'a HoldRequest<'a>,
+    /// The pools' refill ran already, in a step of its own.
+    pools_reclaimed: bool,
+    /// The pool the last attempt found short.
+    short_pool: Option<i64>,
+}
+
+#[async_trait]
+impl RefillOps for Retake<'_> {
+    type Done = Inserted;
+
+    async fn attempt(&mut self) -> Result<Attempt<Inserted>, StoreError> {
+        let (sql, request) = (self.sql, self.request);
+        let (slot_id, quantity, now) = (request.slot_id, request.quantity, request.now);
+        self.short_pool = None;
+        Ok(
+            match take_with_pools(sql, self.conn, slot_id, quantity, now).await? {
+                Taken::Yes => Attempt::Done(insert_hold(sql, self.conn, request).await?),
+                Taken::SlotShort => Attempt::Short { pool: false },
+                Taken::PoolShort(pool) => {
+                    self.short_pool = Some(pool);
+                    Attempt::Short { pool: true }
+                }
+            },
+        )
+    }
+
+    /// Only a selling slot's holds are reclaimed; under its row's lock, an attempt can find
+    /// more only if this reclaimed any.
+    async fn reclaim_slot(&mut self) -> Result<bool, StoreError> {
+        let (slot_id, now) = (self.request.slot_id, self.request.now);
+        Ok(!reclaim_selling(self.sql, self.conn, slot_id, now)
+            .await?
+            .is_empty())
+    }
+
+    /// In a step of its own: the pools' slots may come before this one in the lock order.
+    async fn refill_pools(&mut self) -> Result<Refill, StoreError> {
+        let Some(pool) = self.short_pool.filter(|_| !self.pools_reclaimed) else {
+            return Ok(Refill::Nothing);
+        };
+        Ok(
+            match pool_line_waits(self.sql, self.conn, pool, self.request.now).await? {
+                true => Refill::Nothing,
+                false => Refill::InOwnStep,
+            },
+        )
+    }
 }
 
 /// A slot's limits, as stored now.
@@ -309,19 +366,6 @@ pub(crate) async fn slot_limits(
         }),
         None => None,
     })
-}
-
-/// Step 1's insert, after the units were taken.
-async fn inserted(
-    sql: &Statements,
-    conn: &mut MySqlConnection,
-    request: &HoldRequest<'_>,
-) -> Result<Step<Held>, StoreError> {
-    match insert_hold(sql, conn, request).await? {
-        Inserted::Hold(hold) => Ok(Step::keep(Held::Outcome(HoldOutcome::Created(hold)))),
-        // The units taken are given back by the rollback; the key's hold is read after it.
-        Inserted::KeyTaken => Ok(Step::undo(Held::KeyTaken)),
-    }
 }
 
 /// The answer to a hold the key's unique constraint refused, from the key's hold read after

@@ -103,7 +103,7 @@ async fn take_line(
         Attempt::Done(Insert::KeyTaken) => LineInsert::KeyInUse,
         Attempt::Done(Insert::KeyWaits) => LineInsert::KeyWaits,
         // Settled inside the statement (nothing expired to reclaim), or still short.
-        Attempt::Done(_) | Attempt::Short { .. } => LineInsert::Short,
+        Attempt::Done(_) | Attempt::Short { .. } | Attempt::RefillApart => LineInsert::Short,
     })
 }
 

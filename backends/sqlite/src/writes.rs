@@ -12,7 +12,7 @@ use sqlx::sqlite::SqliteConnection;
 use sqlx::{AssertSqlSafe, Sqlite};
 use std::sync::Arc;
 
-use slot_booking::store::{first_that_fits, take_with_refill, Attempt, RefillOps};
+use slot_booking::store::{first_that_fits, take_with_refill, Attempt, Refill, RefillOps};
 use slot_booking::{
     async_trait, AnyHoldOutcome, AnyHoldRequest, BookingLine, BookingRequest, PlaceOne,
 };
@@ -108,7 +108,8 @@ pub(crate) async fn hold_after_reclaim(
     let insert = match last {
         Attempt::Done(insert) => insert,
         Attempt::Short { pool: false } => Insert::NoUnit,
-        Attempt::Short { pool: true } => Insert::PoolShort,
+        // Refilled in place: the rule never answers `RefillApart` here.
+        Attempt::Short { pool: true } | Attempt::RefillApart => Insert::PoolShort,
     };
     match insert {
         Insert::Created(hold) => return Ok(Step::keep(HoldOutcome::Created(hold))),
@@ -437,16 +438,18 @@ impl RefillOps for Retake<'_> {
         insert(self.sql, self.conn, &self.taking).await
     }
 
-    /// Only a selling slot's holds are reclaimed.
-    async fn reclaim_slot(&mut self) -> Result<(), StoreError> {
+    /// Only a selling slot's holds are reclaimed. Tried again whatever this reclaimed: the
+    /// first attempt may have run before this unit of work took the write lock.
+    async fn reclaim_slot(&mut self) -> Result<bool, StoreError> {
         let (slot_id, _, now) = self.taking.slot_and_quantity();
         reclaim(self.sql, &self.sql.reclaim, self.conn, slot_id, now).await?;
-        Ok(())
+        Ok(true)
     }
 
-    async fn refill_pools(&mut self) -> Result<(), StoreError> {
+    /// In place: SQLite writes alone, so no lock order stands in the way.
+    async fn refill_pools(&mut self) -> Result<Refill, StoreError> {
         let (slot_id, quantity, now) = self.taking.slot_and_quantity();
         reclaim_short_pools(self.sql, self.conn, slot_id, quantity, now).await?;
-        Ok(())
+        Ok(Refill::InPlace)
     }
 }
