@@ -272,6 +272,7 @@ use std::sync::Arc;
 mod admin;
 mod bookings;
 mod candidates;
+mod change;
 mod error;
 mod events;
 mod forward;
@@ -291,6 +292,7 @@ pub use bookings::{BookingOutcome, BookingRequest, BookingStore, LineState};
 pub use candidates::{
     candidate_outcome, first_that_fits, try_candidate, AnyHoldOutcome, AnyHoldRequest, PlaceOne,
 };
+pub use change::HoldChange;
 pub use error::{StoreError, StoreErrorKind};
 pub use events::EventStore;
 pub use group::{GroupCommit, GroupStats};

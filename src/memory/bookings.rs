@@ -11,61 +11,33 @@ use std::collections::BTreeMap;
 
 use super::*;
 use crate::model::{Booking, BookingLine};
-use crate::store::{BookingOutcome, BookingRequest, BookingStore, LineState};
+use crate::store::{BookingOutcome, BookingRequest, BookingStore, HoldChange, LineState};
 
-/// A change of an existing hold: the rule deciding whether it applies to a line as stored at
-/// `now`, and what it does to the line and its slot. A booking changes only when the rule
-/// applies to every line; its lines share status and expiry, so it does to all or none.
-#[derive(Clone, Copy)]
-pub(super) enum Change<'a> {
-    Confirm,
-    Cancel,
-    Renew(&'a RenewRequest<'a>),
-}
-
-impl Change<'_> {
-    fn applies(self, hold: &Hold, now: Timestamp) -> bool {
-        let active = hold.status == HoldStatus::Held && hold.expires_at > now;
-        match self {
-            Change::Confirm | Change::Renew(_) => active,
-            Change::Cancel => active || hold.status == HoldStatus::Confirmed,
-        }
+/// Makes `change` (the core's rule, which applies to the line) of the line `hold_id` of
+/// `row`, keeping the row's expiry index and units with it: whether the line moved.
+fn apply(change: HoldChange<'_>, row: &mut SlotRow, hold_id: HoldId, now: Timestamp) -> bool {
+    let Some(hold) = row.holds.get_mut(&hold_id) else {
+        return false;
+    };
+    let (was_held, expiry) = (hold.status == HoldStatus::Held, (hold.expires_at, hold_id));
+    if !change.apply(hold, now) {
+        return false;
     }
-
-    /// Applies the change to the line `hold_id` of `row` (the rule applies) and names its
-    /// event.
-    fn apply(self, row: &mut SlotRow, hold_id: HoldId, now: Timestamp) -> EventKind {
-        let Some(hold) = row.holds.get_mut(&hold_id) else {
-            return EventKind::HoldConfirmed;
-        };
-        let expiry = (hold.expires_at, hold_id);
-        match self {
-            Change::Confirm => {
-                hold.status = HoldStatus::Confirmed;
-                hold.confirmed_at = Some(now);
-                row.held_by_expiry.remove(&expiry);
-                EventKind::HoldConfirmed
-            }
-            Change::Cancel => {
-                let was_held = hold.status == HoldStatus::Held;
-                hold.status = HoldStatus::Cancelled;
-                hold.cancelled_at = Some(now);
-                let quantity = hold.quantity;
-                if was_held {
-                    row.held_by_expiry.remove(&expiry);
-                }
-                row.slot.stored_remaining += quantity;
-                EventKind::HoldCancelled
-            }
-            Change::Renew(request) => {
-                hold.expires_at = request.renewed_expiry(hold);
-                let renewed = (hold.expires_at, hold_id);
-                row.held_by_expiry.remove(&expiry);
-                row.held_by_expiry.insert(renewed);
-                EventKind::HoldRenewed
-            }
-        }
+    let (quantity, held, renewed) = (
+        hold.quantity,
+        hold.status == HoldStatus::Held,
+        hold.expires_at,
+    );
+    if was_held {
+        row.held_by_expiry.remove(&expiry);
     }
+    if held {
+        row.held_by_expiry.insert((renewed, hold_id));
+    }
+    if change.gives_back() {
+        row.slot.stored_remaining += quantity;
+    }
+    true
 }
 
 impl MemoryStore {
@@ -129,7 +101,7 @@ impl MemoryStore {
         lines: &Lines,
         scope: &Scope,
         now: Timestamp,
-        change: Change<'_>,
+        change: HoldChange<'_>,
     ) -> Transition<Booking> {
         let Some(rows) = self.rows_of(lines) else {
             return Transition::NotFound;
@@ -158,21 +130,19 @@ impl MemoryStore {
             return Transition::NotApplied(before);
         }
         let mut events = Vec::new();
-        let mut table = matches!(change, Change::Cancel).then(|| lock(&self.pools));
+        let mut table = change.gives_back().then(|| lock(&self.pools));
         for (id, i) in &present {
-            let was = guards[*i].holds.get(id).cloned();
-            let kind = change.apply(&mut guards[*i], *id, now);
-            // A cancel gives the line's units back to its slot's pools too.
-            if let (Some(table), Some(hold)) = (table.as_mut(), &was) {
+            if !apply(change, &mut guards[*i], *id, now) {
+                continue;
+            }
+            let Some(hold) = guards[*i].holds.get(id) else {
+                continue;
+            };
+            // Given back to its slot's pools too.
+            if let Some(table) = table.as_mut() {
                 table.give_back(&guards[*i].pools, hold.quantity);
             }
-            if let Some(hold) = guards[*i]
-                .holds
-                .get(id)
-                .filter(|h| Some(*h) != was.as_ref())
-            {
-                events.push(NewEvent::of_hold(kind, hold, now));
-            }
+            events.push(NewEvent::of_hold(change.event(), hold, now));
         }
         drop(table);
         let mut log = lock(&self.log);
@@ -182,7 +152,7 @@ impl MemoryStore {
         drop(log);
         // Units a cancel gave back go to the slots' lines in the same step.
         let (mut slots, mut pools) = (Vec::new(), Vec::new());
-        if matches!(change, Change::Cancel) {
+        if change.gives_back() {
             for (_, i) in &present {
                 self.serve(&mut guards[*i], now);
                 slots.push(guards[*i].slot.slot_id);
@@ -203,7 +173,7 @@ impl MemoryStore {
         hold_id: HoldId,
         scope: &Scope,
         now: Timestamp,
-        change: Change<'_>,
+        change: HoldChange<'_>,
     ) -> Transition {
         let Some(lines) = self.lines_of(hold_id) else {
             return Transition::NotFound;
@@ -226,7 +196,7 @@ impl MemoryStore {
         booking_id: HoldId,
         scope: &Scope,
         now: Timestamp,
-        change: Change<'_>,
+        change: HoldChange<'_>,
     ) -> Transition<Booking> {
         match self.lines_of(booking_id) {
             Some(lines) if lines.first().is_some_and(|(id, _)| *id == booking_id) => {
@@ -483,7 +453,7 @@ impl BookingStore for MemoryStore {
         scope: &Scope,
         now: Timestamp,
     ) -> Result<Decided<Transition<Booking>>, StoreError> {
-        let change = self.change_booking(booking_id, scope, now, Change::Confirm);
+        let change = self.change_booking(booking_id, scope, now, HoldChange::Confirm);
         Ok(Decided::new(now, change))
     }
 
@@ -493,7 +463,7 @@ impl BookingStore for MemoryStore {
         scope: &Scope,
         now: Timestamp,
     ) -> Result<Decided<Transition<Booking>>, StoreError> {
-        let change = self.change_booking(booking_id, scope, now, Change::Cancel);
+        let change = self.change_booking(booking_id, scope, now, HoldChange::Cancel);
         Ok(Decided::new(now, change))
     }
 
@@ -505,7 +475,7 @@ impl BookingStore for MemoryStore {
             request.hold_id,
             request.scope,
             request.now,
-            Change::Renew(&request),
+            HoldChange::Renew(&request),
         );
         Ok(Decided::new(request.now, change))
     }

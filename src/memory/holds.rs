@@ -2,8 +2,8 @@
 
 use async_trait::async_trait;
 
-use super::bookings::Change;
 use super::*;
+use crate::store::HoldChange;
 
 #[async_trait]
 impl HoldStore for MemoryStore {
@@ -92,7 +92,7 @@ impl HoldStore for MemoryStore {
         scope: &Scope,
         now: Timestamp,
     ) -> Result<Decided<Transition>, StoreError> {
-        let transition = self.change_hold(hold_id, scope, now, Change::Confirm);
+        let transition = self.change_hold(hold_id, scope, now, HoldChange::Confirm);
         Ok(Decided::new(now, transition))
     }
 
@@ -102,7 +102,7 @@ impl HoldStore for MemoryStore {
         scope: &Scope,
         now: Timestamp,
     ) -> Result<Decided<Transition>, StoreError> {
-        let transition = self.change_hold(hold_id, scope, now, Change::Cancel);
+        let transition = self.change_hold(hold_id, scope, now, HoldChange::Cancel);
         Ok(Decided::new(now, transition))
     }
 
@@ -111,7 +111,7 @@ impl HoldStore for MemoryStore {
         request: RenewRequest<'_>,
     ) -> Result<Decided<Transition>, StoreError> {
         let (hold_id, now) = (request.hold_id, request.now);
-        let transition = self.change_hold(hold_id, request.scope, now, Change::Renew(&request));
+        let transition = self.change_hold(hold_id, request.scope, now, HoldChange::Renew(&request));
         Ok(Decided::new(now, transition))
     }
 

@@ -21,7 +21,7 @@
 //! is the `lines` module's whole-booking change.
 
 use async_trait::async_trait;
-use slot_booking::store::{take_with_refill, Attempt, LineState, Refill, RefillOps};
+use slot_booking::store::{take_with_refill, Attempt, HoldChange, LineState, Refill, RefillOps};
 use slot_booking::{
     Booking, BookingLine, BookingOutcome, BookingRequest, Decided, Hold, HoldId, HoldStatus,
     RenewRequest, Scope, SlotId, SlotLimits, StoreError, Timestamp, Transition,
@@ -31,7 +31,7 @@ use sqlx::{AssertSqlSafe, Connection};
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::lines::{booking_by_id, booking_by_key, change_booking, hold_place, Change};
+use crate::lines::{booking_by_id, booking_by_key, change_booking, hold_place};
 use crate::map_err;
 use crate::pools::pool_usage;
 use crate::retry::reading;
@@ -424,15 +424,15 @@ async fn change(
     booking_id: HoldId,
     scope: &Scope,
     now: Timestamp,
-    change: Change<'_>,
+    change: HoldChange<'_>,
 ) -> Result<Step<Transition<Booking>>, StoreError> {
     match target(sql, conn, booking_id).await? {
         Target::None => Ok(Step::keep(Transition::NotFound)),
         Target::Booking => change_booking(sql, conn, booking_id, scope, now, change).await,
         Target::Hold(slot_id) => of_hold(match change {
-            Change::Confirm => confirm_hold(sql, conn, booking_id, scope, now).await?,
-            Change::Cancel => cancel_hold(sql, conn, slot_id, booking_id, scope, now).await?,
-            Change::Renew(request) => renew_hold(sql, conn, request).await?,
+            HoldChange::Confirm => confirm_hold(sql, conn, booking_id, scope, now).await?,
+            HoldChange::Cancel => cancel_hold(sql, conn, slot_id, booking_id, scope, now).await?,
+            HoldChange::Renew(request) => renew_hold(sql, conn, request).await?,
         }),
     }
 }
@@ -490,7 +490,7 @@ impl Run<'_> {
         scope: &Scope,
         now: Timestamp,
     ) -> Result<Decided<Transition<Booking>>, StoreError> {
-        self.change_booking(booking_id, scope, now, Change::Confirm)
+        self.change_booking(booking_id, scope, now, HoldChange::Confirm)
             .await
     }
 
@@ -500,7 +500,7 @@ impl Run<'_> {
         scope: &Scope,
         now: Timestamp,
     ) -> Result<Decided<Transition<Booking>>, StoreError> {
-        self.change_booking(booking_id, scope, now, Change::Cancel)
+        self.change_booking(booking_id, scope, now, HoldChange::Cancel)
             .await
     }
 
@@ -509,7 +509,7 @@ impl Run<'_> {
         request: RenewRequest<'_>,
     ) -> Result<Decided<Transition<Booking>>, StoreError> {
         let (id, scope, now) = (request.hold_id, request.scope, request.now);
-        self.change_booking(id, scope, now, Change::Renew(&request))
+        self.change_booking(id, scope, now, HoldChange::Renew(&request))
             .await
     }
 
@@ -519,7 +519,7 @@ impl Run<'_> {
         booking_id: HoldId,
         scope: &Scope,
         now: Timestamp,
-        what: Change<'_>,
+        what: HoldChange<'_>,
     ) -> Result<Decided<Transition<Booking>>, StoreError> {
         let sql = self.statements();
         let done = in_unit!(self, |conn| change(sql, conn, booking_id, scope, now, what))?;

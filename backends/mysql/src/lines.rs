@@ -13,9 +13,9 @@
 //! decide: all of them, the change stays; none, nothing changed; some (which the locks rule
 //! out), everything is undone.
 
+use slot_booking::store::HoldChange;
 use slot_booking::{
-    Booking, EventKind, Hold, HoldId, RenewRequest, Scope, SlotId, StoreError, Timestamp,
-    Transition,
+    Booking, Hold, HoldId, RenewRequest, Scope, SlotId, StoreError, Timestamp, Transition,
 };
 use sqlx::mysql::MySqlConnection;
 use sqlx::AssertSqlSafe;
@@ -79,36 +79,10 @@ pub(crate) async fn hold_place(
     Ok(row.map(|(slot, booking)| (SlotId(slot), booking.map(HoldId))))
 }
 
-/// A change of every line of a booking.
-#[derive(Clone, Copy)]
-pub(crate) enum Change<'a> {
-    /// Every line held and active is confirmed.
-    Confirm,
-    /// Every line confirmed, or held and active, is cancelled, its units given back.
-    Cancel,
-    /// Every line held and active is renewed (the request's hold id is ignored: the booking's
-    /// id says which lines).
-    Renew(&'a RenewRequest<'a>),
-}
-
-impl Change<'_> {
-    fn kind(self) -> EventKind {
-        match self {
-            Change::Confirm => EventKind::HoldConfirmed,
-            Change::Cancel => EventKind::HoldCancelled,
-            Change::Renew(_) => EventKind::HoldRenewed,
-        }
-    }
-}
-
 /// A renewal's expiry parameters in microseconds: (now + lifetime, maximum life).
 pub(crate) fn renewal_micros(request: &RenewRequest<'_>) -> Result<(i64, i64), StoreError> {
-    let micros = |d: chrono::Duration| {
-        d.num_microseconds()
-            .ok_or_else(|| StoreError::failed("a hold lifetime overflows microseconds"))
-    };
-    let wanted = to_micros(request.now).saturating_add(micros(request.lifetime)?);
-    Ok((wanted, micros(request.max_life)?))
+    let (lifetime, max_life) = request.micros()?;
+    Ok((to_micros(request.now).saturating_add(lifetime), max_life))
 }
 
 /// Changes every line of the booking of several lines `booking_id` (its lines' slots locked by
@@ -121,7 +95,7 @@ pub(crate) async fn change_booking(
     booking_id: HoldId,
     scope: &Scope,
     now: Timestamp,
-    change: Change<'_>,
+    change: HoldChange<'_>,
 ) -> Result<Step<Transition<Booking>>, StoreError> {
     let slots: Vec<i64> = sqlx::query_scalar(AssertSqlSafe(sql.booking_slots.as_str()))
         .bind(booking_id.get())
@@ -151,19 +125,19 @@ pub(crate) async fn change_booking(
     let (any, owner) = scope.as_filter();
     let at = to_micros(now);
     let update = match change {
-        Change::Confirm => sqlx::query(AssertSqlSafe(sql.confirm_booking.as_str()))
+        HoldChange::Confirm => sqlx::query(AssertSqlSafe(sql.confirm_booking.as_str()))
             .bind(at)
             .bind(booking_id.get())
             .bind(at)
             .bind(any)
             .bind(owner),
-        Change::Cancel => sqlx::query(AssertSqlSafe(sql.cancel_booking.as_str()))
+        HoldChange::Cancel => sqlx::query(AssertSqlSafe(sql.cancel_booking.as_str()))
             .bind(at)
             .bind(booking_id.get())
             .bind(at)
             .bind(any)
             .bind(owner),
-        Change::Renew(request) => {
+        HoldChange::Renew(request) => {
             let (wanted, max_life) = renewal_micros(request)?;
             sqlx::query(AssertSqlSafe(sql.renew_booking.as_str()))
                 .bind(wanted)
@@ -184,13 +158,13 @@ pub(crate) async fn change_booking(
             .ok_or_else(|| StoreError::failed("a booking changed, then not found"))?;
         let mut lines = Lines::new();
         for line in &after.lines {
-            if let Change::Cancel = change {
+            if change.gives_back() {
                 give_back(sql, conn, i64::from(line.quantity), line.slot_id.get()).await?;
                 lines.slot_and_pools(sql, conn, line.slot_id).await?;
             }
-            log_hold(sql, conn, change.kind(), line, now).await?;
+            log_hold(sql, conn, change.event(), line, now).await?;
         }
-        if let Change::Cancel = change {
+        if change.gives_back() {
             serve(sql, conn, lines, now).await?;
         }
         return Ok(Step::keep(Transition::Applied(after)));
@@ -199,7 +173,7 @@ pub(crate) async fn change_booking(
         // Some lines but not all: the change of a booking is whole or nothing.
         return Ok(Step::undo(Transition::NotApplied(before)));
     }
-    if let Change::Renew(request) = change {
+    if let HoldChange::Renew(request) = change {
         if renewal_unmoved(sql, conn, booking_id, scope, request).await? == lines {
             return Ok(Step::keep(Transition::Applied(before)));
         }

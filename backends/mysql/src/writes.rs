@@ -12,7 +12,7 @@
 
 use async_trait::async_trait;
 use slot_booking::events::NewEvent;
-use slot_booking::store::{take_with_refill, Attempt, Refill, RefillOps};
+use slot_booking::store::{take_with_refill, Attempt, HoldChange, Refill, RefillOps};
 use slot_booking::{
     EventKind, Hold, HoldId, HoldOutcome, HoldRequest, HoldStatus, NewSlot, OwnerId, RenewRequest,
     ResourceId, Scope, Slot, SlotId, SlotLimits, StoreError, Timestamp, Transition,
@@ -20,9 +20,7 @@ use slot_booking::{
 use sqlx::mysql::MySqlConnection;
 use sqlx::{AssertSqlSafe, Connection};
 
-use crate::lines::{
-    booking_by_key, change_booking, hold_place, line_transition, renewal_micros, Change,
-};
+use crate::lines::{booking_by_key, change_booking, hold_place, line_transition, renewal_micros};
 use crate::map_err;
 use crate::rows::{from_micros, hold_from_row, to_micros};
 use crate::serve::{serve, Lines};
@@ -419,7 +417,7 @@ pub(crate) async fn confirm(
     match hold_place(sql, conn, hold_id).await? {
         None => Ok(Step::keep(Transition::NotFound)),
         Some((_, Some(booking))) => {
-            let change = Change::Confirm;
+            let change = HoldChange::Confirm;
             by_booking(sql, conn, booking, hold_id, scope, now, change).await
         }
         Some((_, None)) => confirm_hold(sql, conn, hold_id, scope, now).await,
@@ -438,7 +436,7 @@ pub(crate) async fn cancel(
     match hold_place(sql, conn, hold_id).await? {
         None => Ok(Step::keep(Transition::NotFound)),
         Some((_, Some(booking))) => {
-            let change = Change::Cancel;
+            let change = HoldChange::Cancel;
             by_booking(sql, conn, booking, hold_id, scope, now, change).await
         }
         Some((slot_id, None)) => cancel_hold(sql, conn, slot_id, hold_id, scope, now).await,
@@ -455,7 +453,7 @@ pub(crate) async fn renew(
     match hold_place(sql, conn, hold_id).await? {
         None => Ok(Step::keep(Transition::NotFound)),
         Some((_, Some(booking))) => {
-            let (scope, now, change) = (request.scope, request.now, Change::Renew(request));
+            let (scope, now, change) = (request.scope, request.now, HoldChange::Renew(request));
             by_booking(sql, conn, booking, hold_id, scope, now, change).await
         }
         Some((_, None)) => renew_hold(sql, conn, request).await,
@@ -470,7 +468,7 @@ async fn by_booking(
     hold_id: HoldId,
     scope: &Scope,
     now: Timestamp,
-    change: Change<'_>,
+    change: HoldChange<'_>,
 ) -> Result<Step<Transition>, StoreError> {
     let step = change_booking(sql, conn, booking, scope, now, change).await?;
     step.try_map(|transition| line_transition(transition, hold_id))
@@ -500,7 +498,7 @@ pub(crate) async fn confirm_hold(
         confirmed.rows_affected(),
         hold_id,
         scope,
-        EventKind::HoldConfirmed,
+        HoldChange::Confirm,
         now,
     )
     .await
@@ -534,7 +532,7 @@ pub(crate) async fn cancel_hold(
         cancelled.rows_affected(),
         hold_id,
         scope,
-        EventKind::HoldCancelled,
+        HoldChange::Cancel,
         now,
     )
     .await?;
@@ -577,7 +575,7 @@ pub(crate) async fn renew_hold(
             1,
             request.hold_id,
             request.scope,
-            EventKind::HoldRenewed,
+            HoldChange::Renew(request),
             request.now,
         )
         .await;
@@ -608,13 +606,13 @@ async fn changed(
     matched: u64,
     hold_id: HoldId,
     scope: &Scope,
-    kind: EventKind,
+    change: HoldChange<'_>,
     now: Timestamp,
 ) -> Result<Step<Transition>, StoreError> {
     let hold = hold_by_id(sql, conn, hold_id, &Scope::BackOffice).await?;
     if matched == 1 {
         let hold = hold.ok_or_else(|| StoreError::failed("a hold changed, then not found"))?;
-        log_hold(sql, conn, kind, &hold, now).await?;
+        log_hold(sql, conn, change.event(), &hold, now).await?;
         return Ok(Step::keep(Transition::Applied(hold)));
     }
     Ok(Step::keep(not_applied(hold.filter(|h| scope.admits(h)))))

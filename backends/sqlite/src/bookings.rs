@@ -13,9 +13,9 @@
 //! belongs to, guarded so that it changes every line or none ([`change_lines`]).
 
 use slot_booking::store::LineState;
-use slot_booking::store::{take_with_refill, Attempt};
+use slot_booking::store::{take_with_refill, Attempt, HoldChange};
 use slot_booking::{
-    Booking, BookingLine, BookingOutcome, BookingRequest, Decided, EventKind, Hold, HoldId, PoolId,
+    Booking, BookingLine, BookingOutcome, BookingRequest, Decided, Hold, HoldId, PoolId,
     RenewRequest, Scope, SlotLimits, StoreError, Timestamp, Transition,
 };
 use sqlx::sqlite::SqliteConnection;
@@ -273,14 +273,14 @@ pub(crate) async fn pool_line_states(
         .collect())
 }
 
-/// Confirms (`kind` [`EventKind::HoldConfirmed`], with `statement` `confirm_booking`) or
-/// cancels ([`EventKind::HoldCancelled`], `cancel_booking`, giving each line's units back)
-/// every line of the booking `booking_id` (see [`change_lines`]).
+/// Confirms (`change` [`HoldChange::Confirm`], with `statement` `confirm_booking`) or cancels
+/// ([`HoldChange::Cancel`], `cancel_booking`, giving each line's units back) every line of the
+/// booking `booking_id` (see [`change_lines`]).
 async fn end_booking(
     sql: &Statements,
     conn: &mut SqliteConnection,
     statement: &str,
-    kind: EventKind,
+    change: HoldChange<'_>,
     booking_id: HoldId,
     scope: &Scope,
     now: Timestamp,
@@ -291,7 +291,7 @@ async fn end_booking(
         .bind(booking_id.get())
         .bind(any)
         .bind(owner);
-    let lines = change_lines(sql, conn, update, kind, now).await?;
+    let lines = change_lines(sql, conn, update, change, now).await?;
     let transition = booking_transition(sql, conn, lines, booking_id, scope).await?;
     Ok(Step::keep(transition))
 }
@@ -305,7 +305,7 @@ async fn renew_booking(
 ) -> Result<Step<Transition<Booking>>, StoreError> {
     let renewal = Renewal::of(request)?;
     let update = renewal.bind(&sql.renew_booking);
-    let lines = change_lines(sql, conn, update, EventKind::HoldRenewed, request.now).await?;
+    let lines = change_lines(sql, conn, update, HoldChange::Renew(request), request.now).await?;
     if let Some(booking) = Booking::of_lines(lines) {
         return Ok(Step::keep(Transition::Applied(booking)));
     }
@@ -352,8 +352,8 @@ impl Run<'_> {
         scope: &Scope,
         now: Timestamp,
     ) -> Result<Decided<Transition<Booking>>, StoreError> {
-        let kind = EventKind::HoldConfirmed;
-        self.end_booking(kind, booking_id, scope, now).await
+        self.end_booking(HoldChange::Confirm, booking_id, scope, now)
+            .await
     }
 
     pub(crate) async fn cancel_booking(
@@ -362,27 +362,26 @@ impl Run<'_> {
         scope: &Scope,
         now: Timestamp,
     ) -> Result<Decided<Transition<Booking>>, StoreError> {
-        let kind = EventKind::HoldCancelled;
-        self.end_booking(kind, booking_id, scope, now).await
+        self.end_booking(HoldChange::Cancel, booking_id, scope, now)
+            .await
     }
 
-    /// Confirms or cancels (`kind`) a whole booking in a unit of work of its own.
+    /// Confirms or cancels (`change`) a whole booking in a unit of work of its own.
     async fn end_booking(
         &mut self,
-        kind: EventKind,
+        change: HoldChange<'_>,
         booking_id: HoldId,
         scope: &Scope,
         now: Timestamp,
     ) -> Result<Decided<Transition<Booking>>, StoreError> {
         let sql = Arc::clone(&self.sql);
-        let statement = if kind == EventKind::HoldConfirmed {
-            &sql.confirm_booking
-        } else {
-            &sql.cancel_booking
+        let statement = match change {
+            HoldChange::Confirm => &sql.confirm_booking,
+            _ => &sql.cancel_booking,
         };
         let mut unit = self.unit().await?;
         let conn = unit.connection();
-        let step = end_booking(&sql, conn, statement, kind, booking_id, scope, now).await;
+        let step = end_booking(&sql, conn, statement, change, booking_id, scope, now).await;
         Ok(Decided::new(now, unit.finish(step).await?))
     }
 

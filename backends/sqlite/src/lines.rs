@@ -2,7 +2,8 @@
 //! cancel or renewal changes every line of its booking, on the store's connections and the
 //! caller's alike.
 
-use slot_booking::{EventKind, Hold, StoreError, Timestamp};
+use slot_booking::store::HoldChange;
+use slot_booking::{Hold, StoreError, Timestamp};
 use sqlx::sqlite::SqliteConnection;
 
 use crate::map_err;
@@ -11,10 +12,9 @@ use crate::serve::{serve_lines, Lines};
 use crate::sql::Statements;
 use crate::units::{give_back, log_hold, Query};
 
-/// Runs `update`, one change of every line of a booking (confirm, cancel or renew: it returns
-/// every line it changed, all of them or none), and for each line changed, by slot id, gives
-/// its units back (a cancel, `kind` [`EventKind::HoldCancelled`]) and appends its event `kind`
-/// at `now`; then a cancel serves, by slot id, the line of each slot that got units back while
+/// Runs `update`, the statement of `change` (the core's rule) of every line of a booking (it
+/// returns every line it changed, all of them or none), and for each line changed, by slot id,
+/// gives its units back (when the change does) and appends the change's event at `now`; then a cancel serves, by slot id, the line of each slot that got units back while
 /// anyone waits in it and the lines of its pools, in the same unit of work (its offers logged
 /// after the cancel's events).
 /// The lines changed, by slot id: none when the change did not apply.
@@ -22,7 +22,7 @@ pub(crate) async fn change_lines(
     sql: &Statements,
     conn: &mut SqliteConnection,
     update: Query<'_>,
-    kind: EventKind,
+    change: HoldChange<'_>,
     now: Timestamp,
 ) -> Result<Vec<Hold>, StoreError> {
     let rows = update.fetch_all(&mut *conn).await.map_err(map_err)?;
@@ -33,12 +33,12 @@ pub(crate) async fn change_lines(
     lines.sort_by_key(|hold| (hold.slot_id, hold.hold_id));
     let mut lined = Lines::new();
     for hold in &lines {
-        if kind == EventKind::HoldCancelled
+        if change.gives_back()
             && give_back(sql, conn, i64::from(hold.quantity), hold.slot_id.get()).await?
         {
             lined.slot_and_pools(sql, conn, hold.slot_id).await?;
         }
-        log_hold(sql, conn, kind, hold, now).await?;
+        log_hold(sql, conn, change.event(), hold, now).await?;
     }
     if !lined.is_empty() {
         serve_lines(sql, conn, &lined, now).await?;

@@ -12,7 +12,9 @@ use sqlx::sqlite::SqliteConnection;
 use sqlx::{AssertSqlSafe, Sqlite};
 use std::sync::Arc;
 
-use slot_booking::store::{first_that_fits, take_with_refill, Attempt, Refill, RefillOps};
+use slot_booking::store::{
+    first_that_fits, take_with_refill, Attempt, HoldChange, Refill, RefillOps,
+};
 use slot_booking::{
     async_trait, AnyHoldOutcome, AnyHoldRequest, BookingLine, BookingRequest, PlaceOne,
 };
@@ -173,7 +175,7 @@ pub(crate) async fn confirm(
         .bind(hold_id.get())
         .bind(any)
         .bind(owner);
-    let lines = change_lines(sql, conn, update, EventKind::HoldConfirmed, now).await?;
+    let lines = change_lines(sql, conn, update, HoldChange::Confirm, now).await?;
     let transition = match line_of(lines, hold_id)? {
         Some(hold) => Transition::Applied(hold),
         None => not_applied(hold_by_id(sql, conn, hold_id, scope).await?),
@@ -195,7 +197,7 @@ pub(crate) async fn renew(
         sql,
         conn,
         renewal.bind(&sql.renew),
-        EventKind::HoldRenewed,
+        HoldChange::Renew(request),
         request.now,
     )
     .await?;
@@ -225,14 +227,11 @@ pub(crate) struct Renewal<'r> {
 
 impl<'r> Renewal<'r> {
     pub(crate) fn of(request: &'r RenewRequest<'r>) -> Result<Self, StoreError> {
-        let micros = |d: chrono::Duration| {
-            d.num_microseconds()
-                .ok_or_else(|| StoreError::failed("a hold lifetime overflows microseconds"))
-        };
+        let (lifetime, max_life) = request.micros()?;
         Ok(Renewal {
             request,
-            lifetime: micros(request.lifetime)?,
-            max_life: micros(request.max_life)?,
+            lifetime,
+            max_life,
         })
     }
 
@@ -263,7 +262,7 @@ pub(crate) async fn cancel(
         .bind(hold_id.get())
         .bind(any)
         .bind(owner);
-    let lines = change_lines(sql, conn, update, EventKind::HoldCancelled, now).await?;
+    let lines = change_lines(sql, conn, update, HoldChange::Cancel, now).await?;
     let transition = match line_of(lines, hold_id)? {
         Some(hold) => Transition::Applied(hold),
         None => not_applied(hold_by_id(sql, conn, hold_id, scope).await?),
