@@ -278,8 +278,10 @@ mod events;
 mod forward;
 mod group;
 mod holds;
+mod migration;
 mod outcome;
 mod pools;
+mod prefix;
 mod queries;
 mod refill;
 mod serve;
@@ -297,10 +299,12 @@ pub use error::{StoreError, StoreErrorKind};
 pub use events::EventStore;
 pub use group::{GroupCommit, GroupStats};
 pub use holds::HoldStore;
+pub use migration::Migration;
 pub use outcome::{
     Decided, HoldOutcome, HoldRequest, RenewRequest, SlotChange, SlotLimits, Transition,
 };
 pub use pools::{PoolChange, PoolStore, TransactionPools};
+pub use prefix::{InvalidTablePrefix, TablePrefix, DEFAULT_TABLE_PREFIX};
 pub use queries::HoldQueries;
 pub use refill::{take_with_refill, Attempt, Refill, RefillOps};
 pub use serve::{serve_lines, HeadState, LineOps, Lines, OfferPlan, Units};

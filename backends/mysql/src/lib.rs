@@ -134,15 +134,16 @@ mod writes;
 
 pub use changes::EventLogFeed;
 pub use conflict::Conflict;
-pub use fragments::{InvalidTablePrefix, DEFAULT_TABLE_PREFIX};
 pub use retry::{RetryPolicy, DEFAULT_RETRY_POLICY};
 pub use slot_booking::changes::{Following, DEFAULT_POLL_INTERVAL};
+pub use slot_booking::store::{InvalidTablePrefix, DEFAULT_TABLE_PREFIX};
 /// The sqlx this crate is built on (0.9). Build pools and connection options through this
 /// re-export: a pool from another sqlx major version is a different type.
 pub use sqlx;
 pub use transaction::MySqlWrites;
 
-use fragments::TablePrefix;
+use fragments::RESERVED_PREFIX;
+use slot_booking::store::TablePrefix;
 use sql::Statements;
 
 /// Connections in the pool [`MySqlStore::connect`] opens.
@@ -168,7 +169,7 @@ impl MySqlStore {
     /// pool of [`MySqlStore::connect`] has them): under REPEATABLE READ every decision is the
     /// same, but InnoDB's gap locks make more deadlocks to retry.
     pub fn new(pool: MySqlPool) -> Self {
-        let prefix = TablePrefix::default_prefix();
+        let prefix = TablePrefix::default();
         MySqlStore {
             pool,
             sql: Arc::new(Statements::new(&prefix)),
@@ -225,7 +226,7 @@ impl MySqlStore {
     /// `<prefix>migrations`. See [`InvalidTablePrefix`] for the prefixes accepted. Stores with
     /// different prefixes in one database are independent.
     pub fn with_table_prefix(mut self, prefix: &str) -> Result<Self, InvalidTablePrefix> {
-        self.prefix = TablePrefix::new(prefix)?;
+        self.prefix = TablePrefix::new(prefix, RESERVED_PREFIX)?;
         self.sql = Arc::new(Statements::new(&self.prefix));
         Ok(self)
     }

@@ -14,18 +14,11 @@ use slot_booking::StoreError;
 use sqlx::mysql::MySqlPool;
 use sqlx::{AssertSqlSafe, Executor};
 
-use crate::fragments::TablePrefix;
 use crate::map_err;
+use slot_booking::store::{Migration, TablePrefix};
 
-/// One embedded migration. Its SQL writes `{p}` where the table prefix goes, and ends each
-/// statement with `;` at the end of a line.
-pub(crate) struct Migration {
-    pub(crate) version: i64,
-    pub(crate) description: &'static str,
-    pub(crate) sql: &'static str,
-}
-
-/// Every migration, in version order.
+/// Every migration, in version order. Their SQL writes `{p}` where the table prefix goes, and
+/// ends each statement with `;` at the end of a line.
 pub(crate) const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 1,

@@ -11,9 +11,10 @@
 //! "the value moves" where a write must tell a change from a no-op (a renewal, a capacity, a
 //! close): one row matched is one row changed.
 
-use crate::fragments::{TablePrefix, CAPACITY_AFTER, HOLD_COLUMNS};
+use crate::fragments::{CAPACITY_AFTER, HOLD_COLUMNS};
 use crate::guard::write_statement;
 use crate::waitlist_sql::WaitlistStatements;
+use slot_booking::store::TablePrefix;
 
 /// The columns [`slot_from_row`](crate::rows::slot_from_row) reads.
 const SLOT_COLUMNS: &str =
@@ -522,7 +523,7 @@ mod tests {
 
     #[test]
     fn every_statement_names_only_prefixed_tables() {
-        let sql = Statements::new(&TablePrefix::new("zz_").unwrap());
+        let sql = Statements::new(&TablePrefix::new("zz_", None).unwrap());
         for statement in [
             &sql.create_slot,
             &sql.availability,
@@ -553,7 +554,7 @@ mod tests {
     /// none needs a session setting that a cut call would leave behind.
     #[test]
     fn every_write_statement_is_guarded() {
-        let statements = format!("{:?}", Statements::new(&TablePrefix::default_prefix()));
+        let statements = format!("{:?}", Statements::new(&TablePrefix::default()));
         for bare in [": \"INSERT", ": \"UPDATE", ": \"DELETE", ": \"REPLACE"] {
             assert!(!statements.contains(bare), "an unguarded write: {bare}");
         }

@@ -12,13 +12,7 @@ use slot_booking::StoreError;
 
 use crate::fragments::quote;
 use crate::map_err;
-
-/// One embedded migration.
-struct Migration {
-    version: i64,
-    description: &'static str,
-    sql: &'static str,
-}
+use slot_booking::store::Migration;
 
 /// Every migration, in version order. The SQL names tables without a schema: it runs with
 /// `search_path` set to the store's schema.

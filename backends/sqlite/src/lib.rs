@@ -300,17 +300,18 @@ mod waitlists;
 mod writes;
 
 pub use changes::{DataVersionFeed, DEFAULT_POLL_INTERVAL};
-pub use fragments::{InvalidTablePrefix, DEFAULT_TABLE_PREFIX};
 pub use run::SqliteTransaction;
 pub use slot_booking::changes::Following;
+pub use slot_booking::store::{InvalidTablePrefix, DEFAULT_TABLE_PREFIX};
 /// The sqlx this crate is built on (0.9). Build pools and connection options through this
 /// re-export: a pool from another sqlx major version is a different type.
 pub use sqlx;
 pub use transaction::SqliteWrites;
 
-use fragments::TablePrefix;
+use fragments::RESERVED_PREFIX;
 use group::{sold_out, HoldParams, Insert};
 use rows::*;
+use slot_booking::store::TablePrefix;
 use sql::Statements;
 
 /// How long a connection waits for SQLite's write lock before giving up (`busy_timeout`), as
@@ -353,7 +354,7 @@ impl SqliteStore {
     /// # Ok(()) }
     /// ```
     pub fn new(pool: SqlitePool) -> Self {
-        let prefix = TablePrefix::default_prefix();
+        let prefix = TablePrefix::default();
         SqliteStore {
             pool,
             write_gate: Arc::default(),
@@ -369,7 +370,7 @@ impl SqliteStore {
     /// called. See [`InvalidTablePrefix`] for the prefixes accepted. Stores with different
     /// prefixes in one database are independent.
     pub fn with_table_prefix(mut self, prefix: &str) -> Result<Self, InvalidTablePrefix> {
-        self.prefix = TablePrefix::new(prefix)?;
+        self.prefix = TablePrefix::new(prefix, RESERVED_PREFIX)?;
         self.sql = Arc::new(Statements::new(&self.prefix));
         // A queue of its own: whoever takes the waiting holds runs them with its own statements,
         // so clones with another prefix must not share one.

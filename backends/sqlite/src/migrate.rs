@@ -14,17 +14,10 @@ use sqlx::{AssertSqlSafe, Executor, Sqlite, Transaction};
 
 use slot_booking::StoreError;
 
-use crate::fragments::TablePrefix;
 use crate::map_err;
+use slot_booking::store::{Migration, TablePrefix};
 
-/// One embedded migration. Its SQL writes `{p}` where the table prefix goes.
-pub(crate) struct Migration {
-    pub(crate) version: i64,
-    pub(crate) description: &'static str,
-    pub(crate) sql: &'static str,
-}
-
-/// Every migration, in version order.
+/// Every migration, in version order. Their SQL writes `{p}` where the table prefix goes.
 pub(crate) const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 1,
@@ -198,7 +191,7 @@ async fn adopt_unprefixed_tables(
 ) -> Result<(), StoreError> {
     if !table_exists(tx, LEGACY_LEDGER).await?
         || !is_applied(tx, LEGACY_LEDGER, 1).await?
-        || table_exists(tx, &TablePrefix::default_prefix().apply("{p}slots")).await?
+        || table_exists(tx, &TablePrefix::default().apply("{p}slots")).await?
         || table_exists(tx, &prefix.apply("{p}slots")).await?
         || !table_exists(tx, "slots").await?
         || !table_exists(tx, "holds").await?

@@ -1,7 +1,8 @@
 //! The pools' statements (migration 9), with this store's table names: the SQL of `pools.rs`
 //! and of the pool steps of `units.rs`.
 
-use crate::fragments::{TablePrefix, CAPACITY_AFTER, HOLD_COLUMNS};
+use crate::fragments::{CAPACITY_AFTER, HOLD_COLUMNS};
+use slot_booking::store::TablePrefix;
 
 /// The pools' statements, with this store's table names.
 #[derive(Debug)]
@@ -138,7 +139,7 @@ mod tests {
 
     #[test]
     fn every_pool_statement_names_only_prefixed_tables() {
-        let sql = PoolStatements::new(&TablePrefix::new("zz_").unwrap());
+        let sql = PoolStatements::new(&TablePrefix::new("zz_", None).unwrap());
         let PoolStatements {
             create_pool,
             pool_usage,

@@ -8,9 +8,10 @@
 
 use std::sync::OnceLock;
 
-use crate::fragments::{next_hold_id, TablePrefix, CAPACITY_AFTER, HOLD_COLUMNS};
+use crate::fragments::{next_hold_id, CAPACITY_AFTER, HOLD_COLUMNS};
 use crate::pool_sql::PoolStatements;
 use crate::waitlist_sql::WaitlistStatements;
+use slot_booking::store::TablePrefix;
 
 /// Most holds' `INSERT`s [`Statements::insert_holds`] puts in one text. Each text is one entry
 /// of a connection's statement cache (sqlx keeps 100 by default), so they are few.
@@ -484,7 +485,7 @@ mod tests {
 
     #[test]
     fn every_statement_names_only_prefixed_tables() {
-        let sql = Statements::new(&TablePrefix::new("zz_").unwrap());
+        let sql = Statements::new(&TablePrefix::new("zz_", None).unwrap());
         for statement in [
             &sql.create_slot,
             &sql.availability,
@@ -533,7 +534,7 @@ mod tests {
     /// for an empty batch or beyond the most a call takes.
     #[test]
     fn batch_texts_hold_k_inserts() {
-        let sql = Statements::new(&TablePrefix::default_prefix());
+        let sql = Statements::new(&TablePrefix::default());
         for k in [1, 2, MAX_INSERTS_AT_ONCE] {
             let text = sql.insert_holds(k).unwrap();
             assert_eq!(text.matches("INSERT INTO slot_booking_holds").count(), k);

@@ -1,7 +1,8 @@
 //! The waitlists' statements (migrations 10 and 11), with this store's table names: the SQL
 //! of `waitlists.rs` and `serve.rs`.
 
-use crate::fragments::{next_hold_id, TablePrefix, HOLD_COLUMNS};
+use crate::fragments::{next_hold_id, HOLD_COLUMNS};
+use slot_booking::store::TablePrefix;
 
 /// The columns [`entry_from_row`](crate::rows::entry_from_row) reads.
 pub(crate) const ENTRY_COLUMNS: &str =
@@ -196,7 +197,7 @@ mod tests {
 
     #[test]
     fn every_waitlist_statement_names_only_prefixed_tables() {
-        let sql = WaitlistStatements::new(&TablePrefix::new("zz_").unwrap());
+        let sql = WaitlistStatements::new(&TablePrefix::new("zz_", None).unwrap());
         let WaitlistStatements {
             join,
             join_refusal,

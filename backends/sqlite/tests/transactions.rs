@@ -520,4 +520,9 @@ async fn a_bad_table_prefix_is_a_failed_store_error() {
         .unwrap_err();
     let error: slot_booking::StoreError = error.into();
     assert_eq!(error.kind(), slot_booking::StoreErrorKind::Failed);
+    // SQLite keeps `sqlite_` for its own tables.
+    let reserved = SqliteStore::new(SqlitePool::connect_lazy("sqlite::memory:").unwrap())
+        .with_table_prefix("sqlite_x")
+        .unwrap_err();
+    assert_eq!(reserved.reserved, Some("sqlite_"));
 }
