@@ -112,15 +112,20 @@ mod tests {
         }
     }
 
-    #[test]
-    fn each_change_applies_to_its_holds_only() {
-        let renew = RenewRequest {
+    /// A renewal at minute 5 for 10 more minutes, of a hold that may live 12.
+    fn renewal() -> RenewRequest<'static> {
+        RenewRequest {
             hold_id: HoldId(1),
             scope: &Scope::BackOffice,
             now: at(5),
             lifetime: Duration::minutes(10),
             max_life: Duration::minutes(12),
-        };
+        }
+    }
+
+    #[test]
+    fn each_change_applies_to_its_holds_only() {
+        let renew = renewal();
         let changes = [
             HoldChange::Confirm,
             HoldChange::Cancel,
@@ -150,13 +155,7 @@ mod tests {
             (cancelled.status, cancelled.cancelled_at),
             (HoldStatus::Cancelled, Some(at(6)))
         );
-        let renew = RenewRequest {
-            hold_id: HoldId(1),
-            scope: &Scope::BackOffice,
-            now: at(5),
-            lifetime: Duration::minutes(10),
-            max_life: Duration::minutes(12),
-        };
+        let renew = renewal();
         // Capped at created + max life: 12, past 10.
         let mut renewed = hold(HoldStatus::Held, 10);
         assert!(HoldChange::Renew(&renew).apply(&mut renewed, at(5)));

@@ -41,8 +41,8 @@ use crate::sql::Statements;
 use crate::units::{finish, id_of, lock_pools_of, lock_slot, log_hold, pools_of_slot, Step};
 use crate::waitlists::key_waits;
 use crate::writes::{
-    cancel_hold, confirm_hold, pool_line_waits, reclaim_selling, renew_hold, take_pool_newcomer,
-    take_units,
+    cancel_hold, confirm_hold, reclaim_selling, renew_hold, take_pool_newcomer, take_units,
+    PoolRefill,
 };
 
 /// The key of a line that is not its booking's first: a leading space (no client key starts
@@ -88,9 +88,8 @@ pub(crate) async fn create_booking(
         sql,
         conn,
         request,
-        pools_reclaimed,
         taken: Vec::new(),
-        short_pool: None,
+        refill: PoolRefill::new(pools_reclaimed),
     };
     let first = retake.attempt().await?;
     let last = take_with_refill(&mut retake, first).await?;
@@ -124,12 +123,9 @@ struct Retake<'a> {
     sql: &'a Statements,
     conn: &'a mut MySqlConnection,
     request: &'a BookingRequest<'a>,
-    /// The pools' refill ran already, in a step of its own.
-    pools_reclaimed: bool,
     /// Whether the last attempt took each line's units from its slot.
     taken: Vec<bool>,
-    /// The pool the last attempt found short.
-    short_pool: Option<i64>,
+    refill: PoolRefill,
 }
 
 impl Retake<'_> {
@@ -141,8 +137,7 @@ impl Retake<'_> {
             conn,
             request,
             taken: taken_out,
-            short_pool,
-            ..
+            refill,
         } = self;
         let (sql, request) = (*sql, *request);
         let mut savepoint = Connection::begin(&mut **conn).await.map_err(map_err)?;
@@ -166,7 +161,7 @@ impl Retake<'_> {
             }
             for (pool, units) in asked {
                 if !take_pool_newcomer(sql, &mut savepoint, pool, units, request.now).await? {
-                    *short_pool = Some(pool);
+                    refill.short_pool = Some(pool);
                     return Ok(Attempt::Short { pool: true });
                 }
             }
@@ -186,7 +181,7 @@ impl RefillOps for Retake<'_> {
     type Done = Step<Booked>;
 
     async fn attempt(&mut self) -> Result<Attempt<Step<Booked>>, StoreError> {
-        self.short_pool = None;
+        self.refill.short_pool = None;
         Ok(match self.take().await? {
             Attempt::Done(()) => {
                 Attempt::Done(insert_lines(self.sql, self.conn, self.request).await?)
@@ -209,17 +204,10 @@ impl RefillOps for Retake<'_> {
         Ok(reclaimed)
     }
 
-    /// In a step of its own: the pools' slots may come before these in the lock order.
     async fn refill_pools(&mut self) -> Result<Refill, StoreError> {
-        let Some(pool) = self.short_pool.filter(|_| !self.pools_reclaimed) else {
-            return Ok(Refill::Nothing);
-        };
-        Ok(
-            match pool_line_waits(self.sql, self.conn, pool, self.request.now).await? {
-                true => Refill::Nothing,
-                false => Refill::InOwnStep,
-            },
-        )
+        self.refill
+            .refill(self.sql, self.conn, self.request.now)
+            .await
     }
 }
 

@@ -258,8 +258,7 @@ pub(crate) async fn hold(
         sql,
         conn,
         request,
-        pools_reclaimed,
-        short_pool: None,
+        refill: PoolRefill::new(pools_reclaimed),
     };
     let first = retake.attempt().await?;
     let last = take_with_refill(&mut retake, first).await?;
@@ -294,10 +293,42 @@ struct Retake<'a> {
     sql: &'a Statements,
     conn: &'a mut MySqlConnection,
     request: &'a HoldRequest<'a>,
+    refill: PoolRefill,
+}
+
+/// Where a MySQL take refills a short pool: in a step of its own, since the pool's slots may
+/// come before the ones the take's step locked ([`Refill::InOwnStep`]), once per write.
+pub(crate) struct PoolRefill {
     /// The pools' refill ran already, in a step of its own.
     pools_reclaimed: bool,
     /// The pool the last attempt found short.
-    short_pool: Option<i64>,
+    pub(crate) short_pool: Option<i64>,
+}
+
+impl PoolRefill {
+    pub(crate) fn new(pools_reclaimed: bool) -> Self {
+        PoolRefill {
+            pools_reclaimed,
+            short_pool: None,
+        }
+    }
+
+    /// In a step of its own, unless it ran already or anyone waits in the short pool's line
+    /// (nobody takes units past a waiting line, so no refill could serve the take).
+    pub(crate) async fn refill(
+        &self,
+        sql: &Statements,
+        conn: &mut MySqlConnection,
+        now: Timestamp,
+    ) -> Result<Refill, StoreError> {
+        let Some(pool) = self.short_pool.filter(|_| !self.pools_reclaimed) else {
+            return Ok(Refill::Nothing);
+        };
+        Ok(match pool_line_waits(sql, conn, pool, now).await? {
+            true => Refill::Nothing,
+            false => Refill::InOwnStep,
+        })
+    }
 }
 
 #[async_trait]
@@ -307,13 +338,13 @@ impl RefillOps for Retake<'_> {
     async fn attempt(&mut self) -> Result<Attempt<Inserted>, StoreError> {
         let (sql, request) = (self.sql, self.request);
         let (slot_id, quantity, now) = (request.slot_id, request.quantity, request.now);
-        self.short_pool = None;
+        self.refill.short_pool = None;
         Ok(
             match take_with_pools(sql, self.conn, slot_id, quantity, now).await? {
                 Taken::Yes => Attempt::Done(insert_hold(sql, self.conn, request).await?),
                 Taken::SlotShort => Attempt::Short { pool: false },
                 Taken::PoolShort(pool) => {
-                    self.short_pool = Some(pool);
+                    self.refill.short_pool = Some(pool);
                     Attempt::Short { pool: true }
                 }
             },
@@ -329,17 +360,10 @@ impl RefillOps for Retake<'_> {
             .is_empty())
     }
 
-    /// In a step of its own: the pools' slots may come before this one in the lock order.
     async fn refill_pools(&mut self) -> Result<Refill, StoreError> {
-        let Some(pool) = self.short_pool.filter(|_| !self.pools_reclaimed) else {
-            return Ok(Refill::Nothing);
-        };
-        Ok(
-            match pool_line_waits(self.sql, self.conn, pool, self.request.now).await? {
-                true => Refill::Nothing,
-                false => Refill::InOwnStep,
-            },
-        )
+        self.refill
+            .refill(self.sql, self.conn, self.request.now)
+            .await
     }
 }
 
