@@ -18,12 +18,12 @@
 //!    - `engine`: `BookingEngine::hold` over `MySqlStore`;
 //!    - `store`: `HoldStore::create_hold` on the store itself;
 //!    - `bare`: a bare sqlx loop of exactly the statements the store's hold runs when the slot
-//!      has the unit, in the same transaction shape: the unit's begin (`SET SESSION
-//!      TRANSACTION READ ONLY; START TRANSACTION READ WRITE`), `SAVEPOINT`, the conditional
-//!      decrement, the read of the slot's pools, `RELEASE SAVEPOINT`, the hold's `INSERT`, its
-//!      `hold_placed` event's `INSERT`, the unit's check (`SET SESSION TRANSACTION READ WRITE;
-//!      SELECT @@in_transaction`), `COMMIT` (the statement text copied from the store's
-//!      `sql.rs` and `units.rs`, which are private). A conflict (1213, 1205, 1047, 1180, 1305,
+//!      has the unit, in the same transaction shape: the unit's `BEGIN`, `SAVEPOINT`, the
+//!      conditional decrement, the read of the slot's pools, `RELEASE SAVEPOINT`, the hold's
+//!      `INSERT`, its `hold_placed` event's `INSERT` (each write behind the store's guard,
+//!      `SET STATEMENT tx_read_only = 1 FOR`), the unit's check (`SELECT @@in_transaction`),
+//!      `COMMIT` (the statement text copied from the store's `sql.rs`, `guard.rs` and
+//!      `units.rs`, which are private). A conflict (1213, 1205, 1047, 1180, 1305,
 //!      1792, as the store's) runs the transaction again at once, counted;
 //!    - on Galera also `bare, no causal wait`: the same loop on connections with
 //!      `wsrep_sync_wait = 0`, which shows what the store's causal reads cost.
@@ -74,31 +74,30 @@ const HOT_RUN: Duration = Duration::from_secs(10);
 
 // The statements of the store's hold when the slot has the unit, copied from
 // `backends/mysql/src/sql.rs` (`Statements::take_units`, `pools_of_slot`, `insert_hold`,
-// `append_event`) with the default table prefix `slot_booking_`, character for character.
+// `append_event`) with the default table prefix `slot_booking_`, character for character,
+// each write behind the guard of `backends/mysql/src/guard.rs` (`WRITE_GUARD`).
 // Their order and parameters are those of `writes::hold` (`take_with_pools`, then
 // `insert_hold` and `units::log_hold`).
 
 /// (quantity, slot id, quantity, now)
-const TAKE_UNITS: &str = "UPDATE slot_booking_slots SET remaining = remaining - ? \
+const TAKE_UNITS: &str = "SET STATEMENT tx_read_only = 1 FOR UPDATE slot_booking_slots SET remaining = remaining - ? \
                  WHERE id = ? AND remaining >= ? AND starts_at > ? AND NOT closed \
                    AND removed_at IS NULL AND waiting = 0";
 /// (slot id)
 const POOLS_OF_SLOT: &str =
     "SELECT pool_id FROM slot_booking_pool_slots WHERE slot_id = ? ORDER BY pool_id";
 /// (slot id, key, expires_at, now, quantity, owner)
-const INSERT_HOLD: &str = "INSERT INTO slot_booking_holds \
+const INSERT_HOLD: &str = "SET STATEMENT tx_read_only = 1 FOR INSERT INTO slot_booking_holds \
                      (slot_id, idempotency_key, status, expires_at, created_at, quantity, owner) \
                  VALUES (?, ?, 'held', ?, ?, ?, ?)";
 /// (kind, slot id, hold id, owner, quantity, at)
-const APPEND_EVENT: &str =
-    "INSERT INTO slot_booking_events (kind, slot_id, hold_id, owner, quantity, occurred_at) \
+const APPEND_EVENT: &str = "SET STATEMENT tx_read_only = 1 FOR \
+     INSERT INTO slot_booking_events (kind, slot_id, hold_id, owner, quantity, occurred_at) \
                  VALUES (?, ?, ?, ?, ?, ?)";
 
-/// The unit of work's begin and check, copied from `backends/mysql/src/units.rs`
-/// (`UNIT_BEGIN`, `UNIT_CHECK`).
-const UNIT_BEGIN: &str = "SET SESSION TRANSACTION READ ONLY; START TRANSACTION READ WRITE";
-const UNIT_CHECK: &str =
-    "SET SESSION TRANSACTION READ WRITE; SELECT CAST(@@in_transaction AS SIGNED)";
+/// The unit of work's check, copied from `backends/mysql/src/units.rs` (`UNIT_CHECK`); its
+/// begin is sqlx's plain `BEGIN`.
+const UNIT_CHECK: &str = "SELECT CAST(@@in_transaction AS SIGNED)";
 
 /// The MySQL error numbers the store retries (`retry.rs`, `CONFLICTS`).
 const CONFLICTS: [u16; 6] = [1213, 1205, 1047, 1180, 1305, 1792];
@@ -119,7 +118,7 @@ async fn bare_hold_once(pool: &MySqlPool, slot: i64, key: &str) -> Result<(), sq
     let now = Utc::now();
     let now_us = now.timestamp_micros();
     let expires_us = (now + chrono::Duration::minutes(5)).timestamp_micros();
-    let mut tx = pool.begin_with(UNIT_BEGIN).await?;
+    let mut tx = pool.begin().await?;
     let steps = async {
         let mut savepoint = Connection::begin(&mut *tx).await?;
         let taken = sqlx::query(TAKE_UNITS)
