@@ -80,14 +80,16 @@ const HOT_RUN: Duration = Duration::from_secs(10);
 // `insert_hold` and `units::log_hold`).
 
 /// (quantity, slot id, quantity, now)
-const TAKE_UNITS: &str = "SET STATEMENT tx_read_only = 1 FOR UPDATE slot_booking_slots SET remaining = remaining - ? \
+const TAKE_UNITS: &str = "SET STATEMENT tx_read_only = 1 FOR \
+     UPDATE slot_booking_slots SET remaining = remaining - ? \
                  WHERE id = ? AND remaining >= ? AND starts_at > ? AND NOT closed \
                    AND removed_at IS NULL AND waiting = 0";
 /// (slot id)
 const POOLS_OF_SLOT: &str =
     "SELECT pool_id FROM slot_booking_pool_slots WHERE slot_id = ? ORDER BY pool_id";
 /// (slot id, key, expires_at, now, quantity, owner)
-const INSERT_HOLD: &str = "SET STATEMENT tx_read_only = 1 FOR INSERT INTO slot_booking_holds \
+const INSERT_HOLD: &str = "SET STATEMENT tx_read_only = 1 FOR \
+     INSERT INTO slot_booking_holds \
                      (slot_id, idempotency_key, status, expires_at, created_at, quantity, owner) \
                  VALUES (?, ?, 'held', ?, ?, ?, ?)";
 /// (kind, slot id, hold id, owner, quantity, at)
