@@ -104,6 +104,8 @@ async fn after_a_reset_the_page_reads_its_holds_again() {
         .await
         .unwrap();
     wait(&session, "the page to follow the change stream", LIVE).await;
+    // The stream may open before the listing is drawn: the slot's row is there to type in.
+    wait(&session, "the slot to be listed", &remaining_is(slot, 5)).await;
     hold(&session, slot, 1).await;
     let held = wait_for_hold(&session, slot, "held").await;
     // A hold placed elsewhere shows only through the stream: the page has its change, and
