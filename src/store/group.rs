@@ -56,6 +56,8 @@ use super::StoreError;
 /// ```
 pub struct GroupCommit<K, R, T> {
     lanes: Mutex<Lanes<K, R, T>>,
+    /// The gate every lane shares, if one was given ([`with_gate`](Self::with_gate)).
+    gate: Option<Arc<tokio::sync::Mutex<()>>>,
     max_group: usize,
     stats: Mutex<GroupStats>,
 }
@@ -127,8 +129,20 @@ where
                 map: HashMap::new(),
                 sweep_at: 64,
             }),
+            gate: None,
             max_group: max_group.max(1),
             stats: Mutex::new(GroupStats::default()),
+        }
+    }
+
+    /// A group commit whose lanes all take `gate`, a lock the store's other writers take too:
+    /// a store with one writer at a time (SQLite's write lock) queues its grouped requests
+    /// behind its other writes, and they behind a group. A writer of the group holds the gate
+    /// from taking its requests until each of them is answered.
+    pub fn with_gate(max_group: usize, gate: Arc<tokio::sync::Mutex<()>>) -> Self {
+        GroupCommit {
+            gate: Some(gate),
+            ..GroupCommit::new(max_group)
         }
     }
 
@@ -210,8 +224,11 @@ where
             }
             // This request among them, or (with more than `max_group` waiting) still waiting
             // behind them: either way the group answers or lets the gate go, and this caller
-            // waits for whichever comes first again.
-            self.count(taken.len());
+            // waits for whichever comes first again. One other caller's request, taken behind
+            // a full group, is not written together with anything: not counted.
+            if taken.len() > 1 {
+                self.count(taken.len());
+            }
             let (requests, replies): (Vec<R>, Vec<_>) = taken
                 .into_iter()
                 .map(|pending| (pending.request, pending.reply))
@@ -228,7 +245,7 @@ where
         }
         let lane = Arc::new(Lane {
             waiting: Mutex::new(Vec::new()),
-            gate: Arc::new(tokio::sync::Mutex::new(())),
+            gate: self.gate.clone().unwrap_or_default(),
             next_id: AtomicU64::new(0),
         });
         lanes.map.insert(key, Arc::downgrade(&lane));
@@ -439,5 +456,55 @@ mod tests {
         }
         let live = group.lanes.lock().unwrap().map.len();
         assert!(live < 200, "lanes nobody holds are swept: {live} left");
+    }
+
+    /// With a shared gate, every lane waits for it: while another writer holds it, each
+    /// request waits, and the first to get it writes the waiting ones together, in one group.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_shared_gate_holds_every_lane_until_it_is_let_go() {
+        let gate = Arc::new(tokio::sync::Mutex::new(()));
+        let group: Arc<GroupCommit<(), u32, u32>> =
+            Arc::new(GroupCommit::with_gate(64, Arc::clone(&gate)));
+        // Another writer of the store (a transaction, say) holds the gate.
+        let other_writer = Arc::clone(&gate).lock_owned().await;
+        let callers: Vec<_> = (0..6u32)
+            .map(|n| {
+                let group = group.clone();
+                tokio::spawn(async move {
+                    group
+                        .submit(
+                            (),
+                            n,
+                            |n| async move { Ok(n) },
+                            |ns: Vec<u32>| async move {
+                                Ok(ns.into_iter().map(|n| Ok(n + 100)).collect())
+                            },
+                        )
+                        .await
+                })
+            })
+            .collect();
+        // Each caller found the gate taken and waits in the lane, none written alone.
+        while group.waiting(&()) < 6 {
+            tokio::task::yield_now().await;
+        }
+        drop(other_writer);
+        for (n, caller) in (0..6u32).zip(callers) {
+            assert_eq!(
+                caller.await.unwrap().unwrap(),
+                n + 100,
+                "written in the group"
+            );
+        }
+        assert_eq!(
+            group.stats(),
+            GroupStats {
+                groups: 1,
+                requests: 6,
+                largest: 6
+            }
+        );
+        // The group let the shared gate go once every caller was answered.
+        assert!(gate.try_lock().is_ok());
     }
 }

@@ -2,36 +2,34 @@
 //!
 //! A hold that finds a unit is one autocommit `INSERT`, and with one writer at a time most of
 //! its cost is the commit (appending the pages it changed to the WAL). So a caller does not
-//! queue for the write lock with its statement alone: it leaves its request in the store's
-//! [`HoldQueue`] and then waits for either its answer or the store's write queue
-//! (`write_gate`). Whoever gets the write queue takes every request waiting:
+//! queue for the write lock with its statement alone: it goes through the core's
+//! [`GroupCommit`] with one lane, whose gate is the store's write queue (`write_gate`, which
+//! the store's other writers take too). Whoever gets the write queue takes every request
+//! waiting:
 //!
 //! * one (its own): its `INSERT` runs alone as an autocommit statement, exactly as without
 //!   grouping, so a single writer pays nothing for it;
 //! * several: one `BEGIN IMMEDIATE` transaction runs each request's `INSERT` in turn (sent to
 //!   SQLite together, see [`run_batch`]) and commits, and only then is each caller answered,
-//!   with its own statement's outcome. SQLite
-//!   undoes a statement aborted by a constraint (the unique key) or by the trigger's
-//!   `RAISE(ABORT)` and nothing else, so each `INSERT` is decided by its own rows-affected and
-//!   key as it would be alone, and the others' stay. A failed `BEGIN`, `COMMIT` or any other
-//!   error that may have ended the transaction fails every caller of the batch: no caller is
-//!   answered `Created` before the commit succeeded. The batch runs in a task of its own that
-//!   holds the write queue until every caller has its answer, so a caller that goes away
-//!   (its future dropped) abandons no other caller.
+//!   with its own statement's outcome. SQLite undoes a statement aborted by a constraint (the
+//!   unique key) or by the trigger's `RAISE(ABORT)` and nothing else, so each `INSERT` is
+//!   decided by its own rows-affected and key as it would be alone, and the others' stay. A
+//!   failed `BEGIN`, `COMMIT` or any other error that may have ended the transaction fails
+//!   every caller of the batch: no caller is answered `Created` before the commit succeeded.
+//!   The batch runs in a task of its own that holds the write queue until every caller has
+//!   its answer, so a caller that goes away (its future dropped) abandons no other caller.
 //!
 //! A caller whose answer is not `Created` (the key taken, no unit) goes on as without grouping:
 //! it reads the key's hold, or reclaims in a write transaction of its own. A caller that went
 //! away before its request was taken is skipped: its hold is not placed.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use futures::StreamExt;
-use slot_booking::store::GroupStats;
+use slot_booking::store::GroupCommit;
 use slot_booking::StoreError;
 use sqlx::sqlite::SqlitePool;
 use sqlx::{AssertSqlSafe, Connection, SqliteConnection};
-use tokio::sync::{oneshot, OwnedMutexGuard};
 
 use crate::rows::{hold_from_row, to_micros};
 use crate::sql::{Statements, MAX_INSERTS_AT_ONCE};
@@ -44,228 +42,128 @@ use sqlx::Sqlite;
 /// write lock is held at once (readers of the WAL are never blocked, other writers are).
 const MAX_BATCH: usize = 256;
 
-/// The answer a caller waits for.
-type Answer = Result<Insert, StoreError>;
+/// The holds' group commit: the core's [`GroupCommit`] with one lane, whose gate is the store's
+/// write queue.
+pub(crate) type HoldGroups = GroupCommit<(), HoldParams, Insert>;
 
-/// A hold request waiting for a writer, with where to answer it.
-#[derive(Debug)]
-struct Pending {
-    /// Tells a caller's own request from the others'.
-    id: u64,
-    params: HoldParams,
-    reply: oneshot::Sender<Answer>,
+/// The group commit of a store's holds, behind the store's write queue `gate`.
+pub(crate) fn hold_groups(gate: &Arc<tokio::sync::Mutex<()>>) -> HoldGroups {
+    GroupCommit::with_gate(MAX_BATCH, Arc::clone(gate))
 }
 
-/// The hold requests waiting for the next group commit of a store (and its clones).
-#[derive(Debug, Default)]
-pub(crate) struct HoldQueue {
-    waiting: Mutex<Vec<Pending>>,
-    next_id: AtomicU64,
-    /// Transactions committed with more than one hold in them, and the holds they took: for
-    /// [`SqliteStore::group_commits`](crate::SqliteStore::group_commits).
-    stats: Mutex<GroupStats>,
-}
-
-impl HoldQueue {
-    /// Whether no request is waiting.
-    fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// The requests waiting now.
-    pub(crate) fn len(&self) -> usize {
-        self.waiting
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
-    }
-
-    pub(crate) fn stats(&self) -> GroupStats {
-        *self.stats.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Leaves a request to be taken by the next writer; its id.
-    fn push(&self, params: HoldParams, reply: oneshot::Sender<Answer>) -> u64 {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        // A poisoned lock only means another caller panicked while pushing or taking; the
-        // vector itself is whole, so go on with it.
-        self.waiting
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(Pending { id, params, reply });
-        id
-    }
-
-    /// Takes up to [`MAX_BATCH`] requests, the oldest first.
-    fn take(&self) -> Vec<Pending> {
-        let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
-        let n = waiting.len().min(MAX_BATCH);
-        waiting.drain(..n).collect()
-    }
-
-    fn count(&self, holds: usize) {
-        let mut stats = self.stats.lock().unwrap_or_else(PoisonError::into_inner);
-        let holds = holds as u64;
-        stats.groups += 1;
-        stats.requests += holds;
-        stats.largest = stats.largest.max(holds);
-    }
-}
-
-/// What the store's write queue guards: the connection its holds' `INSERT`s run on, kept
-/// between them.
+/// The connection the holds' `INSERT`s run on, kept between them; used only by whoever holds
+/// the store's write queue.
 ///
 /// A call through the pool costs more than the statement's own round trip to the connection's
 /// worker thread: sqlx hands the connection back to the pool in a task of its own, which pings
 /// it first. Holds written one after another on one connection of their own skip both. The
 /// connection is taken from the pool on first use and detached from it (so `SqlitePool::close`
-/// does not wait for it, and the pool may open another for readers in its place), and dropped
-/// after any error that is not a hold's own answer (the next hold takes a new one). A pool of
-/// a single connection (an in-memory database, whose data lives in that one connection) is
-/// used as it is, and so is a closed pool (which then refuses, as before).
+/// does not wait for it, and the pool may open another for readers in its place). A writer
+/// takes it out and puts it back once its statements succeeded: after any error that is not a
+/// hold's own answer, or a writer that went away mid-statement, the next hold opens a new one.
+/// A pool of a single connection (an in-memory database, whose data lives in that one
+/// connection) is used as it is, and so is a closed pool (which then refuses, as before).
 #[derive(Debug, Default)]
-pub(crate) struct Held(Option<SqliteConnection>);
+pub(crate) struct Held(Mutex<Option<SqliteConnection>>);
 
 impl Held {
-    /// The writer's own connection, opened if needed; `None` where the pool is to be used.
-    async fn connection(
-        &mut self,
-        pool: &SqlitePool,
-    ) -> Result<Option<&mut SqliteConnection>, StoreError> {
+    /// The writer's own connection, taken out (opened if needed); `None` where the pool is to
+    /// be used.
+    async fn take(&self, pool: &SqlitePool) -> Result<Option<SqliteConnection>, StoreError> {
         if pool.is_closed() || pool.options().get_max_connections() <= 1 {
-            self.0 = None;
+            self.slot().take();
             return Ok(None);
         }
-        if self.0.is_none() {
-            // Taken from the pool, so that it is made as the pool makes every connection
-            // (its options and its `after_connect`), then detached: the pool no longer counts
-            // it, may open another in its place, and does not wait for it when it closes.
-            let conn = pool.acquire().await.map_err(map_err)?;
-            self.0 = Some(conn.detach());
+        if let Some(conn) = self.slot().take() {
+            return Ok(Some(conn));
         }
-        Ok(self.0.as_mut())
+        // Taken from the pool, so that it is made as the pool makes every connection (its
+        // options and its `after_connect`), then detached: the pool no longer counts it, may
+        // open another in its place, and does not wait for it when it closes.
+        let conn = pool.acquire().await.map_err(map_err)?;
+        Ok(Some(conn.detach()))
     }
 
-    /// Drops the connection (after an error that may have left it unusable).
-    fn forget(&mut self) {
-        self.0 = None;
+    /// Puts the connection back for the next writer.
+    fn put_back(&self, conn: SqliteConnection) {
+        *self.slot() = Some(conn);
+    }
+
+    fn slot(&self) -> std::sync::MutexGuard<'_, Option<SqliteConnection>> {
+        // Poisoned only by a panic between a take and a put: the option is whole.
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
-/// What the store needs to run a batch.
+/// What the store needs to write its holds.
 pub(crate) struct Writer<'a> {
     pub(crate) pool: &'a SqlitePool,
     pub(crate) sql: &'a Arc<Statements>,
-    pub(crate) gate: &'a Arc<tokio::sync::Mutex<Held>>,
-    pub(crate) queue: &'a Arc<HoldQueue>,
+    pub(crate) held: &'a Arc<Held>,
+    pub(crate) groups: &'a HoldGroups,
 }
 
 /// A hold's `INSERT`, committed alone or together with the holds waiting with it (see the
 /// module's docs); its outcome, once committed.
-pub(crate) async fn insert(writer: Writer<'_>, params: HoldParams) -> Answer {
-    // Nobody writing or waiting (a waiter would have been handed the write queue first): the
-    // statement alone, without the queue.
-    if let Ok(gate) = Arc::clone(writer.gate).try_lock_owned() {
-        if writer.queue.is_empty() {
-            return alone(&writer, gate, &params).await;
-        }
-        drop(gate);
-    }
-    let (reply, mut answer) = oneshot::channel();
-    let id = writer.queue.push(params, reply);
-    loop {
-        let gate = tokio::select! {
-            // The answer first: a writer that took this request answers it before it lets the
-            // write queue go, so a caller that finds both ready has been answered.
-            biased;
-            answered = &mut answer => return answered.unwrap_or_else(|_| Err(abandoned())),
-            gate = Arc::clone(writer.gate).lock_owned() => gate,
-        };
-        if let Ok(answered) = answer.try_recv() {
-            return answered;
-        }
-        let mut batch = writer.queue.take();
-        batch.retain(|pending| !pending.reply.is_closed());
-        match batch.as_slice() {
-            // Alone after all: as above.
-            [only] if only.id == id => return alone(&writer, gate, &only.params).await,
-            [] => drop(gate),
-            // This request among them, or (with more than `MAX_BATCH` waiting) still waiting
-            // behind them: either way the batch answers or lets the write queue go, and this
-            // caller waits for whichever comes first again.
-            _ => {
-                tokio::spawn(commit_batch(
-                    writer.pool.clone(),
-                    Arc::clone(writer.sql),
-                    Arc::clone(writer.queue),
-                    gate,
-                    batch,
-                ));
-            }
-        }
-    }
+pub(crate) async fn insert(writer: Writer<'_>, params: HoldParams) -> Result<Insert, StoreError> {
+    let Writer {
+        pool,
+        sql,
+        held,
+        groups,
+    } = writer;
+    groups
+        .submit(
+            (),
+            params,
+            |params| alone(pool, sql, held, params),
+            |batch| commit_batch(pool.clone(), Arc::clone(sql), Arc::clone(held), batch),
+        )
+        .await
 }
 
 /// A hold's `INSERT` alone, as an autocommit statement on this caller's own future, exactly as
 /// without grouping: a single writer pays nothing for the queue.
 async fn alone(
-    writer: &Writer<'_>,
-    mut gate: OwnedMutexGuard<Held>,
-    params: &HoldParams,
-) -> Answer {
-    let outcome = match gate.connection(writer.pool).await? {
-        Some(conn) => insert_outcome(run_insert(writer.sql, conn, params).await),
-        None => insert_outcome(run_insert(writer.sql, writer.pool, params).await),
+    pool: &SqlitePool,
+    sql: &Statements,
+    held: &Held,
+    params: HoldParams,
+) -> Result<Insert, StoreError> {
+    let outcome = match held.take(pool).await? {
+        Some(mut conn) => {
+            let outcome = insert_outcome(run_insert(sql, &mut conn, &params).await);
+            // Not one of the hold's answers: the connection may be what failed.
+            if outcome.is_ok() {
+                held.put_back(conn);
+            }
+            outcome
+        }
+        None => insert_outcome(run_insert(sql, pool, &params).await),
     };
-    if outcome.is_err() {
-        // Not one of the hold's answers: the connection may be what failed.
-        gate.forget();
-    }
-    drop(gate);
     outcome.map_err(map_err)
 }
 
-/// Runs `batch` in one transaction, answers every caller, then lets the write queue go.
+/// Runs `batch` in one `BEGIN IMMEDIATE` transaction: each request's outcome, once committed,
+/// or the error that failed them all.
 async fn commit_batch(
     pool: SqlitePool,
     sql: Arc<Statements>,
-    queue: Arc<HoldQueue>,
-    gate: OwnedMutexGuard<Held>,
-    batch: Vec<Pending>,
-) {
-    let mut gate = gate;
-    let outcomes = match gate.connection(&pool).await {
-        Ok(Some(conn)) => match conn.begin_with("BEGIN IMMEDIATE").await {
-            Ok(tx) => run_batch(tx, &sql, &batch).await,
-            Err(error) => Err(map_err(error)),
-        },
-        Ok(None) => match pool.begin_with("BEGIN IMMEDIATE").await {
-            Ok(tx) => run_batch(tx, &sql, &batch).await,
-            Err(error) => Err(map_err(error)),
-        },
-        Err(error) => Err(error),
-    };
-    if outcomes.is_err() {
-        gate.forget();
-    }
-    // A batch of one is another caller's request taken behind a full batch: not a group.
-    if outcomes.is_ok() && batch.len() > 1 {
-        queue.count(batch.len());
-    }
-    match outcomes {
-        Ok(outcomes) => {
-            for (pending, outcome) in batch.into_iter().zip(outcomes) {
-                // A caller that went away meanwhile needs no answer.
-                let _ = pending.reply.send(outcome);
-            }
+    held: Arc<Held>,
+    batch: Vec<HoldParams>,
+) -> Result<Vec<Result<Insert, StoreError>>, StoreError> {
+    match held.take(&pool).await? {
+        Some(mut conn) => {
+            let tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(map_err)?;
+            let outcomes = run_batch(tx, &sql, &batch).await?;
+            held.put_back(conn);
+            Ok(outcomes)
         }
-        Err(error) => {
-            for pending in batch {
-                let _ = pending.reply.send(Err(copy(&error)));
-            }
+        None => {
+            let tx = pool.begin_with("BEGIN IMMEDIATE").await.map_err(map_err)?;
+            run_batch(tx, &sql, &batch).await
         }
     }
-    drop(gate);
 }
 
 /// Each request's `INSERT` in `tx` (begun `BEGIN IMMEDIATE`), then the commit: every
@@ -287,9 +185,9 @@ async fn commit_batch(
 async fn run_batch(
     mut tx: sqlx::Transaction<'_, sqlx::Sqlite>,
     sql: &Statements,
-    batch: &[Pending],
-) -> Result<Vec<Answer>, StoreError> {
-    let mut outcomes: Vec<Answer> = Vec::with_capacity(batch.len());
+    batch: &[HoldParams],
+) -> Result<Vec<Result<Insert, StoreError>>, StoreError> {
+    let mut outcomes: Vec<Result<Insert, StoreError>> = Vec::with_capacity(batch.len());
     while outcomes.len() < batch.len() {
         let rest = &batch[outcomes.len()..];
         let rest = &rest[..rest.len().min(MAX_INSERTS_AT_ONCE)];
@@ -298,8 +196,7 @@ async fn run_batch(
         };
         let done = outcomes.len();
         let mut query = sqlx::query(AssertSqlSafe(text));
-        for pending in rest {
-            let p = &pending.params;
+        for p in rest {
             // In the order of the text's anonymous parameters (see `insert_holds`).
             query = query
                 .bind(p.slot_id)
@@ -359,23 +256,6 @@ fn undoes_only_itself(error: &sqlx::Error) -> bool {
         sqlx::Error::Decode(_) | sqlx::Error::Protocol(_) => true,
         _ => false,
     }
-}
-
-/// The batch's error for one of its callers (a [`StoreError`] is not `Clone`): the same kind,
-/// the same message.
-fn copy(error: &StoreError) -> StoreError {
-    if error.is_transient() {
-        StoreError::unavailable(error.to_string())
-    } else {
-        StoreError::failed(error.to_string())
-    }
-}
-
-/// The batch that took a request ended without answering it: its task was stopped (the
-/// runtime shutting down). Whether the hold was committed is unknown; a retry with the same key
-/// finds out.
-fn abandoned() -> StoreError {
-    StoreError::unavailable("the group commit that took this hold stopped before answering it")
 }
 
 /// What [`insert_hold`] did.

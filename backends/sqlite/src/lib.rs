@@ -59,7 +59,8 @@
 //! or locked, and pool or I/O failures, map to [`StoreError::unavailable`].
 //!
 //! **Group commit.** Concurrent holds through one store share transactions: a hold leaves its
-//! request in the store's queue and waits for its answer or the write queue, and whoever gets
+//! request in the store's queue (the core's [`GroupCommit`](slot_booking::store::GroupCommit),
+//! gated by the write queue) and waits for its answer or the write queue, and whoever gets
 //! the write queue takes every request waiting. Alone, its `INSERT` runs as the autocommit
 //! statement above; several run in one `BEGIN IMMEDIATE` transaction (their statements sent to
 //! SQLite in one call), and each caller is answered with its own statement's outcome, only
@@ -327,9 +328,12 @@ pub const DEFAULT_MAX_CONNECTIONS: u32 = 8;
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
     pool: SqlitePool,
-    write_gate: Arc<Mutex<group::Held>>,
+    /// The store's write queue: one writer at a time, in arrival order.
+    write_gate: Arc<Mutex<()>>,
+    /// The connection the holds' `INSERT`s run on (see `group.rs`).
+    held: Arc<group::Held>,
     /// Holds waiting for the next group commit (see `group.rs`).
-    holds: Arc<group::HoldQueue>,
+    holds: Arc<group::HoldGroups>,
     prefix: TablePrefix,
     sql: Arc<Statements>,
 }
@@ -355,10 +359,12 @@ impl SqliteStore {
     /// ```
     pub fn new(pool: SqlitePool) -> Self {
         let prefix = TablePrefix::default();
+        let write_gate = Arc::default();
         SqliteStore {
             pool,
-            write_gate: Arc::default(),
-            holds: Arc::default(),
+            holds: Arc::new(group::hold_groups(&write_gate)),
+            held: Arc::default(),
+            write_gate,
             sql: Arc::new(Statements::new(&prefix)),
             prefix,
         }
@@ -374,7 +380,7 @@ impl SqliteStore {
         self.sql = Arc::new(Statements::new(&self.prefix));
         // A queue of its own: whoever takes the waiting holds runs them with its own statements,
         // so clones with another prefix must not share one.
-        self.holds = Arc::default();
+        self.holds = Arc::new(group::hold_groups(&self.write_gate));
         Ok(self)
     }
 
@@ -460,7 +466,7 @@ impl SqliteStore {
     /// need several holds waiting at once. (PostgreSQL's store counts them per slot, its
     /// group commit's key: `PostgresStore::holds_waiting(slot)`.)
     pub fn holds_waiting(&self) -> usize {
-        self.holds.len()
+        self.holds.waiting(&())
     }
 
     /// How many holds this store (and its clones) has committed together so far, as every
@@ -539,8 +545,8 @@ impl SqliteStore {
         let writer = group::Writer {
             pool: &self.pool,
             sql: &self.sql,
-            gate: &self.write_gate,
-            queue: &self.holds,
+            held: &self.held,
+            groups: &self.holds,
         };
         let fast = group::insert(writer, HoldParams::of(request)).await?;
         match fast {

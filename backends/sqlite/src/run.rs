@@ -16,7 +16,6 @@ use sqlx::sqlite::SqliteConnection;
 use sqlx::{Connection, Sqlite, Transaction};
 use tokio::sync::OwnedMutexGuard;
 
-use crate::group::Held;
 use crate::sql::Statements;
 use crate::{map_err, SqliteStore};
 
@@ -173,7 +172,7 @@ pub struct SqliteTransaction {
     // Fields drop in order: the transaction (rolled back if not committed) before the queue
     // slot, so that the next writer does not find SQLite's lock still taken.
     tx: Transaction<'static, Sqlite>,
-    gate: OwnedMutexGuard<Held>,
+    gate: OwnedMutexGuard<()>,
 }
 
 impl std::fmt::Debug for SqliteTransaction {
@@ -183,7 +182,7 @@ impl std::fmt::Debug for SqliteTransaction {
 }
 
 impl SqliteTransaction {
-    pub(crate) fn new(tx: Transaction<'static, Sqlite>, gate: OwnedMutexGuard<Held>) -> Self {
+    pub(crate) fn new(tx: Transaction<'static, Sqlite>, gate: OwnedMutexGuard<()>) -> Self {
         SqliteTransaction { tx, gate }
     }
 
