@@ -284,6 +284,7 @@ mod pools;
 mod prefix;
 mod queries;
 mod refill;
+mod rows;
 mod serve;
 mod step;
 mod transaction;
@@ -307,6 +308,9 @@ pub use pools::{PoolChange, PoolStore, TransactionPools};
 pub use prefix::{InvalidTablePrefix, TablePrefix, DEFAULT_TABLE_PREFIX};
 pub use queries::HoldQueries;
 pub use refill::{take_with_refill, Attempt, Refill, RefillOps};
+pub use rows::{
+    entry_of, event_of, from_micros, hold_of, owner_of, resource_of, slot_of, usage_of, Columns,
+};
 pub use serve::{serve_lines, HeadState, LineOps, Lines, OfferPlan, Units};
 pub use step::Step;
 pub use transaction::{TransactionBookings, TransactionWrites, TransactionalStore};

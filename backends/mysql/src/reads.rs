@@ -11,9 +11,7 @@ use sqlx::mysql::{MySqlArguments, MySqlConnection};
 use sqlx::{AssertSqlSafe, MySql, Row};
 
 use crate::map_err;
-use crate::rows::{
-    from_micros, hold_from_row, resource_from_row, slot_from_row, to_micros, usage_from_row,
-};
+use crate::rows::{from_micros, hold_from_row, slot_from_row, to_micros, usage_from_row, Cols};
 use crate::sql::Statements;
 
 type Query<'q> = sqlx::query::Query<'q, MySql, MySqlArguments>;
@@ -54,7 +52,7 @@ pub(crate) async fn availability(
             ends_at: from_micros(row.try_get("ends_at").map_err(map_err)?)?,
             capacity: row.try_get("capacity").map_err(map_err)?,
             remaining: i32::try_from(available).map_err(StoreError::failed)?,
-            resource: resource_from_row(row)?,
+            resource: slot_booking::store::resource_of(&Cols(row))?,
         });
     }
     Ok(entries)

@@ -1,11 +1,8 @@
 //! Decoding rows into the crate's types, and timestamps as the microseconds the tables keep.
 
-use std::str::FromStr;
-
-use chrono::DateTime;
+use slot_booking::store;
 use slot_booking::{
-    Event, EventKind, EventPosition, Hold, HoldId, HoldStatus, OwnerId, ResourceId, Slot, SlotId,
-    SlotUsage, StoreError, Timestamp,
+    Event, EventPosition, Hold, Slot, SlotUsage, StoreError, Timestamp, WaitlistEntry,
 };
 use sqlx::mysql::MySqlRow;
 use sqlx::Row;
@@ -17,84 +14,31 @@ pub(crate) fn to_micros(t: Timestamp) -> i64 {
 }
 
 pub(crate) fn from_micros(micros: i64) -> Result<Timestamp, StoreError> {
-    DateTime::from_timestamp_micros(micros)
-        .ok_or_else(|| StoreError::failed(format!("timestamp out of range: {micros} µs")))
+    store::from_micros(micros)
 }
 
-fn opt_from_micros(micros: Option<i64>) -> Result<Option<Timestamp>, StoreError> {
-    micros.map(from_micros).transpose()
-}
-
-fn owner_from_row(row: &MySqlRow) -> Result<Option<OwnerId>, StoreError> {
-    let owner: Option<String> = row.try_get("owner").map_err(map_err)?;
-    owner
-        .map(OwnerId::new)
-        .transpose()
-        .map_err(StoreError::failed)
-}
+slot_booking::sqlx_columns!(Cols, MySqlRow, map_err);
 
 pub(crate) fn hold_from_row(row: &MySqlRow) -> Result<Hold, StoreError> {
-    let status: String = row.try_get("status").map_err(map_err)?;
-    Ok(Hold {
-        hold_id: HoldId(row.try_get("id").map_err(map_err)?),
-        slot_id: SlotId(row.try_get("slot_id").map_err(map_err)?),
-        status: HoldStatus::from_str(&status).map_err(StoreError::failed)?,
-        expires_at: from_micros(row.try_get("expires_at").map_err(map_err)?)?,
-        confirmed_at: opt_from_micros(row.try_get("confirmed_at").map_err(map_err)?)?,
-        cancelled_at: opt_from_micros(row.try_get("cancelled_at").map_err(map_err)?)?,
-        quantity: row.try_get("quantity").map_err(map_err)?,
-        owner: owner_from_row(row)?,
-        created_at: from_micros(row.try_get("created_at").map_err(map_err)?)?,
-    })
-}
-
-pub(crate) fn resource_from_row(row: &MySqlRow) -> Result<Option<ResourceId>, StoreError> {
-    let resource: Option<String> = row.try_get("resource").map_err(map_err)?;
-    resource
-        .map(ResourceId::new)
-        .transpose()
-        .map_err(StoreError::failed)
+    store::hold_of(&Cols(row))
 }
 
 pub(crate) fn slot_from_row(row: &MySqlRow) -> Result<Slot, StoreError> {
-    Ok(Slot {
-        slot_id: SlotId(row.try_get("id").map_err(map_err)?),
-        starts_at: from_micros(row.try_get("starts_at").map_err(map_err)?)?,
-        ends_at: from_micros(row.try_get("ends_at").map_err(map_err)?)?,
-        capacity: row.try_get("capacity").map_err(map_err)?,
-        stored_remaining: row.try_get("remaining").map_err(map_err)?,
-        resource: resource_from_row(row)?,
-        closed: row.try_get("closed").map_err(map_err)?,
-        removed_at: opt_from_micros(row.try_get("removed_at").map_err(map_err)?)?,
-    })
+    store::slot_of(&Cols(row))
 }
 
 /// A row of `slot_usage` or a slots page: the slot and its held units.
 pub(crate) fn usage_from_row(row: &MySqlRow) -> Result<SlotUsage, StoreError> {
-    let units = |column: &str| -> Result<i32, StoreError> {
-        let sum: i64 = row.try_get(column).map_err(map_err)?;
-        i32::try_from(sum).map_err(StoreError::failed)
-    };
-    Ok(SlotUsage {
-        slot: slot_from_row(row)?,
-        held: units("held")?,
-        expired: units("expired")?,
-    })
+    store::usage_of(&Cols(row))
 }
 
 /// A row of a read of the event log: its position is `0_<position>`.
 pub(crate) fn event_from_row(row: &MySqlRow) -> Result<Event, StoreError> {
-    let kind: String = row.try_get("kind").map_err(map_err)?;
-    let hold_id: Option<i64> = row.try_get("hold_id").map_err(map_err)?;
-    let booking_id: Option<i64> = row.try_get("booking_id").map_err(map_err)?;
-    Ok(Event {
-        position: EventPosition::new(0, row.try_get("position").map_err(map_err)?),
-        kind: EventKind::from_str(&kind).map_err(StoreError::failed)?,
-        slot_id: SlotId(row.try_get("slot_id").map_err(map_err)?),
-        hold_id: hold_id.map(HoldId),
-        booking_id: booking_id.map(HoldId),
-        owner: owner_from_row(row)?,
-        quantity: row.try_get("quantity").map_err(map_err)?,
-        at: from_micros(row.try_get("occurred_at").map_err(map_err)?)?,
-    })
+    let position: i64 = row.try_get("position").map_err(map_err)?;
+    store::event_of(&Cols(row), EventPosition::new(0, position))
+}
+
+/// A waiting entry's row.
+pub(crate) fn entry_from_row(row: &MySqlRow) -> Result<WaitlistEntry, StoreError> {
+    store::entry_of(&Cols(row))
 }

@@ -14,14 +14,14 @@
 
 use slot_booking::store::{self, serve_lines, HeadState, LineOps, Units};
 use slot_booking::{
-    async_trait, EntryId, EventKind, Hold, HoldId, OwnerId, PoolId, Scope, SlotId, StoreError,
-    Timestamp, WaitlistEntry,
+    async_trait, EventKind, Hold, HoldId, PoolId, Scope, SlotId, StoreError, Timestamp,
+    WaitlistEntry,
 };
-use sqlx::mysql::{MySqlConnection, MySqlRow};
+use sqlx::mysql::MySqlConnection;
 use sqlx::{AssertSqlSafe, Connection, Row};
 
 use crate::map_err;
-use crate::rows::{from_micros, to_micros};
+use crate::rows::{entry_from_row, to_micros};
 use crate::sql::Statements;
 use crate::units::{finish, hold_by_id, log_hold, pools_of_slot, reclaim_slot, Step};
 
@@ -52,26 +52,6 @@ impl Lines {
     pub(crate) fn pool(&mut self, pool: i64) {
         self.0.pools.insert(PoolId(pool));
     }
-}
-
-/// A waiting entry's row.
-pub(crate) fn entry_from_row(row: &MySqlRow) -> Result<WaitlistEntry, StoreError> {
-    let owner: Option<String> = row.try_get("owner").map_err(map_err)?;
-    let priority: Option<i32> = row.try_get("priority").map_err(map_err)?;
-    let offer_micros: Option<i64> = row.try_get("offer_micros").map_err(map_err)?;
-    Ok(WaitlistEntry {
-        entry_id: EntryId(row.try_get("id").map_err(map_err)?),
-        slot_id: SlotId(row.try_get("slot_id").map_err(map_err)?),
-        quantity: row.try_get("quantity").map_err(map_err)?,
-        owner: owner
-            .map(OwnerId::new)
-            .transpose()
-            .map_err(StoreError::failed)?,
-        priority: priority.ok_or_else(|| StoreError::failed("an entry without a priority"))?,
-        joined_at: from_micros(row.try_get("joined_at").map_err(map_err)?)?,
-        offer_micros: offer_micros
-            .ok_or_else(|| StoreError::failed("an entry without an offer window"))?,
-    })
 }
 
 /// The sweeper's pass over every line anyone waits in: serves any head a concurrent step

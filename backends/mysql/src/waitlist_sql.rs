@@ -5,7 +5,7 @@
 
 use crate::guard::write_statement;
 
-/// The columns [`entry_from_row`](crate::waitlists) reads, of the holds table aliased `e`.
+/// The columns [`entry_from_row`](crate::rows::entry_from_row) reads, of the holds table aliased `e`.
 const ENTRY_COLUMNS: &str = "e.id, e.slot_id, e.quantity, e.owner, e.priority, \
      e.created_at AS joined_at, e.offer_micros";
 

@@ -19,8 +19,9 @@ use sqlx::{AssertSqlSafe, Row};
 
 use crate::lines::booking_by_key;
 use crate::retry::{in_transaction, reading};
+use crate::rows::entry_from_row;
 use crate::rows::{from_micros, to_micros};
-use crate::serve::{count, entry_from_row, serve, Lines};
+use crate::serve::{count, serve, Lines};
 use crate::sql::Statements;
 use crate::units::{lock_pools_of, lock_slot, Step};
 use crate::{map_err, MySqlStore};

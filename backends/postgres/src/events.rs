@@ -14,18 +14,17 @@
 //! reclaim's hold rows while the reclaim waited for its slot row: `tests/events.rs` replays that
 //! interleaving.
 
-use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use slot_booking::{
-    ConsumerId, Event, EventKind, EventPosition, EventStore, Hold, HoldId, LeaseHolder, OwnerId,
-    Purged, SlotId, StoreError, Timestamp,
+    ConsumerId, Event, EventPosition, EventStore, Hold, LeaseHolder, Purged, StoreError, Timestamp,
 };
 use sqlx::postgres::{PgConnection, PgRow};
 use sqlx::{AssertSqlSafe, Row};
 
 use crate::fragments::{self, append_events, give_back, EV_COLUMNS, H_COLUMNS};
+use crate::rows::Cols;
 use crate::{interval, map_err, optional_hold, PostgresStore};
 
 /// How many times [`EventStore::reclaim_expired`] looks again when it saw expired holds but
@@ -52,23 +51,9 @@ fn event_from_row(row: &PgRow) -> Result<Option<Event>, StoreError> {
     let Some(epoch) = row.try_get::<Option<i64>, _>("epoch").map_err(map_err)? else {
         return Ok(None);
     };
-    let kind: String = row.try_get("kind").map_err(map_err)?;
-    let owner: Option<String> = row.try_get("owner").map_err(map_err)?;
-    let hold_id: Option<i64> = row.try_get("hold_id").map_err(map_err)?;
-    let booking_id: Option<i64> = row.try_get("booking_id").map_err(map_err)?;
-    Ok(Some(Event {
-        position: EventPosition::new(epoch, row.try_get("sequence").map_err(map_err)?),
-        kind: EventKind::from_str(&kind).map_err(StoreError::failed)?,
-        slot_id: SlotId(row.try_get("slot_id").map_err(map_err)?),
-        hold_id: hold_id.map(HoldId),
-        booking_id: booking_id.map(HoldId),
-        owner: owner
-            .map(OwnerId::new)
-            .transpose()
-            .map_err(StoreError::failed)?,
-        quantity: row.try_get("quantity").map_err(map_err)?,
-        at: row.try_get("occurred_at").map_err(map_err)?,
-    }))
+    let sequence: i64 = row.try_get("sequence").map_err(map_err)?;
+    let position = EventPosition::new(epoch, sequence);
+    slot_booking::store::event_of(&Cols::of(row), position).map(Some)
 }
 
 impl PostgresStore {

@@ -281,15 +281,14 @@
 //! server shutdown (`57P01`–`57P03`) map to [`StoreError::unavailable`]; everything else to
 //! [`StoreError::failed`].
 
-use std::str::FromStr;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use slot_booking::{
     AvailabilityEntry, AvailabilityQuery, ConsumerId, Decided, EventPosition, Hold, HoldId,
-    HoldOutcome, HoldRequest, HoldStatus, LeaseHolder, NewSlot, OwnerId, PageRequest, RenewRequest,
-    ResourceId, Scope, Slot, SlotChange, SlotCursor, SlotId, SlotLimits, SlotUsage, StoreError,
-    Timestamp, TransactionalStore, Transition,
+    HoldOutcome, HoldRequest, LeaseHolder, NewSlot, OwnerId, PageRequest, RenewRequest, ResourceId,
+    Scope, Slot, SlotChange, SlotCursor, SlotId, SlotLimits, SlotUsage, StoreError, Timestamp,
+    TransactionalStore, Transition,
 };
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::types::PgInterval;

@@ -24,7 +24,7 @@ impl Run<'_> {
                 ends_at: row.try_get("ends_at").map_err(map_err)?,
                 capacity: row.try_get("capacity").map_err(map_err)?,
                 remaining: row.try_get("available").map_err(map_err)?,
-                resource: resource_from_row(row)?,
+                resource: slot_booking::store::resource_of(&Cols::of(row))?,
             }))
         })
     }

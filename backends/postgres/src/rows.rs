@@ -1,24 +1,59 @@
 //! Decoding rows into the crate's types, and the bounds of what a row can hold.
 
 use super::*;
+use slot_booking::store::{self, Columns};
+
+/// A row's columns as the core's decoders read them, each named `<prefix><column>` (a
+/// statement that returns the columns of two tables prefixes one of them).
+pub(crate) struct Cols<'r> {
+    pub(crate) row: &'r PgRow,
+    pub(crate) prefix: &'static str,
+}
+
+impl<'r> Cols<'r> {
+    /// The row's columns, unprefixed.
+    pub(crate) fn of(row: &'r PgRow) -> Self {
+        Cols { row, prefix: "" }
+    }
+
+    fn get<'a, T>(&'a self, column: &str) -> Result<T, StoreError>
+    where
+        T: sqlx::Decode<'a, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>,
+    {
+        match self.prefix {
+            "" => self.row.try_get(column),
+            prefix => self.row.try_get(format!("{prefix}{column}").as_str()),
+        }
+        .map_err(map_err)
+    }
+}
+
+impl Columns for Cols<'_> {
+    fn int(&self, column: &str) -> Result<i64, StoreError> {
+        self.get(column)
+    }
+    fn opt_int(&self, column: &str) -> Result<Option<i64>, StoreError> {
+        self.get(column)
+    }
+    fn units(&self, column: &str) -> Result<i32, StoreError> {
+        self.get(column)
+    }
+    fn opt_text(&self, column: &str) -> Result<Option<String>, StoreError> {
+        self.get(column)
+    }
+    fn flag(&self, column: &str) -> Result<bool, StoreError> {
+        self.get(column)
+    }
+    fn at(&self, column: &str) -> Result<Timestamp, StoreError> {
+        self.get(column)
+    }
+    fn opt_at(&self, column: &str) -> Result<Option<Timestamp>, StoreError> {
+        self.get(column)
+    }
+}
 
 pub(crate) fn hold_from_row(row: &PgRow) -> Result<Hold, StoreError> {
-    let status: String = row.try_get("status").map_err(map_err)?;
-    let owner: Option<String> = row.try_get("owner").map_err(map_err)?;
-    Ok(Hold {
-        quantity: row.try_get("quantity").map_err(map_err)?,
-        owner: owner
-            .map(OwnerId::new)
-            .transpose()
-            .map_err(StoreError::failed)?,
-        created_at: row.try_get("created_at").map_err(map_err)?,
-        hold_id: HoldId(row.try_get("id").map_err(map_err)?),
-        slot_id: SlotId(row.try_get("slot_id").map_err(map_err)?),
-        status: HoldStatus::from_str(&status).map_err(StoreError::failed)?,
-        expires_at: row.try_get("expires_at").map_err(map_err)?,
-        confirmed_at: row.try_get("confirmed_at").map_err(map_err)?,
-        cancelled_at: row.try_get("cancelled_at").map_err(map_err)?,
-    })
+    store::hold_of(&Cols::of(row))
 }
 
 /// `outcome`, decided at the row's `decided_at`.
@@ -30,26 +65,7 @@ pub(crate) fn decided<T>(row: &PgRow, outcome: T) -> Result<Decided<T>, StoreErr
 }
 
 pub(crate) fn slot_from_row(row: &PgRow) -> Result<Slot, StoreError> {
-    Ok(Slot {
-        slot_id: SlotId(row.try_get("id").map_err(map_err)?),
-        starts_at: row.try_get("starts_at").map_err(map_err)?,
-        ends_at: row.try_get("ends_at").map_err(map_err)?,
-        capacity: row.try_get("capacity").map_err(map_err)?,
-        stored_remaining: row.try_get("remaining").map_err(map_err)?,
-        resource: resource_from_row(row)?,
-        closed: row.try_get("closed").map_err(map_err)?,
-        removed_at: row.try_get("removed_at").map_err(map_err)?,
-    })
-}
-
-/// The row's `resource`, checked as a [`ResourceId`] (a row written behind the store's back
-/// may hold anything).
-pub(crate) fn resource_from_row(row: &PgRow) -> Result<Option<ResourceId>, StoreError> {
-    let resource: Option<String> = row.try_get("resource").map_err(map_err)?;
-    resource
-        .map(ResourceId::new)
-        .transpose()
-        .map_err(StoreError::failed)
+    store::slot_of(&Cols::of(row))
 }
 
 /// The slot of a row whose slot columns come from a LEFT JOIN: `None` when they are NULL.

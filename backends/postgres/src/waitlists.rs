@@ -80,6 +80,7 @@ use sqlx::Connection;
 
 use super::*;
 use crate::fragments::{now, H_COLUMNS};
+use crate::rows::Cols;
 use crate::writes::slot_limits;
 
 /// The columns [`entry_from_row`] reads, of the entries aliased `e`.
@@ -231,22 +232,18 @@ impl WaitlistStatements {
 
 /// The entry of a row with [`ENTRY_COLUMNS`] (`None` when they are NULL).
 fn entry_from_row(row: &PgRow) -> Result<Option<WaitlistEntry>, StoreError> {
-    let Some(id) = row.try_get::<Option<i64>, _>("entry_id").map_err(map_err)? else {
+    if row
+        .try_get::<Option<i64>, _>("entry_id")
+        .map_err(map_err)?
+        .is_none()
+    {
         return Ok(None);
+    }
+    let columns = Cols {
+        row,
+        prefix: "entry_",
     };
-    let owner: Option<String> = row.try_get("entry_owner").map_err(map_err)?;
-    Ok(Some(WaitlistEntry {
-        entry_id: EntryId(id),
-        slot_id: SlotId(row.try_get("entry_slot_id").map_err(map_err)?),
-        quantity: row.try_get("entry_quantity").map_err(map_err)?,
-        owner: owner
-            .map(OwnerId::new)
-            .transpose()
-            .map_err(StoreError::failed)?,
-        priority: row.try_get("entry_priority").map_err(map_err)?,
-        joined_at: row.try_get("entry_joined_at").map_err(map_err)?,
-        offer_micros: row.try_get("entry_offer_micros").map_err(map_err)?,
-    }))
+    slot_booking::store::entry_of(&columns).map(Some)
 }
 
 /// The waiting entry of a row with [`ENTRY_COLUMNS`] and `position`, with its place in line.

@@ -265,12 +265,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use chrono::DateTime;
 use slot_booking::{
     AvailabilityEntry, AvailabilityQuery, ConsumerId, Decided, Event, EventKind, EventPosition,
-    EventStore, Hold, HoldId, HoldOutcome, HoldRequest, HoldStatus, LeaseHolder, OwnerId,
-    PageRequest, Purged, ResourceId, Scope, Slot, SlotCursor, SlotId, SlotUsage, StoreError,
-    Timestamp, TransactionalStore,
+    EventStore, Hold, HoldId, HoldOutcome, HoldRequest, LeaseHolder, OwnerId, PageRequest, Purged,
+    Scope, Slot, SlotCursor, SlotId, SlotUsage, StoreError, Timestamp, TransactionalStore,
 };
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,

@@ -47,7 +47,7 @@ impl Run<'_> {
                 ends_at: from_micros(row.try_get("ends_at").map_err(map_err)?)?,
                 capacity: row.try_get("capacity").map_err(map_err)?,
                 remaining: i32::try_from(available).map_err(StoreError::failed)?,
-                resource: resource_from_row(row)?,
+                resource: slot_booking::store::resource_of(&Cols(row))?,
             });
         }
         Ok(Decided::new(now, entries))
