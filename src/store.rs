@@ -278,6 +278,7 @@ mod events;
 mod forward;
 mod group;
 mod holds;
+mod kernel;
 mod migration;
 mod outcome;
 mod pools;
@@ -286,6 +287,7 @@ mod queries;
 mod refill;
 mod rows;
 mod serve;
+mod slot_edit;
 mod step;
 mod transaction;
 mod waitlists;
@@ -300,6 +302,7 @@ pub use error::{StoreError, StoreErrorKind};
 pub use events::EventStore;
 pub use group::{GroupCommit, GroupStats};
 pub use holds::HoldStore;
+pub use kernel::{nested_end, Kernel, NESTED_BEGIN};
 pub use migration::Migration;
 pub use outcome::{
     Decided, HoldOutcome, HoldRequest, RenewRequest, SlotChange, SlotLimits, Transition,
@@ -312,6 +315,7 @@ pub use rows::{
     entry_of, event_of, from_micros, hold_of, owner_of, resource_of, slot_of, usage_of, Columns,
 };
 pub use serve::{serve_lines, HeadState, LineOps, Lines, OfferPlan, Units};
+pub use slot_edit::{edit_slot, EditSlots, SlotEdit};
 pub use step::Step;
 pub use transaction::{TransactionBookings, TransactionWrites, TransactionalStore};
 pub use waitlists::{JoinOutcome, JoinRequest, WaitlistStore};

@@ -53,3 +53,19 @@ impl<T> Step<T> {
         })
     }
 }
+
+impl<T> Step<Option<T>> {
+    /// An outcome that keeps its writes when it has a value and undoes them when it has
+    /// none: a step all or nothing of whose writes stay.
+    ///
+    /// ```
+    /// use slot_booking::store::Step;
+    ///
+    /// assert!(Step::some(Some(3)).keep);
+    /// assert!(!Step::<u8>::some(None).keep);
+    /// ```
+    pub fn some(value: Option<T>) -> Self {
+        let keep = value.is_some();
+        Step { value, keep }
+    }
+}

@@ -116,6 +116,7 @@ mod conflict;
 mod events;
 mod fragments;
 mod guard;
+mod kernel;
 mod lines;
 mod migrate;
 mod pooled;
@@ -143,6 +144,8 @@ pub use sqlx;
 pub use transaction::MySqlWrites;
 
 use fragments::RESERVED_PREFIX;
+// The administrative writes of `Run` (forwarded below) follow from its `edit_slot`.
+use slot_booking::store::EditSlots as _;
 use slot_booking::store::TablePrefix;
 use sql::Statements;
 

@@ -129,3 +129,22 @@ pub(crate) async fn list_slots(
         .map_err(map_err)?;
     rows.iter().map(usage_from_row).collect()
 }
+
+/// The slot with its units at `now`, removed or not, read on `conn`.
+pub(crate) async fn slot_usage(
+    sql: &Statements,
+    conn: &mut MySqlConnection,
+    slot_id: SlotId,
+    now: Timestamp,
+) -> Result<Option<SlotUsage>, StoreError> {
+    let row = sqlx::query(AssertSqlSafe(sql.slot_usage.as_str()))
+        .bind(to_micros(now))
+        .bind(to_micros(now))
+        .bind(slot_id.get())
+        .fetch_optional(conn);
+    row.await
+        .map_err(map_err)?
+        .as_ref()
+        .map(usage_from_row)
+        .transpose()
+}

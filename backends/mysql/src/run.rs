@@ -21,18 +21,16 @@
 use async_trait::async_trait;
 use slot_booking::store::{first_that_fits, PlaceOne};
 use slot_booking::{
-    AnyHoldOutcome, AnyHoldRequest, AvailabilityEntry, AvailabilityQuery, CapacityChange,
-    ConsumerId, Decided, EventPosition, Hold, HoldId, HoldOutcome, HoldRequest, LeaseHolder,
-    NewSlot, OwnerId, PageRequest, PoolId, PoolUsage, RenewRequest, Scope, Slot, SlotChange,
-    SlotCursor, SlotId, SlotUsage, StoreError, Timestamp, Transition,
+    AnyHoldOutcome, AnyHoldRequest, AvailabilityEntry, AvailabilityQuery, ConsumerId, Decided,
+    EventPosition, Hold, HoldId, HoldOutcome, HoldRequest, LeaseHolder, NewSlot, OwnerId,
+    PageRequest, PoolId, PoolUsage, RenewRequest, Scope, Slot, SlotCursor, SlotId, SlotUsage,
+    StoreError, Timestamp, Transition,
 };
 use sqlx::mysql::MySqlConnection;
-use sqlx::AssertSqlSafe;
 
 use crate::retry::reading;
-use crate::rows::{to_micros, usage_from_row};
 use crate::sql::Statements;
-use crate::{admin, events, map_err, pools, reads, writes, MySqlStore};
+use crate::{events, pools, reads, writes, MySqlStore};
 
 /// Where an operation runs: on the store's pool (`caller` `None`), or on the caller's
 /// connection.
@@ -232,42 +230,6 @@ impl<'a> Run<'a> {
         pools::all_pools(self.store, now).await
     }
 
-    pub(crate) async fn change_capacity(
-        &mut self,
-        slot_id: SlotId,
-        change: CapacityChange,
-        now: Timestamp,
-    ) -> Result<Decided<SlotChange>, StoreError> {
-        let sql = self.statements();
-        let done = in_unit!(self, |conn| admin::change_capacity(
-            sql, conn, slot_id, change, now
-        ))?;
-        Ok(Decided::new(now, done))
-    }
-
-    pub(crate) async fn set_closed(
-        &mut self,
-        slot_id: SlotId,
-        closed: bool,
-        now: Timestamp,
-    ) -> Result<Decided<SlotChange>, StoreError> {
-        let sql = self.statements();
-        let done = in_unit!(self, |conn| admin::set_closed(
-            sql, conn, slot_id, closed, now
-        ))?;
-        Ok(Decided::new(now, done))
-    }
-
-    pub(crate) async fn remove_slot(
-        &mut self,
-        slot_id: SlotId,
-        now: Timestamp,
-    ) -> Result<Decided<SlotChange>, StoreError> {
-        let sql = self.statements();
-        let done = in_unit!(self, |conn| admin::remove_slot(sql, conn, slot_id, now))?;
-        Ok(Decided::new(now, done))
-    }
-
     pub(crate) async fn list_slots(
         &mut self,
         filter: &AvailabilityQuery,
@@ -322,18 +284,7 @@ impl<'a> Run<'a> {
         now: Timestamp,
     ) -> Result<Option<SlotUsage>, StoreError> {
         let sql = self.statements();
-        reading!(self, |conn| async {
-            sqlx::query(AssertSqlSafe(sql.slot_usage.as_str()))
-                .bind(to_micros(now))
-                .bind(to_micros(now))
-                .bind(slot_id.get())
-                .fetch_optional(conn)
-                .await
-                .map_err(map_err)?
-                .as_ref()
-                .map(usage_from_row)
-                .transpose()
-        })
+        reading!(self, |conn| reads::slot_usage(sql, conn, slot_id, now))
     }
 }
 

@@ -12,6 +12,8 @@ use sqlx::MySql;
 
 use crate::run::Run;
 use crate::{map_err, MySqlStore};
+// The administrative writes of `Run` (forwarded below) follow from its `edit_slot`.
+use slot_booking::store::EditSlots as _;
 
 /// The store's writes on a connection or transaction the caller owns, made by
 /// [`MySqlStore::on`], for [`BookingEngine::within`](slot_booking::BookingEngine::within).

@@ -283,6 +283,7 @@ mod changes;
 mod events;
 mod fragments;
 mod group;
+mod kernel;
 mod lines;
 mod migrate;
 mod pool_sql;

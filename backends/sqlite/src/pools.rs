@@ -35,7 +35,7 @@ use sqlx::sqlite::{SqliteConnection, SqliteRow};
 use sqlx::{AssertSqlSafe, Row};
 
 use crate::map_err;
-use crate::rows::{to_micros, usage_from_row};
+use crate::rows::to_micros;
 use crate::run::{Run, Step};
 use crate::serve::{serve_lines, Lines};
 use crate::sql::Statements;
@@ -418,15 +418,7 @@ impl Run<'_> {
     ) -> Result<Option<SlotUsage>, StoreError> {
         let sql = Arc::clone(&self.sql);
         let mut conn = self.conn().await?;
-        sqlx::query(AssertSqlSafe(sql.slot_usage.as_str()))
-            .bind(to_micros(now))
-            .bind(slot_id.get())
-            .fetch_optional(&mut *conn)
-            .await
-            .map_err(map_err)?
-            .as_ref()
-            .map(usage_from_row)
-            .transpose()
+        crate::reads::slot_usage(&sql, &mut conn, slot_id, now).await
     }
 }
 

@@ -201,3 +201,21 @@ pub(crate) async fn booking_by_id(
     let lines = rows.iter().map(hold_from_row).collect::<Result<_, _>>()?;
     Ok(Booking::of_lines(lines))
 }
+
+/// The slot with its units at `now`, removed or not, read on `conn`.
+pub(crate) async fn slot_usage(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    slot_id: SlotId,
+    now: Timestamp,
+) -> Result<Option<SlotUsage>, StoreError> {
+    let row = sqlx::query(AssertSqlSafe(sql.slot_usage.as_str()))
+        .bind(to_micros(now))
+        .bind(slot_id.get())
+        .fetch_optional(conn);
+    row.await
+        .map_err(map_err)?
+        .as_ref()
+        .map(usage_from_row)
+        .transpose()
+}
