@@ -116,27 +116,12 @@ impl WaitlistStore for MemoryStore {
                 if let Some(row) = self.slot_row(slot_id) {
                     let row = lock(&row);
                     if let Some((index, entry)) = row.waiting_entry(EntryId(id.0)) {
-                        return decided(if request.is_replay_of_entry(entry) {
-                            JoinOutcome::Waiting {
-                                entry: entry.clone(),
-                                position: place(index),
-                                replayed: true,
-                            }
-                        } else if entry.owner.as_ref() == hold.owner {
-                            JoinOutcome::Refused(HoldOutcome::KeyReused(Some(entry.offer(now))))
-                        } else {
-                            JoinOutcome::Refused(HoldOutcome::KeyReused(None))
-                        });
+                        let entry = entry.clone();
+                        return decided(JoinOutcome::key_waits(&request, entry, place(index), now));
                     }
                 }
                 return decided(match self.key_holder(id, slot_id)? {
-                    Some(holder) => match HoldOutcome::key_taken(hold, holder) {
-                        HoldOutcome::Replayed(hold) => JoinOutcome::Held {
-                            hold,
-                            replayed: true,
-                        },
-                        other => JoinOutcome::Refused(other),
-                    },
+                    Some(holder) => JoinOutcome::key_taken(hold, holder),
                     None => JoinOutcome::Refused(HoldOutcome::KeyReused(None)),
                 });
             }

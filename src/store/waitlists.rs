@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use super::error::StoreError;
 use super::holds::HoldStore;
 use super::outcome::{Decided, HoldOutcome, HoldRequest};
-use crate::model::{EntryId, Hold, WaitlistEntry};
+use crate::model::{Booking, EntryId, Hold, Timestamp, WaitlistEntry};
 use crate::scope::Scope;
 
 /// A request to join a slot's waitlist, as the engine hands it to the store: the hold it
@@ -56,6 +56,44 @@ pub enum JoinOutcome {
     /// `ExceedsCapacity`, with the least capacity of the slot and its pools); nothing
     /// changed.
     Refused(HoldOutcome),
+}
+
+impl JoinOutcome {
+    /// The answer to `request` when its key is `entry`'s, waiting at `position`, at `now`:
+    /// this request made again waits where it waits (a replay); any other request reuses the
+    /// key, and is shown the entry's offer as it would be made `now` if it is the entry's
+    /// owner's, nothing otherwise.
+    pub fn key_waits(
+        request: &JoinRequest<'_>,
+        entry: WaitlistEntry,
+        position: u32,
+        now: Timestamp,
+    ) -> JoinOutcome {
+        if request.is_replay_of_entry(&entry) {
+            JoinOutcome::Waiting {
+                entry,
+                position,
+                replayed: true,
+            }
+        } else if entry.owner.as_ref() == request.hold.owner {
+            JoinOutcome::Refused(HoldOutcome::KeyReused(Some(entry.offer(now))))
+        } else {
+            JoinOutcome::Refused(HoldOutcome::KeyReused(None))
+        }
+    }
+
+    /// The answer to the join of `hold` when its key belongs to `holder`, a hold (an entry
+    /// offered since, say) or a booking: the hold's answer ([`HoldOutcome::key_taken`]), a
+    /// replay shown as the hold held.
+    pub fn key_taken(hold: &HoldRequest<'_>, holder: Booking) -> JoinOutcome {
+        match HoldOutcome::key_taken(hold, holder) {
+            HoldOutcome::Replayed(hold) => JoinOutcome::Held {
+                hold,
+                replayed: true,
+            },
+            other => JoinOutcome::Refused(other),
+        }
+    }
 }
 
 /// Waitlists: a request joins a slot's line when its units are short, and is offered them

@@ -84,26 +84,12 @@ async fn key_answer(
         .map_err(map_err)?;
     if let Some(row) = keyed {
         let (entry, position) = placed_entry_from_row(&row)?;
-        return Ok(Some(if request.is_replay_of_entry(&entry) {
-            JoinOutcome::Waiting {
-                entry,
-                position,
-                replayed: true,
-            }
-        } else if entry.owner.as_ref() == hold.owner {
-            JoinOutcome::Refused(HoldOutcome::KeyReused(Some(entry.offer(hold.now))))
-        } else {
-            JoinOutcome::Refused(HoldOutcome::KeyReused(None))
-        }));
+        return Ok(Some(JoinOutcome::key_waits(
+            request, entry, position, hold.now,
+        )));
     }
     if let Some(holder) = booking_by_key(sql, conn, hold.key.as_str()).await? {
-        return Ok(Some(match HoldOutcome::key_taken(hold, holder) {
-            HoldOutcome::Replayed(offer) => JoinOutcome::Held {
-                hold: offer,
-                replayed: true,
-            },
-            other => JoinOutcome::Refused(other),
-        }));
+        return Ok(Some(JoinOutcome::key_taken(hold, holder)));
     }
     Ok(None)
 }

@@ -374,17 +374,7 @@ impl Run<'_> {
             .map_err(map_err)?;
         let at: Timestamp = row.try_get("decided_at").map_err(map_err)?;
         if let Some((entry, position)) = placed_entry(&row)? {
-            let outcome = if request.is_replay_of_entry(&entry) {
-                JoinOutcome::Waiting {
-                    entry,
-                    position,
-                    replayed: true,
-                }
-            } else if entry.owner.as_ref() == hold.owner {
-                JoinOutcome::Refused(HoldOutcome::KeyReused(Some(entry.offer(at))))
-            } else {
-                JoinOutcome::Refused(HoldOutcome::KeyReused(None))
-            };
+            let outcome = JoinOutcome::key_waits(request, entry, position, at);
             return Ok(Some(Decided::new(at, outcome)));
         }
         if !row.try_get::<bool, _>("key_found").map_err(map_err)? {
@@ -409,13 +399,7 @@ impl Run<'_> {
             now: read.at,
             ..*hold
         };
-        let outcome = match HoldOutcome::key_taken(&request_at, holder) {
-            HoldOutcome::Replayed(hold) => JoinOutcome::Held {
-                hold,
-                replayed: true,
-            },
-            other => JoinOutcome::Refused(other),
-        };
+        let outcome = JoinOutcome::key_taken(&request_at, holder);
         Ok(Some(Decided::new(read.at, outcome)))
     }
 

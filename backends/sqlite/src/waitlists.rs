@@ -116,28 +116,11 @@ async fn join_refusal(
         .map_err(map_err)?;
     if let Some(row) = keyed {
         let (entry, position) = placed_entry_from_row(&row)?;
-        let outcome = if request.is_replay_of_entry(&entry) {
-            JoinOutcome::Waiting {
-                entry,
-                position,
-                replayed: true,
-            }
-        } else if entry.owner.as_ref() == hold.owner {
-            JoinOutcome::Refused(HoldOutcome::KeyReused(Some(entry.offer(hold.now))))
-        } else {
-            JoinOutcome::Refused(HoldOutcome::KeyReused(None))
-        };
+        let outcome = JoinOutcome::key_waits(request, entry, position, hold.now);
         return Ok(Step::undo(outcome));
     }
     if let Some(holder) = booking_by_key(sql, &mut *conn, hold.key.as_str()).await? {
-        let outcome = match HoldOutcome::key_taken(hold, holder) {
-            HoldOutcome::Replayed(offer) => JoinOutcome::Held {
-                hold: offer,
-                replayed: true,
-            },
-            other => JoinOutcome::Refused(other),
-        };
-        return Ok(Step::undo(outcome));
+        return Ok(Step::undo(JoinOutcome::key_taken(hold, holder)));
     }
     let slot: Option<JoinLimits> =
         sqlx::query_as(AssertSqlSafe(sql.waitlists.join_refusal.as_str()))
