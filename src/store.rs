@@ -302,7 +302,7 @@ pub use error::{StoreError, StoreErrorKind};
 pub use events::EventStore;
 pub use group::{GroupCommit, GroupStats};
 pub use holds::HoldStore;
-pub use kernel::{nested_end, Kernel, NESTED_BEGIN};
+pub use kernel::{nested_end, Kernel, SlotEdit, NESTED_BEGIN};
 pub use migration::Migration;
 pub use outcome::{
     Decided, HoldOutcome, HoldRequest, RenewRequest, SlotChange, SlotLimits, Transition,
@@ -315,7 +315,7 @@ pub use rows::{
     entry_of, event_of, from_micros, hold_of, owner_of, resource_of, slot_of, usage_of, Columns,
 };
 pub use serve::{serve_lines, HeadState, LineOps, Lines, OfferPlan, Units};
-pub use slot_edit::{edit_slot, EditSlots, SlotEdit};
+pub use slot_edit::{edit_slot, EditSlots};
 pub use step::Step;
 pub use transaction::{TransactionBookings, TransactionWrites, TransactionalStore};
 pub use waitlists::{JoinOutcome, JoinRequest, WaitlistStore};

@@ -9,8 +9,46 @@
 use async_trait::async_trait;
 
 use super::error::StoreError;
-use super::slot_edit::SlotEdit;
-use crate::model::{Hold, NewEvent, Slot, SlotId, SlotUsage, Timestamp};
+use crate::model::{CapacityChange, EventKind, Hold, NewEvent, Slot, SlotId, SlotUsage, Timestamp};
+
+/// An administrative change of one slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlotEdit {
+    /// Its capacity changed, taking free units only.
+    Capacity(CapacityChange),
+    /// Its sales closed (`true`) or reopened (`false`).
+    Closed(bool),
+    /// The slot archived, no unit of it held or confirmed.
+    Remove,
+}
+
+impl SlotEdit {
+    /// The event the change appends when it changes the slot.
+    pub fn event(&self) -> EventKind {
+        match self {
+            SlotEdit::Capacity(_) => EventKind::SlotCapacityChanged,
+            SlotEdit::Closed(true) => EventKind::SlotClosed,
+            SlotEdit::Closed(false) => EventKind::SlotReopened,
+            SlotEdit::Remove => EventKind::SlotRemoved,
+        }
+    }
+
+    /// Whether `slot`, as stored, already is as the change asks (its update then changes
+    /// nothing, and the change is applied as it is). A live slot is never removed already.
+    pub fn already(&self, slot: &Slot) -> bool {
+        match self {
+            SlotEdit::Capacity(change) => change.leaves(slot.capacity),
+            SlotEdit::Closed(closed) => slot.closed == *closed,
+            SlotEdit::Remove => false,
+        }
+    }
+
+    /// Whether the change takes units, and so may be refused while they are held: then the
+    /// slot's expired holds are reclaimed before it is refused.
+    pub fn takes_free_units(&self) -> bool {
+        !matches!(self, SlotEdit::Closed(_))
+    }
+}
 
 /// The primitives of one unit of work of a store (see the module's docs).
 #[async_trait]

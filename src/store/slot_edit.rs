@@ -17,49 +17,10 @@
 use async_trait::async_trait;
 
 use super::error::StoreError;
-use super::kernel::Kernel;
+use super::kernel::{Kernel, SlotEdit};
 use super::outcome::{Decided, SlotChange};
 use super::step::Step;
-use crate::model::{CapacityChange, EventKind, NewEvent, Slot, SlotId, Timestamp};
-
-/// An administrative change of one slot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SlotEdit {
-    /// Its capacity changed, taking free units only.
-    Capacity(CapacityChange),
-    /// Its sales closed (`true`) or reopened (`false`).
-    Closed(bool),
-    /// The slot archived, no unit of it held or confirmed.
-    Remove,
-}
-
-impl SlotEdit {
-    /// The event the change appends when it changes the slot.
-    pub fn event(&self) -> EventKind {
-        match self {
-            SlotEdit::Capacity(_) => EventKind::SlotCapacityChanged,
-            SlotEdit::Closed(true) => EventKind::SlotClosed,
-            SlotEdit::Closed(false) => EventKind::SlotReopened,
-            SlotEdit::Remove => EventKind::SlotRemoved,
-        }
-    }
-
-    /// Whether `slot`, as stored, already is as the change asks (its update then changes
-    /// nothing, and the change is applied as it is). A live slot is never removed already.
-    pub fn already(&self, slot: &Slot) -> bool {
-        match self {
-            SlotEdit::Capacity(change) => change.leaves(slot.capacity),
-            SlotEdit::Closed(closed) => slot.closed == *closed,
-            SlotEdit::Remove => false,
-        }
-    }
-
-    /// Whether the change takes units, and so may be refused while they are held: then the
-    /// slot's expired holds are reclaimed before it is refused.
-    pub fn takes_free_units(&self) -> bool {
-        !matches!(self, SlotEdit::Closed(_))
-    }
-}
+use crate::model::{CapacityChange, NewEvent, SlotId, Timestamp};
 
 /// A store's write path that applies every [`SlotEdit`] in one place ([`edit_slot`](Self::edit_slot),
 /// usually by the core's [`edit_slot`]); the three administrative writes of
@@ -151,7 +112,7 @@ mod tests {
     use chrono::DateTime;
 
     use super::*;
-    use crate::model::{Hold, SlotUsage};
+    use crate::model::{Hold, Slot, SlotUsage};
 
     /// A slot as a store would hold it, with a script of what its updates do.
     struct Script {

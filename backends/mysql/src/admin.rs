@@ -26,28 +26,3 @@ impl EditSlots for Run<'_> {
         Ok(Decided::new(now, done))
     }
 }
-
-/// Binds a capacity change's statement (`change_capacity`, `change_pool_capacity`): the new
-/// capacity's terms ([`CAPACITY_AFTER`](crate::fragments::CAPACITY_AFTER)) for each place
-/// `SET` names it, the row's id, the capacity expected twice, then the terms for each later
-/// place the `WHERE` names the new capacity (`places` of them).
-pub(crate) fn bind_capacity<'q>(
-    query: sqlx::query::Query<'q, sqlx::MySql, sqlx::mysql::MySqlArguments>,
-    change: slot_booking::CapacityChange,
-    id: i64,
-    places: usize,
-) -> sqlx::query::Query<'q, sqlx::MySql, sqlx::mysql::MySqlArguments> {
-    let terms = change.terms();
-    let mut query = query
-        .bind(terms.keep)
-        .bind(terms.add)
-        .bind(terms.keep)
-        .bind(terms.add)
-        .bind(id)
-        .bind(terms.expected)
-        .bind(terms.expected);
-    for _ in 0..places {
-        query = query.bind(terms.keep).bind(terms.add);
-    }
-    query
-}

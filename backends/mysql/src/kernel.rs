@@ -8,7 +8,7 @@ use slot_booking::{Hold, Slot, SlotId, SlotUsage, StoreError, Timestamp};
 use sqlx::mysql::MySqlConnection;
 use sqlx::AssertSqlSafe;
 
-use crate::admin::bind_capacity;
+use crate::fragments::bind_capacity;
 use crate::map_err;
 use crate::reads::slot_usage;
 use crate::rows::{slot_from_row, to_micros};

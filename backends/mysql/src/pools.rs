@@ -30,7 +30,7 @@ use slot_booking::{
 use sqlx::mysql::{MySqlConnection, MySqlRow};
 use sqlx::{AssertSqlSafe, Row};
 
-use crate::admin::bind_capacity;
+use crate::fragments::bind_capacity;
 use crate::pooled::Pooled;
 use crate::retry::in_transaction;
 use crate::rows::to_micros;
