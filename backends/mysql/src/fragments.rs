@@ -20,17 +20,6 @@ pub(crate) fn placeholders(n: usize) -> String {
     vec!["?"; n].join(", ")
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn placeholders_are_counted() {
-        assert_eq!(placeholders(1), "?");
-        assert_eq!(placeholders(3), "?, ?, ?");
-    }
-}
-
 /// Binds a capacity change's statement (`change_capacity`, `change_pool_capacity`): the new
 /// capacity's terms ([`CAPACITY_AFTER`](crate::fragments::CAPACITY_AFTER)) for each place
 /// `SET` names it, the row's id, the capacity expected twice, then the terms for each later
@@ -54,4 +43,15 @@ pub(crate) fn bind_capacity<'q>(
         query = query.bind(terms.keep).bind(terms.add);
     }
     query
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placeholders_are_counted() {
+        assert_eq!(placeholders(1), "?");
+        assert_eq!(placeholders(3), "?, ?, ?");
+    }
 }
