@@ -281,6 +281,7 @@ mod holds;
 mod kernel;
 mod migration;
 mod outcome;
+mod pool_edit;
 mod pools;
 mod prefix;
 mod queries;
@@ -306,6 +307,9 @@ pub use kernel::{nested_end, Kernel, SlotEdit, NESTED_BEGIN};
 pub use migration::Migration;
 pub use outcome::{
     Decided, HoldOutcome, HoldRequest, RenewRequest, SlotChange, SlotLimits, Transition,
+};
+pub use pool_edit::{
+    edit_pool, EditPools, Membership, PoolAttempt, PoolEdit, PoolEdited, PoolKernel,
 };
 pub use pools::{PoolChange, PoolStore, TransactionPools};
 pub use prefix::{InvalidTablePrefix, TablePrefix, DEFAULT_TABLE_PREFIX};

@@ -202,6 +202,7 @@ macro_rules! __pool_case_list {
             every_short_pool_is_reclaimed
             attaching_and_detaching_move_the_slots_units
             pool_capacity_never_below_its_taken_units
+            pool_changes_reclaim_only_what_makes_them_fit
             pools_show_in_the_cached_listing_at_once
             race_over_shared_pools_never_oversells
             pool_capacity_moves_by_units_and_by_compare_and_set

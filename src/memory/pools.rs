@@ -9,7 +9,7 @@ use async_trait::async_trait;
 
 use super::*;
 use crate::model::{CapacityChange, NewPool, Pool, PoolUsage, MAX_POOLS_PER_SLOT};
-use crate::store::{PoolChange, PoolStore};
+use crate::store::{PoolChange, PoolEdit, PoolStore};
 
 /// Every pool, by id.
 #[derive(Debug, Default)]
@@ -245,11 +245,21 @@ impl PoolStore for MemoryStore {
         let change = match self.change_membership(pool_id, slot_id, true, now) {
             Some(change) => change,
             None => {
-                self.reclaim_pools(&[pool_id], now);
-                if let Some(row) = self.slot_row(slot_id) {
-                    lock(&row).reclaim(now, usize::MAX, &self.log, &self.pools);
+                // The expired holds of the pool's slots and of the slot are given back only
+                // when that makes the slot's taken units fit (the core's rule, `edit_pool`).
+                let slot = self.slot_row(slot_id).map(|row| lock(&row).usage(now));
+                let fits = self.pool_usage(pool_id, now).is_some_and(|pool| {
+                    PoolEdit::Attach(slot_id).fits_after_reclaim(&pool, slot.as_ref())
+                });
+                let mut retried = None;
+                if fits {
+                    self.reclaim_pools(&[pool_id], now);
+                    if let Some(row) = self.slot_row(slot_id) {
+                        lock(&row).reclaim(now, usize::MAX, &self.log, &self.pools);
+                    }
+                    retried = self.change_membership(pool_id, slot_id, true, now);
                 }
-                match self.change_membership(pool_id, slot_id, true, now) {
+                match retried {
                     Some(change) => change,
                     None => self
                         .pool_usage(pool_id, now)
@@ -293,14 +303,9 @@ impl PoolStore for MemoryStore {
         let before = lock(&self.pools).by_id.get(&pool_id).map(|p| p.capacity);
         let mut changed = self.change_capacity_of(pool_id, change);
         if changed.is_none() {
-            let usage = self.pool_usage(pool_id, now);
-            let fits = usage.as_ref().is_some_and(|usage| {
-                pool_capacity_after(change, usage.pool.capacity).is_some_and(|capacity| {
-                    i64::from(usage.available()) + i64::from(capacity)
-                        - i64::from(usage.pool.capacity)
-                        >= 0
-                })
-            });
+            let fits = self
+                .pool_usage(pool_id, now)
+                .is_some_and(|usage| PoolEdit::Capacity(change).fits_after_reclaim(&usage, None));
             if fits && self.reclaim_pools(&[pool_id], now) {
                 changed = self.change_capacity_of(pool_id, change);
             }

@@ -4,11 +4,14 @@
 //! caller's) and decides nothing: each primitive runs its statement and says what it did (by
 //! rows affected and constraints), and the rules in the core decide what to do next. A rule
 //! composed on them is written once for every store that offers them: today the
-//! administrative changes of a slot ([`edit_slot`](super::edit_slot)).
+//! administrative changes of a slot ([`edit_slot`](super::edit_slot)) and, with the
+//! primitives of a [`PoolKernel`](super::PoolKernel), of a pool
+//! ([`edit_pool`](super::edit_pool)).
 
 use async_trait::async_trait;
 
 use super::error::StoreError;
+use super::serve::Lines;
 use crate::model::{CapacityChange, EventKind, Hold, NewEvent, Slot, SlotId, SlotUsage, Timestamp};
 
 /// An administrative change of one slot.
@@ -85,8 +88,10 @@ pub trait Kernel: Send {
     /// Appends `event` to the event log.
     async fn append(&mut self, event: &NewEvent) -> Result<(), StoreError>;
 
-    /// Serves the line of slot `slot_id` and the lines of its pools at `now`.
-    async fn serve_slot(&mut self, slot_id: SlotId, now: Timestamp) -> Result<(), StoreError>;
+    /// Serves `lines` at `now` to a fixpoint ([`serve_lines`](super::serve_lines)): the line
+    /// of each of its slots with the lines of that slot's pools, and the line of each of its
+    /// pools.
+    async fn serve(&mut self, lines: &Lines, now: Timestamp) -> Result<(), StoreError>;
 
     /// Begins a nested unit (a savepoint): the writes from here to
     /// [`end_nested`](Self::end_nested) stay or are undone together.

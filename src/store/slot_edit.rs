@@ -19,6 +19,7 @@ use async_trait::async_trait;
 use super::error::StoreError;
 use super::kernel::{Kernel, SlotEdit};
 use super::outcome::{Decided, SlotChange};
+use super::serve::Lines;
 use super::step::Step;
 use crate::model::{CapacityChange, NewEvent, SlotId, Timestamp};
 
@@ -98,7 +99,9 @@ pub async fn edit_slot<K: Kernel + ?Sized>(
     if let Some(slot) = changed {
         let event = NewEvent::of_slot(edit.event(), slot.slot_id, slot.capacity, now);
         kernel.append(&event).await?;
-        kernel.serve_slot(slot_id, now).await?;
+        let mut lines = Lines::new();
+        lines.slots.insert(slot_id);
+        kernel.serve(&lines, now).await?;
         return Ok(Step::keep(SlotChange::Applied(slot)));
     }
     Ok(Step::undo(match kernel.slot_usage(slot_id, now).await? {
@@ -200,7 +203,7 @@ mod tests {
             self.done.push(format!("{:?}", event.kind));
             Ok(())
         }
-        async fn serve_slot(&mut self, _: SlotId, _: Timestamp) -> Result<(), StoreError> {
+        async fn serve(&mut self, _: &Lines, _: Timestamp) -> Result<(), StoreError> {
             self.done.push("serve".into());
             Ok(())
         }

@@ -62,7 +62,7 @@ impl<T> Step<Option<T>> {
     /// use slot_booking::store::Step;
     ///
     /// assert!(Step::some(Some(3)).keep);
-    /// assert!(!Step::<u8>::some(None).keep);
+    /// assert!(!Step::<Option<u8>>::some(None).keep);
     /// ```
     pub fn some(value: Option<T>) -> Self {
         let keep = value.is_some();

@@ -96,10 +96,15 @@ impl store::Kernel for Kernel<'_> {
         append_event(self.sql, self.conn, event).await
     }
 
-    async fn serve_slot(&mut self, slot_id: SlotId, now: Timestamp) -> Result<(), StoreError> {
-        let mut lines = Lines::new();
-        lines.slot_and_pools(self.sql, self.conn, slot_id).await?;
-        serve(self.sql, self.conn, lines, now).await?;
+    async fn serve(&mut self, lines: &store::Lines, now: Timestamp) -> Result<(), StoreError> {
+        let mut each = Lines::new();
+        for slot_id in &lines.slots {
+            each.slot_and_pools(self.sql, self.conn, *slot_id).await?;
+        }
+        for pool_id in &lines.pools {
+            each.pool(pool_id.get());
+        }
+        serve(self.sql, self.conn, each, now).await?;
         Ok(())
     }
 

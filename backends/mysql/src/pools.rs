@@ -13,9 +13,13 @@
 //! the ones it locked, so that reclaim is a step of its own ([`reclaim_pools`]: the pools' slots
 //! locked by ascending id, then their pools, then the holds), after which the take runs once
 //! more. A take refused because anyone waits in a pool's line is refused outright: no reclaim
-//! serves a newcomer before the line. Attaching a slot and lowering a pool's capacity, short,
-//! run once more with the reclaim in their own step (the slots, then the pools, locked by
-//! ascending id), so that no line is served between the reclaim and the change.
+//! serves a newcomer before the line.
+//!
+//! Attaching, detaching and changing a pool's capacity follow the core's rule
+//! ([`edit_pool`]) over this store's [`PoolKernel`]. Short for units its slots' expired holds
+//! would free, a change runs once more in a step of its own that reclaims them first (the
+//! slots, then the pools, locked by ascending id): the first step locked the pool, and a slot
+//! locked after it would break the lock order.
 //!
 //! Attaching and detaching write the slot's row (its `pool_count`, which also caps a slot's
 //! pools), as every take of its units does: on a Galera cluster a take and a change of the
@@ -23,17 +27,22 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use slot_booking::store::{
+    edit_pool, EditPools, Kernel as _, Membership, PoolAttempt, PoolEdit, PoolEdited, PoolKernel,
+};
 use slot_booking::{
-    async_trait, CapacityChange, Decided, NewPool, Pool, PoolChange, PoolId, PoolStore, PoolUsage,
-    SlotId, StoreError, Timestamp, MAX_POOLS_PER_SLOT,
+    async_trait, CapacityChange, Decided, Hold, NewPool, Pool, PoolChange, PoolId, PoolStore,
+    PoolUsage, SlotId, StoreError, Timestamp, MAX_POOLS_PER_SLOT,
 };
 use sqlx::mysql::{MySqlConnection, MySqlRow};
 use sqlx::{AssertSqlSafe, Row};
 
 use crate::fragments::bind_capacity;
+use crate::kernel::Kernel;
 use crate::pooled::Pooled;
 use crate::retry::in_transaction;
 use crate::rows::to_micros;
+use crate::run::{in_unit, Run};
 use crate::serve::{serve, Lines};
 use crate::sql::Statements;
 use crate::units::{id_of, lock_pools_of, lock_slot, pools_of_slot, reclaim_locked, Step};
@@ -167,14 +176,6 @@ async fn count_pool(
     Ok(())
 }
 
-/// What an administrative step on a pool came to.
-enum Administered {
-    Done(PoolChange),
-    /// The pool is short of free units: nothing changed. After the pools' reclaim it is tried
-    /// once more; short again, the pool in use answers.
-    Short,
-}
-
 /// Inserts a pool of `capacity` with no slot, in a step like every write (never in
 /// autocommit: a connection a cancelled step left read-only by default refuses that).
 async fn create(
@@ -196,38 +197,23 @@ async fn create(
     }))
 }
 
-/// Locks a slot's row, then the pool's: `Some` refusal when the slot is missing (or, to
-/// attach, removed) or the pool is. Detaching a removed slot is fine.
-///
-/// With `reclaim` (an attach the pool was short for), the rows of the pool's slots are locked
-/// with the slot's, by ascending id, then every pool of those slots and the pool by ascending
-/// id, and those slots' expired holds are given back: the lock order of every step, and the
-/// units the pool counts free, given back before the attach takes its units.
+/// Locks a slot's row, then its pools' and the pool's, by ascending id: `false` when the slot
+/// is missing (or, to attach, removed) or the pool is. Detaching a removed slot is fine.
 async fn lock_slot_and_pool(
     sql: &Statements,
     conn: &mut MySqlConnection,
     pool: i64,
     slot_id: SlotId,
     attach: bool,
-    reclaim: Option<Timestamp>,
-) -> Result<Option<PoolChange>, StoreError> {
-    let mut slots = BTreeSet::from([slot_id.get()]);
-    if reclaim.is_some() {
-        slots.extend(slots_of_pool(sql, conn, pool).await?);
-    }
-    let slots: Vec<SlotId> = slots.into_iter().map(SlotId).collect();
-    for slot in &slots {
-        lock_slot(sql, conn, *slot).await?;
-    }
+) -> Result<bool, StoreError> {
+    lock_slot(sql, conn, slot_id).await?;
     let Some(limits) = slot_limits(sql, conn, slot_id).await? else {
-        return Ok(Some(PoolChange::SlotNotFound));
+        return Ok(false);
     };
-    // The pool among its slots' pools, all by ascending id. (The slots' pools are stable
-    // once their rows are locked: attaching and detaching lock them first.)
+    // The pool among the slot's pools, all by ascending id. (The slot's pools are stable once
+    // its row is locked: attaching and detaching lock it first.)
     let mut pools = BTreeSet::from([pool]);
-    for slot in &slots {
-        pools.extend(pools_of_slot(sql, conn, *slot).await?);
-    }
+    pools.extend(pools_of_slot(sql, conn, slot_id).await?);
     let mut found = false;
     for locked in pools {
         let capacity: Option<i32> = sqlx::query_scalar(AssertSqlSafe(sql.lock_pool.as_str()))
@@ -237,52 +223,32 @@ async fn lock_slot_and_pool(
             .map_err(map_err)?;
         found |= locked == pool && capacity.is_some();
     }
-    if !found {
-        return Ok(Some(PoolChange::PoolNotFound));
-    }
-    if attach && limits.removed {
-        return Ok(Some(PoolChange::SlotNotFound));
-    }
-    if let Some(now) = reclaim {
-        for slot in &slots {
-            reclaim_locked(sql, conn, *slot, now).await?;
-        }
-    }
-    Ok(None)
+    Ok(found && !(attach && limits.removed))
 }
 
-/// The pool as it is now in this transaction, as an applied change.
-async fn applied(
-    sql: &Statements,
-    conn: &mut MySqlConnection,
-    pool: i64,
-    now: Timestamp,
-) -> Result<Step<Administered>, StoreError> {
-    let usage = pool_usage(sql, conn, pool, now)
-        .await?
-        .ok_or_else(|| StoreError::failed(format!("pool {pool} changed, then not found")))?;
-    Ok(Step::keep(Administered::Done(PoolChange::Applied(usage))))
+/// Attaches a live slot to a pool, its row locked, then the pool's (with the slot's other
+/// pools): the membership inserted, the slot's count of pools moved up (at most
+/// [`MAX_POOLS_PER_SLOT`]), the units of its holds held or confirmed taken from the pool and
+/// its waiting entries counted in the pool's line. `false`, with nothing written, when any of
+/// it is refused.
+async fn attach(kernel: &mut Kernel<'_>, pool: i64, slot_id: SlotId) -> Result<bool, StoreError> {
+    let sql = kernel.sql;
+    if !lock_slot_and_pool(sql, kernel.conn, pool, slot_id, true).await? {
+        return Ok(false);
+    }
+    kernel.begin_nested().await?;
+    let attached = try_attach(sql, kernel.conn, pool, slot_id).await?;
+    kernel.end_nested(attached).await?;
+    Ok(attached)
 }
 
-/// Attaches a live slot to a pool: its row locked, then the pool's; with `reclaim`, the
-/// expired holds of the slot and of the pool's slots given back first (to their pools before
-/// the new membership, see [`lock_slot_and_pool`]); the membership inserted (nothing more when it was there), the slot's count of pools moved
-/// up (at most [`MAX_POOLS_PER_SLOT`]), and the units of its holds held or confirmed taken
-/// from the pool. Attaching frees no units, so it serves no line; units a reclaim gave back
-/// wait for the next step that serves the slot's line (or the sweeper's pass), as they would
-/// have without it.
-async fn attach(
+/// [`attach`]'s writes, in its nested unit: whether they all applied.
+async fn try_attach(
     sql: &Statements,
     conn: &mut MySqlConnection,
     pool: i64,
     slot_id: SlotId,
-    reclaim: bool,
-    now: Timestamp,
-) -> Result<Step<Administered>, StoreError> {
-    let reclaim = reclaim.then_some(now);
-    if let Some(refused) = lock_slot_and_pool(sql, conn, pool, slot_id, true, reclaim).await? {
-        return Ok(Step::undo(Administered::Done(refused)));
-    }
+) -> Result<bool, StoreError> {
     let inserted = sqlx::query(AssertSqlSafe(sql.attach.as_str()))
         .bind(pool)
         .bind(slot_id.get())
@@ -290,7 +256,7 @@ async fn attach(
         .await
         .map_err(map_err)?;
     if inserted.rows_affected() == 0 {
-        return applied(sql, conn, pool, now).await;
+        return Ok(false);
     }
     let most = i64::try_from(MAX_POOLS_PER_SLOT).map_err(StoreError::failed)?;
     let counted = sqlx::query(AssertSqlSafe(sql.count_pool.as_str()))
@@ -300,30 +266,29 @@ async fn attach(
         .await
         .map_err(map_err)?;
     if counted.rows_affected() != 1 {
-        return Ok(Step::undo(Administered::Done(PoolChange::TooManyPools)));
+        return Ok(false);
     }
     let units = slot_taken_units(sql, conn, slot_id).await?;
     if units > 0 && !take_pool(sql, conn, pool, units).await? {
-        return Ok(Step::undo(Administered::Short));
+        return Ok(false);
     }
     // The slot's waiting entries join the pool's line.
     let waiting = slot_waiting(sql, conn, slot_id).await?;
     count_pool(sql, conn, pool, waiting).await?;
-    applied(sql, conn, pool, now).await
+    Ok(true)
 }
 
-/// Detaches a slot from a pool: its row locked, then the pool's; the membership deleted
-/// (nothing more when it was not there), the slot's count of pools moved down and the units of
-/// its holds held or confirmed given back to the pool.
+/// Detaches a slot from a pool, its row locked, then the pool's: the membership deleted, the
+/// slot's count of pools moved down, the units of its holds held or confirmed given back to
+/// the pool and its waiting entries out of the pool's line. `false` when it was not attached.
 async fn detach(
     sql: &Statements,
     conn: &mut MySqlConnection,
     pool: i64,
     slot_id: SlotId,
-    now: Timestamp,
-) -> Result<Step<Administered>, StoreError> {
-    if let Some(refused) = lock_slot_and_pool(sql, conn, pool, slot_id, false, None).await? {
-        return Ok(Step::undo(Administered::Done(refused)));
+) -> Result<bool, StoreError> {
+    if !lock_slot_and_pool(sql, conn, pool, slot_id, false).await? {
+        return Ok(false);
     }
     let deleted = sqlx::query(AssertSqlSafe(sql.detach.as_str()))
         .bind(pool)
@@ -332,7 +297,7 @@ async fn detach(
         .await
         .map_err(map_err)?;
     if deleted.rows_affected() == 0 {
-        return applied(sql, conn, pool, now).await;
+        return Ok(false);
     }
     let uncounted = sqlx::query(AssertSqlSafe(sql.uncount_pool.as_str()))
         .bind(slot_id.get())
@@ -356,41 +321,26 @@ async fn detach(
     }
     let waiting = slot_waiting(sql, conn, slot_id).await?;
     count_pool(sql, conn, pool, -waiting).await?;
-    // The answer is the change, before the serving of the slot's line and the pool's.
-    let answer = applied(sql, conn, pool, now).await?;
-    let mut lines = Lines::new();
-    lines.slot_and_pools(sql, conn, slot_id).await?;
-    lines.pool(pool);
-    serve(sql, conn, lines, now).await?;
-    Ok(answer)
-}
-
-/// What the conditional update of a pool's capacity came to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Capacity {
-    /// Set: `changed` when it differs from the one before.
-    Set { changed: bool },
-    /// Refused (the free units would not cover a lower capacity), or no such pool.
-    Refused,
+    Ok(true)
 }
 
 /// The conditional update of a pool's capacity, which takes free units only, after the pool's
-/// row is locked (its capacity read then says whether the update changes it: an unchanged
-/// capacity frees nothing and serves no line).
-async fn set_capacity(
+/// row is locked: `true` when it set a capacity the pool did not have already.
+async fn change_capacity(
     sql: &Statements,
     conn: &mut MySqlConnection,
     pool: i64,
     change: CapacityChange,
-) -> Result<Capacity, StoreError> {
+) -> Result<bool, StoreError> {
     let before: Option<i32> = sqlx::query_scalar(AssertSqlSafe(sql.lock_pool.as_str()))
         .bind(pool)
         .fetch_optional(&mut *conn)
         .await
         .map_err(map_err)?;
-    let Some(before) = before else {
-        return Ok(Capacity::Refused);
-    };
+    match before {
+        Some(before) if !change.leaves(before) => {}
+        _ => return Ok(false),
+    }
     let set = bind_capacity(
         sqlx::query(AssertSqlSafe(sql.change_pool_capacity.as_str())),
         change,
@@ -400,96 +350,117 @@ async fn set_capacity(
     .execute(&mut *conn)
     .await
     .map_err(map_err)?;
-    Ok(match set.rows_affected() {
-        1 => Capacity::Set {
-            changed: !change.leaves(before),
-        },
-        _ => Capacity::Refused,
-    })
+    Ok(set.rows_affected() == 1)
 }
 
-/// Sets a pool's capacity, taking free units only, by one conditional update; a changed
-/// capacity serves the pool's line after the answer is read.
-async fn change_capacity(
-    sql: &Statements,
-    conn: &mut MySqlConnection,
-    pool: i64,
-    change: CapacityChange,
-    now: Timestamp,
-) -> Result<Step<Administered>, StoreError> {
-    if let Capacity::Set { changed } = set_capacity(sql, conn, pool, change).await? {
-        let answer = applied(sql, conn, pool, now).await?;
-        if changed {
-            let mut lines = Lines::new();
-            lines.pool(pool);
-            serve(sql, conn, lines, now).await?;
+/// The pool's primitives of a unit of work, on which the core's rule
+/// ([`edit_pool`](slot_booking::store::edit_pool)) changes a pool.
+#[async_trait]
+impl PoolKernel for Kernel<'_> {
+    async fn pool_usage(
+        &mut self,
+        pool_id: PoolId,
+        now: Timestamp,
+    ) -> Result<Option<PoolUsage>, StoreError> {
+        pool_usage(self.sql, self.conn, pool_id.get(), now).await
+    }
+
+    async fn membership(
+        &mut self,
+        pool_id: PoolId,
+        slot_id: SlotId,
+    ) -> Result<Membership, StoreError> {
+        let (slot, pool) = (slot_id.get(), pool_id.get());
+        let (slot_stored, pool_stored, slot_live, attached, pools_of_slot): (
+            i64,
+            i64,
+            i64,
+            i64,
+            i64,
+        ) = sqlx::query_as(AssertSqlSafe(self.sql.membership.as_str()))
+            .bind(slot)
+            .bind(pool)
+            .bind(slot)
+            .bind(slot)
+            .bind(pool)
+            .bind(slot)
+            .fetch_one(&mut *self.conn)
+            .await
+            .map_err(map_err)?;
+        Ok(Membership {
+            slot_stored: slot_stored != 0,
+            slot_live: slot_live != 0,
+            pool: pool_stored != 0,
+            attached: attached != 0,
+            pools_of_slot: usize::try_from(pools_of_slot).map_err(StoreError::failed)?,
+        })
+    }
+
+    async fn update_pool(
+        &mut self,
+        pool_id: PoolId,
+        edit: PoolEdit,
+        _now: Timestamp,
+    ) -> Result<bool, StoreError> {
+        let pool = pool_id.get();
+        match edit {
+            PoolEdit::Attach(slot_id) => attach(self, pool, slot_id).await,
+            PoolEdit::Detach(slot_id) => detach(self.sql, self.conn, pool, slot_id).await,
+            PoolEdit::Capacity(change) => change_capacity(self.sql, self.conn, pool, change).await,
         }
-        return Ok(answer);
     }
-    // Only when the expired holds of its slots would make it fit are they given back.
-    Ok(Step::undo(match pool_usage(sql, conn, pool, now).await? {
-        None => Administered::Done(PoolChange::PoolNotFound),
-        Some(usage)
-            if change
-                .applied_to(usage.pool.capacity)
-                .filter(|capacity| (0..=i64::from(i32::MAX)).contains(capacity))
-                .is_some_and(|capacity| {
-                    i64::from(usage.available()) + capacity - i64::from(usage.pool.capacity) >= 0
-                }) =>
-        {
-            Administered::Short
+
+    /// The slots' rows locked by ascending id, then their pools' and the pool's, then each
+    /// slot's expired holds given back.
+    async fn reclaim_pool(
+        &mut self,
+        pool_id: PoolId,
+        also: Option<SlotId>,
+        now: Timestamp,
+    ) -> Result<Vec<Hold>, StoreError> {
+        let (sql, conn) = (self.sql, &mut *self.conn);
+        let mut slots: BTreeSet<i64> = also.map(SlotId::get).into_iter().collect();
+        slots.extend(slots_of_pool(sql, conn, pool_id.get()).await?);
+        let slots: Vec<SlotId> = slots.into_iter().map(SlotId).collect();
+        for slot in &slots {
+            lock_slot(sql, conn, *slot).await?;
         }
-        Some(usage) => Administered::Done(PoolChange::InUse(usage)),
-    }))
+        let mut pools = BTreeSet::from([pool_id.get()]);
+        for slot in &slots {
+            pools.extend(pools_of_slot(sql, conn, *slot).await?);
+        }
+        for pool in pools {
+            sqlx::query(AssertSqlSafe(sql.lock_pool.as_str()))
+                .bind(pool)
+                .fetch_optional(&mut *conn)
+                .await
+                .map_err(map_err)?;
+        }
+        let mut reclaimed = Vec::new();
+        for slot in &slots {
+            reclaimed.extend(reclaim_locked(sql, conn, *slot, now).await?);
+        }
+        Ok(reclaimed)
+    }
 }
 
-/// A capacity change that the expired holds of the pool's slots would make fit: the slots'
-/// rows locked by ascending id, then their pools' (lock order), their expired holds given
-/// back, then the conditional update once more, and only then the lines of those slots and of
-/// the pool served, so that a waiting entry served first takes none of the units the change
-/// was counting on. Refused even so, nothing of it stays (the reclaim included).
-async fn reclaim_then_change(
-    sql: &Statements,
-    conn: &mut MySqlConnection,
-    pool: i64,
-    change: CapacityChange,
-    now: Timestamp,
-) -> Result<Step<Administered>, StoreError> {
-    let slots: Vec<SlotId> = slots_of_pool(sql, conn, pool)
-        .await?
-        .into_iter()
-        .map(SlotId)
-        .collect();
-    for slot in &slots {
-        lock_slot(sql, conn, *slot).await?;
+/// A pool's administrative changes, each attempt by the core's rule over the store's kernel
+/// in a unit of work of the one write path.
+#[async_trait]
+impl EditPools for Run<'_> {
+    async fn edit_pool_once(
+        &mut self,
+        pool_id: PoolId,
+        edit: PoolEdit,
+        attempt: PoolAttempt,
+        now: Timestamp,
+    ) -> Result<PoolEdited, StoreError> {
+        let sql = self.statements();
+        in_unit!(self, |conn| async move {
+            let mut kernel = Kernel { sql, conn };
+            edit_pool(&mut kernel, pool_id, edit, attempt, now).await
+        })
     }
-    lock_pools_of(sql, conn, &slots).await?;
-    for slot in &slots {
-        reclaim_locked(sql, conn, *slot, now).await?;
-    }
-    // Refused before, it changes the capacity if it is set now.
-    if set_capacity(sql, conn, pool, change).await? == Capacity::Refused {
-        return Ok(Step::undo(Administered::Short));
-    }
-    let answer = applied(sql, conn, pool, now).await?;
-    let mut lines = Lines::new();
-    for slot in &slots {
-        lines.slot_and_pools(sql, conn, *slot).await?;
-    }
-    lines.pool(pool);
-    serve(sql, conn, lines, now).await?;
-    Ok(answer)
-}
-
-/// The pool in use, read after a refused change.
-async fn in_use(store: &MySqlStore, pool: i64, now: Timestamp) -> Result<PoolChange, StoreError> {
-    let mut conn = Pooled::acquire(store).await?;
-    let usage = pool_usage(&store.sql, &mut conn, pool, now).await?;
-    conn.done();
-    Ok(match usage {
-        Some(usage) => PoolChange::InUse(usage),
-        None => PoolChange::PoolNotFound,
-    })
 }
 
 /// Every pool with its slots and units at `now`, by id.
@@ -543,16 +514,7 @@ impl PoolStore for MySqlStore {
         slot_id: SlotId,
         now: Timestamp,
     ) -> Result<Decided<PoolChange>, StoreError> {
-        let (sql, pool) = (&self.sql, pool_id.get());
-        // Short, it is tried once more giving back the slot's expired holds in the same step
-        // (their units are the slot's, which the pool takes).
-        for reclaim in [false, true] {
-            match in_transaction!(self, |conn| attach(sql, conn, pool, slot_id, reclaim, now))? {
-                Administered::Done(change) => return Ok(Decided::new(now, change)),
-                Administered::Short => {}
-            }
-        }
-        Ok(Decided::new(now, in_use(self, pool, now).await?))
+        EditPools::attach_slot(&mut self.run(), pool_id, slot_id, now).await
     }
 
     async fn detach_slot(
@@ -561,32 +523,15 @@ impl PoolStore for MySqlStore {
         slot_id: SlotId,
         now: Timestamp,
     ) -> Result<Decided<PoolChange>, StoreError> {
-        let (sql, pool) = (&self.sql, pool_id.get());
-        match in_transaction!(self, |conn| detach(sql, conn, pool, slot_id, now))? {
-            Administered::Done(change) => Ok(Decided::new(now, change)),
-            Administered::Short => Err(StoreError::failed("detaching never takes units")),
-        }
+        EditPools::detach_slot(&mut self.run(), pool_id, slot_id, now).await
     }
 
     async fn change_pool_capacity(
         &self,
         pool_id: PoolId,
-        capacity: CapacityChange,
+        change: CapacityChange,
         now: Timestamp,
     ) -> Result<Decided<PoolChange>, StoreError> {
-        let (sql, pool) = (&self.sql, pool_id.get());
-        let change =
-            match in_transaction!(self, |conn| change_capacity(sql, conn, pool, capacity, now))? {
-                Administered::Done(change) => change,
-                Administered::Short => {
-                    match in_transaction!(self, |conn| reclaim_then_change(
-                        sql, conn, pool, capacity, now
-                    ))? {
-                        Administered::Done(change) => change,
-                        Administered::Short => in_use(self, pool, now).await?,
-                    }
-                }
-            };
-        Ok(Decided::new(now, change))
+        EditPools::change_pool_capacity(&mut self.run(), pool_id, change, now).await
     }
 }

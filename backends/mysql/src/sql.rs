@@ -99,6 +99,7 @@ pub(crate) struct Statements {
     pub(crate) detach: String,
     pub(crate) uncount_pool: String,
     pub(crate) slot_taken_units: String,
+    pub(crate) membership: String,
     pub(crate) change_pool_capacity: String,
     pub(crate) waitlists: WaitlistStatements,
     /// Table names, for the statements built per call around a list of ids.
@@ -492,6 +493,14 @@ impl Statements {
             detach: write_statement!("DELETE FROM {pool_slots} WHERE pool_id = ? AND slot_id = ?"),
             uncount_pool: write_statement!(
                 "UPDATE {slots} SET pool_count = pool_count - 1 WHERE id = ? AND pool_count > 0"
+            ),
+            // (slot, pool, slot, slot, pool, slot): why attaching or detaching changed nothing.
+            membership: format!(
+                "SELECT EXISTS (SELECT 1 FROM {slots} WHERE id = ?), \
+                        EXISTS (SELECT 1 FROM {pools} WHERE id = ?), \
+                        EXISTS (SELECT 1 FROM {slots} WHERE id = ? AND removed_at IS NULL), \
+                        EXISTS (SELECT 1 FROM {pool_slots} WHERE slot_id = ? AND pool_id = ?), \
+                        (SELECT COUNT(*) FROM {pool_slots} WHERE slot_id = ?)"
             ),
             // (slot id): units of the slot's holds stored as held or confirmed; read once the
             // slot's row is locked (every writer of those holds locks it first).

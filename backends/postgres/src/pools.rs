@@ -367,7 +367,12 @@ impl Run<'_> {
                     read.map(|usage| usage.map_or(PoolChange::PoolNotFound, PoolChange::Applied))
                 );
             }
-            tx.commit().await.map_err(map_err)?;
+            // Nothing else stays: a reclaim that did not make it fit is undone with the change.
+            if flag("applied")? {
+                tx.commit().await.map_err(map_err)?;
+            } else {
+                tx.rollback().await.map_err(map_err)?;
+            }
             if !flag("slot_found")? {
                 let read = self.get_pool(pool_id, now).await?;
                 return Ok(read.map(|_| PoolChange::SlotNotFound));
@@ -450,7 +455,8 @@ impl Run<'_> {
                     read.map(|usage| usage.map_or(PoolChange::PoolNotFound, PoolChange::Applied))
                 );
             }
-            tx.commit().await.map_err(map_err)?;
+            // Not changed: nothing stays, the reclaim that did not make it fit included.
+            tx.rollback().await.map_err(map_err)?;
             if !flag("found")? {
                 let read = self.get_pool(pool_id, now).await?;
                 return Ok(read.map(|_| PoolChange::PoolNotFound));

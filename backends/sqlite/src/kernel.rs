@@ -10,7 +10,7 @@ use sqlx::{AssertSqlSafe, SqliteConnection};
 use crate::map_err;
 use crate::reads::slot_usage;
 use crate::rows::{slot_from_row, to_micros};
-use crate::serve::serve;
+use crate::serve::{serve_lines, Lines};
 use crate::sql::Statements;
 use crate::units::{append_event, reclaim};
 
@@ -95,8 +95,15 @@ impl store::Kernel for Kernel<'_> {
         append_event(self.sql, self.conn, event).await
     }
 
-    async fn serve_slot(&mut self, slot_id: SlotId, now: Timestamp) -> Result<(), StoreError> {
-        serve(self.sql, self.conn, slot_id, now).await?;
+    async fn serve(&mut self, lines: &store::Lines, now: Timestamp) -> Result<(), StoreError> {
+        let mut each = Lines::new();
+        for slot_id in &lines.slots {
+            each.slot_and_pools(self.sql, self.conn, *slot_id).await?;
+        }
+        for pool_id in &lines.pools {
+            each.pool(*pool_id);
+        }
+        serve_lines(self.sql, self.conn, &each, now).await?;
         Ok(())
     }
 

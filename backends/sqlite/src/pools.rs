@@ -17,9 +17,11 @@
 //!   reclaims, [`reclaim_expired`](slot_booking::EventStore::reclaim_expired)) goes through
 //!   [`units::give_back`](crate::units::give_back), whose update returns whether the slot
 //!   belongs to a pool; [`give_back`] then gives the units back to each of its pools.
-//! * **Administration**: attaching, detaching and changing a pool's capacity are conditional
-//!   updates decided by the rows they changed; a refusal is explained by reads in the same
-//!   unit of work, then rolled back with every reclaim it tried.
+//! * **Administration**: attaching, detaching and changing a pool's capacity follow the
+//!   core's rule ([`edit_pool`]) over this store's [`PoolKernel`]: conditional updates decided
+//!   by the rows they changed, a refusal explained by reads in the same unit of work, and a
+//!   pool short for units its slots' expired holds would free tried once more, reclaiming them
+//!   first.
 //!
 //! SQLite admits one writer at a time, so no two of these interleave; give-backs still run by
 //! slot id ascending, as the PostgreSQL store locks.
@@ -27,17 +29,20 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use slot_booking::store::{
+    edit_pool, EditPools, Membership, PoolAttempt, PoolEdit, PoolEdited, PoolKernel,
+};
 use slot_booking::{
-    CapacityChange, Decided, NewPool, Pool, PoolChange, PoolId, PoolUsage, SlotId, SlotUsage,
-    StoreError, Timestamp, TransactionPools, MAX_POOLS_PER_SLOT,
+    CapacityChange, Decided, Hold, NewPool, Pool, PoolId, PoolUsage, SlotId, SlotUsage, StoreError,
+    Timestamp, TransactionPools, MAX_POOLS_PER_SLOT,
 };
 use sqlx::sqlite::{SqliteConnection, SqliteRow};
 use sqlx::{AssertSqlSafe, Row};
 
+use crate::kernel::Kernel;
 use crate::map_err;
 use crate::rows::to_micros;
 use crate::run::{Run, Step};
-use crate::serve::{serve_lines, Lines};
 use crate::sql::Statements;
 use crate::transaction::SqliteWrites;
 use crate::units::reclaim;
@@ -87,54 +92,9 @@ pub(crate) async fn pool_usage(
         .transpose()
 }
 
-/// What `attach_refusal` read: why `attach` changed no row (or `detach` deleted none).
-struct AttachRefusal {
-    /// A slot has the id, removed or not.
-    slot_stored: bool,
-    pool: bool,
-    /// The slot exists and is not removed.
-    slot: bool,
-    attached: bool,
-    pools_of_slot: i64,
-}
-
-async fn attach_refusal(
-    sql: &Statements,
-    conn: &mut SqliteConnection,
-    pool_id: PoolId,
-    slot_id: SlotId,
-) -> Result<AttachRefusal, StoreError> {
-    let (slot_stored, pool, slot, attached, pools_of_slot): (bool, bool, bool, bool, i64) =
-        sqlx::query_as(AssertSqlSafe(sql.pools.attach_refusal.as_str()))
-            .bind(slot_id.get())
-            .bind(pool_id.get())
-            .fetch_one(conn)
-            .await
-            .map_err(map_err)?;
-    Ok(AttachRefusal {
-        slot_stored,
-        pool,
-        slot,
-        attached,
-        pools_of_slot,
-    })
-}
-
-/// The pool as it is now in this unit, for an answer: it exists (the caller has seen it).
-async fn usage_now(
-    sql: &Statements,
-    conn: &mut SqliteConnection,
-    pool_id: PoolId,
-    now: Timestamp,
-) -> Result<PoolUsage, StoreError> {
-    pool_usage(sql, conn, pool_id, now)
-        .await?
-        .ok_or_else(|| StoreError::failed(format!("pool {} is gone", pool_id.get())))
-}
-
 /// Takes the slot's taken units from the pool and records the slot as the pool's: `true`
 /// when the conditional update changed the pool.
-async fn try_attach(
+async fn attach(
     sql: &Statements,
     conn: &mut SqliteConnection,
     pool_id: PoolId,
@@ -160,68 +120,14 @@ async fn try_attach(
     Ok(true)
 }
 
-/// [`PoolStore::attach_slot`](slot_booking::PoolStore::attach_slot) in the unit of work `conn`
-/// is in: the conditional update; when it changes nothing, the reads say why, and only a pool
-/// short of units reclaims the expired holds of the slot and of the pool's slots and tries
-/// once more (rolled back if it is still short).
-async fn attach_slot(
+/// Deletes the membership, then gives the slot's taken units back to the pool: `true` when
+/// the slot was the pool's.
+async fn detach(
     sql: &Statements,
     conn: &mut SqliteConnection,
     pool_id: PoolId,
     slot_id: SlotId,
-    now: Timestamp,
-) -> Result<Step<PoolChange>, StoreError> {
-    if try_attach(sql, conn, pool_id, slot_id).await? {
-        return Ok(Step::keep(PoolChange::Applied(
-            usage_now(sql, conn, pool_id, now).await?,
-        )));
-    }
-    // Checked in the order every store answers: no such slot, no such pool, a removed slot,
-    // attached already, too many pools, then units.
-    let refusal = attach_refusal(sql, conn, pool_id, slot_id).await?;
-    if !refusal.slot_stored {
-        return Ok(Step::undo(PoolChange::SlotNotFound));
-    }
-    if !refusal.pool {
-        return Ok(Step::undo(PoolChange::PoolNotFound));
-    }
-    if !refusal.slot {
-        return Ok(Step::undo(PoolChange::SlotNotFound));
-    }
-    if refusal.attached {
-        return Ok(Step::keep(PoolChange::Applied(
-            usage_now(sql, conn, pool_id, now).await?,
-        )));
-    }
-    if refusal.pools_of_slot >= i64::try_from(MAX_POOLS_PER_SLOT).unwrap_or(i64::MAX) {
-        return Ok(Step::undo(PoolChange::TooManyPools));
-    }
-    let reclaimed = reclaim(sql, &sql.reclaim_expired, conn, slot_id.get(), now)
-        .await?
-        .len()
-        + reclaim(sql, &sql.pools.reclaim_pool, conn, pool_id.get(), now)
-            .await?
-            .len();
-    if reclaimed > 0 && try_attach(sql, conn, pool_id, slot_id).await? {
-        return Ok(Step::keep(PoolChange::Applied(
-            usage_now(sql, conn, pool_id, now).await?,
-        )));
-    }
-    Ok(Step::undo(PoolChange::InUse(
-        usage_now(sql, conn, pool_id, now).await?,
-    )))
-}
-
-/// [`PoolStore::detach_slot`](slot_booking::PoolStore::detach_slot) in the unit of work `conn`
-/// is in: the membership deleted, then the slot's taken units given back to the pool; answered
-/// as that left the pool, and then the pool's line and the slot's served.
-async fn detach_slot(
-    sql: &Statements,
-    conn: &mut SqliteConnection,
-    pool_id: PoolId,
-    slot_id: SlotId,
-    now: Timestamp,
-) -> Result<Step<PoolChange>, StoreError> {
+) -> Result<bool, StoreError> {
     let deleted = sqlx::query(AssertSqlSafe(sql.pools.detach.as_str()))
         .bind(slot_id.get())
         .bind(pool_id.get())
@@ -229,40 +135,25 @@ async fn detach_slot(
         .await
         .map_err(map_err)?;
     if deleted.rows_affected() == 0 {
-        // Nothing deleted: no such slot (a removed one is detached as any other), no such
-        // pool, or not attached (applied, unchanged).
-        let refusal = attach_refusal(sql, conn, pool_id, slot_id).await?;
-        if !refusal.slot_stored {
-            return Ok(Step::undo(PoolChange::SlotNotFound));
-        }
-    } else {
-        let given = sqlx::query(AssertSqlSafe(sql.pools.detach_give_back.as_str()))
-            .bind(slot_id.get())
-            .bind(pool_id.get())
-            .execute(&mut *conn)
-            .await
-            .map_err(map_err)?;
-        if given.rows_affected() != 1 {
-            return Err(StoreError::failed(format!(
-                "a slot of pool {} was detached, but the pool is gone",
-                pool_id.get()
-            )));
-        }
-        // Answered as the detach left the pool; then, the slot's taken units back in the pool
-        // and its entries out of the pool's line, both lines may have a head ready.
-        let usage = usage_now(sql, conn, pool_id, now).await?;
-        let mut lines = Lines::new();
-        lines.pool(pool_id).slot(slot_id);
-        serve_lines(sql, conn, &lines, now).await?;
-        return Ok(Step::keep(PoolChange::Applied(usage)));
+        return Ok(false);
     }
-    Ok(match pool_usage(sql, conn, pool_id, now).await? {
-        Some(usage) => Step::keep(PoolChange::Applied(usage)),
-        None => Step::undo(PoolChange::PoolNotFound),
-    })
+    let given = sqlx::query(AssertSqlSafe(sql.pools.detach_give_back.as_str()))
+        .bind(slot_id.get())
+        .bind(pool_id.get())
+        .execute(&mut *conn)
+        .await
+        .map_err(map_err)?;
+    if given.rows_affected() != 1 {
+        return Err(StoreError::failed(format!(
+            "a slot of pool {} was detached, but the pool is gone",
+            pool_id.get()
+        )));
+    }
+    Ok(true)
 }
 
-async fn try_change_capacity(
+/// The conditional update of a pool's capacity: `true` when it changed it.
+async fn change_capacity(
     sql: &Statements,
     conn: &mut SqliteConnection,
     pool_id: PoolId,
@@ -280,43 +171,90 @@ async fn try_change_capacity(
     Ok(changed.is_some())
 }
 
-/// [`PoolStore::change_pool_capacity`](slot_booking::PoolStore::change_pool_capacity) in the
-/// unit of work `conn` is in: the conditional update; when it changes nothing, the pool read
-/// says whether it is not there or already at that capacity; otherwise the expired holds of
-/// its slots are reclaimed and the update tried once more (rolled back if still refused).
-/// Changed, it is answered as the change left the pool, and the pool's line is then served in
-/// the same unit of work.
-async fn change_pool_capacity(
-    sql: &Statements,
-    conn: &mut SqliteConnection,
-    pool_id: PoolId,
-    change: CapacityChange,
-    now: Timestamp,
-) -> Result<Step<PoolChange>, StoreError> {
-    if !try_change_capacity(sql, conn, pool_id, change).await? {
-        match pool_usage(sql, conn, pool_id, now).await? {
-            None => return Ok(Step::undo(PoolChange::PoolNotFound)),
-            Some(usage) if change.leaves(usage.pool.capacity) => {
-                return Ok(Step::keep(PoolChange::Applied(usage)))
-            }
-            Some(_) => {}
-        }
-        let reclaimed = reclaim(sql, &sql.pools.reclaim_pool, conn, pool_id.get(), now)
-            .await?
-            .len();
-        if reclaimed == 0 || !try_change_capacity(sql, conn, pool_id, change).await? {
-            return Ok(Step::undo(PoolChange::InUse(
-                usage_now(sql, conn, pool_id, now).await?,
-            )));
+/// The pool's primitives of a unit of work, on which the core's rule
+/// ([`edit_pool`](slot_booking::store::edit_pool)) changes a pool. SQLite's one writer holds
+/// the write lock: no lock order to keep.
+#[async_trait]
+impl PoolKernel for Kernel<'_> {
+    async fn pool_usage(
+        &mut self,
+        pool_id: PoolId,
+        now: Timestamp,
+    ) -> Result<Option<PoolUsage>, StoreError> {
+        pool_usage(self.sql, self.conn, pool_id, now).await
+    }
+
+    async fn membership(
+        &mut self,
+        pool_id: PoolId,
+        slot_id: SlotId,
+    ) -> Result<Membership, StoreError> {
+        let (slot_stored, pool, slot_live, attached, pools_of_slot): (bool, bool, bool, bool, i64) =
+            sqlx::query_as(AssertSqlSafe(self.sql.pools.attach_refusal.as_str()))
+                .bind(slot_id.get())
+                .bind(pool_id.get())
+                .fetch_one(&mut *self.conn)
+                .await
+                .map_err(map_err)?;
+        Ok(Membership {
+            slot_stored,
+            slot_live,
+            pool,
+            attached,
+            pools_of_slot: usize::try_from(pools_of_slot).map_err(StoreError::failed)?,
+        })
+    }
+
+    async fn update_pool(
+        &mut self,
+        pool_id: PoolId,
+        edit: PoolEdit,
+        _now: Timestamp,
+    ) -> Result<bool, StoreError> {
+        let (sql, conn) = (self.sql, &mut *self.conn);
+        match edit {
+            PoolEdit::Attach(slot_id) => attach(sql, conn, pool_id, slot_id).await,
+            PoolEdit::Detach(slot_id) => detach(sql, conn, pool_id, slot_id).await,
+            PoolEdit::Capacity(change) => change_capacity(sql, conn, pool_id, change).await,
         }
     }
-    // Answered as the change left the pool; then, the capacity changed, the pool's line is
-    // served.
-    let usage = usage_now(sql, conn, pool_id, now).await?;
-    let mut lines = Lines::new();
-    lines.pool(pool_id);
-    serve_lines(sql, conn, &lines, now).await?;
-    Ok(Step::keep(PoolChange::Applied(usage)))
+
+    async fn reclaim_pool(
+        &mut self,
+        pool_id: PoolId,
+        also: Option<SlotId>,
+        now: Timestamp,
+    ) -> Result<Vec<Hold>, StoreError> {
+        let (sql, conn) = (self.sql, &mut *self.conn);
+        let mut reclaimed = match also {
+            Some(slot_id) => reclaim(sql, &sql.reclaim_expired, conn, slot_id.get(), now).await?,
+            None => Vec::new(),
+        };
+        reclaimed.extend(reclaim(sql, &sql.pools.reclaim_pool, conn, pool_id.get(), now).await?);
+        Ok(reclaimed)
+    }
+}
+
+/// A pool's administrative changes, each attempt by the core's rule over the store's kernel
+/// in a unit of work of the one write path.
+#[async_trait]
+impl EditPools for Run<'_> {
+    async fn edit_pool_once(
+        &mut self,
+        pool_id: PoolId,
+        edit: PoolEdit,
+        attempt: PoolAttempt,
+        now: Timestamp,
+    ) -> Result<PoolEdited, StoreError> {
+        let sql = Arc::clone(&self.sql);
+        let mut unit = self.unit().await?;
+        let mut kernel = Kernel {
+            sql: &sql,
+            conn: unit.connection(),
+        };
+        let step = edit_pool(&mut kernel, pool_id, edit, attempt, now).await;
+        unit.finish(step).await
+    }
 }
 
 impl Run<'_> {
@@ -372,42 +310,6 @@ impl Run<'_> {
             .map(pool_usage_from_row)
             .collect::<Result<_, _>>()?;
         Ok(Decided::new(now, pools))
-    }
-
-    pub(crate) async fn attach_slot(
-        &mut self,
-        pool_id: PoolId,
-        slot_id: SlotId,
-        now: Timestamp,
-    ) -> Result<Decided<PoolChange>, StoreError> {
-        let sql = Arc::clone(&self.sql);
-        let mut unit = self.unit().await?;
-        let step = attach_slot(&sql, unit.connection(), pool_id, slot_id, now).await;
-        Ok(Decided::new(now, unit.finish(step).await?))
-    }
-
-    pub(crate) async fn detach_slot(
-        &mut self,
-        pool_id: PoolId,
-        slot_id: SlotId,
-        now: Timestamp,
-    ) -> Result<Decided<PoolChange>, StoreError> {
-        let sql = Arc::clone(&self.sql);
-        let mut unit = self.unit().await?;
-        let step = detach_slot(&sql, unit.connection(), pool_id, slot_id, now).await;
-        Ok(Decided::new(now, unit.finish(step).await?))
-    }
-
-    pub(crate) async fn change_pool_capacity(
-        &mut self,
-        pool_id: PoolId,
-        change: CapacityChange,
-        now: Timestamp,
-    ) -> Result<Decided<PoolChange>, StoreError> {
-        let sql = Arc::clone(&self.sql);
-        let mut unit = self.unit().await?;
-        let step = change_pool_capacity(&sql, unit.connection(), pool_id, change, now).await;
-        Ok(Decided::new(now, unit.finish(step).await?))
     }
 
     /// The slot with its units at `now`, removed slots included.

@@ -27,12 +27,6 @@ impl Lines {
         Lines::default()
     }
 
-    /// Adds the slot's line.
-    pub(crate) fn slot(&mut self, slot_id: SlotId) -> &mut Self {
-        self.0.slots.insert(slot_id);
-        self
-    }
-
     /// Adds the pool's line.
     pub(crate) fn pool(&mut self, pool_id: PoolId) -> &mut Self {
         self.0.pools.insert(pool_id);

@@ -5,7 +5,7 @@
 use super::*;
 use crate::run::{Run, SqliteTransaction, Target};
 // The administrative writes of `Run` (forwarded below) follow from its `edit_slot`.
-use slot_booking::store::EditSlots as _;
+use slot_booking::store::{EditPools as _, EditSlots as _};
 
 // Every operation of the store's own, through the same statements as the caller's writes.
 slot_booking::forward_store!(

@@ -404,6 +404,56 @@ pub(super) async fn pool_capacity_never_below_its_taken_units<
     );
 }
 
+/// A pool's change reclaims the expired holds of its slots (and of the slot to attach) only
+/// when that makes it fit: refused even so, every hold stays as it was.
+pub(super) async fn pool_changes_reclaim_only_what_makes_them_fit<
+    S: PoolStore + BookingStore + SlotAdmin,
+>(
+    store: S,
+) {
+    let f = Fixture::new(store);
+    let (a, b) = (f.slot(5, hours(1)).await, f.slot(5, hours(2)).await);
+    let pool = f.pool(4, &[a]).await;
+    for (slot, key) in [(a, "sold-a"), (b, "sold-b")] {
+        let sold = f.take(slot, key, 1).await.unwrap();
+        f.engine.confirm(&ANY, sold).await.unwrap();
+    }
+    let lapsed = f.take(a, "lapsed", 2).await.unwrap();
+    let lapsed_b = f.take(b, "lapsed-b", 1).await.unwrap();
+    f.advance(Duration::minutes(10));
+    let code = |r: Result<PoolSummary, BookingError>| r.unwrap_err().code();
+
+    // Down to 0 the pool would give up its confirmed unit too.
+    assert_eq!(
+        code(f.engine.change_pool_capacity(pool, 0).await),
+        "pool_in_use"
+    );
+    assert_eq!(
+        f.stored_status(lapsed).await,
+        Some(HoldStatus::Held),
+        "nothing reclaimed"
+    );
+    // A pool of 0 cannot take b's confirmed unit, expired hold given back or not.
+    let empty = f.pool(0, &[]).await;
+    assert_eq!(code(f.engine.attach_slot(empty, b).await), "pool_in_use");
+    assert_eq!(
+        f.stored_status(lapsed_b).await,
+        Some(HoldStatus::Held),
+        "nothing reclaimed"
+    );
+
+    // A pool of 1 can, once b's expired hold is given back.
+    let one = f.pool(1, &[]).await;
+    let attached = f.engine.attach_slot(one, b).await.unwrap();
+    assert_eq!((attached.remaining, attached.confirmed), (0, 1));
+    assert_eq!(f.stored_status(lapsed_b).await, Some(HoldStatus::Expired));
+    // Down to 1 the pool keeps its confirmed unit, once a's expired hold is given back.
+    let lowered = f.engine.change_pool_capacity(pool, 1).await.unwrap();
+    assert_eq!((lowered.capacity, lowered.remaining), (1, 0));
+    assert_eq!(f.stored_status(lapsed).await, Some(HoldStatus::Expired));
+    assert_eq!(f.available(a).await, Some(0));
+}
+
 /// An engine's own hold shows at once in its cached listing on every slot of the pool it
 /// drew from; a pool change shows at once too.
 pub(super) async fn pools_show_in_the_cached_listing_at_once<
