@@ -16,10 +16,10 @@
 //! serves a newcomer before the line.
 //!
 //! Attaching, detaching and changing a pool's capacity follow the core's rule
-//! ([`edit_pool`]) over this store's [`PoolKernel`]. Short for units its slots' expired holds
-//! would free, a change runs once more in a step of its own that reclaims them first (the
-//! slots, then the pools, locked by ascending id): the first step locked the pool, and a slot
-//! locked after it would break the lock order.
+//! ([`edit_pool`](slot_booking::store::edit_pool)) over this store's [`PoolKernel`]. Short
+//! for units its slots' expired holds would free, a change runs once more in a step of its own
+//! that reclaims them first (the slots, then the pools, locked by ascending id): the first step
+//! locked the pool, and a slot locked after it would break the lock order.
 //!
 //! Attaching and detaching write the slot's row (its `pool_count`, which also caps a slot's
 //! pools), as every take of its units does: on a Galera cluster a take and a change of the
@@ -27,9 +27,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use slot_booking::store::{
-    edit_pool, EditPools, Kernel as _, Membership, PoolAttempt, PoolEdit, PoolEdited, PoolKernel,
-};
+use slot_booking::store::{EditPools, Kernel as _, Membership, PoolEdit, PoolKernel};
 use slot_booking::{
     async_trait, CapacityChange, Decided, Hold, NewPool, Pool, PoolChange, PoolId, PoolStore,
     PoolUsage, SlotId, StoreError, Timestamp, MAX_POOLS_PER_SLOT,
@@ -42,7 +40,6 @@ use crate::kernel::Kernel;
 use crate::pooled::Pooled;
 use crate::retry::in_transaction;
 use crate::rows::to_micros;
-use crate::run::{in_unit, Run};
 use crate::serve::{serve, Lines};
 use crate::sql::Statements;
 use crate::units::{id_of, lock_pools_of, lock_slot, pools_of_slot, reclaim_locked, Step};
@@ -441,25 +438,6 @@ impl PoolKernel for Kernel<'_> {
             reclaimed.extend(reclaim_locked(sql, conn, *slot, now).await?);
         }
         Ok(reclaimed)
-    }
-}
-
-/// A pool's administrative changes, each attempt by the core's rule over the store's kernel
-/// in a unit of work of the one write path.
-#[async_trait]
-impl EditPools for Run<'_> {
-    async fn edit_pool_once(
-        &mut self,
-        pool_id: PoolId,
-        edit: PoolEdit,
-        attempt: PoolAttempt,
-        now: Timestamp,
-    ) -> Result<PoolEdited, StoreError> {
-        let sql = self.statements();
-        in_unit!(self, |conn| async move {
-            let mut kernel = Kernel { sql, conn };
-            edit_pool(&mut kernel, pool_id, edit, attempt, now).await
-        })
     }
 }
 

@@ -18,10 +18,10 @@
 //!   [`units::give_back`](crate::units::give_back), whose update returns whether the slot
 //!   belongs to a pool; [`give_back`] then gives the units back to each of its pools.
 //! * **Administration**: attaching, detaching and changing a pool's capacity follow the
-//!   core's rule ([`edit_pool`]) over this store's [`PoolKernel`]: conditional updates decided
-//!   by the rows they changed, a refusal explained by reads in the same unit of work, and a
-//!   pool short for units its slots' expired holds would free tried once more, reclaiming them
-//!   first.
+//!   core's rule ([`edit_pool`](slot_booking::store::edit_pool)) over this store's
+//!   [`PoolKernel`]: conditional updates decided by the rows they changed, a refusal explained
+//!   by reads in the same unit of work, and a pool short for units its slots' expired holds
+//!   would free tried once more, reclaiming them first.
 //!
 //! SQLite admits one writer at a time, so no two of these interleave; give-backs still run by
 //! slot id ascending, as the PostgreSQL store locks.
@@ -29,9 +29,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use slot_booking::store::{
-    edit_pool, EditPools, Membership, PoolAttempt, PoolEdit, PoolEdited, PoolKernel,
-};
+use slot_booking::store::{Membership, PoolEdit, PoolKernel};
 use slot_booking::{
     CapacityChange, Decided, Hold, NewPool, Pool, PoolId, PoolUsage, SlotId, SlotUsage, StoreError,
     Timestamp, TransactionPools, MAX_POOLS_PER_SLOT,
@@ -232,28 +230,6 @@ impl PoolKernel for Kernel<'_> {
         };
         reclaimed.extend(reclaim(sql, &sql.pools.reclaim_pool, conn, pool_id.get(), now).await?);
         Ok(reclaimed)
-    }
-}
-
-/// A pool's administrative changes, each attempt by the core's rule over the store's kernel
-/// in a unit of work of the one write path.
-#[async_trait]
-impl EditPools for Run<'_> {
-    async fn edit_pool_once(
-        &mut self,
-        pool_id: PoolId,
-        edit: PoolEdit,
-        attempt: PoolAttempt,
-        now: Timestamp,
-    ) -> Result<PoolEdited, StoreError> {
-        let sql = Arc::clone(&self.sql);
-        let mut unit = self.unit().await?;
-        let mut kernel = Kernel {
-            sql: &sql,
-            conn: unit.connection(),
-        };
-        let step = edit_pool(&mut kernel, pool_id, edit, attempt, now).await;
-        unit.finish(step).await
     }
 }
 
