@@ -42,13 +42,13 @@ use crate::retry::in_transaction;
 use crate::rows::to_micros;
 use crate::serve::{serve, Lines};
 use crate::sql::Statements;
-use crate::units::{id_of, lock_pools_of, lock_slot, pools_of_slot, reclaim_locked, Step};
-use crate::writes::{reclaim_slot, slot_limits, take_pool};
+use crate::units::{id_of, lock_slot, pools_of_slot, reclaim_locked, Step};
+use crate::writes::{slot_limits, take_pool};
 use crate::{map_err, MySqlStore};
 
-/// Gives back the expired holds of every slot of `pools` (and of `slot`): those slots' rows
-/// locked by ascending id, then their pools', then each slot's expired holds reclaimed (one
-/// `hold_expired` event each). How many holds it reclaimed.
+/// Gives back the expired holds of every slot of `pools` (and of `slot`), in a step of its own
+/// ([`reclaim_slots`]), then serves those slots' lines and their pools'. How many holds it
+/// reclaimed.
 pub(crate) async fn reclaim_pools(
     sql: &Statements,
     conn: &mut MySqlConnection,
@@ -60,19 +60,44 @@ pub(crate) async fn reclaim_pools(
     for pool in pools {
         slots.extend(slots_of_pool(sql, conn, *pool).await?);
     }
-    for slot in &slots {
-        lock_slot(sql, conn, SlotId(*slot)).await?;
-    }
-    let locked: Vec<SlotId> = slots.iter().map(|slot| SlotId(*slot)).collect();
-    lock_pools_of(sql, conn, &locked).await?;
-    let mut reclaimed = 0;
+    let reclaimed = reclaim_slots(sql, conn, &slots, None, now).await?;
     let mut lines = Lines::new();
     for slot in &slots {
-        reclaimed += reclaim_slot(sql, conn, SlotId(*slot), now).await?.len();
         lines.slot_and_pools(sql, conn, SlotId(*slot)).await?;
     }
     serve(sql, conn, lines, now).await?;
-    Ok(Step::keep(reclaimed))
+    Ok(Step::keep(reclaimed.len()))
+}
+
+/// Gives back the expired holds of `slots`: their rows locked by ascending id, then their
+/// pools' and `pool`'s by ascending id (the lock order), then each slot's expired holds
+/// reclaimed (one `hold_expired` event each). The holds reclaimed.
+async fn reclaim_slots(
+    sql: &Statements,
+    conn: &mut MySqlConnection,
+    slots: &BTreeSet<i64>,
+    pool: Option<i64>,
+    now: Timestamp,
+) -> Result<Vec<Hold>, StoreError> {
+    for slot in slots {
+        lock_slot(sql, conn, SlotId(*slot)).await?;
+    }
+    let mut pools: BTreeSet<i64> = pool.into_iter().collect();
+    for slot in slots {
+        pools.extend(pools_of_slot(sql, conn, SlotId(*slot)).await?);
+    }
+    for pool in pools {
+        sqlx::query(AssertSqlSafe(sql.lock_pool.as_str()))
+            .bind(pool)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(map_err)?;
+    }
+    let mut reclaimed = Vec::new();
+    for slot in slots {
+        reclaimed.extend(reclaim_locked(sql, conn, SlotId(*slot), now).await?);
+    }
+    Ok(reclaimed)
 }
 
 /// The ids of a pool's slots, ascending.
@@ -407,37 +432,16 @@ impl PoolKernel for Kernel<'_> {
         }
     }
 
-    /// The slots' rows locked by ascending id, then their pools' and the pool's, then each
-    /// slot's expired holds given back.
     async fn reclaim_pool(
         &mut self,
         pool_id: PoolId,
         also: Option<SlotId>,
         now: Timestamp,
     ) -> Result<Vec<Hold>, StoreError> {
-        let (sql, conn) = (self.sql, &mut *self.conn);
+        let (sql, pool) = (self.sql, pool_id.get());
         let mut slots: BTreeSet<i64> = also.map(SlotId::get).into_iter().collect();
-        slots.extend(slots_of_pool(sql, conn, pool_id.get()).await?);
-        let slots: Vec<SlotId> = slots.into_iter().map(SlotId).collect();
-        for slot in &slots {
-            lock_slot(sql, conn, *slot).await?;
-        }
-        let mut pools = BTreeSet::from([pool_id.get()]);
-        for slot in &slots {
-            pools.extend(pools_of_slot(sql, conn, *slot).await?);
-        }
-        for pool in pools {
-            sqlx::query(AssertSqlSafe(sql.lock_pool.as_str()))
-                .bind(pool)
-                .fetch_optional(&mut *conn)
-                .await
-                .map_err(map_err)?;
-        }
-        let mut reclaimed = Vec::new();
-        for slot in &slots {
-            reclaimed.extend(reclaim_locked(sql, conn, *slot, now).await?);
-        }
-        Ok(reclaimed)
+        slots.extend(slots_of_pool(sql, self.conn, pool).await?);
+        reclaim_slots(sql, self.conn, &slots, Some(pool), now).await
     }
 }
 
