@@ -316,7 +316,8 @@ pub use prefix::{InvalidTablePrefix, TablePrefix, DEFAULT_TABLE_PREFIX};
 pub use queries::HoldQueries;
 pub use refill::{take_with_refill, Attempt, Refill, RefillOps};
 pub use rows::{
-    entry_of, event_of, from_micros, hold_of, owner_of, resource_of, slot_of, usage_of, Columns,
+    entry_of, event_of, from_micros, hold_of, owner_of, pool_usage_of, resource_of, slot_of,
+    usage_of, Columns,
 };
 pub use serve::{serve_lines, HeadState, LineOps, Lines, OfferPlan, Units};
 pub use slot_edit::{edit_slot, EditSlots};

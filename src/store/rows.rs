@@ -8,15 +8,15 @@
 //! `id`, `starts_at`, `ends_at`, `capacity`, `remaining`, `resource`, `closed`, `removed_at`;
 //! an event's `kind`, `slot_id`, `hold_id`, `booking_id`, `owner`, `quantity`, `occurred_at`;
 //! a waiting entry's `id`, `slot_id`, `quantity`, `owner`, `priority`, `joined_at`,
-//! `offer_micros`. A store whose statement names them otherwise (a prefix, say) renames them
+//! `offer_micros`; a pool's `id`, `capacity`, `remaining`. A store whose statement names them otherwise (a prefix, say) renames them
 //! in its [`Columns`].
 
 use std::str::FromStr;
 
 use super::error::StoreError;
 use crate::model::{
-    EntryId, Event, EventKind, EventPosition, Hold, HoldId, HoldStatus, OwnerId, ResourceId, Slot,
-    SlotId, SlotUsage, Timestamp, WaitlistEntry,
+    EntryId, Event, EventKind, EventPosition, Hold, HoldId, HoldStatus, OwnerId, Pool, PoolId,
+    PoolUsage, ResourceId, Slot, SlotId, SlotUsage, Timestamp, WaitlistEntry,
 };
 
 /// How a store reads the columns of one of its rows, by name: the few types the crate's
@@ -143,6 +143,23 @@ pub fn usage_of(row: &impl Columns) -> Result<SlotUsage, StoreError> {
     })
 }
 
+/// The pool of a row of a pool read, with its units `held` and `expired` (sums, read as
+/// 64-bit integers) and its `slots` (which each store reads its own way), sorted here.
+pub fn pool_usage_of(row: &impl Columns, mut slots: Vec<SlotId>) -> Result<PoolUsage, StoreError> {
+    let units = |column: &str| i32::try_from(row.int(column)?).map_err(StoreError::failed);
+    slots.sort_unstable();
+    Ok(PoolUsage {
+        pool: Pool {
+            pool_id: PoolId(row.int("id")?),
+            capacity: row.units("capacity")?,
+            stored_remaining: row.units("remaining")?,
+            slots,
+        },
+        held: units("held")?,
+        expired: units("expired")?,
+    })
+}
+
 /// The event of a row of the event log, at `position` (which each store keeps its own way).
 pub fn event_of(row: &impl Columns, position: EventPosition) -> Result<Event, StoreError> {
     Ok(Event {
@@ -244,5 +261,23 @@ mod tests {
         missing.0.remove("created_at");
         assert!(hold_of(&missing).is_err(), "a missing column");
         assert!(from_micros(i64::MAX).is_err(), "out of chrono's range");
+    }
+
+    #[test]
+    fn a_pool_row_sums_its_units_and_sorts_its_slots() {
+        let mut row = Row(HashMap::from([
+            ("id", Some("5")),
+            ("capacity", Some("10")),
+            ("remaining", Some("4")),
+            ("held", Some("2")),
+            ("expired", Some("1")),
+        ]));
+        let usage = pool_usage_of(&row, vec![SlotId(9), SlotId(2)]).unwrap();
+        assert_eq!(usage.pool.pool_id, PoolId(5));
+        assert_eq!((usage.pool.capacity, usage.pool.stored_remaining), (10, 4));
+        assert_eq!((usage.held, usage.expired), (2, 1));
+        assert_eq!(usage.pool.slots, [SlotId(2), SlotId(9)]);
+        row.0.insert("held", Some("4294967296"));
+        assert!(pool_usage_of(&row, Vec::new()).is_err(), "a sum past i32");
     }
 }

@@ -39,7 +39,7 @@ use crate::fragments::bind_capacity;
 use crate::kernel::Kernel;
 use crate::pooled::Pooled;
 use crate::retry::in_transaction;
-use crate::rows::to_micros;
+use crate::rows::{to_micros, Cols};
 use crate::serve::{serve, Lines};
 use crate::sql::Statements;
 use crate::units::{id_of, lock_slot, pools_of_slot, reclaim_locked, Step};
@@ -115,20 +115,7 @@ async fn slots_of_pool(
 
 /// A row of `pool_usage` or `all_pools`, with the pool's slots.
 fn usage_from_row(row: &MySqlRow, slots: Vec<SlotId>) -> Result<PoolUsage, StoreError> {
-    let units = |column: &str| -> Result<i32, StoreError> {
-        let sum: i64 = row.try_get(column).map_err(map_err)?;
-        i32::try_from(sum).map_err(StoreError::failed)
-    };
-    Ok(PoolUsage {
-        pool: Pool {
-            pool_id: PoolId(row.try_get("id").map_err(map_err)?),
-            capacity: row.try_get("capacity").map_err(map_err)?,
-            stored_remaining: row.try_get("remaining").map_err(map_err)?,
-            slots,
-        },
-        held: units("held")?,
-        expired: units("expired")?,
-    })
+    slot_booking::store::pool_usage_of(&Cols(row), slots)
 }
 
 /// The pool `pool` with its slots and units at `now`, if it exists.

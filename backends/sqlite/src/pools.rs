@@ -29,7 +29,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use slot_booking::store::{Membership, PoolEdit, PoolKernel};
+use slot_booking::store::{self, Membership, PoolEdit, PoolKernel};
 use slot_booking::{
     CapacityChange, Decided, Hold, NewPool, Pool, PoolId, PoolUsage, SlotId, SlotUsage, StoreError,
     Timestamp, TransactionPools, MAX_POOLS_PER_SLOT,
@@ -39,37 +39,23 @@ use sqlx::{AssertSqlSafe, Row};
 
 use crate::kernel::Kernel;
 use crate::map_err;
-use crate::rows::to_micros;
+use crate::rows::{to_micros, Cols};
 use crate::run::{Run, Step};
 use crate::sql::Statements;
 use crate::transaction::SqliteWrites;
 use crate::units::reclaim;
 
-/// A row of `pool_usage` or `every_pool`.
+/// A row of `pool_usage` or `every_pool`: its slots listed in one column, by commas.
 fn pool_usage_from_row(row: &SqliteRow) -> Result<PoolUsage, StoreError> {
-    let units = |column: &str| -> Result<i32, StoreError> {
-        let sum: i64 = row.try_get(column).map_err(map_err)?;
-        i32::try_from(sum).map_err(StoreError::failed)
-    };
     let listed: Option<String> = row.try_get("slots").map_err(map_err)?;
-    let mut slots = listed
+    let slots = listed
         .as_deref()
         .unwrap_or("")
         .split(',')
         .filter(|id| !id.is_empty())
         .map(|id| id.parse::<i64>().map(SlotId).map_err(StoreError::failed))
         .collect::<Result<Vec<_>, _>>()?;
-    slots.sort_unstable();
-    Ok(PoolUsage {
-        pool: Pool {
-            pool_id: PoolId(row.try_get("id").map_err(map_err)?),
-            capacity: row.try_get("capacity").map_err(map_err)?,
-            stored_remaining: row.try_get("remaining").map_err(map_err)?,
-            slots,
-        },
-        held: units("held")?,
-        expired: units("expired")?,
-    })
+    store::pool_usage_of(&Cols(row), slots)
 }
 
 /// The pool with its units at `now`, if it exists.
