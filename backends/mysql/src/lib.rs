@@ -145,8 +145,8 @@ pub use transaction::MySqlWrites;
 
 use fragments::RESERVED_PREFIX;
 // The administrative writes of `Run` (forwarded below) follow from its `edit_slot`.
-use slot_booking::store::EditSlots as _;
 use slot_booking::store::TablePrefix;
+use slot_booking::store::{EditPools as _, EditSlots as _};
 use sql::Statements;
 
 /// Connections in the pool [`MySqlStore::connect`] opens.
@@ -296,6 +296,6 @@ pub(crate) fn map_err(error: sqlx::Error) -> StoreError {
 
 // Every operation of the store's own, through the one write path (`run.rs`).
 slot_booking::forward_store!(
-    impl[] HoldStore, BookingStore, SlotAdmin, HoldQueries for MySqlStore,
+    impl[] HoldStore, BookingStore, PoolStore, WaitlistStore, SlotAdmin, HoldQueries for MySqlStore,
     |this| this.run()
 );

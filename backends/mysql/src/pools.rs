@@ -1,6 +1,6 @@
-//! Pools: capacities several slots draw from ([`PoolStore`]), a `remaining` per pool beside
-//! each slot's, under the pool invariant `remaining + units held and confirmed on its slots =
-//! capacity` (migration 4).
+//! Pools: capacities several slots draw from ([`PoolStore`](slot_booking::PoolStore)), a
+//! `remaining` per pool beside each slot's, under the pool invariant `remaining + units held
+//! and confirmed on its slots = capacity` (migration 4).
 //!
 //! Every take of a slot's units takes them from each of its pools in the same transaction, by
 //! one conditional decrement per pool (`writes::take_with_pools`, and a booking's per pool for
@@ -27,10 +27,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use slot_booking::store::{EditPools, Kernel as _, Membership, PoolEdit, PoolKernel};
+use slot_booking::store::{Kernel as _, Membership, PoolEdit, PoolKernel};
 use slot_booking::{
-    async_trait, CapacityChange, Decided, Hold, NewPool, Pool, PoolChange, PoolId, PoolStore,
-    PoolUsage, SlotId, StoreError, Timestamp, MAX_POOLS_PER_SLOT,
+    async_trait, CapacityChange, Decided, Hold, Pool, PoolId, PoolUsage, SlotId, StoreError,
+    Timestamp, MAX_POOLS_PER_SLOT,
 };
 use sqlx::mysql::{MySqlConnection, MySqlRow};
 use sqlx::{AssertSqlSafe, Row};
@@ -38,7 +38,6 @@ use sqlx::{AssertSqlSafe, Row};
 use crate::fragments::bind_capacity;
 use crate::kernel::Kernel;
 use crate::pooled::Pooled;
-use crate::retry::in_transaction;
 use crate::rows::{to_micros, Cols};
 use crate::serve::{serve, Lines};
 use crate::sql::Statements;
@@ -187,7 +186,7 @@ async fn count_pool(
 
 /// Inserts a pool of `capacity` with no slot, in a step like every write (never in
 /// autocommit: a connection a cancelled step left read-only by default refuses that).
-async fn create(
+pub(crate) async fn create(
     sql: &Statements,
     conn: &mut MySqlConnection,
     capacity: i32,
@@ -460,47 +459,4 @@ pub(crate) async fn all_pools(
         pools.push(usage_from_row(row, slots.remove(&id).unwrap_or_default())?);
     }
     Ok(Decided::new(now, pools))
-}
-
-#[async_trait]
-impl PoolStore for MySqlStore {
-    async fn create_pool(&self, pool: &NewPool, _now: Timestamp) -> Result<Pool, StoreError> {
-        in_transaction!(self, |conn| create(&self.sql, conn, pool.capacity))
-    }
-
-    async fn get_pool(
-        &self,
-        pool_id: PoolId,
-        now: Timestamp,
-    ) -> Result<Decided<Option<PoolUsage>>, StoreError> {
-        let usage = self.run().get_pool(pool_id, now).await?;
-        Ok(Decided::new(now, usage))
-    }
-
-    async fn attach_slot(
-        &self,
-        pool_id: PoolId,
-        slot_id: SlotId,
-        now: Timestamp,
-    ) -> Result<Decided<PoolChange>, StoreError> {
-        EditPools::attach_slot(&mut self.run(), pool_id, slot_id, now).await
-    }
-
-    async fn detach_slot(
-        &self,
-        pool_id: PoolId,
-        slot_id: SlotId,
-        now: Timestamp,
-    ) -> Result<Decided<PoolChange>, StoreError> {
-        EditPools::detach_slot(&mut self.run(), pool_id, slot_id, now).await
-    }
-
-    async fn change_pool_capacity(
-        &self,
-        pool_id: PoolId,
-        change: CapacityChange,
-        now: Timestamp,
-    ) -> Result<Decided<PoolChange>, StoreError> {
-        EditPools::change_pool_capacity(&mut self.run(), pool_id, change, now).await
-    }
 }

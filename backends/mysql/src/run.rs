@@ -22,15 +22,15 @@ use async_trait::async_trait;
 use slot_booking::store::{first_that_fits, PlaceOne};
 use slot_booking::{
     AnyHoldOutcome, AnyHoldRequest, AvailabilityEntry, AvailabilityQuery, ConsumerId, Decided,
-    EventPosition, Hold, HoldId, HoldOutcome, HoldRequest, LeaseHolder, NewSlot, OwnerId,
-    PageRequest, PoolId, PoolUsage, RenewRequest, Scope, Slot, SlotCursor, SlotId, SlotUsage,
-    StoreError, Timestamp, Transition,
+    EntryId, EventPosition, Hold, HoldId, HoldOutcome, HoldRequest, JoinOutcome, JoinRequest,
+    LeaseHolder, NewPool, NewSlot, OwnerId, PageRequest, Pool, PoolId, PoolUsage, RenewRequest,
+    Scope, Slot, SlotCursor, SlotId, SlotUsage, StoreError, Timestamp, Transition, WaitlistEntry,
 };
 use sqlx::mysql::MySqlConnection;
 
 use crate::retry::reading;
 use crate::sql::Statements;
-use crate::{events, pools, reads, writes, MySqlStore};
+use crate::{events, pools, reads, waitlists, writes, MySqlStore};
 
 /// Where an operation runs: on the store's pool (`caller` `None`), or on the caller's
 /// connection.
@@ -294,13 +294,67 @@ impl Run<'_> {
         &mut self,
         pool_id: PoolId,
         now: Timestamp,
-    ) -> Result<Option<PoolUsage>, StoreError> {
+    ) -> Result<Decided<Option<PoolUsage>>, StoreError> {
         let sql = self.statements();
-        reading!(self, |conn| pools::pool_usage(
+        let usage = reading!(self, |conn| pools::pool_usage(
             sql,
             conn,
             pool_id.get(),
             now
-        ))
+        ))?;
+        Ok(Decided::new(now, usage))
+    }
+
+    pub(crate) async fn create_pool(
+        &mut self,
+        pool: &NewPool,
+        _now: Timestamp,
+    ) -> Result<Pool, StoreError> {
+        let sql = self.statements();
+        in_unit!(self, |conn| pools::create(sql, conn, pool.capacity))
+    }
+}
+
+// The store's waitlist operations, which `forward_store!` forwards `WaitlistStore` to.
+impl Run<'_> {
+    pub(crate) async fn join_waitlist(
+        &mut self,
+        request: JoinRequest<'_>,
+    ) -> Result<Decided<JoinOutcome>, StoreError> {
+        let sql = self.statements();
+        let now = request.hold.now;
+        let joined = in_unit!(self, |conn| waitlists::join(sql, conn, &request))?;
+        let outcome = match joined {
+            Some(outcome) => outcome,
+            None => reading!(self, |conn| waitlists::key_answer(sql, conn, &request))?
+                .unwrap_or(JoinOutcome::Refused(HoldOutcome::KeyReused(None))),
+        };
+        Ok(Decided::new(now, outcome))
+    }
+
+    pub(crate) async fn leave_waitlist(
+        &mut self,
+        entry_id: EntryId,
+        scope: &Scope,
+        now: Timestamp,
+    ) -> Result<Decided<Option<WaitlistEntry>>, StoreError> {
+        let sql = self.statements();
+        let left = in_unit!(self, |conn| waitlists::leave(
+            sql, conn, entry_id, scope, now
+        ))?;
+        Ok(Decided::new(now, left))
+    }
+
+    pub(crate) async fn waitlist_entry(
+        &mut self,
+        entry_id: EntryId,
+        scope: &Scope,
+        now: Timestamp,
+    ) -> Result<Decided<Option<(WaitlistEntry, u32)>>, StoreError> {
+        let sql = self.statements();
+        let entry = reading!(self, |conn| waitlists::entry_in_scope(
+            sql, conn, entry_id, scope
+        ))?;
+        Ok(Decided::new(now, entry))
     }
 }

@@ -104,7 +104,7 @@ impl TransactionPools for MySqlWrites<'_> {
         pool_id: PoolId,
         now: Timestamp,
     ) -> Result<Option<PoolUsage>, StoreError> {
-        self.run().get_pool(pool_id, now).await
+        Ok(self.run().get_pool(pool_id, now).await?.outcome)
     }
 
     async fn slot_usage(

@@ -1,8 +1,8 @@
-//! Waitlists ([`WaitlistStore`]): a request joins its slot's line when its units are short and
-//! is offered them (a hold of its owner, for its offer window) in the step that frees them
-//! (the `serve` module). A waiting entry is a row of the holds table with status `waiting`
-//! (migration 5): its key is taken like a hold's, and offering it turns the row into the held
-//! hold of the same id.
+//! Waitlists ([`WaitlistStore`](slot_booking::WaitlistStore)): a request joins its slot's line when
+//! its units are short and is offered them (a hold of its owner, for its offer window) in the step
+//! that frees them (the `serve` module). A waiting entry is a row of the holds table with status
+//! `waiting` (migration 5): its key is taken like a hold's, and offering it turns the row into the
+//! held hold of the same id.
 //!
 //! A join locks its slot's row, then its pools' (ascending), answers a key in use (a replay of
 //! the entry or of its offer, or the key reused) and a slot that does not sell or a quantity
@@ -11,20 +11,19 @@
 //! pools'. A leave deletes the entry (its key with it), counts it out and serves the same lines.
 
 use slot_booking::{
-    async_trait, Decided, EntryId, HoldOutcome, JoinOutcome, JoinRequest, OwnerId, Scope,
-    SlotLimits, StoreError, Timestamp, WaitlistEntry, WaitlistStore,
+    EntryId, HoldOutcome, JoinOutcome, JoinRequest, OwnerId, Scope, SlotLimits, StoreError,
+    Timestamp, WaitlistEntry,
 };
 use sqlx::mysql::{MySqlConnection, MySqlRow};
 use sqlx::{AssertSqlSafe, Row};
 
 use crate::lines::booking_by_key;
-use crate::retry::{in_transaction, reading};
+use crate::map_err;
 use crate::rows::entry_from_row;
 use crate::rows::{from_micros, to_micros};
 use crate::serve::{count, serve, Lines};
 use crate::sql::Statements;
 use crate::units::{lock_pools_of, lock_slot, Step};
-use crate::{map_err, MySqlStore};
 
 /// A row of an entry with its `position`.
 fn placed_entry_from_row(row: &MySqlRow) -> Result<(WaitlistEntry, u32), StoreError> {
@@ -36,7 +35,7 @@ fn placed_entry_from_row(row: &MySqlRow) -> Result<(WaitlistEntry, u32), StoreEr
 }
 
 /// The entry `entry_id` still waiting, if `scope` admits it, with its place in line.
-async fn entry_in_scope(
+pub(crate) async fn entry_in_scope(
     sql: &Statements,
     conn: &mut MySqlConnection,
     entry_id: EntryId,
@@ -71,7 +70,7 @@ pub(crate) async fn key_waits(
 
 /// What a join's key answers, if it is taken: the entry's replay or reuse, or the hold's or
 /// booking's.
-async fn key_answer(
+pub(crate) async fn key_answer(
     sql: &Statements,
     conn: &mut MySqlConnection,
     request: &JoinRequest<'_>,
@@ -101,7 +100,7 @@ type JoinLimits = (i64, i32, bool, Option<i64>, Option<i32>);
 /// [`WaitlistStore::join_waitlist`] as a step (see the module's docs). `None`: the key's
 /// unique constraint refused the entry (a concurrent request took the key); answered after
 /// the rollback.
-async fn join(
+pub(crate) async fn join(
     sql: &Statements,
     conn: &mut MySqlConnection,
     request: &JoinRequest<'_>,
@@ -175,7 +174,7 @@ async fn join(
 
 /// [`WaitlistStore::leave_waitlist`] as a step: the entry's slot (which never changes) locked,
 /// then its pools, the entry deleted if it waits in `scope`, counted out, its lines served.
-async fn leave(
+pub(crate) async fn leave(
     sql: &Statements,
     conn: &mut MySqlConnection,
     entry_id: EntryId,
@@ -205,46 +204,4 @@ async fn leave(
     lines.slot_and_pools(sql, conn, slot).await?;
     serve(sql, conn, lines, now).await?;
     Ok(Step::keep(Some(entry)))
-}
-
-#[async_trait]
-impl WaitlistStore for MySqlStore {
-    async fn join_waitlist(
-        &self,
-        request: JoinRequest<'_>,
-    ) -> Result<Decided<JoinOutcome>, StoreError> {
-        let sql = &self.sql;
-        let now = request.hold.now;
-        let joined = in_transaction!(self, |conn| join(sql, conn, &request))?;
-        let outcome = match joined {
-            Some(outcome) => outcome,
-            None => reading!(&mut self.run(), |conn| key_answer(sql, conn, &request))?
-                .unwrap_or(JoinOutcome::Refused(HoldOutcome::KeyReused(None))),
-        };
-        Ok(Decided::new(now, outcome))
-    }
-
-    async fn leave_waitlist(
-        &self,
-        entry_id: EntryId,
-        scope: &Scope,
-        now: Timestamp,
-    ) -> Result<Decided<Option<WaitlistEntry>>, StoreError> {
-        let sql = &self.sql;
-        let left = in_transaction!(self, |conn| leave(sql, conn, entry_id, scope, now))?;
-        Ok(Decided::new(now, left))
-    }
-
-    async fn waitlist_entry(
-        &self,
-        entry_id: EntryId,
-        scope: &Scope,
-        now: Timestamp,
-    ) -> Result<Decided<Option<(WaitlistEntry, u32)>>, StoreError> {
-        let sql = &self.sql;
-        let entry = reading!(&mut self.run(), |conn| entry_in_scope(
-            sql, conn, entry_id, scope
-        ))?;
-        Ok(Decided::new(now, entry))
-    }
 }
