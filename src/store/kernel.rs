@@ -56,9 +56,6 @@ impl SlotEdit {
 /// The primitives of one unit of work of a store (see the module's docs).
 #[async_trait]
 pub trait Kernel: Send {
-    /// The slot as stored, removed or not; `None` when there is none.
-    async fn slot(&mut self, slot_id: SlotId) -> Result<Option<Slot>, StoreError>;
-
     /// The slot with its held and expired units at `now`, removed or not.
     async fn slot_usage(
         &mut self,

@@ -355,9 +355,6 @@ mod tests {
 
     #[async_trait]
     impl Kernel for Script {
-        async fn slot(&mut self, _: SlotId) -> Result<Option<Slot>, StoreError> {
-            unreachable!("a pool's rule reads the slot's usage")
-        }
         async fn slot_usage(
             &mut self,
             slot_id: SlotId,

@@ -79,8 +79,9 @@ pub async fn edit_slot<K: Kernel + ?Sized>(
     let mut changed = kernel.update_slot(slot_id, edit, now).await?;
     if changed.is_none() {
         let live = kernel
-            .slot(slot_id)
+            .slot_usage(slot_id, now)
             .await?
+            .map(|usage| usage.slot)
             .filter(|s| s.removed_at.is_none());
         match live {
             None => return Ok(Step::undo(SlotChange::NotFound)),
@@ -162,10 +163,6 @@ mod tests {
 
     #[async_trait]
     impl Kernel for Script {
-        async fn slot(&mut self, _: SlotId) -> Result<Option<Slot>, StoreError> {
-            self.done.push("read".into());
-            Ok(self.slot.clone())
-        }
         async fn slot_usage(
             &mut self,
             _: SlotId,
@@ -256,9 +253,9 @@ mod tests {
         )
         .await;
         assert_eq!(step.value(), &SlotChange::Applied(slot(5)));
-        assert_eq!(done, ["update", "read"]);
+        assert_eq!(done, ["update", "usage"]);
         let (_, done) = run(Some(slot(5)), &[false], SlotEdit::Closed(false)).await;
-        assert_eq!(done, ["update", "read"], "reopening open sales");
+        assert_eq!(done, ["update", "usage"], "reopening open sales");
     }
 
     #[tokio::test]
@@ -270,7 +267,7 @@ mod tests {
             done,
             [
                 "update",
-                "read",
+                "usage",
                 "begin",
                 "reclaim",
                 "update",
@@ -283,7 +280,7 @@ mod tests {
         assert!(matches!(step.value(), SlotChange::InUse(u) if u.held == 3));
         assert_eq!(
             done,
-            ["update", "read", "begin", "reclaim", "update", "undo", "usage"]
+            ["update", "usage", "begin", "reclaim", "update", "undo", "usage"]
         );
     }
 
@@ -305,7 +302,7 @@ mod tests {
         assert!(!step.keep);
         assert_eq!(
             script.done,
-            ["update", "read", "begin", "reclaim", "undo", "usage"]
+            ["update", "usage", "begin", "reclaim", "undo", "usage"]
         );
     }
 
@@ -313,7 +310,7 @@ mod tests {
     async fn a_slot_not_there_or_removed_is_not_found() {
         let (step, done) = run(None, &[false], SlotEdit::Remove).await;
         assert_eq!(step.value(), &SlotChange::NotFound);
-        assert_eq!(done, ["update", "read"]);
+        assert_eq!(done, ["update", "usage"]);
         let mut removed = slot(5);
         removed.removed_at = Some(at(0));
         let (step, _) = run(Some(removed), &[false], SlotEdit::Closed(true)).await;

@@ -10,8 +10,8 @@ use sqlx::AssertSqlSafe;
 
 use crate::fragments::bind_capacity;
 use crate::map_err;
-use crate::reads::slot_usage;
-use crate::rows::{slot_from_row, to_micros};
+use crate::reads::{get_slot, slot_usage};
+use crate::rows::to_micros;
 use crate::serve::{serve, Lines};
 use crate::sql::Statements;
 use crate::writes::{append_event, reclaim_slot};
@@ -34,17 +34,6 @@ impl Kernel<'_> {
 
 #[async_trait]
 impl store::Kernel for Kernel<'_> {
-    async fn slot(&mut self, slot_id: SlotId) -> Result<Option<Slot>, StoreError> {
-        let row = sqlx::query(AssertSqlSafe(self.sql.slot_by_id.as_str()))
-            .bind(slot_id.get())
-            .fetch_optional(&mut *self.conn);
-        row.await
-            .map_err(map_err)?
-            .as_ref()
-            .map(slot_from_row)
-            .transpose()
-    }
-
     async fn slot_usage(
         &mut self,
         slot_id: SlotId,
@@ -78,7 +67,7 @@ impl store::Kernel for Kernel<'_> {
             return Ok(None);
         }
         // Matched: the slot as the change left it, removed or not.
-        match store::Kernel::slot(self, slot_id).await? {
+        match get_slot(self.sql, self.conn, slot_id).await? {
             Some(slot) => Ok(Some(slot)),
             None => Err(StoreError::failed("a slot changed, then not found")),
         }

@@ -32,17 +32,6 @@ impl Kernel<'_> {
 
 #[async_trait]
 impl store::Kernel for Kernel<'_> {
-    async fn slot(&mut self, slot_id: SlotId) -> Result<Option<Slot>, StoreError> {
-        let row = sqlx::query(AssertSqlSafe(self.sql.slot_by_id.as_str()))
-            .bind(slot_id.get())
-            .fetch_optional(&mut *self.conn);
-        row.await
-            .map_err(map_err)?
-            .as_ref()
-            .map(slot_from_row)
-            .transpose()
-    }
-
     async fn slot_usage(
         &mut self,
         slot_id: SlotId,
