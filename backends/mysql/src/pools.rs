@@ -86,7 +86,7 @@ async fn reclaim_slots(
         pools.extend(pools_of_slot(sql, conn, SlotId(*slot)).await?);
     }
     for pool in pools {
-        sqlx::query(AssertSqlSafe(sql.lock_pool.as_str()))
+        sqlx::query(AssertSqlSafe(sql.pools.lock_pool.as_str()))
             .bind(pool)
             .fetch_optional(&mut *conn)
             .await
@@ -105,7 +105,7 @@ async fn slots_of_pool(
     conn: &mut MySqlConnection,
     pool: i64,
 ) -> Result<Vec<i64>, StoreError> {
-    sqlx::query_scalar(AssertSqlSafe(sql.pool_slots.as_str()))
+    sqlx::query_scalar(AssertSqlSafe(sql.pools.pool_slots.as_str()))
         .bind(pool)
         .fetch_all(&mut *conn)
         .await
@@ -124,7 +124,7 @@ pub(crate) async fn pool_usage(
     pool: i64,
     now: Timestamp,
 ) -> Result<Option<PoolUsage>, StoreError> {
-    let row = sqlx::query(AssertSqlSafe(sql.pool_usage.as_str()))
+    let row = sqlx::query(AssertSqlSafe(sql.pools.pool_usage.as_str()))
         .bind(to_micros(now))
         .bind(to_micros(now))
         .bind(pool)
@@ -144,7 +144,7 @@ async fn slot_taken_units(
     conn: &mut MySqlConnection,
     slot_id: SlotId,
 ) -> Result<i64, StoreError> {
-    sqlx::query_scalar(AssertSqlSafe(sql.slot_taken_units.as_str()))
+    sqlx::query_scalar(AssertSqlSafe(sql.pools.slot_taken_units.as_str()))
         .bind(slot_id.get())
         .fetch_one(&mut *conn)
         .await
@@ -191,7 +191,7 @@ pub(crate) async fn create(
     conn: &mut MySqlConnection,
     capacity: i32,
 ) -> Result<Step<Pool>, StoreError> {
-    let inserted = sqlx::query(AssertSqlSafe(sql.create_pool.as_str()))
+    let inserted = sqlx::query(AssertSqlSafe(sql.pools.create_pool.as_str()))
         .bind(capacity)
         .bind(capacity)
         .execute(&mut *conn)
@@ -224,7 +224,7 @@ async fn lock_slot_and_pool(
     pools.extend(pools_of_slot(sql, conn, slot_id).await?);
     let mut found = false;
     for locked in pools {
-        let capacity: Option<i32> = sqlx::query_scalar(AssertSqlSafe(sql.lock_pool.as_str()))
+        let capacity: Option<i32> = sqlx::query_scalar(AssertSqlSafe(sql.pools.lock_pool.as_str()))
             .bind(locked)
             .fetch_optional(&mut *conn)
             .await
@@ -257,7 +257,7 @@ async fn try_attach(
     pool: i64,
     slot_id: SlotId,
 ) -> Result<bool, StoreError> {
-    let inserted = sqlx::query(AssertSqlSafe(sql.attach.as_str()))
+    let inserted = sqlx::query(AssertSqlSafe(sql.pools.attach.as_str()))
         .bind(pool)
         .bind(slot_id.get())
         .execute(&mut *conn)
@@ -267,7 +267,7 @@ async fn try_attach(
         return Ok(false);
     }
     let most = i64::try_from(MAX_POOLS_PER_SLOT).map_err(StoreError::failed)?;
-    let counted = sqlx::query(AssertSqlSafe(sql.count_pool.as_str()))
+    let counted = sqlx::query(AssertSqlSafe(sql.pools.count_pool.as_str()))
         .bind(slot_id.get())
         .bind(most)
         .execute(&mut *conn)
@@ -298,7 +298,7 @@ async fn detach(
     if !lock_slot_and_pool(sql, conn, pool, slot_id, false).await? {
         return Ok(false);
     }
-    let deleted = sqlx::query(AssertSqlSafe(sql.detach.as_str()))
+    let deleted = sqlx::query(AssertSqlSafe(sql.pools.detach.as_str()))
         .bind(pool)
         .bind(slot_id.get())
         .execute(&mut *conn)
@@ -307,7 +307,7 @@ async fn detach(
     if deleted.rows_affected() == 0 {
         return Ok(false);
     }
-    let uncounted = sqlx::query(AssertSqlSafe(sql.uncount_pool.as_str()))
+    let uncounted = sqlx::query(AssertSqlSafe(sql.pools.uncount_pool.as_str()))
         .bind(slot_id.get())
         .execute(&mut *conn)
         .await
@@ -318,7 +318,7 @@ async fn detach(
         )));
     }
     let units = slot_taken_units(sql, conn, slot_id).await?;
-    let given = sqlx::query(AssertSqlSafe(sql.give_pool.as_str()))
+    let given = sqlx::query(AssertSqlSafe(sql.pools.give_pool.as_str()))
         .bind(units)
         .bind(pool)
         .execute(&mut *conn)
@@ -340,7 +340,7 @@ async fn change_capacity(
     pool: i64,
     change: CapacityChange,
 ) -> Result<bool, StoreError> {
-    let before: Option<i32> = sqlx::query_scalar(AssertSqlSafe(sql.lock_pool.as_str()))
+    let before: Option<i32> = sqlx::query_scalar(AssertSqlSafe(sql.pools.lock_pool.as_str()))
         .bind(pool)
         .fetch_optional(&mut *conn)
         .await
@@ -350,7 +350,7 @@ async fn change_capacity(
         _ => return Ok(false),
     }
     let set = bind_capacity(
-        sqlx::query(AssertSqlSafe(sql.change_pool_capacity.as_str())),
+        sqlx::query(AssertSqlSafe(sql.pools.change_pool_capacity.as_str())),
         change,
         pool,
         2,
@@ -385,7 +385,7 @@ impl PoolKernel for Kernel<'_> {
             i64,
             i64,
             i64,
-        ) = sqlx::query_as(AssertSqlSafe(self.sql.membership.as_str()))
+        ) = sqlx::query_as(AssertSqlSafe(self.sql.pools.membership.as_str()))
             .bind(slot)
             .bind(pool)
             .bind(slot)
@@ -438,15 +438,16 @@ pub(crate) async fn all_pools(
 ) -> Result<Decided<Vec<PoolUsage>>, StoreError> {
     let sql = &store.sql;
     let mut conn = Pooled::acquire(store).await?;
-    let memberships: Vec<(i64, i64)> = sqlx::query_as(AssertSqlSafe(sql.all_pool_slots.as_str()))
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(map_err)?;
+    let memberships: Vec<(i64, i64)> =
+        sqlx::query_as(AssertSqlSafe(sql.pools.all_pool_slots.as_str()))
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(map_err)?;
     let mut slots: BTreeMap<i64, Vec<SlotId>> = BTreeMap::new();
     for (pool, slot) in memberships {
         slots.entry(pool).or_default().push(SlotId(slot));
     }
-    let rows = sqlx::query(AssertSqlSafe(sql.all_pools.as_str()))
+    let rows = sqlx::query(AssertSqlSafe(sql.pools.all_pools.as_str()))
         .bind(to_micros(now))
         .bind(to_micros(now))
         .fetch_all(&mut *conn)

@@ -170,7 +170,7 @@ impl LineOps for Serving<'_> {
     /// The pool's slots whose rows can be had without waiting.
     async fn refill(&mut self, pool: PoolId, now: Timestamp) -> Result<(), StoreError> {
         let (sql, conn) = (self.sql, &mut *self.conn);
-        let slots: Vec<i64> = sqlx::query_scalar(AssertSqlSafe(sql.pool_slots.as_str()))
+        let slots: Vec<i64> = sqlx::query_scalar(AssertSqlSafe(sql.pools.pool_slots.as_str()))
             .bind(pool.get())
             .fetch_all(&mut *conn)
             .await
@@ -314,7 +314,7 @@ async fn pool_units(
     pool: i64,
     now: Timestamp,
 ) -> Result<Units, StoreError> {
-    let row = sqlx::query(AssertSqlSafe(sql.pool_usage.as_str()))
+    let row = sqlx::query(AssertSqlSafe(sql.pools.pool_usage.as_str()))
         .bind(to_micros(now))
         .bind(to_micros(now))
         .bind(pool)
@@ -354,7 +354,7 @@ async fn take(
             return Ok(false);
         }
         for pool in pools {
-            let taken = sqlx::query(AssertSqlSafe(sql.take_pool.as_str()))
+            let taken = sqlx::query(AssertSqlSafe(sql.pools.take_pool.as_str()))
                 .bind(quantity)
                 .bind(pool)
                 .bind(quantity)

@@ -164,7 +164,7 @@ pub(crate) async fn give_back(
         )));
     }
     for pool in pools_of_slot(sql, conn, SlotId(slot_id)).await? {
-        let given = sqlx::query(AssertSqlSafe(sql.give_pool.as_str()))
+        let given = sqlx::query(AssertSqlSafe(sql.pools.give_pool.as_str()))
             .bind(units)
             .bind(pool)
             .execute(&mut *conn)
@@ -186,7 +186,7 @@ pub(crate) async fn pools_of_slot(
     conn: &mut MySqlConnection,
     slot_id: SlotId,
 ) -> Result<Vec<i64>, StoreError> {
-    sqlx::query_scalar(AssertSqlSafe(sql.pools_of_slot.as_str()))
+    sqlx::query_scalar(AssertSqlSafe(sql.pools.pools_of_slot.as_str()))
         .bind(slot_id.get())
         .fetch_all(&mut *conn)
         .await
@@ -207,7 +207,7 @@ pub(crate) async fn lock_pools_of(
     pools.sort_unstable();
     pools.dedup();
     for pool in &pools {
-        sqlx::query(AssertSqlSafe(sql.lock_pool.as_str()))
+        sqlx::query(AssertSqlSafe(sql.pools.lock_pool.as_str()))
             .bind(pool)
             .fetch_optional(&mut *conn)
             .await

@@ -192,7 +192,7 @@ pub(crate) async fn take_pool_newcomer(
     units: i64,
     now: Timestamp,
 ) -> Result<bool, StoreError> {
-    let taken = sqlx::query(AssertSqlSafe(sql.take_pool_newcomer.as_str()))
+    let taken = sqlx::query(AssertSqlSafe(sql.pools.take_pool_newcomer.as_str()))
         .bind(units)
         .bind(pool)
         .bind(units)
@@ -212,7 +212,7 @@ pub(crate) async fn pool_line_waits(
     pool: i64,
     now: Timestamp,
 ) -> Result<bool, StoreError> {
-    let found: Option<i32> = sqlx::query_scalar(AssertSqlSafe(sql.pool_line_waits.as_str()))
+    let found: Option<i32> = sqlx::query_scalar(AssertSqlSafe(sql.pools.pool_line_waits.as_str()))
         .bind(pool)
         .bind(to_micros(now))
         .fetch_optional(&mut *conn)
@@ -229,7 +229,7 @@ pub(crate) async fn take_pool(
     pool: i64,
     units: i64,
 ) -> Result<bool, StoreError> {
-    let taken = sqlx::query(AssertSqlSafe(sql.take_pool.as_str()))
+    let taken = sqlx::query(AssertSqlSafe(sql.pools.take_pool.as_str()))
         .bind(units)
         .bind(pool)
         .bind(units)
