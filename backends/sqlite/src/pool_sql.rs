@@ -16,7 +16,7 @@ pub(crate) struct PoolStatements {
     pub(crate) reclaim_short_pools: String,
     pub(crate) attach: String,
     pub(crate) add_member: String,
-    pub(crate) attach_refusal: String,
+    pub(crate) membership: String,
     pub(crate) detach: String,
     pub(crate) detach_give_back: String,
     pub(crate) change_capacity: String,
@@ -103,8 +103,8 @@ impl PoolStatements {
                    AND (SELECT count(*) FROM {slot_pools} WHERE slot_id = ?1) < ?3"
             ),
             add_member: format!("INSERT INTO {slot_pools} (slot_id, pool_id) VALUES (?1, ?2)"),
-            // ?1 slot id, ?2 pool id: why `attach` changed no row (or `detach` deleted none).
-            attach_refusal: format!(
+            // ?1 slot id, ?2 pool id: why attaching or detaching changed nothing.
+            membership: format!(
                 "SELECT EXISTS (SELECT 1 FROM {slots} WHERE id = ?1), \
                         EXISTS (SELECT 1 FROM {pools} WHERE id = ?2), \
                         EXISTS (SELECT 1 FROM {slots} WHERE id = ?1 AND removed_at IS NULL), \
@@ -150,7 +150,7 @@ mod tests {
             reclaim_short_pools,
             attach,
             add_member,
-            attach_refusal,
+            membership,
             detach,
             detach_give_back,
             change_capacity,
@@ -165,7 +165,7 @@ mod tests {
             reclaim_short_pools,
             attach,
             add_member,
-            attach_refusal,
+            membership,
             detach,
             detach_give_back,
             change_capacity,

@@ -174,7 +174,7 @@ impl PoolKernel for Kernel<'_> {
         slot_id: SlotId,
     ) -> Result<Membership, StoreError> {
         let (slot_stored, pool, slot_live, attached, pools_of_slot): (bool, bool, bool, bool, i64) =
-            sqlx::query_as(AssertSqlSafe(self.sql.pools.attach_refusal.as_str()))
+            sqlx::query_as(AssertSqlSafe(self.sql.pools.membership.as_str()))
                 .bind(slot_id.get())
                 .bind(pool_id.get())
                 .fetch_one(&mut *self.conn)
