@@ -266,6 +266,23 @@
 //!
 //! A store that can do more implements more traits ([`SlotAdmin`], [`HoldQueries`], …) and
 //! runs their cases too (`conformance_tests!` runs every case of the three).
+//!
+//! # Rules a store composes instead of writing them
+//!
+//! A store on a database offers primitives and lets the core decide; each rule below is
+//! written once, here, over a small trait the store implements on its unit of work:
+//!
+//! | rule | over | the store's part |
+//! |---|---|---|
+//! | "any one of these": the first candidate that fits ([`first_that_fits`]) | [`PlaceOne`] | place one hold |
+//! | take units again after the slot's reclaim and the short pools' refill ([`take_with_refill`]) | [`RefillOps`] | the take, the reclaims |
+//! | serve waiting lines to a fixpoint ([`serve_lines`]) | [`LineOps`] | heads, a head's units, the offer |
+//! | a change of a hold and of its booking's lines ([`HoldChange`]) | — | the conditional update |
+//! | an administrative change of a slot ([`edit_slot`]) | [`Kernel`], [`EditSlots`] | a slot's conditional update, its reclaim, events, serving |
+//! | an administrative change of a pool ([`edit_pool`]) | [`PoolKernel`], [`EditPools`] | a pool's conditional update, its slots' reclaim in the lock order |
+//! | concurrent writes committed as one ([`GroupCommit`]) | — | one statement for a group |
+//!
+//! The conformance suite holds a store to each rule whichever way it gets there.
 
 use std::sync::Arc;
 
