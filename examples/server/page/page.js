@@ -541,12 +541,17 @@
     live.textContent = text;
   }
 
-  // Without the stream: the listing and this tab's open holds, read every POLL_MS.
-  function pollOnce() {
-    refreshSoon();
+  // This tab's open holds, read again.
+  function rereadOpen() {
     for (const [id, record] of holds) {
       if (record.hold.status === 'held' || record.hold.status === 'confirmed') reread(id);
     }
+  }
+
+  // Without the stream: the listing and this tab's open holds, read every POLL_MS.
+  function pollOnce() {
+    refreshSoon();
+    rereadOpen();
   }
 
   function poll(on) {
@@ -585,7 +590,10 @@
   // The stream is opened first and the listing read once it is open, so no change falls
   // between the two. On a dropped connection the browser reconnects by itself, resuming
   // with Last-Event-ID; a stream it gave up on is opened anew after REOPEN_MS, the listing
-  // polled meanwhile.
+  // polled meanwhile. Every open after the first reads this tab's open holds again too: a
+  // stream opened anew resumes from the present, and a change the browser had only begun to
+  // receive when the connection dropped may count as seen.
+  let everOpen = false;
   function follow() {
     setLive('connecting', 'Connecting…');
     let stream;
@@ -601,6 +609,8 @@
       setLive('open', 'Live');
       poll(false);
       refreshSoon();
+      if (everOpen) rereadOpen();
+      everOpen = true;
     };
     stream.onmessage = (event) => changed(event.data);
     // A `reset`: the browser resumed from further back than the server keeps changes, so some

@@ -158,6 +158,11 @@ impl Proxy {
         tokio::spawn(async move {
             while let Ok((mut client, _)) = listener.accept().await {
                 let mut opened = opened.clone();
+                // Listed before it can pass the gate: a cut that comes while it starts finds
+                // it in the list. (Listed after its spawn, a connection accepted as the cut
+                // came could pass the gate before the cut closed it and escape the list: the
+                // browser then resumed its stream through it, with nothing missed to reset.)
+                let mut connections = kept.lock().unwrap();
                 let connection = tokio::spawn(async move {
                     if opened.wait_for(|open| *open).await.is_err() {
                         return;
@@ -166,7 +171,7 @@ impl Proxy {
                         let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
                     }
                 });
-                kept.lock().unwrap().push(connection);
+                connections.push(connection);
             }
         });
         Proxy {
