@@ -275,6 +275,7 @@
 //! | rule | over | the store's part |
 //! |---|---|---|
 //! | "any one of these": the first candidate that fits ([`first_that_fits`]) | [`PlaceOne`] | place one hold |
+//! | place a hold or a booking's lines, all or none, and say why not ([`place_hold`], [`place_booking`]) | [`PlaceKernel`] | lock the accounts, place one row, mark a booking, the reads that explain a refusal |
 //! | take units again after the slot's reclaim and the short pools' refill ([`take_with_refill`]) | [`RefillOps`] | the take, the reclaims |
 //! | serve waiting lines to a fixpoint ([`serve_lines`]) | [`LineOps`] | heads, a head's units, the offer |
 //! | a change of a hold and of its booking's lines ([`HoldChange`]) | — | the conditional update |
@@ -298,6 +299,7 @@ mod holds;
 mod kernel;
 mod migration;
 mod outcome;
+mod place;
 mod pool_edit;
 mod pools;
 mod prefix;
@@ -324,6 +326,10 @@ pub use kernel::{nested_end, Kernel, SlotEdit, NESTED_BEGIN};
 pub use migration::Migration;
 pub use outcome::{
     Decided, HoldOutcome, HoldRequest, RenewRequest, SlotChange, SlotLimits, Transition,
+};
+pub use place::{
+    booking_key_answer, hold_key_answer, line_key, place_booking, place_hold, KeyHolder, NewLine,
+    PlaceKernel, Placed, Placing,
 };
 pub use pool_edit::{
     edit_pool, EditPools, Membership, PoolAttempt, PoolEdit, PoolEdited, PoolKernel,

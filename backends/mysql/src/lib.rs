@@ -119,6 +119,7 @@ mod guard;
 mod kernel;
 mod lines;
 mod migrate;
+mod place;
 mod pool_sql;
 mod pooled;
 mod pools;

@@ -19,15 +19,19 @@
 //! ([`reading!`](crate::retry::reading)).
 
 use async_trait::async_trait;
-use slot_booking::store::{first_that_fits, PlaceOne};
+use slot_booking::store::{
+    first_that_fits, hold_key_answer, place_hold, KeyHolder, PlaceKernel as _, PlaceOne, Placing,
+};
 use slot_booking::{
     AnyHoldOutcome, AnyHoldRequest, AvailabilityEntry, AvailabilityQuery, ConsumerId, Decided,
-    EntryId, EventPosition, Hold, HoldId, HoldOutcome, HoldRequest, JoinOutcome, JoinRequest,
-    LeaseHolder, NewPool, NewSlot, OwnerId, PageRequest, Pool, PoolId, PoolUsage, RenewRequest,
-    Scope, Slot, SlotCursor, SlotId, SlotUsage, StoreError, Timestamp, Transition, WaitlistEntry,
+    EntryId, EventPosition, Hold, HoldId, HoldOutcome, HoldRequest, IdempotencyKey, JoinOutcome,
+    JoinRequest, LeaseHolder, NewPool, NewSlot, OwnerId, PageRequest, Pool, PoolId, PoolUsage,
+    RenewRequest, Scope, Slot, SlotCursor, SlotId, SlotUsage, StoreError, Timestamp, Transition,
+    WaitlistEntry,
 };
 use sqlx::mysql::MySqlConnection;
 
+use crate::kernel::Kernel;
 use crate::retry::reading;
 use crate::sql::Statements;
 use crate::{events, pools, reads, waitlists, writes, MySqlStore};
@@ -114,35 +118,55 @@ impl<'a> Run<'a> {
         in_unit!(self, |conn| writes::create_slot(sql, conn, slot, now))
     }
 
-    /// A hold's step, and when a pool of its slot is short, the pools' reclaim in a step of its
-    /// own and the hold's step once more.
+    /// A hold, placed by the core's rule ([`place_hold`]) in a unit of work; when a pool of its
+    /// slot is short, the pools' reclaim in a unit of its own and the hold once more.
     pub(crate) async fn create_hold(
         &mut self,
         request: HoldRequest<'_>,
     ) -> Result<Decided<HoldOutcome>, StoreError> {
         let sql = self.statements();
         let request = &request;
-        let mut pools_reclaimed = false;
+        let mut refilled = false;
         loop {
-            let held = in_unit!(self, |conn| writes::hold(
-                sql,
-                conn,
-                request,
-                pools_reclaimed
-            ))?;
-            match held {
-                writes::Held::Outcome(outcome) => return Ok(Decided::new(request.now, outcome)),
-                writes::Held::KeyTaken => {
-                    let outcome =
-                        reading!(self, |conn| writes::answer_key_taken(sql, conn, request))?;
-                    return Ok(Decided::new(request.now, outcome));
+            let placing = in_unit!(self, |conn| async move {
+                place_hold(&mut Kernel { sql, conn }, request, refilled).await
+            })?;
+            let outcome = match placing {
+                Placing::Done(outcome) => outcome,
+                Placing::KeyTaken => hold_key_answer(request, self.key_holder(request.key).await?)?,
+                Placing::Refill(pools) => {
+                    self.refill(&pools, request.now).await?;
+                    refilled = true;
+                    continue;
                 }
-                writes::Held::PoolShort(pools) => {
-                    self.reclaim(&pools, None, request.now).await?;
-                    pools_reclaimed = true;
-                }
-            }
+            };
+            return Ok(Decided::new(request.now, outcome));
         }
+    }
+
+    /// Who has the idempotency `key`, read after the unit of work its unique constraint
+    /// refused was undone.
+    pub(crate) async fn key_holder(
+        &mut self,
+        key: &IdempotencyKey,
+    ) -> Result<KeyHolder, StoreError> {
+        let sql = self.statements();
+        let key = key.as_str();
+        reading!(self, |conn| async move {
+            Kernel { sql, conn }.key_holder(key).await
+        })
+    }
+
+    /// Gives back the expired holds of every slot of `pools` in a unit of its own: the refill
+    /// a placement asked for ([`Placing::Refill`]).
+    pub(crate) async fn refill(
+        &mut self,
+        pools: &[PoolId],
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        let pool_ids: Vec<i64> = pools.iter().map(|pool| pool.get()).collect();
+        self.reclaim(&pool_ids, None, now).await?;
+        Ok(())
     }
 
     /// Gives back the expired holds of every slot of `pools` (and of `slot`) in a step of its

@@ -286,6 +286,7 @@ mod group;
 mod kernel;
 mod lines;
 mod migrate;
+mod place;
 mod pool_sql;
 mod pools;
 mod reads;
@@ -558,7 +559,8 @@ impl SqliteStore {
         }
         let mut w = self.begin_write().await?;
         let step = writes::hold_after_reclaim(&self.sql, w.connection(), request).await;
-        w.finish(step).await
+        let placing = w.finish(step).await?;
+        writes::placed(&self.sql, &self.pool, request, placing).await
     }
 }
 

@@ -51,7 +51,6 @@ fn lines_of(holds: &str, booking: &str) -> String {
 pub(crate) struct Statements {
     pub(crate) create_slot: String,
     pub(crate) slot_by_id: String,
-    pub(crate) slot_limits: String,
     pub(crate) hold_by_id: String,
     pub(crate) owner_holds: String,
     pub(crate) slot_holds: String,
@@ -175,9 +174,6 @@ impl Statements {
                  VALUES (?1, ?2, ?3, ?3, ?4) RETURNING {SLOT_COLUMNS}"
             ),
             slot_by_id: format!("SELECT {SLOT_COLUMNS} FROM {slots} WHERE id = ?1"),
-            slot_limits: format!(
-                "SELECT starts_at, capacity, closed, removed_at FROM {slots} WHERE id = ?1"
-            ),
             hold_by_id: format!(
                 "SELECT {HOLD_COLUMNS} FROM {holds} WHERE id = ?1 AND (?2 OR owner IS ?3)"
             ),

@@ -4,29 +4,26 @@
 //! each changing every line of its booking; "any one of these" through the core's
 //! [`first_that_fits`].
 
+use slot_booking::store::{first_that_fits, place_hold, HoldChange, Placing};
+use slot_booking::{AnyHoldOutcome, AnyHoldRequest, PlaceOne};
 use slot_booking::{
     Decided, EventKind, Hold, HoldId, HoldOutcome, HoldRequest, NewSlot, RenewRequest, ResourceId,
-    Scope, Slot, SlotLimits, StoreError, Timestamp, Transition,
+    Scope, Slot, StoreError, Timestamp, Transition,
 };
 use sqlx::sqlite::SqliteConnection;
 use sqlx::{AssertSqlSafe, Sqlite};
 use std::sync::Arc;
 
-use slot_booking::store::{
-    first_that_fits, take_with_refill, Attempt, HoldChange, Refill, RefillOps,
-};
-use slot_booking::{
-    async_trait, AnyHoldOutcome, AnyHoldRequest, BookingLine, BookingRequest, PlaceOne,
-};
-
-use crate::group::{insert_hold, insert_outcome, sold_out, Insert};
+use crate::group::{insert_hold, sold_out, Insert};
+use crate::kernel::Kernel;
 use crate::lines::change_lines;
 use crate::map_err;
+use crate::place::REFILLED_IN_PLACE;
 use crate::reads::{booking_by_key, hold_by_id};
-use crate::rows::{from_micros, hold_from_row, slot_from_row, to_micros};
+use crate::rows::{hold_from_row, slot_from_row, to_micros};
 use crate::run::{begin_unit, finish, Run, Step, Target};
 use crate::sql::Statements;
-use crate::units::{log_slot, reclaim, reclaim_short_pools, Query};
+use crate::units::{log_slot, Query};
 
 /// Stores a new slot and appends its `slot_created` event at `now`.
 pub(crate) async fn create_slot(
@@ -49,8 +46,8 @@ pub(crate) async fn create_slot(
 }
 
 /// A hold on the caller's connection: the insert as the slot is stored, outside any unit of
-/// work, then, only if it found no unit for a reason the statement could not settle,
-/// [`hold_after_reclaim`] in a unit of work of its own. The insert needs no savepoint: a
+/// work, then, only if it found no unit for a reason the statement could not settle, the
+/// core's rule ([`place_hold`]) in a unit of work of its own. The insert needs no savepoint: a
 /// statement aborted by the trigger or by the unique key undoes only itself, so a refusal
 /// leaves the caller's transaction as it was (and usable), and a hold it stored stays in that
 /// transaction as it would under a released savepoint. So a hold that is created, replayed or
@@ -70,7 +67,8 @@ pub(crate) async fn hold(
         Insert::NoUnit | Insert::PoolShort => {
             let mut unit = begin_unit(conn).await?;
             let step = hold_after_reclaim(sql, &mut unit, request).await;
-            finish(unit, step).await
+            let placing = finish(unit, step).await?;
+            placed(sql, conn, request, placing).await
         }
     }
 }
@@ -88,61 +86,40 @@ where
     booking_by_key(sql, executor, request.key.as_str())
         .await?
         .map(|holder| HoldOutcome::key_taken(request, holder))
-        .ok_or_else(|| StoreError::failed(KEY_TAKEN_BY_NONE))
+        .ok_or_else(|| {
+            StoreError::failed("a unique violation on the idempotency key, but no hold has it")
+        })
 }
 
-const KEY_TAKEN_BY_NONE: &str = "a unique violation on the idempotency key, but no hold has it";
-
-/// A hold that found no unit, inserted again by the core's rule ([`take_with_refill`]): the
-/// slot's expired holds reclaimed (one `hold_expired` event each) and once more; when a pool of
-/// the slot is short then, the expired holds of the short pools' slots
-/// ([`reclaim_short_pools`]) and once more. Tried even if this reclaimed nothing: a racing hold
-/// may have reclaimed units since. Refused, it says why and undoes the reclaims and their
-/// events (the next hold that needs the units redoes them).
+/// A hold that found no unit as stored, placed by the core's rule ([`place_hold`]) in the
+/// unit of work `conn` is in: the slot's expired holds reclaimed (one `hold_expired` event
+/// each) and once more; when a pool of the slot is short then, the expired holds of the short
+/// pools' slots and once more. Refused, it says why and undoes the reclaims and their events
+/// (the next hold that needs the units redoes them).
 pub(crate) async fn hold_after_reclaim(
     sql: &Statements,
     conn: &mut SqliteConnection,
     request: &HoldRequest<'_>,
-) -> Result<Step<HoldOutcome>, StoreError> {
-    let slot_id = request.slot_id.get();
-    let short = Attempt::Short { pool: false };
-    let last = take_with_refill(&mut Retake::new(sql, conn, Taking::Hold(request)), short).await?;
-    let insert = match last {
-        Attempt::Done(insert) => insert,
-        Attempt::Short { pool: false } => Insert::NoUnit,
-        // Refilled in place: the rule never answers `RefillApart` here.
-        Attempt::Short { pool: true } | Attempt::RefillApart => Insert::PoolShort,
-    };
-    match insert {
-        Insert::Created(hold) => return Ok(Step::keep(HoldOutcome::Created(hold))),
-        // Settled by the trigger after the reclaim: nothing left to read.
-        Insert::SoldOut => return Ok(Step::undo(sold_out())),
-        Insert::KeyWaits => return Ok(Step::undo(HoldOutcome::KeyReused(None))),
-        Insert::KeyTaken | Insert::NoUnit | Insert::PoolShort => {}
+) -> Result<Step<Placing<HoldOutcome>>, StoreError> {
+    place_hold(&mut Kernel { sql, conn }, request, false).await
+}
+
+/// The answer of a hold [`hold_after_reclaim`] placed, once its unit of work ended: a key the
+/// unique constraint refused is read on `executor`.
+pub(crate) async fn placed<'e, E>(
+    sql: &Statements,
+    executor: E,
+    request: &HoldRequest<'_>,
+    placing: Placing<HoldOutcome>,
+) -> Result<HoldOutcome, StoreError>
+where
+    E: sqlx::Executor<'e, Database = Sqlite>,
+{
+    match placing {
+        Placing::Done(outcome) => Ok(outcome),
+        Placing::KeyTaken => key_taken(sql, executor, request).await,
+        Placing::Refill(_) => Err(StoreError::failed(REFILLED_IN_PLACE)),
     }
-    // Nothing was stored: say why. A key in use wins over every other answer.
-    if let Some(holder) = booking_by_key(sql, &mut *conn, request.key.as_str()).await? {
-        return Ok(Step::undo(HoldOutcome::key_taken(request, holder)));
-    }
-    if matches!(insert, Insert::KeyTaken) {
-        return Err(StoreError::failed(KEY_TAKEN_BY_NONE));
-    }
-    let limits: Option<(i64, i32, bool, Option<i64>)> =
-        sqlx::query_as(AssertSqlSafe(sql.slot_limits.as_str()))
-            .bind(slot_id)
-            .fetch_optional(&mut *conn)
-            .await
-            .map_err(map_err)?;
-    let limits = match limits {
-        Some((starts_at, capacity, closed, removed_at)) => Some(SlotLimits {
-            starts_at: from_micros(starts_at)?,
-            capacity,
-            closed,
-            removed: removed_at.is_some(),
-        }),
-        None => None,
-    };
-    Ok(Step::undo(HoldOutcome::refused(request, None, limits)))
 }
 
 /// The line `hold_id` of the booking whose lines a change returned: `None` when it changed
@@ -351,104 +328,5 @@ impl PlaceOne for Run<'_> {
         request: HoldRequest<'_>,
     ) -> Result<Decided<HoldOutcome>, StoreError> {
         self.create_hold(request).await
-    }
-}
-
-/// What a [`Retake`] inserts: a hold, or a booking's line (`key` the client's key for the
-/// first line, [`line_key`](crate::bookings::line_key) for the others).
-pub(crate) enum Taking<'a> {
-    Hold(&'a HoldRequest<'a>),
-    Line {
-        request: &'a BookingRequest<'a>,
-        line: &'a BookingLine,
-        key: &'a str,
-        booking: Option<HoldId>,
-    },
-}
-
-impl Taking<'_> {
-    fn slot_and_quantity(&self) -> (i64, i32, Timestamp) {
-        match self {
-            Taking::Hold(request) => (request.slot_id.get(), request.quantity, request.now),
-            Taking::Line { request, line, .. } => (line.slot_id.get(), line.quantity, request.now),
-        }
-    }
-}
-
-/// `taking`'s insert, as an attempt of the core's [`take_with_refill`]: short (the slot, or a
-/// pool of it) when the trigger found no unit for a reason the statement could not settle.
-pub(crate) async fn insert(
-    sql: &Statements,
-    conn: &mut SqliteConnection,
-    taking: &Taking<'_>,
-) -> Result<Attempt<Insert>, StoreError> {
-    let insert = match taking {
-        Taking::Hold(request) => insert_hold(sql, &mut *conn, request).await?,
-        Taking::Line {
-            request,
-            line,
-            key,
-            booking,
-        } => {
-            let inserted = sqlx::query(AssertSqlSafe(sql.insert_line.as_str()))
-                .bind(line.slot_id.get())
-                .bind(*key)
-                .bind(to_micros(request.now))
-                .bind(to_micros(request.expires_at))
-                .bind(line.quantity)
-                .bind(request.owner.map(|o| o.as_str()))
-                .bind(booking.map(HoldId::get))
-                // Stepped to its end, as a hold's insert is (see `run_insert`).
-                .fetch_all(&mut *conn)
-                .await;
-            insert_outcome(inserted).map_err(map_err)?
-        }
-    };
-    Ok(match insert {
-        Insert::NoUnit => Attempt::Short { pool: false },
-        Insert::PoolShort => Attempt::Short { pool: true },
-        settled => Attempt::Done(settled),
-    })
-}
-
-/// A hold's or a booking line's insert, tried again after the reclaims the core's rule
-/// ([`take_with_refill`]) asks for, in the unit of work `conn` is in.
-pub(crate) struct Retake<'a> {
-    sql: &'a Statements,
-    conn: &'a mut SqliteConnection,
-    taking: Taking<'a>,
-}
-
-impl<'a> Retake<'a> {
-    pub(crate) fn new(
-        sql: &'a Statements,
-        conn: &'a mut SqliteConnection,
-        taking: Taking<'a>,
-    ) -> Self {
-        Retake { sql, conn, taking }
-    }
-}
-
-#[async_trait]
-impl RefillOps for Retake<'_> {
-    type Done = Insert;
-
-    async fn attempt(&mut self) -> Result<Attempt<Insert>, StoreError> {
-        insert(self.sql, self.conn, &self.taking).await
-    }
-
-    /// Only a selling slot's holds are reclaimed. Tried again whatever this reclaimed: the
-    /// first attempt may have run before this unit of work took the write lock.
-    async fn reclaim_slot(&mut self) -> Result<bool, StoreError> {
-        let (slot_id, _, now) = self.taking.slot_and_quantity();
-        reclaim(self.sql, &self.sql.reclaim, self.conn, slot_id, now).await?;
-        Ok(true)
-    }
-
-    /// In place: SQLite writes alone, so no lock order stands in the way.
-    async fn refill_pools(&mut self) -> Result<Refill, StoreError> {
-        let (slot_id, quantity, now) = self.taking.slot_and_quantity();
-        reclaim_short_pools(self.sql, self.conn, slot_id, quantity, now).await?;
-        Ok(Refill::InPlace)
     }
 }

@@ -283,8 +283,10 @@ async fn a_sold_out_refusal_is_one_statement_in_the_callers_transaction() {
 }
 
 /// The before: with migration 5's trigger (one abort message for every refusal) the same
-/// sold-out refusal takes the slow path: the insert, the reclaim, the insert again, the key's
-/// read and the slot's read (plus `BEGIN IMMEDIATE` and `ROLLBACK`, which sqlx does not log).
+/// sold-out refusal takes the slow path: the insert, then in a unit of work the insert again,
+/// the reclaim (which finds nothing, so no third insert), the key's reads (a hold's, a waiting
+/// entry's) and the slot's read (plus `BEGIN IMMEDIATE` and `ROLLBACK`, which sqlx does not
+/// log).
 #[tokio::test]
 async fn with_a_single_abort_message_a_sold_out_refusal_takes_the_slow_path() {
     let _serial = SERIAL.lock().await;
@@ -311,7 +313,7 @@ async fn with_a_single_abort_message_a_sold_out_refusal_takes_the_slow_path() {
     assert!(matches!(outcome, HoldOutcome::SoldOut), "{outcome:?}");
     assert_eq!(
         verbs(&statements),
-        ["INSERT", "UPDATE", "INSERT", "SELECT", "SELECT"],
+        ["INSERT", "INSERT", "UPDATE", "SELECT", "SELECT", "SELECT"],
         "{statements:?}"
     );
 }
