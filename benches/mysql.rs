@@ -19,8 +19,8 @@
 //!    - `store`: `HoldStore::create_hold` on the store itself;
 //!    - `bare`: a bare sqlx loop of exactly the statements the store's hold runs when the slot
 //!      has the unit, in the same transaction shape: the unit's `BEGIN`, `SAVEPOINT`, the
-//!      conditional decrement, the read of the slot's pools, `RELEASE SAVEPOINT`, the hold's
-//!      `INSERT`, its `hold_placed` event's `INSERT` (each write behind the store's guard,
+//!      conditional decrement, the read of the slot's pools, the hold's `INSERT`, its
+//!      `hold_placed` event's `INSERT`, `RELEASE SAVEPOINT` (each write behind the store's guard,
 //!      `SET STATEMENT tx_read_only = 1 FOR`), the unit's check (`SELECT @@in_transaction`),
 //!      `COMMIT` (the statement text copied from the store's `sql.rs`, `guard.rs` and
 //!      `units.rs`, which are private). A conflict (1213, 1205, 1047, 1180, 1305,
@@ -73,11 +73,11 @@ const WARM_UP: Duration = Duration::from_secs(1);
 const HOT_RUN: Duration = Duration::from_secs(10);
 
 // The statements of the store's hold when the slot has the unit, copied from
-// `backends/mysql/src/sql.rs` (`Statements::take_units`, `pools_of_slot`, `insert_hold`,
+// `backends/mysql/src/sql.rs` (`Statements::take_units`, `pools_of_slot`, `insert_line`,
 // `append_event`) with the default table prefix `slot_booking_`, character for character,
 // each write behind the guard of `backends/mysql/src/guard.rs` (`WRITE_GUARD`).
-// Their order and parameters are those of `writes::hold` (`take_with_pools`, then
-// `insert_hold` and `units::log_hold`).
+// Their order and parameters are those of a placement (`place.rs`, `PlaceKernel::place`:
+// the takes, then `insert_row` and `units::log_hold`, under one savepoint).
 
 /// (quantity, slot id, quantity, now)
 const TAKE_UNITS: &str = "SET STATEMENT tx_read_only = 1 FOR \
@@ -87,11 +87,11 @@ const TAKE_UNITS: &str = "SET STATEMENT tx_read_only = 1 FOR \
 /// (slot id)
 const POOLS_OF_SLOT: &str =
     "SELECT pool_id FROM slot_booking_pool_slots WHERE slot_id = ? ORDER BY pool_id";
-/// (slot id, key, expires_at, now, quantity, owner)
+/// (slot id, key, expires_at, now, quantity, owner, booking id)
 const INSERT_HOLD: &str = "SET STATEMENT tx_read_only = 1 FOR \
-     INSERT INTO slot_booking_holds \
-                     (slot_id, idempotency_key, status, expires_at, created_at, quantity, owner) \
-                 VALUES (?, ?, 'held', ?, ?, ?, ?)";
+     INSERT INTO slot_booking_holds (slot_id, idempotency_key, status, expires_at, created_at, \
+                     quantity, owner, booking_id) \
+                 VALUES (?, ?, 'held', ?, ?, ?, ?, ?)";
 /// (kind, slot id, hold id, owner, quantity, at)
 const APPEND_EVENT: &str = "SET STATEMENT tx_read_only = 1 FOR \
      INSERT INTO slot_booking_events (kind, slot_id, hold_id, owner, quantity, occurred_at) \
@@ -136,7 +136,6 @@ async fn bare_hold_once(pool: &MySqlPool, slot: i64, key: &str) -> Result<(), sq
             .fetch_all(&mut *savepoint)
             .await?;
         assert!(pools.is_empty());
-        savepoint.commit().await?;
         let inserted = sqlx::query(INSERT_HOLD)
             .bind(slot)
             .bind(key)
@@ -144,7 +143,8 @@ async fn bare_hold_once(pool: &MySqlPool, slot: i64, key: &str) -> Result<(), sq
             .bind(now_us)
             .bind(1_i32)
             .bind(None::<&str>)
-            .execute(&mut *tx)
+            .bind(None::<i64>)
+            .execute(&mut *savepoint)
             .await?;
         let hold_id = i64::try_from(inserted.last_insert_id()).unwrap();
         sqlx::query(APPEND_EVENT)
@@ -154,8 +154,9 @@ async fn bare_hold_once(pool: &MySqlPool, slot: i64, key: &str) -> Result<(), sq
             .bind(None::<&str>)
             .bind(1_i32)
             .bind(now_us)
-            .execute(&mut *tx)
+            .execute(&mut *savepoint)
             .await?;
+        savepoint.commit().await?;
         let open = sqlx::raw_sql(UNIT_CHECK).fetch_all(&mut *tx).await?;
         assert_eq!(open.len(), 1, "the unit's check reads one row");
         Ok(())

@@ -276,6 +276,7 @@
 //! |---|---|---|
 //! | "any one of these": the first candidate that fits ([`first_that_fits`]) | [`PlaceOne`] | place one hold |
 //! | place a hold or a booking's lines, all or none, and say why not ([`place_hold`], [`place_booking`]) | [`PlaceKernel`] | lock the accounts, place one row, mark a booking, the reads that explain a refusal |
+//! | join a slot's line and leave it, served in the same unit ([`join_line`], [`leave_line`]) | [`WaitKernel`] | the entry's guarded insert and delete, its limits and place in line |
 //! | take units again after the slot's reclaim and the short pools' refill ([`take_with_refill`]) | [`RefillOps`] | the take, the reclaims |
 //! | serve waiting lines to a fixpoint ([`serve_lines`]) | [`LineOps`] | heads, a head's units, the offer |
 //! | a change of a hold and of its booking's lines ([`HoldChange`]) | — | the conditional update |
@@ -296,6 +297,7 @@ mod events;
 mod forward;
 mod group;
 mod holds;
+mod join;
 mod kernel;
 mod migration;
 mod outcome;
@@ -322,6 +324,7 @@ pub use error::{StoreError, StoreErrorKind};
 pub use events::EventStore;
 pub use group::{GroupCommit, GroupStats};
 pub use holds::HoldStore;
+pub use join::{join_key_answer, join_line, leave_line, Enqueued, Joining, WaitKernel};
 pub use kernel::{nested_end, Kernel, SlotEdit, NESTED_BEGIN};
 pub use migration::Migration;
 pub use outcome::{
@@ -339,8 +342,8 @@ pub use prefix::{InvalidTablePrefix, TablePrefix, DEFAULT_TABLE_PREFIX};
 pub use queries::HoldQueries;
 pub use refill::{take_with_refill, Attempt, Refill, RefillOps};
 pub use rows::{
-    entry_of, event_of, from_micros, hold_of, owner_of, pool_usage_of, resource_of, slot_of,
-    usage_of, Columns,
+    entry_of, event_of, from_micros, hold_of, join_limits_of, limits_of, owner_of, placed_entry_of,
+    pool_usage_of, resource_of, slot_of, slot_state_of, usage_of, Columns,
 };
 pub use serve::{serve_lines, HeadState, LineOps, Lines, OfferPlan, Units};
 pub use slot_edit::{edit_slot, EditSlots};

@@ -87,8 +87,8 @@ pub trait Kernel: Send {
 
     /// Serves `lines` at `now` to a fixpoint ([`serve_lines`](super::serve_lines)): the line
     /// of each of its slots with the lines of that slot's pools, and the line of each of its
-    /// pools.
-    async fn serve(&mut self, lines: &Lines, now: Timestamp) -> Result<(), StoreError>;
+    /// pools. The offers made, in the order made.
+    async fn serve(&mut self, lines: &Lines, now: Timestamp) -> Result<Vec<Hold>, StoreError>;
 
     /// Begins a nested unit (a savepoint): the writes from here to
     /// [`end_nested`](Self::end_nested) stay or are undone together.

@@ -32,7 +32,9 @@ use super::outcome::{HoldOutcome, HoldRequest, SlotLimits};
 use super::pool_edit::PoolKernel;
 use super::refill::{take_with_refill, Attempt, Refill, RefillOps};
 use super::step::Step;
-use crate::model::{Booking, BookingLine, Hold, HoldId, OwnerId, PoolId, SlotId, Timestamp};
+use crate::model::{
+    Booking, BookingLine, Hold, HoldId, OwnerId, PoolId, SlotId, Timestamp, WaitlistEntry,
+};
 
 /// The row a placement stores: a hold, or one line of a booking.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,8 +105,8 @@ pub enum Placed {
 pub enum KeyHolder {
     /// A hold, or a booking of several lines.
     Booking(Booking),
-    /// A waiting entry.
-    Waiting,
+    /// A waiting entry, at this place in its line.
+    Waiting(WaitlistEntry, u32),
     /// Nobody.
     Free,
 }
@@ -184,7 +186,7 @@ pub async fn place_hold<K: PlaceKernel + ?Sized>(
         Attempt::Done(Placed::SlotShort | Placed::PoolShort(_)) | Attempt::Short { .. } => {
             let refused = match kernel.key_holder(row.key).await? {
                 KeyHolder::Booking(holder) => HoldOutcome::key_taken(request, holder),
-                KeyHolder::Waiting => HoldOutcome::KeyReused(None),
+                KeyHolder::Waiting(..) => HoldOutcome::KeyReused(None),
                 KeyHolder::Free => {
                     let slot = kernel.slot_state(row.slot_id, row.now).await?;
                     HoldOutcome::refused(request, None, slot.map(|(limits, _)| limits))
@@ -261,7 +263,7 @@ pub async fn place_booking<K: PlaceKernel + ?Sized>(
     };
     let refused = match holder {
         KeyHolder::Booking(holder) => BookingOutcome::refused(request, Some(holder), &[]),
-        KeyHolder::Waiting => BookingOutcome::KeyReused(None),
+        KeyHolder::Waiting(..) => BookingOutcome::KeyReused(None),
         KeyHolder::Free => {
             let states = line_states(kernel, request, &placed).await?;
             BookingOutcome::refused(request, None, &states)
@@ -271,32 +273,23 @@ pub async fn place_booking<K: PlaceKernel + ?Sized>(
 }
 
 /// The answer to a hold whose key the unique constraint refused, from the key's holder read
-/// after the unit was undone.
-pub fn hold_key_answer(
-    request: &HoldRequest<'_>,
-    holder: KeyHolder,
-) -> Result<HoldOutcome, StoreError> {
+/// after the unit was undone. A holder gone since (a waiting entry that left) leaves the key
+/// reused by nobody to show.
+pub fn hold_key_answer(request: &HoldRequest<'_>, holder: KeyHolder) -> HoldOutcome {
     match holder {
-        KeyHolder::Booking(holder) => Ok(HoldOutcome::key_taken(request, holder)),
-        KeyHolder::Waiting => Ok(HoldOutcome::KeyReused(None)),
-        KeyHolder::Free => Err(StoreError::failed(KEY_TAKEN_BY_NONE)),
+        KeyHolder::Booking(holder) => HoldOutcome::key_taken(request, holder),
+        KeyHolder::Waiting(..) | KeyHolder::Free => HoldOutcome::KeyReused(None),
     }
 }
 
 /// The answer to a booking whose key the unique constraint refused, from the key's holder
-/// read after the unit was undone.
-pub fn booking_key_answer(
-    request: &BookingRequest<'_>,
-    holder: KeyHolder,
-) -> Result<BookingOutcome, StoreError> {
+/// read after the unit was undone (as [`hold_key_answer`]).
+pub fn booking_key_answer(request: &BookingRequest<'_>, holder: KeyHolder) -> BookingOutcome {
     match holder {
-        KeyHolder::Booking(holder) => Ok(BookingOutcome::refused(request, Some(holder), &[])),
-        KeyHolder::Waiting => Ok(BookingOutcome::KeyReused(None)),
-        KeyHolder::Free => Err(StoreError::failed(KEY_TAKEN_BY_NONE)),
+        KeyHolder::Booking(holder) => BookingOutcome::refused(request, Some(holder), &[]),
+        KeyHolder::Waiting(..) | KeyHolder::Free => BookingOutcome::KeyReused(None),
     }
 }
-
-const KEY_TAKEN_BY_NONE: &str = "a unique violation on the idempotency key, but nobody has it";
 
 /// One row's placement by the refill rule: as stored, then after the reclaims.
 async fn place_row<K: PlaceKernel + ?Sized>(

@@ -392,11 +392,11 @@ mod tests {
         async fn append(&mut self, _: &NewEvent) -> Result<(), StoreError> {
             unreachable!("a pool's change appends no event")
         }
-        async fn serve(&mut self, lines: &Lines, _: Timestamp) -> Result<(), StoreError> {
+        async fn serve(&mut self, lines: &Lines, _: Timestamp) -> Result<Vec<Hold>, StoreError> {
             let slots: Vec<i64> = lines.slots.iter().map(|s| s.get()).collect();
             let pools: Vec<i64> = lines.pools.iter().map(|p| p.get()).collect();
             self.done.push(format!("serve {slots:?} {pools:?}"));
-            Ok(())
+            Ok(Vec::new())
         }
         async fn begin_nested(&mut self) -> Result<(), StoreError> {
             unreachable!("an attempt is a unit of its own")

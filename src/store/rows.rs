@@ -14,6 +14,7 @@
 use std::str::FromStr;
 
 use super::error::StoreError;
+use super::outcome::SlotLimits;
 use crate::model::{
     EntryId, Event, EventKind, EventPosition, Hold, HoldId, HoldStatus, OwnerId, Pool, PoolId,
     PoolUsage, ResourceId, Slot, SlotId, SlotUsage, Timestamp, WaitlistEntry,
@@ -185,6 +186,40 @@ pub fn entry_of(row: &impl Columns) -> Result<WaitlistEntry, StoreError> {
         joined_at: row.at("joined_at")?,
         offer_micros: row.int("offer_micros")?,
     })
+}
+
+/// A waiting entry of a row of the waitlist table with its place in line (`position`).
+pub fn placed_entry_of(row: &impl Columns) -> Result<(WaitlistEntry, u32), StoreError> {
+    let position = u32::try_from(row.int("position")?).map_err(StoreError::failed)?;
+    Ok((entry_of(row)?, position))
+}
+
+/// A slot's limits, from its `starts_at`, `capacity`, `closed` and `removed_at`.
+pub fn limits_of(row: &impl Columns) -> Result<SlotLimits, StoreError> {
+    Ok(SlotLimits {
+        starts_at: row.at("starts_at")?,
+        capacity: row.units("capacity")?,
+        closed: row.flag("closed")?,
+        removed: row.opt_at("removed_at")?.is_some(),
+    })
+}
+
+/// A slot's limits and the units a hold could take of it (`free`, a 64-bit sum): what
+/// [`PlaceKernel::slot_state`](super::PlaceKernel::slot_state) answers.
+pub fn slot_state_of(row: &impl Columns) -> Result<(SlotLimits, i64), StoreError> {
+    Ok((limits_of(row)?, row.int("free")?))
+}
+
+/// The limits a join is held to ([`WaitKernel::join_limits`](super::WaitKernel::join_limits)):
+/// the slot's, its capacity the least of its own and `pool_capacity` (the least capacity of
+/// its pools, NULL for none).
+pub fn join_limits_of(row: &impl Columns) -> Result<SlotLimits, StoreError> {
+    let mut limits = limits_of(row)?;
+    if let Some(pool) = row.opt_int("pool_capacity")? {
+        let pool = i32::try_from(pool).map_err(StoreError::failed)?;
+        limits.capacity = limits.capacity.min(pool);
+    }
+    Ok(limits)
 }
 
 #[cfg(test)]

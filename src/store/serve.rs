@@ -40,6 +40,15 @@ impl Lines {
         Lines::default()
     }
 
+    /// The line of slot `slot` alone (which [`Kernel::serve`](super::Kernel::serve) serves
+    /// with the lines of the slot's pools).
+    pub fn of_slot(slot: SlotId) -> Self {
+        Lines {
+            slots: BTreeSet::from([slot]),
+            pools: BTreeSet::new(),
+        }
+    }
+
     /// Whether there is no line in the set.
     pub fn is_empty(&self) -> bool {
         self.slots.is_empty() && self.pools.is_empty()

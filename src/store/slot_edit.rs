@@ -200,9 +200,9 @@ mod tests {
             self.done.push(format!("{:?}", event.kind));
             Ok(())
         }
-        async fn serve(&mut self, _: &Lines, _: Timestamp) -> Result<(), StoreError> {
+        async fn serve(&mut self, _: &Lines, _: Timestamp) -> Result<Vec<Hold>, StoreError> {
             self.done.push("serve".into());
-            Ok(())
+            Ok(Vec::new())
         }
         async fn begin_nested(&mut self) -> Result<(), StoreError> {
             self.done.push("begin".into());

@@ -99,7 +99,7 @@ impl Run<'_> {
             let outcome = match placing {
                 Placing::Done(outcome) => outcome,
                 Placing::KeyTaken => {
-                    booking_key_answer(request, self.key_holder(request.key).await?)?
+                    booking_key_answer(request, self.key_holder(request.key).await?)
                 }
                 Placing::Refill(pools) => {
                     self.refill(&pools, request.now).await?;

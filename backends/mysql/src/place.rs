@@ -10,7 +10,7 @@
 //! before the ones this unit locked.
 
 use async_trait::async_trait;
-use slot_booking::store::{KeyHolder, NewLine, PlaceKernel, Placed, Refill};
+use slot_booking::store::{self, KeyHolder, NewLine, PlaceKernel, Placed, Refill};
 use slot_booking::{
     EventKind, Hold, HoldId, HoldStatus, PoolId, SlotId, SlotLimits, StoreError, Timestamp,
 };
@@ -20,10 +20,9 @@ use sqlx::{AssertSqlSafe, Connection};
 use crate::kernel::Kernel;
 use crate::lines::booking_by_key;
 use crate::map_err;
-use crate::rows::{from_micros, to_micros};
+use crate::rows::{placed_entry_from_row, to_micros, Cols};
 use crate::sql::Statements;
 use crate::units::{finish, id_of, lock_pools_of, lock_slot, log_hold, pools_of_slot, Step};
-use crate::waitlists::key_waits;
 
 #[async_trait]
 impl PlaceKernel for Kernel<'_> {
@@ -100,9 +99,17 @@ impl PlaceKernel for Kernel<'_> {
         if let Some(holder) = booking_by_key(self.sql, self.conn, key).await? {
             return Ok(KeyHolder::Booking(holder));
         }
-        Ok(match key_waits(self.sql, self.conn, key).await? {
-            true => KeyHolder::Waiting,
-            false => KeyHolder::Free,
+        let entry = sqlx::query(AssertSqlSafe(self.sql.waitlists.entry_by_key.as_str()))
+            .bind(key)
+            .fetch_optional(&mut *self.conn)
+            .await
+            .map_err(map_err)?;
+        Ok(match entry {
+            Some(row) => {
+                let (entry, position) = placed_entry_from_row(&row)?;
+                KeyHolder::Waiting(entry, position)
+            }
+            None => KeyHolder::Free,
         })
     }
 
@@ -111,25 +118,14 @@ impl PlaceKernel for Kernel<'_> {
         slot_id: SlotId,
         now: Timestamp,
     ) -> Result<Option<(SlotLimits, i64)>, StoreError> {
-        let row: Option<(i64, i32, bool, Option<i64>, i64, bool)> =
-            sqlx::query_as(AssertSqlSafe(self.sql.line_state.as_str()))
-                .bind(to_micros(now))
-                .bind(to_micros(now))
-                .bind(slot_id.get())
-                .fetch_optional(&mut *self.conn)
-                .await
-                .map_err(map_err)?;
-        let Some((starts_at, capacity, closed, removed_at, free, blocked)) = row else {
-            return Ok(None);
-        };
-        let limits = SlotLimits {
-            starts_at: from_micros(starts_at)?,
-            capacity,
-            closed,
-            removed: removed_at.is_some(),
-        };
-        // Nobody jumps a line: a slot anyone waits for has no unit for a newcomer.
-        Ok(Some((limits, if blocked { 0 } else { free })))
+        let row = sqlx::query(AssertSqlSafe(self.sql.line_state.as_str()))
+            .bind(to_micros(now))
+            .bind(to_micros(now))
+            .bind(slot_id.get())
+            .fetch_optional(&mut *self.conn)
+            .await
+            .map_err(map_err)?;
+        row.map(|row| store::slot_state_of(&Cols(&row))).transpose()
     }
 
     async fn pools_of_slot(&mut self, slot_id: SlotId) -> Result<Vec<PoolId>, StoreError> {

@@ -38,6 +38,11 @@ pub(crate) fn event_from_row(row: &MySqlRow) -> Result<Event, StoreError> {
     store::event_of(&Cols(row), EventPosition::new(0, position))
 }
 
+/// A waiting entry's row with its place in line (`position`).
+pub(crate) fn placed_entry_from_row(row: &MySqlRow) -> Result<(WaitlistEntry, u32), StoreError> {
+    store::placed_entry_of(&Cols(row))
+}
+
 /// A waiting entry's row.
 pub(crate) fn entry_from_row(row: &MySqlRow) -> Result<WaitlistEntry, StoreError> {
     store::entry_of(&Cols(row))

@@ -20,7 +20,8 @@
 
 use async_trait::async_trait;
 use slot_booking::store::{
-    first_that_fits, hold_key_answer, place_hold, KeyHolder, PlaceKernel as _, PlaceOne, Placing,
+    first_that_fits, hold_key_answer, join_key_answer, join_line, leave_line, place_hold, Joining,
+    KeyHolder, PlaceKernel as _, PlaceOne, Placing,
 };
 use slot_booking::{
     AnyHoldOutcome, AnyHoldRequest, AvailabilityEntry, AvailabilityQuery, ConsumerId, Decided,
@@ -133,7 +134,7 @@ impl<'a> Run<'a> {
             })?;
             let outcome = match placing {
                 Placing::Done(outcome) => outcome,
-                Placing::KeyTaken => hold_key_answer(request, self.key_holder(request.key).await?)?,
+                Placing::KeyTaken => hold_key_answer(request, self.key_holder(request.key).await?),
                 Placing::Refill(pools) => {
                     self.refill(&pools, request.now).await?;
                     refilled = true;
@@ -341,21 +342,24 @@ impl Run<'_> {
 
 // The store's waitlist operations, which `forward_store!` forwards `WaitlistStore` to.
 impl Run<'_> {
+    /// A join, by the core's rule ([`join_line`]) in a unit of work.
     pub(crate) async fn join_waitlist(
         &mut self,
         request: JoinRequest<'_>,
     ) -> Result<Decided<JoinOutcome>, StoreError> {
         let sql = self.statements();
-        let now = request.hold.now;
-        let joined = in_unit!(self, |conn| waitlists::join(sql, conn, &request))?;
-        let outcome = match joined {
-            Some(outcome) => outcome,
-            None => reading!(self, |conn| waitlists::key_answer(sql, conn, &request))?
-                .unwrap_or(JoinOutcome::Refused(HoldOutcome::KeyReused(None))),
+        let request = &request;
+        let joining = in_unit!(self, |conn| async move {
+            join_line(&mut Kernel { sql, conn }, request).await
+        })?;
+        let outcome = match joining {
+            Joining::Done(outcome) => outcome,
+            Joining::KeyTaken => join_key_answer(request, self.key_holder(request.hold.key).await?),
         };
-        Ok(Decided::new(now, outcome))
+        Ok(Decided::new(request.hold.now, outcome))
     }
 
+    /// A leave, by the core's rule ([`leave_line`]) in a unit of work.
     pub(crate) async fn leave_waitlist(
         &mut self,
         entry_id: EntryId,
@@ -363,9 +367,9 @@ impl Run<'_> {
         now: Timestamp,
     ) -> Result<Decided<Option<WaitlistEntry>>, StoreError> {
         let sql = self.statements();
-        let left = in_unit!(self, |conn| waitlists::leave(
-            sql, conn, entry_id, scope, now
-        ))?;
+        let left = in_unit!(self, |conn| async move {
+            leave_line(&mut Kernel { sql, conn }, entry_id, scope, now).await
+        })?;
         Ok(Decided::new(now, left))
     }
 

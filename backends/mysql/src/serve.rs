@@ -21,6 +21,7 @@ use sqlx::mysql::MySqlConnection;
 use sqlx::{AssertSqlSafe, Connection, Row};
 
 use crate::map_err;
+use crate::reads::slot_usage;
 use crate::rows::{entry_from_row, to_micros};
 use crate::sql::Statements;
 use crate::units::{finish, hold_by_id, log_hold, pools_of_slot, reclaim_slot, Step};
@@ -282,28 +283,12 @@ async fn slot_units(
     slot: i64,
     now: Timestamp,
 ) -> Result<Units, StoreError> {
-    let row: Option<(i64, i32, bool, Option<i64>, i64, bool)> =
-        sqlx::query_as(AssertSqlSafe(sql.line_state.as_str()))
-            .bind(to_micros(now))
-            .bind(to_micros(now))
-            .bind(slot)
-            .fetch_optional(&mut *conn)
-            .await
-            .map_err(map_err)?;
-    let remaining: Option<i32> = sqlx::query_scalar(AssertSqlSafe(format!(
-        "SELECT remaining FROM {} WHERE id = ?",
-        sql.slots
-    )))
-    .bind(slot)
-    .fetch_optional(&mut *conn)
-    .await
-    .map_err(map_err)?;
-    match (row, remaining) {
-        (Some((_, _, _, _, free, _)), Some(remaining)) => Ok(Units {
-            remaining: i64::from(remaining),
-            expired: free - i64::from(remaining),
+    match slot_usage(sql, conn, SlotId(slot), now).await? {
+        Some(usage) => Ok(Units {
+            remaining: i64::from(usage.slot.stored_remaining),
+            expired: i64::from(usage.expired),
         }),
-        _ => Err(StoreError::failed(format!("slot {slot} is gone"))),
+        None => Err(StoreError::failed(format!("slot {slot} is gone"))),
     }
 }
 

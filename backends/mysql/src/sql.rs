@@ -378,20 +378,20 @@ impl Statements {
                    AND (? OR owner <=> ?) AND LEAST(?, created_at + ?) <= expires_at"
             ),
             // (now, now, slot id): a refused line's slot, with the units a hold could take
-            // from it, and whether anyone waits in its line or a line of its pools (then a
-            // newcomer can take none).
+            // from it (its `remaining` and its held holds expired by now; none while anyone
+            // waits in its line or a line of its pools).
             line_state: format!(
                 "SELECT s.starts_at, s.capacity, s.closed, s.removed_at, \
-                        CAST(s.remaining + (SELECT COALESCE(SUM(h.quantity), 0) FROM {holds} h \
-                             WHERE h.slot_id = s.id AND h.status = 'held' \
-                               AND h.expires_at <= ?) AS SIGNED) AS free, \
-                        (s.waiting > 0 OR EXISTS ( \
+                        CAST(CASE WHEN s.waiting > 0 OR EXISTS ( \
                              SELECT 1 FROM {pool_slots} ps \
                              JOIN {pool_slots} ps2 ON ps2.pool_id = ps.pool_id \
                              JOIN {holds} e ON e.slot_id = ps2.slot_id AND e.status = 'waiting' \
                              JOIN {slots} s2 ON s2.id = ps2.slot_id \
                              WHERE ps.slot_id = s.id AND s2.starts_at > ? AND NOT s2.closed \
-                               AND s2.removed_at IS NULL)) AS blocked \
+                               AND s2.removed_at IS NULL) THEN 0 \
+                        ELSE s.remaining + (SELECT COALESCE(SUM(h.quantity), 0) FROM {holds} h \
+                             WHERE h.slot_id = s.id AND h.status = 'held' \
+                               AND h.expires_at <= ?) END AS SIGNED) AS free \
                  FROM {slots} s WHERE s.id = ?"
             ),
             pools: PoolStatements::new(&slots, &holds, &pools, &pool_slots),

@@ -16,7 +16,6 @@ pub(crate) struct WaitlistStatements {
     pub(crate) count_slot: String,
     pub(crate) count_pool: String,
     pub(crate) entry_by_key: String,
-    pub(crate) key_waits: String,
     pub(crate) entry_in_scope: String,
     pub(crate) leave: String,
     pub(crate) slot_head: String,
@@ -41,11 +40,17 @@ impl WaitlistStatements {
              AS SIGNED) AS position"
         );
         WaitlistStatements {
-            // (slot id, key, now, now, quantity, owner, priority, offer window)
+            // (key, now, now, quantity, owner, priority, offer window, slot id, now, quantity,
+            // quantity): stored only where the slot sells and has the capacity, and so has
+            // every pool of it; the key's unique constraint refuses a second row with it.
             insert_entry: write_statement!(
                 "INSERT INTO {holds} (slot_id, idempotency_key, status, expires_at, created_at, \
                      quantity, owner, priority, offer_micros) \
-                 VALUES (?, ?, 'waiting', ?, ?, ?, ?, ?, ?)"
+                 SELECT s.id, ?, 'waiting', ?, ?, ?, ?, ?, ? FROM {slots} s \
+                 WHERE s.id = ? AND {selling} AND s.capacity >= ? \
+                   AND NOT EXISTS (SELECT 1 FROM {pool_slots} ps JOIN {pools} p \
+                                     ON p.id = ps.pool_id \
+                                   WHERE ps.slot_id = s.id AND p.capacity < ?)"
             ),
             // (change, slot id) and (change, pool id): the count of waiting entries.
             count_slot: write_statement!("UPDATE {slots} SET waiting = waiting + ? WHERE id = ?"),
@@ -54,9 +59,6 @@ impl WaitlistStatements {
             entry_by_key: format!(
                 "SELECT {ENTRY_COLUMNS}, {position} FROM {holds} e \
                  WHERE e.idempotency_key = ? AND e.status = 'waiting'"
-            ),
-            key_waits: format!(
-                "SELECT id FROM {holds} WHERE idempotency_key = ? AND status = 'waiting'"
             ),
             // (entry id, any, owner)
             entry_in_scope: format!(

@@ -117,7 +117,7 @@ impl Run<'_> {
                     sql: &sql,
                     conn: &mut conn,
                 };
-                booking_key_answer(&request, reader.key_holder(request.key.as_str()).await?)?
+                booking_key_answer(&request, reader.key_holder(request.key.as_str()).await?)
             }
             Placing::Refill(_) => return Err(StoreError::failed(REFILLED_IN_PLACE)),
         };

@@ -84,7 +84,11 @@ impl store::Kernel for Kernel<'_> {
         append_event(self.sql, self.conn, event).await
     }
 
-    async fn serve(&mut self, lines: &store::Lines, now: Timestamp) -> Result<(), StoreError> {
+    async fn serve(
+        &mut self,
+        lines: &store::Lines,
+        now: Timestamp,
+    ) -> Result<Vec<Hold>, StoreError> {
         let mut each = Lines::new();
         for slot_id in &lines.slots {
             each.slot_and_pools(self.sql, self.conn, *slot_id).await?;
@@ -92,8 +96,7 @@ impl store::Kernel for Kernel<'_> {
         for pool_id in &lines.pools {
             each.pool(*pool_id);
         }
-        serve_lines(self.sql, self.conn, &each, now).await?;
-        Ok(())
+        serve_lines(self.sql, self.conn, &each, now).await
     }
 
     async fn begin_nested(&mut self) -> Result<(), StoreError> {

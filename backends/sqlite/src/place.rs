@@ -9,7 +9,7 @@
 //! account and refills short pools in place.
 
 use async_trait::async_trait;
-use slot_booking::store::{KeyHolder, NewLine, PlaceKernel, Placed, Refill};
+use slot_booking::store::{self, KeyHolder, NewLine, PlaceKernel, Placed, Refill};
 use slot_booking::{HoldId, PoolId, SlotId, SlotLimits, StoreError, Timestamp};
 use sqlx::AssertSqlSafe;
 
@@ -17,7 +17,7 @@ use crate::group::{insert_outcome, Insert};
 use crate::kernel::Kernel;
 use crate::map_err;
 use crate::reads::booking_by_key;
-use crate::rows::{from_micros, to_micros};
+use crate::rows::{placed_entry_from_row, to_micros, Cols};
 use crate::units::reclaim_short_pools;
 
 /// Why a [`Placing::Refill`](slot_booking::store::Placing::Refill) is an error here.
@@ -86,7 +86,10 @@ impl PlaceKernel for Kernel<'_> {
             .await
             .map_err(map_err)?;
         Ok(match entry {
-            Some(_) => KeyHolder::Waiting,
+            Some(row) => {
+                let (entry, position) = placed_entry_from_row(&row)?;
+                KeyHolder::Waiting(entry, position)
+            }
             None => KeyHolder::Free,
         })
     }
@@ -96,23 +99,13 @@ impl PlaceKernel for Kernel<'_> {
         slot_id: SlotId,
         now: Timestamp,
     ) -> Result<Option<(SlotLimits, i64)>, StoreError> {
-        let row: Option<(i64, i32, bool, Option<i64>, i64)> =
-            sqlx::query_as(AssertSqlSafe(self.sql.line_state.as_str()))
-                .bind(slot_id.get())
-                .bind(to_micros(now))
-                .fetch_optional(&mut *self.conn)
-                .await
-                .map_err(map_err)?;
-        let Some((starts_at, capacity, closed, removed_at, free)) = row else {
-            return Ok(None);
-        };
-        let limits = SlotLimits {
-            starts_at: from_micros(starts_at)?,
-            capacity,
-            closed,
-            removed: removed_at.is_some(),
-        };
-        Ok(Some((limits, free)))
+        let row = sqlx::query(AssertSqlSafe(self.sql.line_state.as_str()))
+            .bind(slot_id.get())
+            .bind(to_micros(now))
+            .fetch_optional(&mut *self.conn)
+            .await
+            .map_err(map_err)?;
+        row.map(|row| store::slot_state_of(&Cols(&row))).transpose()
     }
 
     async fn pools_of_slot(&mut self, slot_id: SlotId) -> Result<Vec<PoolId>, StoreError> {

@@ -40,9 +40,5 @@ pub(crate) fn entry_from_row(row: &SqliteRow) -> Result<WaitlistEntry, StoreErro
 
 /// A row of [`ENTRY_COLUMNS`](crate::waitlist_sql::ENTRY_COLUMNS) and its `position`.
 pub(crate) fn placed_entry_from_row(row: &SqliteRow) -> Result<(WaitlistEntry, u32), StoreError> {
-    let position: i64 = row.try_get("position").map_err(map_err)?;
-    Ok((
-        entry_from_row(row)?,
-        u32::try_from(position).unwrap_or(u32::MAX),
-    ))
+    store::placed_entry_of(&Cols(row))
 }

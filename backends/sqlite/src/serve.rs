@@ -88,19 +88,6 @@ async fn pools_of(
     Ok(pools.into_iter().map(PoolId).collect())
 }
 
-/// Serves the line of `slot_id` and the lines of its pools in the unit of work `conn` is in
-/// (see [`serve_lines`]). Returns the offers made.
-pub(crate) async fn serve(
-    sql: &Statements,
-    conn: &mut SqliteConnection,
-    slot_id: SlotId,
-    now: Timestamp,
-) -> Result<Vec<Hold>, StoreError> {
-    let mut lines = Lines::new();
-    lines.slot_and_pools(sql, conn, slot_id).await?;
-    serve_lines(sql, conn, &lines, now).await
-}
-
 /// Serves `lines` in the unit of work `conn` is in, to a fixpoint: the core's rule
 /// ([`serve_lines`](store::serve_lines)) over this store's primitives. SQLite's one writer
 /// holds the write lock: nothing else moves meanwhile. Returns the offers made, in the order

@@ -76,7 +76,7 @@ impl WaitlistStatements {
             // ?1 slot id, ?2 key, ?3 quantity, ?4 owner, ?5 priority, ?6 now, ?7 offer window
             // (µs). Stores the entry only where the slot sells and has the capacity, so has
             // every pool of it, and no hold has the key; another entry with the key is the
-            // unique constraint's. No row: the reads of `join_refusal` say why.
+            // unique constraint's. No row: the core's `join_line` reads why.
             join: format!(
                 "INSERT INTO {entries} \
                      (id, slot_id, idempotency_key, quantity, owner, priority, joined_at, \

@@ -31,121 +31,84 @@
 
 use std::sync::Arc;
 
+use async_trait::async_trait;
+use slot_booking::store::{
+    self, join_key_answer, join_line, leave_line, Enqueued, Joining, PlaceKernel as _, WaitKernel,
+};
 use slot_booking::{
-    Decided, EntryId, HoldOutcome, JoinOutcome, JoinRequest, OwnerId, Scope, SlotLimits,
-    StoreError, Timestamp, WaitlistEntry,
+    Decided, EntryId, JoinOutcome, JoinRequest, OwnerId, Scope, SlotId, SlotLimits, StoreError,
+    Timestamp, WaitlistEntry,
 };
 use sqlx::sqlite::SqliteConnection;
 use sqlx::AssertSqlSafe;
 
-use crate::reads::booking_by_key;
-use crate::rows::{entry_from_row, from_micros, placed_entry_from_row, to_micros};
-use crate::run::{Run, Step};
-use crate::serve::serve;
+use crate::kernel::Kernel;
+use crate::rows::{placed_entry_from_row, to_micros, Cols};
+use crate::run::Run;
 use crate::sql::Statements;
 use crate::{is_unique_violation, map_err};
 
-/// [`WaitlistStore::join_waitlist`](slot_booking::WaitlistStore::join_waitlist) in the unit
-/// of work `conn` is in: the entry's conditional insert, then the line served; the new entry
-/// served is answered with its offer. No row inserted: [`join_refusal`] says why.
-async fn join(
-    sql: &Statements,
-    conn: &mut SqliteConnection,
-    request: &JoinRequest<'_>,
-) -> Result<Step<JoinOutcome>, StoreError> {
-    let hold = &request.hold;
-    let offer_micros = (hold.expires_at - hold.now)
-        .num_microseconds()
-        .ok_or_else(|| StoreError::failed("an offer window overflows microseconds"))?;
-    let inserted = sqlx::query(AssertSqlSafe(sql.waitlists.join.as_str()))
-        .bind(hold.slot_id.get())
-        .bind(hold.key.as_str())
-        .bind(hold.quantity)
-        .bind(hold.owner.map(OwnerId::as_str))
-        .bind(request.priority)
-        .bind(to_micros(hold.now))
-        .bind(offer_micros)
-        .fetch_all(&mut *conn)
-        .await;
-    let entry = match inserted {
-        Ok(rows) => match rows.first() {
-            Some(row) => entry_from_row(row)?,
-            None => return join_refusal(sql, conn, request).await,
-        },
-        // Another entry has the key.
-        Err(error) if is_unique_violation(&error) => return join_refusal(sql, conn, request).await,
-        Err(error) => return Err(map_err(error)),
-    };
-    let offers = serve(sql, conn, entry.slot_id, hold.now).await?;
-    if let Some(offer) = offers
-        .into_iter()
-        .find(|offer| offer.hold_id == entry.offer_id())
-    {
-        return Ok(Step::keep(JoinOutcome::Held {
-            hold: offer,
-            replayed: false,
-        }));
-    }
-    let (entry, position) = entry_in_scope(sql, conn, entry.entry_id, &Scope::BackOffice)
-        .await?
-        .ok_or_else(|| StoreError::failed("a new waitlist entry is gone"))?;
-    Ok(Step::keep(JoinOutcome::Waiting {
-        entry,
-        position,
-        replayed: false,
-    }))
-}
-
-/// What `join_refusal` reads: the slot's `starts_at`, `capacity`, `closed` and `removed_at`,
-/// and the smallest capacity of its pools (none: no pool).
-type JoinLimits = (i64, i32, bool, Option<i64>, Option<i32>);
-
-/// Why a join stored no entry, read in its unit of work, in the order every store answers: the
-/// key's entry (a replay, or the key reused), the key's hold or booking (a replay of the
-/// offer, or the key reused), then the slot's limits, then its pools.
-async fn join_refusal(
-    sql: &Statements,
-    conn: &mut SqliteConnection,
-    request: &JoinRequest<'_>,
-) -> Result<Step<JoinOutcome>, StoreError> {
-    let hold = &request.hold;
-    let keyed = sqlx::query(AssertSqlSafe(sql.waitlists.entry_by_key.as_str()))
-        .bind(hold.key.as_str())
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(map_err)?;
-    if let Some(row) = keyed {
-        let (entry, position) = placed_entry_from_row(&row)?;
-        let outcome = JoinOutcome::key_waits(request, entry, position, hold.now);
-        return Ok(Step::undo(outcome));
-    }
-    if let Some(holder) = booking_by_key(sql, &mut *conn, hold.key.as_str()).await? {
-        return Ok(Step::undo(JoinOutcome::key_taken(hold, holder)));
-    }
-    let slot: Option<JoinLimits> =
-        sqlx::query_as(AssertSqlSafe(sql.waitlists.join_refusal.as_str()))
+/// The store's primitives of a join and a leave: the entry's conditional insert and its
+/// delete (the triggers of migration 10 count it in and out of its slot's `waiting`).
+#[async_trait]
+impl WaitKernel for Kernel<'_> {
+    async fn insert_entry(&mut self, request: &JoinRequest<'_>) -> Result<Enqueued, StoreError> {
+        let hold = &request.hold;
+        let offer_micros = (hold.expires_at - hold.now)
+            .num_microseconds()
+            .ok_or_else(|| StoreError::failed("an offer window overflows microseconds"))?;
+        let inserted = sqlx::query_scalar(AssertSqlSafe(self.sql.waitlists.join.as_str()))
             .bind(hold.slot_id.get())
-            .fetch_optional(&mut *conn)
+            .bind(hold.key.as_str())
+            .bind(hold.quantity)
+            .bind(hold.owner.map(OwnerId::as_str))
+            .bind(request.priority)
+            .bind(to_micros(hold.now))
+            .bind(offer_micros)
+            .fetch_all(&mut *self.conn)
+            .await;
+        match inserted {
+            Ok(ids) => Ok(match ids.first() {
+                Some(id) => Enqueued::Stored(EntryId(*id)),
+                None => Enqueued::NotStored,
+            }),
+            Err(error) if is_unique_violation(&error) => Ok(Enqueued::KeyTaken),
+            Err(error) => Err(map_err(error)),
+        }
+    }
+
+    async fn join_limits(&mut self, slot_id: SlotId) -> Result<Option<SlotLimits>, StoreError> {
+        let row = sqlx::query(AssertSqlSafe(self.sql.waitlists.join_refusal.as_str()))
+            .bind(slot_id.get())
+            .fetch_optional(&mut *self.conn)
             .await
             .map_err(map_err)?;
-    let Some((starts_at, capacity, closed, removed_at, pool_capacity)) = slot else {
-        return Ok(Step::undo(JoinOutcome::Refused(HoldOutcome::refused(
-            hold, None, None,
-        ))));
-    };
-    // A quantity more than the capacity of a pool of the slot exceeds it as the slot's own
-    // would: the smallest of them is the most a request can ever be given.
-    let limits = SlotLimits {
-        starts_at: from_micros(starts_at)?,
-        capacity: pool_capacity.map_or(capacity, |pool| pool.min(capacity)),
-        closed,
-        removed: removed_at.is_some(),
-    };
-    match HoldOutcome::refused(hold, None, Some(limits)) {
-        HoldOutcome::SoldOut => Err(StoreError::failed(
-            "a waitlist entry that its slot admits was not stored",
-        )),
-        refused => Ok(Step::undo(JoinOutcome::Refused(refused))),
+        row.map(|row| store::join_limits_of(&Cols(&row)))
+            .transpose()
+    }
+
+    async fn entry_in_scope(
+        &mut self,
+        entry_id: EntryId,
+        scope: &Scope,
+    ) -> Result<Option<(WaitlistEntry, u32)>, StoreError> {
+        entry_in_scope(self.sql, self.conn, entry_id, scope).await
+    }
+
+    async fn delete_entry(
+        &mut self,
+        entry: &WaitlistEntry,
+        scope: &Scope,
+    ) -> Result<bool, StoreError> {
+        let (any, owner) = scope.as_filter();
+        let rows = sqlx::query(AssertSqlSafe(self.sql.waitlists.leave.as_str()))
+            .bind(entry.entry_id.0)
+            .bind(any)
+            .bind(owner)
+            .fetch_all(&mut *self.conn)
+            .await
+            .map_err(map_err)?;
+        Ok(!rows.is_empty())
     }
 }
 
@@ -169,43 +132,35 @@ async fn entry_in_scope(
         .transpose()
 }
 
-/// [`WaitlistStore::leave_waitlist`](slot_booking::WaitlistStore::leave_waitlist) in the unit
-/// of work `conn` is in: the entry's row deleted (its key with it) if it waits in `scope`, then
-/// its line served.
-async fn leave(
-    sql: &Statements,
-    conn: &mut SqliteConnection,
-    entry_id: EntryId,
-    scope: &Scope,
-    now: Timestamp,
-) -> Result<Step<Option<WaitlistEntry>>, StoreError> {
-    let (any, owner) = scope.as_filter();
-    let rows = sqlx::query(AssertSqlSafe(sql.waitlists.leave.as_str()))
-        .bind(entry_id.0)
-        .bind(any)
-        .bind(owner)
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(map_err)?;
-    let Some(row) = rows.first() else {
-        return Ok(Step::keep(None));
-    };
-    let entry = entry_from_row(row)?;
-    serve(sql, conn, entry.slot_id, now).await?;
-    Ok(Step::keep(Some(entry)))
-}
-
 impl Run<'_> {
+    /// A join, by the core's rule ([`join_line`]) in a unit of work of its own.
     pub(crate) async fn join_waitlist(
         &mut self,
         request: JoinRequest<'_>,
     ) -> Result<Decided<JoinOutcome>, StoreError> {
         let sql = Arc::clone(&self.sql);
         let mut unit = self.unit().await?;
-        let step = join(&sql, unit.connection(), &request).await;
-        Ok(Decided::new(request.hold.now, unit.finish(step).await?))
+        let kernel = &mut Kernel {
+            sql: &sql,
+            conn: unit.connection(),
+        };
+        let step = join_line(kernel, &request).await;
+        let outcome = match unit.finish(step).await? {
+            Joining::Done(outcome) => outcome,
+            Joining::KeyTaken => {
+                let mut conn = self.conn().await?;
+                let reader = &mut Kernel {
+                    sql: &sql,
+                    conn: &mut conn,
+                };
+                let holder = reader.key_holder(request.hold.key.as_str()).await?;
+                join_key_answer(&request, holder)
+            }
+        };
+        Ok(Decided::new(request.hold.now, outcome))
     }
 
+    /// A leave, by the core's rule ([`leave_line`]) in a unit of work of its own.
     pub(crate) async fn leave_waitlist(
         &mut self,
         entry_id: EntryId,
@@ -214,7 +169,11 @@ impl Run<'_> {
     ) -> Result<Decided<Option<WaitlistEntry>>, StoreError> {
         let sql = Arc::clone(&self.sql);
         let mut unit = self.unit().await?;
-        let step = leave(&sql, unit.connection(), entry_id, scope, now).await;
+        let kernel = &mut Kernel {
+            sql: &sql,
+            conn: unit.connection(),
+        };
+        let step = leave_line(kernel, entry_id, scope, now).await;
         Ok(Decided::new(now, unit.finish(step).await?))
     }
 

@@ -264,12 +264,13 @@ pub(super) async fn waitlist_joins_replay_and_refuse_like_holds<S: Waitlists>(st
     let f = Fixture::new(store);
     let slot = f.slot(1, hours(1)).await;
     let request = || NewHold::new(slot, "first").owner(owner("bob"));
+    let joined = f.engine.join_waitlist(request(), 0).await;
     let Ok(Joined::Held {
         hold,
         replayed: false,
-    }) = f.engine.join_waitlist(request(), 0).await
+    }) = joined
     else {
-        panic!("held at once")
+        panic!("held at once: {joined:?}")
     };
     let Ok(Joined::Held {
         hold: again,
