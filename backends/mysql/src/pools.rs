@@ -3,9 +3,8 @@
 //! and confirmed on its slots = capacity` (migration 4).
 //!
 //! Every take of a slot's units takes them from each of its pools in the same transaction, by
-//! one conditional decrement per pool (`writes::take_with_pools`, and a booking's per pool for
-//! all its lines on that pool's slots); every give-back gives them back to each of them
-//! (`units::give_back`). Locks are taken in one order: slots' rows by ascending id, then pools'
+//! one conditional decrement per pool (a placement's, `place.rs`); every give-back gives them
+//! back to each of them (`units::give_back`). Locks are taken in one order: slots' rows by ascending id, then pools'
 //! by ascending id, then holds.
 //!
 //! A take whose pool is short even after its slot's expired holds were reclaimed must give back
