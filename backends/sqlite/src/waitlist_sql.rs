@@ -16,7 +16,7 @@ const E_ENTRY_COLUMNS: &str =
 #[derive(Debug)]
 pub(crate) struct WaitlistStatements {
     pub(crate) join: String,
-    pub(crate) join_refusal: String,
+    pub(crate) join_limits: String,
     pub(crate) entry_by_key: String,
     pub(crate) entry_in_scope: String,
     pub(crate) leave: String,
@@ -91,7 +91,7 @@ impl WaitlistStatements {
                  RETURNING {ENTRY_COLUMNS}"
             ),
             // ?1 slot id: its limits, and the smallest capacity of its pools (NULL: none).
-            join_refusal: format!(
+            join_limits: format!(
                 "SELECT starts_at, capacity, closed, removed_at, \
                         (SELECT min(p.capacity) FROM {slot_pools} m \
                          JOIN {pools} p ON p.id = m.pool_id WHERE m.slot_id = ?1) \
@@ -200,7 +200,7 @@ mod tests {
         let sql = WaitlistStatements::new(&TablePrefix::new("zz_", None).unwrap());
         let WaitlistStatements {
             join,
-            join_refusal,
+            join_limits,
             entry_by_key,
             entry_in_scope,
             leave,
@@ -215,7 +215,7 @@ mod tests {
         } = &sql;
         for statement in [
             join,
-            join_refusal,
+            join_limits,
             entry_by_key,
             entry_in_scope,
             leave,

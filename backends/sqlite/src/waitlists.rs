@@ -78,7 +78,7 @@ impl WaitKernel for Kernel<'_> {
     }
 
     async fn join_limits(&mut self, slot_id: SlotId) -> Result<Option<SlotLimits>, StoreError> {
-        let row = sqlx::query(AssertSqlSafe(self.sql.waitlists.join_refusal.as_str()))
+        let row = sqlx::query(AssertSqlSafe(self.sql.waitlists.join_limits.as_str()))
             .bind(slot_id.get())
             .fetch_optional(&mut *self.conn)
             .await
