@@ -165,14 +165,22 @@ pub trait EditPools: Send {
         now: Timestamp,
     ) -> Result<PoolEdited, StoreError>;
 
-    /// Applies `edit` to pool `pool_id` at `now`: the first attempt, then, if the pool was
-    /// short for units that expired holds would free, the reclaiming one.
+    /// The instant a change asked at `now` is decided at, and each of its attempts runs at:
+    /// `now`, unless the store decides by a clock of its own (PostgreSQL's database clock).
+    async fn decided_at(&mut self, now: Timestamp) -> Result<Timestamp, StoreError> {
+        Ok(now)
+    }
+
+    /// Applies `edit` to pool `pool_id` at `now` ([`decided_at`](Self::decided_at)): the first
+    /// attempt, then, if the pool was short for units that expired holds would free, the
+    /// reclaiming one.
     async fn edit_pool(
         &mut self,
         pool_id: PoolId,
         edit: PoolEdit,
         now: Timestamp,
     ) -> Result<Decided<PoolChange>, StoreError> {
+        let now = self.decided_at(now).await?;
         for attempt in [PoolAttempt::First, PoolAttempt::Reclaiming] {
             if let PoolEdited::Done(change) =
                 self.edit_pool_once(pool_id, edit, attempt, now).await?

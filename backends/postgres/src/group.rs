@@ -86,7 +86,7 @@ impl GroupStatements {
             // row"), and `capacity` is written from it too: the update checks the CHECK
             // constraints first on a projection from the row as of its snapshot, and the locked
             // `remaining` beside a snapshot's `capacity` fails `remaining <= capacity` after a
-            // concurrent raise (see `sql.rs`, `reclaim_then_change`). The keys last, as in the
+            // concurrent raise (see `sql.rs`, `change_capacity`). The keys last, as in the
             // fast statement, and in key order: two groups of two slots whose keys overlap (a
             // client retrying on another slot) wait for each other's keys in one order, never
             // in a circle (the lock order is the slot's row, then the keys by key).

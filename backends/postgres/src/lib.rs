@@ -151,9 +151,8 @@
 //! while the line of any of its pools waits, and an entry is offered only when it heads its
 //! slot's line and every one of its pools' lines and its units are free in its slot and every
 //! pool. The step that frees a pool's units serves the pool's line in its transaction (the
-//! trigger, for every statement that gives a slot's units back to it and its pools, changes
-//! its capacity, opens or closes its sales or removes it; a pool capacity change and a detach,
-//! with a second statement); rows that would be taken out of the lock order (the head's slot,
+//! trigger, for every statement that gives a slot's units back to it and its pools; an
+//! administrative change, after its event, with the trigger deferred: `kernel.rs`); rows that would be taken out of the lock order (the head's slot,
 //! its other pools, a pool refill's slots) are taken with `SKIP LOCKED`, never waited for, and
 //! the sweeper
 //! ([`reclaim_expired`](slot_booking::EventStore::reclaim_expired)) serves every pool line
@@ -214,13 +213,15 @@
 //! * Availability reads the slots that have not started (skipping closed and removed ones)
 //!   and, for each one with units taken, counts its held holds that have expired: holds of
 //!   slots that have started, however many were abandoned there, are never read.
-//! * A capacity change or a removal is one conditional `UPDATE` of the slot row in the common
-//!   case (`remaining + (new - capacity) >= 0`; `remaining = capacity`, which is "no unit held
-//!   or confirmed" by the capacity invariant). Only when that changed nothing does a second
-//!   statement lock the slot, reclaim its expired holds if that makes the change fit, and give
-//!   their units back and apply the change in one update. A refused change reads the slot's
-//!   units once, after its writes, to say how many are taken. Closing and reopening sales is
-//!   one conditional `UPDATE`. A removal keeps the slot and its holds: it sets `removed_at`.
+//! * The administrative changes (a slot's capacity, its sales, its removal; a pool's
+//!   attachments and capacity) follow the core's rules
+//!   ([`edit_slot`](slot_booking::store::edit_slot),
+//!   [`edit_pool`](slot_booking::store::edit_pool)) over the store's kernel, in a transaction
+//!   (a savepoint in the caller's) whose statements each decide nothing: a conditional
+//!   `UPDATE` of the slot row (`remaining + (new - capacity) >= 0`; `remaining = capacity`,
+//!   which is "no unit held or confirmed" by the capacity invariant), the reclaim and the
+//!   update once more when expired holds stand in the way, the event, then the lines served.
+//!   A removal keeps the slot and its holds: it sets `removed_at`. `admin.rs` and `kernel.rs`.
 //! * The operator's listing is a keyset page through `slots_starts_at_id` (or
 //!   `slots_by_resource` for one resource), each listed slot's held units counted through
 //!   the partial index of held holds.
@@ -287,7 +288,7 @@ use async_trait::async_trait;
 use slot_booking::{
     AvailabilityEntry, AvailabilityQuery, ConsumerId, Decided, EventPosition, Hold, HoldId,
     HoldOutcome, HoldRequest, LeaseHolder, NewSlot, OwnerId, PageRequest, RenewRequest, ResourceId,
-    Scope, Slot, SlotChange, SlotCursor, SlotId, SlotLimits, SlotUsage, StoreError, Timestamp,
+    Scope, Slot, SlotCursor, SlotId, SlotLimits, SlotUsage, StoreError, Timestamp,
     TransactionalStore, Transition,
 };
 use sqlx::pool::PoolConnection;
@@ -302,6 +303,7 @@ mod changes;
 mod events;
 mod fragments;
 mod group;
+mod kernel;
 mod migrate;
 mod pool_sql;
 mod pools;

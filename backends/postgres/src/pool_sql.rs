@@ -25,8 +25,8 @@ use crate::fragments::{
 /// returned (`s`, `pl`), which nobody can change while the statement holds them: a condition
 /// on the updated row would first be tested on the row as of the statement's snapshot, and a
 /// row that failed it there would be skipped without a look at its latest version. The new
-/// `remaining` is computed from `s` (and `capacity` written from it) for the reason
-/// `reclaim_then_change` gives in `sql.rs`.
+/// `remaining` is computed from `s` (and `capacity` written from it) for the reason the
+/// slot's `change_capacity` gives in `sql.rs`.
 ///
 /// Always one row: the hold (`took`), or `took` false with whether the slot itself had the
 /// units (`slot_fits`) and the pools that were short (`short_pools`, by id).
@@ -154,15 +154,19 @@ pub(crate) fn booking_pools(s: &str) -> (String, String, String, String) {
 /// The pool statements, with table names qualified by the schema.
 ///
 /// Parameters: of `create`, `$1` capacity, `$2` now; of `get`, `$1` pool id, `$2` now; of
-/// `all`, `$1` now; of `some`, `$1` now and `$2` pool ids (`int8[]`); of `attach` and `detach`, `$1` pool id, `$2` slot id, `$3` the most pools
-/// a slot may have; of `capacity`, `$1` pool id, `$2` the new capacity; of `reclaim`, `$1`
-/// pool ids (`int8[]`), `$2` now, `$3` more slot ids (`int8[]`).
+/// `all`, `$1` now; of `some`, `$1` now and `$2` pool ids (`int8[]`); of `membership`,
+/// `attach` and `detach`, `$1` pool id, `$2` slot id, and of the two changes `$3` the most
+/// pools a slot may have; of `capacity`, `$1` pool id, `$2` keep, `$3` add, `$4` expected (a
+/// [`CapacityChange`](slot_booking::CapacityChange)'s terms); of `reclaim`, `$1` pool ids
+/// (`int8[]`), `$2` now, `$3` more slot ids (`int8[]`). The changes (the kernel's
+/// `update_pool`) return whether they changed the pool (`applied`, `changed`).
 #[derive(Debug)]
 pub(crate) struct PoolStatements {
     pub(crate) create: String,
     pub(crate) get: String,
     pub(crate) all: String,
     pub(crate) some: String,
+    pub(crate) membership: String,
     pub(crate) attach: String,
     pub(crate) detach: String,
     pub(crate) capacity: String,
@@ -202,7 +206,7 @@ impl PoolStatements {
         // snapshot; they are taken from the pool by a conditional update (`go`). The slot's
         // line's entries (`waiting`, on its locked row) join the pool's count or leave it. A
         // detach also locks the slot's other pools (`pa`, with the pool, by id): the lines it
-        // serves next, in the same transaction, need them (`Run::link`).
+        // serves next, in the same unit of work, need them (`edit_pool`).
         let change = |kind: &str| {
             let (go, pools, pool, waiting, link, others) = match kind {
                 // A removed slot joins no pool (it may still leave one).
@@ -249,12 +253,7 @@ impl PoolStatements {
                      UPDATE {s}.slots x SET pools = {pools} FROM s, go WHERE x.id = s.id \
                      RETURNING x.id), \
                  link AS ({link}) \
-                 SELECT EXISTS (SELECT 1 FROM s) AS slot_found, \
-                        EXISTS (SELECT 1 FROM s WHERE removed_at IS NOT NULL) AS removed, \
-                        EXISTS (SELECT 1 FROM p) AS pool_found, \
-                        coalesce((SELECT $1 = ANY(pools) FROM s), false) AS attached, \
-                        coalesce((SELECT cardinality(pools) >= $3 FROM s), false) AS full, \
-                        EXISTS (SELECT 1 FROM go) AS applied"
+                 SELECT EXISTS (SELECT 1 FROM go) AS applied"
             )
         };
         let expired = append_events(
@@ -283,6 +282,18 @@ impl PoolStatements {
             get: usage(s, &now2, "p.id = $1"),
             all: usage(s, &now1, "true"),
             some: usage(s, &now1, "p.id = ANY($2::int8[])"),
+            // What a unit of work reads of slot `$2` and pool `$1` when attaching or
+            // detaching changed nothing (`Membership`).
+            membership: format!(
+                "SELECT EXISTS (SELECT 1 FROM {s}.slots WHERE id = $2) AS slot_stored, \
+                        EXISTS (SELECT 1 FROM {s}.slots WHERE id = $2 AND removed_at IS NULL) \
+                            AS slot_live, \
+                        EXISTS (SELECT 1 FROM {s}.pools WHERE id = $1) AS pool, \
+                        coalesce((SELECT $1 = ANY(pools) FROM {s}.slots WHERE id = $2), false) \
+                            AS attached, \
+                        coalesce((SELECT cardinality(pools) FROM {s}.slots WHERE id = $2), 0)::int8 \
+                            AS pools_of_slot"
+            ),
             attach: change("attach"),
             detach: change("detach"),
             // One conditional update of the pool row alone, decided on the row it locked: the
@@ -295,21 +306,21 @@ impl PoolStatements {
                  ch AS ( \
                      UPDATE {s}.pools p SET capacity = ({new})::int4, \
                          remaining = (o.remaining::int8 + ({new} - o.capacity))::int4 \
-                     FROM o WHERE p.id = o.id AND {guard} \
+                     FROM o WHERE p.id = o.id AND {guard} AND {new} <> o.capacity \
                        AND {new} BETWEEN 0 AND 2147483647 \
                        AND o.remaining::int8 + ({new} - o.capacity) >= 0 \
-                     RETURNING p.id, o.capacity <> {new} AS changed) \
-                 SELECT EXISTS (SELECT 1 FROM o) AS found, EXISTS (SELECT 1 FROM ch) AS applied, \
-                        coalesce((SELECT changed FROM ch), false) AS changed",
+                     RETURNING p.id) \
+                 SELECT EXISTS (SELECT 1 FROM ch) AS changed",
                 new = capacity_after(2, "o.capacity"),
                 guard = capacity_expected(4, "o.capacity"),
             ),
-            // The step of its own that gives back the expired holds of pools' slots (and of
-            // `$3`'s): the slots with held holds expired by now (at the snapshot: only which
-            // slots to lock), locked by id; their expired holds re-checked on their latest
+            // Gives back the expired holds of pools' slots and of `$3`'s: the slots `$3` and
+            // those of the pools with held holds expired by now (at the snapshot: only which
+            // slots to lock), locked by id (`$3`'s always, so a change that goes on to lock
+            // one of them takes it in order); their expired holds re-checked on their latest
             // versions and marked expired; their units given back to each slot and to each
             // pool its locked row names (locked by id after the slots); one `hold_expired`
-            // each. Returns the units given back.
+            // each. Returns the holds reclaimed, by id.
             reclaim: format!(
                 "WITH ps AS ( \
                      SELECT DISTINCT h.slot_id FROM {s}.holds h \
@@ -319,11 +330,12 @@ impl PoolStatements {
                            WHERE sp.pool_id = ANY($1::int8[])))), \
                  s AS ( \
                      SELECT sl.id, sl.remaining, sl.capacity, sl.pools FROM {s}.slots sl \
-                     WHERE sl.id IN (SELECT slot_id FROM ps) ORDER BY sl.id FOR NO KEY UPDATE), \
+                     WHERE sl.id IN (SELECT slot_id FROM ps) OR sl.id = ANY($3::int8[]) \
+                     ORDER BY sl.id FOR NO KEY UPDATE), \
                  r AS ( \
                      UPDATE {s}.holds h SET status = 'expired' FROM s \
                      WHERE h.slot_id = s.id AND h.status = 'held' AND h.expires_at <= {now2} \
-                     RETURNING h.id, h.slot_id, h.owner, h.quantity), \
+                     RETURNING {H_COLUMNS}), \
                  per AS (SELECT slot_id, sum(quantity)::int4 AS units FROM r GROUP BY slot_id), \
                  inc AS ( \
                      UPDATE {s}.slots sl \
@@ -332,7 +344,7 @@ impl PoolStatements {
                      RETURNING sl.id), \
                  {give}, \
                  ev AS ({expired}) \
-                 SELECT coalesce((SELECT sum(units) FROM per), 0)::int8 AS reclaimed"
+                 SELECT {H_COLUMNS} FROM r h ORDER BY h.id"
             ),
         }
     }

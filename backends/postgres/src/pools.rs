@@ -21,8 +21,8 @@
 //! only from slot rows already locked), in every statement: a hold, a booking, a cancel, the
 //! reclaims, attach and detach. Hold rows are locked only under their slot's row lock (or by
 //! a confirm or renewal, which holds nothing else), so where they come relative to pools does
-//! not matter. A capacity change of a pool locks that pool row alone; its reclaiming step
-//! locks the pool's slots first. No statement holds a pool row while it waits for a slot row,
+//! not matter. A capacity change of a pool locks that pool row alone; its reclaiming attempt
+//! locks the pool's slots first (`edit_pool`). No statement holds a pool row while it waits for a slot row,
 //! so there is no cycle: a deadlock is a bug here, not a retry. Serving a pool's line after a
 //! statement that holds the pool row (a pool capacity change, a detach, the serving trigger)
 //! needs the head's slot row and its other pools: those it takes with `SKIP LOCKED`, never
@@ -42,12 +42,12 @@
 //! to its savepoint first, so the reclaim's locks are taken in order there too (after
 //! whatever the caller's transaction already holds).
 
-use slot_booking::{
-    CapacityChange, NewPool, Pool, PoolChange, PoolId, PoolUsage, MAX_POOLS_PER_SLOT,
-};
+use slot_booking::store::{EditPools as _, Membership, PoolEdit, PoolKernel};
+use slot_booking::{NewPool, Pool, PoolId, PoolUsage, MAX_POOLS_PER_SLOT};
 use sqlx::Connection;
 
 use super::*;
+use crate::kernel::Kernel;
 use crate::writes::Insert;
 
 /// A pool and its units of a row of `get` or `all` (`None`: the one row of no pool).
@@ -68,30 +68,11 @@ pub(crate) fn usage_from(row: &PgRow) -> Result<Option<PoolUsage>, StoreError> {
     }))
 }
 
-/// Serves the lines of `slots` and `pools` at `now` (NULL: the database's clock) on `conn`,
-/// in its transaction: the entries offered.
-async fn serve_lines(
-    conn: &mut PgConnection,
-    statement: &str,
-    slots: &[i64],
-    pools: &[i64],
-    now: Option<Timestamp>,
-) -> Result<Vec<i64>, StoreError> {
-    sqlx::query_scalar(AssertSqlSafe(statement))
-        .bind(slots)
-        .bind(pools)
-        .bind(now)
-        .fetch_one(conn)
-        .await
-        .map_err(map_err)
-}
-
 /// On `conn`, in its transaction (which must be one: the deferral is the transaction's): the
 /// step that gives back the expired holds of the slots of
 /// `pools` and of `slots` (locks in the global order), with the serving trigger deferred
 /// (`slot_booking.defer_serving`, migration 12). The reclaims a write makes only to make room
-/// for itself (a hold's or a booking's pool refill, a pool capacity change's, an attach's)
-/// serve no line, as in the model; the change that follows is decided on the units they gave
+/// for itself (a hold's or a booking's pool refill) serve no line, as in the model; the change that follows is decided on the units they gave
 /// back. The units given back.
 async fn reclaim_deferred(
     conn: &mut PgConnection,
@@ -101,15 +82,28 @@ async fn reclaim_deferred(
     now: Option<Timestamp>,
 ) -> Result<i64, StoreError> {
     (&mut *conn).execute(DEFER_SERVING).await.map_err(map_err)?;
-    let row = sqlx::query(AssertSqlSafe(inner.pools.reclaim.as_str()))
+    let reclaimed = reclaim(conn, inner, pools, slots, now).await?;
+    (&mut *conn).execute(SERVE_AGAIN).await.map_err(map_err)?;
+    Ok(reclaimed.iter().map(|hold| i64::from(hold.quantity)).sum())
+}
+
+/// On `conn`: gives back the expired holds of the slots of `pools` and of `slots`, those slots
+/// locked by id, then their pools (`PoolStatements::reclaim`). The holds reclaimed.
+pub(crate) async fn reclaim(
+    conn: &mut PgConnection,
+    inner: &Inner,
+    pools: &[i64],
+    slots: &[i64],
+    now: Option<Timestamp>,
+) -> Result<Vec<Hold>, StoreError> {
+    let rows = sqlx::query(AssertSqlSafe(inner.pools.reclaim.as_str()))
         .bind(pools)
         .bind(now)
         .bind(slots)
-        .fetch_one(&mut *conn)
+        .fetch_all(conn)
         .await
         .map_err(map_err)?;
-    (&mut *conn).execute(SERVE_AGAIN).await.map_err(map_err)?;
-    row.try_get("reclaimed").map_err(map_err)
+    rows.iter().map(hold_from_row).collect()
 }
 
 /// Pool `pool_id` and its units, read on `conn` at `now` (NULL: the database's clock).
@@ -130,10 +124,11 @@ async fn read_pool(
 
 /// Defers the serving trigger's work for the rest of the transaction (or until
 /// [`SERVE_AGAIN`]).
-const DEFER_SERVING: &str = "SELECT set_config('slot_booking.defer_serving', 'on', true)";
+pub(crate) const DEFER_SERVING: &str =
+    "SELECT set_config('slot_booking.defer_serving', 'on', true)";
 
 /// Ends [`DEFER_SERVING`].
-const SERVE_AGAIN: &str = "SELECT set_config('slot_booking.defer_serving', 'off', true)";
+pub(crate) const SERVE_AGAIN: &str = "SELECT set_config('slot_booking.defer_serving', 'off', true)";
 
 /// How many times the sweeper's pass serves one pool's head before it moves on (each offer
 /// may make the next head ready; the lines themselves bound it).
@@ -309,164 +304,6 @@ impl Run<'_> {
             .map_err(map_err)?;
         listed(&rows, "the pools", usage_from)
     }
-
-    /// The pool as read now, as `change` says (`Applied` or `InUse`), or `PoolNotFound`.
-    async fn pool_answer(
-        &mut self,
-        pool_id: PoolId,
-        now: Timestamp,
-        change: fn(PoolUsage) -> PoolChange,
-    ) -> Result<Decided<PoolChange>, StoreError> {
-        let read = self.get_pool(pool_id, now).await?;
-        Ok(read.map(|usage| usage.map_or(PoolChange::PoolNotFound, change)))
-    }
-
-    /// Attach (`attach`) or detach: the statement, and for an attach the pool short, once more
-    /// after giving back the expired holds of the slot and the pool's slots, in the same
-    /// transaction ([`reclaim_deferred`]). A detach serves the pool's line (its units came
-    /// back) and the slot's (its entries left the pool's line), in its transaction; an attach
-    /// serves nothing.
-    async fn link(
-        &mut self,
-        attach: bool,
-        pool_id: PoolId,
-        slot_id: SlotId,
-        now: Timestamp,
-    ) -> Result<Decided<PoolChange>, StoreError> {
-        let inner = self.pool_sql();
-        let sql = if attach {
-            &inner.pools.attach
-        } else {
-            &inner.pools.detach
-        };
-        let most = i32::try_from(MAX_POOLS_PER_SLOT).unwrap_or(i32::MAX);
-        let now_param = self.now_param(now);
-        let (pool, slot) = ([pool_id.get()], [slot_id.get()]);
-        for attempt in 0..2 {
-            let mut tx = self.conn.get().await?.begin().await.map_err(map_err)?;
-            if attempt == 1
-                && reclaim_deferred(&mut tx, &inner, &pool, &slot, now_param).await? == 0
-            {
-                tx.rollback().await.map_err(map_err)?;
-                break;
-            }
-            let row = sqlx::query(AssertSqlSafe(sql.as_str()))
-                .bind(pool_id.get())
-                .bind(slot_id.get())
-                .bind(most)
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(map_err)?;
-            let flag = |column: &str| row.try_get::<bool, _>(column).map_err(map_err);
-            if !attach && flag("applied")? {
-                // The answer is the change, read before the lines take any unit.
-                let read = read_pool(&mut tx, &inner, pool_id, now_param).await?;
-                serve_lines(&mut tx, &inner.pools.serve, &slot, &pool, now_param).await?;
-                tx.commit().await.map_err(map_err)?;
-                return Ok(
-                    read.map(|usage| usage.map_or(PoolChange::PoolNotFound, PoolChange::Applied))
-                );
-            }
-            // Nothing else stays: a reclaim that did not make it fit is undone with the change.
-            if flag("applied")? {
-                tx.commit().await.map_err(map_err)?;
-            } else {
-                tx.rollback().await.map_err(map_err)?;
-            }
-            if !flag("slot_found")? {
-                let read = self.get_pool(pool_id, now).await?;
-                return Ok(read.map(|_| PoolChange::SlotNotFound));
-            }
-            if !flag("pool_found")? {
-                let read = self.get_pool(pool_id, now).await?;
-                return Ok(read.map(|_| PoolChange::PoolNotFound));
-            }
-            if attach && flag("removed")? {
-                let read = self.get_pool(pool_id, now).await?;
-                return Ok(read.map(|_| PoolChange::SlotNotFound));
-            }
-            if flag("applied")? || flag("attached")? == attach {
-                // Applied, or already as asked (attached, or not attached for a detach).
-                return self.pool_answer(pool_id, now, PoolChange::Applied).await;
-            }
-            if flag("full")? {
-                return self
-                    .pool_answer(pool_id, now, |_| PoolChange::TooManyPools)
-                    .await;
-            }
-        }
-        self.pool_answer(pool_id, now, PoolChange::InUse).await
-    }
-
-    pub(crate) async fn attach_slot(
-        &mut self,
-        pool_id: PoolId,
-        slot_id: SlotId,
-        now: Timestamp,
-    ) -> Result<Decided<PoolChange>, StoreError> {
-        self.link(true, pool_id, slot_id, now).await
-    }
-
-    pub(crate) async fn detach_slot(
-        &mut self,
-        pool_id: PoolId,
-        slot_id: SlotId,
-        now: Timestamp,
-    ) -> Result<Decided<PoolChange>, StoreError> {
-        self.link(false, pool_id, slot_id, now).await
-    }
-
-    /// A pool's capacity change: the statement and, when it changed the capacity, the pool's
-    /// line served, in one transaction; when it did not fit, once more after giving back the
-    /// expired holds of the pool's slots in the same transaction ([`reclaim_deferred`]): the
-    /// change is decided before the line takes any of those units.
-    pub(crate) async fn change_pool_capacity(
-        &mut self,
-        pool_id: PoolId,
-        change: CapacityChange,
-        now: Timestamp,
-    ) -> Result<Decided<PoolChange>, StoreError> {
-        let inner = self.pool_sql();
-        let terms = change.terms();
-        let now_param = self.now_param(now);
-        let pool = [pool_id.get()];
-        for attempt in 0..2 {
-            let mut tx = self.conn.get().await?.begin().await.map_err(map_err)?;
-            if attempt == 1 && reclaim_deferred(&mut tx, &inner, &pool, &[], now_param).await? == 0
-            {
-                tx.rollback().await.map_err(map_err)?;
-                break;
-            }
-            let row = sqlx::query(AssertSqlSafe(inner.pools.capacity.as_str()))
-                .bind(pool_id.get())
-                .bind(terms.keep)
-                .bind(terms.add)
-                .bind(terms.expected)
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(map_err)?;
-            let flag = |column: &str| row.try_get::<bool, _>(column).map_err(map_err);
-            if flag("changed")? {
-                // The answer is the change, read before the line takes any unit.
-                let read = read_pool(&mut tx, &inner, pool_id, now_param).await?;
-                serve_lines(&mut tx, &inner.pools.serve, &[], &pool, now_param).await?;
-                tx.commit().await.map_err(map_err)?;
-                return Ok(
-                    read.map(|usage| usage.map_or(PoolChange::PoolNotFound, PoolChange::Applied))
-                );
-            }
-            // Not changed: nothing stays, the reclaim that did not make it fit included.
-            tx.rollback().await.map_err(map_err)?;
-            if !flag("found")? {
-                let read = self.get_pool(pool_id, now).await?;
-                return Ok(read.map(|_| PoolChange::PoolNotFound));
-            }
-            if flag("applied")? {
-                return self.pool_answer(pool_id, now, PoolChange::Applied).await;
-            }
-        }
-        self.pool_answer(pool_id, now, PoolChange::InUse).await
-    }
 }
 
 // Every pool operation on a connection of the pool, through the same statements.
@@ -474,3 +311,83 @@ slot_booking::forward_store!(
     impl[] PoolStore for PostgresStore,
     |this| this.pooled()
 );
+
+/// The pool's primitives of a unit of work, on which the core's rule
+/// ([`edit_pool`](slot_booking::store::edit_pool)) changes a pool.
+#[async_trait]
+impl PoolKernel for Kernel<'_> {
+    async fn pool_usage(
+        &mut self,
+        pool_id: PoolId,
+        now: Timestamp,
+    ) -> Result<Option<PoolUsage>, StoreError> {
+        let read = read_pool(self.conn, self.inner, pool_id, Some(now)).await?;
+        Ok(read.outcome)
+    }
+
+    async fn membership(
+        &mut self,
+        pool_id: PoolId,
+        slot_id: SlotId,
+    ) -> Result<Membership, StoreError> {
+        let row = sqlx::query(AssertSqlSafe(self.inner.pools.membership.as_str()))
+            .bind(pool_id.get())
+            .bind(slot_id.get())
+            .fetch_one(&mut *self.conn)
+            .await
+            .map_err(map_err)?;
+        let flag = |column: &str| row.try_get::<bool, _>(column).map_err(map_err);
+        let pools_of_slot: i64 = row.try_get("pools_of_slot").map_err(map_err)?;
+        Ok(Membership {
+            slot_stored: flag("slot_stored")?,
+            slot_live: flag("slot_live")?,
+            pool: flag("pool")?,
+            attached: flag("attached")?,
+            pools_of_slot: usize::try_from(pools_of_slot).map_err(StoreError::failed)?,
+        })
+    }
+
+    async fn update_pool(
+        &mut self,
+        pool_id: PoolId,
+        edit: PoolEdit,
+        _now: Timestamp,
+    ) -> Result<bool, StoreError> {
+        let statements = &self.inner.pools;
+        let most = i32::try_from(MAX_POOLS_PER_SLOT).unwrap_or(i32::MAX);
+        let (query, changed) = match edit {
+            PoolEdit::Attach(slot_id) | PoolEdit::Detach(slot_id) => {
+                let statement = match edit {
+                    PoolEdit::Attach(_) => &statements.attach,
+                    _ => &statements.detach,
+                };
+                let query = sqlx::query(AssertSqlSafe(statement.as_str()))
+                    .bind(pool_id.get())
+                    .bind(slot_id.get())
+                    .bind(most);
+                (query, "applied")
+            }
+            PoolEdit::Capacity(change) => {
+                let terms = change.terms();
+                let query = sqlx::query(AssertSqlSafe(statements.capacity.as_str()))
+                    .bind(pool_id.get())
+                    .bind(terms.keep)
+                    .bind(terms.add)
+                    .bind(terms.expected);
+                (query, "changed")
+            }
+        };
+        let row = query.fetch_one(&mut *self.conn).await.map_err(map_err)?;
+        row.try_get(changed).map_err(map_err)
+    }
+
+    async fn reclaim_pool(
+        &mut self,
+        pool_id: PoolId,
+        also: Option<SlotId>,
+        now: Timestamp,
+    ) -> Result<Vec<Hold>, StoreError> {
+        let slots: Vec<i64> = also.map(SlotId::get).into_iter().collect();
+        reclaim(self.conn, self.inner, &[pool_id.get()], &slots, Some(now)).await
+    }
+}

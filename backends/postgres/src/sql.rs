@@ -13,8 +13,7 @@
 //! `($3 OR owner IS NOT DISTINCT FROM $4)` (an anonymous scope binds false and NULL: holds
 //! without an owner only); renew adds `$5` the lifetime and `$6` the maximum life. Of the
 //! pages: `$1` owner or slot id, `$2` after, `$3` limit, `$4` now. Of availability: `$1` now.
-//! Of the slot changes and the slot's usage: `$1` slot id, `$2` now, `$3` the new capacity or
-//! the `closed` flag. Of the operator's listing: `$1` and `$2` the exclusive lower bound on
+//! Of the slot's usage: `$1` slot id, `$2` now; of the slot changes, see each. Of the operator's listing: `$1` and `$2` the exclusive lower bound on
 //! `(starts_at, id)` (`$1` NULL: from the start), `$3` the exclusive upper bound on `starts_at`
 //! (NULL: none), `$4` limit, `$5` now, and `$6` the resource in the resource's listing.
 //!
@@ -24,9 +23,9 @@
 //!
 //! 1. **A slot row.** A hold's decrement (`UPDATE slots`), the reclaim's and the cancel's
 //!    `FOR NO KEY UPDATE`, and every slot change (capacity, closing, removal: a conditional
-//!    `UPDATE slots`, or the `FOR NO KEY UPDATE` of its reclaiming second statement) lock
-//!    exactly one slot row, always first, and each statement runs in a transaction of its own,
-//!    so no statement holds one slot row while waiting for another. None of them changes the
+//!    `UPDATE slots`, then in the same unit of work the slot's reclaim and the serving of its
+//!    lines, which take that row again) lock exactly one slot row, always first, and each
+//!    runs in a transaction of its own, so none holds one slot row while waiting for another. None of them changes the
 //!    slot's key, so each takes the row's `FOR NO KEY UPDATE` lock; a hold insert's foreign
 //!    key takes `FOR KEY SHARE` on the slot, which conflicts with none of these.
 //! 2. **Hold rows**, after the slot row: the reclaims' (of a hold, a capacity change or a
@@ -139,87 +138,6 @@ fn usage_of_sl(s: &str) -> String {
     )
 }
 
-/// The second statement of a capacity change or a removal, in the style of `hold_reclaim`:
-/// lock the slot row (not removed) first, then, only if the slot's expired held units would
-/// make the change fit (`fits` of an expression of the free units and one of the capacity),
-/// mark those holds expired; one update of the slot gives back the units actually reclaimed and,
-/// if the change fits on the locked row with them, applies `set` (assignments computed from the
-/// locked row `s`, never from `sl`: see below; `{fits}` stands for the condition and `{now}`
-/// for the instant). Returns the slot as updated and whether the change was applied (`applied`,
-/// read off the updated row), or no row when nothing changed.
-///
-/// The estimate `e` is read at the statement's snapshot, which may predate the lock: it only
-/// gates the reclaim. What is reclaimed is the rows `r` affected (each hold re-checked on its
-/// latest version), and whether the change applies is decided on the locked slot row's latest
-/// version with those units. Should the estimate be off, the units reclaimed are still given
-/// back and the invariant holds either way.
-fn reclaim_then_change(
-    s: &str,
-    now: &str,
-    fits: impl Fn(&str, &str) -> String,
-    set: &str,
-    applied: &str,
-    event: (&str, &str),
-) -> String {
-    let fits_estimate = fits("s.remaining + e.units", "s.capacity");
-    // On the values the lock returned (`s`), equal to the row's latest version while the
-    // statement holds the lock. Not on `sl`: the update first tests its WHERE on the row as of
-    // the statement's snapshot and skips a row that fails it there without looking at its
-    // latest version (units freed while this statement waited for the lock).
-    //
-    // The new values come from `s` too. The update first projects the new row from the row as
-    // of its snapshot and checks the table's CHECK constraints on that projection, before it
-    // finds that the row has a newer version and projects again from that one. Written against
-    // a row older than the lock (units given back since the snapshot), the first projection
-    // can be negative and fail `remaining >= 0` although the change fits, and the caller would
-    // get a constraint violation. `s` is the latest version and no one can change it while the
-    // lock is held, so both projections are the same and correct. Every column a CHECK
-    // relates (`remaining`, `capacity`) is written from `s`, even when unchanged: a projection
-    // mixing `s.remaining` with the snapshot's `capacity` fails `remaining <= capacity` after a
-    // concurrent raise of the capacity
-    // (`tests/lock_paths.rs`, `a_change_waiting_behind_a_give_back_sees_the_units_returned`).
-    let fits_locked = fits("s.remaining + u.units", "s.capacity");
-    let set = set.replace("{fits}", &fits_locked).replace("{now}", now);
-    // One `hold_expired` per reclaimed hold, then the slot's event if the change applied and
-    // changed it (`event.1`, on `ch`, which also carries the locked row's capacity), in that
-    // order (one insert, sorted before the sequence numbers are drawn).
-    let (kind, changed) = event;
-    let expired = hold_event_rows(1, "hold_expired", "r");
-    let events = append_events(
-        s,
-        &format!(
-            "SELECT kind, slot_id, hold_id, owner, quantity, {now} FROM ( \
-                 {expired} \
-                 UNION ALL \
-                 SELECT 2, '{kind}', ch.id, NULL, NULL, ch.capacity FROM ch WHERE {changed}) x \
-             ORDER BY ord, hold_id"
-        ),
-    );
-    // The units reclaimed go back to the slot's pools too (`pools.rs`).
-    let give = give_back(s, "SELECT s.pools, u.units FROM s, u WHERE u.units > 0");
-    format!(
-        "WITH s AS ( \
-             SELECT id, remaining, capacity, pools FROM {s}.slots \
-             WHERE id = $1 AND removed_at IS NULL FOR NO KEY UPDATE), \
-         e AS ( \
-             SELECT coalesce(sum(h.quantity), 0) AS units \
-             FROM s JOIN {s}.holds h ON h.slot_id = s.id \
-             WHERE h.status = 'held' AND h.expires_at <= {now}), \
-         r AS ( \
-             UPDATE {s}.holds h SET status = 'expired' FROM s, e \
-             WHERE h.slot_id = s.id AND h.status = 'held' AND h.expires_at <= {now} \
-               AND {fits_estimate} \
-             RETURNING h.id, h.slot_id, h.owner, h.quantity), \
-         u AS (SELECT coalesce(sum(quantity), 0) AS units FROM r), \
-         ch AS ( \
-             UPDATE {s}.slots sl SET {set} \
-             FROM s, u WHERE sl.id = s.id AND (u.units > 0 OR {fits_locked}) \
-             RETURNING {SL_COLUMNS}, s.capacity AS old_capacity), {give}, \
-         ev AS ({events}) \
-         SELECT {SLOT_COLUMNS}, {applied} AS applied, {now} AS decided_at FROM ch"
-    )
-}
-
 /// Every statement the store runs, with table names qualified by the schema.
 #[derive(Debug)]
 pub(crate) struct Statements {
@@ -235,11 +153,12 @@ pub(crate) struct Statements {
     pub(crate) renew: String,
     pub(crate) owner_holds: String,
     pub(crate) slot_holds: String,
-    pub(crate) capacity_fast: String,
-    pub(crate) capacity_reclaim: String,
+    pub(crate) change_capacity: String,
     pub(crate) set_closed: String,
-    pub(crate) remove_fast: String,
-    pub(crate) remove_reclaim: String,
+    pub(crate) remove_slot: String,
+    pub(crate) append_event: String,
+    pub(crate) serve_slot: String,
+    pub(crate) holds_by_ids: String,
     pub(crate) slot_usage: String,
     pub(crate) list_slots: String,
     pub(crate) list_resource_slots: String,
@@ -517,120 +436,58 @@ impl Statements {
                     )
                 )
             ),
-            // A capacity change in one conditional update of the slot row: the new capacity is
-            // the change's terms (`$3` keep, `$4` add: `keep * capacity + add`) on the locked
-            // row, in 1..=i32::MAX, and for a compare-and-set (`$5` expected) the capacity must
-            // be the one expected; `remaining` moves by the same amount and must stay >= 0,
-            // decided on the row itself (re-checked on its latest version). In int8: the new
-            // capacity and the sum leave int4 near its maximum. Started and closed slots change
-            // too; removed ones do not.
+            // The kernel's conditional updates of a slot row (`Kernel::update_slot`), each
+            // deciding on the row as its lock returned it ("Deciding on the locked row") and
+            // returning the slot as changed, no row when it changed nothing: not there,
+            // removed, already as asked, or short of free units.
             //
-            // The row is locked first (`o`) so the capacity it had is known exactly: a
-            // `slot_capacity_changed` event only when it changed (setting the same capacity
-            // is applied without a change and without an event). The decision and the new
-            // values are computed from that locked version, never from a snapshot's (see
-            // `reclaim_then_change` for why the two must not be mixed).
-            capacity_fast: format!(
+            // A capacity change (`$2` keep, `$3` add: `keep * capacity + add`, `$4` expected,
+            // NULL for any) locks the row first (`o`) and computes both `capacity` and
+            // `remaining` from it, in int8 (the sum leaves int4 near its maximum). The update
+            // checks the CHECK constraints first on a projection from the row as of its
+            // snapshot: a locked `remaining` beside a snapshot's `capacity` would fail
+            // `remaining <= capacity` after a concurrent raise, and a snapshot's `remaining`
+            // could be negative after units came back meanwhile (`tests/lock_paths.rs`,
+            // `a_change_waiting_behind_a_give_back_sees_the_units_returned`).
+            change_capacity: format!(
                 "WITH o AS ( \
                      SELECT id, remaining, capacity FROM {s}.slots \
-                     WHERE id = $1 AND removed_at IS NULL FOR NO KEY UPDATE), \
-                 ch AS ( \
-                     UPDATE {s}.slots sl \
-                     SET capacity = ({new})::int4, \
-                         remaining = (o.remaining::int8 + ({new} - o.capacity))::int4 \
-                     FROM o WHERE sl.id = o.id AND {guard} \
-                       AND {new} BETWEEN 1 AND 2147483647 \
-                       AND o.remaining::int8 + ({new} - o.capacity) >= 0 \
-                     RETURNING {SL_COLUMNS}, o.capacity AS old_capacity), \
-                 ev AS ({}) \
-                 SELECT {SLOT_COLUMNS}, {now2} AS decided_at FROM ch",
-                append_events(
-                    &s,
-                    &format!(
-                        "SELECT 'slot_capacity_changed', id, NULL, NULL, capacity, {now2} \
-                         FROM ch WHERE capacity <> old_capacity"
-                    )
-                ),
-                new = capacity_after(3, "o.capacity"),
-                guard = capacity_expected(5, "o.capacity"),
+                     WHERE id = $1 AND removed_at IS NULL FOR NO KEY UPDATE) \
+                 UPDATE {s}.slots sl \
+                 SET capacity = ({new})::int4, \
+                     remaining = (o.remaining::int8 + ({new} - o.capacity))::int4 \
+                 FROM o WHERE sl.id = o.id AND {guard} AND {new} <> o.capacity \
+                   AND {new} BETWEEN 1 AND 2147483647 \
+                   AND o.remaining::int8 + ({new} - o.capacity) >= 0 \
+                 RETURNING {SL_COLUMNS}",
+                new = capacity_after(2, "o.capacity"),
+                guard = capacity_expected(4, "o.capacity"),
             ),
-            // When the free units alone are too few: reclaim the slot's expired holds if that
-            // makes it fit, and give their units back and change the capacity in one update.
-            capacity_reclaim: reclaim_then_change(
-                &s,
-                &now2,
-                |free, capacity| {
-                    let new = capacity_after(3, capacity);
-                    format!(
-                        "({} AND {new} BETWEEN 1 AND 2147483647 \
-                          AND {free} + ({new} - {capacity}) >= 0)",
-                        capacity_expected(5, capacity)
-                    )
-                },
-                &format!(
-                    "remaining = (s.remaining + u.units \
-                         + CASE WHEN {{fits}} THEN {new} - s.capacity ELSE 0 END)::int4, \
-                     capacity = CASE WHEN {{fits}} THEN ({new})::int4 ELSE s.capacity END",
-                    new = capacity_after(3, "s.capacity")
-                ),
-                // Not applied leaves the capacity as it was, which was not the new one (a
-                // change that leaves it takes no unit and always fits), or is not the one
-                // expected.
-                &format!(
-                    "({} AND capacity = {})",
-                    capacity_expected(5, "old_capacity"),
-                    capacity_after(3, "old_capacity")
-                ),
-                ("slot_capacity_changed", "ch.capacity <> ch.old_capacity"),
-            ),
-            // One conditional update; the instant comes back even when no row changed.
-            // The row is locked first (`o`) so the flag it had is known exactly: an event only
-            // when it changed (closing a closed slot appends nothing).
+            // `$2` the flag.
             set_closed: format!(
-                "WITH o AS ( \
-                     SELECT id, closed FROM {s}.slots \
-                     WHERE id = $1 AND removed_at IS NULL FOR NO KEY UPDATE), \
-                 ch AS ( \
-                     UPDATE {s}.slots sl SET closed = $3 FROM o WHERE sl.id = o.id \
-                     RETURNING {SL_COLUMNS}, o.closed AS was_closed), \
-                 ev AS ({}) \
-                 SELECT c.now AS decided_at, {SL_COLUMNS} \
-                 FROM (SELECT {now2} AS now) c LEFT JOIN ch sl ON true",
-                append_events(
-                    &s,
-                    &format!(
-                        "SELECT CASE WHEN $3 THEN 'slot_closed' ELSE 'slot_reopened' END, \
-                                id, NULL, NULL, capacity, {now2} \
-                         FROM ch WHERE was_closed <> $3"
-                    )
-                )
+                "UPDATE {s}.slots sl SET closed = $2 \
+                 WHERE id = $1 AND removed_at IS NULL AND closed <> $2 \
+                 RETURNING {SL_COLUMNS}"
             ),
-            // A removal takes no unit: no unit is held or confirmed exactly when the slot
-            // row's own `remaining = capacity` (the capacity invariant), so that is the whole
-            // condition, re-checked on the row's latest version. Counting holds here instead
-            // would read them at the statement's snapshot and miss a hold committed since.
-            remove_fast: format!(
-                "WITH ch AS ( \
-                     UPDATE {s}.slots SET removed_at = {now2} \
-                     WHERE id = $1 AND removed_at IS NULL AND remaining = capacity \
-                     RETURNING {SLOT_COLUMNS}), \
-                 ev AS ({}) \
-                 SELECT {SLOT_COLUMNS}, {now2} AS decided_at FROM ch",
-                append_events(
-                    &s,
-                    &format!("SELECT 'slot_removed', id, NULL, NULL, capacity, {now2} FROM ch")
-                )
+            // `$2` now. A removal takes no unit: no unit is held or confirmed exactly when the
+            // slot row's own `remaining = capacity` (the capacity invariant), re-checked on
+            // the row's latest version. Counting holds here instead would read them at the
+            // statement's snapshot and miss a hold committed since.
+            remove_slot: format!(
+                "UPDATE {s}.slots sl SET removed_at = $2 \
+                 WHERE id = $1 AND removed_at IS NULL AND remaining = capacity \
+                 RETURNING {SL_COLUMNS}"
             ),
-            // When only expired holds stand in the way: reclaim them if that frees every unit,
-            // and give their units back and remove the slot in one update.
-            remove_reclaim: reclaim_then_change(
-                &s,
-                &now2,
-                |free, capacity| format!("{free} = {capacity}"),
-                "remaining = (s.remaining + u.units)::int4, capacity = s.capacity, \
-                 removed_at = CASE WHEN {fits} THEN {now} ELSE NULL END",
-                "removed_at IS NOT NULL",
-                ("slot_removed", "ch.removed_at IS NOT NULL"),
+            // One event: `$1` kind, `$2` slot, `$3` hold, `$4` owner, `$5` units or capacity,
+            // `$6` instant.
+            append_event: append_events(&s, "VALUES ($1, $2, $3, $4, $5, $6)"),
+            // Slot `$1`'s line and its pools' lines served at `$2` (`serve_waitlist`, migration
+            // 12: the slot row, then its pools by id, waited for): the entries offered.
+            serve_slot: format!("SELECT {s}.serve_waitlist($1, $2) AS offered"),
+            // The holds of ids `$1`, in the order of the ids.
+            holds_by_ids: format!(
+                "SELECT {H_COLUMNS} FROM pg_catalog.unnest($1::int8[]) WITH ORDINALITY o(id, n) \
+                 JOIN {s}.holds h ON h.id = o.id ORDER BY o.n"
             ),
             // After a change that changed nothing: the slot and its held units, in one read,
             // with the instant it was read at (`id` NULL: no such slot).

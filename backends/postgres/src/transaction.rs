@@ -1,6 +1,7 @@
 //! The store's traits on the pool and on the caller's connection, each generated from the
 //! one write path ([`Run`](crate::writes::Run)), and transactions the store opens itself.
 
+use slot_booking::store::EditSlots as _;
 use slot_booking::{PoolId, PoolUsage};
 
 use super::*;

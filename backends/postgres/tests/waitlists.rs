@@ -2,7 +2,8 @@
 //! serves the line in that statement (a booking's cancel, a capacity raise, a lower capacity
 //! that reclaims expired holds, reopening sales), also inside a caller's transaction (and
 //! rolled back with it); bookings, "any one of these" holds and keys never pass a waiting
-//! line; a slot attached to a pool after its line formed serves it from the pool too; the
+//! line; an administrative change in the caller's transaction leaves the trigger serving
+//! after it; a slot attached to a pool after its line formed serves it from the pool too; the
 //! database's clock; and a race of joins, leaves and cancels that leaves every line served as
 //! far as it can be, with no deadlock in the server's log.
 
@@ -252,6 +253,55 @@ async fn a_cancel_in_the_callers_transaction_serves_the_line_with_it() {
     tx.cancel(&Scope::Anonymous, held.hold_id).await.unwrap();
     tx.commit().await.unwrap();
     assert!(offer(store, &head).await.is_some(), "committed with it");
+    assert_lines(store, t0()).await;
+}
+
+/// An administrative change in the caller's transaction defers the serving trigger only for its
+/// own unit of work (it serves its lines itself, after its event): a cancel after it in the
+/// same transaction still serves its slot's line in its statement.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_change_in_the_callers_transaction_a_cancel_still_serves_the_line() {
+    let Some(ctx) =
+        setup("after_a_change_in_the_callers_transaction_a_cancel_still_serves_the_line").await
+    else {
+        return;
+    };
+    let store = &ctx.store;
+    let (engine, _clock) = engine(store);
+    let (changed, lined) = (new_slot(&engine, 1).await, new_slot(&engine, 1).await);
+    let held = engine.hold(lined, "held").await.unwrap().hold;
+    let head = wait(&engine, lined, "head", 1).await;
+
+    let mut tx = engine.transaction().await.unwrap();
+    assert_eq!(tx.change_capacity(changed, 2).await.unwrap().capacity, 2);
+    tx.cancel(&Scope::Anonymous, held.hold_id).await.unwrap();
+    let select = format!(
+        "SELECT status, current_setting('slot_booking.defer_serving', true) \
+         FROM \"{}\".holds WHERE id = $1",
+        store.schema()
+    );
+    let offer_id = head.offer_id().get();
+    let inside: Option<(String, Option<String>)> = tx
+        .run(move |tx| {
+            Box::pin(async move {
+                sqlx::query_as(AssertSqlSafe(select))
+                    .bind(offer_id)
+                    .fetch_optional(&mut **tx)
+                    .await
+            })
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    let (status, deferred) = inside.expect("offered by the cancel, in the transaction");
+    assert_eq!(status, "held");
+    assert_ne!(
+        deferred.as_deref(),
+        Some("on"),
+        "the deferral ended with the change's unit"
+    );
+    tx.commit().await.unwrap();
+    assert!(offer(store, &head).await.is_some());
     assert_lines(store, t0()).await;
 }
 
