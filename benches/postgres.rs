@@ -22,6 +22,9 @@
 //!    instances: holds on 1,000 slots with 8 connections, without and with 3 following engines
 //!    (each with its own pool), and with 3 reading the log itself by position instead,
 //!    alternating rounds (`followers`).
+//! 8. What the fast paths save over the core's composed rules: holds and 5-line bookings on
+//!    1,000 slots with 8 connections, through the store and through the same store
+//!    `without_fast_paths()`, alternating rounds on one schema (`composed`).
 
 // criterion_group!/criterion_main! generate undocumented items.
 #![allow(missing_docs)]
@@ -836,6 +839,48 @@ async fn notify_cost(url: &str) {
     println!("  ({notices} notices received by the three listeners)");
 }
 
+/// Holds and 5-line bookings per second on 1,000 slots, 8 connections, with the store's fast
+/// paths and without them (the core's rules over its kernel alone), alternating rounds of
+/// `RUN` on one schema: the ratio of each pair, fast over composed.
+async fn composed_cost(url: &str) {
+    const ROUNDS: usize = 2;
+    let schema = "sb_bench_composed";
+    let store = fresh_store(url, schema).await;
+    let fast = BookingEngine::new(Arc::new(store.clone()));
+    let composed = BookingEngine::new(Arc::new(store.without_fast_paths()));
+    let ids = Arc::new(slots(&fast, 1_000, i32::MAX).await);
+    for round in 0..ROUNDS {
+        let mut rates = Vec::new();
+        for (name, engine) in [("fast", &fast), ("composed", &composed)] {
+            let tag = format!("{name}-{round}");
+            let holds = engine_holds(engine, &ids, &tag).await;
+            let (e, s) = (engine.clone(), Arc::clone(&ids));
+            let booked = per_second(move |t, i| {
+                let (engine, ids, tag) = (e.clone(), Arc::clone(&s), tag.clone());
+                async move {
+                    let first = block(t, i) * 5;
+                    let request = (first..first + 5)
+                        .fold(NewBooking::new(format!("b-{tag}-{t}-{i}")), |r, n| {
+                            r.line(ids[n], 1)
+                        });
+                    let placed = engine.book(request).await.unwrap();
+                    assert_eq!(placed.booking.lines.len(), 5);
+                }
+            })
+            .await;
+            rates.push((holds, booked));
+        }
+        let ((fast_holds, fast_booked), (holds, booked)) = (rates[0], rates[1]);
+        println!(
+            "postgres fast paths vs composed, 8 connections, 1,000 slots, round {round}: holds \
+             {fast_holds:.0}/s vs {holds:.0}/s ({:.2}x), 5-line bookings {fast_booked:.0}/s vs \
+             {booked:.0}/s ({:.2}x)",
+            fast_holds / holds,
+            fast_booked / booked
+        );
+    }
+}
+
 fn main() {
     let Ok(url) = std::env::var("DATABASE_URL") else {
         println!("SKIPPED: the PostgreSQL benchmarks need DATABASE_URL");
@@ -871,6 +916,9 @@ fn main() {
     }
     if filter.as_deref().is_none_or(|f| "followers".contains(f)) {
         rt.block_on(follower_cost(&url));
+    }
+    if filter.as_deref().is_none_or(|f| "composed".contains(f)) {
+        rt.block_on(composed_cost(&url));
     }
     // Not by the criterion group's name, which contains "holds".
     if filter

@@ -57,7 +57,7 @@ enum By {
 #[derive(Debug)]
 pub(crate) struct BookingStatements {
     pub(crate) create: String,
-    key_holder: String,
+    pub(crate) key_holder: String,
     get: String,
     confirm_booking: String,
     cancel_booking: String,
@@ -317,7 +317,7 @@ impl BookingStatements {
 }
 
 /// The lines a statement returned, as a booking (`None` for no line).
-fn booking_of(rows: &[PgRow]) -> Result<Option<Booking>, StoreError> {
+pub(crate) fn booking_of(rows: &[PgRow]) -> Result<Option<Booking>, StoreError> {
     let mut lines = Vec::with_capacity(rows.len());
     for row in rows {
         if let Some(hold) = optional_hold(row)? {
@@ -374,6 +374,9 @@ impl Run<'_> {
         &mut self,
         request: BookingRequest<'_>,
     ) -> Result<Decided<BookingOutcome>, StoreError> {
+        if !self.store.fast_paths {
+            return self.place_booking(&request).await;
+        }
         let inner = self.statements();
         let slots: Vec<i64> = request.lines.iter().map(|l| l.slot_id.get()).collect();
         let quantities: Vec<i32> = request.lines.iter().map(|l| l.quantity).collect();

@@ -44,6 +44,9 @@ impl Run<'_> {
         &mut self,
         request: AnyHoldRequest<'_>,
     ) -> Result<Decided<AnyHoldOutcome>, StoreError> {
+        if !self.store.fast_paths {
+            return first_that_fits(self, request).await;
+        }
         let slots: Vec<i64> = request.candidates.iter().map(|s| s.get()).collect();
         let now = self.now_param(request.now);
         let statement = pick(self.store.schema());

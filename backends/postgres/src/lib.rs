@@ -201,6 +201,11 @@
 //!   key's hold is then read to tell a replay from a reused key. Only when the decrement found
 //!   no unit does a second statement lock the slot, reclaim its expired holds, decrement once
 //!   more and insert, again atomically.
+//! * These statements are the core's placement rules fused
+//!   ([`place_hold`](slot_booking::store::place_hold),
+//!   [`place_booking`](slot_booking::store::place_booking)), which the store also offers
+//!   unfused, over its kernel (`place.rs`): [`PostgresStore::without_fast_paths`] places by
+//!   them alone, and the conformance suite runs on both.
 //! * **Holds of one slot arriving together are placed together** (a flash sale): through the
 //!   pool, a hold that finds another hold of its slot being placed by this store waits, and
 //!   the next waiting hold to get the slot's turn places every waiting one in one statement,
@@ -305,6 +310,7 @@ mod fragments;
 mod group;
 mod kernel;
 mod migrate;
+mod place;
 mod pool_sql;
 mod pools;
 mod reads;
@@ -352,6 +358,8 @@ pub struct PostgresStore {
     inner: Arc<Inner>,
     /// Statements take their time from the database server, not from the engine.
     database_clock: bool,
+    /// Holds and bookings take the store's one-statement paths where they apply.
+    fast_paths: bool,
     /// The shortest time between two horizons this store's readers take.
     horizon_interval: std::time::Duration,
 }
@@ -366,6 +374,8 @@ struct Inner {
     bookings: bookings::BookingStatements,
     /// The pool statements (`pool_sql.rs`).
     pools: pool_sql::PoolStatements,
+    /// The placement's statements, beside the code that runs them (`place.rs`).
+    place: place::PlaceStatements,
     /// The waitlist statements, beside the code that runs them (`waitlists.rs`).
     waitlists: waitlists::WaitlistStatements,
     /// The statement of a group of holds of one slot, beside the code that runs it
@@ -411,6 +421,7 @@ impl PostgresStore {
         let events = events::EventStatements::new(&fragments::quote(&schema));
         let bookings = bookings::BookingStatements::new(&fragments::quote(&schema));
         let pools = pool_sql::PoolStatements::new(&fragments::quote(&schema));
+        let place = place::PlaceStatements::new(&fragments::quote(&schema));
         let waitlists = waitlists::WaitlistStatements::new(&fragments::quote(&schema));
         let groups_sql = group::GroupStatements::new(&fragments::quote(&schema));
         PostgresStore {
@@ -421,11 +432,13 @@ impl PostgresStore {
                 events,
                 bookings,
                 pools,
+                place,
                 waitlists,
                 groups_sql,
                 groups: group::HoldGroups::new(group::MAX_GROUP),
             }),
             database_clock: false,
+            fast_paths: true,
             horizon_interval: DEFAULT_HORIZON_INTERVAL,
         }
     }
@@ -447,6 +460,20 @@ impl PostgresStore {
     /// where a test drives time.
     pub fn with_database_clock(mut self) -> Self {
         self.database_clock = true;
+        self
+    }
+
+    /// This store, placing every hold and booking by the core's rules over its kernel alone
+    /// ([`place_hold`](slot_booking::store::place_hold),
+    /// [`place_booking`](slot_booking::store::place_booking)): none of its one-statement
+    /// holds and bookings, its group commit or its locked pick of "any one of these".
+    ///
+    /// The answers are the same, at more round trips each: the fast paths are the rules fused
+    /// into single statements, and the conformance suite runs on a store built this way too,
+    /// holding each fast path to the rule it stands for. Useful to compare the two, or to
+    /// rule a fast path out when a result surprises.
+    pub fn without_fast_paths(mut self) -> Self {
+        self.fast_paths = false;
         self
     }
 

@@ -102,7 +102,7 @@ pub(crate) struct WaitlistStatements {
     serve: String,
     entry: String,
     entry_in_scope: String,
-    by_key: String,
+    pub(crate) by_key: String,
     leave: String,
     key_waits: String,
 }
@@ -247,7 +247,7 @@ fn entry_from_row(row: &PgRow) -> Result<Option<WaitlistEntry>, StoreError> {
 }
 
 /// The waiting entry of a row with [`ENTRY_COLUMNS`] and `position`, with its place in line.
-fn placed_entry(row: &PgRow) -> Result<Option<(WaitlistEntry, u32)>, StoreError> {
+pub(crate) fn placed_entry(row: &PgRow) -> Result<Option<(WaitlistEntry, u32)>, StoreError> {
     let Some(entry) = entry_from_row(row)? else {
         return Ok(None);
     };

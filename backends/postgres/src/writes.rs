@@ -113,6 +113,9 @@ impl Run<'_> {
         request: HoldRequest<'_>,
     ) -> Result<Decided<HoldOutcome>, StoreError> {
         let request = &request;
+        if !self.store.fast_paths {
+            return self.place_hold(request).await;
+        }
         let inner = Arc::clone(&self.store.inner);
         let sql = &inner.sql;
         // On the pool, together with the other holds of the slot placed meanwhile (`group.rs`).

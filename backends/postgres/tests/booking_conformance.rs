@@ -8,3 +8,11 @@
 mod common;
 
 slot_booking::booking_conformance_tests!(events, optional: || common::owned_store("bkconf"));
+
+/// The same cases on a store without its fast paths: every hold and booking placed by the
+/// core's rules over the store's kernel.
+mod composed {
+    use super::common;
+
+    slot_booking::booking_conformance_tests!(events, optional: || common::composed_store("bkconf"));
+}

@@ -214,24 +214,50 @@ async fn on_the_database_clock_holds_expire_by_it() {
     let Some(ctx) = setup("database_clock_expiry").await else {
         return;
     };
-    let store = &ctx.store;
-    let s = servers(store, true, StdDuration::from_millis(100));
-    let slot = slot_from_now(store, 1, Duration::hours(1)).await;
-    let before = database_now(store).await;
-    let hold = s.slow.hold(slot, "k").await.unwrap().hold;
-    let after = database_now(store).await;
-    // The lifetime is counted from the database's instant, not the slow server's.
-    assert!(hold.expires_at > before + Duration::milliseconds(100));
-    assert!(hold.expires_at <= after + Duration::milliseconds(100));
-    until_database_passes(store, hold.expires_at).await;
-    // The unit is free again by the database's clock, whichever server asks.
-    assert!(s.fast.hold(slot, "next").await.is_ok());
-    assert_eq!(
-        s.slow
-            .get_hold(&Scope::Anonymous, hold.hold_id)
-            .await
-            .unwrap()
-            .status,
-        HoldStatus::Expired
-    );
+    // With the fast paths, and placed by the core's rules over the kernel: both decide at the
+    // database's instant.
+    for (store, tag) in [
+        (ctx.store.clone(), "fast"),
+        (ctx.store.clone().without_fast_paths(), "composed"),
+    ] {
+        let s = servers(&store, true, StdDuration::from_millis(100));
+        let slot = slot_from_now(&store, 1, Duration::hours(1)).await;
+        let before = database_now(&store).await;
+        let hold = s.slow.hold(slot, &format!("k-{tag}")).await.unwrap().hold;
+        let after = database_now(&store).await;
+        // The lifetime is counted from the database's instant, not the slow server's.
+        assert!(
+            hold.expires_at > before + Duration::milliseconds(100),
+            "{tag}"
+        );
+        assert!(
+            hold.expires_at <= after + Duration::milliseconds(100),
+            "{tag}"
+        );
+        until_database_passes(&store, hold.expires_at).await;
+        // The unit is free again by the database's clock, whichever server asks.
+        assert!(
+            s.fast.hold(slot, &format!("next-{tag}")).await.is_ok(),
+            "{tag}"
+        );
+        assert_eq!(
+            s.slow
+                .get_hold(&Scope::Anonymous, hold.hold_id)
+                .await
+                .unwrap()
+                .status,
+            HoldStatus::Expired,
+            "{tag}"
+        );
+        // A slot that has started on the database's clock sells to no server.
+        let soon = slot_from_now(&store, 1, Duration::milliseconds(100)).await;
+        until_database_passes(&store, store_slot_start(&store, soon).await).await;
+        assert!(
+            matches!(
+                s.slow.hold(soon, &format!("late-{tag}")).await,
+                Err(BookingError::SlotClosed { .. })
+            ),
+            "{tag}"
+        );
+    }
 }

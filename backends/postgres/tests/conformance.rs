@@ -6,3 +6,11 @@
 mod common;
 
 slot_booking::conformance_tests!(optional: || common::owned_store("conformance"));
+
+/// The same cases on a store without its fast paths: every hold and booking placed by the
+/// core's rules over the store's kernel.
+mod composed {
+    use super::common;
+
+    slot_booking::conformance_tests!(optional: || common::composed_store("conformance"));
+}

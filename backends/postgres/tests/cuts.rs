@@ -1,7 +1,8 @@
 //! Calls cut midway (their futures dropped at each await point, as a web framework drops a
 //! request the client left) leave nothing behind, on the pool and in the caller's
 //! transaction: the application's own next write on the same connection works (a store of one
-//! connection), and no step is half written. Each run on a fresh schema of `DATABASE_URL`.
+//! connection), and no step is half written; with the fast paths and without them. Each run on
+//! a fresh schema of `DATABASE_URL`.
 
 mod common;
 
@@ -16,8 +17,21 @@ type Store = Owned<PostgresStore, SchemaGuard>;
 /// A migrated store on a fresh schema, its pool of one connection, with the application's
 /// own table in its schema.
 async fn store_of_one_connection() -> Option<Store> {
+    store_of_one(false).await
+}
+
+/// [`store_of_one_connection`], without its fast paths (every hold and booking by the core's
+/// rules, in units of work of their own).
+async fn store_of_one_connection_composed() -> Option<Store> {
+    store_of_one(true).await
+}
+
+async fn store_of_one(composed: bool) -> Option<Store> {
     let ctx = setup("cuts").await?;
-    let store = one_connection_store(&ctx).await;
+    let mut store = one_connection_store(&ctx).await;
+    if composed {
+        store = store.without_fast_paths();
+    }
     store.migrate().await.unwrap();
     sqlx::query(AssertSqlSafe(format!(
         "CREATE TABLE {}.orders (id BIGSERIAL PRIMARY KEY, note TEXT)",
@@ -75,3 +89,9 @@ impl Application<Store> for Orders {
 }
 
 slot_booking::cut_conformance_tests!(optional: store_of_one_connection, Orders);
+
+mod composed {
+    use super::*;
+
+    slot_booking::cut_conformance_tests!(optional: store_of_one_connection_composed, Orders);
+}

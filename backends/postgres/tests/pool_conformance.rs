@@ -14,3 +14,11 @@ mod transactions {
 
     slot_booking::pool_conformance_tests!(transactions, optional: || common::owned_store("pooltx"));
 }
+
+/// The same cases on a store without its fast paths: every hold and booking placed by the
+/// core's rules over the store's kernel.
+mod composed {
+    use super::common;
+
+    slot_booking::pool_conformance_tests!(optional: || common::composed_store("poolconf"));
+}

@@ -8,3 +8,11 @@
 mod common;
 
 slot_booking::waitlist_conformance_tests!(optional: || common::owned_store("waitconf"));
+
+/// The same cases on a store without its fast paths: every hold and booking placed by the
+/// core's rules over the store's kernel.
+mod composed {
+    use super::common;
+
+    slot_booking::waitlist_conformance_tests!(optional: || common::composed_store("waitconf"));
+}

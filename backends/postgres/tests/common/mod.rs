@@ -326,3 +326,14 @@ pub async fn hold_reads(ctx: &Ctx, schema: &str) -> (i64, i64, i64) {
     .await
     .unwrap()
 }
+
+/// [`owned_store`], placing by the core's rules alone
+/// ([`PostgresStore::without_fast_paths`]): the suite holds each fast path to the rule it
+/// stands for by running on both.
+pub async fn composed_store(test: &str) -> Option<OwnedStore> {
+    let ctx = setup(test).await?;
+    Some(Owned {
+        store: ctx.store.without_fast_paths(),
+        guard: ctx.guard,
+    })
+}
