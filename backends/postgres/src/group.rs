@@ -141,7 +141,7 @@ impl Run<'_> {
     ) -> Result<Insert, StoreError> {
         // A hold waiting for its group holds no connection: the group's statement takes one
         // of the pool's, which the waiting callers must not have taken all of.
-        if let Conn::Pooled(_, conn) = &mut self.conn {
+        if let Conn::Pooled(_, conn, _) = &mut self.conn {
             *conn = None;
         }
         let store = self.store.clone();

@@ -11,6 +11,8 @@
 //! every statement of the unit is then bound. A unit dropped before it ends is rolled back by
 //! sqlx before the connection's next statement, the deferral with it.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use async_trait::async_trait;
 use slot_booking::events::NewEvent;
 use slot_booking::store::{self, SlotEdit, Step};
@@ -32,6 +34,9 @@ pub(crate) struct Unit<'c> {
     caller: bool,
     /// The instant the unit decides at.
     pub(crate) now: Timestamp,
+    /// On a connection of the pool, the flag that is up while the unit is open
+    /// ([`Conn::unit_flag`]).
+    open: Option<Arc<AtomicBool>>,
 }
 
 impl Run<'_> {
@@ -45,6 +50,10 @@ impl Run<'_> {
     /// Opens a unit of work deciding at `now`, or at the database server's clock (`None`).
     pub(crate) async fn unit_at(&mut self, now: Option<Timestamp>) -> Result<Unit<'_>, StoreError> {
         let caller = matches!(self.conn, Conn::Caller(_));
+        let open = self.conn.unit_flag();
+        if let Some(open) = &open {
+            open.store(true, Ordering::Release);
+        }
         let mut tx = self.conn.get().await?.begin().await.map_err(map_err)?;
         let row = sqlx::query(OPEN_UNIT)
             .bind(now)
@@ -52,7 +61,12 @@ impl Run<'_> {
             .await
             .map_err(map_err)?;
         let now = row.try_get("now").map_err(map_err)?;
-        Ok(Unit { tx, caller, now })
+        Ok(Unit {
+            tx,
+            caller,
+            now,
+            open,
+        })
     }
 }
 
@@ -68,9 +82,19 @@ impl Unit<'_> {
     /// Ends the unit as `step` says: its writes kept (committed, or the savepoint released) or
     /// undone. The step's value, or its error after the unit is undone.
     pub(crate) async fn finish<T>(
-        mut self,
+        self,
         step: Result<Step<T>, StoreError>,
     ) -> Result<T, StoreError> {
+        let open = self.open.clone();
+        let ended = self.end(step).await;
+        // Ended (or failed, which the caller sees): no longer open.
+        if let Some(open) = open {
+            open.store(false, Ordering::Release);
+        }
+        ended
+    }
+
+    async fn end<T>(mut self, step: Result<Step<T>, StoreError>) -> Result<T, StoreError> {
         match step {
             Ok(Step { value, keep: true }) => {
                 if self.caller {

@@ -463,10 +463,12 @@ impl PostgresStore {
         self
     }
 
-    /// This store, placing every hold and booking by the core's rules over its kernel alone
-    /// ([`place_hold`](slot_booking::store::place_hold),
-    /// [`place_booking`](slot_booking::store::place_booking)): none of its one-statement
-    /// holds and bookings, its group commit or its locked pick of "any one of these".
+    /// This store, placing every hold and booking and joining and leaving every line by the
+    /// core's rules over its kernel alone ([`place_hold`](slot_booking::store::place_hold),
+    /// [`place_booking`](slot_booking::store::place_booking),
+    /// [`join_line`](slot_booking::store::join_line),
+    /// [`leave_line`](slot_booking::store::leave_line)): none of its one-statement holds,
+    /// bookings, joins and leaves, its group commit or its locked pick of "any one of these".
     ///
     /// The answers are the same, at more round trips each: the fast paths are the rules fused
     /// into single statements, and the conformance suite runs on a store built this way too,

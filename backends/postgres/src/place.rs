@@ -332,7 +332,7 @@ impl Run<'_> {
 
     /// Who has the idempotency `key`, read after the unit of work its unique constraint
     /// refused was undone.
-    async fn read_key_holder(&mut self, key: &str) -> Result<KeyHolder, StoreError> {
+    pub(crate) async fn read_key_holder(&mut self, key: &str) -> Result<KeyHolder, StoreError> {
         let inner = Arc::clone(&self.store.inner);
         let conn = self.conn.get().await?;
         Kernel {

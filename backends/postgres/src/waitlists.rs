@@ -75,11 +75,13 @@
 //! step that frees units of its slot or pools, or by the sweeper's pass, which takes the head's
 //! slot row and then its pools, waiting, in a transaction that holds nothing else.
 
+use slot_booking::store::{join_key_answer, join_line, leave_line, Enqueued, Joining, WaitKernel};
 use slot_booking::{EntryId, JoinOutcome, JoinRequest, WaitlistEntry};
 use sqlx::Connection;
 
 use super::*;
 use crate::fragments::{now, H_COLUMNS};
+use crate::kernel::Kernel;
 use crate::rows::Cols;
 use crate::writes::slot_limits;
 
@@ -104,6 +106,7 @@ pub(crate) struct WaitlistStatements {
     entry_in_scope: String,
     pub(crate) by_key: String,
     leave: String,
+    join_limits: String,
     key_waits: String,
 }
 
@@ -222,6 +225,13 @@ impl WaitlistStatements {
                  SELECT {now2} AS decided_at, {ENTRY_COLUMNS} \
                  FROM (SELECT 1) AS one LEFT JOIN d e ON true"
             ),
+            // Slot `$1`'s limits, with the least capacity of its pools (`pool_capacity`).
+            join_limits: format!(
+                "SELECT sl.starts_at, sl.capacity, sl.closed, sl.removed_at, \
+                        (SELECT min(p.capacity) FROM {s}.pools p WHERE p.id = ANY(sl.pools))::int8 \
+                            AS pool_capacity \
+                 FROM {s}.slots sl WHERE sl.id = $1"
+            ),
             key_waits: format!(
                 "SELECT EXISTS (SELECT 1 FROM {s}.hold_keys \
                                 WHERE idempotency_key = $1 AND entry_id IS NOT NULL) AS waits"
@@ -268,6 +278,9 @@ impl Run<'_> {
         &mut self,
         request: JoinRequest<'_>,
     ) -> Result<Decided<JoinOutcome>, StoreError> {
+        if !self.store.fast_paths {
+            return self.join_composed(&request).await;
+        }
         let inner = self.waitlist_sql();
         let sql = &inner.waitlists;
         let hold = &request.hold;
@@ -411,6 +424,9 @@ impl Run<'_> {
         scope: &Scope,
         now: Timestamp,
     ) -> Result<Decided<Option<WaitlistEntry>>, StoreError> {
+        if !self.store.fast_paths {
+            return self.leave_composed(entry_id, scope, now).await;
+        }
         let inner = self.waitlist_sql();
         let sql = &inner.waitlists;
         let (any, owner) = scope.as_filter();
@@ -469,6 +485,137 @@ impl Run<'_> {
             .await
             .map_err(map_err)?;
         row.try_get("waits").map_err(map_err)
+    }
+}
+
+/// The waiting lines' primitives of a unit of work, on which the core's rules
+/// ([`join_line`](slot_booking::store::join_line),
+/// [`leave_line`](slot_booking::store::leave_line)) join and leave a line.
+#[async_trait]
+impl WaitKernel for Kernel<'_> {
+    /// The join statement under a savepoint (a key in use fails it).
+    async fn insert_entry(&mut self, request: &JoinRequest<'_>) -> Result<Enqueued, StoreError> {
+        let hold = &request.hold;
+        let offer_micros = (hold.expires_at - hold.now)
+            .num_microseconds()
+            .unwrap_or(i64::MAX);
+        let statement = self.inner.waitlists.join.as_str();
+        let mut savepoint = Connection::begin(&mut *self.conn).await.map_err(map_err)?;
+        let joined = sqlx::query(AssertSqlSafe(statement))
+            .bind(hold.slot_id.get())
+            .bind(hold.key.as_str())
+            .bind(hold.now)
+            .bind(offer_micros)
+            .bind(hold.quantity)
+            .bind(hold.owner.map(OwnerId::as_str))
+            .bind(request.priority)
+            .fetch_one(&mut *savepoint)
+            .await;
+        let row = match joined {
+            Ok(row) => row,
+            Err(error) if is_unique_violation(&error) => {
+                savepoint.rollback().await.map_err(map_err)?;
+                return Ok(Enqueued::KeyTaken);
+            }
+            Err(error) => return Err(map_err(error)),
+        };
+        savepoint.commit().await.map_err(map_err)?;
+        Ok(
+            match row.try_get::<Option<i64>, _>("joined").map_err(map_err)? {
+                Some(id) => Enqueued::Stored(EntryId(id)),
+                None => Enqueued::NotStored,
+            },
+        )
+    }
+
+    async fn join_limits(&mut self, slot_id: SlotId) -> Result<Option<SlotLimits>, StoreError> {
+        let row = sqlx::query(AssertSqlSafe(self.inner.waitlists.join_limits.as_str()))
+            .bind(slot_id.get())
+            .fetch_optional(&mut *self.conn)
+            .await
+            .map_err(map_err)?;
+        row.map(|row| slot_booking::store::join_limits_of(&Cols::of(&row)))
+            .transpose()
+    }
+
+    async fn entry_in_scope(
+        &mut self,
+        entry_id: EntryId,
+        scope: &Scope,
+    ) -> Result<Option<(WaitlistEntry, u32)>, StoreError> {
+        let (any, owner) = scope.as_filter();
+        let row = sqlx::query(AssertSqlSafe(self.inner.waitlists.entry_in_scope.as_str()))
+            .bind(entry_id.0)
+            .bind(None::<Timestamp>)
+            .bind(any)
+            .bind(owner)
+            .fetch_one(&mut *self.conn)
+            .await
+            .map_err(map_err)?;
+        placed_entry(&row)
+    }
+
+    /// The leave statement: the entry deleted if it still waits, its key with it, counted out
+    /// of its lines.
+    async fn delete_entry(
+        &mut self,
+        entry: &WaitlistEntry,
+        scope: &Scope,
+    ) -> Result<bool, StoreError> {
+        let (any, owner) = scope.as_filter();
+        let row = sqlx::query(AssertSqlSafe(self.inner.waitlists.leave.as_str()))
+            .bind(entry.entry_id.0)
+            .bind(None::<Timestamp>)
+            .bind(any)
+            .bind(owner)
+            .fetch_one(&mut *self.conn)
+            .await
+            .map_err(map_err)?;
+        Ok(entry_from_row(&row)?.is_some())
+    }
+}
+
+impl Run<'_> {
+    /// A join by the core's rule ([`join_line`](slot_booking::store::join_line)) over the
+    /// kernel, in a unit of work deciding at one instant.
+    async fn join_composed(
+        &mut self,
+        request: &JoinRequest<'_>,
+    ) -> Result<Decided<JoinOutcome>, StoreError> {
+        let inner = Arc::clone(&self.store.inner);
+        let mut unit = self.unit(request.hold.now).await?;
+        let at = unit.now;
+        let request = JoinRequest {
+            hold: HoldRequest {
+                now: at,
+                expires_at: at + (request.hold.expires_at - request.hold.now),
+                ..request.hold
+            },
+            ..*request
+        };
+        let step = join_line(&mut unit.kernel(&inner), &request).await;
+        let outcome = match unit.finish(step).await? {
+            Joining::Done(outcome) => outcome,
+            Joining::KeyTaken => {
+                let holder = self.read_key_holder(request.hold.key.as_str()).await?;
+                join_key_answer(&request, holder)
+            }
+        };
+        Ok(Decided::new(at, outcome))
+    }
+
+    /// A leave by the core's rule ([`leave_line`](slot_booking::store::leave_line)).
+    async fn leave_composed(
+        &mut self,
+        entry_id: EntryId,
+        scope: &Scope,
+        now: Timestamp,
+    ) -> Result<Decided<Option<WaitlistEntry>>, StoreError> {
+        let inner = Arc::clone(&self.store.inner);
+        let mut unit = self.unit(now).await?;
+        let at = unit.now;
+        let step = leave_line(&mut unit.kernel(&inner), entry_id, scope, at).await;
+        Ok(Decided::new(at, unit.finish(step).await?))
     }
 }
 

@@ -1,6 +1,8 @@
 //! The one write path: every write of the store on one connection, a pool's or the caller's,
 //! through the same statements ([`Run`]); how a hold's refusal is explained.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use super::*;
 
 /// What a hold-inserting statement did.
@@ -22,8 +24,10 @@ pub(crate) enum Conn<'a> {
     /// A connection of the pool for this call, taken at the call's first statement (so a
     /// hold waiting for its slot's group commit holds none, `group.rs`), outside any
     /// transaction: each statement commits by itself, and one that fails undoes itself and
-    /// nothing else. No savepoint is needed, nor its round trips.
-    Pooled(PgPool, Option<PoolConnection<Postgres>>),
+    /// nothing else. No savepoint is needed, nor its round trips. The flag is up while a unit
+    /// of work (`kernel.rs`) is open on the connection: a call cut then closes the connection
+    /// instead of returning it to the pool, as [`Conn`]'s `Drop` says.
+    Pooled(PgPool, Option<PoolConnection<Postgres>>, Arc<AtomicBool>),
     /// The caller's connection, usually inside the caller's transaction, where a failing
     /// statement would abort the whole transaction: the hold's statements, whose key may be
     /// taken by design, run under a savepoint.
@@ -37,7 +41,7 @@ impl Conn<'_> {
     /// hands out an idle connection as it is, exactly as running a statement on the pool did.
     pub(crate) async fn get(&mut self) -> Result<&mut PgConnection, StoreError> {
         match self {
-            Conn::Pooled(pool, conn) => {
+            Conn::Pooled(pool, conn, _) => {
                 if conn.is_none() {
                     *conn = Some(pool.acquire().await.map_err(map_err)?);
                 }
@@ -45,6 +49,30 @@ impl Conn<'_> {
                     .ok_or_else(|| StoreError::failed("the pool's connection went missing"))
             }
             Conn::Caller(conn) => Ok(conn),
+        }
+    }
+
+    /// The flag a unit of work on this connection raises while it is open (`None` on the
+    /// caller's connection, whose savepoint sqlx undoes before the caller's next statement).
+    pub(crate) fn unit_flag(&self) -> Option<Arc<AtomicBool>> {
+        match self {
+            Conn::Pooled(_, _, open) => Some(Arc::clone(open)),
+            Conn::Caller(_) => None,
+        }
+    }
+}
+
+/// A call cut while a unit of work was open on a connection of the pool (its transaction begun,
+/// not yet ended) closes the connection rather than return it: a connection whose statement
+/// was cut midway may be out of step with the server, and one parked in a transaction would
+/// keep its locks until sqlx rolled it back. The server rolls the transaction back when the
+/// connection closes, and the pool opens a fresh one when it needs one.
+impl Drop for Conn<'_> {
+    fn drop(&mut self) {
+        if let Conn::Pooled(_, Some(conn), open) = self {
+            if open.load(Ordering::Acquire) {
+                conn.close_on_drop();
+            }
         }
     }
 }
@@ -71,7 +99,7 @@ impl PostgresStore {
     pub(crate) fn pooled(&self) -> Run<'static> {
         Run {
             store: self.clone(),
-            conn: Conn::Pooled(self.pool.clone(), None),
+            conn: Conn::Pooled(self.pool.clone(), None, Arc::default()),
         }
     }
 }

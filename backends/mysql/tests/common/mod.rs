@@ -207,6 +207,19 @@ impl Spread {
 
 slot_booking::forward_store!(impl[] HoldStore, SlotAdmin, HoldQueries, EventStore, BookingStore, PoolStore, WaitlistStore for Spread, |this| this.next());
 
+/// How many times the harness waits again for a node whose causal read timed out.
+const CAUSAL_WAITS: u32 = 20;
+
+/// Whether `error` is a causal read that timed out (error 1205 under `wsrep_sync_wait`).
+fn causal_read_timed_out(error: &slot_booking_mysql::sqlx::Error) -> bool {
+    match error {
+        slot_booking_mysql::sqlx::Error::Database(db) => db
+            .try_downcast_ref::<slot_booking_mysql::sqlx::mysql::MySqlDatabaseError>()
+            .is_some_and(|db| db.number() == 1205),
+        _ => false,
+    }
+}
+
 /// A fresh database on the cluster (made through node 1, replicated to all) and a migrated
 /// store on it through each node.
 pub async fn cluster_database(prefix: &str) -> (DatabaseGuard, Vec<MySqlStore>) {
@@ -225,13 +238,25 @@ pub async fn cluster_database(prefix: &str) -> (DatabaseGuard, Vec<MySqlStore>) 
         pool.execute("SET SESSION wsrep_sync_wait = 15")
             .await
             .unwrap();
-        let found: Option<String> = slot_booking_mysql::sqlx::query_scalar(
-            "SELECT SCHEMA_NAME FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?",
-        )
-        .bind(&guard.name)
-        .fetch_optional(&pool)
-        .await
-        .unwrap();
+        // A node far behind (a loaded machine) lets the causal read time out (error 1205,
+        // after `repl.causal_read_timeout`) before it has applied the statement: wait again.
+        let mut waits = 0;
+        let found: Option<String> = loop {
+            let read = slot_booking_mysql::sqlx::query_scalar(
+                "SELECT SCHEMA_NAME FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?",
+            )
+            .bind(&guard.name)
+            .fetch_optional(&pool)
+            .await;
+            match read {
+                Ok(found) => break found,
+                Err(error) if causal_read_timed_out(&error) && waits < CAUSAL_WAITS => waits += 1,
+                Err(error) => panic!(
+                    "{node}: waiting for CREATE DATABASE {}: {error}",
+                    guard.name
+                ),
+            }
+        };
         assert!(
             found.is_some(),
             "{node} has not applied CREATE DATABASE {}",
