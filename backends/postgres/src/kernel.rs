@@ -19,7 +19,14 @@ use slot_booking::store::{self, SlotEdit, Step};
 use sqlx::{Connection, Transaction};
 
 use super::*;
-use crate::pools::{reclaim, SERVE_AGAIN};
+
+/// Defers the serving trigger's work for the rest of the transaction (or until
+/// [`SERVE_AGAIN`]).
+pub(crate) const DEFER_SERVING: &str =
+    "SELECT set_config('slot_booking.defer_serving', 'on', true)";
+
+/// Ends [`DEFER_SERVING`].
+pub(crate) const SERVE_AGAIN: &str = "SELECT set_config('slot_booking.defer_serving', 'off', true)";
 
 /// The statement that opens a unit of work: the serving trigger deferred, and the instant the
 /// unit decides at (`$1`, or the server's clock when it is NULL).
@@ -259,4 +266,23 @@ impl store::Kernel for Kernel<'_> {
         }
         Ok(())
     }
+}
+
+/// On `conn`: gives back the expired holds of the slots of `pools` and of `slots`, those slots
+/// locked by id, then their pools (`PoolStatements::reclaim`). The holds reclaimed.
+pub(crate) async fn reclaim(
+    conn: &mut PgConnection,
+    inner: &Inner,
+    pools: &[i64],
+    slots: &[i64],
+    now: Option<Timestamp>,
+) -> Result<Vec<Hold>, StoreError> {
+    let rows = sqlx::query(AssertSqlSafe(inner.pools.reclaim.as_str()))
+        .bind(pools)
+        .bind(now)
+        .bind(slots)
+        .fetch_all(conn)
+        .await
+        .map_err(map_err)?;
+    rows.iter().map(hold_from_row).collect()
 }

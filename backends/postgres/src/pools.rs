@@ -47,7 +47,7 @@ use slot_booking::{NewPool, Pool, PoolId, PoolUsage, MAX_POOLS_PER_SLOT};
 use sqlx::Connection;
 
 use super::*;
-use crate::kernel::Kernel;
+use crate::kernel::{reclaim, Kernel, DEFER_SERVING, SERVE_AGAIN};
 use crate::writes::Insert;
 
 /// A pool and its units of a row of `get` or `all` (`None`: the one row of no pool).
@@ -87,25 +87,6 @@ async fn reclaim_deferred(
     Ok(reclaimed.iter().map(|hold| i64::from(hold.quantity)).sum())
 }
 
-/// On `conn`: gives back the expired holds of the slots of `pools` and of `slots`, those slots
-/// locked by id, then their pools (`PoolStatements::reclaim`). The holds reclaimed.
-pub(crate) async fn reclaim(
-    conn: &mut PgConnection,
-    inner: &Inner,
-    pools: &[i64],
-    slots: &[i64],
-    now: Option<Timestamp>,
-) -> Result<Vec<Hold>, StoreError> {
-    let rows = sqlx::query(AssertSqlSafe(inner.pools.reclaim.as_str()))
-        .bind(pools)
-        .bind(now)
-        .bind(slots)
-        .fetch_all(conn)
-        .await
-        .map_err(map_err)?;
-    rows.iter().map(hold_from_row).collect()
-}
-
 /// Pool `pool_id` and its units, read on `conn` at `now` (NULL: the database's clock).
 async fn read_pool(
     conn: &mut PgConnection,
@@ -121,14 +102,6 @@ async fn read_pool(
         .map_err(map_err)?;
     decided(&row, usage_from(&row)?)
 }
-
-/// Defers the serving trigger's work for the rest of the transaction (or until
-/// [`SERVE_AGAIN`]).
-pub(crate) const DEFER_SERVING: &str =
-    "SELECT set_config('slot_booking.defer_serving', 'on', true)";
-
-/// Ends [`DEFER_SERVING`].
-pub(crate) const SERVE_AGAIN: &str = "SELECT set_config('slot_booking.defer_serving', 'off', true)";
 
 /// How many times the sweeper's pass serves one pool's head before it moves on (each offer
 /// may make the next head ready; the lines themselves bound it).

@@ -240,6 +240,26 @@ impl WaitlistStatements {
     }
 }
 
+/// The join statement for `request` at `now` (NULL: the database's clock).
+fn join_query<'q>(
+    statement: &'q str,
+    request: &'q JoinRequest<'_>,
+    now: Option<Timestamp>,
+) -> sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments> {
+    let hold = &request.hold;
+    let offer_micros = (hold.expires_at - hold.now)
+        .num_microseconds()
+        .unwrap_or(i64::MAX);
+    sqlx::query(AssertSqlSafe(statement))
+        .bind(hold.slot_id.get())
+        .bind(hold.key.as_str())
+        .bind(now)
+        .bind(offer_micros)
+        .bind(hold.quantity)
+        .bind(hold.owner.map(OwnerId::as_str))
+        .bind(request.priority)
+}
+
 /// The entry of a row with [`ENTRY_COLUMNS`] (`None` when they are NULL).
 fn entry_from_row(row: &PgRow) -> Result<Option<WaitlistEntry>, StoreError> {
     if row
@@ -284,20 +304,10 @@ impl Run<'_> {
         let inner = self.waitlist_sql();
         let sql = &inner.waitlists;
         let hold = &request.hold;
-        let offer_micros = (hold.expires_at - hold.now)
-            .num_microseconds()
-            .unwrap_or(i64::MAX);
         let now = self.now_param(hold.now);
         for _ in 0..3 {
             let mut tx = self.conn.get().await?.begin().await.map_err(map_err)?;
-            let joined = sqlx::query(AssertSqlSafe(sql.join.as_str()))
-                .bind(hold.slot_id.get())
-                .bind(hold.key.as_str())
-                .bind(now)
-                .bind(offer_micros)
-                .bind(hold.quantity)
-                .bind(hold.owner.map(OwnerId::as_str))
-                .bind(request.priority)
+            let joined = join_query(&sql.join, &request, now)
                 .fetch_one(&mut *tx)
                 .await;
             let row = match joined {
@@ -495,20 +505,9 @@ impl Run<'_> {
 impl WaitKernel for Kernel<'_> {
     /// The join statement under a savepoint (a key in use fails it).
     async fn insert_entry(&mut self, request: &JoinRequest<'_>) -> Result<Enqueued, StoreError> {
-        let hold = &request.hold;
-        let offer_micros = (hold.expires_at - hold.now)
-            .num_microseconds()
-            .unwrap_or(i64::MAX);
         let statement = self.inner.waitlists.join.as_str();
         let mut savepoint = Connection::begin(&mut *self.conn).await.map_err(map_err)?;
-        let joined = sqlx::query(AssertSqlSafe(statement))
-            .bind(hold.slot_id.get())
-            .bind(hold.key.as_str())
-            .bind(hold.now)
-            .bind(offer_micros)
-            .bind(hold.quantity)
-            .bind(hold.owner.map(OwnerId::as_str))
-            .bind(request.priority)
+        let joined = join_query(statement, request, Some(request.hold.now))
             .fetch_one(&mut *savepoint)
             .await;
         let row = match joined {

@@ -336,6 +336,8 @@ pub struct SqliteStore {
     holds: Arc<group::HoldGroups>,
     prefix: TablePrefix,
     sql: Arc<Statements>,
+    /// A hold tries the one-statement insert (and the group commit) first.
+    fast_paths: bool,
 }
 
 impl SqliteStore {
@@ -367,7 +369,21 @@ impl SqliteStore {
             write_gate,
             sql: Arc::new(Statements::new(&prefix)),
             prefix,
+            fast_paths: true,
         }
+    }
+
+    /// This store, placing every hold by the core's rule over its kernel alone
+    /// ([`place_hold`](slot_booking::store::place_hold)): none of its one-statement insert,
+    /// nor the group commit of holds arriving together.
+    ///
+    /// The answers are the same, at a write transaction each: the insert is the rule fused
+    /// into a single statement (its trigger takes the units), and the conformance suite runs
+    /// on a store built this way too, holding the insert to the rule it stands for.
+    /// Bookings, joins and leaves take the rule's path either way.
+    pub fn without_fast_paths(mut self) -> Self {
+        self.fast_paths = false;
+        self
     }
 
     /// This store with its tables named `<prefix>slots`, `<prefix>holds`, `<prefix>events`,
@@ -542,25 +558,39 @@ impl SqliteStore {
     /// read to answer; only a hold that found no unit for a reason the statement could not
     /// settle opens a write transaction to reclaim expired holds and try again.
     async fn place_hold(&self, request: &HoldRequest<'_>) -> Result<HoldOutcome, StoreError> {
+        if self.fast_paths {
+            if let Some(settled) = self.insert_hold(request).await? {
+                return Ok(settled);
+            }
+        }
+        let mut w = self.begin_write().await?;
+        let step = writes::hold_after_reclaim(&self.sql, w.connection(), request).await;
+        let placing = w.finish(step).await?;
+        writes::placed(&self.sql, &self.pool, request, placing).await
+    }
+
+    /// The fast path: the hold's insert, alone or in a group commit. The answer when the
+    /// statement settled it; `None` when it found no unit for a reason it could not settle.
+    async fn insert_hold(
+        &self,
+        request: &HoldRequest<'_>,
+    ) -> Result<Option<HoldOutcome>, StoreError> {
         let writer = group::Writer {
             pool: &self.pool,
             sql: &self.sql,
             held: &self.held,
             groups: &self.holds,
         };
-        let fast = group::insert(writer, HoldParams::of(request)).await?;
-        match fast {
-            Insert::Created(hold) => return Ok(HoldOutcome::Created(hold)),
-            Insert::KeyTaken => return writes::key_taken(&self.sql, &self.pool, request).await,
-            // Settled by the statement itself: no further statement, no transaction.
-            Insert::SoldOut => return Ok(sold_out()),
-            Insert::KeyWaits => return Ok(HoldOutcome::KeyReused(None)),
-            Insert::NoUnit | Insert::PoolShort => {}
-        }
-        let mut w = self.begin_write().await?;
-        let step = writes::hold_after_reclaim(&self.sql, w.connection(), request).await;
-        let placing = w.finish(step).await?;
-        writes::placed(&self.sql, &self.pool, request, placing).await
+        Ok(
+            match group::insert(writer, HoldParams::of(request)).await? {
+                Insert::Created(hold) => Some(HoldOutcome::Created(hold)),
+                Insert::KeyTaken => Some(writes::key_taken(&self.sql, &self.pool, request).await?),
+                // Settled by the statement itself: no further statement, no transaction.
+                Insert::SoldOut => Some(sold_out()),
+                Insert::KeyWaits => Some(HoldOutcome::KeyReused(None)),
+                Insert::NoUnit | Insert::PoolShort => None,
+            },
+        )
     }
 }
 

@@ -77,6 +77,8 @@ pub(crate) enum Target<'a> {
 pub(crate) struct Run<'a> {
     pub(crate) sql: Arc<Statements>,
     pub(crate) target: Target<'a>,
+    /// A hold tries the one-statement insert first ([`SqliteStore::without_fast_paths`]).
+    pub(crate) fast_paths: bool,
 }
 
 /// An open unit of work: the store's write transaction, or one on the caller's connection.
@@ -136,6 +138,7 @@ impl SqliteStore {
         Run {
             sql: Arc::clone(&self.sql),
             target: Target::Store(self),
+            fast_paths: self.fast_paths,
         }
     }
 }

@@ -77,6 +77,7 @@ impl SqliteStore {
             run: Run {
                 sql: Arc::clone(&self.sql),
                 target: Target::Caller(conn),
+                fast_paths: self.fast_paths,
             },
         }
     }

@@ -46,8 +46,9 @@ pub(crate) async fn create_slot(
 }
 
 /// A hold on the caller's connection: the insert as the slot is stored, outside any unit of
-/// work, then, only if it found no unit for a reason the statement could not settle, the
-/// core's rule ([`place_hold`]) in a unit of work of its own. The insert needs no savepoint: a
+/// work (unless the store is [`without_fast_paths`](crate::SqliteStore::without_fast_paths)),
+/// then, only if it found no unit for a reason the statement could not settle, the core's
+/// rule ([`place_hold`]) in a unit of work of its own. The insert needs no savepoint: a
 /// statement aborted by the trigger or by the unique key undoes only itself, so a refusal
 /// leaves the caller's transaction as it was (and usable), and a hold it stored stays in that
 /// transaction as it would under a released savepoint. So a hold that is created, replayed or
@@ -58,19 +59,21 @@ pub(crate) async fn hold(
     sql: &Statements,
     conn: &mut SqliteConnection,
     request: &HoldRequest<'_>,
+    fast_paths: bool,
 ) -> Result<HoldOutcome, StoreError> {
-    match insert_hold(sql, &mut *conn, request).await? {
-        Insert::Created(hold) => Ok(HoldOutcome::Created(hold)),
-        Insert::KeyTaken => key_taken(sql, conn, request).await,
-        Insert::SoldOut => Ok(sold_out()),
-        Insert::KeyWaits => Ok(HoldOutcome::KeyReused(None)),
-        Insert::NoUnit | Insert::PoolShort => {
-            let mut unit = begin_unit(conn).await?;
-            let step = hold_after_reclaim(sql, &mut unit, request).await;
-            let placing = finish(unit, step).await?;
-            placed(sql, conn, request, placing).await
+    if fast_paths {
+        match insert_hold(sql, &mut *conn, request).await? {
+            Insert::Created(hold) => return Ok(HoldOutcome::Created(hold)),
+            Insert::KeyTaken => return key_taken(sql, conn, request).await,
+            Insert::SoldOut => return Ok(sold_out()),
+            Insert::KeyWaits => return Ok(HoldOutcome::KeyReused(None)),
+            Insert::NoUnit | Insert::PoolShort => {}
         }
     }
+    let mut unit = begin_unit(conn).await?;
+    let step = hold_after_reclaim(sql, &mut unit, request).await;
+    let placing = finish(unit, step).await?;
+    placed(sql, conn, request, placing).await
 }
 
 /// The answer to a hold whose key is taken: the key's hold, replayed or refused, or the
@@ -265,7 +268,7 @@ impl Run<'_> {
     ) -> Result<Decided<HoldOutcome>, StoreError> {
         let outcome = match &mut self.target {
             Target::Store(store) => store.place_hold(&request).await?,
-            Target::Caller(conn) => hold(&self.sql, conn, &request).await?,
+            Target::Caller(conn) => hold(&self.sql, conn, &request, self.fast_paths).await?,
         };
         Ok(Decided::new(request.now, outcome))
     }

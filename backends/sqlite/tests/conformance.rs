@@ -4,3 +4,11 @@
 mod common;
 
 slot_booking::conformance_tests!(|| common::owned_store("conformance"));
+
+/// The same cases on a store without its fast path: every hold placed by the core's rule over
+/// the store's kernel.
+mod composed {
+    use super::common;
+
+    slot_booking::conformance_tests!(|| common::composed_store("conformance"));
+}

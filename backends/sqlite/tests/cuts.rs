@@ -1,7 +1,7 @@
 //! Calls cut midway (their futures dropped at each await point, as a web framework drops a
 //! request the client left) leave nothing behind, on the pool and in the caller's
 //! transaction: the application's own next write on the same connection works (a store of one
-//! connection), and no step is half written.
+//! connection), and no step is half written; with the fast path and without it.
 
 mod common;
 
@@ -17,6 +17,16 @@ type Store = Owned<SqliteStore, TempDb>;
 /// A migrated store on a fresh file, its pool of one connection, with the application's own
 /// table beside its tables.
 async fn one_connection_store() -> Option<Store> {
+    store_of_one(false).await
+}
+
+/// [`one_connection_store`], without its fast path (every hold by the core's rule, in a unit of
+/// work of its own).
+async fn one_connection_store_composed() -> Option<Store> {
+    store_of_one(true).await
+}
+
+async fn store_of_one(composed: bool) -> Option<Store> {
     let db = TempDb::new("cuts");
     let options = SqliteStore::configure(db.url().parse().unwrap());
     let pool = SqlitePoolOptions::new()
@@ -26,7 +36,10 @@ async fn one_connection_store() -> Option<Store> {
         .connect_with(options)
         .await
         .unwrap();
-    let store = SqliteStore::new(pool);
+    let mut store = SqliteStore::new(pool);
+    if composed {
+        store = store.without_fast_paths();
+    }
     store.migrate().await.unwrap();
     sqlx::query("CREATE TABLE orders (id INTEGER PRIMARY KEY, note TEXT)")
         .execute(store.pool())
@@ -74,3 +87,9 @@ impl Application<Store> for Orders {
 }
 
 slot_booking::cut_conformance_tests!(optional: one_connection_store, Orders);
+
+mod composed {
+    use super::*;
+
+    slot_booking::cut_conformance_tests!(optional: one_connection_store_composed, Orders);
+}

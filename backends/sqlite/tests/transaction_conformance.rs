@@ -10,3 +10,11 @@ mod bookings {
 
     slot_booking::booking_conformance_tests!(transactions, || common::owned_store("txbookings"));
 }
+
+/// The same cases on a store without its fast path: every hold placed by the core's rule over
+/// the store's kernel.
+mod composed {
+    use super::common;
+
+    slot_booking::transaction_conformance_tests!(|| common::composed_store("transactions"));
+}

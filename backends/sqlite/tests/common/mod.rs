@@ -158,3 +158,14 @@ pub async fn owned_store(name: &str) -> OwnedStore {
         guard: db,
     }
 }
+
+/// [`owned_store`], placing every hold by the core's rule alone
+/// ([`SqliteStore::without_fast_paths`]): the suite holds the one-statement insert to the rule
+/// it stands for by running on both.
+pub async fn composed_store(name: &str) -> OwnedStore {
+    let db = TempDb::new(name);
+    Owned {
+        store: db.store().await.without_fast_paths(),
+        guard: db,
+    }
+}
