@@ -94,8 +94,9 @@ impl Unit<'_> {
     ) -> Result<T, StoreError> {
         let open = self.open.clone();
         let ended = self.end(step).await;
-        // Ended (or failed, which the caller sees): no longer open.
-        if let Some(open) = open {
+        // Ended as asked: no longer open. A unit whose end failed leaves the flag up, so the
+        // connection, whatever state the failure left it in, is closed rather than reused.
+        if let (Some(open), Ok(_)) = (open, &ended) {
             open.store(false, Ordering::Release);
         }
         ended
